@@ -1,0 +1,35 @@
+/* i8042 keyboard controller: enough for a guest to reset the machine and for the host to send Ctrl-Alt-Del. */
+#ifndef COVE_I8042_H
+#define COVE_I8042_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define I8042_BASE 0x60
+#define I8042_IRQ 1
+#define I8042_BUF 16
+
+struct vm;
+
+struct i8042 {
+	pthread_mutex_t lock;
+	struct vm *vm;
+	uint8_t ctr;	   /* controller configuration byte */
+	uint8_t pending_cmd; /* command whose data byte is expected on port 0x60 */
+	uint8_t outp;	   /* output port */
+	uint8_t buf[I8042_BUF];
+	unsigned head, len;
+	/* Set when the guest asked for a reset (0xFE command or output port bit 0 cleared). */
+	int reset_requested;
+};
+
+int i8042_create(struct i8042 *k, struct vm *vm);
+void i8042_destroy(struct i8042 *k);
+/* Queues the Ctrl-Alt-Del key presses and raises IRQ 1. Returns 0 or -ENOSPC. */
+int i8042_send_ctrl_alt_del(void *k);
+
+/* Exposed for unit tests (vm may be NULL). Offsets: 0 = data port 0x60, 4 = command/status 0x64. */
+void i8042_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
+void i8042_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
+
+#endif

@@ -1,0 +1,45 @@
+/* 16550A UART (COM1): guest output to a file descriptor, host input into the receive FIFO. */
+#ifndef COVE_SERIAL_H
+#define COVE_SERIAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SERIAL_COM1_BASE 0x3f8
+#define SERIAL_COM1_IRQ 4
+#define SERIAL_RX_FIFO 4096
+
+struct vm;
+
+/* Plain register state: what a snapshot saves. */
+struct serial_regs {
+	uint8_t ier, iir_thre_pending, lcr, mcr, lsr_extra, msr, scr, dll, dlm, fcr;
+};
+
+struct serial {
+	pthread_mutex_t lock;
+	struct vm *vm;
+	int out_fd;
+	uint32_t irq;
+	int irq_level;
+	struct serial_regs r;
+	uint8_t rx[SERIAL_RX_FIFO];
+	size_t rx_head, rx_len;
+	/* Whether the guest has written anything yet (for start-latency logging). */
+	uint64_t tx_bytes;
+};
+
+/* Registers the UART on the VM's port bus; guest output goes to out_fd. */
+int serial_create(struct serial *s, struct vm *vm, int out_fd);
+void serial_destroy(struct serial *s);
+/* Queues host input for the guest; returns how many bytes fit. */
+size_t serial_push_input(struct serial *s, const uint8_t *buf, size_t len);
+/* Free space in the receive FIFO. */
+size_t serial_rx_space(struct serial *s);
+
+/* Exposed for unit tests: register access without a VM (vm may be NULL: no IRQs). */
+void serial_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
+void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
+
+#endif

@@ -1,0 +1,20 @@
+/* Dirty page tracking: KVM's dirty log (manual-protect mode when available) OR the VMM's own writes. */
+#ifndef COVE_DIRTY_LOG_H
+#define COVE_DIRTY_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct vm;
+
+/* Called before memory slots exist: turns on KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 where offered. */
+int dirty_log_enable(struct vm *vm);
+/* Words of a bitmap covering all guest RAM, one bit per page in memfd order. */
+size_t dirty_log_bitmap_words(const struct vm *vm);
+/*
+ * Fetches and clears the dirty set since the last call into `bitmap` (which it
+ * overwrites).  Bit i is the page at memfd offset i*4096.  Returns 0 or -errno.
+ */
+int dirty_log_collect(struct vm *vm, uint64_t *bitmap);
+
+#endif

@@ -1,0 +1,67 @@
+/* Control API: REST requests (Firecracker's shapes where they overlap) mapped onto VM operations. */
+#ifndef COVE_API_H
+#define COVE_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest request body accepted; bigger bodies get 413 and are never buffered. */
+#define API_MAX_BODY (16 * 1024)
+
+struct api_vm_info {
+	const char *state; /* "NotStarted" | "Running" | "Paused" | "Stopped" */
+	int vcpus;
+	uint64_t mem_bytes;
+	const char *version;
+};
+
+/* One contiguous run of dirty guest pages. */
+struct api_dirty_range {
+	uint64_t first_pfn;
+	uint64_t nr_pages;
+};
+
+/*
+ * What the API can do to a VM.  Every hook returns 0 or -errno; the handler
+ * maps errors to HTTP statuses.  The real VM and the unit tests' fakes both
+ * implement it.
+ */
+struct api_backend {
+	void *opaque;
+	int (*get_info)(void *opaque, struct api_vm_info *out);
+	int (*pause)(void *opaque);
+	int (*resume)(void *opaque);
+	int (*ctrl_alt_del)(void *opaque);
+	/*
+	 * Fetch-and-clear the dirty page set (KVM dirty log OR the VMM's own
+	 * writes).  Fills at most `max` ranges into `out`, sets *nr; returns
+	 * -E2BIG if more were needed (the set is still cleared).
+	 */
+	int (*dirty_pages)(void *opaque, struct api_dirty_range *out, size_t max, size_t *nr);
+};
+
+struct api_response {
+	int status;  /* HTTP status */
+	char *body;  /* malloc'd JSON text or NULL for an empty body (204) */
+};
+
+/*
+ * Pure request handler: no sockets.  `body` need not be NUL-terminated.
+ * Always fills `resp`; returns 0, or -ENOMEM if even the error body could not
+ * be built.  Free resp->body with free().
+ */
+int api_handle(const struct api_backend *be, const char *method, const char *path,
+	       const char *body, size_t body_len, struct api_response *resp);
+
+struct evloop;
+struct api_server;
+
+/*
+ * Binds a Unix socket at `sock_path` (removing a stale socket file first),
+ * serves HTTP/1.1 on it from the event loop thread.  Returns 0 or -errno.
+ */
+int api_server_start(struct api_server **out, const char *sock_path, const struct api_backend *be,
+		     struct evloop *loop);
+void api_server_stop(struct api_server *srv);
+
+#endif

@@ -1,0 +1,102 @@
+/* Guest physical memory: memfd-backed RAM split into KVM slots around the 32-bit MMIO hole. */
+#include "guest_mem.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int guest_mem_layout(uint64_t size, struct mem_slot *slots, uint32_t *nr_slots)
+{
+	if (size < MEM_MIN_SIZE || size > MEM_MAX_SIZE || size % PAGE_SIZE)
+		return -EINVAL;
+	uint64_t low = size < MMIO_HOLE_START ? size : MMIO_HOLE_START;
+	slots[0] = (struct mem_slot){ .id = 0, .gpa = 0, .size = low, .file_off = 0 };
+	*nr_slots = 1;
+	if (size > low) {
+		slots[1] = (struct mem_slot){
+			.id = 1, .gpa = MMIO_HOLE_END, .size = size - low, .file_off = low
+		};
+		*nr_slots = 2;
+	}
+	return 0;
+}
+
+int guest_mem_create(struct guest_mem *mem, uint64_t size)
+{
+	memset(mem, 0, sizeof(*mem));
+	mem->fd = -1;
+	int r = guest_mem_layout(size, mem->slots, &mem->nr_slots);
+	if (r)
+		return r;
+	mem->fd = memfd_create("cove-guest-ram", MFD_CLOEXEC);
+	if (mem->fd < 0)
+		return -errno;
+	/* ftruncate only sets the size: no page exists until the guest touches it. */
+	if (ftruncate(mem->fd, (off_t)size) < 0) {
+		r = -errno;
+		goto err_close;
+	}
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, mem->fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		goto err_close;
+	}
+	/* Guest RAM never belongs in a core dump of the VMM. */
+	(void)madvise(p, size, MADV_DONTDUMP);
+	mem->host = p;
+	mem->size = size;
+	return 0;
+
+err_close:
+	close(mem->fd);
+	mem->fd = -1;
+	return r;
+}
+
+void guest_mem_destroy(struct guest_mem *mem)
+{
+	if (mem->host)
+		munmap(mem->host, mem->size);
+	if (mem->fd >= 0)
+		close(mem->fd);
+	mem->host = NULL;
+	mem->fd = -1;
+}
+
+uint64_t guest_mem_end(const struct guest_mem *mem)
+{
+	if (mem->nr_slots == 0)
+		return 0;
+	const struct mem_slot *s = &mem->slots[mem->nr_slots - 1];
+	return s->gpa + s->size;
+}
+
+static const struct mem_slot *slot_of(const struct guest_mem *mem, uint64_t gpa, uint64_t len)
+{
+	for (uint32_t i = 0; i < mem->nr_slots; i++) {
+		const struct mem_slot *s = &mem->slots[i];
+		/* Written as subtractions so no sum can wrap. */
+		if (gpa >= s->gpa && gpa - s->gpa < s->size && len <= s->size - (gpa - s->gpa))
+			return s;
+	}
+	return NULL;
+}
+
+void *guest_mem_ptr(const struct guest_mem *mem, uint64_t gpa, uint64_t len)
+{
+	if (!mem->host)
+		return NULL;
+	const struct mem_slot *s = slot_of(mem, gpa, len ? len : 1);
+	if (!s)
+		return NULL;
+	return mem->host + s->file_off + (gpa - s->gpa);
+}
+
+int64_t guest_mem_page_index(const struct guest_mem *mem, uint64_t gpa)
+{
+	const struct mem_slot *s = slot_of(mem, gpa, 1);
+	if (!s)
+		return -1;
+	return (int64_t)((s->file_off + (gpa - s->gpa)) >> PAGE_SHIFT);
+}

@@ -1,0 +1,46 @@
+/* cove: a thin dispatcher from the first argument to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+};
+
+static const struct command commands[] = {
+	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
+	{ "version", cmd_version, "print the cove version" },
+};
+
+#define NR_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: cove COMMAND [options]   (cove COMMAND --help for details)\n\n");
+	for (size_t i = 0; i < NR_COMMANDS; i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0)
+		return cmd_version(1, argv + 1);
+	for (size_t i = 0; i < NR_COMMANDS; i++) {
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].fn(argc - 1, argv + 1);
+	}
+	fprintf(stderr, "cove: unknown command '%s' (try 'cove --help')\n", argv[1]);
+	return 2;
+}

@@ -1,0 +1,170 @@
+/* Command-line options of `cove run`, parsed into a struct with one clear message per mistake. */
+#include "options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guest_mem.h"
+#include "vm.h"
+
+const char run_usage[] =
+	"usage: cove run --kernel FILE [options]\n"
+	"Boot one microVM and run it until the guest stops.\n"
+	"\n"
+	"  --kernel FILE       guest kernel: ELF (entered in 64-bit mode at its entry) or flat binary\n"
+	"  --initrd FILE       initial ramdisk\n"
+	"  --cmdline TEXT      kernel command line (at most 4095 bytes)\n"
+	"  --mem SIZE          guest RAM, e.g. 256M, 4G (bare number = MiB; default 256M)\n"
+	"  --vcpus N           number of vCPUs (1..64, default 1)\n"
+	"  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
+	"  --console FILE      write the serial console to FILE instead of stdout\n"
+	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
+	"  -h, --help          show this help\n"
+	"\n"
+	"Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
+	"1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+int parse_mem_size(const char *s, uint64_t *out)
+{
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	unsigned shift;
+	switch (*end) {
+	case '\0':
+	case 'M':
+	case 'm':
+		shift = 20;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		break;
+	case 'B':
+	case 'b':
+		shift = 0;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (*end && end[1] != '\0' && !((end[1] == 'i' || end[1] == 'B') && end[2] == '\0') &&
+	    !(end[1] == 'i' && end[2] == 'B' && end[3] == '\0'))
+		return -EINVAL;
+	if (v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG };
+
+static const struct option run_long_opts[] = {
+	{ "kernel", required_argument, NULL, OPT_KERNEL },
+	{ "initrd", required_argument, NULL, OPT_INITRD },
+	{ "cmdline", required_argument, NULL, OPT_CMDLINE },
+	{ "mem", required_argument, NULL, OPT_MEM },
+	{ "vcpus", required_argument, NULL, OPT_VCPUS },
+	{ "api-sock", required_argument, NULL, OPT_API },
+	{ "console", required_argument, NULL, OPT_CONSOLE },
+	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen)
+{
+	memset(o, 0, sizeof(*o));
+	o->mem_size = RUN_DEFAULT_MEM;
+	o->vcpus = 1;
+	o->log_level = LOG_WARN;
+	o->cmdline = "";
+
+	/* getopt keeps its position in globals: restart it so parsing is repeatable. */
+	optind = 0;
+	opterr = 0;
+	for (;;) {
+		int c = getopt_long(argc, argv, ":h", run_long_opts, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case 'h':
+			return 1;
+		case OPT_KERNEL:
+			o->kernel = optarg;
+			break;
+		case OPT_INITRD:
+			o->initrd = optarg;
+			break;
+		case OPT_CMDLINE:
+			o->cmdline = optarg;
+			break;
+		case OPT_API:
+			o->api_sock = optarg;
+			break;
+		case OPT_CONSOLE:
+			o->console = optarg;
+			break;
+		case OPT_MEM: {
+			int r = parse_mem_size(optarg, &o->mem_size);
+			if (r)
+				return fail(err, errlen, "--mem: '%s' is not a size like 256M or 4G",
+					    optarg);
+			if (o->mem_size < MEM_MIN_SIZE || o->mem_size > MEM_MAX_SIZE ||
+			    o->mem_size % PAGE_SIZE)
+				return fail(err, errlen,
+					    "--mem: %s is out of range (2M..1T, a multiple of 4K)",
+					    optarg);
+			break;
+		}
+		case OPT_VCPUS: {
+			char *end;
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1 || v > VM_MAX_VCPUS)
+				return fail(err, errlen, "--vcpus: '%s' is not a number from 1 to %d",
+					    optarg, VM_MAX_VCPUS);
+			o->vcpus = (int)v;
+			break;
+		}
+		case OPT_LOG:
+			if (log_level_parse(optarg, &o->log_level))
+				return fail(err, errlen,
+					    "--log-level: '%s' is not one of error, warn, info, debug",
+					    optarg);
+			break;
+		case ':':
+			return fail(err, errlen, "option '%s' needs a value", argv[optind - 1]);
+		case '?':
+		default:
+			return fail(err, errlen, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return fail(err, errlen, "unexpected argument '%s'", argv[optind]);
+	if (!o->kernel)
+		return fail(err, errlen, "--kernel FILE is required");
+	if (strlen(o->cmdline) >= 4096)
+		return fail(err, errlen, "--cmdline is longer than 4095 bytes");
+	return 0;
+}

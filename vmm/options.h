@@ -1,0 +1,32 @@
+/* Command-line options of `cove run`: pure parsing, so it can be tested without a VM. */
+#ifndef COVE_OPTIONS_H
+#define COVE_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define RUN_DEFAULT_MEM (256ULL << 20)
+
+struct run_opts {
+	const char *kernel;
+	const char *initrd;
+	const char *cmdline;
+	const char *api_sock;
+	const char *console;
+	uint64_t mem_size;
+	int vcpus;
+	enum log_level log_level;
+};
+
+/*
+ * Returns 0 when options are good, 1 when --help was asked for, or -EINVAL
+ * with a one-line message in `err`.
+ */
+int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
+/* "256M", "4G", "1024K", "65536B"; a bare number is MiB (as QEMU's -m). -EINVAL or -ERANGE. */
+int parse_mem_size(const char *s, uint64_t *out);
+extern const char run_usage[];
+
+#endif

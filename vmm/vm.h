@@ -1,0 +1,110 @@
+/* struct vm: everything one microVM owns (KVM fds, memory, vCPUs, buses, event loop), passed explicitly. */
+#ifndef COVE_VM_H
+#define COVE_VM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <linux/kvm.h>
+
+#include "bus.h"
+#include "evloop.h"
+#include "guest_mem.h"
+#include "log.h"
+
+#define VM_MAX_VCPUS 64
+
+enum vm_state {
+	VM_NOT_STARTED = 0,
+	VM_RUNNING,
+	VM_PAUSED,
+	VM_STOPPED,
+};
+
+const char *vm_state_name(enum vm_state s);
+
+struct vm;
+
+struct vcpu {
+	struct vm *vm;
+	int id;
+	int fd;
+	struct kvm_run *run;
+	size_t run_size;
+	pthread_t thread;
+	bool thread_started;
+	bool parked; /* protected by vm->lock: thread is waiting in the pause gate */
+	bool exited; /* protected by vm->lock: thread left its run loop */
+};
+
+/* Why the VM stopped: the first stop request wins. */
+struct vm_exit_info {
+	int status;	   /* process exit status cove returns */
+	char reason[160];  /* one line, printed when the VM ends */
+};
+
+struct vm {
+	int kvm_fd;
+	int vm_fd;
+	int kvm_run_size;
+	struct guest_mem mem;
+	struct bus pio;
+	struct bus mmio;
+	struct evloop loop;
+	struct logger *log;
+
+	int nr_vcpus;
+	struct vcpu vcpus[VM_MAX_VCPUS];
+	struct kvm_cpuid2 *cpuid;
+	int kick_signal; /* realtime signal used to kick vCPU threads out of KVM_RUN */
+
+	/* Lifecycle; protected by lock. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	enum vm_state state;
+	bool pause_requested;
+	int nr_parked;
+	bool stop_requested;
+	struct vm_exit_info exit;
+	int stop_efd; /* eventfd: wakes the event loop when the VM must stop */
+
+	/* Dirty pages written by the VMM itself (KVM does not see these); one bit per RAM page. */
+	uint64_t *vmm_dirty;
+	bool dirty_manual; /* KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 enabled: GET then CLEAR */
+	pthread_mutex_t dirty_lock;
+
+	/* Devices with state the API touches (opaque to the core). */
+	void *reset_dev; /* device that accepts a Ctrl-Alt-Del request (i8042) */
+	int (*send_ctrl_alt_del)(void *dev);
+};
+
+struct vm_config {
+	uint64_t mem_size;
+	int nr_vcpus;
+};
+
+int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log);
+void vm_destroy(struct vm *vm);
+
+/* Starts one thread per vCPU. */
+int vm_start(struct vm *vm);
+/* Stops every vCPU at an instruction boundary; returns once all are parked. Idempotent. */
+int vm_pause(struct vm *vm);
+int vm_resume(struct vm *vm);
+/*
+ * Asks the VM to stop with `status` and a one-line reason.  Safe from any
+ * thread; only the first request is kept.
+ */
+void vm_request_stop(struct vm *vm, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+enum vm_state vm_get_state(struct vm *vm);
+/* Joins the vCPU threads after a stop. */
+void vm_join(struct vm *vm);
+
+/* Drives an interrupt line of the in-kernel PIC/IOAPIC. Returns 0 or -errno. */
+int vm_set_irq_line(struct vm *vm, uint32_t irq, int level);
+
+/* Marks guest pages the VMM wrote (device DMA), for snapshots. */
+void vm_mark_dirty(struct vm *vm, uint64_t gpa, uint64_t len);
+
+#endif
