@@ -41,15 +41,18 @@ struct api_conn {
 	char *buf;
 	size_t len;
 	size_t cap;
-	bool oversized; /* body exceeded API_MAX_BODY; the rest is discarded unread */
-	bool answered;  /* a response is already queued */
+	size_t discarded; /* bytes of an oversized chunked body, counted for the 413 message */
+	bool oversized;   /* body exceeded API_MAX_BODY; the rest is counted, not kept */
+	bool answered;    /* a response is already queued */
 };
 
+/* Takes ownership of resp->body. */
 static enum MHD_Result queue_json(struct MHD_Connection *c, struct api_response *resp)
 {
 	struct MHD_Response *r;
+	bool has_body = resp->body != NULL;
 
-	if (resp->body)
+	if (has_body)
 		r = MHD_create_response_from_buffer(strlen(resp->body), resp->body,
 						    MHD_RESPMEM_MUST_FREE);
 	else
@@ -58,8 +61,9 @@ static enum MHD_Result queue_json(struct MHD_Connection *c, struct api_response 
 		free(resp->body);
 		return MHD_NO;
 	}
-	resp->body = NULL; /* MHD frees it with the response now */
-	if (MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES) {
+	resp->body = NULL; /* the response frees it now */
+	if (has_body &&
+	    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES) {
 		MHD_destroy_response(r);
 		return MHD_NO;
 	}
@@ -84,17 +88,16 @@ static enum MHD_Result answer(struct api_server *srv, struct MHD_Connection *c,
 	return queue_json(c, &resp);
 }
 
-static bool content_length_too_big(struct MHD_Connection *c)
+/* The announced body size, or 0 when there is none (chunked or no body). */
+static size_t content_length(struct MHD_Connection *c)
 {
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 						     MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (!cl)
-		return false;
-	errno = 0;
-	char *end;
-	unsigned long long v = strtoull(cl, &end, 10);
+		return 0;
 	/* MHD has already rejected a malformed Content-Length; only the size matters here. */
-	return errno == ERANGE || v > API_MAX_BODY;
+	unsigned long long v = strtoull(cl, NULL, 10);
+	return v > SIZE_MAX ? SIZE_MAX : (size_t)v;
 }
 
 static int conn_append(struct api_conn *conn, const char *data, size_t size)
@@ -135,22 +138,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		 */
 		if (strnlen(url, API_HTTP_MAX_URL + 1) > API_HTTP_MAX_URL)
 			return answer(srv, c, conn, method, url, NULL, 0);
-		if (content_length_too_big(c))
-			return answer(srv, c, conn, method, url, NULL, (size_t)API_MAX_BODY + 1);
+		size_t announced = content_length(c);
+		if (announced > API_MAX_BODY)
+			return answer(srv, c, conn, method, url, NULL, announced);
 		return MHD_YES;
 	}
 
 	if (*upload_data_size) {
 		size_t size = *upload_data_size;
 		*upload_data_size = 0;
-		if (conn->answered || conn->oversized)
+		if (conn->answered)
 			return MHD_YES;
-		if (size > API_MAX_BODY - conn->len) {
-			/* Chunked uploads have no Content-Length to refuse up front. */
+		if (!conn->oversized && size > API_MAX_BODY - conn->len) {
+			/*
+			 * Chunked uploads have no Content-Length to refuse up
+			 * front, and MHD only lets us answer once the body is
+			 * in; drop what we hold and count the rest.
+			 */
 			conn->oversized = true;
+			conn->discarded = conn->len;
 			free(conn->buf);
 			conn->buf = NULL;
 			conn->len = conn->cap = 0;
+		}
+		if (conn->oversized) {
+			conn->discarded += size;
 			return MHD_YES;
 		}
 		if (conn_append(conn, upload_data, size) < 0)
@@ -161,7 +173,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (conn->answered)
 		return MHD_YES;
 	if (conn->oversized)
-		return answer(srv, c, conn, method, url, NULL, (size_t)API_MAX_BODY + 1);
+		return answer(srv, c, conn, method, url, NULL, conn->discarded);
 	return answer(srv, c, conn, method, url, conn->buf, conn->len);
 }
 
@@ -341,6 +353,7 @@ int api_server_start(struct api_server **out, const char *sock_path, const struc
 				    MHD_OPTION_CONNECTION_MEMORY_LIMIT, API_HTTP_CONN_MEMORY,
 				    MHD_OPTION_END);
 	if (!srv->mhd) {
+		/* MHD 0.9.75 leaves a caller's listen socket open when it fails to start. */
 		ret = -EIO; /* MHD reports no reason without an error log */
 		goto err_timer;
 	}

@@ -1,0 +1,217 @@
+"""Helpers for the kvm suite: run cove on test guests, read its console, talk to its API socket."""
+import http.client
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+COVE = os.environ.get("COVE", "build/vmm/cove")
+GUESTS = os.environ.get("GUESTS", "build/tests/guests")
+
+
+def guest(name):
+    return os.path.join(GUESTS, name)
+
+
+def require_kvm():
+    """Exit 77 (meson: skipped) when this machine has no usable /dev/kvm."""
+    if not os.path.exists("/dev/kvm"):
+        print("SKIP: /dev/kvm is absent on this machine")
+        sys.exit(SKIP)
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        print("SKIP: /dev/kvm exists but is not readable and writable by this user")
+        sys.exit(SKIP)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def run_cove(args, timeout=30, stdin=None):
+    """Runs cove to completion; returns CompletedProcess with text output."""
+    return subprocess.run([COVE] + args, capture_output=True, text=True, timeout=timeout,
+                          stdin=stdin if stdin is not None else subprocess.DEVNULL)
+
+
+class Vm:
+    """A cove process running in the background, with its console on a pipe and an API socket."""
+
+    def __init__(self, kernel, extra=(), api=True, mem=None):
+        self.tmp = tempfile.mkdtemp(prefix="cove-test-")
+        self.sock = os.path.join(self.tmp, "api.sock") if api else None
+        args = [COVE, "run", "--kernel", kernel]
+        if self.sock:
+            args += ["--api-sock", self.sock]
+        if mem:
+            args += ["--mem", mem]
+        args += list(extra)
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+        self.out = b""
+        if self.sock:
+            self._wait_for(lambda: os.path.exists(self.sock), 10, "API socket to appear")
+
+    def _wait_for(self, pred, timeout, what):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if pred():
+                return
+            if self.proc.poll() is not None:
+                raise Failure(f"cove exited ({self.proc.returncode}) while waiting for {what}: "
+                              f"{self.proc.stderr.read().decode(errors='replace')}")
+            time.sleep(0.01)
+        raise Failure(f"timed out waiting for {what}")
+
+    def read_console(self, timeout):
+        """Reads whatever console output arrives within `timeout` seconds."""
+        end = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                return
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            self.out += chunk
+
+    def wait_output(self, text, timeout=20):
+        end = time.monotonic() + timeout
+        needle = text.encode()
+        while needle not in self.out:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise Failure(f"timed out waiting for {text!r}; console so far: {self.out[-400:]!r}")
+            self.read_console(min(left, 0.2))
+            if self.proc.poll() is not None and needle not in self.out:
+                self.read_console(0.1)
+                if needle not in self.out:
+                    raise Failure(f"cove exited ({self.proc.returncode}) before {text!r}: "
+                                  f"{self.proc.stderr.read().decode(errors='replace')}")
+
+    def send_input(self, data):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def request(self, method, path, body=None, headers=None, timeout=10):
+        conn = UnixHTTPConnection(self.sock, timeout=timeout)
+        try:
+            hdrs = dict(headers or {})
+            if body is not None and not isinstance(body, (bytes, str)):
+                body = json.dumps(body)
+                hdrs.setdefault("Content-Type", "application/json")
+            conn.request(method, path, body=body, headers=hdrs)
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, (json.loads(data) if data else None)
+        finally:
+            conn.close()
+
+    def raw(self, data, timeout=5):
+        """Sends raw bytes on a fresh connection; returns whatever comes back before close/timeout."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(self.sock)
+        try:
+            s.sendall(data)
+            try:
+                s.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            got = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    break
+                got += chunk
+            return got
+        finally:
+            s.close()
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.read_console(0.05)
+        return self.proc.returncode
+
+    def stderr(self):
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in os.listdir(self.tmp):
+            os.unlink(os.path.join(self.tmp, f))
+        os.rmdir(self.tmp)
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=10):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+def smaps_rss(pid):
+    """Returns (total Rss KiB, Rss KiB of the guest RAM mapping)."""
+    total = guest_rss = 0
+    in_guest = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if not parts:
+                continue
+            if "-" in parts[0] and len(parts) >= 5 and ":" not in parts[0]:
+                in_guest = "cove-guest-ram" in line
+            elif parts[0] == "Rss:":
+                kib = int(parts[1])
+                total += kib
+                if in_guest:
+                    guest_rss += kib
+    return total, guest_rss
+
+
+def main(test):
+    """Runs test(); prints PASS/FAIL; exits 0/1 (77 when skipped inside)."""
+    require_kvm()
+    try:
+        test()
+    except Failure as e:
+        print(f"FAIL: {e}")
+        sys.exit(1)
+    print("PASS")
+    sys.exit(0)
