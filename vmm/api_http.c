@@ -23,6 +23,8 @@
 #define API_HTTP_MAX_CONNECTIONS 16
 #define API_HTTP_IDLE_TIMEOUT_S 10
 #define API_HTTP_CONN_MEMORY ((size_t)64 * 1024)
+/* An oversized chunked body is read and dropped up to here, then the connection is cut. */
+#define API_HTTP_MAX_DISCARD ((size_t)1024 * 1024)
 
 struct api_server {
 	struct api_backend be; /* copied so callers may build it on the stack */
@@ -152,8 +154,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (!conn->oversized && size > API_MAX_BODY - conn->len) {
 			/*
 			 * Chunked uploads have no Content-Length to refuse up
-			 * front, and MHD only lets us answer once the body is
-			 * in; drop what we hold and count the rest.
+			 * front, and MHD 0.9.75 refuses MHD_queue_response
+			 * mid-upload; drop what we hold and count the rest.
 			 */
 			conn->oversized = true;
 			conn->discarded = conn->len;
@@ -163,7 +165,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		}
 		if (conn->oversized) {
 			conn->discarded += size;
-			return MHD_YES;
+			return conn->discarded > API_HTTP_MAX_DISCARD ? MHD_NO : MHD_YES;
 		}
 		if (conn_append(conn, upload_data, size) < 0)
 			return MHD_NO;
@@ -229,7 +231,7 @@ static void on_timer(void *opaque, uint32_t events)
 	uint64_t expirations;
 
 	(void)events;
-	/* EAGAIN just means the mhd callback already ran since it fired. */
+	/* EAGAIN: on_mhd_ready rearmed it earlier in this batch; running MHD is harmless anyway. */
 	(void)!read(srv->timer_fd, &expirations, sizeof(expirations));
 	MHD_run(srv->mhd);
 	rearm_timer(srv);
@@ -392,6 +394,7 @@ err_free:
 	return ret;
 }
 
+/* Call on the loop thread, or with the loop not running: it edits the loop's handler table. */
 void api_server_stop(struct api_server *srv)
 {
 	if (!srv)

@@ -1,19 +1,20 @@
 /* Boot set-up: load kernel and initrd into RAM, write boot tables, set the boot vCPU's registers. */
 #include "boot.h"
 
-#include <asm/bootparam.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "loader.h"
+#include "mptable.h"
 #include "vm.h"
 #include "x86_boot.h"
 
 /* Linux reads an initrd only below this address unless told otherwise. */
 #define INITRD_ADDR_MAX 0x37ffffffULL
 
-static int load_initrd(struct vm *vm, const char *path, uint64_t kernel_end)
+static int load_initrd(struct vm *vm, const char *path, uint64_t kernel_end, uint64_t *addr_out,
+		       uint64_t *size_out)
 {
 	char err[256];
 	uint8_t *buf;
@@ -29,16 +30,15 @@ static int load_initrd(struct vm *vm, const char *path, uint64_t kernel_end)
 	/* Highest page-aligned spot under `top`, as bootloaders do, clear of the kernel. */
 	uint64_t addr = len < top ? (top - len) & ~(PAGE_SIZE - 1) : 0;
 	if (len == 0 || addr < kernel_end || !guest_mem_ptr(&vm->mem, addr, len)) {
-		log_err(vm->log, "initrd %s (%zu bytes) does not fit in guest RAM below 0x%llx", path,
-			len, (unsigned long long)top);
+		log_err(vm->log, "initrd %s (%zu bytes) does not fit in guest RAM between 0x%llx and 0x%llx",
+			path, len, (unsigned long long)kernel_end, (unsigned long long)top);
 		free(buf);
-		return -EFBIG;
+		return len == 0 ? -EINVAL : -EFBIG;
 	}
 	memcpy(guest_mem_ptr(&vm->mem, addr, len), buf, len);
 	free(buf);
-	struct boot_params *bp = guest_mem_ptr(&vm->mem, BOOT_ZERO_PAGE_ADDR, sizeof(*bp));
-	bp->hdr.ramdisk_image = (uint32_t)addr;
-	bp->hdr.ramdisk_size = (uint32_t)len;
+	*addr_out = addr;
+	*size_out = len;
 	return 0;
 }
 
@@ -47,30 +47,54 @@ int boot_load(struct vm *vm, const struct boot_spec *spec)
 	char err[256];
 	uint8_t *buf;
 	size_t len;
-	uint64_t entry;
+	struct kernel_image img;
 	int r = loader_read_file(spec->kernel, &buf, &len, err, sizeof(err));
 	if (r) {
 		log_err(vm->log, "kernel: %s", err);
 		return r;
 	}
-	r = loader_load_image(&vm->mem, buf, len, &entry, err, sizeof(err));
+	r = loader_load_image(&vm->mem, buf, len, &img, err, sizeof(err));
 	free(buf);
 	if (r) {
 		log_err(vm->log, "kernel %s: %s", spec->kernel, err);
 		return r;
 	}
-	r = x86_boot_write_tables(&vm->mem);
+	/* An ELF with a PVH note (a Linux vmlinux) is entered through PVH, as Firecracker does. */
+	enum boot_mode mode = img.pvh_entry ? BOOT_PVH : BOOT_LONG_MODE;
+	r = x86_boot_write_tables(&vm->mem, mode == BOOT_PVH);
 	if (!r)
-		r = x86_boot_write_zero_page(&vm->mem, spec->cmdline);
+		r = x86_boot_write_zero_page(&vm->mem, spec->cmdline, &img);
+	if (!r)
+		r = mptable_write(&vm->mem, vm->nr_vcpus);
 	if (r) {
 		log_err(vm->log, "cannot write boot tables: %s", strerror(-r));
 		return r;
 	}
+	uint64_t initrd_addr = 0, initrd_size = 0;
 	if (spec->initrd) {
-		r = load_initrd(vm, spec->initrd, HIMEM_START + len);
+		r = load_initrd(vm, spec->initrd, img.load_end, &initrd_addr, &initrd_size);
+		if (r)
+			return r;
+		r = x86_boot_set_initrd(&vm->mem, initrd_addr, initrd_size);
+		if (r)
+			return r;
+	}
+	if (mode == BOOT_PVH) {
+		r = x86_boot_write_pvh_info(&vm->mem, spec->cmdline, initrd_addr, initrd_size);
+		if (r) {
+			log_err(vm->log, "cannot write PVH start info: %s", strerror(-r));
+			return r;
+		}
+	}
+	log_debug(vm->log, "kernel %s: %s entry 0x%llx", spec->kernel,
+		  mode == BOOT_PVH ? "PVH" : "64-bit",
+		  (unsigned long long)(mode == BOOT_PVH ? img.pvh_entry : img.entry));
+	for (int i = 0; i < vm->nr_vcpus; i++) {
+		r = x86_boot_setup_cpu_common(&vm->vcpus[i]);
 		if (r)
 			return r;
 	}
 	/* Only the boot vCPU starts here; the others wait for INIT/SIPI in the in-kernel LAPIC. */
-	return x86_boot_setup_vcpu(&vm->vcpus[0], entry);
+	return x86_boot_setup_vcpu(&vm->vcpus[0], mode == BOOT_PVH ? img.pvh_entry : img.entry,
+				   mode);
 }

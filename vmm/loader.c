@@ -3,6 +3,7 @@
 
 #include <elf.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,25 +25,53 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 	return code;
 }
 
-static int load_flat(struct guest_mem *mem, const uint8_t *buf, size_t len, uint64_t *entry,
-		     char *err, size_t errlen)
+static int load_flat(struct guest_mem *mem, const uint8_t *buf, size_t len,
+		     struct kernel_image *img, char *err, size_t errlen)
 {
 	void *dst = guest_mem_ptr(mem, HIMEM_START, len);
 	if (!dst)
 		return fail(err, errlen, -EFBIG, "flat image of %zu bytes does not fit in guest RAM",
 			    len);
 	memcpy(dst, buf, len);
-	*entry = HIMEM_START;
+	img->kind = KERNEL_FLAT;
+	img->entry = HIMEM_START;
+	img->load_end = HIMEM_START + len;
 	return 0;
 }
 
-int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len, uint64_t *entry,
-		      char *err, size_t errlen)
+static uint32_t rd32(const uint8_t *p)
 {
-	if (len == 0)
-		return fail(err, errlen, -ENOEXEC, "kernel image is empty");
-	if (len < SELFMAG || memcmp(buf, ELFMAG, SELFMAG) != 0)
-		return load_flat(mem, buf, len, entry, err, errlen);
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* Looks for XEN_ELFNOTE_PHYS32_ENTRY in one PT_NOTE segment; every length is checked. */
+static uint64_t find_pvh_entry(const uint8_t *notes, uint64_t size)
+{
+	uint64_t off = 0;
+	while (size - off >= 12) {
+		uint32_t namesz = rd32(notes + off), descsz = rd32(notes + off + 4);
+		uint32_t type = rd32(notes + off + 8);
+		uint64_t name_off = off + 12;
+		uint64_t desc_off = name_off + (((uint64_t)namesz + 3) & ~3ULL);
+		uint64_t next = desc_off + (((uint64_t)descsz + 3) & ~3ULL);
+		if (desc_off > size || next > size)
+			return 0;
+		if (type == 18 && namesz == 4 && memcmp(notes + name_off, "Xen", 4) == 0 &&
+		    (descsz == 4 || descsz == 8)) {
+			uint64_t v = 0;
+			memcpy(&v, notes + desc_off, descsz);
+			return v;
+		}
+		off = next;
+	}
+	return 0;
+}
+
+static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
+		    struct kernel_image *img, char *err, size_t errlen)
+{
 	if (len < sizeof(Elf64_Ehdr))
 		return fail(err, errlen, -ENOEXEC, "truncated ELF header");
 	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)buf;
@@ -61,11 +90,15 @@ int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len, uin
 
 	bool entry_ok = false;
 	int nr_load = 0;
+	uint64_t end = 0, pvh = 0;
 	/* Check every segment before copying any, so a bad image leaves RAM untouched. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (unsigned i = 0; i < eh->e_phnum; i++) {
 			Elf64_Phdr ph;
 			memcpy(&ph, buf + eh->e_phoff + i * sizeof(ph), sizeof(ph));
+			if (pass == 0 && ph.p_type == PT_NOTE && ph.p_offset <= len &&
+			    ph.p_filesz <= len - ph.p_offset && !pvh)
+				pvh = find_pvh_entry(buf + ph.p_offset, ph.p_filesz);
 			if (ph.p_type != PT_LOAD || ph.p_memsz == 0)
 				continue;
 			if (pass == 0) {
@@ -83,6 +116,8 @@ int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len, uin
 						    (unsigned long long)ph.p_memsz);
 				if (eh->e_entry >= ph.p_paddr && eh->e_entry - ph.p_paddr < ph.p_memsz)
 					entry_ok = true;
+				if (ph.p_paddr + ph.p_memsz > end)
+					end = ph.p_paddr + ph.p_memsz;
 				nr_load++;
 				continue;
 			}
@@ -96,9 +131,84 @@ int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len, uin
 			return fail(err, errlen, -ENOEXEC,
 				    "ELF entry 0x%llx is outside every loadable segment",
 				    (unsigned long long)eh->e_entry);
+		if (pass == 0 && pvh && (pvh < HIMEM_START || !guest_mem_ptr(mem, pvh, 1)))
+			return fail(err, errlen, -ENOEXEC, "PVH entry 0x%llx is not in guest RAM",
+				    (unsigned long long)pvh);
 	}
-	*entry = eh->e_entry;
+	img->kind = KERNEL_ELF;
+	img->entry = eh->e_entry;
+	img->pvh_entry = pvh;
+	img->load_end = end;
 	return 0;
+}
+
+#define BZ_MIN_VERSION 0x020c /* boot protocol 2.12: xloadflags, 64-bit entry */
+#define XLF_KERNEL_64 0x1
+
+static bool is_bzimage(const uint8_t *buf, size_t len)
+{
+	return len >= 0x270 && buf[0x1fe] == 0x55 && buf[0x1ff] == 0xaa &&
+	       memcmp(buf + 0x202, "HdrS", 4) == 0;
+}
+
+static int load_bzimage(struct guest_mem *mem, const uint8_t *buf, size_t len,
+			struct kernel_image *img, char *err, size_t errlen)
+{
+	uint16_t version;
+	memcpy(&version, buf + 0x206, sizeof(version));
+	if (version < BZ_MIN_VERSION)
+		return fail(err, errlen, -ENOEXEC,
+			    "bzImage boot protocol %u.%02u is older than 2.12 (no 64-bit entry)",
+			    version >> 8, version & 0xff);
+	uint16_t xloadflags;
+	memcpy(&xloadflags, buf + 0x236, sizeof(xloadflags));
+	if (!(xloadflags & XLF_KERNEL_64))
+		return fail(err, errlen, -ENOEXEC, "bzImage has no 64-bit entry point");
+	unsigned setup_sects = buf[0x1f1] ? buf[0x1f1] : 4;
+	size_t setup_size = (size_t)(setup_sects + 1) * 512;
+	if (setup_size >= len)
+		return fail(err, errlen, -ENOEXEC, "bzImage is truncated (%zu bytes, setup is %zu)",
+			    len, setup_size);
+	/* The header ends at 0x202 + the jump offset stored at 0x201. */
+	size_t hdr_end = 0x202 + buf[0x201];
+	if (hdr_end > SETUP_HDR_OFF + SETUP_HDR_MAX || hdr_end > len)
+		return fail(err, errlen, -ENOEXEC, "bzImage setup header is malformed");
+	size_t kernel_len = len - setup_size;
+	uint32_t init_size;
+	uint64_t pref_address;
+	memcpy(&init_size, buf + 0x260, sizeof(init_size));
+	memcpy(&pref_address, buf + 0x258, sizeof(pref_address));
+	void *dst = guest_mem_ptr(mem, HIMEM_START, kernel_len);
+	if (!dst)
+		return fail(err, errlen, -EFBIG, "bzImage of %zu bytes does not fit in guest RAM",
+			    len);
+	/* The kernel decompresses itself to pref_address (or above): that must be RAM too. */
+	if (pref_address < HIMEM_START || !guest_mem_ptr(mem, pref_address, init_size))
+		return fail(err, errlen, -EFBIG,
+			    "bzImage needs 0x%x bytes of RAM at 0x%llx; give the guest more memory",
+			    init_size, (unsigned long long)pref_address);
+	memcpy(dst, buf + setup_size, kernel_len);
+	img->kind = KERNEL_BZIMAGE;
+	img->entry = HIMEM_START + 0x200;
+	img->load_end = pref_address + init_size;
+	if (HIMEM_START + kernel_len > img->load_end)
+		img->load_end = HIMEM_START + kernel_len;
+	img->setup_hdr_len = hdr_end - SETUP_HDR_OFF;
+	memcpy(img->setup_hdr, buf + SETUP_HDR_OFF, img->setup_hdr_len);
+	return 0;
+}
+
+int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len,
+		      struct kernel_image *img, char *err, size_t errlen)
+{
+	memset(img, 0, sizeof(*img));
+	if (len == 0)
+		return fail(err, errlen, -ENOEXEC, "kernel image is empty");
+	if (len >= SELFMAG && memcmp(buf, ELFMAG, SELFMAG) == 0)
+		return load_elf(mem, buf, len, img, err, errlen);
+	if (is_bzimage(buf, len))
+		return load_bzimage(mem, buf, len, img, err, errlen);
+	return load_flat(mem, buf, len, img, err, errlen);
 }
 
 int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err, size_t errlen)

@@ -9,14 +9,31 @@
 
 #define LOADER_MAX_FILE (512ULL << 20)
 
+enum kernel_kind { KERNEL_ELF, KERNEL_BZIMAGE, KERNEL_FLAT };
+
+/* bzImage setup header: the bytes from 0x1f1 up to the end of the header. */
+#define SETUP_HDR_OFF 0x1f1
+#define SETUP_HDR_MAX (0x280 - SETUP_HDR_OFF)
+
+struct kernel_image {
+	enum kernel_kind kind;
+	uint64_t entry;	    /* 64-bit entry point (long mode, RSI = zero page) */
+	uint64_t pvh_entry; /* 32-bit PVH entry from XEN_ELFNOTE_PHYS32_ENTRY, 0 if none */
+	uint64_t load_end;  /* first guest address above everything the kernel will use */
+	uint8_t setup_hdr[SETUP_HDR_MAX];
+	size_t setup_hdr_len;
+};
+
 /*
- * Pure over a buffer: validates an ELF64 x86-64 executable and copies its
- * PT_LOAD segments to their physical addresses (>= 1 MiB, inside RAM).  A
- * buffer that is not ELF is loaded flat at 1 MiB and entered there.
- * Returns 0 and the entry point, or -errno with a one-line reason in `err`.
+ * Pure over a buffer: recognises an ELF64 x86-64 executable (vmlinux or a test
+ * guest: PT_LOAD segments copied to their physical addresses >= 1 MiB), a
+ * bzImage (64-bit boot protocol: protected-mode code loaded at 1 MiB, entered
+ * at +0x200), or else a flat binary (loaded and entered at 1 MiB).  Nothing
+ * is written to guest RAM unless the whole image checks out.
+ * Returns 0, or -errno with a one-line reason in `err`.
  */
-int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len, uint64_t *entry,
-		      char *err, size_t errlen);
+int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len,
+		      struct kernel_image *img, char *err, size_t errlen);
 /* Reads a whole file (capped at LOADER_MAX_FILE) into a malloc'd buffer. */
 int loader_read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen);
 

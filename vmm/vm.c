@@ -106,10 +106,13 @@ static int setup_memory(struct vm *vm, uint64_t size)
 			return r;
 	}
 	uint64_t pages = size >> PAGE_SHIFT;
-	/* calloc of a large bitmap is lazily zero-filled by the kernel: no RSS until written. */
-	vm->vmm_dirty = calloc((pages + 63) / 64, sizeof(uint64_t));
-	if (!vm->vmm_dirty)
+	/* mmap rather than calloc: untouched anonymous pages cost no RSS, whatever the RAM size. */
+	vm->vmm_dirty_bytes = (size_t)((pages + 63) / 64 * sizeof(uint64_t));
+	void *bm = mmap(NULL, vm->vmm_dirty_bytes, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (bm == MAP_FAILED)
 		return -ENOMEM;
+	vm->vmm_dirty = bm;
 	return 0;
 }
 
@@ -226,7 +229,8 @@ void vm_destroy(struct vm *vm)
 	vm->nr_vcpus = 0;
 	free(vm->cpuid);
 	vm->cpuid = NULL;
-	free(vm->vmm_dirty);
+	if (vm->vmm_dirty)
+		munmap(vm->vmm_dirty, vm->vmm_dirty_bytes);
 	vm->vmm_dirty = NULL;
 	if (vm->stop_efd >= 0)
 		close(vm->stop_efd);

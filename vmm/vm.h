@@ -70,6 +70,7 @@ struct vm {
 
 	/* Dirty pages written by the VMM itself (KVM does not see these); one bit per RAM page. */
 	uint64_t *vmm_dirty;
+	size_t vmm_dirty_bytes;
 	bool dirty_manual; /* KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 enabled: GET then CLEAR */
 	pthread_mutex_t dirty_lock;
 

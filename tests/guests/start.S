@@ -122,6 +122,12 @@ pvh_gdt_desc:
  * descriptor is 8 bytes like Linux's: QEMU 7.2 reads a size_t from a 64-bit
  * ELF's note, so a 4-byte descriptor would pick up whatever follows it.
  */
+/*
+ * Only the "-pvh" build of each guest carries the note: cove enters an ELF with
+ * this note through PVH (32-bit protected mode), which this project's nested
+ * PVM /dev/kvm cannot run, so the plain build keeps the 64-bit entry.
+ */
+#ifdef GUEST_PVH_NOTE
 	.section .note.Xen, "a", @note
 	.balign 4
 	.long	4		/* namesz */
@@ -131,5 +137,6 @@ pvh_gdt_desc:
 	.balign 4
 	.quad	pvh_start32
 	.balign 4
+#endif
 
 	.section .note.GNU-stack, "", @progbits

@@ -607,16 +607,20 @@ static int client_read_response(int fd, json_t **body, char *head, size_t head_l
 		if (len == sizeof(buf) - 1)
 			fail_msg("response headers too long");
 		ssize_t n = recv(fd, buf + len, 1, 0);
+		/* A Unix socket closed with our bytes unread reports a reset, not EOF. */
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return 0;
 		if (n < 0)
 			fail_msg("recv: %s", strerror(errno));
-		if (n == 0)
-			return 0;
 		len += (size_t)n;
 		buf[len] = '\0';
 		end = strstr(buf, "\r\n\r\n");
 	}
-	if (head)
-		snprintf(head, head_len, "%s", buf);
+	if (head) {
+		size_t n = len < head_len - 1 ? len : head_len - 1;
+		memcpy(head, buf, n);
+		head[n] = '\0';
+	}
 
 	int status = 0;
 	assert_int_equal(sscanf(buf, "HTTP/1.1 %d", &status), 1);
@@ -789,6 +793,32 @@ static void test_http_oversized_chunked(void **state)
 	expect_get_vm_ok(fx);
 }
 
+/* A client streaming an endless chunked body is cut off rather than read forever. */
+static void test_http_endless_chunked(void **state)
+{
+	struct http_fixture *fx = *state;
+	static const char head[] = "PUT /actions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+	size_t chunk = 64 * 1024;
+	char *data = malloc(chunk + 16);
+	json_t *j;
+
+	assert_non_null(data);
+	int hl = snprintf(data, 16, "%zx\r\n", chunk);
+	memset(data + hl, ' ', chunk);
+	int fd = client_connect(fx->path);
+	client_send(fd, head, sizeof(head) - 1);
+	for (int i = 0; i < 64; i++) {
+		client_send(fd, data, (size_t)hl + chunk);
+		client_send(fd, "\r\n", 2);
+	}
+	assert_int_equal(client_read_response(fd, &j, NULL, 0), 0);
+	close(fd);
+	free(data);
+	assert_int_equal(fx->vm.cads, 0);
+
+	expect_get_vm_ok(fx);
+}
+
 static void test_http_long_url(void **state)
 {
 	struct http_fixture *fx = *state;
@@ -879,6 +909,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_http_patch_and_put, http_setup, http_teardown),
 		cmocka_unit_test_setup_teardown(test_http_oversized, http_setup, http_teardown),
 		cmocka_unit_test_setup_teardown(test_http_oversized_chunked, http_setup, http_teardown),
+		cmocka_unit_test_setup_teardown(test_http_endless_chunked, http_setup, http_teardown),
 		cmocka_unit_test_setup_teardown(test_http_long_url, http_setup, http_teardown),
 		cmocka_unit_test_setup_teardown(test_http_socket_mode, http_setup, http_teardown),
 	};

@@ -299,13 +299,16 @@ static void test_loader_elf(void **state)
 	struct guest_mem m;
 	struct elf_img img;
 	char err[256];
-	uint64_t entry = 0;
+	struct kernel_image k;
 	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
 	make_elf(&img);
 	memset(m.host + 0x100000 + 64, 0x55, 64); /* bss must come out zeroed */
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, sizeof(img), &entry, err, sizeof(err)),
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, sizeof(img), &k, err, sizeof(err)),
 			 0);
-	assert_int_equal(entry, 0x100010);
+	assert_int_equal(k.kind, KERNEL_ELF);
+	assert_int_equal(k.entry, 0x100010);
+	assert_int_equal(k.pvh_entry, 0);
+	assert_int_equal(k.load_end, 0x102000);
 	assert_int_equal(m.host[0x100000], 0x90);
 	assert_int_equal(m.host[0x100000 + 64], 0);
 	guest_mem_destroy(&m);
@@ -317,14 +320,14 @@ static void test_loader_rejects(void **state)
 	struct guest_mem m;
 	struct elf_img img;
 	char err[256];
-	uint64_t entry;
+	struct kernel_image k;
 	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
 #define EXPECT_REJECT(mutate, word)                                                          \
 	do {                                                                                 \
 		make_elf(&img);                                                              \
 		mutate;                                                                      \
 		err[0] = 0;                                                                  \
-		assert_int_equal(loader_load_image(&m, (uint8_t *)&img, sizeof(img), &entry, \
+		assert_int_equal(loader_load_image(&m, (uint8_t *)&img, sizeof(img), &k, \
 						   err, sizeof(err)),                        \
 				 -ENOEXEC);                                                  \
 		assert_non_null(strstr(err, word));                                          \
@@ -341,15 +344,15 @@ static void test_loader_rejects(void **state)
 	EXPECT_REJECT(img.ph[0].p_paddr = UINT64_MAX - 0x10, "not in guest RAM");
 	EXPECT_REJECT(img.eh.e_entry = 0x900000, "entry");
 	EXPECT_REJECT(img.ph[0].p_type = PT_NULL, "no loadable");
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 20, &entry, err, sizeof(err)),
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 20, &k, err, sizeof(err)),
 			 -ENOEXEC);
 	assert_non_null(strstr(err, "truncated"));
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 0, &entry, err, sizeof(err)),
-			 -ENOEXEC);
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 0, &k, err, sizeof(err)), -ENOEXEC);
 	/* Not ELF: loaded flat at 1 MiB. */
 	uint8_t flat[16] = { 0xf4 };
-	assert_int_equal(loader_load_image(&m, flat, sizeof(flat), &entry, err, sizeof(err)), 0);
-	assert_int_equal(entry, 0x100000);
+	assert_int_equal(loader_load_image(&m, flat, sizeof(flat), &k, err, sizeof(err)), 0);
+	assert_int_equal(k.kind, KERNEL_FLAT);
+	assert_int_equal(k.entry, 0x100000);
 	assert_int_equal(m.host[0x100000], 0xf4);
 	guest_mem_destroy(&m);
 }
