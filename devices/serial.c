@@ -53,6 +53,28 @@ static void rx_push_locked(struct serial *s, uint8_t b)
 	s->rx_len++;
 }
 
+#define PANIC_PREFIX "Kernel panic - not syncing"
+
+/*
+ * Linux reboots after a panic (panic=-1) exactly as it does when asked to, so
+ * the panic line on the console is the only sign that the stop was not clean.
+ */
+static void watch_line(struct serial *s, uint8_t b)
+{
+	if (b == '\r')
+		return;
+	if (b != '\n') {
+		if (s->line_len < sizeof(s->line) - 1)
+			s->line[s->line_len++] = (char)b;
+		return;
+	}
+	s->line[s->line_len] = 0;
+	char *p = strstr(s->line, PANIC_PREFIX);
+	if (p && s->vm)
+		vm_note_guest_panic(s->vm, p);
+	s->line_len = 0;
+}
+
 static void tx_byte(struct serial *s, uint8_t b)
 {
 	if (s->r.mcr & MCR_LOOP) {
@@ -60,6 +82,7 @@ static void tx_byte(struct serial *s, uint8_t b)
 		return;
 	}
 	s->tx_bytes++;
+	watch_line(s, b);
 	if (s->out_fd < 0)
 		return;
 	/* A console that cannot keep up loses bytes rather than stalling the vCPU forever. */

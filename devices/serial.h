@@ -26,8 +26,10 @@ struct serial {
 	struct serial_regs r;
 	uint8_t rx[SERIAL_RX_FIFO];
 	size_t rx_head, rx_len;
-	/* Whether the guest has written anything yet (for start-latency logging). */
 	uint64_t tx_bytes;
+	/* The console line being written, to notice a guest kernel panic. */
+	char line[128];
+	size_t line_len;
 };
 
 /* Registers the UART on the VM's port bus; guest output goes to out_fd. */

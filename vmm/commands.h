@@ -5,5 +5,6 @@
 /* Each returns the process exit status: 0 ok, 1 failure, 2 bad usage. */
 int cmd_run(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 #endif

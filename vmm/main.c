@@ -12,6 +12,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
+	{ "doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here" },
 	{ "version", cmd_version, "print the cove version" },
 };
 

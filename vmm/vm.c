@@ -332,6 +332,11 @@ void vm_request_stop(struct vm *vm, int status, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(vm->exit.reason, sizeof(vm->exit.reason), fmt, ap);
 		va_end(ap);
+		if (vm->guest_panic[0] && status == 0) {
+			vm->exit.status = 1;
+			snprintf(vm->exit.reason, sizeof(vm->exit.reason), "guest kernel panicked: %.100s",
+				 vm->guest_panic);
+		}
 		kick_all(vm);
 		pthread_cond_broadcast(&vm->cond);
 		uint64_t one = 1;
@@ -339,6 +344,14 @@ void vm_request_stop(struct vm *vm, int status, const char *fmt, ...)
 			/* The eventfd counter cannot overflow from single increments; nothing to do. */
 		}
 	}
+	pthread_mutex_unlock(&vm->lock);
+}
+
+void vm_note_guest_panic(struct vm *vm, const char *line)
+{
+	pthread_mutex_lock(&vm->lock);
+	if (!vm->guest_panic[0])
+		snprintf(vm->guest_panic, sizeof(vm->guest_panic), "%s", line);
 	pthread_mutex_unlock(&vm->lock);
 }
 

@@ -66,6 +66,7 @@ struct vm {
 	int nr_parked;
 	bool stop_requested;
 	struct vm_exit_info exit;
+	char guest_panic[128]; /* set when the guest kernel reported a panic */
 	int stop_efd; /* eventfd: wakes the event loop when the VM must stop */
 
 	/* Dirty pages written by the VMM itself (KVM does not see these); one bit per RAM page. */
@@ -99,6 +100,8 @@ int vm_resume(struct vm *vm);
 void vm_request_stop(struct vm *vm, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 enum vm_state vm_get_state(struct vm *vm);
+/* Records that the guest kernel panicked: its next stop is then reported as a failure. */
+void vm_note_guest_panic(struct vm *vm, const char *line);
 /* Joins the vCPU threads after a stop. */
 void vm_join(struct vm *vm);
 
