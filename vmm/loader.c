@@ -174,6 +174,13 @@ static int load_bzimage(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	if (hdr_end > SETUP_HDR_OFF + SETUP_HDR_MAX || hdr_end > len)
 		return fail(err, errlen, -ENOEXEC, "bzImage setup header is malformed");
 	size_t kernel_len = len - setup_size;
+	uint32_t syssize;
+	memcpy(&syssize, buf + 0x1f4, sizeof(syssize));
+	/* syssize counts 16-byte paragraphs of protected-mode code: a cut file falls short. */
+	if ((uint64_t)syssize * 16 > kernel_len)
+		return fail(err, errlen, -ENOEXEC,
+			    "bzImage is truncated: header says %llu bytes of kernel, file has %zu",
+			    (unsigned long long)syssize * 16, kernel_len);
 	uint32_t init_size;
 	uint64_t pref_address;
 	memcpy(&init_size, buf + 0x260, sizeof(init_size));

@@ -4,6 +4,11 @@
 Extra pages, and why they are dirty (see vmm/x86_boot.h and tests/guests/guest.ld):
   0x9000 PML4, 0xa000 PDPT, 0xb000 first page directory: the CPU sets Accessed/Dirty bits
   in the identity-map entries it walks; 0x110000 guest .data/.bss, 0x111000 guest stack.
+  On hardware-paging KVM (kvm_amd/kvm_intel, e.g. inside tools/kvm-box) a page that is
+  writable on the host is mapped writable on its first read fault and logged dirty then
+  (make_spte), so the pages the guest only reads can appear too: 0x7000 zero page,
+  0x20000 command line, 0x100000 guest text; and page-table pages may be re-logged after
+  each clear. Nested PVM (this project's machines) reports the minimal set exactly.
 After a fetch-and-clear, the page tables are warm, so a second round adds only the stack
 page (and .data when the guest writes a global), plus the page directory when it stamps
 into a 2 MiB page the first round did not touch.
@@ -15,6 +20,8 @@ COUNT = 100
 STRIDE = 3
 BOOT_PAGES = {0x9, 0xA, 0xB}
 GUEST_PAGES = {0x110, 0x111}
+READ_ONLY_PAGES = {0x7, 0x20, 0x100}  # logged on first read fault by hardware-paging KVM
+DOCUMENTED = BOOT_PAGES | GUEST_PAGES | READ_ONLY_PAGES
 
 
 def stamped(round_):
@@ -42,12 +49,13 @@ def test():
     with Vm(guest("stamper"), extra=["--cmdline", cmdline]) as vm:
         vm.wait_output("stamped round 1 pages 100\n")
         got = dirty(vm)
-        want = stamped(1) | BOOT_PAGES | GUEST_PAGES
-        check(got == want, f"round 1: missing {fmt(want - got)} extra {fmt(got - want)}")
+        must = stamped(1) | BOOT_PAGES | GUEST_PAGES
+        check(must <= got, f"round 1: missing {fmt(must - got)}")
+        check(got - must <= READ_ONLY_PAGES, f"round 1: undocumented pages {fmt(got - must)}")
 
-        # Nothing runs the stamper between rounds except its serial poll loop (stack only).
+        # Nothing runs the stamper between rounds except its serial poll loop.
         idle = dirty(vm)
-        check(idle <= GUEST_PAGES, f"idle guest dirtied {fmt(idle)}")
+        check(idle <= DOCUMENTED, f"idle guest dirtied {fmt(idle - DOCUMENTED)}")
 
         vm.send_input(b"n")
         vm.wait_output("stamped round 2 pages 100\n")
@@ -59,8 +67,8 @@ def test():
         regions1 = {p >> 9 for p in stamped(1)}
         extra = {0xB} if any(p >> 9 not in regions1 for p in s2) else set()
         check(extra <= got, f"round 2: page directory not reported after entering a new 2 MiB page")
-        check(got - s2 - extra <= GUEST_PAGES,
-              f"round 2: unexpected dirty pages {fmt(got - s2 - extra - GUEST_PAGES)}")
+        check(got - s2 - extra <= DOCUMENTED,
+              f"round 2: unexpected dirty pages {fmt(got - s2 - extra - DOCUMENTED)}")
 
         vm.send_input(b"q")
         vm.wait_output("bye\n")

@@ -1,0 +1,172 @@
+/* cove-init.c: the guest's PID 1: sets up the sandbox, runs its command, then ends the VM. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cove-init.h"
+
+/* x86 COMMAND_LINE_SIZE is 2048; leave room for a larger one. */
+#define CMDLINE_MAX 8192
+
+/* One write per line, so a line is not interleaved with kernel messages on the console. */
+void init_log(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n;
+
+	strcpy(buf, "cove-init: ");
+	n = (int)strlen(buf);
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	if (write(2, buf, (size_t)n) < 0) {
+		/* Nowhere left to report it. */
+	}
+}
+
+/* The kernel opens /dev/console as fds 0-2 only if the root file system had the node. */
+static void console_ensure_fds(void)
+{
+	int fd;
+
+	if (fcntl(2, F_GETFD) >= 0)
+		return;
+	fd = open("/dev/console", O_RDWR | O_NOCTTY);
+	if (fd < 0)
+		return;
+	for (int i = 0; i < 3; i++)
+		if (fd != i)
+			dup2(fd, i);
+	if (fd > 2)
+		close(fd);
+}
+
+static void env_setup(void)
+{
+	/* The kernel passes HOME=/ and TERM=linux, plus unknown key=value boot parameters. */
+	setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
+	setenv("HOME", "/root", 1);
+	setenv("TERM", "linux", 1);
+}
+
+/* Reads /proc/cmdline into buf; an unreadable one counts as empty (interactive shell). */
+static void cmdline_read(char *buf, size_t size)
+{
+	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+	size_t len = 0;
+
+	if (fd >= 0) {
+		for (;;) {
+			ssize_t n = read(fd, buf + len, size - 1 - len);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			len += (size_t)n;
+		}
+		close(fd);
+	} else {
+		init_log("/proc/cmdline: %s", strerror(errno));
+	}
+	buf[len] = '\0';
+}
+
+static void print_ready(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	init_log("ready %lld.%03ld", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
+}
+
+/* cove.cmd= first, then the words after "--", else an interactive shell on the console. */
+static int run_command(struct sup *sup, const struct init_config *cfg)
+{
+	static char sh[] = "/bin/sh", dash_c[] = "-c";
+	char *sh_cmd[] = { sh, dash_c, cfg->shell_cmd, NULL };
+	char *sh_interactive[] = { sh, NULL };
+	char *const *argv = sh_interactive;
+	int err;
+
+	if (cfg->shell_cmd)
+		argv = sh_cmd;
+	else if (cfg->argv)
+		argv = cfg->argv;
+	err = sup_spawn(sup, argv);
+	if (err < 0) {
+		init_log("fork: %s", strerror(-err));
+		return 127;
+	}
+	return sup_wait(sup);
+}
+
+/*
+ * Without ACPI the kernel cannot power off; RB_AUTOBOOT with reboot=k pulses the i8042 reset
+ * line, which cove turns into a clean stop. Returning from here would panic the kernel.
+ */
+static void __attribute__((noreturn)) vm_stop(enum init_stop stop)
+{
+	sync();
+	init_log("%s", stop == INIT_STOP_HALT ? "power off" : "reboot");
+	reboot(stop == INIT_STOP_HALT ? RB_POWER_OFF : RB_AUTOBOOT);
+	init_log("reboot: %s", strerror(errno));
+	for (;;)
+		pause();
+}
+
+int main(void)
+{
+	static char cmdline[CMDLINE_MAX];
+	struct init_config cfg;
+	struct sup sup;
+	int err, status, ret;
+
+	if (getpid() != 1) {
+		fprintf(stderr, "cove-init: must run as PID 1 (it is the guest's init)\n");
+		return 1;
+	}
+	umask(022);
+	mounts_setup();
+	console_ensure_fds();
+	/* Ctrl-alt-del becomes SIGINT to us: an orderly stop instead of an instant reset. */
+	if (reboot(RB_DISABLE_CAD) < 0)
+		init_log("disable ctrl-alt-del: %s", strerror(errno));
+	env_setup();
+	cmdline_read(cmdline, sizeof(cmdline));
+	err = cmdline_parse(cmdline, &cfg);
+	if (sethostname(cfg.hostname, strlen(cfg.hostname)) < 0)
+		init_log("sethostname %s: %s", cfg.hostname, strerror(errno));
+	ret = sup_init(&sup);
+	if (ret < 0) {
+		init_log("signal set-up: %s", strerror(-ret));
+		vm_stop(cfg.stop);
+	}
+
+	print_ready();
+	if (err == -EINVAL) {
+		init_log("bad parameter %s", cfg.error);
+		status = 127;
+	} else if (err < 0) {
+		init_log("kernel command line: %s", strerror(-err));
+		status = 127;
+	} else {
+		status = run_command(&sup, &cfg);
+	}
+	init_log("exit %d", status);
+
+	sup_stop_all(&sup);
+	init_config_free(&cfg);
+	vm_stop(cfg.stop);
+}

@@ -1,0 +1,51 @@
+/* cove-init.h: what the parts of cove-init (the guest's PID 1) share. */
+#ifndef COVE_INIT_H
+#define COVE_INIT_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define INIT_HOSTNAME_MAX 64
+
+/* What PID 1 does once the command has ended. */
+enum init_stop {
+	INIT_STOP_REBOOT, /* reboot(RB_AUTOBOOT): with reboot=k an i8042 reset, a clean stop for cove */
+	INIT_STOP_HALT,   /* reboot(RB_POWER_OFF): cove.poweroff=halt */
+};
+
+/* Settings read from the kernel command line. */
+struct init_config {
+	char hostname[INIT_HOSTNAME_MAX + 1];
+	char *shell_cmd; /* decoded cove.cmd=, run with /bin/sh -c; NULL if absent */
+	char **argv;     /* words after "--", NULL-terminated; NULL if none */
+	enum init_stop stop;
+	const char *error; /* first parameter that could not be used, for the log */
+};
+
+/* cmdline.c: pure functions over a buffer, so they can be unit-tested and fuzzed. */
+char *cmdline_next(char *args, char **param, char **val);
+int base64_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *out_len);
+int cmdline_parse(char *buf, struct init_config *cfg);
+void init_config_free(struct init_config *cfg);
+
+/* mounts.c */
+void mounts_setup(void);
+
+/* supervise.c: runs the command and reaps every process that ends up as our child. */
+struct sup {
+	int sigfd;        /* signalfd for SIGCHLD and the stop requests */
+	sigset_t old_mask; /* restored in the command */
+	pid_t main_pid;
+	int main_status; /* shell-style status (code, or 128 + signal); -1 while running */
+};
+
+int sup_init(struct sup *s);
+int sup_spawn(struct sup *s, char *const argv[]);
+int sup_wait(struct sup *s);
+void sup_stop_all(struct sup *s);
+
+/* cove-init.c */
+void init_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

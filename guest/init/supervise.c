@@ -1,0 +1,191 @@
+/* supervise.c: runs the sandbox command on the console, reaps every child, handles stop requests. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cove-init.h"
+
+/* How long the command gets between SIGTERM and SIGKILL when the VM is asked to stop. */
+#define STOP_GRACE_MS 3000
+/* How long leftover processes get once the command has ended. */
+#define CLEANUP_GRACE_MS 1000
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int shell_status(int wstatus)
+{
+	if (WIFEXITED(wstatus))
+		return WEXITSTATUS(wstatus);
+	if (WIFSIGNALED(wstatus))
+		return 128 + WTERMSIG(wstatus);
+	return 255;
+}
+
+/*
+ * Signals to PID 1 that have no handler are dropped by the kernel, but blocked ones stay
+ * pending, so a signalfd sees them. SIGINT is what ctrl-alt-del sends once CAD is disabled.
+ */
+int sup_init(struct sup *s)
+{
+	sigset_t mask;
+
+	s->main_pid = -1;
+	s->main_status = -1;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	if (sigprocmask(SIG_BLOCK, &mask, &s->old_mask) < 0)
+		return -errno;
+	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (s->sigfd < 0)
+		return -errno;
+	return 0;
+}
+
+/* In the child: own session with the console as controlling tty, so ctrl-C and job control work. */
+static void child_attach_console(void)
+{
+	int fd;
+
+	if (setsid() < 0)
+		return;
+	fd = open("/dev/console", O_RDWR);
+	if (fd < 0)
+		return;
+	/* 1: take the tty even if an earlier session still holds it (we are root). */
+	if (ioctl(fd, TIOCSCTTY, 1) < 0)
+		dprintf(2, "cove-init: TIOCSCTTY: %s\n", strerror(errno));
+	for (int i = 0; i < 3; i++)
+		if (fd != i)
+			dup2(fd, i);
+	if (fd > 2)
+		close(fd);
+}
+
+int sup_spawn(struct sup *s, char *const argv[])
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
+		child_attach_console();
+		execvp(argv[0], argv);
+		dprintf(2, "cove-init: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(errno == ENOENT ? 127 : 126);
+	}
+	s->main_pid = pid;
+	s->main_status = -1;
+	return 0;
+}
+
+/* Returns 1 while children remain, 0 once there are none. */
+static int reap(struct sup *s)
+{
+	for (;;) {
+		int wstatus;
+		pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+
+		if (pid == 0)
+			return 1;
+		if (pid < 0)
+			return errno == EINTR ? 1 : 0;
+		if (pid == s->main_pid)
+			s->main_status = shell_status(wstatus);
+	}
+}
+
+/* Waits for a signal for at most timeout_ms (-1: forever); returns its number, or 0. */
+static int next_signal(struct sup *s, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = s->sigfd, .events = POLLIN };
+	struct signalfd_siginfo si;
+
+	if (poll(&pfd, 1, timeout_ms) <= 0)
+		return 0;
+	if (read(s->sigfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		return 0;
+	return (int)si.ssi_signo;
+}
+
+static void signal_main(struct sup *s, int sig)
+{
+	/* The command leads its own process group; signal the group, and it directly in case
+	 * it has not reached setsid() yet. */
+	kill(-s->main_pid, sig);
+	kill(s->main_pid, sig);
+}
+
+/* Runs until the command ends; a stop request ends it (TERM, then KILL). Returns its status. */
+int sup_wait(struct sup *s)
+{
+	long long deadline = -1;
+
+	for (;;) {
+		int timeout = -1, sig;
+
+		reap(s);
+		if (s->main_status >= 0)
+			return s->main_status;
+		if (deadline >= 0) {
+			long long left = deadline - now_ms();
+
+			if (left <= 0) {
+				signal_main(s, SIGKILL);
+				deadline = -1;
+				continue;
+			}
+			timeout = (int)left;
+		}
+		sig = next_signal(s, timeout);
+		if (sig != SIGTERM && sig != SIGINT)
+			continue;
+		if (deadline < 0) {
+			init_log("stop requested (%s): terminating the command", strsignal(sig));
+			signal_main(s, SIGTERM);
+			deadline = now_ms() + STOP_GRACE_MS;
+		} else {
+			signal_main(s, SIGKILL);
+		}
+	}
+}
+
+/* Ends whatever the command left behind (daemons, background jobs) so file systems are idle. */
+void sup_stop_all(struct sup *s)
+{
+	long long deadline;
+
+	if (!reap(s))
+		return;
+	kill(-1, SIGTERM);
+	deadline = now_ms() + CLEANUP_GRACE_MS;
+	while (reap(s)) {
+		long long left = deadline - now_ms();
+
+		if (left <= 0)
+			break;
+		next_signal(s, (int)left);
+	}
+	if (!reap(s))
+		return;
+	kill(-1, SIGKILL);
+	/* Processes stuck in uninterruptible sleep may never go; do not wait for them forever. */
+	deadline = now_ms() + CLEANUP_GRACE_MS;
+	while (reap(s) && now_ms() < deadline)
+		next_signal(s, 50);
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""e2e suite, run inside the KVM box: cove boots our Linux guest and cove-init runs commands.
+
+Layout inside the box (tests/e2e/run puts it there): /work/cove, /work/kernel/{bzImage,vmlinux},
+/work/rootfs/initramfs.cpio.gz. Prints one PASS/FAIL line per test and 'N passed, N failed'.
+"""
+import base64
+import os
+import re
+import subprocess
+import sys
+import time
+
+COVE = os.environ.get("COVE", "/work/cove")
+KDIR = os.environ.get("KERNEL_DIR", "/work/kernel")
+INITRD = os.environ.get("INITRD", "/work/rootfs/initramfs.cpio.gz")
+BZIMAGE = os.path.join(KDIR, "bzImage")
+VMLINUX = os.path.join(KDIR, "vmlinux")
+BOOT_TIMEOUT = float(os.environ.get("E2E_BOOT_TIMEOUT", "240"))
+BASE_CMDLINE = "console=ttyS0 reboot=k panic=-1 quiet"
+READY = re.compile(r"cove-init: ready (\d+\.\d+)")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def cmdline_for(cmd=None, extra=""):
+    parts = [BASE_CMDLINE]
+    if cmd is not None:
+        parts.append("cove.cmd=" + base64.b64encode(cmd.encode()).decode())
+    if extra:
+        parts.append(extra)
+    return " ".join(parts)
+
+
+def boot(kernel, cmd=None, vcpus=1, mem="256M", extra="", initrd=INITRD, timeout=BOOT_TIMEOUT):
+    """Runs cove to completion; returns (rc, console text, stderr text, seconds)."""
+    args = [COVE, "run", "--kernel", kernel, "--mem", mem, "--vcpus", str(vcpus),
+            "--cmdline", cmdline_for(cmd, extra)]
+    if initrd:
+        args += ["--initrd", initrd]
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace")
+        raise Failure(f"cove did not finish within {timeout}s; console tail: {out[-1500:]}")
+    dt = time.monotonic() - t0
+    return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"), dt
+
+
+def expect_run(kernel, cmd, want_exit, want_out=None, vcpus=1):
+    rc, out, err, dt = boot(kernel, cmd, vcpus=vcpus)
+    check(rc == 0, f"cove exited {rc}; stderr {err.strip()!r}; console tail {out[-1500:]!r}")
+    m = READY.search(out)
+    check(m, f"no cove-init ready line; console tail {out[-1500:]!r}")
+    check(f"cove-init: exit {want_exit}" in out,
+          f"no 'cove-init: exit {want_exit}'; console tail {out[-800:]!r}")
+    if want_out is not None:
+        check(want_out in out, f"{want_out!r} not in console; tail {out[-800:]!r}")
+    print(f"    ready at guest uptime {m.group(1)} s, cove wall time {dt:.2f} s")
+    return out
+
+
+def test_bzimage_command_exit_code():
+    expect_run(BZIMAGE, "echo hello-from-guest; uname -s; exit 7", 7, "hello-from-guest")
+
+
+def test_vmlinux_pvh_command():
+    expect_run(VMLINUX, "echo pvh-$((6*7))", 0, "pvh-42")
+
+
+def test_two_vcpus_online():
+    expect_run(BZIMAGE, "echo cpus=$(grep -c ^processor /proc/cpuinfo)", 0, "cpus=2", vcpus=2)
+
+
+def test_four_vcpus_vmlinux():
+    expect_run(VMLINUX, "echo cpus=$(grep -c ^processor /proc/cpuinfo)", 0, "cpus=4", vcpus=4)
+
+
+def test_guest_reboot_is_clean():
+    # busybox `reboot` asks PID 1 (a signal); cove-init stops the VM through the kernel's reset.
+    rc, out, err, _ = boot(BZIMAGE, "reboot; sleep 60")
+    check(rc == 0, f"reboot: cove exited {rc}: {err.strip()!r}; tail {out[-600:]!r}")
+    check(READY.search(out), f"guest never reached cove-init; tail {out[-600:]!r}")
+
+
+def test_guest_poweroff_is_clean():
+    rc, out, err, _ = boot(BZIMAGE, "poweroff; sleep 60")
+    check(rc == 0, f"poweroff: cove exited {rc}: {err.strip()!r}; tail {out[-600:]!r}")
+    check(READY.search(out), f"guest never reached cove-init; tail {out[-600:]!r}")
+
+
+def test_kernel_panic_is_a_failure():
+    # No init to run: the kernel panics ("No working init found" / "VFS: Unable to mount root").
+    rc, out, err, _ = boot(BZIMAGE, initrd=None, extra="init=/nonexistent")
+    check(rc == 1, f"panicking guest: cove exited {rc}, want 1; stderr {err!r}")
+    check("guest kernel panicked" in err and "Kernel panic" in err,
+          f"stderr does not say the guest panicked: {err!r}")
+
+
+def test_missing_kernel_file():
+    r = subprocess.run([COVE, "run", "--kernel", "/work/no-such-kernel"], capture_output=True,
+                       text=True, timeout=30)
+    check(r.returncode == 1 and "no-such-kernel" in r.stderr,
+          f"missing kernel: rc={r.returncode} {r.stderr!r}")
+    check(len(r.stderr.strip().splitlines()) == 1, f"want one line: {r.stderr!r}")
+
+
+def test_corrupt_kernel_file():
+    data = open(BZIMAGE, "rb").read()
+    path = "/tmp/truncated-bzImage"
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    r = subprocess.run([COVE, "run", "--kernel", path], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 1 and "truncated" in r.stderr, f"truncated bzImage: rc={r.returncode} {r.stderr!r}")
+    vm = open(VMLINUX, "rb").read()
+    bad = bytearray(vm)
+    bad[18:20] = (3).to_bytes(2, "little")  # e_machine = EM_386
+    path = "/tmp/bad-vmlinux"
+    with open(path, "wb") as f:
+        f.write(bad)
+    r = subprocess.run([COVE, "run", "--kernel", path], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 1 and "x86-64" in r.stderr, f"wrong-machine vmlinux: rc={r.returncode} {r.stderr!r}")
+
+
+TESTS = [
+    test_bzimage_command_exit_code,
+    test_vmlinux_pvh_command,
+    test_two_vcpus_online,
+    test_four_vcpus_vmlinux,
+    test_guest_reboot_is_clean,
+    test_guest_poweroff_is_clean,
+    test_kernel_panic_is_a_failure,
+    test_missing_kernel_file,
+    test_corrupt_kernel_file,
+]
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for t in TESTS:
+        if only and t.__name__ not in only:
+            continue
+        t0 = time.monotonic()
+        try:
+            t()
+        except Failure as e:
+            failed += 1
+            print(f"FAIL {t.__name__} ({time.monotonic() - t0:.1f}s): {e}", flush=True)
+            continue
+        except Exception as e:  # a crash in the test itself is a failure too
+            failed += 1
+            print(f"FAIL {t.__name__}: {type(e).__name__}: {e}", flush=True)
+            continue
+        passed += 1
+        print(f"PASS {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+    print(f"e2e: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
