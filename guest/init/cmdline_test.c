@@ -8,12 +8,12 @@
 
 static int failures;
 
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                        \
-		}                                                                          \
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
+			failures++;                                                                \
+		}                                                                                  \
 	} while (0)
 
 void init_log(const char *fmt, ...)
@@ -79,8 +79,9 @@ static void test_bad_values(void)
 	init_config_free(&cfg);
 	CHECK(parse("cove.poweroff=maybe", &cfg) == -EINVAL);
 	init_config_free(&cfg);
-	CHECK(parse("cove.hostname=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-		    &cfg) == -EINVAL);
+	CHECK(
+	    parse("cove.hostname=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		  &cfg) == -EINVAL);
 	CHECK(strcmp(cfg.hostname, "cove") == 0);
 	init_config_free(&cfg);
 }

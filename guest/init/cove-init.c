@@ -95,8 +95,8 @@ static void print_ready(void)
 static int run_command(struct sup *sup, const struct init_config *cfg)
 {
 	static char sh[] = "/bin/sh", dash_c[] = "-c";
-	char *sh_cmd[] = { sh, dash_c, cfg->shell_cmd, NULL };
-	char *sh_interactive[] = { sh, NULL };
+	char *sh_cmd[] = {sh, dash_c, cfg->shell_cmd, NULL};
+	char *sh_interactive[] = {sh, NULL};
 	char *const *argv = sh_interactive;
 	int err;
 
@@ -113,8 +113,9 @@ static int run_command(struct sup *sup, const struct init_config *cfg)
 }
 
 /*
- * Without ACPI the kernel cannot power off; RB_AUTOBOOT with reboot=k pulses the i8042 reset
- * line, which cove turns into a clean stop. Returning from here would panic the kernel.
+ * Without ACPI the kernel cannot power off: RB_POWER_OFF only halts the CPUs, and the VM stays
+ * until the VMM kills it. RB_AUTOBOOT with reboot=k pulses the i8042 reset line, which cove
+ * turns into a clean stop. PID 1 must never return: that would panic the kernel.
  */
 static void __attribute__((noreturn)) vm_stop(enum init_stop stop)
 {

@@ -10,15 +10,16 @@
 
 /* What PID 1 does once the command has ended. */
 enum init_stop {
-	INIT_STOP_REBOOT, /* reboot(RB_AUTOBOOT): with reboot=k an i8042 reset, a clean stop for cove */
-	INIT_STOP_HALT,   /* reboot(RB_POWER_OFF): cove.poweroff=halt */
+	INIT_STOP_REBOOT, /* reboot(RB_AUTOBOOT): with reboot=k an i8042 reset, a clean stop for
+			     cove */
+	INIT_STOP_HALT,	  /* reboot(RB_POWER_OFF): cove.poweroff=halt */
 };
 
 /* Settings read from the kernel command line. */
 struct init_config {
 	char hostname[INIT_HOSTNAME_MAX + 1];
 	char *shell_cmd; /* decoded cove.cmd=, run with /bin/sh -c; NULL if absent */
-	char **argv;     /* words after "--", NULL-terminated; NULL if none */
+	char **argv;	 /* words after "--", NULL-terminated; NULL if none */
 	enum init_stop stop;
 	const char *error; /* first parameter that could not be used, for the log */
 };
@@ -34,7 +35,7 @@ void mounts_setup(void);
 
 /* supervise.c: runs the command and reaps every process that ends up as our child. */
 struct sup {
-	int sigfd;        /* signalfd for SIGCHLD and the stop requests */
+	int sigfd;	   /* signalfd for SIGCHLD and the stop requests */
 	sigset_t old_mask; /* restored in the command */
 	pid_t main_pid;
 	int main_status; /* shell-style status (code, or 128 + signal); -1 while running */

@@ -19,13 +19,13 @@ struct mount_spec {
 
 /* In order: later targets live inside earlier ones. */
 static const struct mount_spec mount_table[] = {
-	{ "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0 },
-	{ "sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0 },
-	{ "devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755", 0 },
-	{ "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "gid=5,mode=0620,ptmxmode=0666", 1 },
-	{ "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 0 },
-	{ "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 0 },
-	{ "tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755", 0 },
+    {"proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0},
+    {"sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, 0},
+    {"devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755", 0},
+    {"devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "gid=5,mode=0620,ptmxmode=0666", 1},
+    {"tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 0},
+    {"tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", 0},
+    {"tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755", 0},
 };
 
 /*
@@ -60,10 +60,10 @@ static void mount_one(const struct mount_spec *m)
 static void dev_links(void)
 {
 	static const char *const links[][2] = {
-		{ "/proc/self/fd", "/dev/fd" },
-		{ "/proc/self/fd/0", "/dev/stdin" },
-		{ "/proc/self/fd/1", "/dev/stdout" },
-		{ "/proc/self/fd/2", "/dev/stderr" },
+	    {"/proc/self/fd", "/dev/fd"},
+	    {"/proc/self/fd/0", "/dev/stdin"},
+	    {"/proc/self/fd/1", "/dev/stdout"},
+	    {"/proc/self/fd/2", "/dev/stderr"},
 	};
 
 	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)

@@ -1,4 +1,5 @@
-/* supervise.c: runs the sandbox command on the console, reaps every child, handles stop requests. */
+/* supervise.c: runs the sandbox command on the console, reaps every child, handles stop requests.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -48,6 +49,9 @@ int sup_init(struct sup *s)
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
+	/* busybox halt and poweroff ask init with SIGUSR1/SIGUSR2 (reboot uses SIGTERM). */
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
 	if (sigprocmask(SIG_BLOCK, &mask, &s->old_mask) < 0)
 		return -errno;
 	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -113,7 +117,7 @@ static int reap(struct sup *s)
 /* Waits for a signal for at most timeout_ms (-1: forever); returns its number, or 0. */
 static int next_signal(struct sup *s, int timeout_ms)
 {
-	struct pollfd pfd = { .fd = s->sigfd, .events = POLLIN };
+	struct pollfd pfd = {.fd = s->sigfd, .events = POLLIN};
 	struct signalfd_siginfo si;
 
 	if (poll(&pfd, 1, timeout_ms) <= 0)
@@ -153,7 +157,7 @@ int sup_wait(struct sup *s)
 			timeout = (int)left;
 		}
 		sig = next_signal(s, timeout);
-		if (sig != SIGTERM && sig != SIGINT)
+		if (sig != SIGTERM && sig != SIGINT && sig != SIGUSR1 && sig != SIGUSR2)
 			continue;
 		if (deadline < 0) {
 			init_log("stop requested (%s): terminating the command", strsignal(sig));

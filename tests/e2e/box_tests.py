@@ -84,15 +84,23 @@ def test_four_vcpus_vmlinux():
     expect_run(VMLINUX, "echo cpus=$(grep -c ^processor /proc/cpuinfo)", 0, "cpus=4", vcpus=4)
 
 
+def test_timer_sleep():
+    # A working clock-event device (TSC-deadline LAPIC timer): sleep returns.
+    out = expect_run(BZIMAGE, "sleep 1; echo slept", 0, "slept")
+    check("APIC timer disabled" not in out, out[-500:])
+
+
 def test_guest_reboot_is_clean():
     # busybox `reboot` asks PID 1 (a signal); cove-init stops the VM through the kernel's reset.
     rc, out, err, _ = boot(BZIMAGE, "reboot; sleep 60")
+    check("stop requested (Terminated)" in out, f"cove-init did not see the reboot request: {out[-600:]!r}")
     check(rc == 0, f"reboot: cove exited {rc}: {err.strip()!r}; tail {out[-600:]!r}")
     check(READY.search(out), f"guest never reached cove-init; tail {out[-600:]!r}")
 
 
 def test_guest_poweroff_is_clean():
     rc, out, err, _ = boot(BZIMAGE, "poweroff; sleep 60")
+    check("stop requested" in out, f"cove-init did not see the poweroff request: {out[-600:]!r}")
     check(rc == 0, f"poweroff: cove exited {rc}: {err.strip()!r}; tail {out[-600:]!r}")
     check(READY.search(out), f"guest never reached cove-init; tail {out[-600:]!r}")
 
@@ -135,6 +143,7 @@ TESTS = [
     test_vmlinux_pvh_command,
     test_two_vcpus_online,
     test_four_vcpus_vmlinux,
+    test_timer_sleep,
     test_guest_reboot_is_clean,
     test_guest_poweroff_is_clean,
     test_kernel_panic_is_a_failure,
