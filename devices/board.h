@@ -2,6 +2,7 @@
 #ifndef COVE_BOARD_H
 #define COVE_BOARD_H
 
+#include "cmos_rtc.h"
 #include "i8042.h"
 #include "serial.h"
 
@@ -10,6 +11,7 @@ struct vm;
 struct board {
 	struct serial com1;
 	struct i8042 kbd;
+	struct cmos_rtc rtc;
 };
 
 /* Creates and registers every board device; serial output goes to console_fd. */

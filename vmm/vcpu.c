@@ -215,7 +215,13 @@ static void *vcpu_thread(void *arg)
 	snprintf(name, sizeof(name), "cove-vcpu%d", v->id);
 	pthread_setname_np(pthread_self(), name);
 
-	for (;;) {
+	pthread_mutex_lock(&vm->lock);
+	v->self = pthread_self();
+	v->running = true;
+	bool stop = vm->stop_requested;
+	pthread_mutex_unlock(&vm->lock);
+
+	for (; !stop;) {
 		int r = ioctl(v->fd, KVM_RUN, NULL);
 		if (r < 0) {
 			if (errno == EINTR || errno == EAGAIN) {
@@ -230,6 +236,7 @@ static void *vcpu_thread(void *arg)
 			break;
 	}
 	pthread_mutex_lock(&vm->lock);
+	v->running = false;
 	v->exited = true;
 	pthread_cond_broadcast(&vm->cond);
 	pthread_mutex_unlock(&vm->lock);

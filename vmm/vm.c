@@ -259,14 +259,19 @@ int vm_start(struct vm *vm)
 	return 0;
 }
 
-/* Makes every vCPU leave KVM_RUN soon: immediate_exit covers the window before it enters. */
+/*
+ * Makes every vCPU leave KVM_RUN soon: immediate_exit covers the window before
+ * it enters, the signal a thread already inside.  Called with vm->lock held; a
+ * thread not yet marked running checks the stop/pause flags under that lock
+ * before its first KVM_RUN, so none is missed.
+ */
 static void kick_all(struct vm *vm)
 {
 	for (int i = 0; i < vm->nr_vcpus; i++) {
 		struct vcpu *v = &vm->vcpus[i];
 		__atomic_store_n(&v->run->immediate_exit, 1, __ATOMIC_SEQ_CST);
-		if (v->thread_started)
-			pthread_kill(v->thread, vm->kick_signal);
+		if (v->running)
+			pthread_kill(v->self, vm->kick_signal);
 	}
 }
 

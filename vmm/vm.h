@@ -33,6 +33,8 @@ struct vcpu {
 	size_t run_size;
 	pthread_t thread;
 	bool thread_started;
+	pthread_t self;	 /* set by the vCPU thread itself, under vm->lock */
+	bool running;	 /* protected by vm->lock: the thread may be inside KVM_RUN */
 	bool parked; /* protected by vm->lock: thread is waiting in the pause gate */
 	bool exited; /* protected by vm->lock: thread left its run loop */
 };

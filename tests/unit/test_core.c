@@ -15,7 +15,9 @@
 #include "guest_mem.h"
 #include "i8042.h"
 #include "loader.h"
+#include "mptable.h"
 #include "options.h"
+#include "x86_boot.h"
 #include "serial.h"
 
 /* ---- options ---- */
@@ -357,6 +359,153 @@ static void test_loader_rejects(void **state)
 	guest_mem_destroy(&m);
 }
 
+/* A minimal bzImage: setup sectors plus `payload` bytes of protected-mode code. */
+static uint8_t *make_bzimage(size_t payload, size_t *len)
+{
+	const unsigned setup_sects = 4;
+	*len = (setup_sects + 1) * 512 + payload;
+	uint8_t *b = calloc(1, *len);
+	b[0x1f1] = setup_sects;
+	uint32_t syssize = (uint32_t)(payload / 16);
+	memcpy(b + 0x1f4, &syssize, 4);
+	b[0x1fe] = 0x55;
+	b[0x1ff] = 0xaa;
+	b[0x201] = 0x66; /* header runs to 0x268 */
+	memcpy(b + 0x202, "HdrS", 4);
+	uint16_t version = 0x020f, xlf = 1;
+	memcpy(b + 0x206, &version, 2);
+	memcpy(b + 0x236, &xlf, 2);
+	uint64_t pref = 0x1000000;
+	uint32_t init_size = 0x200000;
+	memcpy(b + 0x258, &pref, 8);
+	memcpy(b + 0x260, &init_size, 4);
+	memset(b + (setup_sects + 1) * 512, 0xcc, payload);
+	return b;
+}
+
+static void test_loader_bzimage(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	struct kernel_image k;
+	char err[256];
+	size_t len;
+	assert_int_equal(guest_mem_create(&m, 64ULL << 20), 0);
+	uint8_t *b = make_bzimage(4096, &len);
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), 0);
+	assert_int_equal(k.kind, KERNEL_BZIMAGE);
+	assert_int_equal(k.entry, 0x100200);
+	assert_int_equal(k.load_end, 0x1200000);
+	assert_int_equal(k.setup_hdr_len, 0x268 - 0x1f1);
+	assert_int_equal(m.host[0x100000], 0xcc);
+	/* The zero page carries the kernel's own header plus what the loader sets. */
+	assert_int_equal(x86_boot_write_zero_page(&m, "console=ttyS0", &k), 0);
+	const uint8_t *zp = m.host + BOOT_ZERO_PAGE_ADDR;
+	assert_memory_equal(zp + 0x202, "HdrS", 4);
+	assert_int_equal(zp[0x210], 0xff); /* type_of_loader */
+	uint32_t cl;
+	memcpy(&cl, zp + 0x228, 4);
+	assert_int_equal(cl, BOOT_CMDLINE_ADDR);
+	assert_string_equal((const char *)m.host + BOOT_CMDLINE_ADDR, "console=ttyS0");
+	/* Truncated payload, old protocol, no 64-bit entry, no room to decompress. */
+	assert_int_equal(loader_load_image(&m, b, len - 64, &k, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "truncated"));
+	uint16_t old = 0x0206;
+	memcpy(b + 0x206, &old, 2);
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "2.12"));
+	free(b);
+	b = make_bzimage(4096, &len);
+	b[0x236] = 0;
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "64-bit"));
+	free(b);
+	b = make_bzimage(4096, &len);
+	uint32_t huge = 0x7000000;
+	memcpy(b + 0x260, &huge, 4);
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -EFBIG);
+	free(b);
+	guest_mem_destroy(&m);
+}
+
+static void test_loader_pvh_note(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	struct kernel_image k;
+	char err[256];
+	struct {
+		struct elf_img img;
+		uint32_t note[6];
+	} e;
+	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
+	make_elf(&e.img);
+	/* namesz 4, descsz 8, type 18 (PHYS32_ENTRY), "Xen\0", 8-byte entry */
+	uint32_t note[6] = { 4, 8, 18, 0x006e6558, 0x100004, 0 };
+	memcpy(e.note, note, sizeof(note));
+	e.img.ph[1] = (Elf64_Phdr){ .p_type = PT_NOTE,
+				    .p_offset = offsetof(__typeof__(e), note),
+				    .p_filesz = sizeof(note) };
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)), 0);
+	assert_int_equal(k.pvh_entry, 0x100004);
+	/* A note whose descriptor runs past its segment is ignored, not read out of bounds. */
+	e.note[1] = 4096;
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)), 0);
+	assert_int_equal(k.pvh_entry, 0);
+	/* A PVH entry outside RAM is refused. */
+	e.note[1] = 8;
+	e.note[4] = 0x40000000;
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)),
+			 -ENOEXEC);
+	assert_non_null(strstr(err, "PVH"));
+	guest_mem_destroy(&m);
+}
+
+/* Sum of every byte of an MP structure is zero. */
+static uint8_t sum8(const uint8_t *p, size_t n)
+{
+	uint8_t s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += p[i];
+	return s;
+}
+
+static void test_mptable(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
+	assert_int_equal(mptable_write(&m, 4), 0);
+	const uint8_t *mpf = m.host + BOOT_MPTABLE_ADDR;
+	assert_memory_equal(mpf, "_MP_", 4);
+	assert_int_equal(sum8(mpf, 16), 0);
+	uint32_t phys;
+	memcpy(&phys, mpf + 4, 4);
+	const uint8_t *tbl = m.host + phys;
+	assert_memory_equal(tbl, "PCMP", 4);
+	uint16_t tlen;
+	memcpy(&tlen, tbl + 4, 2);
+	assert_int_equal(sum8(tbl, tlen), 0);
+	/* Entries: 4 CPUs (first is the BSP), then bus, IOAPIC, 16 IRQs, 2 local interrupts. */
+	const uint8_t *p = tbl + 44;
+	for (int i = 0; i < 4; i++, p += 20) {
+		assert_int_equal(p[0], 0);
+		assert_int_equal(p[1], i);
+		assert_int_equal(p[3], i == 0 ? 3 : 1);
+	}
+	assert_int_equal(p[0], 1);
+	p += 8;
+	assert_int_equal(p[0], 2);
+	assert_int_equal(p[1], 4); /* IOAPIC ID after the CPUs' */
+	p += 8;
+	assert_int_equal(p[0], 3);
+	assert_int_equal(p[7], 2); /* ISA IRQ 0 (PIT) -> IOAPIC pin 2, as KVM routes it */
+	assert_int_equal(tbl + tlen, p + 16 * 8 + 2 * 8 - 0);
+	assert_int_equal(mptable_write(&m, 0), -EINVAL);
+	assert_int_equal(mptable_write(&m, 255), -EINVAL);
+	guest_mem_destroy(&m);
+}
+
 /* ---- serial and i8042 register models ---- */
 
 static uint8_t sread(struct serial *s, uint64_t off)
@@ -471,7 +620,9 @@ int main(void)
 		cmocka_unit_test(test_mem_layout_small),  cmocka_unit_test(test_mem_layout_hole),
 		cmocka_unit_test(test_mem_ptr_checks),	  cmocka_unit_test(test_bus_dispatch),
 		cmocka_unit_test(test_bus_register_rules), cmocka_unit_test(test_loader_elf),
-		cmocka_unit_test(test_loader_rejects),	  cmocka_unit_test(test_serial_regs),
+		cmocka_unit_test(test_loader_rejects),	  cmocka_unit_test(test_loader_bzimage),
+		cmocka_unit_test(test_loader_pvh_note),	  cmocka_unit_test(test_mptable),
+		cmocka_unit_test(test_serial_regs),
 		cmocka_unit_test(test_i8042),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,26 @@
+/* MC146818 CMOS real-time clock at ports 0x70/0x71: the host's UTC time, read-only. */
+#ifndef COVE_CMOS_RTC_H
+#define COVE_CMOS_RTC_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define CMOS_BASE 0x70
+#define CMOS_SIZE 128
+
+struct vm;
+
+struct cmos_rtc {
+	pthread_mutex_t lock;
+	uint8_t index;
+	uint8_t ram[CMOS_SIZE]; /* non-clock bytes the guest may store */
+};
+
+int cmos_rtc_create(struct cmos_rtc *c, struct vm *vm);
+void cmos_rtc_destroy(struct cmos_rtc *c);
+
+/* Exposed for unit tests. Offsets: 0 = index port 0x70, 1 = data port 0x71. */
+void cmos_rtc_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
+void cmos_rtc_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
+
+#endif
