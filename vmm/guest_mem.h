@@ -8,6 +8,7 @@
 
 #define PAGE_SIZE 4096ULL
 #define PAGE_SHIFT 12
+#define HUGE_PAGE_SIZE (2ULL << 20)
 
 /* [MMIO_HOLE_START, 4 GiB) is never RAM: LAPIC, IOAPIC and virtio-mmio devices live there. */
 #define MMIO_HOLE_START 0xC0000000ULL
