@@ -33,6 +33,8 @@ size_t dirty_log_bitmap_words(const struct vm *vm)
 
 int dirty_log_collect(struct vm *vm, uint64_t *bitmap)
 {
+	if (!vm->track_dirty)
+		return -ENODATA;
 	size_t words = dirty_log_bitmap_words(vm);
 	memset(bitmap, 0, words * sizeof(uint64_t));
 	for (uint32_t i = 0; i < vm->mem.nr_slots; i++) {

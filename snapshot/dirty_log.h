@@ -13,7 +13,8 @@ int dirty_log_enable(struct vm *vm);
 size_t dirty_log_bitmap_words(const struct vm *vm);
 /*
  * Fetches and clears the dirty set since the last call into `bitmap` (which it
- * overwrites).  Bit i is the page at memfd offset i*4096.  Returns 0 or -errno.
+ * overwrites).  Bit i is the page at memfd offset i*4096.  Returns 0, -ENODATA
+ * when the VM was created without dirty tracking, or -errno.
  */
 int dirty_log_collect(struct vm *vm, uint64_t *bitmap);
 

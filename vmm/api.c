@@ -343,6 +343,10 @@ static void route_dirty_get(const struct api_backend *be, json_t *body, struct a
 	int r = be->dirty_pages(be->opaque, buf, API_MAX_DIRTY_RANGES, &nr);
 	if (r == -E2BIG) {
 		truncated = true;
+	} else if (r == -ENODATA) {
+		reply_fault(resp, 409,
+			    "dirty page tracking is off: start cove with --track-dirty-pages");
+		goto out_buf;
 	} else if (r < 0) {
 		reply_backend_error(resp, "read dirty pages", r);
 		goto out_buf;

@@ -35,7 +35,8 @@ struct api_backend {
 	/*
 	 * Fetch-and-clear the dirty page set (KVM dirty log OR the VMM's own
 	 * writes).  Fills at most `max` ranges into `out`, sets *nr; returns
-	 * -E2BIG if more were needed (the set is still cleared).
+	 * -E2BIG if more were needed (the set is still cleared), -ENODATA
+	 * when the VM does not track dirty pages.
 	 */
 	int (*dirty_pages)(void *opaque, struct api_dirty_range *out, size_t max, size_t *nr);
 };

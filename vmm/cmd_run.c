@@ -93,7 +93,9 @@ static int setup_signals(struct run_ctx *c)
 
 static int run_vm(struct run_ctx *c, const struct run_opts *o)
 {
-	struct vm_config cfg = { .mem_size = o->mem_size, .nr_vcpus = o->vcpus };
+	struct vm_config cfg = {
+		.mem_size = o->mem_size, .nr_vcpus = o->vcpus, .track_dirty = o->track_dirty
+	};
 	int r = vm_create(&c->vm, &cfg, &c->log);
 	if (r)
 		return 1;

@@ -22,6 +22,7 @@ const char run_usage[] =
 	"  --vcpus N           number of vCPUs (1..64, default 1)\n"
 	"  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
 	"  --console FILE      write the serial console to FILE instead of stdout\n"
+	"  --track-dirty-pages log guest writes from boot (for snapshots; costs guest speed)\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
 	"  -h, --help          show this help\n"
 	"\n"
@@ -77,7 +78,7 @@ int parse_mem_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG };
+enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY };
 
 static const struct option run_long_opts[] = {
 	{ "kernel", required_argument, NULL, OPT_KERNEL },
@@ -88,6 +89,7 @@ static const struct option run_long_opts[] = {
 	{ "api-sock", required_argument, NULL, OPT_API },
 	{ "console", required_argument, NULL, OPT_CONSOLE },
 	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -124,6 +126,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		case OPT_CONSOLE:
 			o->console = optarg;
+			break;
+		case OPT_DIRTY:
+			o->track_dirty = true;
 			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);

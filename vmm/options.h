@@ -2,6 +2,7 @@
 #ifndef COVE_OPTIONS_H
 #define COVE_OPTIONS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,7 @@ struct run_opts {
 	const char *console;
 	uint64_t mem_size;
 	int vcpus;
+	bool track_dirty;
 	enum log_level log_level;
 };
 

@@ -96,7 +96,7 @@ static int setup_memory(struct vm *vm, uint64_t size)
 		const struct mem_slot *s = &vm->mem.slots[i];
 		struct kvm_userspace_memory_region region = {
 			.slot = s->id,
-			.flags = KVM_MEM_LOG_DIRTY_PAGES,
+			.flags = vm->track_dirty ? KVM_MEM_LOG_DIRTY_PAGES : 0,
 			.guest_phys_addr = s->gpa,
 			.memory_size = s->size,
 			.userspace_addr = (uint64_t)(uintptr_t)(vm->mem.host + s->file_off),
@@ -185,6 +185,7 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log)
 	if (r)
 		goto err;
 
+	vm->track_dirty = cfg->track_dirty;
 	r = setup_memory(vm, cfg->mem_size);
 	if (r)
 		goto err;

@@ -75,6 +75,7 @@ struct vm {
 	uint64_t *vmm_dirty;
 	size_t vmm_dirty_bytes;
 	bool dirty_manual; /* KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 enabled: GET then CLEAR */
+	bool track_dirty;  /* slots carry KVM_MEM_LOG_DIRTY_PAGES */
 	pthread_mutex_t dirty_lock;
 
 	/* Devices with state the API touches (opaque to the core). */
@@ -85,6 +86,12 @@ struct vm {
 struct vm_config {
 	uint64_t mem_size;
 	int nr_vcpus;
+	/*
+	 * Log guest writes in KVM from boot (KVM_MEM_LOG_DIRTY_PAGES).  Off by
+	 * default, as Firecracker's track_dirty_pages: logging makes KVM map guest
+	 * RAM with 4 KiB pages and costs guest speed.
+	 */
+	bool track_dirty;
 };
 
 int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log);

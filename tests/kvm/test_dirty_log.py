@@ -46,7 +46,7 @@ def fmt(pages):
 
 def test():
     cmdline = f"stamp_base={BASE:#x} stamp_count={COUNT} stamp_stride={STRIDE} rounds=2"
-    with Vm(guest("stamper"), extra=["--cmdline", cmdline]) as vm:
+    with Vm(guest("stamper"), extra=["--cmdline", cmdline, "--track-dirty-pages"]) as vm:
         vm.wait_output("stamped round 1 pages 100\n")
         got = dirty(vm)
         must = stamped(1) | BOOT_PAGES | GUEST_PAGES
@@ -71,6 +71,14 @@ def test():
               f"round 2: unexpected dirty pages {fmt(got - s2 - extra - DOCUMENTED)}")
 
         vm.send_input(b"q")
+        vm.wait_output("bye\n")
+    # Without --track-dirty-pages KVM keeps no log (and may use huge pages): a clear 409.
+    with Vm(guest("stamper"), extra=["--cmdline", cmdline]) as vm:
+        vm.wait_output("stamped round 1 pages 100\n")
+        status, body = vm.request("GET", "/debug/dirty_pages")
+        check(status == 409 and "--track-dirty-pages" in body["fault_message"],
+              f"untracked VM: {status} {body}")
+        vm.send_input(b"nq")
         vm.wait_output("bye\n")
         rc = vm.proc.wait(20)
         check(rc == 0, f"cove exited {rc}: {vm.stderr()}")

@@ -48,6 +48,9 @@ static void test_options_defaults(void **state)
 	assert_null(o.api_sock);
 	assert_null(o.console);
 	assert_int_equal(o.log_level, LOG_WARN);
+	assert_false(o.track_dirty);
+	assert_int_equal(parse(&o, err, sizeof(err), 4, "--kernel", "k", "--track-dirty-pages"), 0);
+	assert_true(o.track_dirty);
 }
 
 static void test_options_all(void **state)
