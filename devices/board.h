@@ -5,17 +5,35 @@
 #include "cmos_rtc.h"
 #include "i8042.h"
 #include "serial.h"
+#include "virtio_mmio.h"
 
 struct vm;
+struct disk_opt;
+
+#define BOARD_MAX_DISKS 8
+#define BOARD_MAX_VIRTIO 9
+
+struct virtio_blk;
 
 struct board {
 	struct serial com1;
 	struct i8042 kbd;
 	struct cmos_rtc rtc;
+	struct virtio_blk *disks[BOARD_MAX_DISKS];
+	int nr_disks;
+	struct virtio_mmio *virtio[BOARD_MAX_VIRTIO]; /* in slot order: base and IRQ follow from it */
+	int nr_virtio;
 };
 
 /* Creates and registers every board device; serial output goes to console_fd. */
 int board_create(struct board *b, struct vm *vm, int console_fd);
+/* Adds one virtio-blk per disk, in order (the guest names them vda, vdb...). 0 or -errno. */
+int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks, int n);
+/*
+ * Copies `base` into `out` and appends the virtio_mmio.device= words the guest
+ * kernel needs to find the virtio devices.  0, or -E2BIG past 4095 bytes.
+ */
+int board_cmdline(const struct board *b, const char *base, char *out, size_t cap);
 void board_destroy(struct board *b);
 
 #endif

@@ -103,7 +103,15 @@ static int run_vm(struct run_ctx *c, const struct run_opts *o)
 	r = board_create(&c->board, &c->vm, c->console_fd);
 	if (r)
 		goto out_vm;
-	struct boot_spec spec = { .kernel = o->kernel, .initrd = o->initrd, .cmdline = o->cmdline };
+	if (board_add_disks(&c->board, &c->vm, o->disks, o->nr_disks))
+		goto out_board;
+	/* The guest finds virtio-mmio devices only through virtio_mmio.device= words. */
+	char cmdline[4096];
+	if (board_cmdline(&c->board, o->cmdline, cmdline, sizeof(cmdline))) {
+		log_err(&c->log, "kernel command line with the virtio devices is longer than 4095 bytes");
+		goto out_board;
+	}
+	struct boot_spec spec = { .kernel = o->kernel, .initrd = o->initrd, .cmdline = cmdline };
 	if (boot_load(&c->vm, &spec))
 		goto out_board;
 

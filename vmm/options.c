@@ -21,6 +21,7 @@ const char run_usage[] =
 	"  --mem SIZE          guest RAM, e.g. 256M, 4G (bare number = MiB; default 256M)\n"
 	"  --vcpus N           number of vCPUs (1..64, default 1)\n"
 	"  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
+	"  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
 	"  --console FILE      write the serial console to FILE instead of stdout\n"
 	"  --track-dirty-pages log guest writes from boot (for snapshots; costs guest speed)\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
@@ -78,7 +79,34 @@ int parse_mem_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY };
+enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK };
+
+int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
+{
+	memset(d, 0, sizeof(*d));
+	const char *comma = strchr(s, ',');
+	size_t plen = comma ? (size_t)(comma - s) : strlen(s);
+	if (plen == 0)
+		return fail(err, errlen, "--disk: '%s' has no path (use PATH[,ro])", s);
+	if (plen >= sizeof(d->path))
+		return fail(err, errlen, "--disk: path is longer than %d bytes", RUN_DISK_PATH_MAX - 1);
+	memcpy(d->path, s, plen);
+	while (comma) {
+		const char *opt = comma + 1;
+		comma = strchr(opt, ',');
+		size_t olen = comma ? (size_t)(comma - opt) : strlen(opt);
+		if (olen == 2 && !strncmp(opt, "ro", 2)) {
+			d->read_only = true;
+		} else if (olen >= 8 && !strncmp(opt, "overlay=", 8)) {
+			fail(err, errlen, "--disk: overlay= (copy-on-write) is not supported yet");
+			return -ENOTSUP;
+		} else {
+			return fail(err, errlen, "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
+				    (int)olen, opt, s);
+		}
+	}
+	return 0;
+}
 
 static const struct option run_long_opts[] = {
 	{ "kernel", required_argument, NULL, OPT_KERNEL },
@@ -90,6 +118,7 @@ static const struct option run_long_opts[] = {
 	{ "console", required_argument, NULL, OPT_CONSOLE },
 	{ "log-level", required_argument, NULL, OPT_LOG },
 	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
+	{ "disk", required_argument, NULL, OPT_DISK },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -129,6 +158,13 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		case OPT_DIRTY:
 			o->track_dirty = true;
+			break;
+		case OPT_DISK:
+			if (o->nr_disks >= RUN_MAX_DISKS)
+				return fail(err, errlen, "--disk: at most %d disks", RUN_MAX_DISKS);
+			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
+				return -EINVAL;
+			o->nr_disks++;
 			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);

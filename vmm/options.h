@@ -9,6 +9,14 @@
 #include "log.h"
 
 #define RUN_DEFAULT_MEM (256ULL << 20)
+#define RUN_MAX_DISKS 8
+#define RUN_DISK_PATH_MAX 4096
+
+/* One --disk PATH[,ro]: the guest sees them as /dev/vda, /dev/vdb... in order. */
+struct disk_opt {
+	char path[RUN_DISK_PATH_MAX];
+	bool read_only;
+};
 
 struct run_opts {
 	const char *kernel;
@@ -20,6 +28,8 @@ struct run_opts {
 	int vcpus;
 	bool track_dirty;
 	enum log_level log_level;
+	int nr_disks;
+	struct disk_opt disks[RUN_MAX_DISKS];
 };
 
 /*
@@ -29,6 +39,8 @@ struct run_opts {
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
 /* "256M", "4G", "1024K", "65536B"; a bare number is MiB (as QEMU's -m). -EINVAL or -ERANGE. */
 int parse_mem_size(const char *s, uint64_t *out);
+/* "PATH[,ro]"; -EINVAL (or -ENOTSUP for overlay=) with a one-line message in `err`. */
+int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
 extern const char run_usage[];
 
 #endif

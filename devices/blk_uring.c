@@ -1,0 +1,194 @@
+/* io_uring block back end: batched submission, short-transfer and -EAGAIN retry, fsync through the ring. */
+#include "blk_uring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BLK_RING_ENTRIES 256
+
+int blk_uring_open(struct blk_uring *b, const char *path, bool read_only)
+{
+	memset(b, 0, sizeof(*b));
+	b->efd = -1;
+	b->read_only = read_only;
+	b->fd = open(path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	if (b->fd < 0)
+		return -errno;
+	int r;
+	struct stat st;
+	if (fstat(b->fd, &st) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+		r = -EINVAL;
+		goto fail;
+	}
+	off_t end = lseek(b->fd, 0, SEEK_END);
+	if (end < 0) {
+		r = -errno;
+		goto fail;
+	}
+	b->size = (uint64_t)end;
+	b->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (b->efd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = io_uring_queue_init(BLK_RING_ENTRIES, &b->ring, 0);
+	if (r < 0)
+		goto fail;
+	b->ring_ok = true;
+	r = io_uring_register_eventfd(&b->ring, b->efd);
+	if (r < 0)
+		goto fail;
+	return 0;
+fail:
+	blk_uring_close(b);
+	return r;
+}
+
+static struct io_uring_sqe *get_sqe(struct blk_uring *b)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&b->ring);
+	if (!sqe) {
+		/* The submission ring is full: push what is there and try once more. */
+		blk_uring_submit(b);
+		sqe = io_uring_get_sqe(&b->ring);
+	}
+	return sqe;
+}
+
+static int prep(struct blk_uring *b, struct blk_io *io)
+{
+	struct io_uring_sqe *sqe = get_sqe(b);
+	if (!sqe)
+		return -EBUSY;
+	switch (io->op) {
+	case BLK_OP_READ:
+		io_uring_prep_readv(sqe, b->fd, io->iov, (unsigned)io->niov, io->offset);
+		break;
+	case BLK_OP_WRITE:
+		io_uring_prep_writev(sqe, b->fd, io->iov, (unsigned)io->niov, io->offset);
+		break;
+	case BLK_OP_FLUSH:
+		io_uring_prep_fsync(sqe, b->fd, IORING_FSYNC_DATASYNC);
+		break;
+	case BLK_OP_DISCARD:
+		io_uring_prep_fallocate(sqe, b->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					(off_t)io->offset, (off_t)io->len);
+		break;
+	}
+	io_uring_sqe_set_data(sqe, io);
+	b->inflight++;
+	b->unsubmitted++;
+	return 0;
+}
+
+int blk_uring_queue(struct blk_uring *b, struct blk_io *io)
+{
+	if (b->read_only && (io->op == BLK_OP_WRITE || io->op == BLK_OP_DISCARD))
+		return -EROFS;
+	if ((io->op == BLK_OP_READ || io->op == BLK_OP_WRITE) && io->len == 0)
+		return -EINVAL;
+	return prep(b, io);
+}
+
+int blk_uring_submit(struct blk_uring *b)
+{
+	if (!b->unsubmitted)
+		return 0;
+	int r = io_uring_submit(&b->ring);
+	if (r >= 0)
+		b->unsubmitted = 0;
+	return r < 0 ? r : 0;
+}
+
+/* Drops `n` transferred bytes from the front of the iovec list. */
+static void advance(struct blk_io *io, uint64_t n)
+{
+	io->offset += n;
+	io->len -= n;
+	while (n && io->niov) {
+		if (n < io->iov->iov_len) {
+			io->iov->iov_base = (uint8_t *)io->iov->iov_base + n;
+			io->iov->iov_len -= n;
+			return;
+		}
+		n -= io->iov->iov_len;
+		io->iov++;
+		io->niov--;
+	}
+}
+
+/* Returns true when the request is finished (with *res set). */
+static bool handle_result(struct blk_uring *b, struct blk_io *io, int r, int *res)
+{
+	if (r == -EAGAIN || r == -EINTR)
+		return prep(b, io) ? (*res = r, true) : false;
+	if (r < 0) {
+		*res = r;
+		return true;
+	}
+	if (io->op != BLK_OP_READ && io->op != BLK_OP_WRITE) {
+		*res = 0;
+		return true;
+	}
+	if (r == 0 || (uint64_t)r > io->len) {
+		*res = -EIO; /* end of file inside the disk (the image shrank), or nonsense */
+		return true;
+	}
+	advance(io, (uint64_t)r);
+	if (io->len == 0) {
+		*res = 0;
+		return true;
+	}
+	/* A short transfer: continue where it stopped. */
+	return prep(b, io) ? (*res = -EIO, true) : false;
+}
+
+void blk_uring_reap(struct blk_uring *b)
+{
+	uint64_t v;
+	if (read(b->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return;
+	struct io_uring_cqe *cqe;
+	while (io_uring_peek_cqe(&b->ring, &cqe) == 0) {
+		struct blk_io *io = io_uring_cqe_get_data(cqe);
+		int r = cqe->res;
+		io_uring_cqe_seen(&b->ring, cqe);
+		b->inflight--;
+		int res;
+		if (handle_result(b, io, r, &res))
+			io->done(io, res);
+	}
+	blk_uring_submit(b);
+}
+
+void blk_uring_close(struct blk_uring *b)
+{
+	if (b->ring_ok) {
+		blk_uring_submit(b);
+		/* The kernel may still be writing into buffers the callers own: let it finish. */
+		while (b->inflight) {
+			struct io_uring_cqe *cqe;
+			if (io_uring_wait_cqe(&b->ring, &cqe) < 0)
+				break;
+			struct blk_io *io = io_uring_cqe_get_data(cqe);
+			io_uring_cqe_seen(&b->ring, cqe);
+			b->inflight--;
+			io->done(io, -ECANCELED);
+		}
+		io_uring_queue_exit(&b->ring);
+		b->ring_ok = false;
+	}
+	if (b->efd >= 0)
+		close(b->efd);
+	if (b->fd >= 0)
+		close(b->fd);
+	b->efd = b->fd = -1;
+}

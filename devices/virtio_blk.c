@@ -1,0 +1,369 @@
+/* virtio-blk: turns descriptor chains into back-end reads, writes, flushes and discards; guest errors become request errors. */
+#include "virtio_blk.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "vm.h"
+
+#define VIRTIO_ID_BLOCK 2
+
+#define VIRTIO_BLK_F_SEG_MAX (1ULL << 2)
+#define VIRTIO_BLK_F_RO (1ULL << 5)
+#define VIRTIO_BLK_F_BLK_SIZE (1ULL << 6)
+#define VIRTIO_BLK_F_FLUSH (1ULL << 9)
+#define VIRTIO_BLK_F_DISCARD (1ULL << 13)
+
+#define VIRTIO_BLK_T_IN 0
+#define VIRTIO_BLK_T_OUT 1
+#define VIRTIO_BLK_T_FLUSH 4
+#define VIRTIO_BLK_T_GET_ID 8
+#define VIRTIO_BLK_T_DISCARD 11
+
+#define VIRTIO_BLK_S_OK 0
+#define VIRTIO_BLK_S_IOERR 1
+#define VIRTIO_BLK_S_UNSUPP 2
+
+#define SECTOR_SIZE 512ULL
+#define HDR_SIZE 16
+#define SEG_MAX (VIRTQ_MAX_SEGS - 2)   /* header and status take one descriptor each */
+#define MAX_DISCARD_SECTORS (1U << 22) /* 2 GiB per request */
+
+struct blk_config {
+	uint64_t capacity;
+	uint32_t size_max;
+	uint32_t seg_max;
+	uint16_t cylinders;
+	uint8_t heads;
+	uint8_t sectors;
+	uint32_t blk_size;
+	uint8_t physical_block_exp;
+	uint8_t alignment_offset;
+	uint16_t min_io_size;
+	uint32_t opt_io_size;
+	uint8_t writeback;
+	uint8_t unused0;
+	uint16_t num_queues;
+	uint32_t max_discard_sectors;
+	uint32_t max_discard_seg;
+	uint32_t discard_sector_alignment;
+} __attribute__((packed));
+
+struct blk_req_hdr {
+	uint32_t type;
+	uint32_t reserved;
+	uint64_t sector;
+};
+
+struct blk_discard_seg {
+	uint64_t sector;
+	uint32_t num_sectors;
+	uint32_t flags;
+};
+
+struct blk_req {
+	struct blk_io io; /* first: the back end hands this pointer back */
+	struct virtio_blk *blk;
+	uint32_t generation;
+	uint32_t q;
+	uint32_t used_len;
+	struct virtq_chain chain;
+	struct iovec iov[VIRTQ_MAX_SEGS];
+};
+
+static void config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
+{
+	struct virtio_blk *blk = dev;
+	struct blk_config c = {
+		.capacity = blk->capacity,
+		.seg_max = SEG_MAX,
+		.blk_size = SECTOR_SIZE,
+		.num_queues = 1,
+		.max_discard_sectors = MAX_DISCARD_SECTORS,
+		.max_discard_seg = 1,
+		.discard_sector_alignment = 8,
+	};
+	/* The transport checked [off, off+len) against config_size. */
+	memcpy(data, (uint8_t *)&c + off, len);
+}
+
+/* Writes the status byte, returns the chain to the driver and marks what the device wrote. */
+static void finish(struct virtio_blk *blk, uint32_t q, const struct virtq_chain *c, uint8_t status,
+		   uint32_t data_written)
+{
+	struct virtio_mmio *t = &blk->mmio;
+	const struct virtq_seg *last = &c->seg[c->nr - 1];
+	uint64_t status_gpa = last->gpa + last->len - 1;
+	uint8_t *p = guest_mem_ptr(t->mem, status_gpa, 1);
+	if (p) {
+		*p = status;
+		virtio_mmio_mark_dirty(t, status_gpa, 1);
+	}
+	if (status != VIRTIO_BLK_S_OK)
+		blk->errors++;
+	virtq_push(&t->queues[q], c->head, data_written + 1);
+}
+
+/* Marks the first `len` bytes of the writable segments dirty. */
+static void mark_written(struct virtio_blk *blk, const struct virtq_chain *c, uint64_t len)
+{
+	for (uint32_t i = c->nr_out; i < c->nr && len; i++) {
+		uint64_t n = c->seg[i].len < len ? c->seg[i].len : len;
+		virtio_mmio_mark_dirty(&blk->mmio, c->seg[i].gpa, n);
+		len -= n;
+	}
+}
+
+static void req_done(struct blk_io *io, int res)
+{
+	struct blk_req *req = (struct blk_req *)io;
+	struct virtio_blk *blk = req->blk;
+	/* A reset since submission: the driver forgot this request; only free it. */
+	if (req->generation == blk->generation && res != -ECANCELED) {
+		if (req->io.op == BLK_OP_READ)
+			mark_written(blk, &req->chain, req->used_len);
+		finish(blk, req->q, &req->chain, res ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK,
+		       res ? 0 : req->used_len);
+		if (res && blk->vm)
+			log_debug(blk->vm->log, "%s: request failed: %s", blk->serial, strerror(-res));
+	}
+	free(req);
+}
+
+/* Slices [skip, skip+len) of the segments [first, last) into host iovecs. */
+static int build_iov(struct virtio_blk *blk, struct blk_req *req, uint32_t first, uint32_t last,
+		     uint64_t skip, uint64_t len)
+{
+	const struct virtq_chain *c = &req->chain;
+	int n = 0;
+	for (uint32_t i = first; i < last && len; i++) {
+		const struct virtq_seg *s = &c->seg[i];
+		if (skip >= s->len) {
+			skip -= s->len;
+			continue;
+		}
+		uint64_t take = s->len - skip;
+		if (take > len)
+			take = len;
+		void *p = guest_mem_ptr(blk->mmio.mem, s->gpa + skip, take);
+		if (!p)
+			return -EFAULT;
+		req->iov[n++] = (struct iovec){ .iov_base = p, .iov_len = take };
+		len -= take;
+		skip = 0;
+	}
+	return len ? -EFAULT : n;
+}
+
+static bool range_ok(const struct virtio_blk *blk, uint64_t sector, uint64_t bytes)
+{
+	if (bytes % SECTOR_SIZE)
+		return false;
+	uint64_t n = bytes / SECTOR_SIZE;
+	return sector <= blk->capacity && n <= blk->capacity - sector;
+}
+
+/* Returns a status to finish with now, or -1 when the request went to the back end. */
+static int start_request(struct virtio_blk *blk, struct blk_req *req)
+{
+	struct virtq_chain *c = &req->chain;
+	struct blk_req_hdr h;
+	if (virtq_chain_read(&blk->mmio.queues[req->q], c, 0, &h, sizeof(h)) != sizeof(h))
+		return VIRTIO_BLK_S_IOERR;
+	uint64_t in_data = c->in_len - 1; /* the last writable byte is the status */
+	uint64_t out_data = c->out_len - HDR_SIZE;
+	int n;
+	switch (h.type) {
+	case VIRTIO_BLK_T_IN:
+		if (!range_ok(blk, h.sector, in_data))
+			return VIRTIO_BLK_S_IOERR;
+		if (in_data == 0)
+			return VIRTIO_BLK_S_OK;
+		n = build_iov(blk, req, c->nr_out, c->nr, 0, in_data);
+		if (n < 0)
+			return VIRTIO_BLK_S_IOERR;
+		req->io = (struct blk_io){ .op = BLK_OP_READ, .offset = h.sector * SECTOR_SIZE,
+					   .len = in_data, .iov = req->iov, .niov = n };
+		req->used_len = (uint32_t)in_data;
+		break;
+	case VIRTIO_BLK_T_OUT:
+		if (blk->read_only || !range_ok(blk, h.sector, out_data))
+			return VIRTIO_BLK_S_IOERR;
+		if (out_data == 0)
+			return VIRTIO_BLK_S_OK;
+		n = build_iov(blk, req, 0, c->nr_out, HDR_SIZE, out_data);
+		if (n < 0)
+			return VIRTIO_BLK_S_IOERR;
+		req->io = (struct blk_io){ .op = BLK_OP_WRITE, .offset = h.sector * SECTOR_SIZE,
+					   .len = out_data, .iov = req->iov, .niov = n };
+		break;
+	case VIRTIO_BLK_T_FLUSH:
+		if (blk->read_only)
+			return VIRTIO_BLK_S_OK;
+		req->io = (struct blk_io){ .op = BLK_OP_FLUSH };
+		break;
+	case VIRTIO_BLK_T_GET_ID: {
+		uint8_t id[VIRTIO_BLK_ID_BYTES] = { 0 };
+		memcpy(id, blk->serial, strnlen(blk->serial, sizeof(id)));
+		uint64_t len = in_data < sizeof(id) ? in_data : sizeof(id);
+		uint64_t done = 0;
+		for (uint32_t i = c->nr_out; i < c->nr && done < len; i++) {
+			uint64_t k = c->seg[i].len < len - done ? c->seg[i].len : len - done;
+			uint8_t *p = guest_mem_ptr(blk->mmio.mem, c->seg[i].gpa, k);
+			if (!p)
+				return VIRTIO_BLK_S_IOERR;
+			memcpy(p, id + done, k);
+			virtio_mmio_mark_dirty(&blk->mmio, c->seg[i].gpa, k);
+			done += k;
+		}
+		req->used_len = (uint32_t)done;
+		return VIRTIO_BLK_S_OK;
+	}
+	case VIRTIO_BLK_T_DISCARD: {
+		struct blk_discard_seg d;
+		if (blk->read_only || out_data != sizeof(d) ||
+		    virtq_chain_read(&blk->mmio.queues[req->q], c, HDR_SIZE, &d, sizeof(d)) != sizeof(d))
+			return VIRTIO_BLK_S_IOERR;
+		if (d.flags || d.num_sectors > MAX_DISCARD_SECTORS)
+			return VIRTIO_BLK_S_UNSUPP;
+		if (!range_ok(blk, d.sector, (uint64_t)d.num_sectors * SECTOR_SIZE))
+			return VIRTIO_BLK_S_IOERR;
+		if (d.num_sectors == 0)
+			return VIRTIO_BLK_S_OK;
+		req->io = (struct blk_io){ .op = BLK_OP_DISCARD, .offset = d.sector * SECTOR_SIZE,
+					   .len = (uint64_t)d.num_sectors * SECTOR_SIZE };
+		break;
+	}
+	default:
+		return VIRTIO_BLK_S_UNSUPP;
+	}
+	req->io.done = req_done;
+	return blk_uring_queue(&blk->be, &req->io) ? VIRTIO_BLK_S_IOERR : -1;
+}
+
+static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
+{
+	struct virtio_blk *blk = dev;
+	bool pushed = false;
+	for (;;) {
+		struct blk_req *req = malloc(sizeof(*req));
+		if (!req)
+			break; /* try again at the next kick */
+		req->blk = blk;
+		req->generation = blk->generation;
+		req->q = q;
+		req->used_len = 0;
+		int r = virtq_pop(&t->queues[q], &req->chain);
+		if (r == 0) {
+			free(req);
+			break;
+		}
+		if (r < 0) {
+			free(req);
+			virtio_mmio_set_needs_reset(t);
+			break;
+		}
+		blk->requests++;
+		struct virtq_chain *c = &req->chain;
+		/* Every request has a readable header and a writable status byte. */
+		int st = (c->out_len < HDR_SIZE || c->in_len < 1) ? VIRTIO_BLK_S_IOERR
+								  : start_request(blk, req);
+		if (st >= 0) {
+			finish(blk, q, c, (uint8_t)st, req->used_len);
+			pushed = true;
+			free(req);
+		}
+	}
+	blk_uring_submit(&blk->be);
+	if (pushed)
+		virtio_mmio_notify_used(t, q);
+}
+
+static void on_completion(void *opaque, uint32_t events)
+{
+	struct virtio_blk *blk = opaque;
+	(void)events;
+	pthread_mutex_lock(&blk->mmio.lock);
+	uint64_t before = blk->mmio.queues[0].used_idx;
+	blk_uring_reap(&blk->be);
+	if (blk->mmio.queues[0].used_idx != before)
+		virtio_mmio_notify_used(&blk->mmio, 0);
+	pthread_mutex_unlock(&blk->mmio.lock);
+}
+
+static void dev_reset(void *dev)
+{
+	struct virtio_blk *blk = dev;
+	blk->generation++;
+}
+
+static const struct virtio_dev_ops blk_ops_rw = {
+	.name = "virtio-blk",
+	.device_id = VIRTIO_ID_BLOCK,
+	.features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
+		    VIRTIO_BLK_F_DISCARD | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+	.nr_queues = 1,
+	.config_size = sizeof(struct blk_config),
+	.config_read = config_read,
+	.queue_notify = queue_notify,
+	.reset = dev_reset,
+};
+
+static const struct virtio_dev_ops blk_ops_ro = {
+	.name = "virtio-blk",
+	.device_id = VIRTIO_ID_BLOCK,
+	.features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
+		    VIRTIO_BLK_F_RO | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+	.nr_queues = 1,
+	.config_size = sizeof(struct blk_config),
+	.config_read = config_read,
+	.queue_notify = queue_notify,
+	.reset = dev_reset,
+};
+
+int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
+		      uint64_t base, uint32_t irq, const char *serial)
+{
+	memset(blk, 0, sizeof(*blk));
+	blk->vm = vm;
+	blk->read_only = read_only;
+	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
+	int r = blk_uring_open(&blk->be, path, read_only);
+	if (r) {
+		log_err(vm->log, "disk %s: %s", path, strerror(-r));
+		return r;
+	}
+	blk->capacity = blk->be.size / SECTOR_SIZE;
+	r = virtio_mmio_create(&blk->mmio, vm, &vm->mem, base, irq, read_only ? &blk_ops_ro : &blk_ops_rw,
+			       blk);
+	if (r)
+		goto fail_be;
+	r = evloop_add(&vm->loop, blk->be.efd, EPOLLIN, on_completion, blk);
+	if (r) {
+		log_err(vm->log, "disk %s: cannot watch io_uring completions: %s", path, strerror(-r));
+		goto fail_mmio;
+	}
+	blk->watched = true;
+	log_info(vm->log, "disk %s: %llu sectors%s at 0x%llx irq %u", path,
+		 (unsigned long long)blk->capacity, read_only ? " (read-only)" : "",
+		 (unsigned long long)base, irq);
+	return 0;
+fail_mmio:
+	virtio_mmio_destroy(&blk->mmio);
+fail_be:
+	blk_uring_close(&blk->be);
+	return r;
+}
+
+void virtio_blk_destroy(struct virtio_blk *blk)
+{
+	if (blk->watched)
+		evloop_del(&blk->vm->loop, blk->be.efd);
+	blk->watched = false;
+	/* Requests still in flight complete with -ECANCELED and are only freed. */
+	blk_uring_close(&blk->be);
+	virtio_mmio_destroy(&blk->mmio);
+}

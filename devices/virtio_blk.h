@@ -1,0 +1,30 @@
+/* virtio-blk device: request parsing and status over a block back end (blk_uring). */
+#ifndef COVE_VIRTIO_BLK_H
+#define COVE_VIRTIO_BLK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "blk_uring.h"
+#include "virtio_mmio.h"
+
+#define VIRTIO_BLK_ID_BYTES 20
+
+struct virtio_blk {
+	struct virtio_mmio mmio;
+	struct blk_uring be;
+	struct vm *vm;
+	bool watched;
+	bool read_only;
+	uint64_t capacity; /* 512-byte sectors */
+	uint32_t generation; /* bumped at reset: completions of older requests are dropped */
+	char serial[VIRTIO_BLK_ID_BYTES + 1];
+	uint64_t requests, errors;
+};
+
+/* Opens the image and registers the device at `base`/`irq`. 0 or -errno, after one log line. */
+int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
+		      uint64_t base, uint32_t irq, const char *serial);
+void virtio_blk_destroy(struct virtio_blk *blk);
+
+#endif

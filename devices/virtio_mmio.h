@@ -1,0 +1,106 @@
+/* virtio-mmio (version 2) transport: registers, feature negotiation, ioeventfd/irqfd; devices plug in an ops table. */
+#ifndef COVE_VIRTIO_MMIO_H
+#define COVE_VIRTIO_MMIO_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "virtqueue.h"
+
+struct vm;
+struct virtio_mmio;
+
+#define VIRTIO_MMIO_BASE 0xd0000000ULL
+#define VIRTIO_MMIO_SIZE 0x1000ULL
+#define VIRTIO_MMIO_MAX_QUEUES 8
+
+#define VIRTIO_F_RING_INDIRECT_DESC (1ULL << 28)
+#define VIRTIO_F_RING_EVENT_IDX (1ULL << 29)
+#define VIRTIO_F_VERSION_1 (1ULL << 32)
+
+#define VIRTIO_STATUS_ACKNOWLEDGE 1
+#define VIRTIO_STATUS_DRIVER 2
+#define VIRTIO_STATUS_DRIVER_OK 4
+#define VIRTIO_STATUS_FEATURES_OK 8
+#define VIRTIO_STATUS_NEEDS_RESET 64
+#define VIRTIO_STATUS_FAILED 128
+
+#define VIRTIO_INT_USED 1
+#define VIRTIO_INT_CONFIG 2
+
+/*
+ * What a device supplies.  Every callback runs with the transport lock held
+ * (on a vCPU thread for config/reset, on the event loop for notify), so a
+ * device needs no locking of its own for state it touches only from here.
+ */
+struct virtio_dev_ops {
+	const char *name;
+	uint32_t device_id;
+	uint64_t features; /* device features; the transport adds VERSION_1 */
+	uint32_t nr_queues;
+	uint32_t config_size;
+	void (*config_read)(void *dev, uint32_t off, uint8_t *data, uint32_t len);
+	void (*config_write)(void *dev, uint32_t off, const uint8_t *data, uint32_t len);
+	/* The driver kicked queue `q` (which is ready and DRIVER_OK is set). */
+	void (*queue_notify)(void *dev, struct virtio_mmio *t, uint32_t q);
+	/* The driver reset the device: forget in-flight work and negotiated state. */
+	void (*reset)(void *dev);
+};
+
+struct virtio_mmio {
+	pthread_mutex_t lock;
+	struct vm *vm;
+	const struct guest_mem *mem;
+	const struct virtio_dev_ops *ops;
+	void *dev;
+	uint64_t base;
+	uint32_t irq;
+	int irq_efd;			      /* KVM irqfd on `irq`; -1 without a VM */
+	int notify_efd[VIRTIO_MMIO_MAX_QUEUES]; /* KVM ioeventfds on QueueNotify, one per queue */
+	bool ioeventfd_registered[VIRTIO_MMIO_MAX_QUEUES];
+	bool watched[VIRTIO_MMIO_MAX_QUEUES];
+
+	/* Register state, protected by lock. */
+	uint32_t status;
+	uint32_t dev_features_sel, drv_features_sel;
+	uint64_t driver_features;
+	uint32_t queue_sel;
+	uint32_t interrupt_status;
+	uint32_t config_generation;
+	struct virtq queues[VIRTIO_MMIO_MAX_QUEUES];
+	uint64_t kicks, interrupts; /* counters for logs and tests */
+};
+
+/*
+ * Registers the device at `base` on vm's MMIO bus with interrupt line `irq`,
+ * wires KVM ioeventfd/irqfd and watches the notify eventfds on vm->loop.
+ * With vm == NULL (unit tests) nothing is registered and `mem` is used.
+ */
+int virtio_mmio_create(struct virtio_mmio *t, struct vm *vm, const struct guest_mem *mem,
+		       uint64_t base, uint32_t irq, const struct virtio_dev_ops *ops, void *dev);
+void virtio_mmio_destroy(struct virtio_mmio *t);
+
+/* MMIO register access (what the bus calls); exposed for unit tests. */
+void virtio_mmio_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
+void virtio_mmio_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
+
+/* For devices, with the lock held: interrupt the driver after used buffers (honours EVENT_IDX). */
+void virtio_mmio_notify_used(struct virtio_mmio *t, uint32_t q);
+/* Config space changed. */
+void virtio_mmio_notify_config(struct virtio_mmio *t);
+/* The device hit a driver error it cannot continue from. */
+void virtio_mmio_set_needs_reset(struct virtio_mmio *t);
+/* Marks guest memory the device wrote as dirty (for snapshots). */
+void virtio_mmio_mark_dirty(struct virtio_mmio *t, uint64_t gpa, uint64_t len);
+bool virtio_mmio_has_feature(const struct virtio_mmio *t, uint64_t f);
+
+/*
+ * Appends " virtio_mmio.device=4K@0x<base>:<irq>" for each device to `cmdline`
+ * (NUL-terminated, capacity `cap`).  Returns 0 or -E2BIG when the result would
+ * be longer than 4095 bytes or not fit.
+ */
+int virtio_mmio_cmdline_append(struct virtio_mmio *const *devs, size_t n, char *cmdline, size_t cap);
+
+#endif
