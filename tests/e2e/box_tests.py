@@ -2,7 +2,7 @@
 """e2e suite, run inside the KVM box: cove boots our Linux guest and cove-init runs commands.
 
 Layout inside the box (tests/e2e/run puts it there): /work/cove, /work/kernel/{bzImage,vmlinux},
-/work/rootfs/initramfs.cpio.gz. Prints one PASS/FAIL line per test and 'N passed, N failed'.
+/work/rootfs/initramfs.cpio.gz, /work/rootfs/rootfs.ext4. Prints one PASS/FAIL line per test and 'N passed, N failed'.
 """
 import base64
 import os
@@ -14,6 +14,9 @@ import time
 COVE = os.environ.get("COVE", "/work/cove")
 KDIR = os.environ.get("KERNEL_DIR", "/work/kernel")
 INITRD = os.environ.get("INITRD", "/work/rootfs/initramfs.cpio.gz")
+ROOTFS = os.environ.get("ROOTFS", "/work/rootfs/rootfs.ext4")
+DISK_COPY = "/tmp/rootfs-copy.ext4"
+DISK_ROOT = "root=/dev/vda rw init=/sbin/cove-init"
 BZIMAGE = os.path.join(KDIR, "bzImage")
 VMLINUX = os.path.join(KDIR, "vmlinux")
 BOOT_TIMEOUT = float(os.environ.get("E2E_BOOT_TIMEOUT", "240"))
@@ -39,12 +42,15 @@ def cmdline_for(cmd=None, extra=""):
     return " ".join(parts)
 
 
-def boot(kernel, cmd=None, vcpus=1, mem="256M", extra="", initrd=INITRD, timeout=BOOT_TIMEOUT):
+def boot(kernel, cmd=None, vcpus=1, mem="256M", extra="", initrd=INITRD, timeout=BOOT_TIMEOUT,
+         disks=()):
     """Runs cove to completion; returns (rc, console text, stderr text, seconds)."""
     args = [COVE, "run", "--kernel", kernel, "--mem", mem, "--vcpus", str(vcpus),
             "--cmdline", cmdline_for(cmd, extra)]
     if initrd:
         args += ["--initrd", initrd]
+    for d in disks:
+        args += ["--disk", d]
     t0 = time.monotonic()
     try:
         r = subprocess.run(args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -138,6 +144,71 @@ def test_corrupt_kernel_file():
     check(r.returncode == 1 and "x86-64" in r.stderr, f"wrong-machine vmlinux: rc={r.returncode} {r.stderr!r}")
 
 
+def disk_boot(cmd, disk, root=DISK_ROOT):
+    rc, out, err, dt = boot(BZIMAGE, cmd, initrd=None, extra=root, disks=[disk])
+    check(rc == 0, f"cove exited {rc}; stderr {err.strip()!r}; console tail {out[-1500:]!r}")
+    check(READY.search(out), f"no cove-init ready line; console tail {out[-1500:]!r}")
+    check("cove-init: exit 0" in out, f"no 'cove-init: exit 0'; console tail {out[-1500:]!r}")
+    print(f"    cove wall time {dt:.2f} s")
+    return out
+
+
+SHA = re.compile(r"SHA=([0-9a-f]{64})")
+disk_state = {}
+
+
+def test_disk_root_write():
+    # A private copy: the box's /work copy stays pristine for the other tests.
+    subprocess.run(["cp", ROOTFS, DISK_COPY], check=True)
+    out = disk_boot("grep -q '^/dev/root / ext4 rw' /proc/mounts && echo ROOT-RW; "
+                    "echo serial=$(cat /sys/block/vda/serial); "
+                    "head -c 3000000 /dev/urandom > /persist.bin && sync && "
+                    "echo SHA=$(sha256sum /persist.bin | cut -d' ' -f1)", DISK_COPY)
+    check("ROOT-RW" in out, f"root is not ext4 rw on /dev/vda: {out[-1500:]!r}")
+    check("serial=cove-vda" in out, f"GET_ID serial missing: {out[-1500:]!r}")
+    m = SHA.search(out)
+    check(m, f"no checksum line: {out[-1500:]!r}")
+    disk_state["sha"] = m.group(1)
+    print(f"    wrote /persist.bin sha256 {m.group(1)[:16]}...")
+
+
+def test_disk_second_boot_reads_back():
+    check("sha" in disk_state, "needs test_disk_root_write first")
+    out = disk_boot("echo SHA=$(sha256sum /persist.bin | cut -d' ' -f1)", DISK_COPY)
+    m = SHA.search(out)
+    check(m, f"no checksum line: {out[-1500:]!r}")
+    check(m.group(1) == disk_state["sha"],
+          f"checksum after reboot {m.group(1)} != written {disk_state['sha']}")
+
+
+def test_disk_read_only():
+    ro = "/tmp/rootfs-ro.ext4"
+    subprocess.run(["cp", ROOTFS, ro], check=True)
+    before = open(ro, "rb").read()
+    out = disk_boot("echo ro=$(cat /sys/block/vda/ro); "
+                    "if mount -o remount,rw /; then echo REMOUNT-OK; else echo REMOUNT-REFUSED; fi; "
+                    "if echo x > /newfile; then echo WRITE-OK; else echo WRITE-REFUSED; fi; "
+                    "dd if=/dev/zero of=/dev/vda bs=512 count=1 conv=fsync 2>/dev/null "
+                    "&& echo RAW-OK || echo RAW-REFUSED",
+                    ro + ",ro", root="root=/dev/vda ro init=/sbin/cove-init")
+    check("ro=1" in out, f"/sys/block/vda/ro is not 1: {out[-1500:]!r}")
+    check("REMOUNT-REFUSED" in out and "REMOUNT-OK" not in out, f"remount rw worked: {out[-1500:]!r}")
+    check("WRITE-REFUSED" in out, f"write on ro disk worked: {out[-1500:]!r}")
+    check("RAW-REFUSED" in out, f"raw write on ro disk worked: {out[-1500:]!r}")
+    check(open(ro, "rb").read() == before, "the read-only image changed")
+
+
+def test_disk_bad_options():
+    for spec, want in (("/tmp/x,overlay=/tmp/y", "not supported yet"), (",ro", "no path"),
+                       ("/tmp/x,rw", "unknown option")):
+        r = subprocess.run([COVE, "run", "--kernel", BZIMAGE, "--disk", spec], capture_output=True,
+                           text=True, timeout=30)
+        check(r.returncode == 2 and want in r.stderr, f"--disk {spec}: rc={r.returncode} {r.stderr!r}")
+    r = subprocess.run([COVE, "run", "--kernel", BZIMAGE, "--disk", "/work/no-such-disk"],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 1 and "no-such-disk" in r.stderr, f"missing disk: rc={r.returncode} {r.stderr!r}")
+
+
 TESTS = [
     test_bzimage_command_exit_code,
     test_vmlinux_pvh_command,
@@ -149,6 +220,10 @@ TESTS = [
     test_kernel_panic_is_a_failure,
     test_missing_kernel_file,
     test_corrupt_kernel_file,
+    test_disk_root_write,
+    test_disk_second_boot_reads_back,
+    test_disk_read_only,
+    test_disk_bad_options,
 ]
 
 
