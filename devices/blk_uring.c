@@ -1,4 +1,4 @@
-/* io_uring block back end: batched submission, short-transfer and -EAGAIN retry, fsync through the ring. */
+/* io_uring block back end: batched submits, short-transfer and -EAGAIN retry, fsync in the ring. */
 #include "blk_uring.h"
 
 #include <errno.h>

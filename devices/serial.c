@@ -197,6 +197,16 @@ void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t l
 	(void)len;
 	pthread_mutex_lock(&s->lock);
 	write_reg(s, off, data[0]);
+	/*
+	 * A THR write clears the THRE interrupt and the byte leaves at once, so
+	 * THRE is raised again: the IOAPIC pin is edge-triggered and needs a new
+	 * edge each time, or a driver that writes THR without reading IIR first
+	 * waits forever for an interrupt that never comes (seen with 2 vCPUs).
+	 */
+	if (off == UART_RBR_THR && !(s->r.lcr & LCR_DLAB) && s->irq_level && s->vm) {
+		vm_set_irq_line(s->vm, s->irq, 0);
+		s->irq_level = 0;
+	}
 	update_irq(s);
 	pthread_mutex_unlock(&s->lock);
 }

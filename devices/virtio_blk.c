@@ -1,4 +1,4 @@
-/* virtio-blk: turns descriptor chains into back-end reads, writes, flushes and discards; guest errors become request errors. */
+/* virtio-blk: chains become back-end reads/writes/flushes/discards; guest errors fail requests. */
 #include "virtio_blk.h"
 
 #include <errno.h>
@@ -11,26 +11,26 @@
 
 #define VIRTIO_ID_BLOCK 2
 
-#define VIRTIO_BLK_F_SEG_MAX (1ULL << 2)
-#define VIRTIO_BLK_F_RO (1ULL << 5)
+#define VIRTIO_BLK_F_SEG_MAX  (1ULL << 2)
+#define VIRTIO_BLK_F_RO	      (1ULL << 5)
 #define VIRTIO_BLK_F_BLK_SIZE (1ULL << 6)
-#define VIRTIO_BLK_F_FLUSH (1ULL << 9)
-#define VIRTIO_BLK_F_DISCARD (1ULL << 13)
+#define VIRTIO_BLK_F_FLUSH    (1ULL << 9)
+#define VIRTIO_BLK_F_DISCARD  (1ULL << 13)
 
-#define VIRTIO_BLK_T_IN 0
-#define VIRTIO_BLK_T_OUT 1
-#define VIRTIO_BLK_T_FLUSH 4
-#define VIRTIO_BLK_T_GET_ID 8
+#define VIRTIO_BLK_T_IN	     0
+#define VIRTIO_BLK_T_OUT     1
+#define VIRTIO_BLK_T_FLUSH   4
+#define VIRTIO_BLK_T_GET_ID  8
 #define VIRTIO_BLK_T_DISCARD 11
 
-#define VIRTIO_BLK_S_OK 0
-#define VIRTIO_BLK_S_IOERR 1
+#define VIRTIO_BLK_S_OK	    0
+#define VIRTIO_BLK_S_IOERR  1
 #define VIRTIO_BLK_S_UNSUPP 2
 
-#define SECTOR_SIZE 512ULL
-#define HDR_SIZE 16
-#define SEG_MAX (VIRTQ_MAX_SEGS - 2)   /* header and status take one descriptor each */
-#define MAX_DISCARD_SECTORS (1U << 22) /* 2 GiB per request */
+#define SECTOR_SIZE	    512ULL
+#define HDR_SIZE	    16
+#define SEG_MAX		    (VIRTQ_MAX_SEGS - 2) /* header and status take one descriptor each */
+#define MAX_DISCARD_SECTORS (1U << 22)		 /* 2 GiB per request */
 
 struct blk_config {
 	uint64_t capacity;
@@ -78,13 +78,13 @@ static void config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
 {
 	struct virtio_blk *blk = dev;
 	struct blk_config c = {
-		.capacity = blk->capacity,
-		.seg_max = SEG_MAX,
-		.blk_size = SECTOR_SIZE,
-		.num_queues = 1,
-		.max_discard_sectors = MAX_DISCARD_SECTORS,
-		.max_discard_seg = 1,
-		.discard_sector_alignment = 8,
+	    .capacity = blk->capacity,
+	    .seg_max = SEG_MAX,
+	    .blk_size = SECTOR_SIZE,
+	    .num_queues = 1,
+	    .max_discard_sectors = MAX_DISCARD_SECTORS,
+	    .max_discard_seg = 1,
+	    .discard_sector_alignment = 8,
 	};
 	/* The transport checked [off, off+len) against config_size. */
 	memcpy(data, (uint8_t *)&c + off, len);
@@ -125,10 +125,13 @@ static void req_done(struct blk_io *io, int res)
 	if (req->generation == blk->generation && res != -ECANCELED) {
 		if (req->io.op == BLK_OP_READ)
 			mark_written(blk, &req->chain, req->used_len);
-		finish(blk, req->q, &req->chain, res ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK,
-		       res ? 0 : req->used_len);
+		uint8_t st = res == 0		  ? VIRTIO_BLK_S_OK
+			     : res == -EOPNOTSUPP ? VIRTIO_BLK_S_UNSUPP /* no hole punching here */
+						  : VIRTIO_BLK_S_IOERR;
+		finish(blk, req->q, &req->chain, st, res ? 0 : req->used_len);
 		if (res && blk->vm)
-			log_debug(blk->vm->log, "%s: request failed: %s", blk->serial, strerror(-res));
+			log_debug(blk->vm->log, "%s: request failed: %s", blk->serial,
+				  strerror(-res));
 	}
 	free(req);
 }
@@ -151,7 +154,7 @@ static int build_iov(struct virtio_blk *blk, struct blk_req *req, uint32_t first
 		void *p = guest_mem_ptr(blk->mmio.mem, s->gpa + skip, take);
 		if (!p)
 			return -EFAULT;
-		req->iov[n++] = (struct iovec){ .iov_base = p, .iov_len = take };
+		req->iov[n++] = (struct iovec){.iov_base = p, .iov_len = take};
 		len -= take;
 		skip = 0;
 	}
@@ -185,8 +188,11 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 		n = build_iov(blk, req, c->nr_out, c->nr, 0, in_data);
 		if (n < 0)
 			return VIRTIO_BLK_S_IOERR;
-		req->io = (struct blk_io){ .op = BLK_OP_READ, .offset = h.sector * SECTOR_SIZE,
-					   .len = in_data, .iov = req->iov, .niov = n };
+		req->io = (struct blk_io){.op = BLK_OP_READ,
+					  .offset = h.sector * SECTOR_SIZE,
+					  .len = in_data,
+					  .iov = req->iov,
+					  .niov = n};
 		req->used_len = (uint32_t)in_data;
 		break;
 	case VIRTIO_BLK_T_OUT:
@@ -197,16 +203,19 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 		n = build_iov(blk, req, 0, c->nr_out, HDR_SIZE, out_data);
 		if (n < 0)
 			return VIRTIO_BLK_S_IOERR;
-		req->io = (struct blk_io){ .op = BLK_OP_WRITE, .offset = h.sector * SECTOR_SIZE,
-					   .len = out_data, .iov = req->iov, .niov = n };
+		req->io = (struct blk_io){.op = BLK_OP_WRITE,
+					  .offset = h.sector * SECTOR_SIZE,
+					  .len = out_data,
+					  .iov = req->iov,
+					  .niov = n};
 		break;
 	case VIRTIO_BLK_T_FLUSH:
 		if (blk->read_only)
 			return VIRTIO_BLK_S_OK;
-		req->io = (struct blk_io){ .op = BLK_OP_FLUSH };
+		req->io = (struct blk_io){.op = BLK_OP_FLUSH};
 		break;
 	case VIRTIO_BLK_T_GET_ID: {
-		uint8_t id[VIRTIO_BLK_ID_BYTES] = { 0 };
+		uint8_t id[VIRTIO_BLK_ID_BYTES] = {0};
 		memcpy(id, blk->serial, strnlen(blk->serial, sizeof(id)));
 		uint64_t len = in_data < sizeof(id) ? in_data : sizeof(id);
 		uint64_t done = 0;
@@ -225,7 +234,8 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 	case VIRTIO_BLK_T_DISCARD: {
 		struct blk_discard_seg d;
 		if (blk->read_only || out_data != sizeof(d) ||
-		    virtq_chain_read(&blk->mmio.queues[req->q], c, HDR_SIZE, &d, sizeof(d)) != sizeof(d))
+		    virtq_chain_read(&blk->mmio.queues[req->q], c, HDR_SIZE, &d, sizeof(d)) !=
+			sizeof(d))
 			return VIRTIO_BLK_S_IOERR;
 		if (d.flags || d.num_sectors > MAX_DISCARD_SECTORS)
 			return VIRTIO_BLK_S_UNSUPP;
@@ -233,8 +243,9 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 			return VIRTIO_BLK_S_IOERR;
 		if (d.num_sectors == 0)
 			return VIRTIO_BLK_S_OK;
-		req->io = (struct blk_io){ .op = BLK_OP_DISCARD, .offset = d.sector * SECTOR_SIZE,
-					   .len = (uint64_t)d.num_sectors * SECTOR_SIZE };
+		req->io = (struct blk_io){.op = BLK_OP_DISCARD,
+					  .offset = d.sector * SECTOR_SIZE,
+					  .len = (uint64_t)d.num_sectors * SECTOR_SIZE};
 		break;
 	}
 	default:
@@ -301,27 +312,27 @@ static void dev_reset(void *dev)
 }
 
 static const struct virtio_dev_ops blk_ops_rw = {
-	.name = "virtio-blk",
-	.device_id = VIRTIO_ID_BLOCK,
-	.features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
-		    VIRTIO_BLK_F_DISCARD | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
-	.nr_queues = 1,
-	.config_size = sizeof(struct blk_config),
-	.config_read = config_read,
-	.queue_notify = queue_notify,
-	.reset = dev_reset,
+    .name = "virtio-blk",
+    .device_id = VIRTIO_ID_BLOCK,
+    .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
+		VIRTIO_BLK_F_DISCARD | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+    .nr_queues = 1,
+    .config_size = sizeof(struct blk_config),
+    .config_read = config_read,
+    .queue_notify = queue_notify,
+    .reset = dev_reset,
 };
 
 static const struct virtio_dev_ops blk_ops_ro = {
-	.name = "virtio-blk",
-	.device_id = VIRTIO_ID_BLOCK,
-	.features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
-		    VIRTIO_BLK_F_RO | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
-	.nr_queues = 1,
-	.config_size = sizeof(struct blk_config),
-	.config_read = config_read,
-	.queue_notify = queue_notify,
-	.reset = dev_reset,
+    .name = "virtio-blk",
+    .device_id = VIRTIO_ID_BLOCK,
+    .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
+		VIRTIO_BLK_F_RO | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+    .nr_queues = 1,
+    .config_size = sizeof(struct blk_config),
+    .config_read = config_read,
+    .queue_notify = queue_notify,
+    .reset = dev_reset,
 };
 
 int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
@@ -337,13 +348,14 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 		return r;
 	}
 	blk->capacity = blk->be.size / SECTOR_SIZE;
-	r = virtio_mmio_create(&blk->mmio, vm, &vm->mem, base, irq, read_only ? &blk_ops_ro : &blk_ops_rw,
-			       blk);
+	r = virtio_mmio_create(&blk->mmio, vm, &vm->mem, base, irq,
+			       read_only ? &blk_ops_ro : &blk_ops_rw, blk);
 	if (r)
 		goto fail_be;
 	r = evloop_add(&vm->loop, blk->be.efd, EPOLLIN, on_completion, blk);
 	if (r) {
-		log_err(vm->log, "disk %s: cannot watch io_uring completions: %s", path, strerror(-r));
+		log_err(vm->log, "disk %s: cannot watch io_uring completions: %s", path,
+			strerror(-r));
 		goto fail_mmio;
 	}
 	blk->watched = true;

@@ -16,7 +16,7 @@ struct virtio_blk {
 	struct vm *vm;
 	bool watched;
 	bool read_only;
-	uint64_t capacity; /* 512-byte sectors */
+	uint64_t capacity;   /* 512-byte sectors */
 	uint32_t generation; /* bumped at reset: completions of older requests are dropped */
 	char serial[VIRTIO_BLK_ID_BYTES + 1];
 	uint64_t requests, errors;

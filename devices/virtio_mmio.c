@@ -1,4 +1,4 @@
-/* virtio-mmio version 2 transport: the register file, negotiation and KVM eventfd wiring, once for every device. */
+/* virtio-mmio v2 transport: registers, negotiation, KVM eventfd wiring, once for all devices. */
 #include "virtio_mmio.h"
 
 #include <errno.h>
@@ -11,32 +11,32 @@
 #include "kvm_util.h"
 #include "vm.h"
 
-#define REG_MAGIC 0x000
-#define REG_VERSION 0x004
-#define REG_DEVICE_ID 0x008
-#define REG_VENDOR_ID 0x00c
-#define REG_DEVICE_FEATURES 0x010
+#define REG_MAGIC		0x000
+#define REG_VERSION		0x004
+#define REG_DEVICE_ID		0x008
+#define REG_VENDOR_ID		0x00c
+#define REG_DEVICE_FEATURES	0x010
 #define REG_DEVICE_FEATURES_SEL 0x014
-#define REG_DRIVER_FEATURES 0x020
+#define REG_DRIVER_FEATURES	0x020
 #define REG_DRIVER_FEATURES_SEL 0x024
-#define REG_QUEUE_SEL 0x030
-#define REG_QUEUE_NUM_MAX 0x034
-#define REG_QUEUE_NUM 0x038
-#define REG_QUEUE_READY 0x044
-#define REG_QUEUE_NOTIFY 0x050
-#define REG_INTERRUPT_STATUS 0x060
-#define REG_INTERRUPT_ACK 0x064
-#define REG_STATUS 0x070
-#define REG_QUEUE_DESC_LOW 0x080
-#define REG_QUEUE_DESC_HIGH 0x084
-#define REG_QUEUE_DRIVER_LOW 0x090
-#define REG_QUEUE_DRIVER_HIGH 0x094
-#define REG_QUEUE_DEVICE_LOW 0x0a0
-#define REG_QUEUE_DEVICE_HIGH 0x0a4
-#define REG_CONFIG_GENERATION 0x0fc
-#define REG_CONFIG 0x100
+#define REG_QUEUE_SEL		0x030
+#define REG_QUEUE_NUM_MAX	0x034
+#define REG_QUEUE_NUM		0x038
+#define REG_QUEUE_READY		0x044
+#define REG_QUEUE_NOTIFY	0x050
+#define REG_INTERRUPT_STATUS	0x060
+#define REG_INTERRUPT_ACK	0x064
+#define REG_STATUS		0x070
+#define REG_QUEUE_DESC_LOW	0x080
+#define REG_QUEUE_DESC_HIGH	0x084
+#define REG_QUEUE_DRIVER_LOW	0x090
+#define REG_QUEUE_DRIVER_HIGH	0x094
+#define REG_QUEUE_DEVICE_LOW	0x0a0
+#define REG_QUEUE_DEVICE_HIGH	0x0a4
+#define REG_CONFIG_GENERATION	0x0fc
+#define REG_CONFIG		0x100
 
-#define VIRTIO_MMIO_MAGIC 0x74726976 /* "virt" */
+#define VIRTIO_MMIO_MAGIC  0x74726976 /* "virt" */
 #define VIRTIO_MMIO_VENDOR 0x45564f43 /* "COVE" */
 
 static uint64_t offered_features(const struct virtio_mmio *t)
@@ -66,7 +66,8 @@ static void raise_irq(struct virtio_mmio *t, uint32_t bits)
 	t->interrupts++;
 	if (t->irq_efd >= 0) {
 		uint64_t one = 1;
-		/* The counter only saturates after 2^64-2 unread writes; the guest acks long before. */
+		/* The counter only saturates after 2^64-2 unread writes; the guest acks long
+		 * before. */
 		if (write(t->irq_efd, &one, sizeof(one)) < 0 && t->vm)
 			log_warn(t->vm->log, "%s: irqfd write: %s", t->ops->name, strerror(errno));
 	}
@@ -275,7 +276,8 @@ void virtio_mmio_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len)
 	pthread_mutex_lock(&t->lock);
 	if (off >= REG_CONFIG) {
 		uint64_t c = off - REG_CONFIG;
-		if (c < t->ops->config_size && len <= t->ops->config_size - c && t->ops->config_read)
+		if (c < t->ops->config_size && len <= t->ops->config_size - c &&
+		    t->ops->config_read)
 			t->ops->config_read(t->dev, (uint32_t)c, data, len);
 	} else if (len == 4 && !(off & 3)) {
 		uint32_t v = read_reg(t, off);
@@ -290,7 +292,8 @@ void virtio_mmio_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t
 	pthread_mutex_lock(&t->lock);
 	if (off >= REG_CONFIG) {
 		uint64_t c = off - REG_CONFIG;
-		if (c < t->ops->config_size && len <= t->ops->config_size - c && t->ops->config_write)
+		if (c < t->ops->config_size && len <= t->ops->config_size - c &&
+		    t->ops->config_write)
 			t->ops->config_write(t->dev, (uint32_t)c, data, len);
 	} else if (len == 4 && !(off & 3)) {
 		uint32_t v;
@@ -301,9 +304,9 @@ void virtio_mmio_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t
 }
 
 static const struct io_ops virtio_mmio_ops = {
-	.name = "virtio-mmio",
-	.read = virtio_mmio_read,
-	.write = virtio_mmio_write,
+    .name = "virtio-mmio",
+    .read = virtio_mmio_read,
+    .write = virtio_mmio_write,
 };
 
 /* One eventfd per queue so a kick names its queue without a VM exit. */
@@ -323,11 +326,11 @@ static void on_notify(void *opaque, uint32_t events)
 static int ioeventfd(struct virtio_mmio *t, uint32_t q, bool assign)
 {
 	struct kvm_ioeventfd io = {
-		.datamatch = q,
-		.addr = t->base + REG_QUEUE_NOTIFY,
-		.len = 4,
-		.fd = t->notify_efd[q],
-		.flags = KVM_IOEVENTFD_FLAG_DATAMATCH | (assign ? 0 : KVM_IOEVENTFD_FLAG_DEASSIGN),
+	    .datamatch = q,
+	    .addr = t->base + REG_QUEUE_NOTIFY,
+	    .len = 4,
+	    .fd = t->notify_efd[q],
+	    .flags = KVM_IOEVENTFD_FLAG_DATAMATCH | (assign ? 0 : KVM_IOEVENTFD_FLAG_DEASSIGN),
 	};
 	return assign ? KVM_IOCTL(t->vm->log, t->vm->vm_fd, KVM_IOEVENTFD, &io)
 		      : kvm_ioctl_raw(t->vm->vm_fd, KVM_IOEVENTFD, &io);
@@ -336,9 +339,9 @@ static int ioeventfd(struct virtio_mmio *t, uint32_t q, bool assign)
 static int irqfd(struct virtio_mmio *t, bool assign)
 {
 	struct kvm_irqfd f = {
-		.fd = (uint32_t)t->irq_efd,
-		.gsi = t->irq,
-		.flags = assign ? 0 : KVM_IRQFD_FLAG_DEASSIGN,
+	    .fd = (uint32_t)t->irq_efd,
+	    .gsi = t->irq,
+	    .flags = assign ? 0 : KVM_IRQFD_FLAG_DEASSIGN,
 	};
 	return assign ? KVM_IOCTL(t->vm->log, t->vm->vm_fd, KVM_IRQFD, &f)
 		      : kvm_ioctl_raw(t->vm->vm_fd, KVM_IRQFD, &f);

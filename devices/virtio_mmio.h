@@ -1,4 +1,4 @@
-/* virtio-mmio (version 2) transport: registers, feature negotiation, ioeventfd/irqfd; devices plug in an ops table. */
+/* virtio-mmio (v2) transport: registers, features, ioeventfd/irqfd; devices add an ops table. */
 #ifndef COVE_VIRTIO_MMIO_H
 #define COVE_VIRTIO_MMIO_H
 
@@ -12,22 +12,22 @@
 struct vm;
 struct virtio_mmio;
 
-#define VIRTIO_MMIO_BASE 0xd0000000ULL
-#define VIRTIO_MMIO_SIZE 0x1000ULL
+#define VIRTIO_MMIO_BASE       0xd0000000ULL
+#define VIRTIO_MMIO_SIZE       0x1000ULL
 #define VIRTIO_MMIO_MAX_QUEUES 8
 
 #define VIRTIO_F_RING_INDIRECT_DESC (1ULL << 28)
-#define VIRTIO_F_RING_EVENT_IDX (1ULL << 29)
-#define VIRTIO_F_VERSION_1 (1ULL << 32)
+#define VIRTIO_F_RING_EVENT_IDX	    (1ULL << 29)
+#define VIRTIO_F_VERSION_1	    (1ULL << 32)
 
 #define VIRTIO_STATUS_ACKNOWLEDGE 1
-#define VIRTIO_STATUS_DRIVER 2
-#define VIRTIO_STATUS_DRIVER_OK 4
+#define VIRTIO_STATUS_DRIVER	  2
+#define VIRTIO_STATUS_DRIVER_OK	  4
 #define VIRTIO_STATUS_FEATURES_OK 8
 #define VIRTIO_STATUS_NEEDS_RESET 64
-#define VIRTIO_STATUS_FAILED 128
+#define VIRTIO_STATUS_FAILED	  128
 
-#define VIRTIO_INT_USED 1
+#define VIRTIO_INT_USED	  1
 #define VIRTIO_INT_CONFIG 2
 
 /*
@@ -57,7 +57,7 @@ struct virtio_mmio {
 	void *dev;
 	uint64_t base;
 	uint32_t irq;
-	int irq_efd;			      /* KVM irqfd on `irq`; -1 without a VM */
+	int irq_efd;				/* KVM irqfd on `irq`; -1 without a VM */
 	int notify_efd[VIRTIO_MMIO_MAX_QUEUES]; /* KVM ioeventfds on QueueNotify, one per queue */
 	bool ioeventfd_registered[VIRTIO_MMIO_MAX_QUEUES];
 	bool watched[VIRTIO_MMIO_MAX_QUEUES];
@@ -101,6 +101,7 @@ bool virtio_mmio_has_feature(const struct virtio_mmio *t, uint64_t f);
  * (NUL-terminated, capacity `cap`).  Returns 0 or -E2BIG when the result would
  * be longer than 4095 bytes or not fit.
  */
-int virtio_mmio_cmdline_append(struct virtio_mmio *const *devs, size_t n, char *cmdline, size_t cap);
+int virtio_mmio_cmdline_append(struct virtio_mmio *const *devs, size_t n, char *cmdline,
+			       size_t cap);
 
 #endif

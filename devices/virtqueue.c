@@ -1,4 +1,4 @@
-/* Split virtqueue: walks descriptor chains the guest offers and fills the used ring, trusting nothing. */
+/* Split virtqueue: walks the chains the guest offers and fills the used ring, trusting nothing. */
 #include "virtqueue.h"
 
 #include <errno.h>
@@ -18,7 +18,7 @@ struct vring_used_elem {
 };
 
 #define AVAIL_RING_OFF 4
-#define USED_RING_OFF 4
+#define USED_RING_OFF  4
 
 static uint64_t desc_bytes(uint16_t size)
 {
@@ -92,14 +92,15 @@ static int add_seg(const struct virtq *q, struct virtq_chain *c, const struct vr
 		return -EINVAL; /* a readable buffer after a writable one */
 	if (c->nr >= VIRTQ_MAX_SEGS)
 		return -EINVAL;
-	c->seg[c->nr++] = (struct virtq_seg){ .gpa = d->addr, .len = d->len, .write = w };
+	c->seg[c->nr++] = (struct virtq_seg){.gpa = d->addr, .len = d->len, .write = w};
 	if (w) {
 		c->in_len += d->len;
 	} else {
 		c->nr_out++;
 		c->out_len += d->len;
 	}
-	/* Bounded by VIRTQ_MAX_SEGS * 4 GiB, so these sums never wrap; cap what devices see anyway. */
+	/* Bounded by VIRTQ_MAX_SEGS * 4 GiB, so these sums never wrap; cap what devices see anyway.
+	 */
 	if (c->in_len > UINT32_MAX || c->out_len > UINT32_MAX)
 		return -EINVAL;
 	return 0;
@@ -209,7 +210,7 @@ int virtq_push(struct virtq *q, uint16_t head, uint32_t len)
 	if (!q->ready || !used)
 		return -EIO;
 	uint64_t off = USED_RING_OFF + 8ULL * (q->used_idx & (q->size - 1));
-	struct vring_used_elem e = { .id = head, .len = len };
+	struct vring_used_elem e = {.id = head, .len = len};
 	memcpy(used + off, &e, sizeof(e));
 	mark(q, q->used_gpa + off, sizeof(e));
 	/* The element must be visible before the index that publishes it. */
@@ -239,8 +240,8 @@ bool virtq_should_notify(struct virtq *q)
 	return virtq_need_event(used_event, new_idx, old);
 }
 
-uint64_t virtq_chain_read(const struct virtq *q, const struct virtq_chain *c, uint64_t off, void *buf,
-			  uint64_t len)
+uint64_t virtq_chain_read(const struct virtq *q, const struct virtq_chain *c, uint64_t off,
+			  void *buf, uint64_t len)
 {
 	uint64_t done = 0;
 	for (uint32_t i = 0; i < c->nr_out && done < len; i++) {

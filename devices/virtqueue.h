@@ -11,9 +11,9 @@
 /* A chain never has more data segments than the largest queue has descriptors. */
 #define VIRTQ_MAX_SEGS VIRTQ_MAX_SIZE
 
-#define VIRTQ_DESC_F_NEXT 1
-#define VIRTQ_DESC_F_WRITE 2
-#define VIRTQ_DESC_F_INDIRECT 4
+#define VIRTQ_DESC_F_NEXT	   1
+#define VIRTQ_DESC_F_WRITE	   2
+#define VIRTQ_DESC_F_INDIRECT	   4
 #define VIRTQ_AVAIL_F_NO_INTERRUPT 1
 
 /* Called for every range of guest memory the virtqueue code writes (used ring, avail_event). */
@@ -24,15 +24,15 @@ struct virtq {
 	uint16_t size; /* power of two, 1..VIRTQ_MAX_SIZE */
 	bool ready;
 	uint64_t desc_gpa, avail_gpa, used_gpa;
-	bool event_idx;	    /* VIRTIO_RING_F_EVENT_IDX negotiated */
-	bool indirect;	    /* VIRTIO_RING_F_INDIRECT_DESC negotiated */
+	bool event_idx; /* VIRTIO_RING_F_EVENT_IDX negotiated */
+	bool indirect;	/* VIRTIO_RING_F_INDIRECT_DESC negotiated */
 	const struct guest_mem *mem;
 	virtq_dirty_fn mark_dirty;
 	void *dirty_opaque;
 
 	/* Device-side ring state. */
-	uint16_t last_avail; /* next avail ring entry to consume */
-	uint16_t used_idx;   /* our copy of used->idx */
+	uint16_t last_avail;	 /* next avail ring entry to consume */
+	uint16_t used_idx;	 /* our copy of used->idx */
 	uint16_t signalled_used; /* used_idx when the driver was last interrupted */
 	bool signalled_valid;
 };
@@ -47,9 +47,9 @@ struct virtq_seg {
 struct virtq_chain {
 	uint16_t head;
 	uint32_t nr;
-	uint32_t nr_out;   /* leading readable segments */
-	uint64_t out_len;  /* bytes the device may read */
-	uint64_t in_len;   /* bytes the device may write */
+	uint32_t nr_out;  /* leading readable segments */
+	uint64_t out_len; /* bytes the device may read */
+	uint64_t in_len;  /* bytes the device may write */
 	struct virtq_seg seg[VIRTQ_MAX_SEGS];
 };
 
@@ -74,8 +74,9 @@ static inline bool virtq_need_event(uint16_t event, uint16_t new_idx, uint16_t o
 {
 	return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old_idx);
 }
-/* Copies up to `len` bytes from the readable segments starting at byte `off`; returns bytes copied. */
-uint64_t virtq_chain_read(const struct virtq *q, const struct virtq_chain *c, uint64_t off, void *buf,
-			  uint64_t len);
+/* Copies up to `len` bytes from the readable segments starting at byte `off`; returns bytes copied.
+ */
+uint64_t virtq_chain_read(const struct virtq *q, const struct virtq_chain *c, uint64_t off,
+			  void *buf, uint64_t len);
 
 #endif

@@ -105,6 +105,54 @@ static void test_options_errors(void **state)
 	free(longline);
 }
 
+static void test_options_disks(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	char err[256];
+	assert_int_equal(parse(&o, err, sizeof(err), 7, "--kernel", "k", "--disk", "/a/root.ext4",
+			       "--disk", "b.img,ro"),
+			 0);
+	assert_int_equal(o.nr_disks, 2);
+	assert_string_equal(o.disks[0].path, "/a/root.ext4");
+	assert_false(o.disks[0].read_only);
+	assert_string_equal(o.disks[1].path, "b.img");
+	assert_true(o.disks[1].read_only);
+
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", ",ro"), -EINVAL);
+	assert_non_null(strstr(err, "no path"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", ""), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,rw"), -EINVAL);
+	assert_non_null(strstr(err, "unknown option 'rw'"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,ro,"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,roo"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,overlay=b"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "not supported yet"));
+	assert_null(strchr(err, '\n'));
+
+	/* At most 8. */
+	char *argv[32] = { "run", "--kernel", "k" };
+	int argc = 3;
+	for (int i = 0; i < 9; i++) {
+		argv[argc++] = "--disk";
+		argv[argc++] = "d.img";
+	}
+	argv[argc] = NULL;
+	assert_int_equal(run_opts_parse(argc, argv, &o, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "at most 8"));
+	assert_int_equal(run_opts_parse(argc - 2, argv, &o, err, sizeof(err)), 0);
+	assert_int_equal(o.nr_disks, 8);
+
+	struct disk_opt d;
+	char *longpath = malloc(RUN_DISK_PATH_MAX + 10);
+	memset(longpath, 'p', RUN_DISK_PATH_MAX + 9);
+	longpath[RUN_DISK_PATH_MAX + 9] = 0;
+	assert_int_equal(parse_disk_opt(longpath, &d, err, sizeof(err)), -EINVAL);
+	free(longpath);
+	assert_int_equal(parse_disk_opt("x,overlay=y", &d, err, sizeof(err)), -ENOTSUP);
+}
+
 static void test_mem_size(void **state)
 {
 	(void)state;
@@ -627,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_loader_pvh_note),	  cmocka_unit_test(test_mptable),
 		cmocka_unit_test(test_serial_regs),
 		cmocka_unit_test(test_i8042),
+		cmocka_unit_test(test_options_disks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
