@@ -104,7 +104,7 @@ static int run_command(struct sup *sup, const struct init_config *cfg)
 		argv = sh_cmd;
 	else if (cfg->argv)
 		argv = cfg->argv;
-	err = sup_spawn(sup, argv);
+	err = sup_spawn(sup, argv, argv == sh_interactive);
 	if (err < 0) {
 		init_log("fork: %s", strerror(-err));
 		return 127;

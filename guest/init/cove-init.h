@@ -3,6 +3,7 @@
 #define COVE_INIT_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -42,7 +43,8 @@ struct sup {
 };
 
 int sup_init(struct sup *s);
-int sup_spawn(struct sup *s, char *const argv[]);
+/* interactive: make the console the command's controlling tty (a shell on the console). */
+int sup_spawn(struct sup *s, char *const argv[], bool interactive);
 int sup_wait(struct sup *s);
 void sup_stop_all(struct sup *s);
 

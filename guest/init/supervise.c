@@ -1,6 +1,7 @@
 /* supervise.c: runs the sandbox command on the console, reaps every child, handles stop requests.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -60,13 +61,21 @@ int sup_init(struct sup *s)
 	return 0;
 }
 
-/* In the child: own session with the console as controlling tty, so ctrl-C and job control work. */
-static void child_attach_console(void)
+/*
+ * In the child: own session.  Only an interactive shell gets the console as its
+ * controlling tty (ctrl-C, job control): when a session leader with a
+ * controlling tty exits, the kernel hangs the tty up and discards output still
+ * queued for the UART, which lost the tail of a command's output whenever
+ * another vCPU was still draining it.
+ */
+static void child_attach_console(bool controlling)
 {
 	int fd;
 
 	if (setsid() < 0)
 		return;
+	if (!controlling)
+		return; /* keep init's console descriptors */
 	fd = open("/dev/console", O_RDWR);
 	if (fd < 0)
 		return;
@@ -80,7 +89,7 @@ static void child_attach_console(void)
 		close(fd);
 }
 
-int sup_spawn(struct sup *s, char *const argv[])
+int sup_spawn(struct sup *s, char *const argv[], bool interactive)
 {
 	pid_t pid = fork();
 
@@ -88,7 +97,7 @@ int sup_spawn(struct sup *s, char *const argv[])
 		return -errno;
 	if (pid == 0) {
 		sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
-		child_attach_console();
+		child_attach_console(interactive);
 		execvp(argv[0], argv);
 		dprintf(2, "cove-init: exec %s: %s\n", argv[0], strerror(errno));
 		_exit(errno == ENOENT ? 127 : 126);
