@@ -8,6 +8,7 @@
 
 #include "options.h"
 #include "virtio_blk.h"
+#include "virtio_vsock.h"
 #include "vm.h"
 
 /*
@@ -21,6 +22,7 @@ int board_create(struct board *b, struct vm *vm, int console_fd)
 {
 	b->nr_disks = 0;
 	b->nr_virtio = 0;
+	b->vsock = NULL;
 	int r = serial_create(&b->com1, vm, console_fd);
 	if (r) {
 		log_err(vm->log, "cannot register serial port: %d", r);
@@ -56,6 +58,7 @@ int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks
 		char serial[VIRTIO_BLK_ID_BYTES + 1];
 		snprintf(serial, sizeof(serial), "cove-vd%c", 'a' + b->nr_disks);
 		int r = virtio_blk_create(blk, vm, disks[i].path, disks[i].read_only,
+					  disks[i].overlay[0] ? disks[i].overlay : NULL,
 					  VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
 					  virtio_irqs[slot], serial);
 		if (r) {
@@ -65,6 +68,26 @@ int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks
 		b->disks[b->nr_disks++] = blk;
 		b->virtio[b->nr_virtio++] = &blk->mmio;
 	}
+	return 0;
+}
+
+int board_add_vsock(struct board *b, struct vm *vm, uint64_t cid, const char *uds_path)
+{
+	if (b->vsock || b->nr_virtio >= BOARD_MAX_VIRTIO)
+		return -ENOSPC;
+	struct virtio_vsock *v = calloc(1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	int slot = b->nr_virtio;
+	int r = virtio_vsock_create(v, vm, &vm->mem, cid, uds_path,
+				    VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
+				    virtio_irqs[slot]);
+	if (r) {
+		free(v);
+		return r;
+	}
+	b->vsock = v;
+	b->virtio[b->nr_virtio++] = &v->mmio;
 	return 0;
 }
 
@@ -79,6 +102,11 @@ int board_cmdline(const struct board *b, const char *base, char *out, size_t cap
 
 void board_destroy(struct board *b)
 {
+	if (b->vsock) {
+		virtio_vsock_destroy(b->vsock);
+		free(b->vsock);
+		b->vsock = NULL;
+	}
 	for (int i = b->nr_disks - 1; i >= 0; i--) {
 		virtio_blk_destroy(b->disks[i]);
 		free(b->disks[i]);

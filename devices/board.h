@@ -14,6 +14,7 @@ struct disk_opt;
 #define BOARD_MAX_VIRTIO 9
 
 struct virtio_blk;
+struct virtio_vsock;
 
 struct board {
 	struct serial com1;
@@ -21,6 +22,7 @@ struct board {
 	struct cmos_rtc rtc;
 	struct virtio_blk *disks[BOARD_MAX_DISKS];
 	int nr_disks;
+	struct virtio_vsock *vsock; /* NULL without --vsock-cid */
 	struct virtio_mmio *virtio[BOARD_MAX_VIRTIO]; /* in slot order: base and IRQ follow from it */
 	int nr_virtio;
 };
@@ -29,6 +31,8 @@ struct board {
 int board_create(struct board *b, struct vm *vm, int console_fd);
 /* Adds one virtio-blk per disk, in order (the guest names them vda, vdb...). 0 or -errno. */
 int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks, int n);
+/* Adds the virtio-vsock device serving `uds_path` for guest `cid`. 0 or -errno. */
+int board_add_vsock(struct board *b, struct vm *vm, uint64_t cid, const char *uds_path);
 /*
  * Copies `base` into `out` and appends the virtio_mmio.device= words the guest
  * kernel needs to find the virtio devices.  0, or -E2BIG past 4095 bytes.

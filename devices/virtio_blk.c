@@ -169,6 +169,39 @@ static bool range_ok(const struct virtio_blk *blk, uint64_t sector, uint64_t byt
 	return sector <= blk->capacity && n <= blk->capacity - sector;
 }
 
+/*
+ * Overlay disks are served synchronously here, on the thread that kicked the queue, under the
+ * transport lock (io_uring for overlays is future work, see OVERLAY.md).
+ */
+static int overlay_request(struct virtio_blk *blk, struct blk_req *req)
+{
+	struct blk_io *io = &req->io;
+	int r;
+	switch (io->op) {
+	case BLK_OP_READ:
+		r = overlay_read(blk->ov, io->offset, io->iov, io->niov, io->len);
+		if (!r)
+			mark_written(blk, &req->chain, req->used_len);
+		break;
+	case BLK_OP_WRITE:
+		r = overlay_write(blk->ov, io->offset, io->iov, io->niov, io->len);
+		break;
+	case BLK_OP_FLUSH:
+		r = overlay_flush(blk->ov);
+		break;
+	default:
+		return VIRTIO_BLK_S_UNSUPP; /* discard is not offered on overlays */
+	}
+	if (r) {
+		req->used_len = 0;
+		if (blk->vm)
+			log_debug(blk->vm->log, "%s: overlay request failed: %s", blk->serial,
+				  strerror(-r));
+		return VIRTIO_BLK_S_IOERR;
+	}
+	return VIRTIO_BLK_S_OK;
+}
+
 /* Returns a status to finish with now, or -1 when the request went to the back end. */
 static int start_request(struct virtio_blk *blk, struct blk_req *req)
 {
@@ -252,6 +285,8 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 		return VIRTIO_BLK_S_UNSUPP;
 	}
 	req->io.done = req_done;
+	if (blk->ov)
+		return overlay_request(blk, req);
 	return blk_uring_queue(&blk->be, &req->io) ? VIRTIO_BLK_S_IOERR : -1;
 }
 
@@ -335,23 +370,85 @@ static const struct virtio_dev_ops blk_ops_ro = {
     .reset = dev_reset,
 };
 
+/* Overlays are not offered DISCARD: punching the data file would let stale base data show. */
+static const struct virtio_dev_ops blk_ops_overlay = {
+    .name = "virtio-blk",
+    .device_id = VIRTIO_ID_BLOCK,
+    .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
+		VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+    .nr_queues = 1,
+    .config_size = sizeof(struct blk_config),
+    .config_read = config_read,
+    .queue_notify = queue_notify,
+    .reset = dev_reset,
+};
+
+static void close_backend(struct virtio_blk *blk)
+{
+	if (blk->ov) {
+		/* Writes the map one last time: a clean stop keeps even unflushed writes. */
+		int r = overlay_close(blk->ov);
+		if (r && blk->vm)
+			log_err(blk->vm->log, "%s: overlay: cannot save the map: %s", blk->serial,
+				strerror(-r));
+		free(blk->ov);
+		blk->ov = NULL;
+	}
+	blk_uring_close(&blk->be);
+}
+
+static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
+			const char *overlay)
+{
+	char err[512];
+	blk->be.fd = blk->be.efd = -1; /* no io_uring back end */
+	blk->ov = calloc(1, sizeof(*blk->ov));
+	if (!blk->ov)
+		return -ENOMEM;
+	int r = overlay_open(blk->ov, path, overlay, 0, err, sizeof(err));
+	if (r) {
+		log_err(vm->log, "disk %s: %s", path, err);
+		free(blk->ov);
+		blk->ov = NULL;
+		return r;
+	}
+	blk->capacity = blk->ov->disk_size / SECTOR_SIZE;
+	return 0;
+}
+
 int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
-		      uint64_t base, uint32_t irq, const char *serial)
+		      const char *overlay, uint64_t base, uint32_t irq, const char *serial)
 {
 	memset(blk, 0, sizeof(*blk));
 	blk->vm = vm;
 	blk->read_only = read_only;
 	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
-	int r = blk_uring_open(&blk->be, path, read_only);
-	if (r) {
-		log_err(vm->log, "disk %s: %s", path, strerror(-r));
-		return r;
+	int r;
+	if (overlay) {
+		r = open_overlay(blk, vm, path, overlay);
+		if (r)
+			return r;
+	} else {
+		r = blk_uring_open(&blk->be, path, read_only);
+		if (r) {
+			log_err(vm->log, "disk %s: %s", path, strerror(-r));
+			return r;
+		}
+		blk->capacity = blk->be.size / SECTOR_SIZE;
 	}
-	blk->capacity = blk->be.size / SECTOR_SIZE;
 	r = virtio_mmio_create(&blk->mmio, vm, &vm->mem, base, irq,
-			       read_only ? &blk_ops_ro : &blk_ops_rw, blk);
+			       overlay	   ? &blk_ops_overlay
+			       : read_only ? &blk_ops_ro
+					   : &blk_ops_rw,
+			       blk);
 	if (r)
 		goto fail_be;
+	if (overlay) {
+		log_info(vm->log, "disk %s: %llu sectors, copy-on-write overlay %s (%u KiB chunks)",
+			 path, (unsigned long long)blk->capacity, overlay,
+			 blk->ov->chunk_size >> 10);
+		return 0;
+	}
 	r = evloop_add(&vm->loop, blk->be.efd, EPOLLIN, on_completion, blk);
 	if (r) {
 		log_err(vm->log, "disk %s: cannot watch io_uring completions: %s", path,
@@ -366,7 +463,7 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 fail_mmio:
 	virtio_mmio_destroy(&blk->mmio);
 fail_be:
-	blk_uring_close(&blk->be);
+	close_backend(blk);
 	return r;
 }
 
@@ -376,6 +473,6 @@ void virtio_blk_destroy(struct virtio_blk *blk)
 		evloop_del(&blk->vm->loop, blk->be.efd);
 	blk->watched = false;
 	/* Requests still in flight complete with -ECANCELED and are only freed. */
-	blk_uring_close(&blk->be);
+	close_backend(blk);
 	virtio_mmio_destroy(&blk->mmio);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "blk_uring.h"
+#include "overlay.h"
 #include "virtio_mmio.h"
 
 #define VIRTIO_BLK_ID_BYTES 20
@@ -13,6 +14,7 @@
 struct virtio_blk {
 	struct virtio_mmio mmio;
 	struct blk_uring be;
+	struct overlay *ov; /* copy-on-write overlay: synchronous I/O instead of be */
 	struct vm *vm;
 	bool watched;
 	bool read_only;
@@ -22,9 +24,12 @@ struct virtio_blk {
 	uint64_t requests, errors;
 };
 
-/* Opens the image and registers the device at `base`/`irq`. 0 or -errno, after one log line. */
+/*
+ * Opens the image (or, with `overlay` set, the read-only base `path` under that overlay) and
+ * registers the device at `base`/`irq`. 0 or -errno, after one log line.
+ */
 int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
-		      uint64_t base, uint32_t irq, const char *serial);
+		      const char *overlay, uint64_t base, uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
 
 #endif

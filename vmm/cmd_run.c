@@ -105,6 +105,8 @@ static int run_vm(struct run_ctx *c, const struct run_opts *o)
 		goto out_vm;
 	if (board_add_disks(&c->board, &c->vm, o->disks, o->nr_disks))
 		goto out_board;
+	if (o->vsock_cid && board_add_vsock(&c->board, &c->vm, o->vsock_cid, o->vsock_uds))
+		goto out_board;
 	/* The guest finds virtio-mmio devices only through virtio_mmio.device= words. */
 	char cmdline[4096];
 	if (board_cmdline(&c->board, o->cmdline, cmdline, sizeof(cmdline))) {

@@ -22,6 +22,11 @@ const char run_usage[] =
 	"  --vcpus N           number of vCPUs (1..64, default 1)\n"
 	"  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
 	"  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
+	"  --disk BASE,overlay=OVL  BASE read-only under a copy-on-write overlay (OVL + OVL.map,\n"
+	"                      created when absent)\n"
+	"  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
+	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
+	"                      guest; guest connections to host port P go to PATH_P\n"
 	"  --console FILE      write the serial console to FILE instead of stdout\n"
 	"  --track-dirty-pages log guest writes from boot (for snapshots; costs guest speed)\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
@@ -79,7 +84,8 @@ int parse_mem_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK };
+enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
+       OPT_VSOCK_CID, OPT_VSOCK_UDS };
 
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 {
@@ -98,13 +104,19 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 		if (olen == 2 && !strncmp(opt, "ro", 2)) {
 			d->read_only = true;
 		} else if (olen >= 8 && !strncmp(opt, "overlay=", 8)) {
-			fail(err, errlen, "--disk: overlay= (copy-on-write) is not supported yet");
-			return -ENOTSUP;
+			if (olen == 8)
+				return fail(err, errlen, "--disk: overlay= needs a path in '%s'", s);
+			if (olen - 8 >= sizeof(d->overlay))
+				return fail(err, errlen, "--disk: overlay path is longer than %d bytes",
+					    RUN_DISK_PATH_MAX - 1);
+			memcpy(d->overlay, opt + 8, olen - 8);
 		} else {
 			return fail(err, errlen, "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
 				    (int)olen, opt, s);
 		}
 	}
+	if (d->read_only && d->overlay[0])
+		return fail(err, errlen, "--disk: ro and overlay= do not go together in '%s'", s);
 	return 0;
 }
 
@@ -119,6 +131,8 @@ static const struct option run_long_opts[] = {
 	{ "log-level", required_argument, NULL, OPT_LOG },
 	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
 	{ "disk", required_argument, NULL, OPT_DISK },
+	{ "vsock-cid", required_argument, NULL, OPT_VSOCK_CID },
+	{ "vsock-uds", required_argument, NULL, OPT_VSOCK_UDS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -166,6 +180,23 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 				return -EINVAL;
 			o->nr_disks++;
 			break;
+		case OPT_VSOCK_CID: {
+			char *end;
+			errno = 0;
+			unsigned long long v = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || *optarg == '-' || v < 3 || v > UINT32_MAX)
+				return fail(err, errlen,
+					    "--vsock-cid: '%s' is not a number from 3 to 4294967295",
+					    optarg);
+			o->vsock_cid = v;
+			break;
+		}
+		case OPT_VSOCK_UDS:
+			/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
+			if (!*optarg || strlen(optarg) > 96)
+				return fail(err, errlen, "--vsock-uds: path must be 1 to 96 bytes long");
+			o->vsock_uds = optarg;
+			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);
 			if (r)
@@ -207,5 +238,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return fail(err, errlen, "--kernel FILE is required");
 	if (strlen(o->cmdline) >= 4096)
 		return fail(err, errlen, "--cmdline is longer than 4095 bytes");
+	if (!o->vsock_cid != !o->vsock_uds)
+		return fail(err, errlen, "--vsock-cid and --vsock-uds go together");
 	return 0;
 }

@@ -12,10 +12,11 @@
 #define RUN_MAX_DISKS 8
 #define RUN_DISK_PATH_MAX 4096
 
-/* One --disk PATH[,ro]: the guest sees them as /dev/vda, /dev/vdb... in order. */
+/* One --disk PATH[,ro|,overlay=OVL]: the guest sees them as /dev/vda, /dev/vdb... in order. */
 struct disk_opt {
 	char path[RUN_DISK_PATH_MAX];
 	bool read_only;
+	char overlay[RUN_DISK_PATH_MAX]; /* copy-on-write overlay over the read-only PATH; "" if none */
 };
 
 struct run_opts {
@@ -30,6 +31,8 @@ struct run_opts {
 	enum log_level log_level;
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS];
+	uint64_t vsock_cid;   /* 0: no vsock device */
+	const char *vsock_uds; /* host Unix socket (Firecracker's hybrid vsock) */
 };
 
 /*
@@ -39,7 +42,7 @@ struct run_opts {
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
 /* "256M", "4G", "1024K", "65536B"; a bare number is MiB (as QEMU's -m). -EINVAL or -ERANGE. */
 int parse_mem_size(const char *s, uint64_t *out);
-/* "PATH[,ro]"; -EINVAL (or -ENOTSUP for overlay=) with a one-line message in `err`. */
+/* "PATH[,ro]" or "PATH,overlay=OVL"; -EINVAL with a one-line message in `err`. */
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
 extern const char run_usage[];
 

@@ -5,10 +5,14 @@ Layout inside the box (tests/e2e/run puts it there): /work/cove, /work/kernel/{b
 /work/rootfs/initramfs.cpio.gz, /work/rootfs/rootfs.ext4. Prints one PASS/FAIL line per test and 'N passed, N failed'.
 """
 import base64
+import hashlib
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 COVE = os.environ.get("COVE", "/work/cove")
@@ -222,7 +226,7 @@ def test_disk_discard():
 
 
 def test_disk_bad_options():
-    for spec, want in (("/tmp/x,overlay=/tmp/y", "not supported yet"), (",ro", "no path"),
+    for spec, want in (("/tmp/x,ro,overlay=/tmp/y", "do not go together"), (",ro", "no path"),
                        ("/tmp/x,rw", "unknown option")):
         r = subprocess.run([COVE, "run", "--kernel", BZIMAGE, "--disk", spec], capture_output=True,
                            text=True, timeout=30)
@@ -230,6 +234,272 @@ def test_disk_bad_options():
     r = subprocess.run([COVE, "run", "--kernel", BZIMAGE, "--disk", "/work/no-such-disk"],
                        capture_output=True, text=True, timeout=30)
     check(r.returncode == 1 and "no-such-disk" in r.stderr, f"missing disk: rc={r.returncode} {r.stderr!r}")
+
+
+OVL_BASE = "/tmp/ovl-base.ext4"
+WHO = re.compile(r"WHO=(\S+)")
+
+
+def sha256_file(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def test_disk_overlay():
+    # Copy-on-write: ext4 root on an overlay over a read-only base; two sandboxes share the base.
+    subprocess.run(["cp", ROOTFS, OVL_BASE], check=True)
+    for p in ("/tmp/ovl-a", "/tmp/ovl-a.map", "/tmp/ovl-b", "/tmp/ovl-b.map"):
+        if os.path.exists(p):
+            os.unlink(p)
+    base_sha = sha256_file(OVL_BASE)
+    a, b = OVL_BASE + ",overlay=/tmp/ovl-a", OVL_BASE + ",overlay=/tmp/ovl-b"
+    out = disk_boot("head -c 3000000 /dev/urandom > /ovl.bin && echo only-a > /who && sync && "
+                    "echo SHA=$(sha256sum /ovl.bin | cut -d' ' -f1)", a)
+    m = SHA.search(out)
+    check(m, f"no checksum line: {out[-1500:]!r}")
+    check(os.path.exists("/tmp/ovl-a") and os.path.exists("/tmp/ovl-a.map"),
+          "overlay files were not created")
+    check(sha256_file(OVL_BASE) == base_sha, "the base image changed after the first boot")
+    print(f"    overlay data {os.stat('/tmp/ovl-a').st_blocks * 512 >> 10} KiB allocated, "
+          f"map {os.stat('/tmp/ovl-a.map').st_size} bytes")
+    # Second boot on the same overlay: the data is there.
+    out2 = disk_boot("echo SHA=$(sha256sum /ovl.bin | cut -d' ' -f1); echo WHO=$(cat /who)", a)
+    m2 = SHA.search(out2)
+    check(m2 and m2.group(1) == m.group(1), f"checksum after reboot differs: {out2[-1500:]!r}")
+    check("WHO=only-a" in out2, f"/who lost after reboot: {out2[-1500:]!r}")
+    # A second sandbox on the same base sees none of the first one's writes.
+    out3 = disk_boot("if [ -e /ovl.bin ]; then echo SEES-A; fi; echo only-b > /who && sync; "
+                     "echo WHO=$(cat /who)", b)
+    check("SEES-A" not in out3 and "WHO=only-b" in out3, f"overlay b: {out3[-1500:]!r}")
+    out4 = disk_boot("echo WHO=$(cat /who)", a)
+    check("WHO=only-a" in out4, f"overlay a sees b's write: {out4[-1500:]!r}")
+    out5 = disk_boot("echo WHO=$(cat /who); if [ -e /ovl.bin ]; then echo SEES-A; fi", b)
+    check("WHO=only-b" in out5 and "SEES-A" not in out5, f"overlay b after reboot: {out5[-1500:]!r}")
+    check(sha256_file(OVL_BASE) == base_sha, "the base image changed")
+
+
+def test_disk_overlay_wrong_base():
+    # A map made for another disk size is refused with a clear error before the guest runs.
+    check(os.path.exists("/tmp/ovl-a.map"), "needs test_disk_overlay first")
+    other = "/tmp/ovl-other.ext4"
+    subprocess.run(["cp", ROOTFS, other], check=True)
+    with open(other, "ab") as f:
+        f.write(b"\0" * 65536)
+    r = subprocess.run([COVE, "run", "--kernel", BZIMAGE, "--disk", other + ",overlay=/tmp/ovl-a"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "was made for a" in r.stderr,
+          f"mismatched base: rc={r.returncode} {r.stderr!r}")
+    with open("/tmp/ovl-bad.map", "wb") as f:
+        f.write(b"COVEOVLM" + b"\xff" * 40)
+    r = subprocess.run([COVE, "run", "--kernel", BZIMAGE, "--disk", OVL_BASE + ",overlay=/tmp/ovl-bad"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "unsupported version" in r.stderr,
+          f"corrupt map: rc={r.returncode} {r.stderr!r}")
+
+
+# --- virtio-vsock (host side: Firecracker's hybrid Unix-socket protocol) ---
+VSOCK_DISK = os.environ.get("VSOCK_DISK", "/work/vsock.ext4")
+VSOCK_UDS = "/tmp/cove-vsock.sock"
+VSOCK_BYTES = int(os.environ.get("E2E_VSOCK_BYTES", str(100 * 1024 * 1024)))
+VSOCK_TIMEOUT = float(os.environ.get("E2E_VSOCK_TIMEOUT", "1200"))
+SHA_LINE = re.compile(r"\b([0-9a-f]{64})  -")
+
+
+def vsock_start(cmd):
+    """Starts cove with the helper disk (/mnt/vsock_guest) and vsock cid 3; returns (proc, out file)."""
+    out = tempfile.TemporaryFile()
+    args = [COVE, "run", "--kernel", BZIMAGE, "--initrd", INITRD, "--mem", "512M",
+            "--cmdline", cmdline_for("mount -t ext4 -o ro /dev/vda /mnt && " + cmd),
+            "--disk", VSOCK_DISK + ",ro", "--vsock-cid", "3", "--vsock-uds", VSOCK_UDS]
+    p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return p, out
+
+
+def vsock_finish(p, out, timeout=VSOCK_TIMEOUT):
+    try:
+        rc = p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        rc = None
+    out.seek(0)
+    text = out.read().decode(errors="replace")
+    check(rc == 0, f"cove exited {rc}; output tail {text[-1500:]!r}")
+    return text
+
+
+def vsock_host_connect(p, port, deadline):
+    """Connects through the hybrid socket until the guest accepts; returns (socket, OK line)."""
+    while True:
+        check(p.poll() is None, "cove exited before the guest listened")
+        check(time.monotonic() < deadline, f"guest port {port} never accepted a connection")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60)
+        try:
+            s.connect(VSOCK_UDS)
+            s.sendall(f"CONNECT {port}\n".encode())
+            line = b""
+            while not line.endswith(b"\n"):
+                b = s.recv(1)
+                if not b:
+                    break
+                line += b
+            if line.startswith(b"OK "):
+                return s, line.decode().strip()
+        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, socket.timeout):
+            pass
+        s.close()
+        time.sleep(0.5)
+
+
+def test_vsock_host_to_guest():
+    data = os.urandom(VSOCK_BYTES)
+    want = hashlib.sha256(data).hexdigest()
+    p, out = vsock_start("/mnt/vsock_guest listen 5000 | sha256sum")
+    try:
+        s, ok = vsock_host_connect(p, 5000, time.monotonic() + BOOT_TIMEOUT)
+        check(re.fullmatch(r"OK \d+", ok), f"bad reply {ok!r}")
+        s.settimeout(300)
+        t0 = time.monotonic()
+        view = memoryview(data)
+        for i in range(0, len(data), 1 << 20):
+            s.sendall(view[i:i + (1 << 20)])
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(4096):  # EOF once the guest closed its end
+            pass
+        dt = time.monotonic() - t0
+        s.close()
+    finally:
+        text = vsock_finish(p, out)
+    m = SHA_LINE.search(text)
+    check(m, f"no checksum from the guest; tail {text[-1500:]!r}")
+    check(m.group(1) == want, f"guest got sha256 {m.group(1)}, host sent {want}")
+    print(f"    host->guest {VSOCK_BYTES / 1e6:.0f} MB in {dt:.1f} s: {VSOCK_BYTES / 1e6 / dt:.1f} MB/s ({ok})")
+
+
+def test_vsock_guest_to_host():
+    path = VSOCK_UDS + "_6000"
+    if os.path.exists(path):
+        os.unlink(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    srv.settimeout(BOOT_TIMEOUT)
+    p, out = vsock_start(f"/mnt/vsock_guest connect 2 6000 {VSOCK_BYTES} | sha256sum; sleep 1")
+    try:
+        c, _ = srv.accept()
+        c.settimeout(300)
+        h = hashlib.sha256()
+        n = 0
+        t0 = time.monotonic()
+        while True:
+            b = c.recv(1 << 20)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+        dt = time.monotonic() - t0
+        c.close()
+    finally:
+        srv.close()
+        os.unlink(path)
+        text = vsock_finish(p, out)
+    check(n == VSOCK_BYTES, f"host received {n} bytes, want {VSOCK_BYTES}")
+    m = SHA_LINE.search(text)
+    check(m, f"no checksum from the guest; tail {text[-1500:]!r}")
+    check(m.group(1) == h.hexdigest(), f"guest sent sha256 {m.group(1)}, host got {h.hexdigest()}")
+    print(f"    guest->host {n / 1e6:.0f} MB in {dt:.1f} s: {n / 1e6 / dt:.1f} MB/s")
+
+
+def test_vsock_guest_connect_refused():
+    # Nobody listens on port 7000: the guest's connect fails; the device then still serves 6001.
+    for port in (7000, 6001):
+        if os.path.exists(f"{VSOCK_UDS}_{port}"):
+            os.unlink(f"{VSOCK_UDS}_{port}")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(f"{VSOCK_UDS}_6001")
+    srv.listen(1)
+    got = []
+
+    def serve():
+        c, _ = srv.accept()
+        data = b""
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            data += b
+        got.append(data)
+        c.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    p, out = vsock_start("/mnt/vsock_guest connect 2 7000 10; echo RC1=$?; "
+                         "/mnt/vsock_guest connect 2 6001 1000 | sha256sum; sleep 1")
+    try:
+        text = vsock_finish(p, out)
+    finally:
+        srv.close()
+        os.unlink(f"{VSOCK_UDS}_6001")
+    check("RC1=5" in text, f"connect to a closed port did not fail; tail {text[-1500:]!r}")
+    check(re.search(r"connect: (Connection reset by peer|Connection refused)", text),
+          f"no refused/reset error; tail {text[-1500:]!r}")
+    th.join(5)
+    check(got and len(got[0]) == 1000, f"second connection got {[len(g) for g in got]} bytes")
+    m = SHA_LINE.search(text)
+    check(m and m.group(1) == hashlib.sha256(got[0]).hexdigest(), "checksum mismatch on port 6001")
+
+
+def test_vsock_parallel_streams():
+    # Four host->guest streams at once share the rx queue; each arrives intact.
+    ports = (5001, 5002, 5003, 5004)
+    size = 16 * 1024 * 1024
+    datas = {port: os.urandom(size) for port in ports}
+    cmd = ("for p in 5001 5002 5003 5004; do (/mnt/vsock_guest listen $p | sha256sum > /tmp/$p) & "
+           "done; wait; for p in 5001 5002 5003 5004; do echo P$p=$(cut -c1-64 /tmp/$p); done")
+    p, out = vsock_start(cmd)
+    errors = []
+
+    def push(port):
+        try:
+            s, _ = vsock_host_connect(p, port, time.monotonic() + BOOT_TIMEOUT)
+            s.settimeout(300)
+            s.sendall(datas[port])
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(4096):
+                pass
+            s.close()
+        except Exception as e:  # reported below, from the main thread
+            errors.append(f"port {port}: {type(e).__name__}: {e}")
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=push, args=(port,), daemon=True) for port in ports]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(VSOCK_TIMEOUT)
+    dt = time.monotonic() - t0
+    text = vsock_finish(p, out)
+    check(not errors, "; ".join(errors))
+    for port in ports:
+        m = re.search(rf"P{port}=([0-9a-f]{{64}})", text)
+        check(m, f"no checksum for port {port}; tail {text[-1500:]!r}")
+        check(m.group(1) == hashlib.sha256(datas[port]).hexdigest(), f"port {port}: checksum mismatch")
+    print(f"    4 x {size >> 20} MiB in parallel in {dt:.1f} s (including boot)")
+
+
+def test_vsock_bad_options():
+    for args, want in ((["--vsock-cid", "3"], "go together"),
+                       (["--vsock-uds", "/tmp/x.sock"], "go together"),
+                       (["--vsock-cid", "2", "--vsock-uds", "/tmp/x.sock"], "--vsock-cid"),
+                       (["--vsock-cid", "abc", "--vsock-uds", "/tmp/x.sock"], "--vsock-cid")):
+        r = subprocess.run([COVE, "run", "--kernel", BZIMAGE] + args, capture_output=True, text=True)
+        check(r.returncode == 2 and want in r.stderr and r.stderr.count("\n") == 1,
+              f"{args}: rc={r.returncode} {r.stderr!r}")
 
 
 TESTS = [
@@ -248,6 +518,13 @@ TESTS = [
     test_disk_read_only,
     test_disk_discard,
     test_disk_bad_options,
+    test_disk_overlay,
+    test_disk_overlay_wrong_base,
+    test_vsock_bad_options,
+    test_vsock_guest_connect_refused,
+    test_vsock_host_to_guest,
+    test_vsock_guest_to_host,
+    test_vsock_parallel_streams,
 ]
 
 

@@ -126,9 +126,16 @@ static void test_options_disks(void **state)
 	assert_non_null(strstr(err, "unknown option 'rw'"));
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,ro,"), -EINVAL);
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,roo"), -EINVAL);
-	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,overlay=b"),
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,overlay=b"), 0);
+	assert_string_equal(o.disks[0].path, "a");
+	assert_string_equal(o.disks[0].overlay, "b");
+	assert_false(o.disks[0].read_only);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,overlay="),
 			 -EINVAL);
-	assert_non_null(strstr(err, "not supported yet"));
+	assert_non_null(strstr(err, "needs a path"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,ro,overlay=b"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "do not go together"));
 	assert_null(strchr(err, '\n'));
 
 	/* At most 8. */
@@ -150,7 +157,10 @@ static void test_options_disks(void **state)
 	longpath[RUN_DISK_PATH_MAX + 9] = 0;
 	assert_int_equal(parse_disk_opt(longpath, &d, err, sizeof(err)), -EINVAL);
 	free(longpath);
-	assert_int_equal(parse_disk_opt("x,overlay=y", &d, err, sizeof(err)), -ENOTSUP);
+	assert_int_equal(parse_disk_opt("x,overlay=y", &d, err, sizeof(err)), 0);
+	assert_string_equal(d.overlay, "y");
+	assert_int_equal(parse_disk_opt("x", &d, err, sizeof(err)), 0);
+	assert_string_equal(d.overlay, "");
 }
 
 static void test_mem_size(void **state)

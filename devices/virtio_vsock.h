@@ -1,0 +1,53 @@
+/* virtio-vsock device: guest streams to host Unix sockets, Firecracker's hybrid protocol. */
+#ifndef COVE_VIRTIO_VSOCK_H
+#define COVE_VIRTIO_VSOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "virtio_mmio.h"
+#include "vsock_conn.h"
+
+#define VSOCK_MAX_CONNS 1024
+#define VSOCK_RST_QUEUE 256
+#define VSOCK_MIN_CID	3
+
+struct vsock_conn;
+
+struct virtio_vsock {
+	struct virtio_mmio mmio;
+	struct vm *vm;
+	uint64_t guest_cid;
+	char uds_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int listen_fd;
+	int epfd; /* the Unix sockets, watched as one fd by the VM's event loop */
+	bool watched;
+	bool listen_paused; /* accept() failed for lack of fds */
+	uint32_t next_local_port;
+	struct vsock_conn *conns[VSOCK_MAX_CONNS];
+	int nr_conns;
+	int rr; /* round-robin start for host->guest data */
+	/* RSTs that belong to no live connection, waiting for an rx buffer. */
+	struct vsock_hdr rst_q[VSOCK_RST_QUEUE];
+	int rst_head, rst_n;
+	bool rx_held; /* rx_chain was popped and not used yet */
+	struct virtq_chain rx_chain;
+	struct virtq_chain tx_chain;
+	uint8_t bounce[VSOCK_MAX_PAYLOAD];
+	uint64_t rx_bytes, tx_bytes, bad_packets;
+};
+
+/*
+ * Serves `uds_path` (host side) and registers the device at base/irq for a
+ * guest with context id `guest_cid` (>= 3).  0 or -errno after one log line.
+ * With vm == NULL (unit tests) nothing is registered, `mem` is used and the
+ * caller runs virtio_vsock_service() itself.
+ */
+int virtio_vsock_create(struct virtio_vsock *v, struct vm *vm, const struct guest_mem *mem,
+			uint64_t guest_cid, const char *uds_path, uint64_t base, uint32_t irq);
+void virtio_vsock_destroy(struct virtio_vsock *v);
+/* Serves ready host sockets (what the event loop calls when v->epfd is readable). */
+void virtio_vsock_service(struct virtio_vsock *v);
+
+#endif

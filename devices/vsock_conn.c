@@ -1,0 +1,153 @@
+/* virtio-vsock header codec, guest packet checks, credit accounting and the connection state
+ * machine. */
+#include "vsock_conn.h"
+
+#include <errno.h>
+#include <string.h>
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+void vsock_hdr_decode(const uint8_t *b, struct vsock_hdr *h)
+{
+	h->src_cid = get_le(b + 0, 8);
+	h->dst_cid = get_le(b + 8, 8);
+	h->src_port = (uint32_t)get_le(b + 16, 4);
+	h->dst_port = (uint32_t)get_le(b + 20, 4);
+	h->len = (uint32_t)get_le(b + 24, 4);
+	h->type = (uint16_t)get_le(b + 28, 2);
+	h->op = (uint16_t)get_le(b + 30, 2);
+	h->flags = (uint32_t)get_le(b + 32, 4);
+	h->buf_alloc = (uint32_t)get_le(b + 36, 4);
+	h->fwd_cnt = (uint32_t)get_le(b + 40, 4);
+}
+
+void vsock_hdr_encode(const struct vsock_hdr *h, uint8_t *b)
+{
+	put_le(b + 0, h->src_cid, 8);
+	put_le(b + 8, h->dst_cid, 8);
+	put_le(b + 16, h->src_port, 4);
+	put_le(b + 20, h->dst_port, 4);
+	put_le(b + 24, h->len, 4);
+	put_le(b + 28, h->type, 2);
+	put_le(b + 30, h->op, 2);
+	put_le(b + 32, h->flags, 4);
+	put_le(b + 36, h->buf_alloc, 4);
+	put_le(b + 40, h->fwd_cnt, 4);
+}
+
+enum vsock_verdict vsock_hdr_check(const struct vsock_hdr *h, uint64_t guest_cid,
+				   uint64_t payload_avail)
+{
+	/* A packet with a forged or foreign address gets no answer at all. */
+	if (h->src_cid != guest_cid || h->dst_cid != VSOCK_HOST_CID)
+		return VSOCK_DROP;
+	/* Never answer an RST with an RST. */
+	enum vsock_verdict bad = h->op == VSOCK_OP_RST ? VSOCK_DROP : VSOCK_REPLY_RST;
+	if (h->type != VSOCK_TYPE_STREAM)
+		return bad;
+	if (h->op < VSOCK_OP_REQUEST || h->op > VSOCK_OP_CREDIT_REQUEST)
+		return bad;
+	if (h->len > VSOCK_MAX_PAYLOAD || h->len > payload_avail)
+		return bad;
+	if (h->op != VSOCK_OP_RW && h->len)
+		return bad;
+	if (h->op == VSOCK_OP_SHUTDOWN && (h->flags & ~(VSOCK_SHUTDOWN_RCV | VSOCK_SHUTDOWN_SEND)))
+		return bad;
+	return VSOCK_ACCEPT;
+}
+
+uint32_t vsock_credit_peer_avail(const struct vsock_credit *c)
+{
+	uint32_t in_flight = c->tx_cnt - c->peer_fwd_cnt;
+	return in_flight >= c->peer_buf_alloc ? 0 : c->peer_buf_alloc - in_flight;
+}
+
+void vsock_credit_update_from(struct vsock_credit *c, const struct vsock_hdr *h)
+{
+	c->peer_buf_alloc = h->buf_alloc;
+	c->peer_fwd_cnt = h->fwd_cnt;
+}
+
+bool vsock_credit_guest_sent(struct vsock_credit *c, uint32_t len)
+{
+	uint32_t buffered = c->rx_cnt - c->fwd_cnt;
+	if (buffered > VSOCK_BUF_ALLOC || len > VSOCK_BUF_ALLOC - buffered)
+		return false;
+	c->rx_cnt += len;
+	return true;
+}
+
+bool vsock_credit_update_due(const struct vsock_credit *c)
+{
+	return c->fwd_cnt - c->last_fwd_sent >= VSOCK_BUF_ALLOC / 4;
+}
+
+enum vsock_action vsock_conn_action(enum vsock_state st, uint16_t op)
+{
+	switch (st) {
+	case VSOCK_ST_CONNECTING:
+		if (op == VSOCK_OP_RESPONSE)
+			return VSOCK_ACT_ESTABLISH;
+		if (op == VSOCK_OP_RST)
+			return VSOCK_ACT_CLOSE;
+		if (op == VSOCK_OP_CREDIT_UPDATE)
+			return VSOCK_ACT_NONE;
+		return VSOCK_ACT_RST;
+	case VSOCK_ST_ESTABLISHED:
+		switch (op) {
+		case VSOCK_OP_RW:
+			return VSOCK_ACT_DATA;
+		case VSOCK_OP_SHUTDOWN:
+			return VSOCK_ACT_SHUTDOWN;
+		case VSOCK_OP_CREDIT_UPDATE:
+			return VSOCK_ACT_NONE;
+		case VSOCK_OP_CREDIT_REQUEST:
+			return VSOCK_ACT_SEND_CREDIT;
+		case VSOCK_OP_RST:
+			return VSOCK_ACT_CLOSE;
+		default: /* REQUEST/RESPONSE on a live connection */
+			return VSOCK_ACT_RST;
+		}
+	case VSOCK_ST_HOST_HANDSHAKE: /* the guest cannot know this one yet */
+		return op == VSOCK_OP_RST ? VSOCK_ACT_NONE : VSOCK_ACT_RST;
+	case VSOCK_ST_CLOSED:
+	default:
+		return VSOCK_ACT_NONE;
+	}
+}
+
+int vsock_parse_connect(const char *buf, size_t len, uint32_t *port)
+{
+	static const char prefix[] = "CONNECT ";
+	size_t plen = sizeof(prefix) - 1;
+	size_t n = len < plen ? len : plen;
+	if (memcmp(buf, prefix, n))
+		return -EINVAL;
+	if (len <= plen)
+		return 0;
+	uint64_t v = 0;
+	size_t i = plen;
+	for (; i < len && buf[i] >= '0' && buf[i] <= '9'; i++) {
+		if (i - plen >= 10)
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(buf[i] - '0');
+	}
+	if (i == len)
+		return 0; /* digits so far, no newline yet */
+	if (i == plen || buf[i] != '\n' || v > UINT32_MAX)
+		return -EINVAL;
+	*port = (uint32_t)v;
+	return 1;
+}

@@ -1,0 +1,564 @@
+/* Unit tests: vsock header codec and checks, credit accounting, connection state machine, CONNECT
+ * line. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "guest_mem.h"
+#include "virtio_vsock.h"
+#include "vsock_conn.h"
+
+#define CID 7
+
+static struct vsock_hdr good(uint16_t op, uint32_t len)
+{
+	return (struct vsock_hdr){.src_cid = CID,
+				  .dst_cid = VSOCK_HOST_CID,
+				  .src_port = 1234,
+				  .dst_port = 5000,
+				  .len = len,
+				  .type = VSOCK_TYPE_STREAM,
+				  .op = op,
+				  .buf_alloc = 262144,
+				  .fwd_cnt = 0};
+}
+
+static void test_codec_roundtrip_le(void **s)
+{
+	(void)s;
+	struct vsock_hdr h = {.src_cid = 0x0102030405060708ULL,
+			      .dst_cid = 2,
+			      .src_port = 0xa1a2a3a4,
+			      .dst_port = 0xb1b2b3b4,
+			      .len = 0x11223344,
+			      .type = 1,
+			      .op = 5,
+			      .flags = 3,
+			      .buf_alloc = 0x55667788,
+			      .fwd_cnt = 0x99aabbcc};
+	uint8_t raw[VSOCK_HDR_SIZE];
+	vsock_hdr_encode(&h, raw);
+	assert_int_equal(raw[0], 0x08); /* little endian on the wire */
+	assert_int_equal(raw[7], 0x01);
+	assert_int_equal(raw[16], 0xa4);
+	assert_int_equal(raw[28], 1);
+	assert_int_equal(raw[30], 5);
+	assert_int_equal(raw[43], 0x99);
+	struct vsock_hdr d;
+	vsock_hdr_decode(raw, &d);
+	assert_true(d.src_cid == h.src_cid && d.dst_cid == h.dst_cid);
+	assert_true(d.src_port == h.src_port && d.dst_port == h.dst_port && d.len == h.len);
+	assert_true(d.type == h.type && d.op == h.op && d.flags == h.flags);
+	assert_true(d.buf_alloc == h.buf_alloc && d.fwd_cnt == h.fwd_cnt);
+}
+
+static void test_check(void **s)
+{
+	(void)s;
+	struct vsock_hdr h = good(VSOCK_OP_RW, 100);
+	assert_int_equal(vsock_hdr_check(&h, CID, 100), VSOCK_ACCEPT);
+	assert_int_equal(vsock_hdr_check(&h, CID, 99), VSOCK_REPLY_RST); /* len past the chain */
+	h.src_cid = 8;							 /* spoofed source */
+	assert_int_equal(vsock_hdr_check(&h, CID, 100), VSOCK_DROP);
+	h = good(VSOCK_OP_RW, 100);
+	h.dst_cid = 3; /* guest-to-guest */
+	assert_int_equal(vsock_hdr_check(&h, CID, 100), VSOCK_DROP);
+	h = good(VSOCK_OP_RW, VSOCK_MAX_PAYLOAD + 1);
+	assert_int_equal(vsock_hdr_check(&h, CID, 1ULL << 30), VSOCK_REPLY_RST);
+	h = good(VSOCK_OP_REQUEST, 0);
+	h.type = 2; /* SEQPACKET: not offered */
+	assert_int_equal(vsock_hdr_check(&h, CID, 0), VSOCK_REPLY_RST);
+	h = good(0, 0);
+	assert_int_equal(vsock_hdr_check(&h, CID, 0), VSOCK_REPLY_RST);
+	h = good(99, 0);
+	assert_int_equal(vsock_hdr_check(&h, CID, 0), VSOCK_REPLY_RST);
+	h = good(VSOCK_OP_RST, 5); /* a bad RST is dropped, never answered */
+	assert_int_equal(vsock_hdr_check(&h, CID, 5), VSOCK_DROP);
+	h = good(VSOCK_OP_REQUEST, 4); /* payload on a control packet */
+	assert_int_equal(vsock_hdr_check(&h, CID, 4), VSOCK_REPLY_RST);
+	h = good(VSOCK_OP_SHUTDOWN, 0);
+	h.flags = 3;
+	assert_int_equal(vsock_hdr_check(&h, CID, 0), VSOCK_ACCEPT);
+	h.flags = 4;
+	assert_int_equal(vsock_hdr_check(&h, CID, 0), VSOCK_REPLY_RST);
+}
+
+static void test_credit(void **s)
+{
+	(void)s;
+	struct vsock_credit c = {0};
+	struct vsock_hdr h = good(VSOCK_OP_CREDIT_UPDATE, 0);
+	h.buf_alloc = 1000;
+	h.fwd_cnt = 0;
+	vsock_credit_update_from(&c, &h);
+	assert_int_equal(vsock_credit_peer_avail(&c), 1000);
+	c.tx_cnt = 600;
+	assert_int_equal(vsock_credit_peer_avail(&c), 400);
+	c.tx_cnt = 1000;
+	assert_int_equal(vsock_credit_peer_avail(&c), 0);
+	h.fwd_cnt = 700;
+	vsock_credit_update_from(&c, &h);
+	assert_int_equal(vsock_credit_peer_avail(&c), 700);
+	/* The guest shrinks its buffer below what is in flight: no credit, no underflow. */
+	h.buf_alloc = 100;
+	vsock_credit_update_from(&c, &h);
+	assert_int_equal(vsock_credit_peer_avail(&c), 0);
+	/* Counters wrap at 2^32. */
+	c.tx_cnt = 10;
+	c.peer_fwd_cnt = 0xfffffff0u;
+	c.peer_buf_alloc = 100;
+	assert_int_equal(vsock_credit_peer_avail(&c), 74);
+
+	/* Guest -> host: the guest may not exceed VSOCK_BUF_ALLOC unconsumed bytes. */
+	struct vsock_credit g = {0};
+	assert_true(vsock_credit_guest_sent(&g, VSOCK_BUF_ALLOC));
+	assert_false(vsock_credit_guest_sent(&g, 1));
+	g.fwd_cnt += 10;
+	assert_true(vsock_credit_guest_sent(&g, 10));
+	assert_false(vsock_credit_update_due(&g));
+	g.fwd_cnt += VSOCK_BUF_ALLOC / 4;
+	assert_true(vsock_credit_update_due(&g));
+	g.last_fwd_sent = g.fwd_cnt;
+	assert_false(vsock_credit_update_due(&g));
+}
+
+static void test_state_machine(void **s)
+{
+	(void)s;
+	assert_int_equal(vsock_conn_action(VSOCK_ST_CONNECTING, VSOCK_OP_RESPONSE),
+			 VSOCK_ACT_ESTABLISH);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_CONNECTING, VSOCK_OP_RST), VSOCK_ACT_CLOSE);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_CONNECTING, VSOCK_OP_RW), VSOCK_ACT_RST);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_RW), VSOCK_ACT_DATA);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_SHUTDOWN),
+			 VSOCK_ACT_SHUTDOWN);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_CREDIT_REQUEST),
+			 VSOCK_ACT_SEND_CREDIT);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_CREDIT_UPDATE),
+			 VSOCK_ACT_NONE);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_RST), VSOCK_ACT_CLOSE);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_REQUEST), VSOCK_ACT_RST);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_ESTABLISHED, VSOCK_OP_RESPONSE), VSOCK_ACT_RST);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_HOST_HANDSHAKE, VSOCK_OP_RW), VSOCK_ACT_RST);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_HOST_HANDSHAKE, VSOCK_OP_RST), VSOCK_ACT_NONE);
+	assert_int_equal(vsock_conn_action(VSOCK_ST_CLOSED, VSOCK_OP_RW), VSOCK_ACT_NONE);
+}
+
+static void test_parse_connect(void **s)
+{
+	(void)s;
+	uint32_t port = 0;
+	const char *l = "CONNECT 5000\n";
+	for (size_t i = 0; i < strlen(l); i++)
+		assert_int_equal(vsock_parse_connect(l, i, &port), 0); /* needs more */
+	assert_int_equal(vsock_parse_connect(l, strlen(l), &port), 1);
+	assert_int_equal(port, 5000);
+	assert_int_equal(vsock_parse_connect("CONNECT 4294967295\n", 19, &port), 1);
+	assert_int_equal(port, 4294967295u);
+	assert_int_equal(vsock_parse_connect("CONNECT 4294967296\n", 19, &port), -EINVAL);
+	assert_int_equal(vsock_parse_connect("CONNECT 12345678901\n", 20, &port), -EINVAL);
+	assert_int_equal(vsock_parse_connect("CONNECT \n", 9, &port), -EINVAL);
+	assert_int_equal(vsock_parse_connect("CONNECT 5x\n", 11, &port), -EINVAL);
+	assert_int_equal(vsock_parse_connect("connect 5\n", 10, &port), -EINVAL);
+	assert_int_equal(vsock_parse_connect("GET / HTTP", 10, &port), -EINVAL);
+}
+
+/* --- the device over fake guest memory, driven like a guest driver would --- */
+#define QN	 16
+#define DESC(q)	 (0x10000ULL + (q)*0x1000ULL)
+#define AVAIL(q) (0x20000ULL + (q)*0x1000ULL)
+#define USED(q)	 (0x30000ULL + (q)*0x1000ULL)
+#define RXBUF(i) (0x100000ULL + (i)*0x2000ULL)
+#define TXBUF	 0x200000ULL
+#define RXLEN	 (VSOCK_HDR_SIZE + 4096)
+
+struct vdev {
+	struct guest_mem mem;
+	struct virtio_vsock *v;
+	char dir[64], path[108];
+	uint16_t avail_idx[3], used_seen[3];
+};
+
+static void *gp(struct vdev *d, uint64_t gpa, uint64_t len)
+{
+	void *p = guest_mem_ptr(&d->mem, gpa, len);
+	assert_non_null(p);
+	return p;
+}
+
+static void wr(struct vdev *d, uint64_t off, uint32_t val)
+{
+	virtio_mmio_write(&d->v->mmio, off, (const uint8_t *)&val, 4);
+}
+
+static void put_desc(struct vdev *d, int q, int i, uint64_t addr, uint32_t len, uint16_t flags,
+		     uint16_t next)
+{
+	uint8_t *p = gp(d, DESC(q) + 16ULL * i, 16);
+	memcpy(p, &addr, 8);
+	memcpy(p + 8, &len, 4);
+	memcpy(p + 12, &flags, 2);
+	memcpy(p + 14, &next, 2);
+}
+
+static void make_avail(struct vdev *d, int q, uint16_t head)
+{
+	uint16_t *ring = gp(d, AVAIL(q), 4 + 2 * QN);
+	ring[2 + d->avail_idx[q] % QN] = head;
+	d->avail_idx[q]++;
+	ring[1] = d->avail_idx[q];
+	wr(d, 0x050, (uint32_t)q);
+}
+
+/* Offers one rx buffer per free descriptor slot i (0..QN-1). */
+static void give_rx(struct vdev *d, int i)
+{
+	put_desc(d, 0, i, RXBUF(i), RXLEN, VIRTQ_DESC_F_WRITE, 0);
+	make_avail(d, 0, (uint16_t)i);
+}
+
+/* Takes the next packet the device put on the rx used ring; false when there is none. */
+static bool take_rx(struct vdev *d, struct vsock_hdr *h, uint8_t *payload)
+{
+	uint16_t *used_idx = gp(d, USED(0) + 2, 2);
+	if (*used_idx == d->used_seen[0])
+		return false;
+	uint32_t *e = gp(d, USED(0) + 4 + 8ULL * (d->used_seen[0] % QN), 8);
+	d->used_seen[0]++;
+	uint32_t id = e[0], len = e[1];
+	assert_true(len >= VSOCK_HDR_SIZE && len <= RXLEN);
+	vsock_hdr_decode(gp(d, RXBUF(id), VSOCK_HDR_SIZE), h);
+	assert_int_equal(len, VSOCK_HDR_SIZE + h->len);
+	if (payload)
+		memcpy(payload, gp(d, RXBUF(id) + VSOCK_HDR_SIZE, h->len), h->len);
+	give_rx(d, (int)id); /* recycle */
+	return true;
+}
+
+/* Sends raw bytes as one tx chain (split into two descriptors after `split` bytes). */
+static void send_raw(struct vdev *d, const void *buf, uint32_t len, uint32_t split)
+{
+	memcpy(gp(d, TXBUF, len ? len : 1), buf, len);
+	if (split && split < len) {
+		put_desc(d, 1, 0, TXBUF, split, VIRTQ_DESC_F_NEXT, 1);
+		put_desc(d, 1, 1, TXBUF + split, len - split, 0, 0);
+	} else {
+		put_desc(d, 1, 0, TXBUF, len, 0, 0);
+	}
+	make_avail(d, 1, 0);
+}
+
+static void send_pkt(struct vdev *d, struct vsock_hdr h, const void *payload)
+{
+	uint8_t buf[VSOCK_HDR_SIZE + 4096];
+	vsock_hdr_encode(&h, buf);
+	if (h.len && payload)
+		memcpy(buf + VSOCK_HDR_SIZE, payload, h.len);
+	send_raw(d, buf, VSOCK_HDR_SIZE + h.len, VSOCK_HDR_SIZE);
+}
+
+static int vdev_setup(void **state)
+{
+	struct vdev *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	assert_int_equal(guest_mem_create(&d->mem, 4ULL << 20), 0);
+	snprintf(d->dir, sizeof(d->dir), "/tmp/cove-vsock-XXXXXX");
+	assert_non_null(mkdtemp(d->dir));
+	snprintf(d->path, sizeof(d->path), "%s/v.sock", d->dir);
+	d->v = calloc(1, sizeof(*d->v));
+	assert_non_null(d->v);
+	assert_int_equal(
+	    virtio_vsock_create(d->v, NULL, &d->mem, CID, d->path, VIRTIO_MMIO_BASE, 5), 0);
+	wr(d, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	wr(d, 0x024, 1);
+	wr(d, 0x020, 1); /* VERSION_1 */
+	wr(d, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
+	for (int q = 0; q < 3; q++) {
+		wr(d, 0x030, (uint32_t)q);
+		wr(d, 0x038, QN);
+		wr(d, 0x080, (uint32_t)DESC(q));
+		wr(d, 0x090, (uint32_t)AVAIL(q));
+		wr(d, 0x0a0, (uint32_t)USED(q));
+		wr(d, 0x044, 1);
+	}
+	wr(d, 0x070,
+	   VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK |
+	       VIRTIO_STATUS_DRIVER_OK);
+	uint8_t cfg[8];
+	virtio_mmio_read(&d->v->mmio, 0x100, cfg, 8);
+	assert_int_equal(cfg[0], CID);
+	for (int i = 0; i < QN; i++)
+		give_rx(d, i);
+	*state = d;
+	return 0;
+}
+
+static int vdev_teardown(void **state)
+{
+	struct vdev *d = *state;
+	virtio_vsock_destroy(d->v);
+	free(d->v);
+	guest_mem_destroy(&d->mem);
+	rmdir(d->dir);
+	free(d);
+	return 0;
+}
+
+static void test_dev_hostile_packets(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	uint8_t junk[VSOCK_HDR_SIZE] = {1, 2, 3};
+	send_raw(d, junk, 10, 0); /* shorter than a header: dropped */
+	assert_false(take_rx(d, &r, NULL));
+	struct vsock_hdr h = good(VSOCK_OP_RW, 0);
+	h.src_cid = 99; /* spoofed: dropped without an answer */
+	send_pkt(d, h, NULL);
+	assert_false(take_rx(d, &r, NULL));
+	h = good(VSOCK_OP_RW, 0);
+	h.len = 5000; /* longer than the chain */
+	uint8_t raw[VSOCK_HDR_SIZE];
+	vsock_hdr_encode(&h, raw);
+	send_raw(d, raw, sizeof(raw), 0);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RST);
+	assert_int_equal(r.dst_cid, CID);
+	assert_int_equal(r.dst_port, 1234);
+	assert_int_equal(r.src_port, 5000);
+	h = good(42, 0); /* unknown op */
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RST);
+	h = good(VSOCK_OP_RW, 3); /* data on no connection */
+	send_pkt(d, h, "abc");
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RST);
+	h = good(VSOCK_OP_RST, 0); /* RST on no connection: silence */
+	send_pkt(d, h, NULL);
+	assert_false(take_rx(d, &r, NULL));
+	/* A descriptor pointing outside guest RAM makes the chain malformed: no crash. */
+	put_desc(d, 1, 0, 0xfffffffff000ULL, 64, 0, 0);
+	make_avail(d, 1, 0);
+	assert_true(d->v->bad_packets >= 4);
+}
+
+static void test_dev_guest_connect(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	/* Nobody listens on <path>_6000: RST. */
+	struct vsock_hdr h = good(VSOCK_OP_REQUEST, 0);
+	h.dst_port = 6000;
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RST);
+
+	char p[128];
+	snprintf(p, sizeof(p), "%s_6001", d->path);
+	int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, p);
+	assert_int_equal(bind(srv, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(srv, 1), 0);
+	h.dst_port = 6001;
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RESPONSE);
+	assert_int_equal(r.src_port, 6001);
+	assert_int_equal(r.dst_port, 1234);
+	assert_int_equal(r.buf_alloc, VSOCK_BUF_ALLOC);
+	int c = accept(srv, NULL, NULL);
+	assert_true(c >= 0);
+
+	h = good(VSOCK_OP_RW, 5);
+	h.dst_port = 6001;
+	send_pkt(d, h, "hello");
+	char buf[64] = {0};
+	assert_int_equal(read(c, buf, sizeof(buf)), 5);
+	assert_string_equal(buf, "hello");
+
+	assert_int_equal(write(c, "world!", 6), 6);
+	virtio_vsock_service(d->v);
+	uint8_t pl[4096];
+	assert_true(take_rx(d, &r, pl));
+	assert_int_equal(r.op, VSOCK_OP_RW);
+	assert_int_equal(r.len, 6);
+	assert_memory_equal(pl, "world!", 6);
+
+	/* The host half-closes: the guest gets SHUTDOWN(SEND). */
+	shutdown(c, SHUT_WR);
+	virtio_vsock_service(d->v);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_SHUTDOWN);
+	assert_int_equal(r.flags, VSOCK_SHUTDOWN_SEND);
+
+	/* The guest closes: RST back and the host reads EOF. */
+	h = good(VSOCK_OP_SHUTDOWN, 0);
+	h.dst_port = 6001;
+	h.flags = VSOCK_SHUTDOWN_RCV | VSOCK_SHUTDOWN_SEND;
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RST);
+	assert_int_equal(read(c, buf, sizeof(buf)), 0);
+	assert_int_equal(d->v->nr_conns, 0);
+	close(c);
+	close(srv);
+	unlink(p);
+}
+
+static void test_dev_host_connect(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, d->path);
+	assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	virtio_vsock_service(d->v); /* accept */
+	assert_int_equal(write(s, "CONNECT 52", 10), 10);
+	virtio_vsock_service(d->v);
+	assert_false(take_rx(d, &r, NULL)); /* no newline yet */
+	assert_int_equal(write(s, "\n", 1), 1);
+	virtio_vsock_service(d->v);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_REQUEST);
+	assert_int_equal(r.dst_port, 52);
+	assert_int_equal(r.src_cid, VSOCK_HOST_CID);
+	uint32_t local = r.src_port;
+	assert_true(local >= (1u << 30));
+
+	struct vsock_hdr h = good(VSOCK_OP_RESPONSE, 0);
+	h.src_port = 52;
+	h.dst_port = local;
+	h.buf_alloc = 8; /* a tiny guest buffer: the host may send 8 bytes */
+	send_pkt(d, h, NULL);
+	char line[64] = {0};
+	struct pollfd pfd = {.fd = s, .events = POLLIN};
+	assert_int_equal(poll(&pfd, 1, 1000), 1);
+	ssize_t n = read(s, line, sizeof(line) - 1);
+	char want[64];
+	snprintf(want, sizeof(want), "OK %u\n", local);
+	assert_int_equal(n, (ssize_t)strlen(want));
+	assert_string_equal(line, want);
+
+	assert_int_equal(write(s, "0123456789abcdef", 16), 16);
+	virtio_vsock_service(d->v);
+	uint8_t pl[4096];
+	assert_true(take_rx(d, &r, pl));
+	assert_int_equal(r.op, VSOCK_OP_RW);
+	assert_int_equal(r.len, 8);
+	assert_memory_equal(pl, "01234567", 8);
+	virtio_vsock_service(d->v);
+	assert_false(take_rx(d, &r, NULL)); /* out of credit */
+	h = good(VSOCK_OP_CREDIT_UPDATE, 0);
+	h.src_port = 52;
+	h.dst_port = local;
+	h.buf_alloc = 8;
+	h.fwd_cnt = 8;
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, pl));
+	assert_int_equal(r.len, 8);
+	assert_memory_equal(pl, "89abcdef", 8);
+
+	/* Guest RST: the host sees EOF. */
+	h = good(VSOCK_OP_RST, 0);
+	h.src_port = 52;
+	h.dst_port = local;
+	send_pkt(d, h, NULL);
+	assert_int_equal(read(s, line, sizeof(line)), 0);
+	close(s);
+
+	/* A bad handshake line is dropped. */
+	s = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	virtio_vsock_service(d->v);
+	assert_int_equal(write(s, "HELLO\n", 6), 6);
+	virtio_vsock_service(d->v);
+	assert_true(read(s, line, sizeof(line)) <= 0); /* EOF, or ECONNRESET: unread bytes */
+	assert_false(take_rx(d, &r, NULL));
+	close(s);
+}
+
+/* The host reads nothing for a while: the device buffers up to the credit it gave, in order. */
+static void test_dev_slow_host(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	char p[128];
+	snprintf(p, sizeof(p), "%s_6002", d->path);
+	int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, p);
+	assert_int_equal(bind(srv, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(srv, 1), 0);
+	struct vsock_hdr h = good(VSOCK_OP_REQUEST, 0);
+	h.dst_port = 6002;
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RESPONSE);
+	int c = accept(srv, NULL, NULL);
+	assert_true(c >= 0);
+
+	enum { PKT = 4096, NPKT = VSOCK_BUF_ALLOC / PKT };
+	static uint8_t pkt[PKT], got[VSOCK_BUF_ALLOC];
+	uint32_t credit_fwd = 0;
+	for (int i = 0; i < NPKT; i++) {
+		memset(pkt, i, sizeof(pkt));
+		h = good(VSOCK_OP_RW, PKT);
+		h.dst_port = 6002;
+		send_pkt(d, h, pkt);
+		while (take_rx(d, &r, NULL)) {
+			assert_int_equal(r.op, VSOCK_OP_CREDIT_UPDATE);
+			credit_fwd = r.fwd_cnt;
+		}
+	}
+	assert_int_equal(d->v->nr_conns, 1); /* within credit: no RST */
+	/* The host socket took less than all: the rest waits in the device's buffer. */
+	assert_true(credit_fwd < VSOCK_BUF_ALLOC);
+	size_t have = 0;
+	for (int spins = 0; have < sizeof(got) && spins < 10000; spins++) {
+		ssize_t n = recv(c, got + have, sizeof(got) - have, MSG_DONTWAIT);
+		if (n > 0)
+			have += (size_t)n;
+		virtio_vsock_service(d->v); /* EPOLLOUT: flush what the device buffered */
+	}
+	assert_int_equal(have, sizeof(got));
+	for (size_t i = 0; i < sizeof(got); i++)
+		assert_int_equal(got[i], (uint8_t)(i / PKT));
+	while (take_rx(d, &r, NULL)) {
+		assert_int_equal(r.op, VSOCK_OP_CREDIT_UPDATE);
+		credit_fwd = r.fwd_cnt;
+	}
+	/* The guest learnt that (nearly) everything was consumed. */
+	assert_true(credit_fwd + VSOCK_BUF_ALLOC / 4 > VSOCK_BUF_ALLOC);
+	close(c);
+	close(srv);
+	unlink(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_codec_roundtrip_le),
+	    cmocka_unit_test(test_check),
+	    cmocka_unit_test(test_credit),
+	    cmocka_unit_test(test_state_machine),
+	    cmocka_unit_test(test_parse_connect),
+	    cmocka_unit_test_setup_teardown(test_dev_hostile_packets, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_guest_connect, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_host_connect, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_slow_host, vdev_setup, vdev_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
