@@ -9,6 +9,10 @@
 #include <unistd.h>
 
 #define BLK_RING_ENTRIES 256
+#define ZERO_BUF_SIZE	 (1u << 20)
+
+/* Zeros for WRITE_ZEROES where fallocate is unsupported: read-only, shared by every request. */
+static const uint8_t zero_buf[ZERO_BUF_SIZE];
 
 int blk_uring_open(struct blk_uring *b, const char *path, bool read_only)
 {
@@ -82,6 +86,21 @@ static int prep(struct blk_uring *b, struct blk_io *io)
 		io_uring_prep_fallocate(sqe, b->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 					(off_t)io->offset, (off_t)io->len);
 		break;
+	case BLK_OP_WRITE_ZEROES:
+		if (b->no_zero_range)
+			io->zero_writes = true;
+		if (io->zero_writes)
+			io_uring_prep_write(sqe, b->fd, zero_buf,
+					    io->len < ZERO_BUF_SIZE ? (unsigned)io->len
+								    : ZERO_BUF_SIZE,
+					    io->offset);
+		else
+			io_uring_prep_fallocate(sqe, b->fd,
+						(io->unmap ? FALLOC_FL_PUNCH_HOLE
+							   : FALLOC_FL_ZERO_RANGE) |
+						    FALLOC_FL_KEEP_SIZE,
+						(off_t)io->offset, (off_t)io->len);
+		break;
 	}
 	io_uring_sqe_set_data(sqe, io);
 	b->inflight++;
@@ -91,10 +110,13 @@ static int prep(struct blk_uring *b, struct blk_io *io)
 
 int blk_uring_queue(struct blk_uring *b, struct blk_io *io)
 {
-	if (b->read_only && (io->op == BLK_OP_WRITE || io->op == BLK_OP_DISCARD))
+	if (b->read_only && (io->op == BLK_OP_WRITE || io->op == BLK_OP_DISCARD ||
+			     io->op == BLK_OP_WRITE_ZEROES))
 		return -EROFS;
-	if ((io->op == BLK_OP_READ || io->op == BLK_OP_WRITE) && io->len == 0)
+	if ((io->op == BLK_OP_READ || io->op == BLK_OP_WRITE || io->op == BLK_OP_WRITE_ZEROES) &&
+	    io->len == 0)
 		return -EINVAL;
+	io->zero_writes = false;
 	return prep(b, io);
 }
 
@@ -130,9 +152,32 @@ static bool handle_result(struct blk_uring *b, struct blk_io *io, int r, int *re
 {
 	if (r == -EAGAIN || r == -EINTR)
 		return prep(b, io) ? (*res = r, true) : false;
+	if (io->op == BLK_OP_WRITE_ZEROES && !io->zero_writes) {
+		if (r == -EOPNOTSUPP) {
+			/* tmpfs and others: no ZERO_RANGE; write zeros for this and later ones. */
+			b->no_zero_range = true;
+			io->zero_writes = true;
+			return prep(b, io) ? (*res = r, true) : false;
+		}
+		*res = r < 0 ? r : 0;
+		return true;
+	}
 	if (r < 0) {
 		*res = r;
 		return true;
+	}
+	if (io->op == BLK_OP_WRITE_ZEROES) {
+		if (r == 0 || (uint64_t)r > io->len) {
+			*res = -EIO;
+			return true;
+		}
+		io->offset += (uint64_t)r;
+		io->len -= (uint64_t)r;
+		if (io->len == 0) {
+			*res = 0;
+			return true;
+		}
+		return prep(b, io) ? (*res = -EIO, true) : false;
 	}
 	if (io->op != BLK_OP_READ && io->op != BLK_OP_WRITE) {
 		*res = 0;

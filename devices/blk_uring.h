@@ -8,7 +8,7 @@
 
 #include <liburing.h>
 
-enum blk_op { BLK_OP_READ, BLK_OP_WRITE, BLK_OP_FLUSH, BLK_OP_DISCARD };
+enum blk_op { BLK_OP_READ, BLK_OP_WRITE, BLK_OP_FLUSH, BLK_OP_DISCARD, BLK_OP_WRITE_ZEROES };
 
 struct blk_io;
 /* res is 0 when every byte was transferred, else -errno. */
@@ -18,9 +18,11 @@ typedef void (*blk_io_done)(struct blk_io *io, int res);
 struct blk_io {
 	enum blk_op op;
 	uint64_t offset;
-	uint64_t len;	   /* bytes left (READ/WRITE/DISCARD) */
+	uint64_t len;	   /* bytes left (READ/WRITE/DISCARD/WRITE_ZEROES) */
 	struct iovec *iov; /* READ/WRITE */
 	int niov;
+	bool unmap;	    /* WRITE_ZEROES: a hole punch is allowed */
+	bool zero_writes;   /* WRITE_ZEROES: fallocate is unsupported, writing zero buffers */
 	blk_io_done done;
 };
 
@@ -33,11 +35,16 @@ struct blk_uring {
 	bool read_only;
 	uint32_t inflight;
 	uint32_t unsubmitted;
+	bool no_zero_range; /* fallocate said EOPNOTSUPP once: write zeros from then on */
 };
 
 /* Opens `path` (O_RDONLY when read_only) and sets up the ring. 0 or -errno. */
 int blk_uring_open(struct blk_uring *b, const char *path, bool read_only);
-/* Queues a request; it reaches the kernel at the next blk_uring_submit(). 0 or -errno. */
+/*
+ * Queues a request; it reaches the kernel at the next blk_uring_submit(). 0 or -errno.
+ * WRITE_ZEROES is fallocate(ZERO_RANGE), or PUNCH_HOLE with `unmap`; once the filesystem says
+ * -EOPNOTSUPP, zero buffers are written instead (for that request and every later one).
+ */
 int blk_uring_queue(struct blk_uring *b, struct blk_io *io);
 /* Hands every queued request to the kernel in one system call. */
 int blk_uring_submit(struct blk_uring *b);

@@ -65,20 +65,37 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 		      size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
-	if (len < OVERLAY_MAP_HDR_SIZE)
+	if (len < OVERLAY_MAP_HDR_V1)
 		return fail(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %d)",
-			    len, OVERLAY_MAP_HDR_SIZE);
+			    len, OVERLAY_MAP_HDR_V1);
 	if (memcmp(buf, OVERLAY_MAP_MAGIC, 8))
 		return fail(err, errlen, -EINVAL, "not a cove overlay map (bad magic)");
 	uint32_t version = get_le32(buf + 8);
-	if (version != OVERLAY_MAP_VERSION)
-		return fail(err, errlen, -EINVAL, "unsupported version %u (this cove reads %d)",
+	if (version != 1 && version != OVERLAY_MAP_VERSION)
+		return fail(err, errlen, -EINVAL, "unsupported version %u (this cove reads 1..%d)",
 			    version, OVERLAY_MAP_VERSION);
-	if (overlay_crc32(0, buf, 36) != get_le32(buf + 36))
+	size_t hdr = version == 1 ? OVERLAY_MAP_HDR_V1 : OVERLAY_MAP_HDR_SIZE;
+	if (len < hdr)
+		return fail(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
+			    len, hdr);
+	if (overlay_crc32(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
 		return fail(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
 	uint32_t chunk = get_le32(buf + 12);
 	uint64_t disk = get_le64(buf + 16);
 	uint64_t nr = get_le64(buf + 24);
+	uint32_t flags = 0, depth = 0, parent = 0;
+	if (version >= 2) {
+		flags = get_le32(buf + 36);
+		depth = get_le32(buf + 40);
+		parent = get_le32(buf + 44);
+	}
+	if (flags & ~OVERLAY_MAP_FROZEN)
+		return fail(err, errlen, -EINVAL, "unknown flags 0x%x", flags);
+	if (depth >= OVERLAY_CHAIN_MAX)
+		return fail(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap", depth,
+			    OVERLAY_CHAIN_MAX);
+	if (depth == 0 && parent)
+		return fail(err, errlen, -EINVAL, "a layer on the base names a parent layer");
 	if (!chunk_size_ok(chunk))
 		return fail(err, errlen, -EINVAL, "bad chunk size %u", chunk);
 	if (disk == 0 || disk > OVERLAY_DISK_MAX)
@@ -90,16 +107,19 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	if (bytes > OVERLAY_BITMAP_MAX)
 		return fail(err, errlen, -EINVAL, "bitmap of %llu bytes is over the %u byte cap",
 			    (unsigned long long)bytes, OVERLAY_BITMAP_MAX);
-	if (len != OVERLAY_MAP_HDR_SIZE + bytes)
+	if (len != hdr + bytes)
 		return fail(err, errlen, -EINVAL, "%s (%zu bytes, want %llu)",
-			    len < OVERLAY_MAP_HDR_SIZE + bytes ? "truncated" : "trailing bytes",
-			    len, (unsigned long long)(OVERLAY_MAP_HDR_SIZE + bytes));
-	const uint8_t *bm = buf + OVERLAY_MAP_HDR_SIZE;
+			    len < hdr + bytes ? "truncated" : "trailing bytes", len,
+			    (unsigned long long)(hdr + bytes));
+	const uint8_t *bm = buf + hdr;
 	if (overlay_crc32(0, bm, bytes) != get_le32(buf + 32))
 		return fail(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
 	if (nr % 8 && (bm[bytes - 1] >> (nr % 8)))
 		return fail(err, errlen, -EINVAL, "bits set past the last chunk");
 	*out = (struct overlay_map_info){.version = version,
+					 .flags = flags,
+					 .depth = depth,
+					 .parent_crc = parent,
 					 .chunk_size = chunk,
 					 .disk_size = disk,
 					 .nr_chunks = nr,
@@ -121,7 +141,10 @@ int overlay_map_build(const struct overlay *ov, uint8_t **bufp, size_t *lenp)
 	put_le64(buf + 24, ov->nr_chunks);
 	memcpy(buf + OVERLAY_MAP_HDR_SIZE, ov->bitmap, ov->bitmap_bytes);
 	put_le32(buf + 32, overlay_crc32(0, ov->bitmap, ov->bitmap_bytes));
-	put_le32(buf + 36, overlay_crc32(0, buf, 36));
+	put_le32(buf + 36, ov->frozen ? OVERLAY_MAP_FROZEN : 0);
+	put_le32(buf + 40, ov->depth);
+	put_le32(buf + 44, ov->parent_crc);
+	put_le32(buf + 48, overlay_crc32(0, buf, 48));
 	*bufp = buf;
 	*lenp = len;
 	return 0;
@@ -225,6 +248,17 @@ static uint64_t chunk_len(const struct overlay *ov, uint64_t chunk)
 	return left < ov->chunk_size ? left : ov->chunk_size;
 }
 
+/* Where a chunk's current data lives: the top, the newest frozen layer holding it, or the base. */
+static int chunk_src(const struct overlay *ov, uint64_t chunk)
+{
+	if (overlay_chunk_allocated(ov, chunk))
+		return ov->data_fd;
+	for (int i = ov->nr_layers - 1; i >= 0; i--)
+		if ((ov->layers[i].bitmap[chunk / 8] >> (chunk % 8)) & 1)
+			return ov->layers[i].data_fd;
+	return ov->base_fd;
+}
+
 static int check_range(const struct overlay *ov, uint64_t off, const struct iovec *iov, int niov,
 		       uint64_t len)
 {
@@ -259,16 +293,18 @@ static int rw(struct overlay *ov, bool write, uint64_t off, const struct iovec *
 		}
 		bool alloc = overlay_chunk_allocated(ov, chunk);
 		if (!write) {
-			r = full_piov(alloc ? ov->data_fd : ov->base_fd, false, tmp, k, n, off);
+			r = full_piov(chunk_src(ov, chunk), false, tmp, k, n, off);
 		} else if (alloc || n == clen) {
 			/* A whole chunk needs nothing from the base. */
 			r = full_piov(ov->data_fd, true, tmp, k, n, off);
 			if (!r && !alloc)
 				set_allocated(ov, chunk);
 		} else {
-			/* Copy-up: base chunk + new bytes, written whole so the chunk is complete.
+			/*
+			 * Copy-up: the chunk as it reads now (frozen layer or base) + new bytes,
+			 * written whole so the chunk is complete.
 			 */
-			r = full_pio(ov->base_fd, false, ov->chunk_buf, clen, cstart);
+			r = full_pio(chunk_src(ov, chunk), false, ov->chunk_buf, clen, cstart);
 			if (!r) {
 				uint8_t *dst = ov->chunk_buf + in_chunk;
 				for (int i = 0; i < k; i++) {
@@ -301,14 +337,54 @@ int overlay_write(struct overlay *ov, uint64_t off, const struct iovec *iov, int
 	return rw(ov, true, off, iov, niov, len);
 }
 
+int overlay_write_zeroes(struct overlay *ov, uint64_t off, uint64_t len, bool unmap)
+{
+	if (off > ov->disk_size || len > ov->disk_size - off)
+		return -EINVAL;
+	if (len && !ov->zero_buf) {
+		ov->zero_buf = calloc(1, ov->chunk_size);
+		if (!ov->zero_buf)
+			return -ENOMEM;
+	}
+	while (len) {
+		uint64_t chunk = off / ov->chunk_size;
+		uint64_t cstart = chunk * ov->chunk_size;
+		uint64_t clen = chunk_len(ov, chunk);
+		uint64_t n = clen - (off - cstart) < len ? clen - (off - cstart) : len;
+		int r = -EOPNOTSUPP;
+		if (unmap && n == clen) {
+			/* A hole in the data file reads as zeros: the chunk is then allocated. */
+			r = fallocate(ov->data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				      (off_t)cstart, (off_t)clen) < 0
+				? -errno
+				: 0;
+			if (!r && !overlay_chunk_allocated(ov, chunk))
+				set_allocated(ov, chunk);
+			if (r && r != -EOPNOTSUPP)
+				return r;
+		}
+		if (r) {
+			struct iovec iov = {ov->zero_buf, (size_t)n};
+			r = rw(ov, true, off, &iov, 1, n);
+			if (r)
+				return r;
+		}
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
 /* Replaces the map file atomically: temp file, fsync, rename, fsync of the directory. */
-static int write_map(struct overlay *ov)
+static int write_map(struct overlay *ov, uint32_t *crc)
 {
 	uint8_t *buf;
 	size_t len;
 	int r = overlay_map_build(ov, &buf, &len);
 	if (r)
 		return r;
+	if (crc)
+		*crc = overlay_crc32(0, buf, len);
 	size_t plen = strlen(ov->map_path);
 	char *tmp = malloc(plen + 5);
 	char *dir = strdup(ov->map_path);
@@ -353,7 +429,7 @@ int overlay_flush(struct overlay *ov)
 		return -errno;
 	if (!ov->map_dirty)
 		return 0;
-	int r = write_map(ov);
+	int r = write_map(ov, NULL);
 	if (!r)
 		ov->map_dirty = false;
 	return r;
@@ -391,13 +467,132 @@ static int read_map_file(int fd, uint8_t **bufp, size_t *lenp)
 	return 0;
 }
 
-int overlay_open(struct overlay *ov, const char *base, const char *path, uint32_t chunk_size,
-		 char *err, size_t errlen)
+static char *map_path_of(const char *path)
+{
+	size_t plen = strlen(path);
+	char *m = malloc(plen + sizeof(OVERLAY_MAP_SUFFIX));
+	if (m) {
+		memcpy(m, path, plen);
+		memcpy(m + plen, OVERLAY_MAP_SUFFIX, sizeof(OVERLAY_MAP_SUFFIX));
+	}
+	return m;
+}
+
+/* Reads and parses a map file; -ENOENT (with a message) when it does not exist. */
+static int load_map(const char *mpath, uint8_t **mbuf, size_t *mlen,
+		    struct overlay_map_info *info, char *err, size_t errlen)
+{
+	int fd = open(mpath, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
+	int r = read_map_file(fd, mbuf, mlen);
+	close(fd);
+	if (r)
+		return fail(err, errlen, r, "overlay map %s: %s", mpath, strerror(-r));
+	char why[160];
+	r = overlay_map_parse(*mbuf, *mlen, info, why, sizeof(why));
+	if (r) {
+		free(*mbuf);
+		*mbuf = NULL;
+		return fail(err, errlen, r, "overlay map %s: %s", mpath, why);
+	}
+	return 0;
+}
+
+/* Checks that a parsed map is layer `i` of this chain, on the layer whose map CRC is `parent`. */
+static int check_layer(const struct overlay *ov, const char *base,
+		       const struct overlay_map_info *info, int i, uint32_t parent, bool frozen,
+		       char *err, size_t errlen)
+{
+	const char *m = ov->map_path;
+	if (info->disk_size != ov->disk_size)
+		return fail(err, errlen, -EINVAL,
+			    "overlay map %s was made for a %llu-byte disk but base %s is %llu bytes",
+			    m, (unsigned long long)info->disk_size, base,
+			    (unsigned long long)ov->disk_size);
+	if (i > 0 && info->chunk_size != ov->chunk_size)
+		return fail(err, errlen, -EINVAL,
+			    "overlay map %s has %u-byte chunks, the layer below %u-byte ones", m,
+			    info->chunk_size, ov->chunk_size);
+	if (info->depth != (uint32_t)i)
+		return fail(err, errlen, -EINVAL,
+			    "overlay map %s is layer %u of its chain but was given as layer %d", m,
+			    info->depth, i);
+	if (info->parent_crc != parent)
+		return fail(err, errlen, -EINVAL,
+			    "overlay map %s was made on another parent layer (parent map checksum "
+			    "%08x, the layer below is %08x)",
+			    m, info->parent_crc, parent);
+	bool is_frozen = info->flags & OVERLAY_MAP_FROZEN;
+	if (is_frozen != frozen)
+		return fail(err, errlen, -EINVAL,
+			    is_frozen ? "overlay map %s is a frozen layer: it cannot be the writable top"
+				      : "overlay map %s is not frozen: it cannot be a lower layer",
+			    m);
+	return 0;
+}
+
+/* Creates an empty writable top at `path` (depth and parent_crc already set in ov). */
+static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size, char *err,
+		      size_t errlen)
+{
+	/*
+	 * A data file left without a map (a crash before the first map write) holds no chunk
+	 * anyone refers to, so it is reused as it is.
+	 */
+	ov->chunk_size = chunk_size;
+	ov->nr_chunks = (ov->disk_size + chunk_size - 1) / chunk_size;
+	ov->bitmap_bytes = (size_t)((ov->nr_chunks + 7) / 8);
+	if (ov->bitmap_bytes > OVERLAY_BITMAP_MAX)
+		return fail(err, errlen, -EINVAL, "overlay: disk too large for chunk size %u",
+			    chunk_size);
+	ov->bitmap = calloc(1, ov->bitmap_bytes);
+	if (!ov->bitmap)
+		return -ENOMEM;
+	ov->data_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (ov->data_fd < 0)
+		return fail(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(ov->data_fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return fail(err, errlen, -EINVAL, "overlay data %s: not a regular file", path);
+	if ((uint64_t)st.st_size != ov->disk_size &&
+	    ftruncate(ov->data_fd, (off_t)ov->disk_size) < 0)
+		return fail(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
+	int r = write_map(ov, NULL);
+	if (r)
+		return fail(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
+	ov->map_dirty = false;
+	return 0;
+}
+
+/* Opens a layer's data file and checks it covers the disk. The fd, or -errno. */
+static int open_data(const struct overlay *ov, const char *path, bool rw, char *err,
+		     size_t errlen)
+{
+	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, -errno, "overlay data %s: %s (its map exists)", path,
+			    strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < ov->disk_size) {
+		close(fd);
+		return fail(err, errlen, -EINVAL,
+			    "overlay data %s: not a regular file of at least %llu bytes", path,
+			    (unsigned long long)ov->disk_size);
+	}
+	return fd;
+}
+
+int overlay_open_chain(struct overlay *ov, const char *base, const char *const *paths, int n,
+		       uint32_t chunk_size, char *err, size_t errlen)
 {
 	memset(ov, 0, sizeof(*ov));
 	ov->base_fd = ov->data_fd = -1;
-	int r, map_fd = -1;
+	int r;
 	uint8_t *mbuf = NULL;
+	if (n < 1 || n > OVERLAY_CHAIN_MAX)
+		return fail(err, errlen, -EINVAL, "overlay: a chain has 1 to %d layers, not %d",
+			    OVERLAY_CHAIN_MAX, n);
 	if (!chunk_size)
 		chunk_size = OVERLAY_CHUNK_DEFAULT;
 	if (!chunk_size_ok(chunk_size))
@@ -419,119 +614,139 @@ int overlay_open(struct overlay *ov, const char *base, const char *path, uint32_
 		goto fail;
 	}
 	ov->disk_size = (uint64_t)end;
-	size_t plen = strlen(path);
-	ov->map_path = malloc(plen + sizeof(OVERLAY_MAP_SUFFIX));
-	if (!ov->map_path) {
-		r = -ENOMEM;
-		goto fail;
-	}
-	memcpy(ov->map_path, path, plen);
-	memcpy(ov->map_path + plen, OVERLAY_MAP_SUFFIX, sizeof(OVERLAY_MAP_SUFFIX));
-
-	map_fd = open(ov->map_path, O_RDONLY | O_CLOEXEC);
-	if (map_fd >= 0) {
-		size_t mlen = 0;
-		r = read_map_file(map_fd, &mbuf, &mlen);
-		if (r) {
-			fail(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
+	uint32_t parent = 0;
+	for (int i = 0; i < n; i++) {
+		bool top = i == n - 1;
+		free(ov->map_path);
+		free(mbuf);
+		mbuf = NULL;
+		ov->map_path = map_path_of(paths[i]);
+		if (!ov->map_path) {
+			r = -ENOMEM;
 			goto fail;
 		}
 		struct overlay_map_info info;
-		char why[160];
-		r = overlay_map_parse(mbuf, mlen, &info, why, sizeof(why));
-		if (r) {
-			fail(err, errlen, r, "overlay map %s: %s", ov->map_path, why);
-			goto fail;
+		size_t mlen = 0;
+		r = load_map(ov->map_path, &mbuf, &mlen, &info, err, errlen);
+		if (r == -ENOENT && top) {
+			ov->depth = (uint32_t)i;
+			ov->parent_crc = parent;
+			r = create_top(ov, paths[i], i ? ov->chunk_size : chunk_size, err, errlen);
+			if (r)
+				goto fail;
+			break;
 		}
-		if (info.disk_size != ov->disk_size) {
-			r = fail(err, errlen, -EINVAL,
-				 "overlay map %s was made for a %llu-byte disk but base %s is %llu "
-				 "bytes",
-				 ov->map_path, (unsigned long long)info.disk_size, base,
-				 (unsigned long long)ov->disk_size);
+		if (r)
 			goto fail;
-		}
+		r = check_layer(ov, base, &info, i, parent, !top, err, errlen);
+		if (r)
+			goto fail;
 		ov->chunk_size = info.chunk_size;
 		ov->nr_chunks = info.nr_chunks;
 		ov->bitmap_bytes = info.bitmap_bytes;
-		ov->bitmap = malloc(info.bitmap_bytes);
-		if (!ov->bitmap) {
+		uint8_t *bm = malloc(info.bitmap_bytes);
+		if (!bm) {
 			r = -ENOMEM;
 			goto fail;
 		}
-		memcpy(ov->bitmap, info.bitmap, info.bitmap_bytes);
-		ov->data_fd = open(path, O_RDWR | O_CLOEXEC);
-		if (ov->data_fd < 0) {
-			r = fail(err, errlen, -errno, "overlay data %s: %s (its map exists)", path,
-				 strerror(errno));
+		memcpy(bm, info.bitmap, info.bitmap_bytes);
+		int fd = open_data(ov, paths[i], top, err, errlen);
+		if (fd < 0) {
+			free(bm);
+			r = fd;
 			goto fail;
 		}
-		if (fstat(ov->data_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-		    (uint64_t)st.st_size < ov->disk_size) {
-			r = fail(err, errlen, -EINVAL,
-				 "overlay data %s: not a regular file of at least %llu bytes", path,
-				 (unsigned long long)ov->disk_size);
-			goto fail;
+		if (top) {
+			ov->bitmap = bm;
+			ov->data_fd = fd;
+			ov->depth = (uint32_t)i;
+			ov->parent_crc = parent;
+		} else {
+			parent = overlay_crc32(0, mbuf, mlen);
+			ov->layers[ov->nr_layers++] = (struct overlay_layer){fd, bm, parent};
 		}
-	} else if (errno == ENOENT) {
-		/*
-		 * A new overlay. A data file left without a map (a crash before the first map
-		 * write) holds no chunk anyone refers to, so it is reused as it is.
-		 */
-		ov->chunk_size = chunk_size;
-		ov->nr_chunks = (ov->disk_size + chunk_size - 1) / chunk_size;
-		ov->bitmap_bytes = (size_t)((ov->nr_chunks + 7) / 8);
-		if (ov->bitmap_bytes > OVERLAY_BITMAP_MAX) {
-			r = fail(err, errlen, -EINVAL, "overlay: disk too large for chunk size %u",
-				 chunk_size);
-			goto fail;
-		}
-		ov->bitmap = calloc(1, ov->bitmap_bytes);
-		if (!ov->bitmap) {
-			r = -ENOMEM;
-			goto fail;
-		}
-		ov->data_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		if (ov->data_fd < 0) {
-			r = fail(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
-			goto fail;
-		}
-		if (fstat(ov->data_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-			r = fail(err, errlen, -EINVAL, "overlay data %s: not a regular file", path);
-			goto fail;
-		}
-		if ((uint64_t)st.st_size != ov->disk_size &&
-		    ftruncate(ov->data_fd, (off_t)end) < 0) {
-			r = fail(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
-			goto fail;
-		}
-		r = write_map(ov);
-		if (r) {
-			fail(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
-			goto fail;
-		}
-	} else {
-		r = fail(err, errlen, -errno, "overlay map %s: %s", ov->map_path, strerror(errno));
-		goto fail;
 	}
 	ov->chunk_buf = malloc(ov->chunk_size);
 	if (!ov->chunk_buf) {
 		r = -ENOMEM;
 		goto fail;
 	}
-	if (map_fd >= 0)
-		close(map_fd);
 	free(mbuf);
 	return 0;
 fail:
 	if (r == -ENOMEM)
 		fail(err, errlen, r, "overlay: out of memory");
-	if (map_fd >= 0)
-		close(map_fd);
 	free(mbuf);
 	ov->map_dirty = false;
 	overlay_close(ov);
 	return r;
+}
+
+int overlay_open(struct overlay *ov, const char *base, const char *path, uint32_t chunk_size,
+		 char *err, size_t errlen)
+{
+	return overlay_open_chain(ov, base, &path, 1, chunk_size, err, errlen);
+}
+
+int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errlen)
+{
+	if (ov->nr_layers + 1 >= OVERLAY_CHAIN_MAX)
+		return fail(err, errlen, -E2BIG, "overlay: the chain is at its %d-layer cap",
+			    OVERLAY_CHAIN_MAX);
+	char *mpath = map_path_of(path);
+	if (!mpath)
+		return fail(err, errlen, -ENOMEM, "overlay: out of memory");
+	int r = 0;
+	if (access(mpath, F_OK) == 0)
+		r = fail(err, errlen, -EEXIST, "overlay map %s already exists", mpath);
+	else if (errno != ENOENT)
+		r = fail(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
+	else if (fdatasync(ov->data_fd) < 0)
+		r = fail(err, errlen, -errno, "overlay: cannot sync the data file: %s",
+			 strerror(errno));
+	if (r) {
+		free(mpath);
+		return r;
+	}
+	/* Data is durable; the map now says "frozen" and is never rewritten. */
+	ov->frozen = true;
+	uint32_t crc;
+	r = write_map(ov, &crc);
+	if (r) {
+		ov->frozen = false;
+		free(mpath);
+		return fail(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
+	}
+	ov->map_dirty = false;
+	struct overlay_layer old = {ov->data_fd, ov->bitmap, crc};
+	char *old_mpath = ov->map_path;
+	uint32_t old_depth = ov->depth, old_parent = ov->parent_crc;
+	ov->data_fd = -1;
+	ov->bitmap = NULL;
+	ov->map_path = mpath;
+	ov->depth = old_depth + 1;
+	ov->parent_crc = crc;
+	ov->frozen = false;
+	r = create_top(ov, path, ov->chunk_size, err, errlen);
+	if (r) {
+		if (r == -ENOMEM)
+			fail(err, errlen, r, "overlay: out of memory");
+		if (ov->data_fd >= 0)
+			close(ov->data_fd);
+		free(ov->bitmap);
+		free(ov->map_path);
+		/* The old top stays writable; the next flush rewrites its map unfrozen. */
+		ov->data_fd = old.data_fd;
+		ov->bitmap = old.bitmap;
+		ov->map_path = old_mpath;
+		ov->depth = old_depth;
+		ov->parent_crc = old_parent;
+		ov->map_dirty = true;
+		return r;
+	}
+	ov->layers[ov->nr_layers++] = old;
+	free(old_mpath);
+	return 0;
 }
 
 int overlay_close(struct overlay *ov)
@@ -544,11 +759,18 @@ int overlay_close(struct overlay *ov)
 	if (ov->base_fd >= 0)
 		close(ov->base_fd);
 	ov->data_fd = ov->base_fd = -1;
+	for (int i = 0; i < ov->nr_layers; i++) {
+		close(ov->layers[i].data_fd);
+		free(ov->layers[i].bitmap);
+	}
+	ov->nr_layers = 0;
 	free(ov->bitmap);
 	free(ov->map_path);
 	free(ov->chunk_buf);
+	free(ov->zero_buf);
 	ov->bitmap = NULL;
 	ov->map_path = NULL;
 	ov->chunk_buf = NULL;
+	ov->zero_buf = NULL;
 	return r;
 }

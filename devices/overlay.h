@@ -10,8 +10,11 @@
 
 /* On-disk format: devices/OVERLAY.md. All integers little-endian. */
 #define OVERLAY_MAP_MAGIC     "COVEOVLM"
-#define OVERLAY_MAP_VERSION   1
-#define OVERLAY_MAP_HDR_SIZE  40
+#define OVERLAY_MAP_VERSION   2  /* written; version 1 (a single layer on the base) is still read */
+#define OVERLAY_MAP_HDR_SIZE  52 /* version 2 */
+#define OVERLAY_MAP_HDR_V1    40
+#define OVERLAY_MAP_FROZEN    1u /* flags: a read-only layer with a newer layer on top */
+#define OVERLAY_CHAIN_MAX     16 /* layers in a chain, the writable top included */
 #define OVERLAY_CHUNK_DEFAULT (64u << 10)
 #define OVERLAY_CHUNK_MIN     (4u << 10)
 #define OVERLAY_CHUNK_MAX     (16u << 20)
@@ -21,11 +24,21 @@
 
 struct overlay_map_info {
 	uint32_t version;
+	uint32_t flags;	     /* OVERLAY_MAP_FROZEN */
+	uint32_t depth;	     /* layers below this one (0: directly on the base) */
+	uint32_t parent_crc; /* CRC-32 of the whole map file of the layer below (0 at depth 0) */
 	uint32_t chunk_size;
 	uint64_t disk_size;
 	uint64_t nr_chunks;
 	const uint8_t *bitmap; /* points into the parsed buffer */
 	size_t bitmap_bytes;
+};
+
+/* A frozen (read-only) layer below the writable top. */
+struct overlay_layer {
+	int data_fd;
+	uint8_t *bitmap;
+	uint32_t map_crc; /* CRC-32 of its whole map file: the next layer's parent_crc */
 };
 
 struct overlay {
@@ -40,6 +53,14 @@ struct overlay {
 	char *map_path;
 	uint8_t *chunk_buf; /* one chunk, for copy-up */
 	uint64_t copy_ups;
+	uint8_t *zero_buf; /* one chunk of zeros, allocated on the first write_zeroes */
+	/* The top's place in the chain, recorded in its map. */
+	uint32_t depth;
+	uint32_t parent_crc;
+	bool frozen;
+	/* Frozen layers below the top, oldest (directly on the base) first. */
+	int nr_layers;
+	struct overlay_layer layers[OVERLAY_CHAIN_MAX - 1];
 };
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32), continuing from `crc` (0 to start). */
@@ -60,11 +81,32 @@ int overlay_map_build(const struct overlay *ov, uint8_t **buf, size_t *len);
  */
 int overlay_open(struct overlay *ov, const char *base, const char *path, uint32_t chunk_size,
 		 char *err, size_t errlen);
+/*
+ * Opens a chain: `paths[0..n-2]` are frozen layers, oldest first (paths[0] sits on `base`), and
+ * `paths[n-1]` is the writable top, created (depth n-1, parent = the layer below) when its map is
+ * absent. Every layer's map must name its place: depth, frozen flag, and the CRC-32 of the map
+ * file of the layer below. n is 1..OVERLAY_CHAIN_MAX; overlay_open() is n == 1.
+ */
+int overlay_open_chain(struct overlay *ov, const char *base, const char *const *paths, int n,
+		       uint32_t chunk_size, char *err, size_t errlen);
+/*
+ * Flushes the top (data synced, map written with the frozen flag), keeps it as a read-only
+ * layer, and starts a new empty top at `path` (`path`.map must not exist) whose reads fall
+ * through to the frozen layers and the base. On failure the old top stays the writable top.
+ * 0, or -errno with a message in `err`.
+ */
+int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errlen);
+/* True when the top layer holds the chunk (frozen layers are not consulted). */
 bool overlay_chunk_allocated(const struct overlay *ov, uint64_t chunk);
 /* Reads/writes `len` bytes at disk offset `off` from/into the iovecs. 0 or -errno. */
 int overlay_read(struct overlay *ov, uint64_t off, const struct iovec *iov, int niov, uint64_t len);
 int overlay_write(struct overlay *ov, uint64_t off, const struct iovec *iov, int niov,
 		  uint64_t len);
+/*
+ * Makes [off, off+len) read as zeros (copy-up semantics for partial chunks). With `unmap`, whole
+ * chunks are hole-punched in the data file where the filesystem allows it. 0 or -errno.
+ */
+int overlay_write_zeroes(struct overlay *ov, uint64_t off, uint64_t len, bool unmap);
 /* Makes written data durable, then the map (data first: the map never names unwritten chunks). */
 int overlay_flush(struct overlay *ov);
 /* Flushes (errors are returned but the files are closed anyway) and frees everything. */

@@ -1,4 +1,7 @@
-/* virtio-blk: chains become back-end reads/writes/flushes/discards; guest errors fail requests. */
+/*
+ * virtio-blk: chains become back-end reads/writes/flushes/discards/write-zeroes; guest errors
+ * fail requests.
+ */
 #include "virtio_blk.h"
 
 #include <errno.h>
@@ -16,12 +19,16 @@
 #define VIRTIO_BLK_F_BLK_SIZE (1ULL << 6)
 #define VIRTIO_BLK_F_FLUSH    (1ULL << 9)
 #define VIRTIO_BLK_F_DISCARD  (1ULL << 13)
+#define VIRTIO_BLK_F_WRITE_ZEROES (1ULL << 14)
 
 #define VIRTIO_BLK_T_IN	     0
 #define VIRTIO_BLK_T_OUT     1
 #define VIRTIO_BLK_T_FLUSH   4
 #define VIRTIO_BLK_T_GET_ID  8
 #define VIRTIO_BLK_T_DISCARD 11
+#define VIRTIO_BLK_T_WRITE_ZEROES 13
+
+#define VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP 1u
 
 #define VIRTIO_BLK_S_OK	    0
 #define VIRTIO_BLK_S_IOERR  1
@@ -31,6 +38,7 @@
 #define HDR_SIZE	    16
 #define SEG_MAX		    (VIRTQ_MAX_SEGS - 2) /* header and status take one descriptor each */
 #define MAX_DISCARD_SECTORS (1U << 22)		 /* 2 GiB per request */
+#define MAX_WRITE_ZEROES_SECTORS (1U << 22)	 /* 2 GiB per request */
 
 struct blk_config {
 	uint64_t capacity;
@@ -50,7 +58,13 @@ struct blk_config {
 	uint32_t max_discard_sectors;
 	uint32_t max_discard_seg;
 	uint32_t discard_sector_alignment;
+	uint32_t max_write_zeroes_sectors;
+	uint32_t max_write_zeroes_seg;
+	uint8_t write_zeroes_may_unmap;
+	uint8_t unused1[3];
 } __attribute__((packed));
+_Static_assert(__builtin_offsetof(struct blk_config, max_write_zeroes_sectors) == 48,
+	       "virtio-blk config layout");
 
 struct blk_req_hdr {
 	uint32_t type;
@@ -85,6 +99,9 @@ static void config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
 	    .max_discard_sectors = MAX_DISCARD_SECTORS,
 	    .max_discard_seg = 1,
 	    .discard_sector_alignment = 8,
+	    .max_write_zeroes_sectors = MAX_WRITE_ZEROES_SECTORS,
+	    .max_write_zeroes_seg = 1,
+	    .write_zeroes_may_unmap = 1,
 	};
 	/* The transport checked [off, off+len) against config_size. */
 	memcpy(data, (uint8_t *)&c + off, len);
@@ -189,6 +206,9 @@ static int overlay_request(struct virtio_blk *blk, struct blk_req *req)
 	case BLK_OP_FLUSH:
 		r = overlay_flush(blk->ov);
 		break;
+	case BLK_OP_WRITE_ZEROES:
+		r = overlay_write_zeroes(blk->ov, io->offset, io->len, io->unmap);
+		break;
 	default:
 		return VIRTIO_BLK_S_UNSUPP; /* discard is not offered on overlays */
 	}
@@ -263,6 +283,25 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 		}
 		req->used_len = (uint32_t)done;
 		return VIRTIO_BLK_S_OK;
+	}
+	case VIRTIO_BLK_T_WRITE_ZEROES: {
+		struct blk_discard_seg d;
+		if (blk->read_only || out_data != sizeof(d) ||
+		    virtq_chain_read(&blk->mmio.queues[req->q], c, HDR_SIZE, &d, sizeof(d)) !=
+			sizeof(d))
+			return VIRTIO_BLK_S_IOERR;
+		if ((d.flags & ~VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) ||
+		    d.num_sectors > MAX_WRITE_ZEROES_SECTORS)
+			return VIRTIO_BLK_S_UNSUPP;
+		if (!range_ok(blk, d.sector, (uint64_t)d.num_sectors * SECTOR_SIZE))
+			return VIRTIO_BLK_S_IOERR;
+		if (d.num_sectors == 0)
+			return VIRTIO_BLK_S_OK;
+		req->io = (struct blk_io){.op = BLK_OP_WRITE_ZEROES,
+					  .offset = d.sector * SECTOR_SIZE,
+					  .len = (uint64_t)d.num_sectors * SECTOR_SIZE,
+					  .unmap = d.flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP};
+		break;
 	}
 	case VIRTIO_BLK_T_DISCARD: {
 		struct blk_discard_seg d;
@@ -350,7 +389,8 @@ static const struct virtio_dev_ops blk_ops_rw = {
     .name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
-		VIRTIO_BLK_F_DISCARD | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+		VIRTIO_BLK_F_DISCARD | VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC |
+		VIRTIO_F_RING_EVENT_IDX,
     .nr_queues = 1,
     .config_size = sizeof(struct blk_config),
     .config_read = config_read,
@@ -370,12 +410,15 @@ static const struct virtio_dev_ops blk_ops_ro = {
     .reset = dev_reset,
 };
 
-/* Overlays are not offered DISCARD: punching the data file would let stale base data show. */
+/*
+ * Overlays are not offered DISCARD: punching the data file would let stale base data show.
+ * WRITE_ZEROES is fine: zeros are written through the overlay (chunks become allocated).
+ */
 static const struct virtio_dev_ops blk_ops_overlay = {
     .name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
-		VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
+		VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
     .nr_queues = 1,
     .config_size = sizeof(struct blk_config),
     .config_read = config_read,
