@@ -21,12 +21,22 @@ int cpuid_get_supported(int kvm_fd, struct kvm_cpuid2 **out)
 		free(c);
 		return r;
 	}
+	/*
+	 * KVM emulates the TSC-deadline timer in its LAPIC but leaves the bit out
+	 * of the supported set.  Without it Linux calibrates the LAPIC timer
+	 * against the PIT, which fails on slow or nested hosts and leaves the
+	 * guest with no working timer.
+	 */
+	if (ioctl(kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_TSC_DEADLINE_TIMER) > 0) {
+		for (uint32_t i = 0; i < c->nent; i++)
+			if (c->entries[i].function == 1)
+				c->entries[i].ecx |= 1u << 24;
+	}
 	*out = c;
 	return 0;
 }
 
-struct kvm_cpuid2 *cpuid_for_vcpu(const struct kvm_cpuid2 *base, int vcpu_id, int nr_vcpus,
-				  bool tsc_deadline)
+struct kvm_cpuid2 *cpuid_for_vcpu(const struct kvm_cpuid2 *base, int vcpu_id, int nr_vcpus)
 {
 	size_t sz = sizeof(*base) + base->nent * sizeof(base->entries[0]);
 	struct kvm_cpuid2 *c = malloc(sz);
@@ -41,14 +51,6 @@ struct kvm_cpuid2 *cpuid_for_vcpu(const struct kvm_cpuid2 *base, int vcpu_id, in
 			e->ebx = (e->ebx & 0x0000ffffu) | ((uint32_t)vcpu_id << 24) |
 				 ((uint32_t)(nr_vcpus & 0xff) << 16);
 			e->ecx |= 1u << 31; /* running under a hypervisor */
-			/*
-			 * KVM emulates the TSC-deadline timer in its LAPIC but leaves the
-			 * bit out of the supported set.  Without it Linux calibrates the
-			 * LAPIC timer against the PIT, which fails on slow or nested hosts
-			 * and leaves the guest with no working timer.
-			 */
-			if (tsc_deadline)
-				e->ecx |= 1u << 24;
 			if (nr_vcpus > 1)
 				e->edx |= 1u << 28; /* HTT: the count in EBX[23:16] is valid */
 			break;

@@ -8,7 +8,7 @@
 
 #include "log.h"
 
-/* Returns the ioctl's non-negative result or -errno; retries on EINTR except for KVM_RUN. */
+/* Returns the ioctl's non-negative result or -errno (no retry: KVM_RUN's EINTR matters). */
 static inline int kvm_ioctl_raw(int fd, unsigned long req, void *arg)
 {
 	int r = ioctl(fd, req, arg);

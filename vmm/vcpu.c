@@ -57,9 +57,7 @@ int vcpu_create(struct vm *vm, struct vcpu *v, int id)
 		return r;
 	}
 	v->run = p;
-	struct kvm_cpuid2 *c = cpuid_for_vcpu(
-		vm->cpuid, id, vm->nr_vcpus,
-		kvm_ioctl_raw(vm->kvm_fd, KVM_CHECK_EXTENSION, (void *)(long)KVM_CAP_TSC_DEADLINE_TIMER) > 0);
+	struct kvm_cpuid2 *c = cpuid_for_vcpu(vm->cpuid, id, vm->nr_vcpus);
 	if (!c)
 		return -ENOMEM;
 	r = KVM_IOCTL(vm->log, v->fd, KVM_SET_CPUID2, c);

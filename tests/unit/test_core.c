@@ -561,7 +561,7 @@ static void test_mptable(void **state)
 	p += 8;
 	assert_int_equal(p[0], 3);
 	assert_int_equal(p[7], 2); /* ISA IRQ 0 (PIT) -> IOAPIC pin 2, as KVM routes it */
-	assert_int_equal(tbl + tlen, p + 16 * 8 + 2 * 8 - 0);
+	assert_int_equal(tbl + tlen, p + 16 * 8 + 2 * 8);
 	assert_int_equal(mptable_write(&m, 0), -EINVAL);
 	assert_int_equal(mptable_write(&m, 255), -EINVAL);
 	guest_mem_destroy(&m);
