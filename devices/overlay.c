@@ -4,23 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, int r, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return r;
-}
+#include "byteorder.h"
+#include "errmsg.h"
 
 uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len)
 {
@@ -34,28 +25,6 @@ uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len)
 	return ~crc;
 }
 
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	put_le32(p, (uint32_t)v);
-	put_le32(p + 4, (uint32_t)(v >> 32));
-}
-
 static bool chunk_size_ok(uint32_t c)
 {
 	return c >= OVERLAY_CHUNK_MIN && c <= OVERLAY_CHUNK_MAX && (c & (c - 1)) == 0;
@@ -66,20 +35,20 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 {
 	memset(out, 0, sizeof(*out));
 	if (len < OVERLAY_MAP_HDR_V1)
-		return fail(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %d)",
+		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %d)",
 			    len, OVERLAY_MAP_HDR_V1);
 	if (memcmp(buf, OVERLAY_MAP_MAGIC, 8))
-		return fail(err, errlen, -EINVAL, "not a cove overlay map (bad magic)");
+		return errmsg(err, errlen, -EINVAL, "not a cove overlay map (bad magic)");
 	uint32_t version = get_le32(buf + 8);
 	if (version != 1 && version != OVERLAY_MAP_VERSION)
-		return fail(err, errlen, -EINVAL, "unsupported version %u (this cove reads 1..%d)",
+		return errmsg(err, errlen, -EINVAL, "unsupported version %u (this cove reads 1..%d)",
 			    version, OVERLAY_MAP_VERSION);
 	size_t hdr = version == 1 ? OVERLAY_MAP_HDR_V1 : OVERLAY_MAP_HDR_SIZE;
 	if (len < hdr)
-		return fail(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
+		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
 			    len, hdr);
 	if (overlay_crc32(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
-		return fail(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
+		return errmsg(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
 	uint32_t chunk = get_le32(buf + 12);
 	uint64_t disk = get_le64(buf + 16);
 	uint64_t nr = get_le64(buf + 24);
@@ -90,32 +59,32 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 		parent = get_le32(buf + 44);
 	}
 	if (flags & ~OVERLAY_MAP_FROZEN)
-		return fail(err, errlen, -EINVAL, "unknown flags 0x%x", flags);
+		return errmsg(err, errlen, -EINVAL, "unknown flags 0x%x", flags);
 	if (depth >= OVERLAY_CHAIN_MAX)
-		return fail(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap", depth,
+		return errmsg(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap", depth,
 			    OVERLAY_CHAIN_MAX);
 	if (depth == 0 && parent)
-		return fail(err, errlen, -EINVAL, "a layer on the base names a parent layer");
+		return errmsg(err, errlen, -EINVAL, "a layer on the base names a parent layer");
 	if (!chunk_size_ok(chunk))
-		return fail(err, errlen, -EINVAL, "bad chunk size %u", chunk);
+		return errmsg(err, errlen, -EINVAL, "bad chunk size %u", chunk);
 	if (disk == 0 || disk > OVERLAY_DISK_MAX)
-		return fail(err, errlen, -EINVAL, "bad disk size %llu", (unsigned long long)disk);
+		return errmsg(err, errlen, -EINVAL, "bad disk size %llu", (unsigned long long)disk);
 	if (nr != (disk + chunk - 1) / chunk)
-		return fail(err, errlen, -EINVAL, "chunk count %llu does not match the disk size",
+		return errmsg(err, errlen, -EINVAL, "chunk count %llu does not match the disk size",
 			    (unsigned long long)nr);
 	uint64_t bytes = (nr + 7) / 8;
 	if (bytes > OVERLAY_BITMAP_MAX)
-		return fail(err, errlen, -EINVAL, "bitmap of %llu bytes is over the %u byte cap",
+		return errmsg(err, errlen, -EINVAL, "bitmap of %llu bytes is over the %u byte cap",
 			    (unsigned long long)bytes, OVERLAY_BITMAP_MAX);
 	if (len != hdr + bytes)
-		return fail(err, errlen, -EINVAL, "%s (%zu bytes, want %llu)",
+		return errmsg(err, errlen, -EINVAL, "%s (%zu bytes, want %llu)",
 			    len < hdr + bytes ? "truncated" : "trailing bytes", len,
 			    (unsigned long long)(hdr + bytes));
 	const uint8_t *bm = buf + hdr;
 	if (overlay_crc32(0, bm, bytes) != get_le32(buf + 32))
-		return fail(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
+		return errmsg(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
 	if (nr % 8 && (bm[bytes - 1] >> (nr % 8)))
-		return fail(err, errlen, -EINVAL, "bits set past the last chunk");
+		return errmsg(err, errlen, -EINVAL, "bits set past the last chunk");
 	*out = (struct overlay_map_info){.version = version,
 					 .flags = flags,
 					 .depth = depth,
@@ -484,17 +453,17 @@ static int load_map(const char *mpath, uint8_t **mbuf, size_t *mlen,
 {
 	int fd = open(mpath, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
+		return errmsg(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
 	int r = read_map_file(fd, mbuf, mlen);
 	close(fd);
 	if (r)
-		return fail(err, errlen, r, "overlay map %s: %s", mpath, strerror(-r));
+		return errmsg(err, errlen, r, "overlay map %s: %s", mpath, strerror(-r));
 	char why[160];
 	r = overlay_map_parse(*mbuf, *mlen, info, why, sizeof(why));
 	if (r) {
 		free(*mbuf);
 		*mbuf = NULL;
-		return fail(err, errlen, r, "overlay map %s: %s", mpath, why);
+		return errmsg(err, errlen, r, "overlay map %s: %s", mpath, why);
 	}
 	return 0;
 }
@@ -506,26 +475,26 @@ static int check_layer(const struct overlay *ov, const char *base,
 {
 	const char *m = ov->map_path;
 	if (info->disk_size != ov->disk_size)
-		return fail(err, errlen, -EINVAL,
+		return errmsg(err, errlen, -EINVAL,
 			    "overlay map %s was made for a %llu-byte disk but base %s is %llu bytes",
 			    m, (unsigned long long)info->disk_size, base,
 			    (unsigned long long)ov->disk_size);
 	if (i > 0 && info->chunk_size != ov->chunk_size)
-		return fail(err, errlen, -EINVAL,
+		return errmsg(err, errlen, -EINVAL,
 			    "overlay map %s has %u-byte chunks, the layer below %u-byte ones", m,
 			    info->chunk_size, ov->chunk_size);
 	if (info->depth != (uint32_t)i)
-		return fail(err, errlen, -EINVAL,
+		return errmsg(err, errlen, -EINVAL,
 			    "overlay map %s is layer %u of its chain but was given as layer %d", m,
 			    info->depth, i);
 	if (info->parent_crc != parent)
-		return fail(err, errlen, -EINVAL,
+		return errmsg(err, errlen, -EINVAL,
 			    "overlay map %s was made on another parent layer (parent map checksum "
 			    "%08x, the layer below is %08x)",
 			    m, info->parent_crc, parent);
 	bool is_frozen = info->flags & OVERLAY_MAP_FROZEN;
 	if (is_frozen != frozen)
-		return fail(err, errlen, -EINVAL,
+		return errmsg(err, errlen, -EINVAL,
 			    is_frozen ? "overlay map %s is a frozen layer: it cannot be the writable top"
 				      : "overlay map %s is not frozen: it cannot be a lower layer",
 			    m);
@@ -544,23 +513,23 @@ static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size,
 	ov->nr_chunks = (ov->disk_size + chunk_size - 1) / chunk_size;
 	ov->bitmap_bytes = (size_t)((ov->nr_chunks + 7) / 8);
 	if (ov->bitmap_bytes > OVERLAY_BITMAP_MAX)
-		return fail(err, errlen, -EINVAL, "overlay: disk too large for chunk size %u",
+		return errmsg(err, errlen, -EINVAL, "overlay: disk too large for chunk size %u",
 			    chunk_size);
 	ov->bitmap = calloc(1, ov->bitmap_bytes);
 	if (!ov->bitmap)
 		return -ENOMEM;
 	ov->data_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (ov->data_fd < 0)
-		return fail(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
+		return errmsg(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(ov->data_fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return fail(err, errlen, -EINVAL, "overlay data %s: not a regular file", path);
+		return errmsg(err, errlen, -EINVAL, "overlay data %s: not a regular file", path);
 	if ((uint64_t)st.st_size != ov->disk_size &&
 	    ftruncate(ov->data_fd, (off_t)ov->disk_size) < 0)
-		return fail(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
+		return errmsg(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
 	int r = write_map(ov, NULL);
 	if (r)
-		return fail(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
+		return errmsg(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
 	ov->map_dirty = false;
 	return 0;
 }
@@ -571,12 +540,12 @@ static int open_data(const struct overlay *ov, const char *path, bool rw, char *
 {
 	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, -errno, "overlay data %s: %s (its map exists)", path,
+		return errmsg(err, errlen, -errno, "overlay data %s: %s (its map exists)", path,
 			    strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < ov->disk_size) {
 		close(fd);
-		return fail(err, errlen, -EINVAL,
+		return errmsg(err, errlen, -EINVAL,
 			    "overlay data %s: not a regular file of at least %llu bytes", path,
 			    (unsigned long long)ov->disk_size);
 	}
@@ -591,25 +560,25 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 	int r;
 	uint8_t *mbuf = NULL;
 	if (n < 1 || n > OVERLAY_CHAIN_MAX)
-		return fail(err, errlen, -EINVAL, "overlay: a chain has 1 to %d layers, not %d",
+		return errmsg(err, errlen, -EINVAL, "overlay: a chain has 1 to %d layers, not %d",
 			    OVERLAY_CHAIN_MAX, n);
 	if (!chunk_size)
 		chunk_size = OVERLAY_CHUNK_DEFAULT;
 	if (!chunk_size_ok(chunk_size))
-		return fail(err, errlen, -EINVAL, "overlay: bad chunk size %u", chunk_size);
+		return errmsg(err, errlen, -EINVAL, "overlay: bad chunk size %u", chunk_size);
 	ov->base_fd = open(base, O_RDONLY | O_CLOEXEC);
 	if (ov->base_fd < 0) {
-		r = fail(err, errlen, -errno, "%s: %s", base, strerror(errno));
+		r = errmsg(err, errlen, -errno, "%s: %s", base, strerror(errno));
 		goto fail;
 	}
 	struct stat st;
 	if (fstat(ov->base_fd, &st) < 0 || (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) {
-		r = fail(err, errlen, -EINVAL, "%s: not a regular file or block device", base);
+		r = errmsg(err, errlen, -EINVAL, "%s: not a regular file or block device", base);
 		goto fail;
 	}
 	off_t end = lseek(ov->base_fd, 0, SEEK_END);
 	if (end <= 0 || (uint64_t)end > OVERLAY_DISK_MAX) {
-		r = fail(err, errlen, -EINVAL, "%s: base size %lld is empty or over the 1 PiB cap",
+		r = errmsg(err, errlen, -EINVAL, "%s: base size %lld is empty or over the 1 PiB cap",
 			 base, (long long)end);
 		goto fail;
 	}
@@ -675,7 +644,7 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 	return 0;
 fail:
 	if (r == -ENOMEM)
-		fail(err, errlen, r, "overlay: out of memory");
+		errmsg(err, errlen, r, "overlay: out of memory");
 	free(mbuf);
 	ov->map_dirty = false;
 	overlay_close(ov);
@@ -691,18 +660,18 @@ int overlay_open(struct overlay *ov, const char *base, const char *path, uint32_
 int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errlen)
 {
 	if (ov->nr_layers + 1 >= OVERLAY_CHAIN_MAX)
-		return fail(err, errlen, -E2BIG, "overlay: the chain is at its %d-layer cap",
+		return errmsg(err, errlen, -E2BIG, "overlay: the chain is at its %d-layer cap",
 			    OVERLAY_CHAIN_MAX);
 	char *mpath = map_path_of(path);
 	if (!mpath)
-		return fail(err, errlen, -ENOMEM, "overlay: out of memory");
+		return errmsg(err, errlen, -ENOMEM, "overlay: out of memory");
 	int r = 0;
 	if (access(mpath, F_OK) == 0)
-		r = fail(err, errlen, -EEXIST, "overlay map %s already exists", mpath);
+		r = errmsg(err, errlen, -EEXIST, "overlay map %s already exists", mpath);
 	else if (errno != ENOENT)
-		r = fail(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
+		r = errmsg(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
 	else if (fdatasync(ov->data_fd) < 0)
-		r = fail(err, errlen, -errno, "overlay: cannot sync the data file: %s",
+		r = errmsg(err, errlen, -errno, "overlay: cannot sync the data file: %s",
 			 strerror(errno));
 	if (r) {
 		free(mpath);
@@ -715,7 +684,7 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 	if (r) {
 		ov->frozen = false;
 		free(mpath);
-		return fail(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
+		return errmsg(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
 	}
 	ov->map_dirty = false;
 	struct overlay_layer old = {ov->data_fd, ov->bitmap, crc};
@@ -730,7 +699,7 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 	r = create_top(ov, path, ov->chunk_size, err, errlen);
 	if (r) {
 		if (r == -ENOMEM)
-			fail(err, errlen, r, "overlay: out of memory");
+			errmsg(err, errlen, r, "overlay: out of memory");
 		if (ov->data_fd >= 0)
 			close(ov->data_fd);
 		free(ov->bitmap);

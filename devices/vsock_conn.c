@@ -2,49 +2,37 @@
  * machine. */
 #include "vsock_conn.h"
 
+#include "byteorder.h"
+
 #include <errno.h>
 #include <string.h>
 
-static uint64_t get_le(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = n - 1; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
 void vsock_hdr_decode(const uint8_t *b, struct vsock_hdr *h)
 {
-	h->src_cid = get_le(b + 0, 8);
-	h->dst_cid = get_le(b + 8, 8);
-	h->src_port = (uint32_t)get_le(b + 16, 4);
-	h->dst_port = (uint32_t)get_le(b + 20, 4);
-	h->len = (uint32_t)get_le(b + 24, 4);
-	h->type = (uint16_t)get_le(b + 28, 2);
-	h->op = (uint16_t)get_le(b + 30, 2);
-	h->flags = (uint32_t)get_le(b + 32, 4);
-	h->buf_alloc = (uint32_t)get_le(b + 36, 4);
-	h->fwd_cnt = (uint32_t)get_le(b + 40, 4);
+	h->src_cid = get_le64(b + 0);
+	h->dst_cid = get_le64(b + 8);
+	h->src_port = get_le32(b + 16);
+	h->dst_port = get_le32(b + 20);
+	h->len = get_le32(b + 24);
+	h->type = get_le16(b + 28);
+	h->op = get_le16(b + 30);
+	h->flags = get_le32(b + 32);
+	h->buf_alloc = get_le32(b + 36);
+	h->fwd_cnt = get_le32(b + 40);
 }
 
 void vsock_hdr_encode(const struct vsock_hdr *h, uint8_t *b)
 {
-	put_le(b + 0, h->src_cid, 8);
-	put_le(b + 8, h->dst_cid, 8);
-	put_le(b + 16, h->src_port, 4);
-	put_le(b + 20, h->dst_port, 4);
-	put_le(b + 24, h->len, 4);
-	put_le(b + 28, h->type, 2);
-	put_le(b + 30, h->op, 2);
-	put_le(b + 32, h->flags, 4);
-	put_le(b + 36, h->buf_alloc, 4);
-	put_le(b + 40, h->fwd_cnt, 4);
+	put_le64(b + 0, h->src_cid);
+	put_le64(b + 8, h->dst_cid);
+	put_le32(b + 16, (uint32_t)h->src_port);
+	put_le32(b + 20, (uint32_t)h->dst_port);
+	put_le32(b + 24, (uint32_t)h->len);
+	put_le16(b + 28, (uint16_t)h->type);
+	put_le16(b + 30, (uint16_t)h->op);
+	put_le32(b + 32, (uint32_t)h->flags);
+	put_le32(b + 36, (uint32_t)h->buf_alloc);
+	put_le32(b + 40, (uint32_t)h->fwd_cnt);
 }
 
 enum vsock_verdict vsock_hdr_check(const struct vsock_hdr *h, uint64_t guest_cid,

@@ -5,32 +5,24 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "byteorder.h"
+#include "errmsg.h"
 #include "x86_boot.h"
 
 #define LOADER_MAX_PHDRS 64
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return code;
-}
 
 static int load_flat(struct guest_mem *mem, const uint8_t *buf, size_t len,
 		     struct kernel_image *img, char *err, size_t errlen)
 {
 	void *dst = guest_mem_ptr(mem, HIMEM_START, len);
 	if (!dst)
-		return fail(err, errlen, -EFBIG, "flat image of %zu bytes does not fit in guest RAM",
+		return errmsg(err, errlen, -EFBIG, "flat image of %zu bytes does not fit in guest RAM",
 			    len);
 	memcpy(dst, buf, len);
 	img->kind = KERNEL_FLAT;
@@ -39,20 +31,13 @@ static int load_flat(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	return 0;
 }
 
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
 /* Looks for XEN_ELFNOTE_PHYS32_ENTRY in one PT_NOTE segment; every length is checked. */
 static uint64_t find_pvh_entry(const uint8_t *notes, uint64_t size)
 {
 	uint64_t off = 0;
 	while (size - off >= 12) {
-		uint32_t namesz = rd32(notes + off), descsz = rd32(notes + off + 4);
-		uint32_t type = rd32(notes + off + 8);
+		uint32_t namesz = get_le32(notes + off), descsz = get_le32(notes + off + 4);
+		uint32_t type = get_le32(notes + off + 8);
 		uint64_t name_off = off + 12;
 		uint64_t desc_off = name_off + (((uint64_t)namesz + 3) & ~3ULL);
 		uint64_t next = desc_off + (((uint64_t)descsz + 3) & ~3ULL);
@@ -73,20 +58,20 @@ static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
 		    struct kernel_image *img, char *err, size_t errlen)
 {
 	if (len < sizeof(Elf64_Ehdr))
-		return fail(err, errlen, -ENOEXEC, "truncated ELF header");
+		return errmsg(err, errlen, -ENOEXEC, "truncated ELF header");
 	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)buf;
 	if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB)
-		return fail(err, errlen, -ENOEXEC, "not a 64-bit little-endian ELF");
+		return errmsg(err, errlen, -ENOEXEC, "not a 64-bit little-endian ELF");
 	if (eh->e_machine != EM_X86_64)
-		return fail(err, errlen, -ENOEXEC, "ELF machine %u is not x86-64", eh->e_machine);
+		return errmsg(err, errlen, -ENOEXEC, "ELF machine %u is not x86-64", eh->e_machine);
 	if (eh->e_type != ET_EXEC)
-		return fail(err, errlen, -ENOEXEC, "ELF type %u is not an executable", eh->e_type);
+		return errmsg(err, errlen, -ENOEXEC, "ELF type %u is not an executable", eh->e_type);
 	if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phnum == 0 ||
 	    eh->e_phnum > LOADER_MAX_PHDRS)
-		return fail(err, errlen, -ENOEXEC, "bad ELF program header table (%u entries of %u)",
+		return errmsg(err, errlen, -ENOEXEC, "bad ELF program header table (%u entries of %u)",
 			    eh->e_phnum, eh->e_phentsize);
 	if (eh->e_phoff > len || (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > len - eh->e_phoff)
-		return fail(err, errlen, -ENOEXEC, "ELF program headers lie outside the file");
+		return errmsg(err, errlen, -ENOEXEC, "ELF program headers lie outside the file");
 
 	bool entry_ok = false;
 	int nr_load = 0;
@@ -103,14 +88,14 @@ static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
 				continue;
 			if (pass == 0) {
 				if (ph.p_filesz > ph.p_memsz)
-					return fail(err, errlen, -ENOEXEC,
+					return errmsg(err, errlen, -ENOEXEC,
 						    "segment %u: file size exceeds memory size", i);
 				if (ph.p_offset > len || ph.p_filesz > len - ph.p_offset)
-					return fail(err, errlen, -ENOEXEC,
+					return errmsg(err, errlen, -ENOEXEC,
 						    "segment %u lies outside the file", i);
 				if (ph.p_paddr < HIMEM_START ||
 				    !guest_mem_ptr(mem, ph.p_paddr, ph.p_memsz))
-					return fail(err, errlen, -ENOEXEC,
+					return errmsg(err, errlen, -ENOEXEC,
 						    "segment %u at 0x%llx+0x%llx is not in guest RAM above 1 MiB",
 						    i, (unsigned long long)ph.p_paddr,
 						    (unsigned long long)ph.p_memsz);
@@ -126,13 +111,13 @@ static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
 			memset(dst + ph.p_filesz, 0, ph.p_memsz - ph.p_filesz);
 		}
 		if (pass == 0 && nr_load == 0)
-			return fail(err, errlen, -ENOEXEC, "ELF has no loadable segment");
+			return errmsg(err, errlen, -ENOEXEC, "ELF has no loadable segment");
 		if (pass == 0 && !entry_ok)
-			return fail(err, errlen, -ENOEXEC,
+			return errmsg(err, errlen, -ENOEXEC,
 				    "ELF entry 0x%llx is outside every loadable segment",
 				    (unsigned long long)eh->e_entry);
 		if (pass == 0 && pvh && (pvh < HIMEM_START || !guest_mem_ptr(mem, pvh, 1)))
-			return fail(err, errlen, -ENOEXEC, "PVH entry 0x%llx is not in guest RAM",
+			return errmsg(err, errlen, -ENOEXEC, "PVH entry 0x%llx is not in guest RAM",
 				    (unsigned long long)pvh);
 	}
 	img->kind = KERNEL_ELF;
@@ -157,28 +142,28 @@ static int load_bzimage(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	uint16_t version;
 	memcpy(&version, buf + 0x206, sizeof(version));
 	if (version < BZ_MIN_VERSION)
-		return fail(err, errlen, -ENOEXEC,
+		return errmsg(err, errlen, -ENOEXEC,
 			    "bzImage boot protocol %u.%02u is older than 2.12 (no 64-bit entry)",
 			    version >> 8, version & 0xff);
 	uint16_t xloadflags;
 	memcpy(&xloadflags, buf + 0x236, sizeof(xloadflags));
 	if (!(xloadflags & XLF_KERNEL_64))
-		return fail(err, errlen, -ENOEXEC, "bzImage has no 64-bit entry point");
+		return errmsg(err, errlen, -ENOEXEC, "bzImage has no 64-bit entry point");
 	unsigned setup_sects = buf[0x1f1] ? buf[0x1f1] : 4;
 	size_t setup_size = (size_t)(setup_sects + 1) * 512;
 	if (setup_size >= len)
-		return fail(err, errlen, -ENOEXEC, "bzImage is truncated (%zu bytes, setup is %zu)",
+		return errmsg(err, errlen, -ENOEXEC, "bzImage is truncated (%zu bytes, setup is %zu)",
 			    len, setup_size);
 	/* The header ends at 0x202 + the jump offset stored at 0x201. */
 	size_t hdr_end = 0x202 + buf[0x201];
 	if (hdr_end > SETUP_HDR_OFF + SETUP_HDR_MAX || hdr_end > len)
-		return fail(err, errlen, -ENOEXEC, "bzImage setup header is malformed");
+		return errmsg(err, errlen, -ENOEXEC, "bzImage setup header is malformed");
 	size_t kernel_len = len - setup_size;
 	uint32_t syssize;
 	memcpy(&syssize, buf + 0x1f4, sizeof(syssize));
 	/* syssize counts 16-byte paragraphs of protected-mode code: a cut file falls short. */
 	if ((uint64_t)syssize * 16 > kernel_len)
-		return fail(err, errlen, -ENOEXEC,
+		return errmsg(err, errlen, -ENOEXEC,
 			    "bzImage is truncated: header says %llu bytes of kernel, file has %zu",
 			    (unsigned long long)syssize * 16, kernel_len);
 	uint32_t init_size;
@@ -187,11 +172,11 @@ static int load_bzimage(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	memcpy(&pref_address, buf + 0x258, sizeof(pref_address));
 	void *dst = guest_mem_ptr(mem, HIMEM_START, kernel_len);
 	if (!dst)
-		return fail(err, errlen, -EFBIG, "bzImage of %zu bytes does not fit in guest RAM",
+		return errmsg(err, errlen, -EFBIG, "bzImage of %zu bytes does not fit in guest RAM",
 			    len);
 	/* The kernel decompresses itself to pref_address (or above): that must be RAM too. */
 	if (pref_address < HIMEM_START || !guest_mem_ptr(mem, pref_address, init_size))
-		return fail(err, errlen, -EFBIG,
+		return errmsg(err, errlen, -EFBIG,
 			    "bzImage needs 0x%x bytes of RAM at 0x%llx; give the guest more memory",
 			    init_size, (unsigned long long)pref_address);
 	memcpy(dst, buf + setup_size, kernel_len);
@@ -210,7 +195,7 @@ int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len,
 {
 	memset(img, 0, sizeof(*img));
 	if (len == 0)
-		return fail(err, errlen, -ENOEXEC, "kernel image is empty");
+		return errmsg(err, errlen, -ENOEXEC, "kernel image is empty");
 	if (len >= SELFMAG && memcmp(buf, ELFMAG, SELFMAG) == 0)
 		return load_elf(mem, buf, len, img, err, errlen);
 	if (is_bzimage(buf, len))
@@ -222,26 +207,26 @@ int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, -errno, "cannot open %s: %s", path, strerror(errno));
+		return errmsg(err, errlen, -errno, "cannot open %s: %s", path, strerror(errno));
 	struct stat st;
 	int r;
 	if (fstat(fd, &st) < 0) {
-		r = fail(err, errlen, -errno, "cannot stat %s: %s", path, strerror(errno));
+		r = errmsg(err, errlen, -errno, "cannot stat %s: %s", path, strerror(errno));
 		goto out_close;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		r = fail(err, errlen, -EINVAL, "%s is not a regular file", path);
+		r = errmsg(err, errlen, -EINVAL, "%s is not a regular file", path);
 		goto out_close;
 	}
 	if ((uint64_t)st.st_size > LOADER_MAX_FILE) {
-		r = fail(err, errlen, -EFBIG, "%s is larger than %llu MiB", path,
+		r = errmsg(err, errlen, -EFBIG, "%s is larger than %llu MiB", path,
 			 LOADER_MAX_FILE >> 20);
 		goto out_close;
 	}
 	size_t len = (size_t)st.st_size;
 	uint8_t *buf = malloc(len ? len : 1);
 	if (!buf) {
-		r = fail(err, errlen, -ENOMEM, "out of memory reading %s", path);
+		r = errmsg(err, errlen, -ENOMEM, "out of memory reading %s", path);
 		goto out_close;
 	}
 	size_t done = 0;
@@ -250,7 +235,7 @@ int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			r = fail(err, errlen, n < 0 ? -errno : -EIO, "short read of %s", path);
+			r = errmsg(err, errlen, n < 0 ? -errno : -EIO, "short read of %s", path);
 			free(buf);
 			goto out_close;
 		}

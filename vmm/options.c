@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "guest_mem.h"
 #include "vm.h"
 
@@ -34,15 +34,6 @@ const char run_usage[] =
 	"\n"
 	"Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
 	"1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
 
 int parse_mem_size(const char *s, uint64_t *out)
 {
@@ -93,9 +84,9 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 	const char *comma = strchr(s, ',');
 	size_t plen = comma ? (size_t)(comma - s) : strlen(s);
 	if (plen == 0)
-		return fail(err, errlen, "--disk: '%s' has no path (use PATH[,ro])", s);
+		return errmsg(err, errlen, -EINVAL, "--disk: '%s' has no path (use PATH[,ro])", s);
 	if (plen >= sizeof(d->path))
-		return fail(err, errlen, "--disk: path is longer than %d bytes", RUN_DISK_PATH_MAX - 1);
+		return errmsg(err, errlen, -EINVAL, "--disk: path is longer than %d bytes", RUN_DISK_PATH_MAX - 1);
 	memcpy(d->path, s, plen);
 	while (comma) {
 		const char *opt = comma + 1;
@@ -105,18 +96,18 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 			d->read_only = true;
 		} else if (olen >= 8 && !strncmp(opt, "overlay=", 8)) {
 			if (olen == 8)
-				return fail(err, errlen, "--disk: overlay= needs a path in '%s'", s);
+				return errmsg(err, errlen, -EINVAL, "--disk: overlay= needs a path in '%s'", s);
 			if (olen - 8 >= sizeof(d->overlay))
-				return fail(err, errlen, "--disk: overlay path is longer than %d bytes",
+				return errmsg(err, errlen, -EINVAL, "--disk: overlay path is longer than %d bytes",
 					    RUN_DISK_PATH_MAX - 1);
 			memcpy(d->overlay, opt + 8, olen - 8);
 		} else {
-			return fail(err, errlen, "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
+			return errmsg(err, errlen, -EINVAL, "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
 				    (int)olen, opt, s);
 		}
 	}
 	if (d->read_only && d->overlay[0])
-		return fail(err, errlen, "--disk: ro and overlay= do not go together in '%s'", s);
+		return errmsg(err, errlen, -EINVAL, "--disk: ro and overlay= do not go together in '%s'", s);
 	return 0;
 }
 
@@ -175,7 +166,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		case OPT_DISK:
 			if (o->nr_disks >= RUN_MAX_DISKS)
-				return fail(err, errlen, "--disk: at most %d disks", RUN_MAX_DISKS);
+				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks", RUN_MAX_DISKS);
 			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
 				return -EINVAL;
 			o->nr_disks++;
@@ -185,7 +176,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			errno = 0;
 			unsigned long long v = strtoull(optarg, &end, 10);
 			if (errno || end == optarg || *end || *optarg == '-' || v < 3 || v > UINT32_MAX)
-				return fail(err, errlen,
+				return errmsg(err, errlen, -EINVAL,
 					    "--vsock-cid: '%s' is not a number from 3 to 4294967295",
 					    optarg);
 			o->vsock_cid = v;
@@ -194,17 +185,17 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		case OPT_VSOCK_UDS:
 			/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
 			if (!*optarg || strlen(optarg) > 96)
-				return fail(err, errlen, "--vsock-uds: path must be 1 to 96 bytes long");
+				return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
 			o->vsock_uds = optarg;
 			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);
 			if (r)
-				return fail(err, errlen, "--mem: '%s' is not a size like 256M or 4G",
+				return errmsg(err, errlen, -EINVAL, "--mem: '%s' is not a size like 256M or 4G",
 					    optarg);
 			if (o->mem_size < MEM_MIN_SIZE || o->mem_size > MEM_MAX_SIZE ||
 			    o->mem_size % PAGE_SIZE)
-				return fail(err, errlen,
+				return errmsg(err, errlen, -EINVAL,
 					    "--mem: %s is out of range (2M..1T, a multiple of 4K)",
 					    optarg);
 			break;
@@ -214,31 +205,31 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			errno = 0;
 			long v = strtol(optarg, &end, 10);
 			if (errno || end == optarg || *end || v < 1 || v > VM_MAX_VCPUS)
-				return fail(err, errlen, "--vcpus: '%s' is not a number from 1 to %d",
+				return errmsg(err, errlen, -EINVAL, "--vcpus: '%s' is not a number from 1 to %d",
 					    optarg, VM_MAX_VCPUS);
 			o->vcpus = (int)v;
 			break;
 		}
 		case OPT_LOG:
 			if (log_level_parse(optarg, &o->log_level))
-				return fail(err, errlen,
+				return errmsg(err, errlen, -EINVAL,
 					    "--log-level: '%s' is not one of error, warn, info, debug",
 					    optarg);
 			break;
 		case ':':
-			return fail(err, errlen, "option '%s' needs a value", argv[optind - 1]);
+			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);
 		case '?':
 		default:
-			return fail(err, errlen, "unknown option '%s'", argv[optind - 1]);
+			return errmsg(err, errlen, -EINVAL, "unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
-		return fail(err, errlen, "unexpected argument '%s'", argv[optind]);
+		return errmsg(err, errlen, -EINVAL, "unexpected argument '%s'", argv[optind]);
 	if (!o->kernel)
-		return fail(err, errlen, "--kernel FILE is required");
+		return errmsg(err, errlen, -EINVAL, "--kernel FILE is required");
 	if (strlen(o->cmdline) >= 4096)
-		return fail(err, errlen, "--cmdline is longer than 4095 bytes");
+		return errmsg(err, errlen, -EINVAL, "--cmdline is longer than 4095 bytes");
 	if (!o->vsock_cid != !o->vsock_uds)
-		return fail(err, errlen, "--vsock-cid and --vsock-uds go together");
+		return errmsg(err, errlen, -EINVAL, "--vsock-cid and --vsock-uds go together");
 	return 0;
 }
