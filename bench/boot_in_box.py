@@ -14,9 +14,10 @@ import subprocess
 import sys
 import time
 
+from box_vmm import qemu_microvm
+
 RUNS = int(os.environ.get("BENCH_RUNS", "7"))
 COVE = "/work/cove"
-QEMU = "/work/qemu/qemu-system-x86_64"
 KERNELS = {"bzImage": "/work/kernel/bzImage", "vmlinux": "/work/kernel/vmlinux"}
 INITRD = "/work/rootfs/initramfs.cpio.gz"
 CMDLINE = ("console=ttyS0 reboot=k panic=-1 quiet cove.cmd="
@@ -31,10 +32,7 @@ def cove_argv(kernel):
 
 
 def qemu_argv(kernel):
-    return [QEMU, "-L", "/work/qemu/share", "-M", "microvm,acpi=off,pit=on,pic=on,isa-serial=on,rtc=off",
-            "-accel", "kvm", "-cpu", "host", "-m", "256M", "-smp", "1", "-nodefaults",
-            "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot", "-device", "i8042",
-            "-kernel", kernel, "-initrd", INITRD, "-append", CMDLINE]
+    return qemu_microvm(kernel, INITRD, CMDLINE)
 
 
 def one(argv):

@@ -20,9 +20,10 @@ import statistics
 import subprocess
 import sys
 
+from box_vmm import qemu_microvm
+
 RUNS = int(os.environ.get("BENCH_RUNS", "1"))
 COVE = "/work/cove"
-QEMU = "/work/qemu/qemu-system-x86_64"
 KERNEL = "/work/kernel/bzImage"
 INITRD = "/work/rootfs/initramfs.cpio.gz"
 DISK = "/tmp/disk.img"
@@ -56,12 +57,9 @@ def cove_overlay_argv():
 
 
 def qemu_argv():
-    return [QEMU, "-L", "/work/qemu/share", "-M", "microvm,acpi=off,pit=on,pic=on,isa-serial=on,rtc=off",
-            "-accel", "kvm", "-cpu", "host", "-m", "256M", "-smp", "1", "-nodefaults",
-            "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot", "-device", "i8042",
-            "-drive", f"id=d0,file={DISK},format=raw,if=none",
-            "-device", "virtio-blk-device,drive=d0",
-            "-kernel", KERNEL, "-initrd", INITRD, "-append", CMDLINE]
+    return qemu_microvm(KERNEL, INITRD, CMDLINE,
+                        ["-drive", f"id=d0,file={DISK},format=raw,if=none",
+                         "-device", "virtio-blk-device,drive=d0"])
 
 
 def fresh_disk():

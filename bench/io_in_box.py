@@ -29,13 +29,14 @@ import sys
 import threading
 import time
 
+from box_vmm import qemu_microvm
+
 RUNS = int(os.environ.get("BENCH_RUNS", "1"))
 PINGS = int(os.environ.get("BENCH_PINGS", "2000"))
 STREAM_MSGS = int(os.environ.get("BENCH_STREAM_MSGS", "20000"))
 OPS = int(os.environ.get("BENCH_OPS", "4000"))
 SEED = 12345
 COVE = "/work/cove"
-QEMU = "/work/qemu/qemu-system-x86_64"
 KERNEL = "/work/kernel/bzImage"
 INITRD = "/work/rootfs/initramfs.cpio.gz"
 HELPERS = "/work/io-helpers.ext4"
@@ -67,16 +68,13 @@ def cove_argv():
 
 
 def qemu_argv(vsock):
-    a = [QEMU, "-L", "/work/qemu/share", "-M", "microvm,acpi=off,pit=on,pic=on,isa-serial=on,rtc=off",
-         "-accel", "kvm", "-cpu", "host", "-m", "256M", "-smp", "1", "-nodefaults",
-         "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot", "-device", "i8042",
-         "-drive", f"id=h,file={HELPERS},format=raw,if=none,readonly=on",
-         "-device", "virtio-blk-device,drive=h",
-         "-drive", f"id=d0,file={DISK},format=raw,if=none",
-         "-device", "virtio-blk-device,drive=d0"]
+    devices = ["-drive", f"id=h,file={HELPERS},format=raw,if=none,readonly=on",
+               "-device", "virtio-blk-device,drive=h",
+               "-drive", f"id=d0,file={DISK},format=raw,if=none",
+               "-device", "virtio-blk-device,drive=d0"]
     if vsock:
-        a += ["-device", f"vhost-vsock-device,guest-cid={CID}"]
-    return a + ["-kernel", KERNEL, "-initrd", INITRD, "-append", CMDLINE]
+        devices += ["-device", f"vhost-vsock-device,guest-cid={CID}"]
+    return qemu_microvm(KERNEL, INITRD, CMDLINE, devices)
 
 
 def load_vhost_vsock():
