@@ -6,6 +6,7 @@ Layout inside the box (tests/e2e/run puts it there): /work/cove, /work/kernel/{b
 """
 import base64
 import hashlib
+import importlib
 import os
 import re
 import socket
@@ -528,10 +529,23 @@ TESTS = [
 ]
 
 
+def all_tests():
+    """This file's tests, then those of every other *_tests.py module beside it (snapshots,
+    agent, broker): each exports a TESTS list and may use this module's helpers."""
+    tests = list(TESTS)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    for name in sorted(os.listdir(here)):
+        if name.endswith("_tests.py") and name != os.path.basename(__file__):
+            mod = importlib.import_module(name[:-3])
+            tests += mod.TESTS
+    return tests
+
+
 def main():
     only = sys.argv[1:]
     passed = failed = 0
-    for t in TESTS:
+    for t in all_tests():
         if only and t.__name__ not in only:
             continue
         t0 = time.monotonic()
