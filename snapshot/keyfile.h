@@ -1,0 +1,63 @@
+/* The "keys" file of a snapshot chain directory: chain id, provider description, wrapped data key. */
+#ifndef COVE_KEYFILE_H
+#define COVE_KEYFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crypto.h"
+#include "keyprov.h"
+
+/*
+ * DIR/keys, little-endian (see snapshot/CRYPTO.md):
+ *   magic "COVEKEYS" (8) | version u32 (1) | chain_id (16) | provider type u32 |
+ *   config_len u32 | wrapped_len u32 | key check value (16) | config | wrapped | crc32c u32
+ * The key check value is HMAC-SHA256(data key, "cove-kcv-v1" || chain_id), truncated: after
+ * unwrapping it proves the provider returned this chain's key. The CRC catches corruption.
+ * Reads are capped at KEYFILE_MAX bytes; config_len <= KEYPROV_CONFIG_MAX, wrapped_len <=
+ * KEYPROV_WRAPPED_MAX. Writes go to a temporary file, fsync, rename, fsync of the directory.
+ *
+ * DIR/layer-seq holds the next layer id (see keyfile_next_layer_id).
+ */
+
+#define KEYFILE_NAME	"keys"
+#define KEYFILE_VERSION 1
+#define KEYFILE_MAX	(64u << 10)
+
+/*
+ * Create DIR/keys for a new chain: a random chain id and data key, wrapped by prov. Fails with
+ * -EEXIST when DIR/keys exists. *key_out (free with crypto_key_free) and chain_id get the new
+ * chain's key and id. 0 or -errno with one line in err.
+ */
+int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_out,
+		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
+
+/*
+ * Read DIR/keys and unwrap its data key with prov, or when prov is NULL with the provider the
+ * file names. 0; -ENOENT (no keys file), -EINVAL (corrupt, truncated, wrong magic/version,
+ * oversize field: err says which), -EKEYREJECTED (the provider refused: err is the revocation
+ * line), -EBADMSG (the unwrapped key is not this chain's), -errno.
+ */
+int keyfile_open(const char *dir, struct keyprov *prov, struct snap_key **key_out,
+		 uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
+
+/*
+ * Rewrap DIR/keys' data key: unwrap with old_prov (NULL: the stored provider), wrap with
+ * new_prov, replace the file atomically. Data files are never touched; chain id and data key
+ * stay the same. 0 or -errno as keyfile_open.
+ */
+int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov,
+		  char *err, size_t errlen);
+
+/* Describe DIR/keys without unwrapping: provider type and config. 0 or -errno. */
+int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, size_t config_len,
+		     uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
+
+/*
+ * Hand out the next layer id of DIR's chain (0, 1, 2, ...), durably: DIR/layer-seq is updated
+ * and fsync'ed (under flock) before the id is returned, so an id is never handed out twice even
+ * if the writer then crashes. -ERANGE once ids pass CRYPTO_LAYER_MAX.
+ */
+int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen);
+
+#endif
