@@ -237,3 +237,19 @@ void blk_uring_close(struct blk_uring *b)
 		close(b->fd);
 	b->efd = b->fd = -1;
 }
+
+void blk_uring_drain(struct blk_uring *b)
+{
+	if (!b->ring_ok)
+		return;
+	blk_uring_submit(b);
+	while (b->inflight) {
+		struct io_uring_cqe *cqe;
+		int r = io_uring_wait_cqe(&b->ring, &cqe);
+		if (r == -EINTR)
+			continue;
+		if (r < 0)
+			break;
+		blk_uring_reap(b);
+	}
+}

@@ -53,4 +53,7 @@ void blk_uring_reap(struct blk_uring *b);
 /* Waits for in-flight requests, then closes everything. */
 void blk_uring_close(struct blk_uring *b);
 
+/* Waits until no request is in flight, finishing each as reap would (snapshots quiesce disks). */
+void blk_uring_drain(struct blk_uring *b);
+
 #endif

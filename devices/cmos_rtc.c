@@ -1,6 +1,7 @@
 /* MC146818 CMOS clock: without one, Linux spins up to a second waiting for the update flag to clear. */
 #include "cmos_rtc.h"
 
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -104,4 +105,25 @@ int cmos_rtc_create(struct cmos_rtc *c, struct vm *vm)
 void cmos_rtc_destroy(struct cmos_rtc *c)
 {
 	pthread_mutex_destroy(&c->lock);
+}
+
+void cmos_rtc_save(struct cmos_rtc *c, struct cmos_rtc_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&c->lock);
+	st->version = 1;
+	st->index = c->index;
+	memcpy(st->ram, c->ram, sizeof(st->ram));
+	pthread_mutex_unlock(&c->lock);
+}
+
+int cmos_rtc_restore(struct cmos_rtc *c, const struct cmos_rtc_state *st)
+{
+	if (st->version != 1)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	c->index = st->index;
+	memcpy(c->ram, st->ram, sizeof(c->ram));
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }

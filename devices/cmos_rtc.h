@@ -23,4 +23,13 @@ void cmos_rtc_destroy(struct cmos_rtc *c);
 void cmos_rtc_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
 void cmos_rtc_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
 
+/* Snapshot state: the index register and the guest's CMOS bytes (the clock reads the host). */
+struct cmos_rtc_state {
+	uint32_t version;
+	uint8_t index, pad[3];
+	uint8_t ram[CMOS_SIZE];
+};
+void cmos_rtc_save(struct cmos_rtc *c, struct cmos_rtc_state *st);
+int cmos_rtc_restore(struct cmos_rtc *c, const struct cmos_rtc_state *st);
+
 #endif

@@ -186,3 +186,32 @@ void i8042_destroy(struct i8042 *k)
 {
 	pthread_mutex_destroy(&k->lock);
 }
+
+void i8042_save(struct i8042 *k, struct i8042_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&k->lock);
+	st->version = 1;
+	st->ctr = k->ctr;
+	st->pending_cmd = k->pending_cmd;
+	st->outp = k->outp;
+	memcpy(st->buf, k->buf, sizeof(st->buf));
+	st->head = k->head;
+	st->len = k->len;
+	pthread_mutex_unlock(&k->lock);
+}
+
+int i8042_restore(struct i8042 *k, const struct i8042_state *st)
+{
+	if (st->version != 1 || st->head >= I8042_BUF || st->len > I8042_BUF)
+		return -EINVAL;
+	pthread_mutex_lock(&k->lock);
+	k->ctr = st->ctr;
+	k->pending_cmd = st->pending_cmd;
+	k->outp = st->outp;
+	memcpy(k->buf, st->buf, sizeof(k->buf));
+	k->head = st->head;
+	k->len = st->len;
+	pthread_mutex_unlock(&k->lock);
+	return 0;
+}

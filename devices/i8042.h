@@ -32,4 +32,14 @@ int i8042_send_ctrl_alt_del(void *k);
 void i8042_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
 void i8042_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
 
+/* Snapshot state of the controller. */
+struct i8042_state {
+	uint32_t version;
+	uint8_t ctr, pending_cmd, outp, pad;
+	uint8_t buf[I8042_BUF];
+	uint32_t head, len;
+};
+void i8042_save(struct i8042 *k, struct i8042_state *st);
+int i8042_restore(struct i8042 *k, const struct i8042_state *st);
+
 #endif

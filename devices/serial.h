@@ -44,4 +44,15 @@ size_t serial_rx_space(struct serial *s);
 void serial_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
 void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
 
+/* Snapshot state: the UART registers (console bytes in flight are not kept). */
+struct serial_state {
+	uint32_t version;
+	struct serial_regs r;
+	uint8_t pad[2];
+	int32_t irq_level;
+};
+void serial_save(struct serial *s, struct serial_state *st);
+/* 0, or -EINVAL if the struct is not one this version wrote. */
+int serial_restore(struct serial *s, const struct serial_state *st);
+
 #endif

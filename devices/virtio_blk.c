@@ -519,3 +519,13 @@ void virtio_blk_destroy(struct virtio_blk *blk)
 	close_backend(blk);
 	virtio_mmio_destroy(&blk->mmio);
 }
+
+void virtio_blk_quiesce(struct virtio_blk *blk)
+{
+	pthread_mutex_lock(&blk->mmio.lock);
+	uint16_t before = blk->mmio.queues[0].used_idx;
+	blk_uring_drain(&blk->be);
+	if (blk->mmio.queues[0].used_idx != before)
+		virtio_mmio_notify_used(&blk->mmio, 0);
+	pthread_mutex_unlock(&blk->mmio.lock);
+}

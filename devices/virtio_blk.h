@@ -32,4 +32,7 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 		      const char *overlay, uint64_t base, uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
 
+/* Completes every request in flight (the VM is paused): guest memory and used ring are final. */
+void virtio_blk_quiesce(struct virtio_blk *blk);
+
 #endif

@@ -1,6 +1,8 @@
 /* virtio-mmio v2 transport: registers, negotiation, KVM eventfd wiring, once for all devices. */
 #include "virtio_mmio.h"
 
+#include "errmsg.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -442,4 +444,91 @@ int virtio_mmio_cmdline_append(struct virtio_mmio *const *devs, size_t n, char *
 		len += (size_t)w;
 	}
 	return 0;
+}
+
+void virtio_mmio_save(struct virtio_mmio *t, struct virtio_mmio_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&t->lock);
+	st->version = 1;
+	st->device_id = t->ops->device_id;
+	st->nr_queues = t->ops->nr_queues;
+	st->status = t->status;
+	st->dev_features_sel = t->dev_features_sel;
+	st->drv_features_sel = t->drv_features_sel;
+	st->queue_sel = t->queue_sel;
+	st->interrupt_status = t->interrupt_status;
+	st->config_generation = t->config_generation;
+	st->driver_features = t->driver_features;
+	for (uint32_t i = 0; i < t->ops->nr_queues; i++) {
+		const struct virtq *q = &t->queues[i];
+		struct virtio_mmio_queue_state *qs = &st->q[i];
+		qs->size = q->size;
+		qs->last_avail = q->last_avail;
+		qs->used_idx = q->used_idx;
+		qs->signalled_used = q->signalled_used;
+		qs->ready = q->ready;
+		qs->event_idx = q->event_idx;
+		qs->indirect = q->indirect;
+		qs->signalled_valid = q->signalled_valid;
+		qs->desc_gpa = q->desc_gpa;
+		qs->avail_gpa = q->avail_gpa;
+		qs->used_gpa = q->used_gpa;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *st, char *err,
+			size_t errlen)
+{
+	if (st->version != 1)
+		return errmsg(err, errlen, -EINVAL, "%s: device state version %u unknown",
+			      t->ops->name, st->version);
+	if (st->device_id != t->ops->device_id || st->nr_queues != t->ops->nr_queues)
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: saved device (id %u, %u queues) is not this device", t->ops->name,
+			      st->device_id, st->nr_queues);
+	if (st->driver_features & ~offered_features(t))
+		return errmsg(err, errlen, -EINVAL, "%s: saved features were never offered",
+			      t->ops->name);
+	struct virtq qs[VIRTIO_MMIO_MAX_QUEUES];
+	for (uint32_t i = 0; i < t->ops->nr_queues; i++) {
+		const struct virtio_mmio_queue_state *s = &st->q[i];
+		struct virtq *q = &qs[i];
+		*q = t->queues[i];
+		q->size = s->size;
+		q->last_avail = s->last_avail;
+		q->used_idx = s->used_idx;
+		q->signalled_used = s->signalled_used;
+		q->ready = s->ready != 0;
+		q->event_idx = s->event_idx != 0;
+		q->indirect = s->indirect != 0;
+		q->signalled_valid = s->signalled_valid != 0;
+		q->desc_gpa = s->desc_gpa;
+		q->avail_gpa = s->avail_gpa;
+		q->used_gpa = s->used_gpa;
+		if (q->ready && virtq_check_layout(q))
+			return errmsg(err, errlen, -EINVAL,
+				      "%s: saved queue %u does not fit in guest RAM", t->ops->name, i);
+	}
+	pthread_mutex_lock(&t->lock);
+	t->status = st->status;
+	t->dev_features_sel = st->dev_features_sel;
+	t->drv_features_sel = st->drv_features_sel;
+	t->queue_sel = st->queue_sel;
+	t->interrupt_status = st->interrupt_status;
+	t->config_generation = st->config_generation;
+	t->driver_features = st->driver_features;
+	for (uint32_t i = 0; i < t->ops->nr_queues; i++)
+		t->queues[i] = qs[i];
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+void virtio_mmio_kick_all(struct virtio_mmio *t)
+{
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t q = 0; q < t->ops->nr_queues; q++)
+		kick(t, q);
+	pthread_mutex_unlock(&t->lock);
 }

@@ -104,4 +104,28 @@ bool virtio_mmio_has_feature(const struct virtio_mmio *t, uint64_t f);
 int virtio_mmio_cmdline_append(struct virtio_mmio *const *devs, size_t n, char *cmdline,
 			       size_t cap);
 
+/* Snapshot state of the transport and its queues (the device's own state is separate). */
+struct virtio_mmio_queue_state {
+	uint16_t size, last_avail, used_idx, signalled_used;
+	uint8_t ready, event_idx, indirect, signalled_valid;
+	uint32_t pad;
+	uint64_t desc_gpa, avail_gpa, used_gpa;
+};
+struct virtio_mmio_state {
+	uint32_t version, device_id, nr_queues, status;
+	uint32_t dev_features_sel, drv_features_sel, queue_sel, interrupt_status;
+	uint32_t config_generation, pad;
+	uint64_t driver_features;
+	struct virtio_mmio_queue_state q[VIRTIO_MMIO_MAX_QUEUES];
+};
+void virtio_mmio_save(struct virtio_mmio *t, struct virtio_mmio_state *st);
+/*
+ * Checks everything against this device (id, queue count, features offered, ring layout in
+ * guest RAM) before taking any of it. 0 or -EINVAL with a reason in `err`.
+ */
+int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *st, char *err,
+			size_t errlen);
+/* After a restore: look at every ready queue once, as if the driver had kicked it. */
+void virtio_mmio_kick_all(struct virtio_mmio *t);
+
 #endif

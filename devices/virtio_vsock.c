@@ -806,3 +806,37 @@ void virtio_vsock_destroy(struct virtio_vsock *v)
 	close(v->listen_fd);
 	unlink(v->uds_path);
 }
+
+void virtio_vsock_save(struct virtio_vsock *v, struct virtio_mmio_state *st)
+{
+	virtio_mmio_save(&v->mmio, st);
+	pthread_mutex_lock(&v->mmio.lock);
+	if (v->rx_held)
+		st->q[RXQ].last_avail--;
+	pthread_mutex_unlock(&v->mmio.lock);
+}
+
+#define VIRTIO_VSOCK_EVENT_TRANSPORT_RESET 0
+
+int virtio_vsock_restored(struct virtio_vsock *v)
+{
+	struct virtio_mmio *t = &v->mmio;
+	int r = 0;
+	pthread_mutex_lock(&t->lock);
+	struct virtq *q = &t->queues[EVQ];
+	if (!q->ready || !(t->status & VIRTIO_STATUS_DRIVER_OK))
+		goto out; /* no driver yet: nothing to reset */
+	r = virtq_pop(q, &v->tx_chain);
+	if (r <= 0) {
+		r = r ? r : -ENOSPC;
+		goto out;
+	}
+	uint8_t ev[4] = { VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0 };
+	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
+	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
+	virtio_mmio_notify_used(t, EVQ);
+	r = ok ? 0 : -EFAULT;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}

@@ -50,4 +50,16 @@ void virtio_vsock_destroy(struct virtio_vsock *v);
 /* Serves ready host sockets (what the event loop calls when v->epfd is readable). */
 void virtio_vsock_service(struct virtio_vsock *v);
 
+/*
+ * Snapshot state: the transport's. A held rx buffer is given back to the avail ring in the
+ * saved copy, so the restored device pops it again.
+ */
+void virtio_vsock_save(struct virtio_vsock *v, struct virtio_mmio_state *st);
+/*
+ * After the transport state is restored in a new process: host connections do not survive, so
+ * tell the guest driver with a TRANSPORT_RESET event (it drops its connections, keeps its
+ * listeners and re-reads its CID).  0, or -ENOSPC if the driver left no event buffer.
+ */
+int virtio_vsock_restored(struct virtio_vsock *v);
+
 #endif

@@ -1,0 +1,276 @@
+/* Saves and restores what KVM holds for a VM: every vCPU's registers and the irqchip, PIT and clock. */
+#include "kvm_state.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/kvm.h>
+
+#include "errmsg.h"
+#include "kvm_util.h"
+#include "vm.h"
+
+#define MAX_MSRS 256
+
+static int save_msrs(struct vm *vm, struct vcpu *v, struct state_buf *b)
+{
+	struct kvm_msr_list *list = calloc(1, sizeof(*list) + MAX_MSRS * sizeof(uint32_t));
+	struct kvm_msrs *msrs = calloc(1, sizeof(*msrs) + MAX_MSRS * sizeof(struct kvm_msr_entry));
+	int r = -ENOMEM;
+	if (!list || !msrs)
+		goto out;
+	list->nmsrs = MAX_MSRS;
+	r = KVM_IOCTL(vm->log, vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, list);
+	if (r < 0)
+		goto out;
+	/*
+	 * KVM_GET_MSRS stops at the first MSR it cannot read and returns how many it read:
+	 * keep those, skip the failing one, and go on with the rest.
+	 */
+	uint32_t kept = 0, next = 0;
+	while (next < list->nmsrs) {
+		uint32_t want = list->nmsrs - next;
+		struct kvm_msrs *tmp = calloc(1, sizeof(*tmp) + want * sizeof(struct kvm_msr_entry));
+		if (!tmp) {
+			r = -ENOMEM;
+			goto out;
+		}
+		tmp->nmsrs = want;
+		for (uint32_t i = 0; i < want; i++)
+			tmp->entries[i].index = list->indices[next + i];
+		r = kvm_ioctl_raw(v->fd, KVM_GET_MSRS, tmp);
+		if (r < 0) {
+			free(tmp);
+			log_err(vm->log, "KVM_GET_MSRS failed: %s", strerror(-r));
+			goto out;
+		}
+		for (int i = 0; i < r; i++)
+			msrs->entries[kept++] = tmp->entries[i];
+		free(tmp);
+		next += (uint32_t)r + 1; /* entry r (if any) could not be read */
+	}
+	state_put(b, SEC_VCPU_MSRS, (uint32_t)v->id, msrs->entries,
+		  kept * sizeof(struct kvm_msr_entry));
+	r = 0;
+out:
+	free(list);
+	free(msrs);
+	return r;
+}
+
+static int save_vcpu(struct vm *vm, struct vcpu *v, struct state_buf *b)
+{
+	uint32_t id = (uint32_t)v->id;
+	struct kvm_mp_state mp;
+	struct kvm_regs regs;
+	struct kvm_sregs sregs;
+	struct kvm_xcrs xcrs;
+	struct kvm_lapic_state lapic;
+	struct kvm_vcpu_events ev;
+	struct kvm_debugregs dbg;
+	struct kvm_xsave *xs = calloc(1, sizeof(*xs));
+	int r;
+	if (!xs)
+		return -ENOMEM;
+	if ((r = KVM_IOCTL(vm->log, v->fd, KVM_GET_MP_STATE, &mp)) < 0 ||
+	    (r = KVM_IOCTL(vm->log, v->fd, KVM_GET_REGS, &regs)) < 0 ||
+	    (r = KVM_IOCTL(vm->log, v->fd, KVM_GET_SREGS, &sregs)) < 0 ||
+	    (r = KVM_IOCTL(vm->log, v->fd, KVM_GET_XSAVE, xs)) < 0 ||
+	    (r = KVM_IOCTL(vm->log, v->fd, KVM_GET_XCRS, &xcrs)) < 0 ||
+	    (r = KVM_IOCTL(vm->log, v->fd, KVM_GET_DEBUGREGS, &dbg)) < 0 ||
+	    (r = KVM_IOCTL(vm->log, v->fd, KVM_GET_LAPIC, &lapic)) < 0)
+		goto out;
+	r = save_msrs(vm, v, b);
+	if (r)
+		goto out;
+	/* Events last: reading the others must not change what is pending. */
+	if ((r = KVM_IOCTL(vm->log, v->fd, KVM_GET_VCPU_EVENTS, &ev)) < 0)
+		goto out;
+	state_put(b, SEC_VCPU_MP_STATE, id, &mp, sizeof(mp));
+	state_put(b, SEC_VCPU_REGS, id, &regs, sizeof(regs));
+	state_put(b, SEC_VCPU_SREGS, id, &sregs, sizeof(sregs));
+	state_put(b, SEC_VCPU_XSAVE, id, xs, sizeof(*xs));
+	state_put(b, SEC_VCPU_XCRS, id, &xcrs, sizeof(xcrs));
+	state_put(b, SEC_VCPU_DEBUGREGS, id, &dbg, sizeof(dbg));
+	state_put(b, SEC_VCPU_LAPIC, id, &lapic, sizeof(lapic));
+	state_put(b, SEC_VCPU_EVENTS, id, &ev, sizeof(ev));
+	r = 0;
+out:
+	free(xs);
+	return r < 0 ? r : 0;
+}
+
+int kvm_state_save(struct vm *vm, struct state_buf *b)
+{
+	struct kvm_pit_state2 pit;
+	struct kvm_clock_data clock;
+	int r;
+
+	memset(&clock, 0, sizeof(clock));
+	if ((r = KVM_IOCTL(vm->log, vm->vm_fd, KVM_GET_CLOCK, &clock)) < 0)
+		return r;
+	if ((r = KVM_IOCTL(vm->log, vm->vm_fd, KVM_GET_PIT2, &pit)) < 0)
+		return r;
+	state_put(b, SEC_CLOCK, 0, &clock, sizeof(clock));
+	state_put(b, SEC_PIT, 0, &pit, sizeof(pit));
+	for (uint32_t chip = 0; chip < 3; chip++) {
+		struct kvm_irqchip ic;
+		memset(&ic, 0, sizeof(ic));
+		ic.chip_id = chip; /* 0 PIC master, 1 PIC slave, 2 IOAPIC */
+		if ((r = KVM_IOCTL(vm->log, vm->vm_fd, KVM_GET_IRQCHIP, &ic)) < 0)
+			return r;
+		state_put(b, SEC_IRQCHIP, chip, &ic, sizeof(ic));
+	}
+	for (int i = 0; i < vm->nr_vcpus; i++) {
+		r = save_vcpu(vm, &vm->vcpus[i], b);
+		if (r)
+			return r;
+	}
+	return b->err;
+}
+
+/* The section of exactly `len` bytes, or an error naming it. */
+static const void *need(const struct state_section_ref *s, size_t n, uint32_t type, uint32_t inst,
+			size_t len, const char *what, char *err, size_t errlen)
+{
+	const struct state_section_ref *sec = state_find(s, n, type, inst);
+	if (!sec) {
+		errmsg(err, errlen, -EINVAL, "state file has no %s for %u", what, inst);
+		return NULL;
+	}
+	if (sec->len != len) {
+		errmsg(err, errlen, -EINVAL, "state file: %s for %u has %u bytes, expected %zu", what,
+		       inst, sec->len, len);
+		return NULL;
+	}
+	return sec->payload;
+}
+
+/* Sets VM-wide state; a failure names the ioctl. */
+#define SET(fd, req, p)                                                                      \
+	do {                                                                                 \
+		int _r = kvm_ioctl_raw((fd), (req), (void *)(p));                            \
+		if (_r < 0)                                                                  \
+			return errmsg(err, errlen, _r, "restoring state: %s failed: %s", #req, \
+				      strerror(-_r));                                        \
+	} while (0)
+
+static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_section_ref *s,
+			size_t n, char *err, size_t errlen)
+{
+	(void)vm;
+	uint32_t id = (uint32_t)v->id;
+	const void *mp, *regs, *sregs, *xs, *xcrs, *dbg, *lapic, *ev;
+	if (!(mp = need(s, n, SEC_VCPU_MP_STATE, id, sizeof(struct kvm_mp_state), "vCPU MP state",
+			err, errlen)) ||
+	    !(regs = need(s, n, SEC_VCPU_REGS, id, sizeof(struct kvm_regs), "vCPU registers", err,
+			  errlen)) ||
+	    !(sregs = need(s, n, SEC_VCPU_SREGS, id, sizeof(struct kvm_sregs),
+			   "vCPU special registers", err, errlen)) ||
+	    !(xs = need(s, n, SEC_VCPU_XSAVE, id, sizeof(struct kvm_xsave), "vCPU XSAVE area", err,
+			errlen)) ||
+	    !(xcrs = need(s, n, SEC_VCPU_XCRS, id, sizeof(struct kvm_xcrs), "vCPU XCRs", err,
+			  errlen)) ||
+	    !(dbg = need(s, n, SEC_VCPU_DEBUGREGS, id, sizeof(struct kvm_debugregs),
+			 "vCPU debug registers", err, errlen)) ||
+	    !(lapic = need(s, n, SEC_VCPU_LAPIC, id, sizeof(struct kvm_lapic_state), "vCPU LAPIC",
+			   err, errlen)) ||
+	    !(ev = need(s, n, SEC_VCPU_EVENTS, id, sizeof(struct kvm_vcpu_events), "vCPU events",
+			err, errlen)))
+		return -EINVAL;
+	const struct state_section_ref *msec = state_find(s, n, SEC_VCPU_MSRS, id);
+	if (!msec || msec->len % sizeof(struct kvm_msr_entry) ||
+	    msec->len / sizeof(struct kvm_msr_entry) > MAX_MSRS)
+		return errmsg(err, errlen, -EINVAL, "state file: MSR list of vCPU %u is missing or bad",
+			      id);
+
+	/* Copies: the payloads are only 8-byte aligned and KVM may write some structs back. */
+	struct kvm_mp_state m;
+	struct kvm_regs r;
+	struct kvm_sregs sr;
+	struct kvm_xcrs x;
+	struct kvm_debugregs d;
+	struct kvm_lapic_state l;
+	struct kvm_vcpu_events e;
+	memcpy(&m, mp, sizeof(m));
+	memcpy(&r, regs, sizeof(r));
+	memcpy(&sr, sregs, sizeof(sr));
+	memcpy(&x, xcrs, sizeof(x));
+	memcpy(&d, dbg, sizeof(d));
+	memcpy(&l, lapic, sizeof(l));
+	memcpy(&e, ev, sizeof(e));
+	struct kvm_xsave *xsave = malloc(sizeof(*xsave));
+	uint32_t nmsrs = msec->len / (uint32_t)sizeof(struct kvm_msr_entry);
+	struct kvm_msrs *msrs = calloc(1, sizeof(*msrs) + msec->len);
+	if (!xsave || !msrs) {
+		free(xsave);
+		free(msrs);
+		return -ENOMEM;
+	}
+	memcpy(xsave, xs, sizeof(*xsave));
+	msrs->nmsrs = nmsrs;
+	memcpy(msrs->entries, msec->payload, msec->len);
+	int rc = 0;
+	/* Firecracker's order: the LAPIC before the MSRs (TSC deadline), events last. */
+	static const unsigned long reqs[] = { KVM_SET_MP_STATE, KVM_SET_REGS,	   KVM_SET_SREGS,
+					      KVM_SET_XSAVE,	KVM_SET_XCRS,	   KVM_SET_DEBUGREGS,
+					      KVM_SET_LAPIC,	KVM_SET_MSRS,	   KVM_SET_VCPU_EVENTS };
+	static const char *const names[] = { "KVM_SET_MP_STATE", "KVM_SET_REGS",  "KVM_SET_SREGS",
+					     "KVM_SET_XSAVE",	 "KVM_SET_XCRS",  "KVM_SET_DEBUGREGS",
+					     "KVM_SET_LAPIC",	 "KVM_SET_MSRS",  "KVM_SET_VCPU_EVENTS" };
+	void *args[] = { &m, &r, &sr, xsave, &x, &d, &l, msrs, &e };
+	e.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR |
+		   KVM_VCPUEVENT_VALID_SHADOW;
+	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+		int k = kvm_ioctl_raw(v->fd, reqs[i], args[i]);
+		if (reqs[i] == KVM_SET_MSRS && k >= 0 && (uint32_t)k != nmsrs) {
+			rc = errmsg(err, errlen, -EINVAL,
+				    "restoring vCPU %u: KVM took %d of %u MSRs (MSR 0x%x refused)", id,
+				    k, nmsrs, msrs->entries[k].index);
+			break;
+		}
+		if (k < 0) {
+			rc = errmsg(err, errlen, k, "restoring vCPU %u: %s failed: %s", id, names[i],
+				    strerror(-k));
+			break;
+		}
+	}
+	free(xsave);
+	free(msrs);
+	return rc;
+}
+
+int kvm_state_restore(struct vm *vm, const struct state_section_ref *s, size_t n, char *err,
+		      size_t errlen)
+{
+	const void *p;
+	struct kvm_pit_state2 pit;
+	struct kvm_clock_data clock;
+
+	if (!(p = need(s, n, SEC_PIT, 0, sizeof(pit), "PIT state", err, errlen)))
+		return -EINVAL;
+	memcpy(&pit, p, sizeof(pit));
+	SET(vm->vm_fd, KVM_SET_PIT2, &pit);
+	if (!(p = need(s, n, SEC_CLOCK, 0, sizeof(clock), "KVM clock", err, errlen)))
+		return -EINVAL;
+	memcpy(&clock, p, sizeof(clock));
+	/* Only the clock value: the TSC-stable and realtime fields belong to the old host. */
+	clock.flags = 0;
+	SET(vm->vm_fd, KVM_SET_CLOCK, &clock);
+	for (uint32_t chip = 0; chip < 3; chip++) {
+		struct kvm_irqchip ic;
+		if (!(p = need(s, n, SEC_IRQCHIP, chip, sizeof(ic), "irqchip", err, errlen)))
+			return -EINVAL;
+		memcpy(&ic, p, sizeof(ic));
+		if (ic.chip_id != chip)
+			return errmsg(err, errlen, -EINVAL, "state file: irqchip %u names chip %u",
+				      chip, ic.chip_id);
+		SET(vm->vm_fd, KVM_SET_IRQCHIP, &ic);
+	}
+	for (int i = 0; i < vm->nr_vcpus; i++) {
+		int r = restore_vcpu(vm, &vm->vcpus[i], s, n, err, errlen);
+		if (r)
+			return r;
+	}
+	return 0;
+}

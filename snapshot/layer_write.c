@@ -1,0 +1,195 @@
+/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered buffers) or a pwrite loop. */
+#include "layer_write.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#define QUEUE_DEPTH 64
+/* The kernel caps one registered buffer at 1 GiB. */
+#define REG_PIECE (1ULL << 30)
+/* Larger extents are split so one request never spans two registered pieces. */
+#define MAX_IO (1ULL << 20)
+
+static int write_pwrite(int fd, const uint8_t *buf, const struct write_extent *ext, size_t n,
+			write_progress_fn progress, void *opaque, uint64_t total)
+{
+	uint64_t done = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t off = 0;
+		while (off < ext[i].len) {
+			ssize_t k = pwrite(fd, buf + ext[i].buf_off + off, ext[i].len - off,
+					   (off_t)(ext[i].file_off + off));
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				return k < 0 ? -errno : -EIO;
+			off += (uint64_t)k;
+		}
+		done += ext[i].len;
+		if (progress && (i % 1024 == 1023 || i + 1 == n))
+			progress(opaque, done, total);
+	}
+	return 0;
+}
+
+/* One request: a piece of an extent that stays inside one registered buffer. */
+struct wreq {
+	uint64_t file_off, buf_off, len;
+};
+
+static int prep(struct io_uring *ring, const struct wreq *w, uint8_t *buf, bool fixed)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (!sqe)
+		return -EBUSY;
+	if (fixed)
+		io_uring_prep_write_fixed(sqe, 0, buf + w->buf_off, (unsigned)w->len, w->file_off,
+					  (int)(w->buf_off / REG_PIECE));
+	else
+		io_uring_prep_write(sqe, 0, buf + w->buf_off, (unsigned)w->len, w->file_off);
+	sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, (void *)w);
+	return 0;
+}
+
+static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_extent *ext,
+		       size_t n, write_progress_fn progress, void *opaque, uint64_t total)
+{
+	/* Split the extents into requests first: each fits one registered piece and MAX_IO. */
+	size_t nreq = 0, cap = n + 16;
+	struct wreq *reqs = malloc(cap * sizeof(*reqs));
+	if (!reqs)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t off = 0;
+		while (off < ext[i].len) {
+			uint64_t b = ext[i].buf_off + off;
+			uint64_t piece_end = (b / REG_PIECE + 1) * REG_PIECE;
+			uint64_t len = ext[i].len - off;
+			if (len > piece_end - b)
+				len = piece_end - b;
+			if (len > MAX_IO)
+				len = MAX_IO;
+			if (nreq == cap) {
+				cap *= 2;
+				struct wreq *nr = realloc(reqs, cap * sizeof(*reqs));
+				if (!nr) {
+					free(reqs);
+					return -ENOMEM;
+				}
+				reqs = nr;
+			}
+			reqs[nreq++] = (struct wreq){ ext[i].file_off + off, b, len };
+			off += len;
+		}
+	}
+
+	struct io_uring ring;
+	int r = io_uring_queue_init(QUEUE_DEPTH, &ring, 0);
+	if (r < 0) {
+		free(reqs);
+		return r;
+	}
+	r = io_uring_register_files(&ring, &fd, 1);
+	if (r < 0)
+		goto out;
+	size_t npieces = (buf_len + REG_PIECE - 1) / REG_PIECE;
+	struct iovec *iov = calloc(npieces ? npieces : 1, sizeof(*iov));
+	if (!iov) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < npieces; i++) {
+		iov[i].iov_base = buf + i * REG_PIECE;
+		iov[i].iov_len = buf_len - i * REG_PIECE < REG_PIECE ? buf_len - i * REG_PIECE
+								      : REG_PIECE;
+	}
+	/* Registration pins the pages; if the memlock limit refuses, plain writes still work. */
+	bool fixed = npieces && io_uring_register_buffers(&ring, iov, (unsigned)npieces) == 0;
+	free(iov);
+
+	size_t next = 0, inflight = 0;
+	uint64_t done = 0;
+	while (next < nreq || inflight) {
+		while (next < nreq && inflight < QUEUE_DEPTH) {
+			r = prep(&ring, &reqs[next], buf, fixed);
+			if (r)
+				break;
+			next++;
+			inflight++;
+		}
+		r = io_uring_submit_and_wait(&ring, 1);
+		if (r < 0 && r != -EINTR)
+			goto out_unreg;
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0;
+		r = 0;
+		io_uring_for_each_cqe(&ring, head, cqe)
+		{
+			struct wreq *w = io_uring_cqe_get_data(cqe);
+			int res = cqe->res;
+			seen++;
+			inflight--;
+			if (res < 0 && res != -EAGAIN && res != -EINTR) {
+				r = res;
+				continue;
+			}
+			if (res <= 0 && res != -EAGAIN && res != -EINTR) {
+				r = -EIO;
+				continue;
+			}
+			if (res > 0) {
+				w->file_off += (uint64_t)res;
+				w->buf_off += (uint64_t)res;
+				w->len -= (uint64_t)res;
+				done += (uint64_t)res;
+			}
+			if (w->len && !r) { /* short write or EAGAIN: send the rest again */
+				if (prep(&ring, w, buf, fixed) == 0)
+					inflight++;
+				else
+					r = -EIO;
+			}
+		}
+		io_uring_cq_advance(&ring, seen);
+		if (r)
+			break;
+		if (progress)
+			progress(opaque, done, total);
+	}
+	/* Drain what is still in flight before the buffer may go away. */
+	while (inflight) {
+		struct io_uring_cqe *cqe;
+		if (io_uring_wait_cqe(&ring, &cqe) < 0)
+			break;
+		io_uring_cqe_seen(&ring, cqe);
+		inflight--;
+	}
+out_unreg:
+	if (fixed)
+		io_uring_unregister_buffers(&ring);
+out:
+	io_uring_queue_exit(&ring);
+	free(reqs);
+	return r < 0 ? r : 0;
+}
+
+int layer_write_extents(int fd, enum write_method m, uint8_t *buf, size_t buf_len,
+			const struct write_extent *ext, size_t n, write_progress_fn progress,
+			void *opaque)
+{
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ext[i].buf_off > buf_len || ext[i].len > buf_len - ext[i].buf_off)
+			return -EINVAL;
+		total += ext[i].len;
+	}
+	if (m == WRITE_PWRITE)
+		return write_pwrite(fd, buf, ext, n, progress, opaque, total);
+	return write_uring(fd, buf, buf_len, ext, n, progress, opaque, total);
+}

@@ -1,0 +1,28 @@
+/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered buffers) or a pwrite loop. */
+#ifndef COVE_LAYER_WRITE_H
+#define COVE_LAYER_WRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct write_extent {
+	uint64_t file_off;
+	uint64_t buf_off; /* into the staging buffer */
+	uint64_t len;
+};
+
+enum write_method { WRITE_URING = 0, WRITE_PWRITE = 1 };
+
+/* Called after every completed batch with bytes written so far (progress); may be NULL. */
+typedef void (*write_progress_fn)(void *opaque, uint64_t done, uint64_t total);
+
+/*
+ * Writes every extent.  With WRITE_URING the buffer is registered with the ring (in pieces of
+ * at most 1 GiB) and extents go out as WRITE_FIXED, up to 64 in flight; short writes continue
+ * where they stopped.  0 or -errno.
+ */
+int layer_write_extents(int fd, enum write_method m, uint8_t *buf, size_t buf_len,
+			const struct write_extent *ext, size_t n, write_progress_fn progress,
+			void *opaque);
+
+#endif
