@@ -11,7 +11,7 @@
 /*
  * DIR/keys, little-endian (see snapshot/CRYPTO.md):
  *   magic "COVEKEYS" (8) | version u32 (1) | chain_id (16) | provider type u32 |
- *   config_len u32 | wrapped_len u32 | key check value (16) | config | wrapped | crc32c u32
+ *   config_len u32 | wrapped_len u32 | key check value (16) | config | wrapped | crc32 u32 (IEEE)
  * The key check value is HMAC-SHA256(data key, "cove-kcv-v1" || chain_id), truncated: after
  * unwrapping it proves the provider returned this chain's key. The CRC catches corruption.
  * Reads are capped at KEYFILE_MAX bytes; config_len <= KEYPROV_CONFIG_MAX, wrapped_len <=

@@ -1,0 +1,401 @@
+/* A snapshot chain's "keys" file (wrapped data key, chain id, provider) and its layer id counter. */
+#include "keyfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "byteorder.h"
+#include "errmsg.h"
+#include "overlay.h"
+
+#define MAGIC	     "COVEKEYS"
+#define HDR_LEN	     56
+#define KCV_LEN	     16
+#define KCV_LABEL    "cove-kcv-v1"
+#define SEQ_NAME     "layer-seq"
+#define SEQ_LEN	     12
+#define PATH_MAX_LEN 4096
+
+struct keys {
+	uint8_t chain_id[CRYPTO_CHAIN_ID_LEN];
+	enum keyprov_type type;
+	char config[KEYPROV_CONFIG_MAX + 1];
+	uint8_t kcv[KCV_LEN];
+	uint8_t wrapped[KEYPROV_WRAPPED_MAX];
+	size_t wrapped_len;
+};
+
+static int kcv_compute(const struct snap_key *key, const uint8_t *chain_id, uint8_t kcv[KCV_LEN])
+{
+	uint8_t msg[sizeof(KCV_LABEL) - 1 + CRYPTO_CHAIN_ID_LEN];
+	uint8_t md[EVP_MAX_MD_SIZE];
+	unsigned mdlen = 0;
+	memcpy(msg, KCV_LABEL, sizeof(KCV_LABEL) - 1);
+	memcpy(msg + sizeof(KCV_LABEL) - 1, chain_id, CRYPTO_CHAIN_ID_LEN);
+	if (!HMAC(EVP_sha256(), crypto_key_bytes(key), CRYPTO_KEY_LEN, msg, sizeof(msg), md,
+		  &mdlen))
+		return -EIO;
+	memcpy(kcv, md, KCV_LEN);
+	OPENSSL_cleanse(md, sizeof(md));
+	return 0;
+}
+
+static int path_in(char *buf, const char *dir, const char *name)
+{
+	int n = snprintf(buf, PATH_MAX_LEN, "%s/%s", dir, name);
+	return n < 0 || n >= PATH_MAX_LEN ? -ENAMETOOLONG : 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+/* Write buf to DIR/name through DIR/name.tmp: fsync, rename (or no-replace), fsync DIR. */
+static int replace_file(const char *dir, const char *name, const void *buf, size_t len,
+			int noreplace)
+{
+	char path[PATH_MAX_LEN], tmp[PATH_MAX_LEN + 8];
+	int r = path_in(path, dir, name);
+	if (r)
+		return r;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	r = write_all(fd, buf, len);
+	if (!r && fsync(fd))
+		r = -errno;
+	if (close(fd) && !r)
+		r = -errno;
+	if (!r && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, noreplace ? RENAME_NOREPLACE : 0))
+		r = -errno;
+	if (r) {
+		unlink(tmp);
+		return r;
+	}
+	return fsync_dir(dir);
+}
+
+static size_t encode(const struct keys *k, uint8_t *buf)
+{
+	size_t cl = strlen(k->config);
+	memcpy(buf, MAGIC, 8);
+	put_le32(buf + 8, KEYFILE_VERSION);
+	memcpy(buf + 12, k->chain_id, CRYPTO_CHAIN_ID_LEN);
+	put_le32(buf + 28, (uint32_t)k->type);
+	put_le32(buf + 32, (uint32_t)cl);
+	put_le32(buf + 36, (uint32_t)k->wrapped_len);
+	memcpy(buf + 40, k->kcv, KCV_LEN);
+	memcpy(buf + HDR_LEN, k->config, cl);
+	memcpy(buf + HDR_LEN + cl, k->wrapped, k->wrapped_len);
+	size_t len = HDR_LEN + cl + k->wrapped_len;
+	put_le32(buf + len, overlay_crc32(0, buf, len));
+	return len + 4;
+}
+
+static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *path, char *err,
+		  size_t errlen)
+{
+	if (len < HDR_LEN + 4)
+		return errmsg(err, errlen, -EINVAL, "%s: truncated (%zu bytes)", path, len);
+	if (memcmp(buf, MAGIC, 8) != 0)
+		return errmsg(err, errlen, -EINVAL, "%s: not a cove keys file (bad magic)", path);
+	uint32_t ver = get_le32(buf + 8);
+	if (ver != KEYFILE_VERSION)
+		return errmsg(err, errlen, -EINVAL, "%s: unsupported version %u (this cove reads %d)",
+			      path, ver, KEYFILE_VERSION);
+	uint32_t cl = get_le32(buf + 32), wl = get_le32(buf + 36);
+	if (cl == 0 || cl > KEYPROV_CONFIG_MAX)
+		return errmsg(err, errlen, -EINVAL, "%s: provider config length %u (1..%u)", path,
+			      cl, KEYPROV_CONFIG_MAX);
+	if (wl == 0 || wl > KEYPROV_WRAPPED_MAX)
+		return errmsg(err, errlen, -EINVAL, "%s: wrapped key length %u (1..%u)", path, wl,
+			      KEYPROV_WRAPPED_MAX);
+	size_t body = HDR_LEN + (size_t)cl + wl;
+	if (len < body + 4)
+		return errmsg(err, errlen, -EINVAL, "%s: truncated (%zu of %zu bytes)", path, len,
+			      body + 4);
+	if (len > body + 4)
+		return errmsg(err, errlen, -EINVAL, "%s: %zu trailing bytes", path, len - body - 4);
+	if (get_le32(buf + body) != overlay_crc32(0, buf, body))
+		return errmsg(err, errlen, -EINVAL, "%s: checksum mismatch (corrupt)", path);
+	uint32_t type = get_le32(buf + 28);
+	if (type != KEYPROV_CMD && type != KEYPROV_PKCS11)
+		return errmsg(err, errlen, -EINVAL, "%s: unknown key provider type %u", path, type);
+	memcpy(k->chain_id, buf + 12, CRYPTO_CHAIN_ID_LEN);
+	k->type = (enum keyprov_type)type;
+	memcpy(k->kcv, buf + 40, KCV_LEN);
+	memcpy(k->config, buf + HDR_LEN, cl);
+	k->config[cl] = 0;
+	if (strlen(k->config) != cl)
+		return errmsg(err, errlen, -EINVAL, "%s: provider config holds a NUL byte", path);
+	memcpy(k->wrapped, buf + HDR_LEN + cl, wl);
+	k->wrapped_len = wl;
+	return 0;
+}
+
+static int load(const char *dir, struct keys *k, char *err, size_t errlen)
+{
+	char path[PATH_MAX_LEN];
+	int r = path_in(path, dir, KEYFILE_NAME);
+	if (r)
+		return errmsg(err, errlen, r, "%s/%s: path too long", dir, KEYFILE_NAME);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	uint8_t *buf = malloc(KEYFILE_MAX + 1);
+	size_t len = 0;
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while (len <= KEYFILE_MAX) {
+		ssize_t n = read(fd, buf + len, KEYFILE_MAX + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (len > KEYFILE_MAX)
+		r = errmsg(err, errlen, -EINVAL, "%s: larger than %u bytes", path, KEYFILE_MAX);
+	else
+		r = decode(buf, len, k, path, err, errlen);
+out:
+	free(buf);
+	close(fd);
+	return r;
+}
+
+static int store(const char *dir, const struct keys *k, int noreplace, char *err, size_t errlen)
+{
+	uint8_t *buf = malloc(KEYFILE_MAX);
+	if (!buf)
+		return -ENOMEM;
+	size_t len = encode(k, buf);
+	int r = replace_file(dir, KEYFILE_NAME, buf, len, noreplace);
+	free(buf);
+	if (r == -EEXIST)
+		return errmsg(err, errlen, r, "%s/%s already exists", dir, KEYFILE_NAME);
+	if (r)
+		return errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, KEYFILE_NAME,
+			      strerror(-r));
+	return 0;
+}
+
+static int wrap_into(struct keys *k, struct keyprov *prov, const struct snap_key *key, char *err,
+		     size_t errlen)
+{
+	k->type = keyprov_get_type(prov);
+	snprintf(k->config, sizeof(k->config), "%s", keyprov_config(prov));
+	return keyprov_wrap(prov, key, k->wrapped, sizeof(k->wrapped), &k->wrapped_len, err,
+			    errlen);
+}
+
+int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_out,
+		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen)
+{
+	struct keys *k = calloc(1, sizeof(*k));
+	struct snap_key *key = NULL;
+	char path[PATH_MAX_LEN];
+	int r;
+	if (!k)
+		return -ENOMEM;
+	if (path_in(path, dir, KEYFILE_NAME) == 0 && access(path, F_OK) == 0) {
+		r = errmsg(err, errlen, -EEXIST, "%s already exists", path);
+		goto out;
+	}
+	r = crypto_key_generate(&key);
+	if (r) {
+		r = errmsg(err, errlen, r, "cannot generate a data key: %s", strerror(-r));
+		goto out;
+	}
+	if (crypto_random(k->chain_id, sizeof(k->chain_id))) {
+		r = errmsg(err, errlen, -EIO, "no random bytes for the chain id");
+		goto out;
+	}
+	r = kcv_compute(key, k->chain_id, k->kcv);
+	if (r)
+		goto out;
+	r = wrap_into(k, prov, key, err, errlen);
+	if (r)
+		goto out;
+	r = store(dir, k, 1, err, errlen);
+	if (r)
+		goto out;
+	memcpy(chain_id, k->chain_id, CRYPTO_CHAIN_ID_LEN);
+	*key_out = key;
+	key = NULL;
+out:
+	crypto_key_free(key);
+	free(k);
+	return r;
+}
+
+/* Unwrap k's data key with prov (or the stored provider) and check it is this chain's. */
+static int unwrap_keys(const struct keys *k, struct keyprov *prov, struct snap_key **key_out,
+		       char *err, size_t errlen)
+{
+	struct keyprov *own = NULL;
+	struct snap_key *key = NULL;
+	uint8_t kcv[KCV_LEN];
+	int r;
+	if (!prov) {
+		r = keyprov_new(k->type, k->config, &own, err, errlen);
+		if (r)
+			return r;
+		prov = own;
+	}
+	r = keyprov_unwrap(prov, k->wrapped, k->wrapped_len, &key, err, errlen);
+	if (r)
+		goto out;
+	r = kcv_compute(key, k->chain_id, kcv);
+	if (r)
+		goto out;
+	if (CRYPTO_memcmp(kcv, k->kcv, KCV_LEN) != 0) {
+		r = errmsg(err, errlen, -EBADMSG,
+			   "the key provider returned a data key that does not belong to this chain");
+		goto out;
+	}
+	*key_out = key;
+	key = NULL;
+out:
+	crypto_key_free(key);
+	keyprov_free(own);
+	return r;
+}
+
+int keyfile_open(const char *dir, struct keyprov *prov, struct snap_key **key_out,
+		 uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen)
+{
+	struct keys *k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	int r = load(dir, k, err, errlen);
+	if (!r)
+		r = unwrap_keys(k, prov, key_out, err, errlen);
+	if (!r)
+		memcpy(chain_id, k->chain_id, CRYPTO_CHAIN_ID_LEN);
+	free(k);
+	return r;
+}
+
+int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov,
+		  char *err, size_t errlen)
+{
+	struct keys *k = calloc(1, sizeof(*k));
+	struct snap_key *key = NULL;
+	if (!k)
+		return -ENOMEM;
+	int r = load(dir, k, err, errlen);
+	if (r)
+		goto out;
+	r = unwrap_keys(k, old_prov, &key, err, errlen);
+	if (r)
+		goto out;
+	r = wrap_into(k, new_prov, key, err, errlen);
+	if (r)
+		goto out;
+	r = store(dir, k, 0, err, errlen);
+out:
+	crypto_key_free(key);
+	free(k);
+	return r;
+}
+
+int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, size_t config_len,
+		     uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen)
+{
+	struct keys *k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	int r = load(dir, k, err, errlen);
+	if (!r) {
+		*type = k->type;
+		snprintf(config, config_len, "%s", k->config);
+		memcpy(chain_id, k->chain_id, CRYPTO_CHAIN_ID_LEN);
+	}
+	free(k);
+	return r;
+}
+
+/* DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE); replaced atomically under flock of DIR. */
+int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen)
+{
+	char path[PATH_MAX_LEN];
+	uint8_t buf[SEQ_LEN + 1];
+	uint64_t next = 0;
+	int r = path_in(path, dir, SEQ_NAME);
+	if (r)
+		return errmsg(err, errlen, r, "%s: path too long", dir);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	if (flock(dfd, LOCK_EX)) {
+		r = errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		close(fd);
+		if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8)) {
+			r = errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
+			goto out;
+		}
+		next = get_le64(buf);
+	} else if (errno != ENOENT) {
+		r = errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (next > CRYPTO_LAYER_MAX) {
+		r = errmsg(err, errlen, -ERANGE, "%s: layer ids exhausted", dir);
+		goto out;
+	}
+	put_le64(buf, next + 1);
+	put_le32(buf + 8, overlay_crc32(0, buf, 8));
+	r = replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+	if (r) {
+		r = errmsg(err, errlen, r, "cannot write %s: %s", path, strerror(-r));
+		goto out;
+	}
+	*id = next;
+out:
+	close(dfd); /* drops the flock */
+	return r;
+}
