@@ -6,5 +6,6 @@
 int cmd_run(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_rekey(int argc, char **argv);
 
 #endif

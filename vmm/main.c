@@ -13,6 +13,7 @@ struct command {
 static const struct command commands[] = {
 	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
 	{ "doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here" },
+	{ "rekey", cmd_rekey, "rewrap a snapshot chain's data key under a new key-encryption key" },
 	{ "version", cmd_version, "print the cove version" },
 };
 
