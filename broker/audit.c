@@ -1,0 +1,332 @@
+/* Audit log: each line is a compact JSON record ending in "hash" (SHA-256 of the line without
+ * the hash field) and carrying "prev" (SHA-256 of the whole previous line). Secrets never enter
+ * a record: only names, the method, the (sanitized) URL, the decision and its reason. */
+#include "audit.h"
+#include "errmsg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
+#define HASH_TAIL ",\"hash\":\""
+
+void audit_sha256_hex(const void *data, size_t len, char out[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0, i;
+
+	EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+	for (i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	out[64] = '\0';
+}
+
+/* Printable ASCII only, capped, so any guest bytes become valid JSON strings. */
+static json_t *clean_str(const char *s, size_t cap)
+{
+	size_t n = s ? strlen(s) : 0, i, o = 0;
+	char *b;
+	json_t *j;
+
+	if (n > cap)
+		n = cap;
+	b = malloc(n + 4);
+	if (!b)
+		return NULL;
+	for (i = 0; i < n; i++)
+		b[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+	if (s && strlen(s) > cap) {
+		memcpy(b + o, "...", 3);
+		o += 3;
+	}
+	j = json_stringn(b, o);
+	free(b);
+	return j;
+}
+
+char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, const char *ts)
+{
+	json_t *o = json_object();
+	char *body = NULL, *line = NULL, hash[65];
+	size_t bl;
+
+	if (!o)
+		return NULL;
+	if (json_object_set_new(o, "ts", json_string(ts)) ||
+	    json_object_set_new(o, "seq", json_integer((json_int_t)seq)) ||
+	    json_object_set_new(o, "epoch", json_integer((json_int_t)r->epoch)) ||
+	    json_object_set_new(o, "credential", clean_str(r->credential, 128)) ||
+	    json_object_set_new(o, "method", clean_str(r->method, 32)) ||
+	    json_object_set_new(o, "url", clean_str(r->url, AUDIT_URL_MAX)) ||
+	    json_object_set_new(o, "decision", json_string(r->decision)) ||
+	    json_object_set_new(o, "reason", clean_str(r->reason, 512)) ||
+	    json_object_set_new(o, "status", json_integer(r->status)) ||
+	    json_object_set_new(o, "prev", json_string(prev)))
+		goto out;
+	body = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+	if (!body)
+		goto out;
+	audit_sha256_hex(body, strlen(body), hash);
+	bl = strlen(body);
+	/* body ends in '}': splice the hash field in before it. */
+	line = malloc(bl + sizeof(HASH_TAIL) + 64 + 3);
+	if (line)
+		sprintf(line, "%.*s" HASH_TAIL "%s\"}", (int)(bl - 1), body, hash);
+out:
+	free(body);
+	json_decref(o);
+	return line;
+}
+
+static void now_iso(char *buf, size_t cap)
+{
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 (long)(ts.tv_nsec / 1000000) % 1000);
+}
+
+int audit_append(struct audit *a, const struct audit_rec *r)
+{
+	char ts[80], *line;
+	size_t len, off = 0;
+	int ret = 0;
+
+	now_iso(ts, sizeof(ts));
+	line = audit_format(r, a->seq + 1, a->prev, ts);
+	if (!line)
+		return -ENOMEM;
+	len = strlen(line);
+	line[len] = '\n'; /* one write() per record keeps O_APPEND lines whole */
+	while (off < len + 1) {
+		ssize_t n = write(a->fd, line + off, len + 1 - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			break;
+		}
+		off += (size_t)n;
+	}
+	if (!ret && fsync(a->fd))
+		ret = -errno;
+	if (!ret) {
+		a->seq++;
+		audit_sha256_hex(line, len, a->prev);
+	}
+	free(line);
+	return ret;
+}
+
+/* Checks one line's own hash and returns its parsed seq and prev through the out params. */
+static int check_line(const char *line, size_t len, uint64_t *seq, char prev[65], char *why,
+		      size_t whylen)
+{
+	const size_t tl = sizeof(HASH_TAIL) - 1;
+	char *body, hash[65];
+	json_t *o, *jseq, *jprev;
+	json_error_t jerr;
+	int r = -EINVAL;
+
+	if (len < tl + 64 + 2 + 2 || memcmp(line + len - 66 - tl, HASH_TAIL, tl) ||
+	    memcmp(line + len - 2, "\"}", 2))
+		return errmsg(why, whylen, -EINVAL, "no trailing \"hash\" field");
+	body = malloc(len);
+	if (!body)
+		return -ENOMEM;
+	memcpy(body, line, len - 66 - tl);
+	body[len - 66 - tl] = '}';
+	audit_sha256_hex(body, len - 65 - tl, hash);
+	if (memcmp(hash, line + len - 66, 64)) {
+		free(body);
+		return errmsg(why, whylen, -EINVAL, "hash does not match the record");
+	}
+	o = json_loadb(body, len - 65 - tl, JSON_REJECT_DUPLICATES, &jerr);
+	free(body);
+	if (!o)
+		return errmsg(why, whylen, -EINVAL, "not JSON: %s", jerr.text);
+	jseq = json_object_get(o, "seq");
+	jprev = json_object_get(o, "prev");
+	if (!json_is_integer(jseq) || json_integer_value(jseq) < 1 || !json_is_string(jprev) ||
+	    strlen(json_string_value(jprev)) != 64) {
+		errmsg(why, whylen, -EINVAL, "missing seq or prev");
+		goto out;
+	}
+	*seq = (uint64_t)json_integer_value(jseq);
+	memcpy(prev, json_string_value(jprev), 65);
+	r = 0;
+out:
+	json_decref(o);
+	return r;
+}
+
+size_t audit_verify_buf(const char *buf, size_t len, size_t *nrec, char *why, size_t whylen)
+{
+	char last[65] = ZERO_HASH, prev[65];
+	size_t pos = 0, lineno = 0;
+	uint64_t expect = 1, seq;
+
+	*nrec = 0;
+	while (pos < len) {
+		const char *line = buf + pos, *nl = memchr(line, '\n', len - pos);
+		size_t ll;
+
+		lineno++;
+		if (!nl) {
+			errmsg(why, whylen, -EINVAL, "last line has no newline (torn write?)");
+			return lineno;
+		}
+		ll = (size_t)(nl - line);
+		pos += ll + 1;
+		if (ll > AUDIT_LINE_MAX) {
+			errmsg(why, whylen, -EINVAL, "line over %d bytes", AUDIT_LINE_MAX);
+			return lineno;
+		}
+		if (check_line(line, ll, &seq, prev, why, whylen))
+			return lineno;
+		if (strcmp(prev, last)) {
+			errmsg(why, whylen, -EINVAL,
+			       "prev does not match the previous line (line missing or changed)");
+			return lineno;
+		}
+		if (seq != expect) {
+			errmsg(why, whylen, -EINVAL, "seq %llu, expected %llu",
+			       (unsigned long long)seq, (unsigned long long)expect);
+			return lineno;
+		}
+		expect++;
+		audit_sha256_hex(line, ll, last);
+		(*nrec)++;
+	}
+	return 0;
+}
+
+static int read_all(int fd, char **out, size_t *outlen)
+{
+	size_t cap = 65536, len = 0;
+	char *buf = malloc(cap), *nb;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			n = -errno;
+			free(buf);
+			return (int)n;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+long audit_verify_file(const char *path, size_t *nrec, char *why, size_t whylen)
+{
+	char *buf;
+	size_t len;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r;
+	long bad;
+
+	if (fd < 0)
+		return errmsg(why, whylen, -errno, "%s: %s", path, strerror(errno));
+	r = read_all(fd, &buf, &len);
+	close(fd);
+	if (r)
+		return errmsg(why, whylen, r, "%s: read: %s", path, strerror(-r));
+	bad = (long)audit_verify_buf(buf, len, nrec, why, whylen);
+	free(buf);
+	return bad;
+}
+
+int audit_open(struct audit *a, const char *path, char *err, size_t errlen)
+{
+	char *buf = NULL, prev[65], why[256];
+	size_t len = 0, end, start;
+	uint64_t seq;
+	int r;
+
+	a->seq = 0;
+	memcpy(a->prev, ZERO_HASH, 65);
+	a->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (a->fd < 0)
+		return errmsg(err, errlen, -errno, "audit %s: %s", path, strerror(errno));
+	{
+		int rfd = open(path, O_RDONLY | O_CLOEXEC);
+
+		if (rfd < 0) {
+			r = errmsg(err, errlen, -errno, "audit %s: %s", path, strerror(errno));
+			goto fail;
+		}
+		r = read_all(rfd, &buf, &len);
+		close(rfd);
+		if (r) {
+			errmsg(err, errlen, r, "audit %s: read failed", path);
+			goto fail;
+		}
+	}
+	if (len == 0) {
+		free(buf);
+		return 0;
+	}
+	/* Continue the chain from the last complete line. */
+	if (buf[len - 1] != '\n') {
+		r = errmsg(err, errlen, -EINVAL,
+			   "audit %s: last line is incomplete; run verify-audit and move it away",
+			   path);
+		goto fail;
+	}
+	end = len - 1;
+	start = end;
+	while (start > 0 && buf[start - 1] != '\n')
+		start--;
+	if (check_line(buf + start, end - start, &seq, prev, why, sizeof(why))) {
+		r = errmsg(err, errlen, -EINVAL, "audit %s: last line: %s", path, why);
+		goto fail;
+	}
+	a->seq = seq;
+	audit_sha256_hex(buf + start, end - start, a->prev);
+	free(buf);
+	return 0;
+fail:
+	free(buf);
+	close(a->fd);
+	a->fd = -1;
+	return r;
+}
+
+void audit_close(struct audit *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	a->fd = -1;
+}

@@ -1,0 +1,83 @@
+/* Base64 encode/decode: strict, bounds-checked, no allocation. */
+#include "b64.h"
+
+#include <errno.h>
+
+static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char b64_char(unsigned v)
+{
+	return alphabet[v & 63];
+}
+
+void b64_encode(const uint8_t *in, size_t n, char *out)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i + 3 <= n; i += 3) {
+		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+		out[o++] = alphabet[v >> 18 & 63];
+		out[o++] = alphabet[v >> 12 & 63];
+		out[o++] = alphabet[v >> 6 & 63];
+		out[o++] = alphabet[v & 63];
+	}
+	if (n - i == 1) {
+		uint32_t v = (uint32_t)in[i] << 16;
+		out[o++] = alphabet[v >> 18 & 63];
+		out[o++] = alphabet[v >> 12 & 63];
+		out[o++] = '=';
+		out[o++] = '=';
+	} else if (n - i == 2) {
+		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+		out[o++] = alphabet[v >> 18 & 63];
+		out[o++] = alphabet[v >> 12 & 63];
+		out[o++] = alphabet[v >> 6 & 63];
+		out[o++] = '=';
+	}
+	out[o] = '\0';
+}
+
+static int b64_val(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+')
+		return 62;
+	if (c == '/')
+		return 63;
+	return -1;
+}
+
+int b64_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
+{
+	size_t i, o = 0;
+
+	if (n % 4)
+		return -EINVAL;
+	for (i = 0; i < n; i += 4) {
+		int a = b64_val(in[i]), b = b64_val(in[i + 1]);
+		int c = b64_val(in[i + 2]), d = b64_val(in[i + 3]);
+		int last = i + 4 == n;
+
+		if (a < 0 || b < 0)
+			return -EINVAL;
+		if (c < 0 || d < 0) {
+			/* Padding: only in the last quantum, "xx==" or "xxx=". */
+			if (!last || in[i + 3] != '=' || (c < 0 && in[i + 2] != '='))
+				return -EINVAL;
+			out[o++] = (uint8_t)(a << 2 | b >> 4);
+			if (c >= 0)
+				out[o++] = (uint8_t)((b & 15) << 4 | c >> 2);
+			break;
+		}
+		out[o++] = (uint8_t)(a << 2 | b >> 4);
+		out[o++] = (uint8_t)((b & 15) << 4 | c >> 2);
+		out[o++] = (uint8_t)((c & 3) << 6 | d);
+	}
+	*outlen = o;
+	return 0;
+}

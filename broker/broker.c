@@ -1,0 +1,342 @@
+/* The request pipeline: parse, epoch, policy, destination, helper, libcurl, scrub, audit, reply.
+ * The secret lives only on this stack frame and in wiped buffers for the request's duration. */
+#include "broker.h"
+#include "b64.h"
+#include "dest.h"
+#include "errmsg.h"
+#include "fetch.h"
+#include "frame.h"
+#include "helper.h"
+#include "scrub.h"
+#include "url.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define INJECT_MAX 8192
+
+int64_t broker_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int dump_reply(json_t *o, char **reply, size_t *rlen)
+{
+	char *s;
+
+	if (!o)
+		return -ENOMEM;
+	s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!s)
+		return -ENOMEM;
+	*reply = s;
+	*rlen = strlen(s);
+	return 0;
+}
+
+static int error_reply(const char *prefix, const char *reason, char **reply, size_t *rlen)
+{
+	char msg[600];
+
+	snprintf(msg, sizeof(msg), "%s%s", prefix, reason);
+	return dump_reply(json_pack("{sbss}", "ok", 0, "error", msg), reply, rlen);
+}
+
+static void audit_write(struct broker *b, const struct breq *q, const char *url,
+			const char *decision, const char *reason, int status)
+{
+	struct audit_rec rec = {
+		.epoch = q && q->has_token ? q->epoch : b->epoch,
+		.credential = q ? q->credential : "",
+		.method = q ? q->method : "",
+		.url = url ? url : (q ? q->url : ""),
+		.decision = decision,
+		.reason = reason,
+		.status = status,
+	};
+	int r = audit_append(&b->audit, &rec);
+
+	if (r && b->log)
+		fprintf(b->log, "cove-broker: audit append failed: %s\n", strerror(-r));
+	if (b->log && (b->verbose || strcmp(decision, "allow")))
+		fprintf(b->log, "cove-broker: %s %s %s %s: %s (%d)\n", decision, rec.credential,
+			rec.method, rec.url, reason, status);
+}
+
+static int deny(struct broker *b, const struct breq *q, const char *reason, char **reply,
+		size_t *rlen)
+{
+	audit_write(b, q, NULL, "deny", reason, 0);
+	return error_reply("denied: ", reason, reply, rlen);
+}
+
+int broker_reject_frame(struct broker *b, const char *why, char **reply, size_t *rlen)
+{
+	char reason[300];
+
+	snprintf(reason, sizeof(reason), "malformed request: %s", why);
+	return deny(b, NULL, reason, reply, rlen);
+}
+
+/* Fills the template: "{password}" and "{username}" replaced. Returns 0 or -E2BIG. */
+static int fill_template(const char *header, const char *tpl, const struct secret *s, char *out,
+			 size_t cap)
+{
+	size_t o, n;
+	const char *t;
+
+	n = strlen(header);
+	if (n + 2 >= cap)
+		return -E2BIG;
+	memcpy(out, header, n);
+	memcpy(out + n, ": ", 2);
+	o = n + 2;
+	for (t = tpl; *t;) {
+		const char *v = NULL;
+
+		if (!strncmp(t, "{password}", 10))
+			v = s->password;
+		else if (!strncmp(t, "{username}", 10))
+			v = s->username;
+		if (v) {
+			n = strlen(v);
+			if (o + n >= cap)
+				return -E2BIG;
+			memcpy(out + o, v, n);
+			o += n;
+			t += 10;
+		} else {
+			if (o + 1 >= cap)
+				return -E2BIG;
+			out[o++] = *t++;
+		}
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+static int scrub_secret(struct scrubber *sc, const struct cred_policy *c, const struct secret *s)
+{
+	char both[sizeof(s->username) + sizeof(s->password) + 2];
+	int r = 0;
+
+	if (s->password[0])
+		r = scrub_add(sc, s->password, strlen(s->password));
+	if (!r && s->username[0] && strstr(c->inject_template, "{username}"))
+		r = scrub_add(sc, s->username, strlen(s->username));
+	if (!r && s->username[0] && s->password[0]) {
+		/* HTTP Basic encodes "user:password". */
+		snprintf(both, sizeof(both), "%s:%s", s->username, s->password);
+		r = scrub_add(sc, both, strlen(both));
+		OPENSSL_cleanse(both, sizeof(both));
+	}
+	return r;
+}
+
+/* Scrubs the response into the reply object. Returns 0 or -ENOMEM. */
+static int build_ok_reply(const struct scrubber *sc, const struct fetch_resp *resp, char **reply,
+			  size_t *rlen)
+{
+	json_t *o = json_object(), *hs = json_array();
+	char *clean = NULL, *enc = NULL;
+	size_t i, cl;
+	int r = -ENOMEM;
+
+	if (!o || !hs)
+		goto out;
+	for (i = 0; i < resp->nheaders; i++) {
+		clean = scrub_apply(sc, resp->headers[i], strlen(resp->headers[i]), &cl);
+		if (!clean)
+			goto out;
+		/* Header bytes may not be UTF-8: keep printable ASCII only. */
+		for (size_t k = 0; k < cl; k++)
+			if ((unsigned char)clean[k] < 0x20 || (unsigned char)clean[k] > 0x7e)
+				clean[k] = clean[k] == '\t' ? '\t' : '?';
+		if (json_array_append_new(hs, json_stringn(clean, cl)))
+			goto out;
+		free(clean);
+		clean = NULL;
+	}
+	clean = scrub_apply(sc, resp->body ? resp->body : "", resp->body_len, &cl);
+	if (!clean)
+		goto out;
+	enc = malloc(b64_enc_len(cl) + 1);
+	if (!enc)
+		goto out;
+	b64_encode((const uint8_t *)clean, cl, enc);
+	if (json_object_set_new(o, "ok", json_true()) ||
+	    json_object_set_new(o, "status", json_integer(resp->status)) ||
+	    json_object_set(o, "headers", hs) ||
+	    json_object_set_new(o, "body_b64", json_string(enc)))
+		goto out;
+	r = dump_reply(json_incref(o), reply, rlen);
+out:
+	free(clean);
+	free(enc);
+	json_decref(hs);
+	json_decref(o);
+	return r;
+}
+
+int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char **reply,
+			size_t *rlen)
+{
+	struct breq q;
+	struct url_parts u = { 0 };
+	struct cred_policy *c;
+	struct secret sec;
+	struct scrubber sc = { 0 };
+	struct fetch_resp resp = { 0 };
+	char err[256], reason[300], pin[1024], inject[INJECT_MAX];
+	const char *why;
+	int64_t now = broker_now_ns();
+	size_t i;
+	int r;
+
+	memset(&sec, 0, sizeof(sec));
+	inject[0] = '\0';
+	if (breq_parse(msg, len, &q, err, sizeof(err))) {
+		snprintf(reason, sizeof(reason), "malformed request: %s", err);
+		r = deny(b, &q, reason, reply, rlen);
+		goto out;
+	}
+	if (!q.has_token || !b->have_token || q.epoch != b->epoch ||
+	    CRYPTO_memcmp(q.token, b->token, REQ_TOKEN_BYTES)) {
+		r = deny(b, &q, "stale epoch", reply, rlen);
+		goto out;
+	}
+	c = policy_find(&b->pol, q.credential);
+	if (!c) {
+		r = deny(b, &q, "unknown credential", reply, rlen);
+		goto out;
+	}
+	if (url_split(q.url, &u, err, sizeof(err))) {
+		snprintf(reason, sizeof(reason), "malformed request: %s", err);
+		r = deny(b, &q, reason, reply, rlen);
+		goto out;
+	}
+	why = policy_check(c, &u, q.method, now, b->start_ns);
+	if (why) {
+		r = deny(b, &q, why, reply, rlen);
+		goto out;
+	}
+	for (i = 0; i < q.nheaders; i++) {
+		if (breq_header_forbidden(q.headers[i], c->inject_header)) {
+			snprintf(reason, sizeof(reason), "malformed request: header %.*s not allowed",
+				 (int)(strcspn(q.headers[i], ":") > 64 ? 64 :
+				       strcspn(q.headers[i], ":")), q.headers[i]);
+			r = deny(b, &q, reason, reply, rlen);
+			goto out;
+		}
+	}
+	r = dest_resolve(u.host, u.port, c->allow_private, pin, sizeof(pin));
+	if (r) {
+		r = deny(b, &q, r == -EACCES ? "private destination" : "cannot resolve host", reply,
+			 rlen);
+		goto out;
+	}
+	policy_consume(c, now);
+	r = helper_run(c, b->helper_timeout_ms, &sec, err, sizeof(err));
+	if (r) {
+		if (b->log)
+			fprintf(b->log, "cove-broker: credential %s: %s\n", c->name, err);
+		r = deny(b, &q, "credential helper failed", reply, rlen);
+		goto out;
+	}
+	if (fill_template(c->inject_header, c->inject_template, &sec, inject, sizeof(inject))) {
+		r = deny(b, &q, "credential too long for the header", reply, rlen);
+		goto out;
+	}
+	if (scrub_secret(&sc, c, &sec)) {
+		r = deny(b, &q, "out of memory", reply, rlen);
+		goto out;
+	}
+	secret_wipe(&sec);
+	{
+		struct fetch_req fr = {
+			.url = u.url,
+			.method = q.method,
+			.headers = q.headers,
+			.nheaders = q.nheaders,
+			.inject = inject,
+			.body = q.body,
+			.body_len = q.body_len,
+			.pin = pin,
+			.timeout_s = b->fetch_timeout_s,
+		};
+
+		r = fetch_perform(&fr, &resp, err, sizeof(err));
+	}
+	OPENSSL_cleanse(inject, sizeof(inject));
+	if (r) {
+		snprintf(reason, sizeof(reason), "upstream: %s", err);
+		audit_write(b, &q, u.url, "allow", reason, 0);
+		r = error_reply("", reason, reply, rlen);
+		goto out;
+	}
+	r = build_ok_reply(&sc, &resp, reply, rlen);
+	if (!r && *rlen > FRAME_MAX) {
+		free(*reply);
+		*reply = NULL;
+		audit_write(b, &q, u.url, "allow", "upstream: reply over 1 MiB", (int)resp.status);
+		r = error_reply("", "upstream: reply over 1 MiB", reply, rlen);
+		goto out;
+	}
+	audit_write(b, &q, u.url, "allow", r ? "out of memory" : "ok", (int)resp.status);
+	if (r)
+		r = error_reply("", "upstream: out of memory", reply, rlen);
+out:
+	secret_wipe(&sec);
+	OPENSSL_cleanse(inject, sizeof(inject));
+	scrub_free(&sc);
+	fetch_resp_free(&resp);
+	url_parts_free(&u);
+	breq_free(&q);
+	return r;
+}
+
+int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **reply,
+		      size_t *rlen)
+{
+	json_error_t jerr;
+	json_t *o = json_loadb((const char *)msg, len, JSON_REJECT_DUPLICATES, &jerr);
+	const char *op = json_string_value(json_object_get(o, "op"));
+	char hex[2 * REQ_TOKEN_BYTES + 1];
+	int r;
+
+	if (!op) {
+		r = error_reply("", "malformed request: need {\"op\":\"grant\"|\"status\"}", reply,
+				rlen);
+	} else if (!strcmp(op, "grant")) {
+		if (RAND_bytes(b->token, REQ_TOKEN_BYTES) != 1) {
+			r = error_reply("", "RAND_bytes failed", reply, rlen);
+		} else {
+			b->epoch++;
+			b->have_token = true;
+			b->start_ns = broker_now_ns();
+			hex_encode(b->token, REQ_TOKEN_BYTES, hex);
+			if (b->log && b->verbose)
+				fprintf(b->log, "cove-broker: grant epoch %llu\n",
+					(unsigned long long)b->epoch);
+			r = dump_reply(json_pack("{sbsIss}", "ok", 1, "epoch", (json_int_t)b->epoch,
+						 "token", hex), reply, rlen);
+			OPENSSL_cleanse(hex, sizeof(hex));
+		}
+	} else if (!strcmp(op, "status")) {
+		r = dump_reply(json_pack("{sbsI}", "ok", 1, "epoch", (json_int_t)b->epoch), reply,
+			       rlen);
+	} else {
+		r = error_reply("", "unknown op", reply, rlen);
+	}
+	json_decref(o);
+	return r;
+}
