@@ -335,7 +335,9 @@ static int do_unwrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, siz
 			     &n);
 	if (rv != CKR_OK) {
 		crypto_cleanse(tmp, sizeof(tmp));
-		return errmsg(err, errlen, -EKEYREJECTED, "C_Decrypt: %s (0x%lx)", rv_name(rv), rv);
+		return errmsg(err, errlen, -EKEYREJECTED,
+			      "C_Decrypt: %s (0x%lx): wrong KEK or damaged wrapped key", rv_name(rv),
+			      rv);
 	}
 	int r = 0;
 	if (n > cap)

@@ -1,0 +1,279 @@
+/* Unit tests of snapshot/crypto: nonces, page and blob sealing, AAD binding, tampering, keys. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "crypto.h"
+
+#define PAGE 4096
+
+struct fx {
+	struct snap_key *key;
+	struct crypto_ctx *cc;
+	uint8_t chain[CRYPTO_CHAIN_ID_LEN];
+	uint8_t plain[2][PAGE];
+	uint8_t cipher[2][PAGE];
+	uint8_t tag[2][CRYPTO_TAG_LEN];
+	uint8_t out[PAGE];
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	assert_int_equal(crypto_key_generate(&f->key), 0);
+	assert_int_equal(crypto_ctx_new(f->key, &f->cc), 0);
+	assert_int_equal(crypto_random(f->chain, sizeof(f->chain)), 0);
+	for (int p = 0; p < 2; p++)
+		for (int i = 0; i < PAGE; i++)
+			f->plain[p][i] = (uint8_t)(i * 31 + p * 7 + 1);
+	/* page 0 of layer 3 and page 1 of layer 3 */
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 3, 0, f->plain[0], PAGE, f->cipher[0],
+					  f->tag[0]),
+			 0);
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 3, 1, f->plain[1], PAGE, f->cipher[1],
+					  f->tag[1]),
+			 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	crypto_ctx_free(f->cc);
+	crypto_key_free(f->key);
+	free(f);
+	return 0;
+}
+
+static int open_page(struct fx *f, uint64_t layer, uint64_t index, const uint8_t *c,
+		     const uint8_t *tag)
+{
+	return crypto_open_page(f->cc, f->chain, layer, index, c, PAGE, f->out, tag);
+}
+
+/* Distinct (layer, index) pairs give distinct nonces; the encoding is layer(32) || index(64). */
+static void test_nonce_unique(void **state)
+{
+	(void)state;
+	static const uint64_t layers[] = { 0, 1, 2, 255, 256, 0x10000, 0xfffffffeULL };
+	static const uint64_t idx[] = { 0, 1, 2, 255, 256, 0xffffffffULL, 0x100000000ULL,
+					UINT64_MAX };
+	enum { NL = sizeof(layers) / 8, NI = sizeof(idx) / 8 };
+	uint8_t n[NL * NI][CRYPTO_NONCE_LEN];
+	for (size_t l = 0; l < NL; l++)
+		for (size_t i = 0; i < NI; i++)
+			assert_int_equal(crypto_page_nonce(layers[l], idx[i], n[l * NI + i]), 0);
+	for (size_t a = 0; a < NL * NI; a++)
+		for (size_t b = a + 1; b < NL * NI; b++)
+			assert_memory_not_equal(n[a], n[b], CRYPTO_NONCE_LEN);
+	/* exhaustive over a dense block: layers 0..63 x pages 0..1023, checked by decoding */
+	for (uint64_t l = 0; l < 64; l++)
+		for (uint64_t i = 0; i < 1024; i++) {
+			uint8_t x[CRYPTO_NONCE_LEN];
+			assert_int_equal(crypto_page_nonce(l, i, x), 0);
+			uint64_t dl = (uint64_t)x[0] << 24 | x[1] << 16 | x[2] << 8 | x[3];
+			uint64_t di = 0;
+			for (int k = 4; k < 12; k++)
+				di = di << 8 | x[k];
+			assert_true(dl == l && di == i); /* injective: decodes back */
+		}
+	uint8_t x[CRYPTO_NONCE_LEN];
+	assert_int_equal(crypto_page_nonce(0xfffffffeULL, 5, x), 0);
+	const uint8_t want[] = { 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 0, 0, 0, 0, 5 };
+	assert_memory_equal(x, want, sizeof(want));
+}
+
+static void test_layer_overflow_rejected(void **state)
+{
+	struct fx *f = *state;
+	uint8_t x[CRYPTO_NONCE_LEN], tag[CRYPTO_TAG_LEN];
+	assert_int_equal(crypto_page_nonce(0xffffffffULL, 0, x), -ERANGE); /* blob space */
+	assert_int_equal(crypto_page_nonce(0x100000000ULL, 0, x), -ERANGE);
+	assert_int_equal(crypto_page_nonce(UINT64_MAX, 0, x), -ERANGE);
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 0x100000000ULL, 0, f->plain[0], PAGE,
+					  f->out, tag),
+			 -ERANGE);
+	assert_int_equal(open_page(f, 0x100000000ULL, 0, f->cipher[0], f->tag[0]), -ERANGE);
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 1, 0, f->plain[0], 0, f->out, tag),
+			 -EINVAL);
+}
+
+static void test_round_trip(void **state)
+{
+	struct fx *f = *state;
+	assert_memory_not_equal(f->cipher[0], f->plain[0], PAGE);
+	assert_int_equal(open_page(f, 3, 0, f->cipher[0], f->tag[0]), 0);
+	assert_memory_equal(f->out, f->plain[0], PAGE);
+	assert_int_equal(open_page(f, 3, 1, f->cipher[1], f->tag[1]), 0);
+	assert_memory_equal(f->out, f->plain[1], PAGE);
+	/* in place, odd length (a short last disk chunk) */
+	uint8_t buf[1000], tag[CRYPTO_TAG_LEN];
+	memcpy(buf, f->plain[0], sizeof(buf));
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 9, 77, buf, sizeof(buf), buf, tag), 0);
+	assert_int_equal(crypto_open_page(f->cc, f->chain, 9, 77, buf, sizeof(buf), buf, tag), 0);
+	assert_memory_equal(buf, f->plain[0], sizeof(buf));
+	/* a second context on the same key (another thread) reads what the first wrote */
+	struct crypto_ctx *cc2;
+	assert_int_equal(crypto_ctx_new(f->key, &cc2), 0);
+	assert_int_equal(crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out,
+					  f->tag[0]),
+			 0);
+	assert_memory_equal(f->out, f->plain[0], PAGE);
+	crypto_ctx_free(cc2);
+	/* deterministic: same key, place and data give the same ciphertext */
+	uint8_t again[PAGE];
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 3, 0, f->plain[0], PAGE, again, tag), 0);
+	assert_memory_equal(again, f->cipher[0], PAGE);
+	assert_memory_equal(tag, f->tag[0], CRYPTO_TAG_LEN);
+}
+
+/* A page opened at another index, layer, chain or length, or with another key, fails. */
+static void test_aad_binding(void **state)
+{
+	struct fx *f = *state;
+	assert_int_equal(open_page(f, 3, 1, f->cipher[0], f->tag[0]), -EBADMSG); /* as page 1 */
+	assert_int_equal(open_page(f, 4, 0, f->cipher[0], f->tag[0]), -EBADMSG); /* layer 4 */
+	assert_int_equal(open_page(f, 2, 0, f->cipher[0], f->tag[0]), -EBADMSG);
+	for (int i = 0; i < PAGE; i++)
+		assert_int_equal(f->out[i], 0); /* nothing of a failed open is left behind */
+	uint8_t other[CRYPTO_CHAIN_ID_LEN];
+	memcpy(other, f->chain, sizeof(other));
+	other[15] ^= 1;
+	assert_int_equal(crypto_open_page(f->cc, other, 3, 0, f->cipher[0], PAGE, f->out,
+					  f->tag[0]),
+			 -EBADMSG);
+	assert_int_equal(crypto_open_page(f->cc, f->chain, 3, 0, f->cipher[0], PAGE - 16, f->out,
+					  f->tag[0]),
+			 -EBADMSG);
+	struct snap_key *k2;
+	struct crypto_ctx *cc2;
+	assert_int_equal(crypto_key_generate(&k2), 0);
+	assert_int_equal(crypto_ctx_new(k2, &cc2), 0);
+	assert_int_equal(crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out,
+					  f->tag[0]),
+			 -EBADMSG);
+	crypto_ctx_free(cc2);
+	crypto_key_free(k2);
+}
+
+/* Swapping two pages' ciphertext (with or without their tags) fails both. */
+static void test_swap_pages(void **state)
+{
+	struct fx *f = *state;
+	assert_int_equal(open_page(f, 3, 0, f->cipher[1], f->tag[1]), -EBADMSG);
+	assert_int_equal(open_page(f, 3, 1, f->cipher[0], f->tag[0]), -EBADMSG);
+	assert_int_equal(open_page(f, 3, 0, f->cipher[1], f->tag[0]), -EBADMSG);
+	assert_int_equal(open_page(f, 3, 1, f->cipher[0], f->tag[1]), -EBADMSG);
+	/* the same page replayed from another layer */
+	uint8_t c[PAGE], tag[CRYPTO_TAG_LEN];
+	assert_int_equal(crypto_seal_page(f->cc, f->chain, 5, 0, f->plain[0], PAGE, c, tag), 0);
+	assert_memory_not_equal(c, f->cipher[0], PAGE); /* another nonce */
+	assert_int_equal(open_page(f, 3, 0, c, tag), -EBADMSG);
+	assert_int_equal(open_page(f, 5, 0, c, tag), 0);
+}
+
+/* Any flipped bit in ciphertext or tag fails. */
+static void test_tamper(void **state)
+{
+	struct fx *f = *state;
+	uint8_t c[PAGE], tag[CRYPTO_TAG_LEN];
+	static const int where[] = { 0, 1, 100, 2047, 4094, 4095 };
+	for (size_t w = 0; w < sizeof(where) / sizeof(where[0]); w++) {
+		memcpy(c, f->cipher[0], PAGE);
+		c[where[w]] ^= 0x01;
+		assert_int_equal(open_page(f, 3, 0, c, f->tag[0]), -EBADMSG);
+	}
+	for (int b = 0; b < CRYPTO_TAG_LEN; b++) {
+		memcpy(tag, f->tag[0], sizeof(tag));
+		tag[b] ^= 0x80;
+		assert_int_equal(open_page(f, 3, 0, f->cipher[0], tag), -EBADMSG);
+	}
+	assert_int_equal(open_page(f, 3, 0, f->cipher[0], f->tag[0]), 0); /* still intact */
+}
+
+static void test_blob(void **state)
+{
+	struct fx *f = *state;
+	const char msg[] = "vcpu state, devices, and so on";
+	size_t n = sizeof(msg);
+	uint8_t b1[sizeof(msg) + CRYPTO_BLOB_OVERHEAD], b2[sizeof(b1)], out[sizeof(msg)];
+	assert_int_equal(crypto_seal_blob(f->cc, f->chain, "state", msg, n, b1), 0);
+	assert_int_equal(crypto_seal_blob(f->cc, f->chain, "state", msg, n, b2), 0);
+	assert_memory_not_equal(b1, b2, sizeof(b1)); /* random nonce */
+	assert_int_equal(b1[0] & b1[1] & b1[2] & b1[3], 0xff); /* reserved layer */
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", b1, sizeof(b1), out), 0);
+	assert_string_equal((char *)out, msg);
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "meta", b1, sizeof(b1), out), -EBADMSG);
+	uint8_t other[CRYPTO_CHAIN_ID_LEN];
+	memcpy(other, f->chain, sizeof(other));
+	other[0] ^= 1;
+	assert_int_equal(crypto_open_blob(f->cc, other, "state", b1, sizeof(b1), out), -EBADMSG);
+	for (size_t i = 0; i < sizeof(b1); i++) {
+		memcpy(b2, b1, sizeof(b1));
+		b2[i] ^= 4;
+		assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", b2, sizeof(b2), out),
+				 -EBADMSG);
+	}
+	/* truncated by one byte, and shorter than the overhead */
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", b1, sizeof(b1) - 1, out),
+			 -EBADMSG);
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", b1, 27, out), -EBADMSG);
+	/* empty blob */
+	uint8_t e[CRYPTO_BLOB_OVERHEAD];
+	assert_int_equal(crypto_seal_blob(f->cc, f->chain, "empty", NULL, 0, e), 0);
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "empty", e, sizeof(e), out), 0);
+	/* a sealed page is not a blob: its nonce is not in the reserved layer */
+	uint8_t fake[PAGE + CRYPTO_BLOB_OVERHEAD];
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", fake, 0, out), -EBADMSG);
+	memset(fake, 0, sizeof(fake));
+	assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", fake, sizeof(fake), f->out),
+			 -EBADMSG);
+}
+
+static void test_key_import_and_lock(void **state)
+{
+	struct fx *f = *state;
+	struct snap_key *k2;
+	struct crypto_ctx *cc2;
+	assert_int_equal(crypto_key_import(crypto_key_bytes(f->key), &k2), 0);
+	assert_memory_equal(crypto_key_bytes(k2), crypto_key_bytes(f->key), CRYPTO_KEY_LEN);
+	assert_int_equal(crypto_ctx_new(k2, &cc2), 0);
+	assert_int_equal(crypto_open_page(cc2, f->chain, 3, 1, f->cipher[1], PAGE, f->out,
+					  f->tag[1]),
+			 0);
+	assert_memory_equal(f->out, f->plain[1], PAGE);
+	print_message("data key mlock'ed: %s\n", crypto_key_locked(k2) ? "yes" : "no");
+	crypto_ctx_free(cc2);
+	crypto_key_free(k2);
+	struct snap_key *a, *b;
+	assert_int_equal(crypto_key_generate(&a), 0);
+	assert_int_equal(crypto_key_generate(&b), 0);
+	assert_memory_not_equal(crypto_key_bytes(a), crypto_key_bytes(b), CRYPTO_KEY_LEN);
+	crypto_key_free(a);
+	crypto_key_free(b);
+	crypto_key_free(NULL);
+	crypto_ctx_free(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_nonce_unique, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_overflow_rejected, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_aad_binding, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_swap_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tamper, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_key_import_and_lock, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
