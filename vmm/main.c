@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "agent_client.h" /* cmd_exec, cmd_attach, cmd_cp, cmd_forward, cmd_ps */
 #include "commands.h"
 
 struct command {
@@ -14,6 +15,11 @@ static const struct command commands[] = {
 	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
 	{ "doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here" },
 	{ "rekey", cmd_rekey, "rewrap a snapshot chain's data key under a new key-encryption key" },
+	{ "exec", cmd_exec, "run a command in a sandbox (cove-init agent over vsock)" },
+	{ "attach", cmd_attach, "reconnect to a running exec session" },
+	{ "cp", cmd_cp, "copy a file into or out of a sandbox (SANDBOX:/path)" },
+	{ "forward", cmd_forward, "forward 127.0.0.1:HOSTPORT to a TCP port in a sandbox" },
+	{ "ps", cmd_ps, "list registered sandboxes, or one sandbox's exec sessions" },
 	{ "version", cmd_version, "print the cove version" },
 };
 

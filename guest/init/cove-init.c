@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "cove-init.h"
 
 /* x86 COMMAND_LINE_SIZE is 2048; leave room for a larger one. */
@@ -127,15 +128,19 @@ static void __attribute__((noreturn)) vm_stop(enum init_stop stop)
 		pause();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	static char cmdline[CMDLINE_MAX];
 	struct init_config cfg;
 	struct sup sup;
 	int err, status, ret;
 
+	/* Only the agent, outside a VM, on a Unix socket: for tests of the host tools. */
+	if (argc == 4 && strcmp(argv[1], "agent") == 0 && strcmp(argv[2], "--unix") == 0)
+		return agent_run(argv[3]);
 	if (getpid() != 1) {
-		fprintf(stderr, "cove-init: must run as PID 1 (it is the guest's init)\n");
+		fprintf(stderr, "cove-init: must run as PID 1 (it is the guest's init); "
+				"'cove-init agent --unix PATH' runs only the agent, for tests\n");
 		return 1;
 	}
 	umask(022);
@@ -155,6 +160,8 @@ int main(void)
 		vm_stop(cfg.stop);
 	}
 
+	/* The guest agent (exec, files, ports, identity, broker proxy) on vsock port 1024. */
+	agent_start();
 	print_ready();
 	if (err == -EINVAL) {
 		init_log("bad parameter %s", cfg.error);

@@ -1,0 +1,251 @@
+/* agent.c: cove-init's guest agent process: vsock listener, one thread per host connection, reaper. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/vm_sockets.h>
+
+#include "agent.h"
+#include "cove-init.h"
+
+struct conn {
+	struct agent *ag;
+	int fd;
+};
+
+/* {"op":"status"}: the epoch (never the token) and the exec sessions. */
+static int status_handle(struct agent *ag, int fd)
+{
+	json_t *j;
+	uint64_t epoch;
+	int ret;
+
+	pthread_mutex_lock(&ag->lock);
+	epoch = ag->epoch;
+	pthread_mutex_unlock(&ag->lock);
+	j = json_pack("{s:b,s:I,s:o}", "ok", 1, "epoch", (json_int_t)epoch, "sessions",
+		      exec_sessions_json(ag));
+	if (!j)
+		return -ENOMEM;
+	ret = wire_msg_write(fd, j);
+	json_decref(j);
+	return ret;
+}
+
+/* Test mode: answer cove's "CONNECT <port>" line as cove's vsock device would. */
+static int test_handshake(int fd)
+{
+	char line[32];
+	size_t n = 0;
+
+	while (n < sizeof(line) - 1) {
+		if (wire_read_full(fd, line + n, 1) < 0)
+			return -EPIPE;
+		if (line[n++] == '\n')
+			break;
+	}
+	line[n] = '\0';
+	if (strncmp(line, "CONNECT ", 8) != 0 || atoi(line + 8) != AGENT_PORT)
+		return -EINVAL;
+	return wire_write_full(fd, "OK 1024\n", 8);
+}
+
+/* First message on a connection names the operation; the rest of the connection is its own. */
+static void *conn_thread(void *arg)
+{
+	struct conn *c = arg;
+	char err[256];
+	json_t *msg = NULL;
+	const char *op;
+	int ret = c->ag->test_uds ? test_handshake(c->fd) : 0;
+
+	if (ret == 0)
+		ret = wire_msg_read(c->fd, &msg, err, sizeof(err));
+	if (ret < 0) {
+		if (ret == -EINVAL || ret == -EMSGSIZE)
+			wire_reply_error(c->fd, "%s", err);
+		goto out;
+	}
+	op = json_string_value(json_object_get(msg, "op"));
+	if (!op)
+		wire_reply_error(c->fd, "bad message: no \"op\"");
+	else if (strcmp(op, "exec") == 0)
+		exec_handle(c->ag, c->fd, msg);
+	else if (strcmp(op, "attach") == 0)
+		attach_handle(c->ag, c->fd, msg);
+	else if (strcmp(op, "put") == 0)
+		files_put(c->fd, msg);
+	else if (strcmp(op, "get") == 0)
+		files_get(c->fd, msg);
+	else if (strcmp(op, "forward") == 0)
+		forward_handle(c->fd, msg);
+	else if (strcmp(op, "identity") == 0)
+		identity_handle(c->ag, c->fd, msg);
+	else if (strcmp(op, "status") == 0)
+		status_handle(c->ag, c->fd);
+	else
+		wire_reply_error(c->fd, "unknown op \"%.64s\"", op);
+out:
+	json_decref(msg);
+	close(c->fd);
+	free(c);
+	return NULL;
+}
+
+/* Reaps every child of the agent (it is a subreaper, so orphans of exec'd commands too). */
+static void *reaper_thread(void *arg)
+{
+	struct agent *ag = arg;
+
+	for (;;) {
+		int wstatus;
+		pid_t pid = waitpid(-1, &wstatus, 0);
+
+		if (pid > 0) {
+			exec_child_exited(ag, pid, wstatus);
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		/* ECHILD: sleep until a spawn says there is a child, or a second passes. */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_mutex_lock(&ag->lock);
+		pthread_cond_timedwait(&ag->child_cond, &ag->lock, &ts);
+		pthread_mutex_unlock(&ag->lock);
+	}
+	return NULL;
+}
+
+static int spawn_detached(void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_t th;
+	int ret;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	ret = pthread_create(&th, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	return -ret;
+}
+
+static int vsock_listen(unsigned port)
+{
+	struct sockaddr_vm addr = {
+	    .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY, .svm_port = port};
+	int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, 64) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+static int unix_listen(const char *path)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		close(fd);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sun.sun_path, path);
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 64) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* The agent process: never returns unless it cannot listen at all. */
+int agent_run(const char *test_uds)
+{
+	static struct agent ag; /* lives for the process; static only to stay off the stack */
+	sigset_t all;
+	int lfd, ret;
+
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGCHLD, SIG_DFL);
+	prctl(PR_SET_NAME, "cove-agent");
+	/* Orphans of exec'd commands come to us, so the reaper sees them, not PID 1. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	setsid();
+	pthread_mutex_init(&ag.lock, NULL);
+	pthread_cond_init(&ag.child_cond, NULL);
+	ag.next_id = 1;
+	ag.test_uds = test_uds;
+
+	lfd = test_uds ? unix_listen(test_uds) : vsock_listen(AGENT_PORT);
+	if (lfd < 0) {
+		init_log("agent: listen on %s: %s", test_uds ? test_uds : "vsock port 1024",
+			 strerror(-lfd));
+		return 1;
+	}
+	ret = spawn_detached(reaper_thread, &ag);
+	if (ret < 0) {
+		init_log("agent: thread: %s", strerror(-ret));
+		return 1;
+	}
+	ret = broker_proxy_start(&ag);
+	if (ret < 0)
+		init_log("agent: broker socket: %s (cove-fetch will not work)", strerror(-ret));
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		struct conn *c;
+
+		if (fd < 0) {
+			if (errno != EINTR && errno != ECONNABORTED)
+				usleep(10000); /* EMFILE and friends: do not spin */
+			continue;
+		}
+		c = malloc(sizeof(*c));
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->ag = &ag;
+		c->fd = fd;
+		if (spawn_detached(conn_thread, c) < 0) {
+			free(c);
+			close(fd);
+		}
+	}
+}
+
+/* Called by PID 1 before it runs the command: the agent is a child process, not PID 1's threads,
+ * so PID 1's own reaping (waitpid(-1)) and the agent's sessions never see each other's children. */
+void agent_start(void)
+{
+	pid_t pid = fork();
+
+	if (pid < 0) {
+		init_log("agent: fork: %s", strerror(errno));
+		return;
+	}
+	if (pid == 0)
+		_exit(agent_run(NULL));
+}

@@ -1,0 +1,112 @@
+/* agent.h: what the parts of cove-init's guest agent (exec, files, ports, identity, broker) share. */
+#ifndef COVE_AGENT_H
+#define COVE_AGENT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define AGENT_PORT 1024	       /* vsock port the agent listens on */
+#define BROKER_PORT 1025       /* host port (CID 2) of cove-broker */
+#define BROKER_SOCK "/run/cove/broker.sock"
+#define WIRE_MSG_MAX (1u << 20) /* a JSON message is at most 1 MiB */
+#define WIRE_DATA_MAX (1u << 20) /* a typed data frame carries at most 1 MiB */
+#define AGENT_CHUNK 65536	 /* what the agent reads from a child at once */
+#define AGENT_FILE_MAX (1ull << 30) /* put/get move at most 1 GiB */
+#define AGENT_SESSIONS_MAX 128
+#define AGENT_QUEUE_MAX (1u << 20) /* output a session buffers while no host reads it */
+#define EXEC_ARGS_MAX 256
+#define EXEC_ARG_LEN_MAX 4096
+#define TOKEN_HEX_MAX 128
+
+/* Typed data frames after an exec/attach handshake: 1 type byte + 4-byte BE length + payload. */
+enum wire_type {
+	WIRE_STDIN = 'i',  /* host -> agent: bytes for the command's stdin */
+	WIRE_CLOSE = 'c',  /* host -> agent: stdin ends */
+	WIRE_SIGNAL = 's', /* host -> agent: 4-byte BE signal number for the command's group */
+	WIRE_WINSZ = 'w',  /* host -> agent: 2-byte BE rows, 2-byte BE cols (tty sessions) */
+	WIRE_STDOUT = 'o', /* agent -> host: stdout (or the tty's output) */
+	WIRE_STDERR = 'e', /* agent -> host: stderr */
+	WIRE_EXIT = 'x',   /* agent -> host: JSON {"exit_code":N,"signal":S}; nothing follows */
+};
+
+/* agent_wire.c: framing, pure parsers (unit-tested), base64. */
+int wire_read_full(int fd, void *buf, size_t n);
+int wire_write_full(int fd, const void *buf, size_t n);
+int wire_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len);
+int wire_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t errlen);
+int wire_msg_read(int fd, json_t **out, char *err, size_t errlen);
+int wire_msg_write(int fd, json_t *obj);
+int wire_reply_ok(int fd);
+int wire_reply_error(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int wire_data_write(int fd, uint8_t type, const void *buf, size_t len);
+int wire_data_read(int fd, uint8_t *type, void *buf, size_t cap, size_t *len);
+size_t b64_encoded_len(size_t n);
+void b64_encode(const unsigned char *in, size_t n, char *out);
+
+/* An exec request, validated (agent_wire.c). Strings point into the JSON message. */
+struct exec_req {
+	const char *argv[EXEC_ARGS_MAX + 1];
+	const char *env[EXEC_ARGS_MAX + 1];
+	const char *cwd;
+	const char *user;
+	bool tty;
+	bool stdin_open;
+	unsigned rows, cols;
+};
+int exec_req_parse(json_t *msg, struct exec_req *r, char *err, size_t errlen);
+
+/* passwd.c: /etc/passwd lookup by name or numeric uid, over a buffer. */
+struct pw_ent {
+	uid_t uid;
+	gid_t gid;
+	char name[64];
+	char home[256];
+	char shell[256];
+};
+int passwd_find(const char *buf, size_t len, const char *user, struct pw_ent *out);
+int passwd_lookup(const char *user, struct pw_ent *out);
+
+struct session;
+
+/* The agent process: one of these, passed to every thread. */
+struct agent {
+	pthread_mutex_t lock;
+	pthread_cond_t child_cond; /* a child was spawned: the reaper has work */
+	struct session *sessions;
+	unsigned nsessions;
+	unsigned next_id;
+	uint64_t epoch; /* identity from the host; the broker proxy adds these */
+	char token[TOKEN_HEX_MAX + 1];
+	/* Test mode outside a VM (cove-init agent --unix PATH): listen on a Unix socket that speaks
+	 * cove's hybrid handshake itself, serve PATH.broker.sock, reach the broker at PATH_1025. */
+	const char *test_uds;
+};
+
+/* agent.c */
+void agent_start(void);
+int agent_run(const char *test_uds);
+
+/* agent_exec.c */
+int exec_handle(struct agent *ag, int fd, json_t *msg);
+int attach_handle(struct agent *ag, int fd, json_t *msg);
+void exec_child_exited(struct agent *ag, pid_t pid, int wstatus);
+json_t *exec_sessions_json(struct agent *ag);
+
+/* agent_files.c */
+int files_put(int fd, json_t *msg);
+int files_get(int fd, json_t *msg);
+
+/* agent_forward.c */
+int forward_handle(int fd, json_t *msg);
+
+/* identity.c */
+int identity_handle(struct agent *ag, int fd, json_t *msg);
+
+/* broker_proxy.c */
+int broker_proxy_start(struct agent *ag);
+
+#endif
