@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -657,6 +658,47 @@ static void test_p11_revoke(void **state)
 	keyprov_free(p);
 }
 
+/* `cove rekey` from the command line: key-cmd -> pkcs11 -> revoked. */
+static void test_cli_rekey(void **state)
+{
+	struct env *e = E(state);
+	const char *cove = getenv("COVE_BIN");
+	char dir[128], err[512];
+	uint8_t id[16], file[PAGE + 16];
+	struct snap_key *k;
+	if (!cove || access(cove, X_OK) != 0)
+		skip();
+	new_chain(e, dir, sizeof(dir));
+	struct keyprov *a = prov(KEYPROV_CMD, e->cmd_a);
+	assert_int_equal(keyfile_create(dir, a, &k, id, err, sizeof(err)), 0);
+	seal_data_file(dir, k, id, file);
+	crypto_key_free(k);
+	sh("'%s' rekey '%s' --to-pkcs11 'pkcs11:token=cove;object=kek2' >/dev/null", cove, dir);
+	check_chain(dir, file, id);
+	sh("'%s' rekey '%s' --from-pkcs11 'pkcs11:token=cove;object=kek2' --to-key-cmd \"%s\" "
+	   ">/dev/null",
+	   cove, dir, e->cmd_a);
+	check_chain(dir, file, id);
+	/* a provider that refuses: exit status 1 and the revocation line on stderr */
+	char out[256], cmd[1024];
+	snprintf(out, sizeof(out), "%s/rekey.err", e->dir);
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' rekey '%s' --from-key-cmd 'f() { echo gone >&2; exit 1; }; f' "
+		 "--to-pkcs11 'pkcs11:token=cove;object=kek2' 2>'%s'",
+		 cove, dir, out);
+	int st = system(cmd);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	uint8_t msg[512];
+	size_t len;
+	read_all(out, msg, sizeof(msg) - 1, &len);
+	msg[len] = 0;
+	assert_string_equal((char *)msg,
+			    "cove rekey: key provider refused to unwrap the data key: key-cmd "
+			    "unwrap exited with status 1: gone; the KEK may be revoked\n");
+	check_chain(dir, file, id); /* untouched */
+	keyprov_free(a);
+}
+
 static int have(const char *what)
 {
 	char cmd[256];
@@ -683,6 +725,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_p11_errors),
 		cmocka_unit_test(test_rekey_cmd_p11),
 		cmocka_unit_test(test_p11_revoke),
+		cmocka_unit_test(test_cli_rekey),
 	};
 	if (!have("openssl")) {
 		fprintf(stderr, "skip: no openssl command for tools/key-cmd-openssl\n");
