@@ -77,3 +77,34 @@ int dirty_log_collect(struct vm *vm, uint64_t *bitmap)
 	pthread_mutex_unlock(&vm->dirty_lock);
 	return 0;
 }
+
+int dirty_log_start(struct vm *vm)
+{
+	if (vm->track_dirty)
+		return 0;
+	for (uint32_t i = 0; i < vm->mem.nr_slots; i++) {
+		const struct mem_slot *s = &vm->mem.slots[i];
+		struct kvm_userspace_memory_region region = {
+			.slot = s->id,
+			.flags = KVM_MEM_LOG_DIRTY_PAGES,
+			.guest_phys_addr = s->gpa,
+			.memory_size = s->size,
+			.userspace_addr = (uint64_t)(uintptr_t)(vm->mem.host + s->file_off),
+		};
+		int r = KVM_IOCTL(vm->log, vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &region);
+		if (r)
+			return r;
+	}
+	vm->track_dirty = true;
+	return 0;
+}
+
+void dirty_log_merge_back(struct vm *vm, const uint64_t *bitmap)
+{
+	size_t words = dirty_log_bitmap_words(vm);
+	pthread_mutex_lock(&vm->dirty_lock);
+	for (size_t w = 0; w < words; w++)
+		if (bitmap[w])
+			vm->vmm_dirty[w] |= bitmap[w];
+	pthread_mutex_unlock(&vm->dirty_lock);
+}

@@ -18,4 +18,12 @@ size_t dirty_log_bitmap_words(const struct vm *vm);
  */
 int dirty_log_collect(struct vm *vm, uint64_t *bitmap);
 
+/*
+ * Turns on KVM dirty logging for every slot of a running VM (a full snapshot does this, so
+ * the next one can be incremental).  No-op when it is on already.  0 or -errno.
+ */
+int dirty_log_start(struct vm *vm);
+/* Puts collected bits back (a snapshot that failed): the next collection reports them again. */
+void dirty_log_merge_back(struct vm *vm, const uint64_t *bitmap);
+
 #endif

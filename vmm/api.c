@@ -387,7 +387,130 @@ out_buf:
 	free(buf);
 }
 
+/* Fields of `obj` must all be in `names`; fills a 400 otherwise. */
+static int only_fields(json_t *obj, const char *const *names, struct api_response *resp)
+{
+	const char *key;
+	json_t *val;
+	char list[256];
+	json_object_foreach(obj, key, val) {
+		bool known = false;
+		for (size_t i = 0; names[i]; i++)
+			known = known || strcmp(key, names[i]) == 0;
+		if (!known) {
+			join_names(list, sizeof(list), names, count_names(names));
+			reply_fault(resp, 400, "unknown field '%.64s'; allowed fields: %s", key, list);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static void reply_snapshot_error(struct api_response *resp, int r, const char *msg)
+{
+	int status = r == -ENOENT || r == -EINVAL ? 400 : r == -EBUSY ? 409 : r == -ENOSYS ? 501 : 500;
+	reply_fault(resp, status, "snapshot failed: %s", msg[0] ? msg : strerror(-r));
+}
+
+/*
+ * PUT /snapshot/create {"snapshot_type": "Full"|"Diff", "snapshot_dir": DIR}: our chain
+ * directory form.  Firecracker's "snapshot_path" is taken as the chain directory too;
+ * "mem_file_path" is refused, since memory layers live inside the chain directory.
+ */
+static void route_snapshot_put(const struct api_backend *be, json_t *body,
+			       struct api_response *resp)
+{
+	static const char *const names[] = { "snapshot_type", "snapshot_dir", "snapshot_path",
+					     "mem_file_path", "version", NULL };
+	if (only_fields(body, names, resp) < 0)
+		return;
+	json_t *type = json_object_get(body, "snapshot_type");
+	json_t *dir = json_object_get(body, "snapshot_dir");
+	json_t *path = json_object_get(body, "snapshot_path");
+	if (!json_is_string(type) || (strcmp(json_string_value(type), "Full") &&
+				      strcmp(json_string_value(type), "Diff"))) {
+		reply_fault(resp, 400, "field 'snapshot_type' must be \"Full\" or \"Diff\"");
+		return;
+	}
+	if ((dir && !json_is_string(dir)) || (path && !json_is_string(path)) || (dir && path)) {
+		reply_fault(resp, 400, "give the chain directory once, as a string: 'snapshot_dir'");
+		return;
+	}
+	if (json_object_get(body, "mem_file_path")) {
+		reply_fault(resp, 400, "'mem_file_path' is not used: cove keeps memory layers in the "
+				       "chain directory ('snapshot_dir')");
+		return;
+	}
+	const char *d = dir ? json_string_value(dir) : path ? json_string_value(path) : NULL;
+	if (d && (!*d || strlen(d) > 3800)) {
+		reply_fault(resp, 400, "'snapshot_dir' must be 1 to 3800 bytes");
+		return;
+	}
+	if (!be->snapshot) {
+		reply_fault(resp, 501, "snapshots are not available");
+		return;
+	}
+	struct api_snapshot_result r;
+	char err[256] = "";
+	int rc = be->snapshot(be->opaque, !strcmp(json_string_value(type), "Full"), d, &r, err,
+			      sizeof(err));
+	if (rc < 0) {
+		reply_snapshot_error(resp, rc, err);
+		return;
+	}
+	reply_json(resp, 200,
+		   json_pack("{s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b}", "layer_id",
+			     (json_int_t)r.layer_id, "snapshot_type", r.full ? "Full" : "Diff",
+			     "pages", (json_int_t)r.pages, "stored_pages", (json_int_t)r.stored,
+			     "bytes", (json_int_t)r.bytes, "pause_us", (json_int_t)r.pause_us,
+			     "write_us", (json_int_t)r.write_us, "total_us", (json_int_t)r.total_us,
+			     "compacted", r.compacted, "staged", r.staged));
+}
+
+/* PUT /fork {"count": N}: N clones of this sandbox from a snapshot taken now. */
+static void route_fork_put(const struct api_backend *be, json_t *body, struct api_response *resp)
+{
+	static const char *const names[] = { "count", NULL };
+	if (only_fields(body, names, resp) < 0)
+		return;
+	json_t *count = json_object_get(body, "count");
+	if (!json_is_integer(count) || json_integer_value(count) < 1 ||
+	    json_integer_value(count) > API_MAX_FORKS) {
+		reply_fault(resp, 400, "field 'count' must be an integer from 1 to %d", API_MAX_FORKS);
+		return;
+	}
+	if (!be->fork) {
+		reply_fault(resp, 501, "fork is not available");
+		return;
+	}
+	int n = (int)json_integer_value(count);
+	struct api_clone *clones = calloc((size_t)n, sizeof(*clones));
+	if (!clones) {
+		reply_fault(resp, 500, "out of memory");
+		return;
+	}
+	char err[256] = "";
+	int rc = be->fork(be->opaque, n, clones, err, sizeof(err));
+	if (rc < 0) {
+		free(clones);
+		reply_snapshot_error(resp, rc, err);
+		return;
+	}
+	json_t *arr = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(arr, json_pack("{s:i,s:I,s:s,s:s,s:s,s:s}", "pid", clones[i].pid,
+						     "cid", (json_int_t)clones[i].cid, "api_sock",
+						     clones[i].api_sock, "vsock_uds",
+						     clones[i].vsock_uds, "snapshot_dir",
+						     clones[i].snapshot_dir, "console",
+						     clones[i].console));
+	free(clones);
+	reply_json(resp, 200, json_pack("{s:o}", "clones", arr));
+}
+
 static const struct api_route routes[] = {
+	{ "/snapshot/create", "PUT", route_snapshot_put, true },
+	{ "/fork", "PUT", route_fork_put, true },
 	{ "/", "GET", route_root_get, false },
 	{ "/vm", "GET", route_vm_get, false },
 	{ "/vm", "PATCH", route_vm_patch, true },

@@ -2,6 +2,7 @@
 #ifndef COVE_API_H
 #define COVE_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,25 @@ struct api_vm_info {
 struct api_dirty_range {
 	uint64_t first_pfn;
 	uint64_t nr_pages;
+};
+
+/* What one snapshot did (PUT /snapshot/create). */
+struct api_snapshot_result {
+	uint64_t layer_id;
+	bool full, compacted, staged;
+	uint64_t pages, stored, bytes;
+	uint64_t pause_us, write_us, total_us;
+};
+
+#define API_MAX_FORKS 16
+/* One clone started by PUT /fork. */
+struct api_clone {
+	int pid;
+	uint64_t cid;
+	char api_sock[108];
+	char vsock_uds[108];
+	char snapshot_dir[256];
+	char console[256];
 };
 
 /*
@@ -39,6 +59,11 @@ struct api_backend {
 	 * when the VM does not track dirty pages.
 	 */
 	int (*dirty_pages)(void *opaque, struct api_dirty_range *out, size_t max, size_t *nr);
+	/* Full or incremental snapshot into `dir` (NULL: the sandbox's --snapshot-dir). */
+	int (*snapshot)(void *opaque, bool full, const char *dir, struct api_snapshot_result *out,
+			char *err, size_t errlen);
+	/* Snapshot, then start `count` clones restored from it. */
+	int (*fork)(void *opaque, int count, struct api_clone *out, char *err, size_t errlen);
 };
 
 struct api_response {

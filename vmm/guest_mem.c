@@ -24,18 +24,32 @@ int guest_mem_layout(uint64_t size, struct mem_slot *slots, uint32_t *nr_slots)
 
 int guest_mem_create(struct guest_mem *mem, uint64_t size)
 {
+	return guest_mem_create_from(mem, size, -1, 0);
+}
+
+int guest_mem_create_from(struct guest_mem *mem, uint64_t size, int file_fd, uint64_t file_off)
+{
 	memset(mem, 0, sizeof(*mem));
 	mem->fd = -1;
 	int r = guest_mem_layout(size, mem->slots, &mem->nr_slots);
 	if (r)
 		return r;
-	mem->fd = memfd_create("cove-guest-ram", MFD_CLOEXEC);
-	if (mem->fd < 0)
-		return -errno;
-	/* ftruncate only sets the size: no page exists until the guest touches it. */
-	if (ftruncate(mem->fd, (off_t)size) < 0) {
-		r = -errno;
-		goto err_close;
+	int map_fd = file_fd;
+	int flags = MAP_PRIVATE;
+	if (file_fd < 0) {
+		mem->fd = memfd_create("cove-guest-ram", MFD_CLOEXEC);
+		if (mem->fd < 0)
+			return -errno;
+		/* ftruncate only sets the size: no page exists until the guest touches it. */
+		if (ftruncate(mem->fd, (off_t)size) < 0) {
+			r = -errno;
+			goto err_close;
+		}
+		map_fd = mem->fd;
+		flags = MAP_SHARED;
+		file_off = 0;
+	} else {
+		mem->private_file = true;
 	}
 	/*
 	 * Map at a 2 MiB-aligned address so host and guest addresses agree modulo
@@ -49,8 +63,8 @@ int guest_mem_create(struct guest_mem *mem, uint64_t size)
 		goto err_close;
 	}
 	uint8_t *aligned = (uint8_t *)(((uintptr_t)resv + HUGE_PAGE_SIZE - 1) & ~(HUGE_PAGE_SIZE - 1));
-	void *p = mmap(aligned, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED,
-		       mem->fd, 0);
+	void *p = mmap(aligned, size, PROT_READ | PROT_WRITE, flags | MAP_NORESERVE | MAP_FIXED,
+		       map_fd, (off_t)file_off);
 	if (p == MAP_FAILED) {
 		r = -errno;
 		munmap(resv, size + HUGE_PAGE_SIZE);
@@ -73,7 +87,8 @@ int guest_mem_create(struct guest_mem *mem, uint64_t size)
 	return 0;
 
 err_close:
-	close(mem->fd);
+	if (mem->fd >= 0)
+		close(mem->fd);
 	mem->fd = -1;
 	return r;
 }

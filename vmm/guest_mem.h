@@ -30,12 +30,20 @@ struct guest_mem {
 	uint64_t size;	  /* bytes of RAM */
 	struct mem_slot slots[MEM_MAX_SLOTS];
 	uint32_t nr_slots;
+	/* RAM is a private copy-on-write mapping of a snapshot layer file (fd is then -1). */
+	bool private_file;
 };
 
 /* Pure: split `size` bytes of RAM into slots around the MMIO hole. Returns 0 or -EINVAL. */
 int guest_mem_layout(uint64_t size, struct mem_slot *slots, uint32_t *nr_slots);
 /* Creates the memfd and the mapping (no page is touched). */
 int guest_mem_create(struct guest_mem *mem, uint64_t size);
+/*
+ * Restore: RAM is `size` bytes of `file_fd` from `file_off`, mapped MAP_PRIVATE, so pages are
+ * read from the file (page cache, shared between clones) only when first touched and copied
+ * only when written.  The caller may close file_fd afterwards.  file_fd < 0 = a new memfd.
+ */
+int guest_mem_create_from(struct guest_mem *mem, uint64_t size, int file_fd, uint64_t file_off);
 void guest_mem_destroy(struct guest_mem *mem);
 /* Highest guest-physical address + 1 that is RAM. */
 uint64_t guest_mem_end(const struct guest_mem *mem);

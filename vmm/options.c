@@ -28,7 +28,12 @@ const char run_usage[] =
 	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
 	"                      guest; guest connections to host port P go to PATH_P\n"
 	"  --console FILE      write the serial console to FILE instead of stdout\n"
-	"  --track-dirty-pages log guest writes from boot (for snapshots; costs guest speed)\n"
+	"  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
+	"  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
+	"                      the API's PUT /snapshot/create may omit the paths\n"
+	"  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
+	"                      incremental; needs --snapshot-dir\n"
+	"  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
 	"  -h, --help          show this help\n"
 	"\n"
@@ -76,7 +81,33 @@ int parse_mem_size(const char *s, uint64_t *out)
 }
 
 enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
-       OPT_VSOCK_CID, OPT_VSOCK_UDS };
+       OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP };
+
+int parse_duration_ms(const char *s, uint64_t *out)
+{
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	uint64_t mul;
+	if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "s") || !*end)
+		mul = 1000;
+	else if (!strcmp(end, "m"))
+		mul = 60000;
+	else if (!strcmp(end, "h"))
+		mul = 3600000;
+	else
+		return -EINVAL;
+	if (v > UINT64_MAX / mul)
+		return -ERANGE;
+	*out = v * mul;
+	return 0;
+}
 
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 {
@@ -124,6 +155,9 @@ static const struct option run_long_opts[] = {
 	{ "disk", required_argument, NULL, OPT_DISK },
 	{ "vsock-cid", required_argument, NULL, OPT_VSOCK_CID },
 	{ "vsock-uds", required_argument, NULL, OPT_VSOCK_UDS },
+	{ "snapshot-dir", required_argument, NULL, OPT_SNAP_DIR },
+	{ "snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL },
+	{ "snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -210,6 +244,29 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			o->vcpus = (int)v;
 			break;
 		}
+		case OPT_SNAP_DIR:
+			if (!*optarg || strlen(optarg) > 3800)
+				return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
+			o->snapshot_dir = optarg;
+			break;
+		case OPT_SNAP_INTERVAL:
+			if (parse_duration_ms(optarg, &o->snapshot_interval_ms) ||
+			    o->snapshot_interval_ms < 10 || o->snapshot_interval_ms > 86400000ULL)
+				return errmsg(err, errlen, -EINVAL,
+					    "--snapshot-interval: '%s' is not a duration from 10ms to 24h "
+					    "(e.g. 60s, 500ms, 5m)",
+					    optarg);
+			break;
+		case OPT_SNAP_KEEP: {
+			char *end;
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1 || v > 200)
+				return errmsg(err, errlen, -EINVAL,
+					    "--snapshot-keep: '%s' is not a number from 1 to 200", optarg);
+			o->snapshot_keep = (int)v;
+			break;
+		}
 		case OPT_LOG:
 			if (log_level_parse(optarg, &o->log_level))
 				return errmsg(err, errlen, -EINVAL,
@@ -231,5 +288,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return errmsg(err, errlen, -EINVAL, "--cmdline is longer than 4095 bytes");
 	if (!o->vsock_cid != !o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL, "--vsock-cid and --vsock-uds go together");
+	if (o->snapshot_interval_ms && !o->snapshot_dir)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-interval needs --snapshot-dir");
 	return 0;
 }

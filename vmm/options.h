@@ -33,6 +33,9 @@ struct run_opts {
 	struct disk_opt disks[RUN_MAX_DISKS];
 	uint64_t vsock_cid;   /* 0: no vsock device */
 	const char *vsock_uds; /* host Unix socket (Firecracker's hybrid vsock) */
+	const char *snapshot_dir;      /* chain directory for snapshots, or NULL */
+	uint64_t snapshot_interval_ms; /* 0: only on request */
+	int snapshot_keep;	       /* 0: the default */
 };
 
 /*
@@ -44,6 +47,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 int parse_mem_size(const char *s, uint64_t *out);
 /* "PATH[,ro]" or "PATH,overlay=OVL"; -EINVAL with a one-line message in `err`. */
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
+/* "60s", "500ms", "5m", "1h"; a bare number is seconds. -EINVAL or -ERANGE. */
+int parse_duration_ms(const char *s, uint64_t *out);
 extern const char run_usage[];
 
 #endif

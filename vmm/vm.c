@@ -81,9 +81,11 @@ static int check_caps(struct vm *vm)
 	return 0;
 }
 
-static int setup_memory(struct vm *vm, uint64_t size)
+static int setup_memory(struct vm *vm, const struct vm_config *cfg)
 {
-	int r = guest_mem_create(&vm->mem, size);
+	uint64_t size = cfg->mem_size;
+	int r = guest_mem_create_from(&vm->mem, size, cfg->mem_from_file ? cfg->mem_file_fd : -1,
+				      cfg->mem_file_off);
 	if (r) {
 		log_err(vm->log, "cannot create %llu bytes of guest memory: %s",
 			(unsigned long long)size, strerror(-r));
@@ -186,7 +188,7 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log)
 		goto err;
 
 	vm->track_dirty = cfg->track_dirty;
-	r = setup_memory(vm, cfg->mem_size);
+	r = setup_memory(vm, cfg);
 	if (r)
 		goto err;
 

@@ -92,6 +92,10 @@ struct vm_config {
 	 * RAM with 4 KiB pages and costs guest speed.
 	 */
 	bool track_dirty;
+	/* Restore: RAM maps snapshot layer file mem_file_fd privately from mem_file_off. */
+	bool mem_from_file;
+	int mem_file_fd;
+	uint64_t mem_file_off;
 };
 
 int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log);

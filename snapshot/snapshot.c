@@ -1,0 +1,512 @@
+/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, atomic commit. */
+#include "snapshot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "board_state.h"
+#include "compact.h"
+#include "dirty_log.h"
+#include "errmsg.h"
+#include "kvm_state.h"
+#include "mem_layer.h"
+#include "state_file.h"
+#include "vm.h"
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const char *config_json,
+		  const char *dir, char *err, size_t errlen)
+{
+	memset(s, 0, sizeof(*s));
+	s->vm = vm;
+	s->board = board;
+	s->method = WRITE_URING;
+	s->stage_max = SNAP_DEFAULT_STAGE_MAX;
+	s->keep = SNAP_DEFAULT_KEEP;
+	if (snprintf(s->dir, sizeof(s->dir), "%s", dir) >= (int)sizeof(s->dir))
+		return errmsg(err, errlen, -ENAMETOOLONG, "snapshot directory name is too long");
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return errmsg(err, errlen, -errno, "cannot create snapshot directory %s: %s", dir,
+			      strerror(errno));
+	s->config_json = strdup(config_json);
+	size_t words = (size_t)((vm->mem.size / PAGE_SIZE + 63) / 64);
+	/* mmap: untouched, the bitmap costs no memory until a snapshot uses it. */
+	void *bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!s->config_json || bm == MAP_FAILED) {
+		free(s->config_json);
+		s->config_json = NULL;
+		return -ENOMEM;
+	}
+	s->bitmap = bm;
+	return 0;
+}
+
+void snap_ctx_adopt_chain(struct snap_ctx *s, const struct chain *c)
+{
+	s->chain = *c;
+	snprintf(s->chain.dir, sizeof(s->chain.dir), "%s", s->dir);
+	s->have_base = true;
+}
+
+void snap_ctx_free(struct snap_ctx *s)
+{
+	if (s->bitmap)
+		munmap(s->bitmap, (size_t)((s->vm->mem.size / PAGE_SIZE + 63) / 64) * 8);
+	free(s->config_json);
+	s->bitmap = NULL;
+	s->config_json = NULL;
+}
+
+static bool page_is_zero(const uint8_t *p)
+{
+	const uint64_t *w = (const uint64_t *)p;
+	for (size_t i = 0; i < PAGE_SIZE / 8; i += 8)
+		if (w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7])
+			return false;
+	return true;
+}
+
+/* Full: every page the guest could have written.  A memfd tells which ranges exist at all. */
+static void mark_all_pages(struct snap_ctx *s)
+{
+	struct guest_mem *m = &s->vm->mem;
+	uint64_t pages = m->size / PAGE_SIZE;
+	size_t words = (size_t)((pages + 63) / 64);
+	if (m->fd < 0) {
+		memset(s->bitmap, 0xff, words * 8);
+	} else {
+		memset(s->bitmap, 0, words * 8);
+		off_t off = 0;
+		for (;;) {
+			off_t d = lseek(m->fd, off, SEEK_DATA);
+			if (d < 0)
+				break;
+			off_t h = lseek(m->fd, d, SEEK_HOLE);
+			if (h < 0)
+				h = (off_t)m->size;
+			for (uint64_t p = (uint64_t)d / PAGE_SIZE; p < ((uint64_t)h + PAGE_SIZE - 1) / PAGE_SIZE && p < pages; p++)
+				s->bitmap[p / 64] |= 1ULL << (p % 64);
+			off = h;
+		}
+	}
+	if (pages % 64)
+		s->bitmap[words - 1] &= (1ULL << (pages % 64)) - 1;
+}
+
+struct stage {
+	uint8_t *buf;	  /* staging copy, or guest RAM itself when not staged */
+	size_t buf_len;
+	bool staged;
+	struct write_extent *ext;
+	size_t next, cap;
+	uint64_t present, stored;
+};
+
+static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
+{
+	if (g->next && g->ext[g->next - 1].file_off + g->ext[g->next - 1].len == file_off &&
+	    g->ext[g->next - 1].buf_off + g->ext[g->next - 1].len == buf_off) {
+		g->ext[g->next - 1].len += PAGE_SIZE;
+		return 0;
+	}
+	if (g->next == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 1024;
+		struct write_extent *e = realloc(g->ext, cap * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		g->ext = e;
+		g->cap = cap;
+	}
+	g->ext[g->next++] = (struct write_extent){ file_off, buf_off, PAGE_SIZE };
+	return 0;
+}
+
+/*
+ * With the VM paused: every page in the bitmap is either all zeros (held, written as a hole)
+ * or copied to the staging buffer (or, past stage_max, written later straight from RAM while
+ * the VM stays paused).
+ */
+static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g)
+{
+	struct guest_mem *m = &s->vm->mem;
+	uint64_t pages = m->size / PAGE_SIZE;
+	size_t words = (size_t)((pages + 63) / 64);
+	uint64_t candidates = 0;
+	for (size_t w = 0; w < words; w++)
+		candidates += (uint64_t)__builtin_popcountll(s->bitmap[w]);
+	g->staged = candidates * PAGE_SIZE <= s->stage_max;
+	if (g->staged && candidates) {
+		g->buf_len = candidates * PAGE_SIZE;
+		g->buf = mmap(NULL, g->buf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			      -1, 0);
+		if (g->buf == MAP_FAILED) {
+			g->buf = NULL;
+			g->staged = false;
+		}
+	}
+	if (!g->staged) {
+		g->buf = m->host;
+		g->buf_len = m->size;
+	}
+	uint64_t used = 0;
+	for (size_t w = 0; w < words; w++) {
+		uint64_t bits = s->bitmap[w];
+		while (bits) {
+			uint64_t p = (uint64_t)w * 64 + (uint64_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			const uint8_t *src = m->host + p * PAGE_SIZE;
+			g->present++;
+			if (page_is_zero(src))
+				continue;
+			g->stored++;
+			uint64_t buf_off = p * PAGE_SIZE;
+			if (g->staged) {
+				buf_off = used;
+				memcpy(g->buf + used, src, PAGE_SIZE);
+				used += PAGE_SIZE;
+			}
+			int r = add_extent(g, li->data_off + p * PAGE_SIZE, buf_off);
+			if (r)
+				return r;
+		}
+	}
+	return 0;
+}
+
+static void stage_free(struct stage *g)
+{
+	if (g->staged && g->buf)
+		munmap(g->buf, g->buf_len);
+	free(g->ext);
+}
+
+static int write_all(int fd, const void *buf, size_t len, off_t off)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t k = pwrite(fd, p, len, off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		p += k;
+		len -= (size_t)k;
+		off += k;
+	}
+	return 0;
+}
+
+struct progress {
+	struct vm *vm;
+	uint64_t next_report;
+};
+
+static void report_progress(void *opaque, uint64_t done, uint64_t total)
+{
+	struct progress *pr = opaque;
+	if (total >= (256ULL << 20) && done >= pr->next_report) {
+		log_info(pr->vm->log, "snapshot: %llu of %llu MiB written",
+			 (unsigned long long)(done >> 20), (unsigned long long)(total >> 20));
+		pr->next_report = done + (256ULL << 20);
+	}
+}
+
+/* Writes the layer file under a temporary name; the caller renames it once all is synced. */
+static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer_info *li,
+			   struct stage *g, char *err, size_t errlen)
+{
+	int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+	int fd = -1;
+	if (s->direct)
+		fd = open(tmp, flags | O_DIRECT, 0600);
+	if (fd < 0)
+		fd = open(tmp, flags, 0600); /* tmpfs and some others refuse O_DIRECT */
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "cannot create %s: %s", tmp, strerror(errno));
+	int r;
+	/* Header and bitmap in one aligned buffer (O_DIRECT wants 4 KiB alignment). */
+	size_t meta = (size_t)li->data_off;
+	uint8_t *hb = aligned_alloc(4096, meta);
+	if (!hb) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memset(hb, 0, meta);
+	memcpy(hb + li->bitmap_off, s->bitmap, li->bitmap_len);
+	li->bitmap_crc = state_crc32(0, s->bitmap, li->bitmap_len);
+	mem_layer_header_build(li, hb);
+	if (ftruncate(fd, (off_t)mem_layer_file_size(li)) < 0) {
+		r = errmsg(err, errlen, -errno, "cannot size %s: %s", tmp, strerror(errno));
+		free(hb);
+		goto out;
+	}
+	r = write_all(fd, hb, meta, 0);
+	free(hb);
+	if (r) {
+		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
+		goto out;
+	}
+	struct progress pr = { s->vm, 256ULL << 20 };
+	r = layer_write_extents(fd, s->method, g->buf, g->buf_len, g->ext, g->next,
+				report_progress, &pr);
+	if (r) {
+		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
+		goto out;
+	}
+	if (fdatasync(fd) < 0)
+		r = errmsg(err, errlen, -errno, "syncing %s: %s", tmp, strerror(errno));
+out:
+	close(fd);
+	return r;
+}
+
+static int write_state(const char *tmp, const struct state_buf *b, char *err, size_t errlen)
+{
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "cannot create %s: %s", tmp, strerror(errno));
+	int r = write_all(fd, b->p, b->len, 0);
+	if (!r && fdatasync(fd) < 0)
+		r = -errno;
+	close(fd);
+	if (r)
+		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
+	return r;
+}
+
+/* Files of layers no longer in the chain (after a full snapshot or compaction). */
+static void remove_unlisted(const struct chain *before, const struct chain *after, const char *dir)
+{
+	for (int i = 0; i < before->nr_layers; i++) {
+		const struct chain_layer *o = &before->layers[i];
+		bool mem_used = false, state_used = false;
+		for (int j = 0; j < after->nr_layers; j++) {
+			mem_used |= !strcmp(after->layers[j].mem, o->mem);
+			state_used |= !strcmp(after->layers[j].state, o->state);
+		}
+		char p[4200];
+		if (!mem_used) {
+			snprintf(p, sizeof(p), "%s/%s", dir, o->mem);
+			unlink(p);
+		}
+		if (!state_used) {
+			snprintf(p, sizeof(p), "%s/%s", dir, o->state);
+			unlink(p);
+		}
+	}
+}
+
+int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err, size_t errlen)
+{
+	struct vm *vm = s->vm;
+	memset(st, 0, sizeof(*st));
+	if (!full && !s->have_base)
+		return errmsg(err, errlen, -ENOENT,
+			      "no base layer to build on: take a Full snapshot first");
+	if (!full && s->chain.nr_layers >= CHAIN_MAX_LAYERS)
+		return errmsg(err, errlen, -E2BIG, "chain is full (%d layers)", CHAIN_MAX_LAYERS);
+	struct state_buf sb = { 0 };
+	struct stage g = { 0 };
+	struct chain *nextp = NULL;
+	bool collected = false;
+	struct chain *old = NULL;
+	bool old_ok = false;
+	uint64_t t0 = now_us();
+	bool was_paused = vm_get_state(vm) == VM_PAUSED;
+	int r = vm_pause(vm);
+	if (r)
+		return errmsg(err, errlen, r, "cannot pause the VM: it is not running");
+
+	/* Heap: a chain is ~45 KiB. */
+	nextp = malloc(sizeof(*nextp));
+	if (!nextp) {
+		r = -ENOMEM;
+		goto resume;
+	}
+	if (full)
+		memset(nextp, 0, sizeof(*nextp));
+	else
+		*nextp = s->chain;
+	if (full) {
+		snprintf(nextp->dir, sizeof(nextp->dir), "%s", s->dir);
+		if (getrandom(nextp->chain_id, sizeof(nextp->chain_id), 0) != sizeof(nextp->chain_id)) {
+			r = errmsg(err, errlen, -EIO, "no randomness for a chain id");
+			goto resume;
+		}
+		nextp->ram_size = vm->mem.size;
+	}
+	const struct chain_layer *prev = chain_latest(&s->chain);
+	uint64_t id = s->have_base && prev ? prev->id + 1 : 1;
+	/*
+	 * A full layer starts a new chain: ids keep growing past the old chain's so file names
+	 * never clash, and the old chain's files go once the new chain.json is in place.
+	 */
+	if (full) {
+		char e2[8];
+		old = malloc(sizeof(*old));
+		if (!old) {
+			r = -ENOMEM;
+			goto resume;
+		}
+		old_ok = chain_load(s->dir, old, e2, sizeof(e2)) == 0;
+		if (old_ok && chain_latest(old) && chain_latest(old)->id >= id)
+			id = chain_latest(old)->id + 1;
+	}
+
+	state_buf_init(&sb);
+	board_quiesce(s->board);
+	state_put(&sb, SEC_CONFIG, 0, s->config_json, strlen(s->config_json));
+	r = kvm_state_save(vm, &sb);
+	if (r) {
+		errmsg(err, errlen, r, "cannot read the vCPU state: %s", strerror(-r));
+		goto resume;
+	}
+	board_save(s->board, &sb);
+	r = state_finish(&sb);
+	if (r) {
+		errmsg(err, errlen, r, "cannot build the state file: %s", strerror(-r));
+		goto resume;
+	}
+
+	if (full) {
+		/* From here on KVM logs writes, so the next snapshot can be a Diff of this one. */
+		r = dirty_log_start(vm);
+		if (!r)
+			r = dirty_log_collect(vm, s->bitmap); /* discarded: this layer has it all */
+		if (r) {
+			errmsg(err, errlen, r, "cannot start dirty page tracking: %s", strerror(-r));
+			goto resume;
+		}
+		mark_all_pages(s);
+	} else {
+		r = dirty_log_collect(vm, s->bitmap);
+		if (r) {
+			errmsg(err, errlen, r, "cannot read the dirty page log: %s", strerror(-r));
+			goto resume;
+		}
+		collected = true;
+	}
+	struct mem_layer_info li = { 0 };
+	mem_layer_layout(&li, vm->mem.size);
+	li.layer_id = id;
+	li.parent_id = full ? 0 : prev->id;
+	memcpy(li.chain_id, nextp->chain_id, 16);
+	li.flags = full ? MEM_LAYER_FULL : 0;
+	r = stage_pages(s, &li, &g);
+	if (r) {
+		errmsg(err, errlen, r, "cannot stage pages: %s", strerror(-r));
+		goto resume;
+	}
+	li.present = g.present;
+	li.stored = g.stored;
+
+	uint64_t t_resumed = now_us();
+	if (g.staged && !was_paused) {
+		vm_resume(vm);
+		t_resumed = now_us();
+	}
+
+	char mem_name[CHAIN_NAME_MAX], state_name[CHAIN_NAME_MAX];
+	char tmp_mem[4200], tmp_state[4200], fin_mem[4200], fin_state[4200];
+	snprintf(mem_name, sizeof(mem_name), "mem-%06llu", (unsigned long long)id);
+	snprintf(state_name, sizeof(state_name), "state-%06llu", (unsigned long long)id);
+	snprintf(tmp_mem, sizeof(tmp_mem), "%s/.%s.tmp", s->dir, mem_name);
+	snprintf(tmp_state, sizeof(tmp_state), "%s/.%s.tmp", s->dir, state_name);
+	snprintf(fin_mem, sizeof(fin_mem), "%s/%s", s->dir, mem_name);
+	snprintf(fin_state, sizeof(fin_state), "%s/%s", s->dir, state_name);
+
+	r = write_mem_layer(s, tmp_mem, &li, &g, err, errlen);
+	if (!g.staged && !was_paused) {
+		vm_resume(vm);
+		t_resumed = now_us();
+	}
+	if (!r)
+		r = write_state(tmp_state, &sb, err, errlen);
+	if (!r && (rename(tmp_mem, fin_mem) < 0 || rename(tmp_state, fin_state) < 0))
+		r = errmsg(err, errlen, -errno, "cannot rename the new layer into place: %s",
+			   strerror(errno));
+	if (!r) {
+		struct chain_layer *l = &nextp->layers[nextp->nr_layers++];
+		memset(l, 0, sizeof(*l));
+		l->id = id;
+		l->parent = li.parent_id;
+		l->full = full;
+		snprintf(l->mem, sizeof(l->mem), "%s", mem_name);
+		snprintf(l->state, sizeof(l->state), "%s", state_name);
+		l->present = g.present;
+		l->stored = g.stored;
+		l->created_ns = realtime_ns();
+		r = chain_commit(nextp, err, errlen); /* the commit point */
+	}
+	if (r) {
+		unlink(tmp_mem);
+		unlink(tmp_state);
+		goto fail;
+	}
+	if (full && old_ok)
+		remove_unlisted(old, nextp, s->dir);
+	s->chain = *nextp;
+	s->have_base = true;
+	st->layer_id = id;
+	st->full = full;
+	st->pages = g.present;
+	st->stored = g.stored;
+	st->bytes = g.stored * PAGE_SIZE;
+	st->staged = g.staged;
+	st->pause_us = t_resumed - t0;
+	uint64_t t_end = now_us();
+	st->write_us = t_end - t_resumed;
+	if (s->chain.nr_layers > s->keep) {
+		struct chain before = s->chain;
+		int cr = chain_compact(&s->chain, err, errlen);
+		if (cr)
+			log_warn(vm->log, "snapshot: compaction failed (the chain is intact): %s", err);
+		else {
+			remove_unlisted(&before, &s->chain, s->dir);
+			st->compacted = true;
+		}
+	}
+	st->total_us = now_us() - t0;
+	stage_free(&g);
+	state_buf_free(&sb);
+	free(old);
+	free(nextp);
+	return 0;
+
+resume:
+	if (!was_paused)
+		vm_resume(vm);
+fail:
+	if (collected)
+		dirty_log_merge_back(vm, s->bitmap);
+	/* A failed full snapshot already dropped the dirty log: only a new full one is safe now. */
+	if (full)
+		s->have_base = false;
+	stage_free(&g);
+	state_buf_free(&sb);
+	free(old);
+	free(nextp);
+	return r;
+}

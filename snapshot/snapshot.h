@@ -1,0 +1,67 @@
+/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, atomic commit. */
+#ifndef COVE_SNAPSHOT_H
+#define COVE_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "chain.h"
+#include "layer_write.h"
+
+struct vm;
+struct board;
+
+/* Staging above this many bytes writes straight from guest RAM while the VM stays paused. */
+#define SNAP_DEFAULT_STAGE_MAX (1ULL << 30)
+/* A chain longer than this is compacted into one full layer by the next snapshot. */
+#define SNAP_DEFAULT_KEEP 16
+
+struct snap_ctx {
+	struct vm *vm;
+	struct board *board;
+	char *config_json; /* how to rebuild this machine (saved in every state file) */
+	char dir[4096];
+	struct chain chain; /* what chain.json says; valid when have_base */
+	/* This process holds a base: it wrote a full layer or was restored from the latest one. */
+	bool have_base;
+	enum write_method method;
+	bool direct;	     /* O_DIRECT where the file system takes it */
+	uint64_t stage_max;
+	int keep;
+	uint64_t *bitmap; /* scratch: one bit per RAM page */
+};
+
+struct snap_stats {
+	uint64_t layer_id;
+	bool full;
+	bool compacted;
+	uint64_t pages;	    /* pages in the layer */
+	uint64_t stored;    /* of those, pages with data (not all zeros) */
+	uint64_t bytes;	    /* page bytes written */
+	uint64_t pause_us;  /* vCPUs stopped */
+	uint64_t write_us;  /* after resume: write, sync, commit */
+	uint64_t total_us;
+	bool staged;	    /* pages were copied out, the VM ran during the write */
+};
+
+/*
+ * Prepares snapshots of `vm` into `dir` (created if missing). `config_json` is copied.
+ * Nothing is written until snap_create.  0 or -errno with a message in `err`.
+ */
+int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const char *config_json,
+		  const char *dir, char *err, size_t errlen);
+/* A restored VM continues its chain: the latest layer of `c` is what its RAM now holds. */
+void snap_ctx_adopt_chain(struct snap_ctx *s, const struct chain *c);
+void snap_ctx_free(struct snap_ctx *s);
+
+/*
+ * Takes one snapshot.  Full: every page, and the chain starts again from it.  Diff: only pages
+ * written since the previous layer (needs a base in this process).  The VM is paused only
+ * while the dirty bitmap, device state and pages are collected and staged; chain.json is
+ * replaced last, so a crash at any point leaves the previous snapshot restorable.
+ * 0 or -errno with a one-line message in `err`; on failure nothing already saved changes
+ * and the pages collected go back to the dirty set.
+ */
+int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,25 @@
+/* The machine a snapshot was taken of (RAM, vCPUs, disks, vsock), as JSON in the state file, so restore can rebuild it. */
+#ifndef COVE_MACHINE_CONFIG_H
+#define COVE_MACHINE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "options.h"
+
+struct machine_config {
+	uint64_t mem_size;
+	int vcpus;
+	int nr_disks;
+	struct disk_opt disks[RUN_MAX_DISKS];
+	uint64_t vsock_cid; /* 0: none */
+	char vsock_uds[108];
+};
+
+/* malloc'd JSON text describing the machine `o` builds, or NULL without memory. */
+char *machine_config_json(const struct run_opts *o);
+/* Pure: parses and range-checks that JSON (untrusted: it comes from a file). -EINVAL + `err`. */
+int machine_config_parse(const char *json, size_t len, struct machine_config *mc, char *err,
+			 size_t errlen);
+
+#endif
