@@ -1,0 +1,319 @@
+/* Unit tests for cove-broker's policy: file parsing and errors, URL splitting, host wildcards,
+ * ports, paths, methods, expiry, max uses, the rate window, and private-address detection. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dest.h"
+#include "policy.h"
+#include "url.h"
+
+#define S 1000000000LL
+
+static const char good_policy[] =
+	"{\"credentials\":{"
+	"\"demo\":{\"helper\":[\"/bin/helper\",\"x\"],"
+	"\"helper_input\":{\"protocol\":\"https\",\"host\":\"api.example.com\"},"
+	"\"inject\":{\"header\":\"Authorization\",\"template\":\"Bearer {password}\"},"
+	"\"allow\":{\"schemes\":[\"http\",\"https\"],"
+	"\"hosts\":[\"127.0.0.1\",\"api.example.com\",\"*.svc.example\"],"
+	"\"ports\":[8080,443],\"path_prefixes\":[\"/v1/\",\"/health\"],"
+	"\"methods\":[\"GET\",\"POST\"]},"
+	"\"ttl_s\":60,\"rate_per_min\":3,\"max_uses\":5,\"allow_private\":true},"
+	"\"min\":{\"helper\":[\"h\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{username}\"},"
+	"\"allow\":{\"hosts\":[\"example.org\"]}}}}";
+
+static void load(struct policy *p)
+{
+	char err[256] = "";
+
+	assert_int_equal(policy_parse(good_policy, strlen(good_policy), p, err, sizeof(err)), 0);
+}
+
+static void test_policy_parse_good(void **state)
+{
+	struct policy p;
+	struct cred_policy *c;
+
+	(void)state;
+	load(&p);
+	assert_int_equal(p.ncreds, 2);
+	c = policy_find(&p, "demo");
+	assert_non_null(c);
+	assert_int_equal(c->helper.n, 2);
+	assert_int_equal(c->input_keys.n, 2);
+	assert_string_equal(c->inject_header, "Authorization");
+	assert_int_equal(c->nports, 2);
+	assert_int_equal(c->ttl_s, 60);
+	assert_int_equal(c->rate_per_min, 3);
+	assert_int_equal(c->max_uses, 5);
+	assert_true(c->allow_private);
+	/* Defaults: https only, "/" and GET. */
+	c = policy_find(&p, "min");
+	assert_string_equal(c->schemes.v[0], "https");
+	assert_string_equal(c->path_prefixes.v[0], "/");
+	assert_string_equal(c->methods.v[0], "GET");
+	assert_false(c->allow_private);
+	assert_null(policy_find(&p, "nope"));
+	policy_free(&p);
+}
+
+static void expect_bad(const char *doc, const char *needle)
+{
+	struct policy p;
+	char err[256] = "";
+
+	assert_int_equal(policy_parse(doc, strlen(doc), &p, err, sizeof(err)), -EINVAL);
+	if (!strstr(err, needle))
+		fail_msg("error \"%s\" lacks \"%s\"", err, needle);
+	assert_null(strchr(err, '\n'));
+}
+
+#define CRED(body) "{\"credentials\":{\"c\":{" body "}}}"
+#define BASE	   "\"helper\":[\"h\"],\"inject\":{\"header\":\"A\",\"template\":\"{password}\"}"
+#define ALLOW	   "\"allow\":{\"hosts\":[\"h.example\"]}"
+
+static void test_policy_parse_errors(void **state)
+{
+	(void)state;
+	expect_bad("{", "policy: line");
+	expect_bad("[]", "top level must be an object");
+	expect_bad("{\"credentials\":{},\"x\":1}", "unknown key \"x\"");
+	expect_bad("{\"credentials\":{}}", "1..256 entries");
+	expect_bad(CRED(BASE "," ALLOW ",\"colour\":1"), "unknown key \"colour\"");
+	expect_bad(CRED(BASE "," ALLOW ",\"ttl_s\":\"1\""), "ttl_s must be an integer");
+	expect_bad(CRED(BASE "," ALLOW ",\"rate_per_min\":-1"), "rate_per_min");
+	expect_bad(CRED(BASE "," ALLOW ",\"allow_private\":1"), "allow_private must be true");
+	expect_bad(CRED(BASE), "allow is required");
+	expect_bad(CRED(ALLOW ",\"inject\":{\"header\":\"A\",\"template\":\"{password}\"}"),
+		   "helper is required");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"ports\":[0]}"), "allow.ports[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"ports\":[\"80\"]}"), "allow.ports[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"schemes\":[\"ftp\"]}"),
+		   "only \"http\" and \"https\"");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a.*.com\"]}"), "allow.hosts[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"*\"]}"), "allow.hosts[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[]}"), "allow.hosts must be an array");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"path_prefixes\":[\"v1\"]}"),
+		   "must start with '/'");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"methods\":[\"G T\"]}"),
+		   "allow.methods[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"extra\":1}"), "unknown key allow.extra");
+	expect_bad(CRED("\"helper\":[\"h\"]," ALLOW
+			",\"inject\":{\"header\":\"A\",\"template\":\"{secret}\"}"),
+		   "only {password} and {username}");
+	expect_bad(CRED("\"helper\":[\"h\"]," ALLOW
+			",\"inject\":{\"header\":\"A B\",\"template\":\"{password}\"}"),
+		   "not a header name");
+	expect_bad(CRED(BASE "," ALLOW ",\"helper_input\":{\"k\":\"a\\nb\"}"), "single-line");
+	expect_bad(CRED("\"helper\":\"h\"," ALLOW ",\"inject\":{\"header\":\"A\","
+			"\"template\":\"{password}\"}"), "helper must be an array");
+	expect_bad("{\"credentials\":{\"c\":{" BASE "," ALLOW "},\"c\":{}}}", "policy: line");
+}
+
+static void test_url_split(void **state)
+{
+	struct url_parts u;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(url_split("HTTPS://API.Example.COM/v1/x?y=1#frag", &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.scheme, "https");
+	assert_string_equal(u.host, "api.example.com");
+	assert_int_equal(u.port, 443);
+	assert_string_equal(u.path, "/v1/x");
+	url_parts_free(&u);
+	assert_int_equal(url_split("http://127.0.0.1:8080/a/../v1/./b", &u, err, sizeof(err)), 0);
+	assert_int_equal(u.port, 8080);
+	assert_string_equal(u.path, "/v1/b");
+	assert_true(u.host_is_ip);
+	url_parts_free(&u);
+	assert_int_equal(url_split("http://[::1]:81/", &u, err, sizeof(err)), 0);
+	assert_string_equal(u.host, "::1");
+	url_parts_free(&u);
+	assert_int_equal(url_split("http://user:pw@h/", &u, err, sizeof(err)), -EINVAL);
+	assert_int_equal(url_split("http://h/v1/%2e%2e/admin", &u, err, sizeof(err)), -EINVAL);
+	assert_int_equal(url_split("http://h/a b", &u, err, sizeof(err)), -EINVAL);
+	assert_int_equal(url_split("not a url", &u, err, sizeof(err)), -EINVAL);
+	assert_int_equal(url_split("", &u, err, sizeof(err)), -EINVAL);
+	assert_int_equal(url_split("http://h:99999/", &u, err, sizeof(err)), -EINVAL);
+}
+
+static void test_host_match(void **state)
+{
+	(void)state;
+	assert_true(policy_host_match("api.example.com", "api.example.com"));
+	assert_true(policy_host_match("api.example.com", "API.example.com"));
+	assert_false(policy_host_match("api.example.com", "xapi.example.com"));
+	assert_false(policy_host_match("api.example.com", "api.example.com.evil"));
+	assert_true(policy_host_match("*.example.com", "a.example.com"));
+	assert_true(policy_host_match("*.example.com", "a.b.example.com"));
+	assert_false(policy_host_match("*.example.com", "example.com"));
+	assert_false(policy_host_match("*.example.com", "evilexample.com"));
+	assert_false(policy_host_match("*.example.com", ".example.com"));
+}
+
+static const char *check(struct cred_policy *c, const char *url, const char *method,
+			 int64_t now, int64_t start)
+{
+	static char reason[64];
+	struct url_parts u;
+	const char *r;
+
+	assert_int_equal(url_split(url, &u, NULL, 0), 0);
+	r = policy_check(c, &u, method, now, start);
+	snprintf(reason, sizeof(reason), "%s", r ? r : "ok");
+	url_parts_free(&u);
+	return reason;
+}
+
+static void test_policy_check(void **state)
+{
+	struct policy p;
+	struct cred_policy *c, *m;
+
+	(void)state;
+	load(&p);
+	c = policy_find(&p, "demo");
+	m = policy_find(&p, "min");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/x", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "https://api.example.com/v1/", "POST", S, 0), "ok");
+	assert_string_equal(check(c, "https://a.b.svc.example/v1/", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "https://svc.example/v1/", "GET", S, 0), "host not allowed");
+	assert_string_equal(check(c, "http://localhost:8080/v1/", "GET", S, 0),
+			    "host not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8081/v1/", "GET", S, 0),
+			    "port not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1/v1/", "GET", S, 0), "port not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v2/", "GET", S, 0),
+			    "path not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1", "GET", S, 0), "path not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/healthz", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "DELETE", S, 0),
+			    "method not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "get", S, 0),
+			    "method not allowed");
+	/* Expiry: ttl 60 s from start (or grant). */
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "GET", 100 * S + 59 * S, 100 * S),
+			    "ok");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "GET", 160 * S, 100 * S),
+			    "expired");
+	/* Defaults of "min": https on 443 only, GET only. */
+	assert_string_equal(check(m, "https://example.org/anything", "GET", S, 0), "ok");
+	assert_string_equal(check(m, "http://example.org/", "GET", S, 0), "scheme not allowed");
+	assert_string_equal(check(m, "https://example.org:8443/", "GET", S, 0), "port not allowed");
+	assert_string_equal(check(m, "https://example.org/", "POST", S, 0), "method not allowed");
+	policy_free(&p);
+}
+
+static void test_rate_and_uses(void **state)
+{
+	struct policy p;
+	struct cred_policy *c;
+	const char *url = "http://127.0.0.1:8080/v1/";
+	int64_t t = 1000 * S;
+	int i;
+
+	(void)state;
+	load(&p);
+	c = policy_find(&p, "demo");
+	c->ttl_s = 0;
+	/* 3 per minute: the 4th within 60 s is over rate, then allowed once the oldest ages out. */
+	for (i = 0; i < 3; i++) {
+		assert_string_equal(check(c, url, "GET", t + i * S, 0), "ok");
+		policy_consume(c, t + i * S);
+	}
+	assert_string_equal(check(c, url, "GET", t + 10 * S, 0), "over rate");
+	assert_string_equal(check(c, url, "GET", t + 59 * S, 0), "over rate");
+	assert_string_equal(check(c, url, "GET", t + 60 * S, 0), "ok");
+	policy_consume(c, t + 60 * S);
+	assert_string_equal(check(c, url, "GET", t + 60 * S + 1, 0), "over rate");
+	assert_string_equal(check(c, url, "GET", t + 61 * S, 0), "ok");
+	policy_consume(c, t + 61 * S);
+	/* max_uses 5: 5 consumed, the 6th is refused whatever the rate. */
+	assert_int_equal(c->uses, 5);
+	assert_string_equal(check(c, url, "GET", t + 500 * S, 0), "max uses");
+	policy_free(&p);
+}
+
+static int v4(const char *a)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+
+	assert_int_equal(inet_pton(AF_INET, a, &sa.sin_addr), 1);
+	return dest_addr_is_private((struct sockaddr *)&sa);
+}
+
+static int v6(const char *a)
+{
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6 };
+
+	assert_int_equal(inet_pton(AF_INET6, a, &sa.sin6_addr), 1);
+	return dest_addr_is_private((struct sockaddr *)&sa);
+}
+
+static void test_private_addrs(void **state)
+{
+	char pin[256];
+
+	(void)state;
+	assert_true(v4("127.0.0.1"));
+	assert_true(v4("10.1.2.3"));
+	assert_true(v4("172.16.0.1"));
+	assert_true(v4("172.31.255.255"));
+	assert_false(v4("172.32.0.1"));
+	assert_true(v4("192.168.1.1"));
+	assert_true(v4("169.254.169.254"));
+	assert_true(v4("100.64.0.1"));
+	assert_false(v4("100.128.0.1"));
+	assert_true(v4("0.0.0.0"));
+	assert_true(v4("224.0.0.1"));
+	assert_true(v4("255.255.255.255"));
+	assert_false(v4("93.184.216.34"));
+	assert_false(v4("8.8.8.8"));
+	assert_true(v6("::1"));
+	assert_true(v6("::"));
+	assert_true(v6("fe80::1"));
+	assert_true(v6("fd00::1"));
+	assert_true(v6("::ffff:127.0.0.1"));
+	assert_true(v6("::ffff:10.0.0.1"));
+	assert_false(v6("::ffff:8.8.8.8"));
+	assert_true(v6("64:ff9b::a00:1"));
+	assert_true(v6("ff02::1"));
+	assert_false(v6("2606:4700::1111"));
+	/* Literal addresses need no pin; a private one is refused unless allowed. */
+	assert_int_equal(dest_resolve("127.0.0.1", 80, false, pin, sizeof(pin)), -EACCES);
+	assert_int_equal(dest_resolve("127.0.0.1", 80, true, pin, sizeof(pin)), 0);
+	assert_string_equal(pin, "");
+	assert_int_equal(dest_resolve("::1", 80, false, pin, sizeof(pin)), -EACCES);
+	/* "localhost" resolves (from /etc/hosts) to loopback: refused, or pinned when allowed. */
+	assert_int_equal(dest_resolve("localhost", 8080, false, pin, sizeof(pin)), -EACCES);
+	assert_int_equal(dest_resolve("localhost", 8080, true, pin, sizeof(pin)), 0);
+	assert_non_null(strstr(pin, "localhost:8080:"));
+	assert_non_null(strstr(pin, "127.0.0.1"));
+	assert_int_equal(dest_resolve("no-such-host.invalid", 80, true, pin, sizeof(pin)), -ENOENT);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_policy_parse_good),
+		cmocka_unit_test(test_policy_parse_errors),
+		cmocka_unit_test(test_url_split),
+		cmocka_unit_test(test_host_match),
+		cmocka_unit_test(test_policy_check),
+		cmocka_unit_test(test_rate_and_uses),
+		cmocka_unit_test(test_private_addrs),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,567 @@
+/* Unit tests for cove-broker's message side: framing, guest request validation (bad length,
+ * bad JSON, wrong types, huge), the credential-helper protocol, secret scrubbing, the audit hash
+ * chain, and the full guest handler on malformed input. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "audit.h"
+#include "b64.h"
+#include "broker.h"
+#include "frame.h"
+#include "helper.h"
+#include "request.h"
+#include "scrub.h"
+
+static void test_frame(void **state)
+{
+	uint8_t b[8] = { 0 };
+	size_t n = 99;
+
+	(void)state;
+	assert_int_equal(frame_peek(b, 3, &n), 0);
+	frame_header(b, 4);
+	assert_int_equal(frame_peek(b, 4, &n), 0);
+	assert_int_equal(frame_peek(b, 7, &n), 0);
+	assert_int_equal(frame_peek(b, 8, &n), 1);
+	assert_int_equal(n, 4);
+	frame_header(b, FRAME_MAX);
+	assert_int_equal(frame_peek(b, 4, &n), 0);
+	frame_header(b, FRAME_MAX + 1);
+	assert_int_equal(frame_peek(b, 4, &n), -EMSGSIZE);
+	memset(b, 0xff, 4);
+	assert_int_equal(frame_peek(b, 4, &n), -EMSGSIZE);
+	frame_header(b, 0);
+	assert_int_equal(frame_peek(b, 4, &n), 1);
+	assert_int_equal(n, 0);
+}
+
+static void test_b64(void **state)
+{
+	char enc[16];
+	uint8_t dec[16];
+	size_t n;
+
+	(void)state;
+	b64_encode((const uint8_t *)"foob", 4, enc);
+	assert_string_equal(enc, "Zm9vYg==");
+	assert_int_equal(b64_decode(enc, strlen(enc), dec, &n), 0);
+	assert_int_equal(n, 4);
+	assert_memory_equal(dec, "foob", 4);
+	assert_int_equal(b64_decode("Zm9v", 4, dec, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(b64_decode("Zm9", 3, dec, &n), -EINVAL);
+	assert_int_equal(b64_decode("Zm=v", 4, dec, &n), -EINVAL);
+	assert_int_equal(b64_decode("Zg==Zg==", 8, dec, &n), -EINVAL);
+	assert_int_equal(b64_decode("Z!==", 4, dec, &n), -EINVAL);
+	assert_int_equal(b64_decode("", 0, dec, &n), 0);
+	assert_int_equal(n, 0);
+}
+
+#define TOK "00112233445566778899aabbccddeeff"
+
+static int parse(const char *json, struct breq *q, char *err, size_t errlen)
+{
+	return breq_parse((const uint8_t *)json, strlen(json), q, err, errlen);
+}
+
+static void expect_malformed(const char *json, const char *needle)
+{
+	struct breq q;
+	char err[256] = "";
+
+	assert_int_equal(parse(json, &q, err, sizeof(err)), -EINVAL);
+	if (!strstr(err, needle))
+		fail_msg("for %s: error \"%s\" lacks \"%s\"", json, err, needle);
+	breq_free(&q);
+}
+
+static void test_request_parse(void **state)
+{
+	struct breq q;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse("{\"v\":1,\"epoch\":3,\"token\":\"" TOK "\",\"credential\":\"demo\","
+			       "\"method\":\"POST\",\"url\":\"http://h/v1/\",\"headers\":[\"A: b\","
+			       "\"X-Y:z\"],\"body_b64\":\"aGk=\",\"extra\":true}",
+			       &q, err, sizeof(err)),
+			 0);
+	assert_int_equal(q.epoch, 3);
+	assert_true(q.has_token);
+	assert_int_equal(q.token[15], 0xff);
+	assert_string_equal(q.credential, "demo");
+	assert_string_equal(q.method, "POST");
+	assert_int_equal(q.nheaders, 2);
+	assert_int_equal(q.body_len, 2);
+	assert_memory_equal(q.body, "hi", 2);
+	breq_free(&q);
+	/* Defaults; no epoch/token parses but is not a valid token (stale epoch later). */
+	assert_int_equal(parse("{\"v\":1,\"url\":\"http://h/\"}", &q, err, sizeof(err)), 0);
+	assert_string_equal(q.credential, "default");
+	assert_string_equal(q.method, "GET");
+	assert_false(q.has_token);
+	breq_free(&q);
+	assert_int_equal(parse("{\"v\":1,\"epoch\":1,\"token\":\"abc\",\"url\":\"u\"}", &q, err,
+			       sizeof(err)), 0);
+	assert_false(q.has_token);
+	breq_free(&q);
+
+	expect_malformed("", "bad json");
+	expect_malformed("{\"v\":1", "bad json");
+	expect_malformed("[1]", "not a json object");
+	expect_malformed("{\"v\":1,\"v\":1,\"url\":\"u\"}", "bad json");
+	expect_malformed("{\"v\":1,\"url\":5}", "must be strings");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"credential\":[]}", "must be strings");
+	expect_malformed("{\"v\":1}", "url missing");
+	expect_malformed("{\"v\":2,\"url\":\"u\"}", "v must be 1");
+	expect_malformed("{\"v\":\"1\",\"url\":\"u\"}", "v must be 1");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"epoch\":-1}", "epoch");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"epoch\":1.5}", "epoch");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"token\":7}", "token");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"method\":\"get\"}", "upper-case");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"method\":\"\"}", "method");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"credential\":\"\"}", "credential");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"headers\":\"A: b\"}", "headers");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"headers\":[1]}", "headers[0]");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"headers\":[\"NoColon\"]}", "headers[0]");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"headers\":[\"A: b\\r\\nHost: x\"]}",
+			 "headers[0]");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"headers\":[\"Bad Name: x\"]}", "headers[0]");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"body_b64\":1}", "body_b64");
+	expect_malformed("{\"v\":1,\"url\":\"u\",\"body_b64\":\"abc\"}", "not base64");
+	expect_malformed("{\"v\":1,\"url\":\"u\\u0000x\"}", "bad json");
+}
+
+static void test_request_huge(void **state)
+{
+	size_t big = 2 * 1024 * 1024, i, o;
+	char *j = malloc(big + 256);
+
+	(void)state;
+	assert_non_null(j);
+	/* A body over the cap. */
+	o = (size_t)sprintf(j, "{\"v\":1,\"url\":\"u\",\"body_b64\":\"");
+	for (i = 0; i < 800 * 1024; i++)
+		j[o++] = 'A';
+	strcpy(j + o, "\"}");
+	expect_malformed(j, "body over");
+	/* Too many headers. */
+	o = (size_t)sprintf(j, "{\"v\":1,\"url\":\"u\",\"headers\":[");
+	for (i = 0; i < REQ_MAX_HEADERS + 1; i++)
+		o += (size_t)sprintf(j + o, "%s\"A: b\"", i ? "," : "");
+	strcpy(j + o, "]}");
+	expect_malformed(j, "headers must be an array");
+	/* One header over the cap. */
+	o = (size_t)sprintf(j, "{\"v\":1,\"url\":\"u\",\"headers\":[\"A: ");
+	for (i = 0; i < REQ_HEADER_MAX; i++)
+		j[o++] = 'x';
+	strcpy(j + o, "\"]}");
+	expect_malformed(j, "headers[0]");
+	/* Deep nesting is refused by the parser, not a stack overflow. */
+	for (i = 0; i < 100000; i++)
+		j[i] = '[';
+	j[i] = '\0';
+	expect_malformed(j, "bad json");
+	free(j);
+}
+
+static void test_header_forbidden(void **state)
+{
+	(void)state;
+	assert_true(breq_header_forbidden("Host: evil", NULL));
+	assert_true(breq_header_forbidden("host: evil", NULL));
+	assert_true(breq_header_forbidden("Transfer-Encoding: chunked", NULL));
+	assert_true(breq_header_forbidden("Accept-Encoding: gzip", NULL));
+	assert_true(breq_header_forbidden("authorization: x", "Authorization"));
+	assert_false(breq_header_forbidden("Authorization: x", "X-Api-Key"));
+	assert_false(breq_header_forbidden("Hostname: x", NULL));
+	assert_false(breq_header_forbidden("Accept: */*", "Authorization"));
+}
+
+static void test_helper_parse(void **state)
+{
+	struct secret s;
+	char err[256], *big;
+
+	(void)state;
+	assert_int_equal(helper_parse("password=pw\nusername=u\n", 23, &s, err, sizeof(err)), 0);
+	assert_string_equal(s.password, "pw");
+	assert_string_equal(s.username, "u");
+	/* CRLF, unknown keys ignored, '=' inside the value, stops at the blank line. */
+	assert_int_equal(helper_parse("quit=0\r\npassword=a=b\r\n\r\npassword=late\n", 39, &s, err,
+				      sizeof(err)), 0);
+	assert_string_equal(s.password, "a=b");
+	assert_int_equal(helper_parse("password=x", 10, &s, err, sizeof(err)), 0);
+	assert_string_equal(s.password, "x");
+	assert_int_equal(helper_parse("", 0, &s, err, sizeof(err)), -EINVAL);
+	assert_int_equal(helper_parse("protocol=https\n", 15, &s, err, sizeof(err)), -EINVAL);
+	assert_int_equal(helper_parse("garbage\n", 8, &s, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "line 1"));
+	assert_int_equal(helper_parse("=x\n", 3, &s, err, sizeof(err)), -EINVAL);
+	assert_int_equal(helper_parse("password=a\0b\n", 13, &s, err, sizeof(err)), -EINVAL);
+	big = malloc(HELPER_OUT_MAX + 2);
+	assert_non_null(big);
+	memcpy(big, "password=", 9);
+	memset(big + 9, 'x', HELPER_SECRET_MAX);
+	assert_int_equal(helper_parse(big, 9 + HELPER_SECRET_MAX, &s, err, sizeof(err)), -E2BIG);
+	memset(big, 'x', HELPER_OUT_MAX + 1);
+	assert_int_equal(helper_parse(big, HELPER_OUT_MAX + 1, &s, err, sizeof(err)), -E2BIG);
+	free(big);
+	secret_wipe(&s);
+	assert_int_equal(s.password[0], 0);
+}
+
+/* Writes an executable helper script into a temp dir and returns its path. */
+static char *make_script(char *dir, const char *name, const char *body)
+{
+	char *path = malloc(strlen(dir) + strlen(name) + 2);
+	FILE *f;
+
+	assert_non_null(path);
+	sprintf(path, "%s/%s", dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "#!/bin/sh\n%s", body);
+	fclose(f);
+	chmod(path, 0700);
+	return path;
+}
+
+static void test_helper_run(void **state)
+{
+	char dir[] = "/tmp/cbu-XXXXXX", err[256], *ok, *echo, *fail, *slow, *flood;
+	struct cred_policy c = { 0 };
+	char *argv[1], *keys[] = { "protocol", "host" }, *vals[] = { "https", "api.x" };
+	struct secret s;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	/* The helper sees "get" last and the key=value input ending with a blank line. */
+	ok = make_script(dir, "ok", "[ \"$1\" = get ] || exit 3\n"
+				    "read a; read b; read blank\n"
+				    "[ \"$a\" = protocol=https ] && [ \"$b\" = host=api.x ] && "
+				    "[ -z \"$blank\" ] || exit 4\n"
+				    "echo username=me; echo password=s3cret\n");
+	echo = make_script(dir, "echo", "echo nonsense\n");
+	fail = make_script(dir, "fail", "echo password=x; exit 1\n");
+	slow = make_script(dir, "slow", "exec sleep 5\n");
+	flood = make_script(dir, "flood", "exec yes password=x\n");
+	c.helper.v = argv;
+	c.helper.n = 1;
+	c.input_keys.v = keys;
+	c.input_vals.v = vals;
+	c.input_keys.n = c.input_vals.n = 2;
+	argv[0] = ok;
+	assert_int_equal(helper_run(&c, 5000, &s, err, sizeof(err)), 0);
+	assert_string_equal(s.password, "s3cret");
+	assert_string_equal(s.username, "me");
+	secret_wipe(&s);
+	argv[0] = echo;
+	assert_int_equal(helper_run(&c, 5000, &s, err, sizeof(err)), -EINVAL);
+	argv[0] = fail;
+	assert_int_equal(helper_run(&c, 5000, &s, err, sizeof(err)), -EIO);
+	assert_int_equal(s.password[0], 0);
+	argv[0] = slow;
+	assert_int_equal(helper_run(&c, 300, &s, err, sizeof(err)), -ETIMEDOUT);
+	argv[0] = flood;
+	assert_int_equal(helper_run(&c, 5000, &s, err, sizeof(err)), -E2BIG);
+	argv[0] = "/nonexistent/helper";
+	assert_int_equal(helper_run(&c, 5000, &s, err, sizeof(err)), -EIO);
+	unlink(ok);
+	unlink(echo);
+	unlink(fail);
+	unlink(slow);
+	unlink(flood);
+	free(ok);
+	free(echo);
+	free(fail);
+	free(slow);
+	free(flood);
+	rmdir(dir);
+}
+
+static char *scrub_str(const struct scrubber *s, const char *in)
+{
+	size_t n;
+	char *out = scrub_apply(s, in, strlen(in), &n);
+
+	assert_non_null(out);
+	assert_int_equal(strlen(out), n);
+	return out;
+}
+
+static void test_scrub(void **state)
+{
+	const char *secret = "hunter2-Sup3rS3cret";
+	struct scrubber s = { 0 };
+	char enc[128], stream[256], wrapped[128], *out;
+	unsigned k;
+
+	(void)state;
+	assert_int_equal(scrub_add(&s, secret, strlen(secret)), 0);
+	assert_int_equal(scrub_add(&s, "", 0), 0);
+	out = scrub_str(&s, "token=hunter2-Sup3rS3cret; again hunter2-Sup3rS3cret.");
+	assert_string_equal(out, "token=[REDACTED]; again [REDACTED].");
+	free(out);
+	/* The plain base64 form. */
+	b64_encode((const uint8_t *)secret, strlen(secret), enc);
+	snprintf(stream, sizeof(stream), "x-b64: %s end", enc);
+	out = scrub_str(&s, stream);
+	assert_null(strstr(out, enc));
+	assert_non_null(strstr(out, "[REDACTED]"));
+	free(out);
+	/* Base64 of something wrapping the secret at each alignment ("Bearer ...", "user:..."). */
+	for (k = 0; k < 3; k++) {
+		char pre[4] = "abc";
+		size_t i;
+
+		pre[k] = '\0';
+		snprintf(wrapped, sizeof(wrapped), "%sBearer %s!", pre, secret);
+		b64_encode((const uint8_t *)wrapped, strlen(wrapped), enc);
+		out = scrub_str(&s, enc);
+		assert_non_null(strstr(out, "[REDACTED]"));
+		/* At most 2 characters on each side of the core are left of the secret's span. */
+		i = strlen(enc) - (strlen(out) - (sizeof(SCRUB_REPLACEMENT) - 1));
+		assert_true(i >= (strlen(secret) * 8) / 6 - 2);
+		free(out);
+	}
+	/* Nothing to scrub: unchanged, binary-safe. */
+	{
+		const char bin[] = "a\0b\0c";
+		size_t n;
+
+		out = scrub_apply(&s, bin, sizeof(bin), &n);
+		assert_int_equal(n, sizeof(bin));
+		assert_memory_equal(out, bin, n);
+		free(out);
+	}
+	scrub_free(&s);
+	/* A secret split across two header lines is scrubbed per line: each half is harmless
+	 * alone, and the broker buffers whole bodies so bodies are never split. */
+	assert_int_equal(scrub_add(&s, "abcdefgh", 8), 0);
+	out = scrub_str(&s, "xxabcdefghabcdefgh");
+	assert_string_equal(out, "xx[REDACTED][REDACTED]");
+	free(out);
+	scrub_free(&s);
+}
+
+static void test_scrub_b64_cores(void **state)
+{
+	const char *secret = "correct horse battery staple";
+	struct scrubber s = { 0 };
+	char buf[256], enc[512], *out;
+	unsigned k;
+
+	(void)state;
+	assert_int_equal(scrub_add(&s, secret, strlen(secret)), 0);
+	/* Every alignment of the secret inside a longer base64 stream loses the core. */
+	for (k = 0; k < 3; k++) {
+		size_t removed;
+
+		memset(buf, 'Z', sizeof(buf));
+		memcpy(buf + 10 + k, secret, strlen(secret));
+		b64_encode((const uint8_t *)buf, 60, enc);
+		out = scrub_str(&s, enc);
+		assert_non_null(strstr(out, "[REDACTED]"));
+		/* The removed run covers all but at most one character at each end of the
+		 * secret's 8*len/6 characters. */
+		removed = strlen(enc) - (strlen(out) - (sizeof(SCRUB_REPLACEMENT) - 1));
+		assert_true(removed + 2 >= strlen(secret) * 8 / 6);
+		/* And the surroundings are untouched. */
+		assert_memory_equal(out, enc, 12);
+		free(out);
+	}
+	scrub_free(&s);
+}
+
+static const char *tmp_audit(char *path)
+{
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	close(fd);
+	return path;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = malloc(1 << 20);
+
+	assert_non_null(f);
+	assert_non_null(buf);
+	*len = fread(buf, 1, (1 << 20) - 1, f);
+	buf[*len] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void test_audit_chain(void **state)
+{
+	char path[] = "/tmp/cba-XXXXXX", why[256], err[256], *buf, *copy, *l2, *l3;
+	struct audit a;
+	struct audit_rec r = { .epoch = 4, .credential = "demo", .method = "GET",
+			       .url = "http://h/v1/\x01\"q", .decision = "deny",
+			       .reason = "host not allowed" };
+	size_t len, nrec;
+	int i;
+
+	(void)state;
+	tmp_audit(path);
+	assert_int_equal(audit_open(&a, path, err, sizeof(err)), 0);
+	for (i = 0; i < 4; i++) {
+		r.status = i;
+		assert_int_equal(audit_append(&a, &r), 0);
+	}
+	audit_close(&a);
+	/* Reopening continues the chain. */
+	assert_int_equal(audit_open(&a, path, err, sizeof(err)), 0);
+	assert_int_equal(a.seq, 4);
+	r.decision = "allow";
+	r.reason = "ok";
+	assert_int_equal(audit_append(&a, &r), 0);
+	audit_close(&a);
+	buf = slurp(path, &len);
+	assert_int_equal(audit_verify_buf(buf, len, &nrec, why, sizeof(why)), 0);
+	assert_int_equal(nrec, 5);
+	assert_non_null(strstr(buf, "\"seq\":1,\"epoch\":4,\"credential\":\"demo\""));
+	assert_non_null(strstr(buf, "\"url\":\"http://h/v1/?\\\"q\""));
+	assert_non_null(strstr(buf, "\"prev\":\"0000000000000000"));
+	assert_int_equal(audit_verify_file(path, &nrec, why, sizeof(why)), 0);
+
+	copy = malloc(len + 1);
+	assert_non_null(copy);
+	l2 = strchr(buf, '\n') + 1;
+	l3 = strchr(l2, '\n') + 1;
+	/* Tampered: one byte of line 2 changed. */
+	memcpy(copy, buf, len);
+	copy[(l2 - buf) + 30] ^= 1;
+	assert_int_equal(audit_verify_buf(copy, len, &nrec, why, sizeof(why)), 2);
+	assert_non_null(strstr(why, "hash"));
+	assert_int_equal(nrec, 1);
+	/* Line 2 rewritten with a valid own hash: the next line's prev no longer matches. */
+	{
+		char *re, prev[65];
+		struct audit_rec r2 = r;
+
+		audit_sha256_hex(buf, (size_t)(l2 - buf - 1), prev);
+		r2.reason = "forged";
+		r2.status = 1;
+		re = audit_format(&r2, 2, prev, "2026-01-01T00:00:00.000Z");
+		assert_non_null(re);
+		len = (size_t)sprintf(copy, "%.*s%s\n%s", (int)(l2 - buf), buf, re, l3);
+		assert_int_equal(audit_verify_buf(copy, len, &nrec, why, sizeof(why)), 3);
+		assert_non_null(strstr(why, "prev"));
+		free(re);
+	}
+	/* Deleted line 2. */
+	len = (size_t)sprintf(copy, "%.*s%s", (int)(l2 - buf), buf, l3);
+	assert_int_equal(audit_verify_buf(copy, len, &nrec, why, sizeof(why)), 2);
+	/* Swapped lines 2 and 3. */
+	{
+		char *l4 = strchr(l3, '\n') + 1;
+
+		len = (size_t)sprintf(copy, "%.*s%.*s%.*s%s", (int)(l2 - buf), buf, (int)(l4 - l3), l3,
+				      (int)(l3 - l2), l2, l4);
+		assert_int_equal(audit_verify_buf(copy, len, &nrec, why, sizeof(why)), 2);
+	}
+	/* Torn last line, junk line, empty log. */
+	len = strlen(buf);
+	assert_int_equal(audit_verify_buf(buf, len - 1, &nrec, why, sizeof(why)), 5);
+	assert_int_equal(audit_verify_buf("junk\n", 5, &nrec, why, sizeof(why)), 1);
+	assert_int_equal(audit_verify_buf("", 0, &nrec, why, sizeof(why)), 0);
+	assert_int_equal(nrec, 0);
+	free(copy);
+	free(buf);
+	unlink(path);
+}
+
+/* The whole guest handler on malformed input: an error reply and an audit line, never a crash. */
+static void test_handle_malformed(void **state)
+{
+	char path[] = "/tmp/cbh-XXXXXX", err[256], why[256], *reply, *buf;
+	static const char pol[] = "{\"credentials\":{\"demo\":{\"helper\":[\"/bin/false\"],"
+				  "\"inject\":{\"header\":\"Authorization\",\"template\":"
+				  "\"Bearer {password}\"},\"allow\":{\"hosts\":[\"h.example\"]}}}}";
+	const char *msgs[] = {
+		"", "{", "[]", "null", "{\"v\":1}", "{\"v\":1,\"url\":3}",
+		"{\"v\":1,\"epoch\":\"1\",\"url\":\"u\"}", "{\"v\":1,\"url\":\"u\",\"headers\":{}}",
+		"{\"v\":1,\"url\":\"https://h.example/\"}", /* no token: stale epoch */
+	};
+	struct broker b = { .epoch = 2, .have_token = true, .helper_timeout_ms = 1000,
+			    .fetch_timeout_s = 5 };
+	size_t i, rlen, len, nrec;
+
+	(void)state;
+	memset(b.token, 0xab, sizeof(b.token));
+	assert_int_equal(policy_parse(pol, strlen(pol), &b.pol, err, sizeof(err)), 0);
+	tmp_audit(path);
+	assert_int_equal(audit_open(&b.audit, path, err, sizeof(err)), 0);
+	for (i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
+		assert_int_equal(broker_handle_guest(&b, (const uint8_t *)msgs[i], strlen(msgs[i]),
+						     &reply, &rlen), 0);
+		assert_non_null(strstr(reply, "\"ok\":false"));
+		assert_non_null(strstr(reply, i + 1 < sizeof(msgs) / sizeof(msgs[0]) ?
+						      "denied: malformed request" :
+						      "denied: stale epoch"));
+		free(reply);
+	}
+	/* Binary garbage. */
+	{
+		uint8_t junk[300];
+
+		for (i = 0; i < sizeof(junk); i++)
+			junk[i] = (uint8_t)(i * 37 + 11);
+		assert_int_equal(broker_handle_guest(&b, junk, sizeof(junk), &reply, &rlen), 0);
+		assert_non_null(strstr(reply, "malformed request"));
+		free(reply);
+	}
+	assert_int_equal(broker_reject_frame(&b, "frame over 1 MiB", &reply, &rlen), 0);
+	assert_string_equal(reply, "{\"ok\":false,\"error\":\"denied: malformed request: frame "
+				   "over 1 MiB\"}");
+	free(reply);
+	/* The control channel. */
+	assert_int_equal(broker_handle_ctl(&b, (const uint8_t *)"{\"op\":\"grant\"}", 14, &reply,
+					   &rlen), 0);
+	assert_non_null(strstr(reply, "\"epoch\":3"));
+	free(reply);
+	assert_int_equal(broker_handle_ctl(&b, (const uint8_t *)"{]", 2, &reply, &rlen), 0);
+	assert_non_null(strstr(reply, "\"ok\":false"));
+	free(reply);
+	audit_close(&b.audit);
+	buf = slurp(path, &len);
+	assert_int_equal(audit_verify_buf(buf, len, &nrec, why, sizeof(why)), 0);
+	assert_int_equal(nrec, sizeof(msgs) / sizeof(msgs[0]) + 2);
+	free(buf);
+	unlink(path);
+	policy_free(&b.pol);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_frame),
+		cmocka_unit_test(test_b64),
+		cmocka_unit_test(test_request_parse),
+		cmocka_unit_test(test_request_huge),
+		cmocka_unit_test(test_header_forbidden),
+		cmocka_unit_test(test_helper_parse),
+		cmocka_unit_test(test_helper_run),
+		cmocka_unit_test(test_scrub),
+		cmocka_unit_test(test_scrub_b64_cores),
+		cmocka_unit_test(test_audit_chain),
+		cmocka_unit_test(test_handle_malformed),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
