@@ -81,16 +81,17 @@ static int fsync_dir(const char *dir)
 	return r;
 }
 
-/* Write buf to DIR/name through DIR/name.tmp: fsync, rename (or no-replace), fsync DIR. */
+/* Write buf to DIR/name through DIR/name.tmp.*: fsync, rename (or no-replace), fsync DIR. */
 static int replace_file(const char *dir, const char *name, const void *buf, size_t len,
 			int noreplace)
 {
-	char path[PATH_MAX_LEN], tmp[PATH_MAX_LEN + 8];
+	char path[PATH_MAX_LEN], tmp[PATH_MAX_LEN + 16];
 	int r = path_in(path, dir, name);
 	if (r)
 		return r;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* A unique temporary name: two writers never write into one file (mode 0600). */
+	snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
+	int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	r = write_all(fd, buf, len);

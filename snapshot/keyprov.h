@@ -23,6 +23,9 @@
  *   that label (CKO_SECRET_KEY, CKK_AES) on the token with that label; wrap = C_Encrypt with
  *   CKM_AES_GCM (random 96-bit IV, 128-bit tag, AAD "cove-dk-v1"), unwrap = C_Decrypt.
  *
+ * Each PKCS#11 operation loads, initializes and finalizes the module: do not run two PKCS#11
+ * operations on one module from two threads at once. key-cmd operations may run concurrently.
+ *
  * Revocation: when the provider cannot or will not unwrap (key object destroyed, command exits
  * non-zero, tag mismatch in the token), keyprov_unwrap returns -EKEYREJECTED and err reads
  * "key provider refused to unwrap the data key: <reason>; the KEK may be revoked".

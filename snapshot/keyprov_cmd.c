@@ -42,6 +42,10 @@ static int spawn(const char *script, const char *op, struct child *c)
 		r = -errno;
 		goto fail;
 	}
+	/* The command gets default signal handling whatever cove's threads block or ignore. */
+	sigset_t none;
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	sigemptyset(&none);
 	pid_t pid = fork();
 	if (pid < 0) {
 		r = -errno;
@@ -51,6 +55,9 @@ static int spawn(const char *script, const char *op, struct child *c)
 		/* Only async-signal-safe calls from here to exec. */
 		if (dup2(in[1], 0) < 0 || dup2(out[1], 1) < 0 || dup2(er[1], 2) < 0)
 			_exit(127);
+		close_range(3, ~0u, 0); /* no VM, socket or key fd leaks into the command */
+		sigaction(SIGPIPE, &dfl, NULL);
+		sigprocmask(SIG_SETMASK, &none, NULL);
 		execl("/bin/sh", "sh", "-c", script, "cove-key-cmd", op, (char *)NULL);
 		_exit(127);
 	}
