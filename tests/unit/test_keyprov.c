@@ -247,6 +247,13 @@ static void test_cmd_bad_output(void **state)
 	kp = prov(KEYPROV_CMD, "f() { :; }; f"); /* nothing on stdout */
 	assert_int_equal(unwrap_err(kp, w, sizeof(w), err, sizeof(err)), -EINVAL);
 	keyprov_free(kp);
+	/* cove's own descriptors (here fd 57, opened without O_CLOEXEC) do not leak into it */
+	int fd = dup2(2, 57);
+	assert_int_equal(fd, 57);
+	kp = prov(KEYPROV_CMD, "f() { [ -e /proc/$$/fd/57 ] && exit 9; cat; }; f");
+	assert_int_equal(unwrap_err(kp, w, sizeof(w), err, sizeof(err)), 0);
+	keyprov_free(kp);
+	close(fd);
 	/* the op argument is appended after the command's own arguments */
 	kp = prov(KEYPROV_CMD, "f() { [ \"$1\" = x ] && [ \"$2\" = unwrap ] && cat; }; f x");
 	assert_int_equal(unwrap_err(kp, w, sizeof(w), err, sizeof(err)), 0);
