@@ -8,9 +8,9 @@
 
 #include "crypto.h"
 
-#define PAGE  4096
+#define PAGE	   4096
 #define NPAGE_COLD 16384 /* 64 MiB: larger than the caches, like a real layer */
-#define NPAGE_HOT  64    /* 256 KiB: in cache, the per-page cost of the cipher alone */
+#define NPAGE_HOT  64	 /* 256 KiB: in cache, the per-page cost of the cipher alone */
 
 static double now_s(void)
 {
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: crypto_bench [REPS]\n");
 		return 2;
 	}
-	struct bench b = { 0 };
+	struct bench b = {0};
 	size_t sz = (size_t)NPAGE_COLD * PAGE;
 	b.plain = malloc(sz);
 	b.cipher = malloc(sz);
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
 	}
 	memset(b.out, 1, sz);
 	memset(b.cipher, 1, sz);
-	static const char *names[] = { "seal", "open", "seal_new_ctx_per_page", "memcpy" };
+	static const char *names[] = {"seal", "open", "seal_new_ctx_per_page", "memcpy"};
 	double med[2][4];
 	double *v = calloc((size_t)reps * 40, sizeof(double));
 	for (int set = 0; set < 2; set++) {
@@ -112,8 +112,7 @@ int main(int argc, char **argv)
 			med[set][op] = v[reps / 2];
 			fprintf(stderr, "%s %s: median %.0f MB/s (min %.0f, max %.0f)\n",
 				set ? "hot" : "cold", names[op], med[set][op], v[0], v[reps - 1]);
-			if (op == OPEN &&
-			    memcmp(b.out, b.plain, (size_t)b.npage * PAGE) != 0) {
+			if (op == OPEN && memcmp(b.out, b.plain, (size_t)b.npage * PAGE) != 0) {
 				fprintf(stderr, "crypto_bench: round trip mismatch\n");
 				return 1;
 			}

@@ -1,4 +1,4 @@
-/* AES-256-GCM for snapshot pages and blobs: a locked data key, per-thread contexts, nonce and AAD. */
+/* AES-256-GCM for snapshot pages and blobs: locked data key, per-thread contexts, nonce, AAD. */
 #ifndef COVE_CRYPTO_H
 #define COVE_CRYPTO_H
 

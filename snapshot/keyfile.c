@@ -1,4 +1,4 @@
-/* A snapshot chain's "keys" file (wrapped data key, chain id, provider) and its layer id counter. */
+/* A snapshot chain's "keys" file (wrapped data key, chain id, provider) and layer id counter. */
 #include "keyfile.h"
 
 #include <errno.h>
@@ -134,8 +134,9 @@ static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *pa
 		return errmsg(err, errlen, -EINVAL, "%s: not a cove keys file (bad magic)", path);
 	uint32_t ver = get_le32(buf + 8);
 	if (ver != KEYFILE_VERSION)
-		return errmsg(err, errlen, -EINVAL, "%s: unsupported version %u (this cove reads %d)",
-			      path, ver, KEYFILE_VERSION);
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: unsupported version %u (this cove reads %d)", path, ver,
+			      KEYFILE_VERSION);
 	uint32_t cl = get_le32(buf + 32), wl = get_le32(buf + 36);
 	if (cl == 0 || cl > KEYPROV_CONFIG_MAX)
 		return errmsg(err, errlen, -EINVAL, "%s: provider config length %u (1..%u)", path,
@@ -289,8 +290,9 @@ static int unwrap_keys(const struct keys *k, struct keyprov *prov, struct snap_k
 	if (r)
 		goto out;
 	if (CRYPTO_memcmp(kcv, k->kcv, KCV_LEN) != 0) {
-		r = errmsg(err, errlen, -EBADMSG,
-			   "the key provider returned a data key that does not belong to this chain");
+		r = errmsg(
+		    err, errlen, -EBADMSG,
+		    "the key provider returned a data key that does not belong to this chain");
 		goto out;
 	}
 	*key_out = key;
@@ -316,8 +318,8 @@ int keyfile_open(const char *dir, struct keyprov *prov, struct snap_key **key_ou
 	return r;
 }
 
-int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov,
-		  char *err, size_t errlen)
+int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov, char *err,
+		  size_t errlen)
 {
 	struct keys *k = calloc(1, sizeof(*k));
 	struct snap_key *key = NULL;

@@ -1,4 +1,4 @@
-/* The "keys" file of a snapshot chain directory: chain id, provider description, wrapped data key. */
+/* The "keys" file of a snapshot chain: chain id, provider description, wrapped data key. */
 #ifndef COVE_KEYFILE_H
 #define COVE_KEYFILE_H
 
@@ -46,8 +46,8 @@ int keyfile_open(const char *dir, struct keyprov *prov, struct snap_key **key_ou
  * new_prov, replace the file atomically. Data files are never touched; chain id and data key
  * stay the same. 0 or -errno as keyfile_open.
  */
-int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov,
-		  char *err, size_t errlen);
+int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov, char *err,
+		  size_t errlen);
 
 /* Describe DIR/keys without unwrapping: provider type and config. 0 or -errno. */
 int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, size_t config_len,

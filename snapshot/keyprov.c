@@ -1,4 +1,4 @@
-/* Key providers: config parsing and the wrap/unwrap front end over the key-cmd and PKCS#11 backends. */
+/* Key providers: config parsing and the wrap/unwrap front end over the two backends. */
 #include "keyprov.h"
 
 #include <errno.h>
@@ -97,8 +97,8 @@ int keyprov_wrap(struct keyprov *kp, const struct snap_key *key, uint8_t *out, s
 		 size_t *out_len, char *err, size_t errlen)
 {
 	char why[256] = "";
-	int r = run(kp, 1, crypto_key_bytes(key), CRYPTO_KEY_LEN, out, cap, out_len, why,
-		    sizeof(why));
+	int r =
+	    run(kp, 1, crypto_key_bytes(key), CRYPTO_KEY_LEN, out, cap, out_len, why, sizeof(why));
 	if (r == -EKEYREJECTED)
 		return errmsg(err, errlen, r, "key provider refused to wrap the data key: %s", why);
 	if (r)
@@ -119,9 +119,9 @@ int keyprov_unwrap(struct keyprov *kp, const uint8_t *wrapped, size_t len, struc
 			      KEYPROV_WRAPPED_MAX);
 	int r = run(kp, 0, wrapped, len, raw, sizeof(raw), &n, why, sizeof(why));
 	if (r == -EKEYREJECTED) {
-		r = errmsg(err, errlen, r,
-			   "key provider refused to unwrap the data key: %s; the KEK may be revoked",
-			   why);
+		r = errmsg(
+		    err, errlen, r,
+		    "key provider refused to unwrap the data key: %s; the KEK may be revoked", why);
 		goto out;
 	}
 	if (r) {

@@ -49,7 +49,7 @@ struct keyprov;
  */
 int keyprov_new(enum keyprov_type type, const char *config, struct keyprov **out, char *err,
 		size_t errlen);
-/* "key-cmd:CMDLINE" -> KEYPROV_CMD with CMDLINE; "pkcs11:..." -> KEYPROV_PKCS11 (the whole spec). */
+/* "key-cmd:CMDLINE" -> KEYPROV_CMD with CMDLINE; "pkcs11:..." -> KEYPROV_PKCS11 (whole spec). */
 int keyprov_new_spec(const char *spec, struct keyprov **out, char *err, size_t errlen);
 void keyprov_free(struct keyprov *kp);
 
@@ -73,7 +73,7 @@ int keyprov_unwrap(struct keyprov *kp, const uint8_t *wrapped, size_t len, struc
 int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size_t in_len,
 		    uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen);
 int keyprov_pkcs11_check(const char *config, char *err, size_t errlen);
-int keyprov_pkcs11_run(const char *config, int wrap, const uint8_t *in, size_t in_len,
-		       uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen);
+int keyprov_pkcs11_run(const char *config, int wrap, const uint8_t *in, size_t in_len, uint8_t *out,
+		       size_t cap, size_t *out_len, char *err, size_t errlen);
 
 #endif

@@ -1,4 +1,4 @@
-/* The key-cmd provider: run a user command that wraps/unwraps base64 on stdin to base64 on stdout. */
+/* The key-cmd provider: a user command wraps/unwraps base64 on stdin to base64 on stdout. */
 #include "keyprov.h"
 
 #include <errno.h>
@@ -35,7 +35,7 @@ static void close_fd(int *fd)
 /* stdin is a socketpair so writing to a command that exited early is EPIPE, not SIGPIPE. */
 static int spawn(const char *script, const char *op, struct child *c)
 {
-	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, er[2] = { -1, -1 };
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
 	int r;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) < 0 ||
 	    pipe2(out, O_CLOEXEC) < 0 || pipe2(er, O_CLOEXEC) < 0) {
@@ -44,7 +44,7 @@ static int spawn(const char *script, const char *op, struct child *c)
 	}
 	/* The command gets default signal handling whatever cove's threads block or ignore. */
 	sigset_t none;
-	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
 	sigemptyset(&none);
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -161,7 +161,7 @@ out:
 int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size_t in_len,
 		    uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen)
 {
-	struct child c = { .pid = -1, .in = -1, .out = -1, .errfd = -1 };
+	struct child c = {.pid = -1, .in = -1, .out = -1, .errfd = -1};
 	size_t script_len = strlen(cmdline) + 8;
 	size_t enc_cap = (in_len + 2) / 3 * 4 + 2;
 	char *script = malloc(script_len);
@@ -190,11 +190,11 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 		struct pollfd p[3];
 		int np = 0;
 		if (c.in >= 0)
-			p[np++] = (struct pollfd){ .fd = c.in, .events = POLLOUT };
+			p[np++] = (struct pollfd){.fd = c.in, .events = POLLOUT};
 		if (!out_eof)
-			p[np++] = (struct pollfd){ .fd = c.out, .events = POLLIN };
+			p[np++] = (struct pollfd){.fd = c.out, .events = POLLIN};
 		if (!err_eof)
-			p[np++] = (struct pollfd){ .fd = c.errfd, .events = POLLIN };
+			p[np++] = (struct pollfd){.fd = c.errfd, .events = POLLIN};
 		double left = deadline - now_s();
 		if (left <= 0) {
 			r = errmsg(err, errlen, -ETIMEDOUT, "key-cmd '%s %s' timed out after %d s",
@@ -239,8 +239,9 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 		char line[200];
 		first_line(ebuf, elen, line, sizeof(line));
 		if (WIFEXITED(status))
-			r = errmsg(err, errlen, -EKEYREJECTED, "key-cmd %s exited with status %d%s%s",
-				   op, WEXITSTATUS(status), *line ? ": " : "", line);
+			r = errmsg(err, errlen, -EKEYREJECTED,
+				   "key-cmd %s exited with status %d%s%s", op, WEXITSTATUS(status),
+				   *line ? ": " : "", line);
 		else
 			r = errmsg(err, errlen, -EKEYREJECTED, "key-cmd %s killed by signal %d%s%s",
 				   op, WTERMSIG(status), *line ? ": " : "", line);

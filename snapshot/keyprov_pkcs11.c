@@ -47,7 +47,7 @@ static int unescape(const char *s, size_t n, char *out, size_t cap)
 			if (i + 2 >= n || !isxdigit((unsigned char)s[i + 1]) ||
 			    !isxdigit((unsigned char)s[i + 2]))
 				return -EINVAL;
-			char hex[3] = { s[i + 1], s[i + 2], 0 };
+			char hex[3] = {s[i + 1], s[i + 2], 0};
 			ch = (char)strtoul(hex, NULL, 16);
 			i += 2;
 		}
@@ -70,7 +70,8 @@ static int parse(const char *config, struct p11_conf *c, char *err, size_t errle
 		size_t n = end ? (size_t)(end - p) : strlen(p);
 		const char *eq = memchr(p, '=', n);
 		if (!eq)
-			return errmsg(err, errlen, -EINVAL, "pkcs11 config: '%.*s' is not key=value",
+			return errmsg(err, errlen, -EINVAL,
+				      "pkcs11 config: '%.*s' is not key=value",
 				      (int)(n > 40 ? 40 : n), p);
 		size_t kl = (size_t)(eq - p);
 		char *dst = NULL;
@@ -83,11 +84,13 @@ static int parse(const char *config, struct p11_conf *c, char *err, size_t errle
 		else if (kl == 8 && strncmp(p, "pin-file", 8) == 0)
 			dst = c->pin_file;
 		else if (kl == 9 && strncmp(p, "pin-value", 9) == 0)
-			return errmsg(err, errlen, -EINVAL,
-				      "pkcs11 config: pin-value is not accepted (it would be stored "
-				      "in clear); use $COVE_PKCS11_PIN or pin-file=PATH");
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "pkcs11 config: pin-value is not accepted (it would be stored "
+			    "in clear); use $COVE_PKCS11_PIN or pin-file=PATH");
 		else
-			return errmsg(err, errlen, -EINVAL, "pkcs11 config: unknown attribute '%.*s'",
+			return errmsg(err, errlen, -EINVAL,
+				      "pkcs11 config: unknown attribute '%.*s'",
 				      (int)(kl > 40 ? 40 : kl), p);
 		if (unescape(eq + 1, n - kl - 1, dst, FIELD_MAX))
 			return errmsg(err, errlen, -EINVAL, "pkcs11 config: bad value for '%.*s'",
@@ -97,7 +100,8 @@ static int parse(const char *config, struct p11_conf *c, char *err, size_t errle
 			p++;
 	}
 	if (!c->token[0] || !c->object[0])
-		return errmsg(err, errlen, -EINVAL, "pkcs11 config needs token=LABEL and object=LABEL");
+		return errmsg(err, errlen, -EINVAL,
+			      "pkcs11 config needs token=LABEL and object=LABEL");
 	if (strlen(c->token) > 32)
 		return errmsg(err, errlen, -EINVAL, "pkcs11 token label longer than 32 bytes");
 	if (!c->module[0])
@@ -114,21 +118,36 @@ int keyprov_pkcs11_check(const char *config, char *err, size_t errlen)
 static const char *rv_name(CK_RV rv)
 {
 	switch (rv) {
-	case CKR_OK: return "CKR_OK";
-	case CKR_PIN_INCORRECT: return "CKR_PIN_INCORRECT";
-	case CKR_PIN_LOCKED: return "CKR_PIN_LOCKED";
-	case CKR_KEY_HANDLE_INVALID: return "CKR_KEY_HANDLE_INVALID";
-	case CKR_OBJECT_HANDLE_INVALID: return "CKR_OBJECT_HANDLE_INVALID";
-	case CKR_KEY_FUNCTION_NOT_PERMITTED: return "CKR_KEY_FUNCTION_NOT_PERMITTED";
-	case CKR_MECHANISM_INVALID: return "CKR_MECHANISM_INVALID";
-	case CKR_MECHANISM_PARAM_INVALID: return "CKR_MECHANISM_PARAM_INVALID";
-	case CKR_ENCRYPTED_DATA_INVALID: return "CKR_ENCRYPTED_DATA_INVALID";
-	case CKR_ENCRYPTED_DATA_LEN_RANGE: return "CKR_ENCRYPTED_DATA_LEN_RANGE";
-	case CKR_GENERAL_ERROR: return "CKR_GENERAL_ERROR";
-	case CKR_FUNCTION_FAILED: return "CKR_FUNCTION_FAILED";
-	case CKR_TOKEN_NOT_PRESENT: return "CKR_TOKEN_NOT_PRESENT";
-	case CKR_USER_NOT_LOGGED_IN: return "CKR_USER_NOT_LOGGED_IN";
-	case CKR_BUFFER_TOO_SMALL: return "CKR_BUFFER_TOO_SMALL";
+	case CKR_OK:
+		return "CKR_OK";
+	case CKR_PIN_INCORRECT:
+		return "CKR_PIN_INCORRECT";
+	case CKR_PIN_LOCKED:
+		return "CKR_PIN_LOCKED";
+	case CKR_KEY_HANDLE_INVALID:
+		return "CKR_KEY_HANDLE_INVALID";
+	case CKR_OBJECT_HANDLE_INVALID:
+		return "CKR_OBJECT_HANDLE_INVALID";
+	case CKR_KEY_FUNCTION_NOT_PERMITTED:
+		return "CKR_KEY_FUNCTION_NOT_PERMITTED";
+	case CKR_MECHANISM_INVALID:
+		return "CKR_MECHANISM_INVALID";
+	case CKR_MECHANISM_PARAM_INVALID:
+		return "CKR_MECHANISM_PARAM_INVALID";
+	case CKR_ENCRYPTED_DATA_INVALID:
+		return "CKR_ENCRYPTED_DATA_INVALID";
+	case CKR_ENCRYPTED_DATA_LEN_RANGE:
+		return "CKR_ENCRYPTED_DATA_LEN_RANGE";
+	case CKR_GENERAL_ERROR:
+		return "CKR_GENERAL_ERROR";
+	case CKR_FUNCTION_FAILED:
+		return "CKR_FUNCTION_FAILED";
+	case CKR_TOKEN_NOT_PRESENT:
+		return "CKR_TOKEN_NOT_PRESENT";
+	case CKR_USER_NOT_LOGGED_IN:
+		return "CKR_USER_NOT_LOGGED_IN";
+	case CKR_BUFFER_TOO_SMALL:
+		return "CKR_BUFFER_TOO_SMALL";
 	}
 	return "CKR_?";
 }
@@ -189,7 +208,7 @@ static int p11_open(const struct p11_conf *c, struct p11 *p, char *err, size_t e
 		r = errmsg(err, errlen, -ENOENT, "%s is not a PKCS#11 module", c->module);
 		goto fail;
 	}
-	CK_C_INITIALIZE_ARGS args = { .flags = CKF_OS_LOCKING_OK };
+	CK_C_INITIALIZE_ARGS args = {.flags = CKF_OS_LOCKING_OK};
 	CK_RV rv = p->f->C_Initialize(&args);
 	if (rv != CKR_OK && rv != CKR_CRYPTOKI_ALREADY_INITIALIZED) {
 		r = errmsg(err, errlen, -EIO, "PKCS#11 C_Initialize: %s (0x%lx)", rv_name(rv), rv);
@@ -254,9 +273,9 @@ static int find_key(struct p11 *p, const struct p11_conf *c, CK_OBJECT_HANDLE *k
 	CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
 	CK_KEY_TYPE kt = CKK_AES;
 	CK_ATTRIBUTE tmpl[] = {
-		{ CKA_CLASS, &cls, sizeof(cls) },
-		{ CKA_KEY_TYPE, &kt, sizeof(kt) },
-		{ CKA_LABEL, (void *)c->object, strlen(c->object) },
+	    {CKA_CLASS, &cls, sizeof(cls)},
+	    {CKA_KEY_TYPE, &kt, sizeof(kt)},
+	    {CKA_LABEL, (void *)c->object, strlen(c->object)},
 	};
 	CK_OBJECT_HANDLE h[2];
 	CK_ULONG n = 0;
@@ -290,11 +309,14 @@ static int do_wrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, size_
 	if (crypto_random(iv, IV_LEN))
 		return errmsg(err, errlen, -EIO, "pkcs11: no random bytes for the IV");
 	CK_GCM_PARAMS gcm = {
-		.pIv = iv, .ulIvLen = IV_LEN, .ulIvBits = IV_LEN * 8,
-		.pAAD = (CK_BYTE_PTR)WRAP_AAD, .ulAADLen = sizeof(WRAP_AAD) - 1,
-		.ulTagBits = TAG_LEN * 8,
+	    .pIv = iv,
+	    .ulIvLen = IV_LEN,
+	    .ulIvBits = IV_LEN * 8,
+	    .pAAD = (CK_BYTE_PTR)WRAP_AAD,
+	    .ulAADLen = sizeof(WRAP_AAD) - 1,
+	    .ulTagBits = TAG_LEN * 8,
 	};
-	CK_MECHANISM mech = { CKM_AES_GCM, &gcm, sizeof(gcm) };
+	CK_MECHANISM mech = {CKM_AES_GCM, &gcm, sizeof(gcm)};
 	CK_RV rv = p->f->C_EncryptInit(p->session, &mech, key);
 	if (rv != CKR_OK)
 		return errmsg(err, errlen, -EKEYREJECTED, "C_EncryptInit(CKM_AES_GCM): %s (0x%lx)",
@@ -319,11 +341,14 @@ static int do_unwrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, siz
 	uint8_t iv[IV_LEN];
 	memcpy(iv, in + 1, IV_LEN);
 	CK_GCM_PARAMS gcm = {
-		.pIv = iv, .ulIvLen = IV_LEN, .ulIvBits = IV_LEN * 8,
-		.pAAD = (CK_BYTE_PTR)WRAP_AAD, .ulAADLen = sizeof(WRAP_AAD) - 1,
-		.ulTagBits = TAG_LEN * 8,
+	    .pIv = iv,
+	    .ulIvLen = IV_LEN,
+	    .ulIvBits = IV_LEN * 8,
+	    .pAAD = (CK_BYTE_PTR)WRAP_AAD,
+	    .ulAADLen = sizeof(WRAP_AAD) - 1,
+	    .ulTagBits = TAG_LEN * 8,
 	};
-	CK_MECHANISM mech = { CKM_AES_GCM, &gcm, sizeof(gcm) };
+	CK_MECHANISM mech = {CKM_AES_GCM, &gcm, sizeof(gcm)};
 	CK_RV rv = p->f->C_DecryptInit(p->session, &mech, key);
 	if (rv != CKR_OK)
 		return errmsg(err, errlen, -EKEYREJECTED, "C_DecryptInit(CKM_AES_GCM): %s (0x%lx)",
@@ -331,13 +356,13 @@ static int do_unwrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, siz
 	/* SoftHSM wants room for ciphertext+tag even though only the plaintext comes back. */
 	uint8_t tmp[KEYPROV_WRAPPED_MAX];
 	CK_ULONG n = sizeof(tmp);
-	rv = p->f->C_Decrypt(p->session, (CK_BYTE_PTR)in + 1 + IV_LEN, in_len - 1 - IV_LEN, tmp,
-			     &n);
+	rv =
+	    p->f->C_Decrypt(p->session, (CK_BYTE_PTR)in + 1 + IV_LEN, in_len - 1 - IV_LEN, tmp, &n);
 	if (rv != CKR_OK) {
 		crypto_cleanse(tmp, sizeof(tmp));
 		return errmsg(err, errlen, -EKEYREJECTED,
-			      "C_Decrypt: %s (0x%lx): wrong KEK or damaged wrapped key", rv_name(rv),
-			      rv);
+			      "C_Decrypt: %s (0x%lx): wrong KEK or damaged wrapped key",
+			      rv_name(rv), rv);
 	}
 	int r = 0;
 	if (n > cap)
@@ -350,8 +375,8 @@ static int do_unwrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, siz
 	return r;
 }
 
-int keyprov_pkcs11_run(const char *config, int wrap, const uint8_t *in, size_t in_len,
-		       uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen)
+int keyprov_pkcs11_run(const char *config, int wrap, const uint8_t *in, size_t in_len, uint8_t *out,
+		       size_t cap, size_t *out_len, char *err, size_t errlen)
 {
 	struct p11_conf c;
 	struct p11 p;

@@ -9,13 +9,14 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: cove rekey DIR [--from-key-cmd CMD | --from-pkcs11 CONFIG]\n"
-		"                      (--to-key-cmd CMD | --to-pkcs11 CONFIG)\n"
-		"Unwrap the data key in DIR/keys with the old key provider (default: the one the\n"
-		"file names) and wrap it with the new one. Layer and state files are not rewritten.\n"
-		"CONFIG: pkcs11:token=LABEL;object=LABEL[;module=PATH][;pin-file=PATH]\n"
-		"        (PIN from $COVE_PKCS11_PIN or pin-file; see snapshot/CRYPTO.md)\n");
+	fprintf(
+	    out,
+	    "usage: cove rekey DIR [--from-key-cmd CMD | --from-pkcs11 CONFIG]\n"
+	    "                      (--to-key-cmd CMD | --to-pkcs11 CONFIG)\n"
+	    "Unwrap the data key in DIR/keys with the old key provider (default: the one the\n"
+	    "file names) and wrap it with the new one. Layer and state files are not rewritten.\n"
+	    "CONFIG: pkcs11:token=LABEL;object=LABEL[;module=PATH][;pin-file=PATH]\n"
+	    "        (PIN from $COVE_PKCS11_PIN or pin-file; see snapshot/CRYPTO.md)\n");
 }
 
 /* One provider option: its type and config, or an error when given twice. */
@@ -35,12 +36,12 @@ int cmd_rekey(int argc, char **argv)
 {
 	enum { FROM_CMD = 1, FROM_P11, TO_CMD, TO_P11 };
 	static const struct option opts[] = {
-		{ "from-key-cmd", required_argument, NULL, FROM_CMD },
-		{ "from-pkcs11", required_argument, NULL, FROM_P11 },
-		{ "to-key-cmd", required_argument, NULL, TO_CMD },
-		{ "to-pkcs11", required_argument, NULL, TO_P11 },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	    {"from-key-cmd", required_argument, NULL, FROM_CMD},
+	    {"from-pkcs11", required_argument, NULL, FROM_P11},
+	    {"to-key-cmd", required_argument, NULL, TO_CMD},
+	    {"to-pkcs11", required_argument, NULL, TO_P11},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	enum keyprov_type from_t = KEYPROV_CMD, to_t = KEYPROV_CMD;
 	const char *from = NULL, *to = NULL;

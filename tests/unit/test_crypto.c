@@ -34,12 +34,10 @@ static int setup(void **state)
 		for (int i = 0; i < PAGE; i++)
 			f->plain[p][i] = (uint8_t)(i * 31 + p * 7 + 1);
 	/* page 0 of layer 3 and page 1 of layer 3 */
-	assert_int_equal(crypto_seal_page(f->cc, f->chain, 3, 0, f->plain[0], PAGE, f->cipher[0],
-					  f->tag[0]),
-			 0);
-	assert_int_equal(crypto_seal_page(f->cc, f->chain, 3, 1, f->plain[1], PAGE, f->cipher[1],
-					  f->tag[1]),
-			 0);
+	assert_int_equal(
+	    crypto_seal_page(f->cc, f->chain, 3, 0, f->plain[0], PAGE, f->cipher[0], f->tag[0]), 0);
+	assert_int_equal(
+	    crypto_seal_page(f->cc, f->chain, 3, 1, f->plain[1], PAGE, f->cipher[1], f->tag[1]), 0);
 	*state = f;
 	return 0;
 }
@@ -63,9 +61,9 @@ static int open_page(struct fx *f, uint64_t layer, uint64_t index, const uint8_t
 static void test_nonce_unique(void **state)
 {
 	(void)state;
-	static const uint64_t layers[] = { 0, 1, 2, 255, 256, 0x10000, 0xfffffffeULL };
-	static const uint64_t idx[] = { 0, 1, 2, 255, 256, 0xffffffffULL, 0x100000000ULL,
-					UINT64_MAX };
+	static const uint64_t layers[] = {0, 1, 2, 255, 256, 0x10000, 0xfffffffeULL};
+	static const uint64_t idx[] = {0,	  1, 2, 255, 256, 0xffffffffULL, 0x100000000ULL,
+				       UINT64_MAX};
 	enum { NL = sizeof(layers) / 8, NI = sizeof(idx) / 8 };
 	uint8_t n[NL * NI][CRYPTO_NONCE_LEN];
 	for (size_t l = 0; l < NL; l++)
@@ -87,7 +85,7 @@ static void test_nonce_unique(void **state)
 		}
 	uint8_t x[CRYPTO_NONCE_LEN];
 	assert_int_equal(crypto_page_nonce(0xfffffffeULL, 5, x), 0);
-	const uint8_t want[] = { 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 0, 0, 0, 0, 5 };
+	const uint8_t want[] = {0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 0, 0, 0, 0, 5};
 	assert_memory_equal(x, want, sizeof(want));
 }
 
@@ -98,9 +96,9 @@ static void test_layer_overflow_rejected(void **state)
 	assert_int_equal(crypto_page_nonce(0xffffffffULL, 0, x), -ERANGE); /* blob space */
 	assert_int_equal(crypto_page_nonce(0x100000000ULL, 0, x), -ERANGE);
 	assert_int_equal(crypto_page_nonce(UINT64_MAX, 0, x), -ERANGE);
-	assert_int_equal(crypto_seal_page(f->cc, f->chain, 0x100000000ULL, 0, f->plain[0], PAGE,
-					  f->out, tag),
-			 -ERANGE);
+	assert_int_equal(
+	    crypto_seal_page(f->cc, f->chain, 0x100000000ULL, 0, f->plain[0], PAGE, f->out, tag),
+	    -ERANGE);
 	assert_int_equal(open_page(f, 0x100000000ULL, 0, f->cipher[0], f->tag[0]), -ERANGE);
 	assert_int_equal(crypto_seal_page(f->cc, f->chain, 1, 0, f->plain[0], 0, f->out, tag),
 			 -EINVAL);
@@ -123,9 +121,8 @@ static void test_round_trip(void **state)
 	/* a second context on the same key (another thread) reads what the first wrote */
 	struct crypto_ctx *cc2;
 	assert_int_equal(crypto_ctx_new(f->key, &cc2), 0);
-	assert_int_equal(crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out,
-					  f->tag[0]),
-			 0);
+	assert_int_equal(
+	    crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out, f->tag[0]), 0);
 	assert_memory_equal(f->out, f->plain[0], PAGE);
 	crypto_ctx_free(cc2);
 	/* deterministic: same key, place and data give the same ciphertext */
@@ -147,19 +144,17 @@ static void test_aad_binding(void **state)
 	uint8_t other[CRYPTO_CHAIN_ID_LEN];
 	memcpy(other, f->chain, sizeof(other));
 	other[15] ^= 1;
-	assert_int_equal(crypto_open_page(f->cc, other, 3, 0, f->cipher[0], PAGE, f->out,
-					  f->tag[0]),
-			 -EBADMSG);
-	assert_int_equal(crypto_open_page(f->cc, f->chain, 3, 0, f->cipher[0], PAGE - 16, f->out,
-					  f->tag[0]),
-			 -EBADMSG);
+	assert_int_equal(
+	    crypto_open_page(f->cc, other, 3, 0, f->cipher[0], PAGE, f->out, f->tag[0]), -EBADMSG);
+	assert_int_equal(
+	    crypto_open_page(f->cc, f->chain, 3, 0, f->cipher[0], PAGE - 16, f->out, f->tag[0]),
+	    -EBADMSG);
 	struct snap_key *k2;
 	struct crypto_ctx *cc2;
 	assert_int_equal(crypto_key_generate(&k2), 0);
 	assert_int_equal(crypto_ctx_new(k2, &cc2), 0);
-	assert_int_equal(crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out,
-					  f->tag[0]),
-			 -EBADMSG);
+	assert_int_equal(
+	    crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out, f->tag[0]), -EBADMSG);
 	crypto_ctx_free(cc2);
 	crypto_key_free(k2);
 }
@@ -185,7 +180,7 @@ static void test_tamper(void **state)
 {
 	struct fx *f = *state;
 	uint8_t c[PAGE], tag[CRYPTO_TAG_LEN];
-	static const int where[] = { 0, 1, 100, 2047, 4094, 4095 };
+	static const int where[] = {0, 1, 100, 2047, 4094, 4095};
 	for (size_t w = 0; w < sizeof(where) / sizeof(where[0]); w++) {
 		memcpy(c, f->cipher[0], PAGE);
 		c[where[w]] ^= 0x01;
@@ -207,7 +202,7 @@ static void test_blob(void **state)
 	uint8_t b1[sizeof(msg) + CRYPTO_BLOB_OVERHEAD], b2[sizeof(b1)], out[sizeof(msg)];
 	assert_int_equal(crypto_seal_blob(f->cc, f->chain, "state", msg, n, b1), 0);
 	assert_int_equal(crypto_seal_blob(f->cc, f->chain, "state", msg, n, b2), 0);
-	assert_memory_not_equal(b1, b2, sizeof(b1)); /* random nonce */
+	assert_memory_not_equal(b1, b2, sizeof(b1));	       /* random nonce */
 	assert_int_equal(b1[0] & b1[1] & b1[2] & b1[3], 0xff); /* reserved layer */
 	assert_int_equal(crypto_open_blob(f->cc, f->chain, "state", b1, sizeof(b1), out), 0);
 	assert_string_equal((char *)out, msg);
@@ -246,9 +241,8 @@ static void test_key_import_and_lock(void **state)
 	assert_int_equal(crypto_key_import(crypto_key_bytes(f->key), &k2), 0);
 	assert_memory_equal(crypto_key_bytes(k2), crypto_key_bytes(f->key), CRYPTO_KEY_LEN);
 	assert_int_equal(crypto_ctx_new(k2, &cc2), 0);
-	assert_int_equal(crypto_open_page(cc2, f->chain, 3, 1, f->cipher[1], PAGE, f->out,
-					  f->tag[1]),
-			 0);
+	assert_int_equal(
+	    crypto_open_page(cc2, f->chain, 3, 1, f->cipher[1], PAGE, f->out, f->tag[1]), 0);
 	assert_memory_equal(f->out, f->plain[1], PAGE);
 	print_message("data key mlock'ed: %s\n", crypto_key_locked(k2) ? "yes" : "no");
 	crypto_ctx_free(cc2);
@@ -266,14 +260,14 @@ static void test_key_import_and_lock(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_nonce_unique, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_layer_overflow_rejected, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_aad_binding, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_swap_pages, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_tamper, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_key_import_and_lock, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_nonce_unique, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_layer_overflow_rejected, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_aad_binding, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_swap_pages, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_tamper, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_key_import_and_lock, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

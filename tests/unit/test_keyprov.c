@@ -1,4 +1,4 @@
-/* Unit tests of key providers (real key-cmd subprocesses, a real SoftHSM2 token) and the keys file. */
+/* Unit tests of key providers (real key-cmd processes, a real SoftHSM2 token), the keys file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -177,10 +177,10 @@ static void test_cmd_refuses(void **state)
 {
 	(void)state;
 	char err[512];
-	uint8_t w[32] = { 1 };
+	uint8_t w[32] = {1};
 	struct keyprov *kp =
-		prov(KEYPROV_CMD, "f() { echo; echo 'KEK disabled by admin' >&2; echo more >&2; "
-				  "exit 3; }; f");
+	    prov(KEYPROV_CMD, "f() { echo; echo 'KEK disabled by admin' >&2; echo more >&2; "
+			      "exit 3; }; f");
 	assert_int_equal(unwrap_err(kp, w, sizeof(w), err, sizeof(err)), -EKEYREJECTED);
 	assert_string_equal(err, "key provider refused to unwrap the data key: key-cmd unwrap "
 				 "exited with status 3: KEK disabled by admin; the KEK may be "
@@ -213,7 +213,8 @@ static void test_cmd_kek_file_revoked(void **state)
 	assert_int_equal(unwrap_err(kp, w, wl, err, sizeof(err)), -EKEYREJECTED);
 	print_message("%s\n", err);
 	assert_non_null(strstr(err, "key provider refused to unwrap the data key: "));
-	assert_non_null(strstr(err, "is not readable (deleted or revoked?); the KEK may be revoked"));
+	assert_non_null(
+	    strstr(err, "is not readable (deleted or revoked?); the KEK may be revoked"));
 	assert_int_equal(rename(moved, e->kek_a), 0);
 	/* tampered wrapped key: OAEP rejects it */
 	w[100] ^= 1;
@@ -232,7 +233,7 @@ static void test_cmd_bad_output(void **state)
 {
 	(void)state;
 	char err[512];
-	uint8_t w[32] = { 1 };
+	uint8_t w[32] = {1};
 	struct keyprov *kp = prov(KEYPROV_CMD, "f() { echo 'not base64!'; }; f");
 	assert_int_equal(unwrap_err(kp, w, sizeof(w), err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "did not print base64"));
@@ -276,11 +277,15 @@ static void test_spec_and_config(void **state)
 	assert_int_equal(keyprov_new(KEYPROV_CMD, "", &kp, err, sizeof(err)), -EINVAL);
 	assert_int_equal(keyprov_new(KEYPROV_CMD, "a\nb", &kp, err, sizeof(err)), -EINVAL);
 	static const char *bad[] = {
-		"pkcs11:object=k",		  "pkcs11:token=t",
-		"pkcs11:token=t;object=k;pin-value=1234", "pkcs11:token=t;object=k;colour=red",
-		"pkcs11:token=t;object=%zz",	  "pkcs11:token=t;object=k%4",
-		"pkcs11:token=t;object",	  "token=t;object=k",
-		"pkcs11:token=123456789012345678901234567890123;object=k",
+	    "pkcs11:object=k",
+	    "pkcs11:token=t",
+	    "pkcs11:token=t;object=k;pin-value=1234",
+	    "pkcs11:token=t;object=k;colour=red",
+	    "pkcs11:token=t;object=%zz",
+	    "pkcs11:token=t;object=k%4",
+	    "pkcs11:token=t;object",
+	    "token=t;object=k",
+	    "pkcs11:token=123456789012345678901234567890123;object=k",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = 0;
@@ -393,7 +398,7 @@ static void test_keyfile_corrupt(void **state)
 	read_all(path, orig, sizeof(orig), &len);
 	assert_int_equal(len, 56 + strlen("f() { cat; }; f") + 32 + 4);
 
-	static const size_t cuts[] = { 0, 7, 55, 59, 80 };
+	static const size_t cuts[] = {0, 7, 55, 59, 80};
 	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
 		expect_bad(dir, orig, cuts[i], -EINVAL, "truncated");
 	expect_bad(dir, orig, len - 1, -EINVAL, "truncated");
@@ -716,23 +721,20 @@ static int have(const char *what)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest cmd_tests[] = {
-		cmocka_unit_test(test_cmd_round_trip),
-		cmocka_unit_test(test_cmd_refuses),
-		cmocka_unit_test(test_cmd_kek_file_revoked),
-		cmocka_unit_test(test_cmd_bad_output),
-		cmocka_unit_test(test_spec_and_config),
-		cmocka_unit_test(test_keyfile_create_open),
-		cmocka_unit_test(test_keyfile_corrupt),
-		cmocka_unit_test(test_layer_ids),
-		cmocka_unit_test(test_rekey_cmd),
+	    cmocka_unit_test(test_cmd_round_trip),
+	    cmocka_unit_test(test_cmd_refuses),
+	    cmocka_unit_test(test_cmd_kek_file_revoked),
+	    cmocka_unit_test(test_cmd_bad_output),
+	    cmocka_unit_test(test_spec_and_config),
+	    cmocka_unit_test(test_keyfile_create_open),
+	    cmocka_unit_test(test_keyfile_corrupt),
+	    cmocka_unit_test(test_layer_ids),
+	    cmocka_unit_test(test_rekey_cmd),
 	};
 	const struct CMUnitTest p11_tests[] = {
-		cmocka_unit_test(test_p11_round_trip),
-		cmocka_unit_test(test_p11_pin),
-		cmocka_unit_test(test_p11_errors),
-		cmocka_unit_test(test_rekey_cmd_p11),
-		cmocka_unit_test(test_p11_revoke),
-		cmocka_unit_test(test_cli_rekey),
+	    cmocka_unit_test(test_p11_round_trip), cmocka_unit_test(test_p11_pin),
+	    cmocka_unit_test(test_p11_errors),	   cmocka_unit_test(test_rekey_cmd_p11),
+	    cmocka_unit_test(test_p11_revoke),	   cmocka_unit_test(test_cli_rekey),
 	};
 	if (!have("openssl")) {
 		fprintf(stderr, "skip: no openssl command for tools/key-cmd-openssl\n");
