@@ -37,8 +37,8 @@ struct api_clone {
 	uint64_t cid;
 	char api_sock[108];
 	char vsock_uds[108];
-	char snapshot_dir[256];
-	char console[256];
+	char snapshot_dir[4096];
+	char console[4200];
 };
 
 /*

@@ -1,0 +1,311 @@
+/* `cove restore DIR`: rebuild a sandbox from a snapshot chain in a new process; RAM is mapped lazily, the guest runs at once. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "board_state.h"
+#include "chain.h"
+#include "commands.h"
+#include "errmsg.h"
+#include "kvm_state.h"
+#include "layer_restore.h"
+#include "machine_config.h"
+#include "options.h"
+#include "sandbox.h"
+#include "state_file.h"
+
+static const char restore_usage[] =
+	"usage: cove restore DIR [options]\n"
+	"Start a sandbox from the snapshot chain in DIR (the latest layer unless --layer).\n"
+	"Memory is mapped from the layer files and read only when the guest touches it.\n"
+	"\n"
+	"  --layer ID          restore this layer instead of the latest\n"
+	"  --api-sock PATH     serve the control API on this Unix socket\n"
+	"  --console FILE      serial console to FILE instead of stdout\n"
+	"  --vsock-uds PATH    host side of vsock (default: the one saved); a clone needs its own\n"
+	"  --vsock-cid N       the guest's new context id (the guest re-reads it)\n"
+	"  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
+	"                      latest layer, continuing its chain incrementally)\n"
+	"  --snapshot-interval T, --snapshot-keep N   as for cove run\n"
+	"  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
+	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
+	"\n"
+	"Exit status: as cove run; 1 with one line on stderr if the snapshot cannot be used.\n";
+
+struct restore_opts {
+	const char *dir;
+	uint64_t layer; /* 0: latest */
+	const char *api_sock, *console, *vsock_uds, *snap_dir;
+	uint64_t vsock_cid, interval_ms;
+	int keep;
+	int ready_fd;
+	enum log_level level;
+};
+
+enum { O_LAYER = 256, O_API, O_CONSOLE, O_UDS, O_CID, O_SDIR, O_SINT, O_SKEEP, O_READY, O_LOG };
+
+static const struct option long_opts[] = {
+	{ "layer", required_argument, NULL, O_LAYER },
+	{ "api-sock", required_argument, NULL, O_API },
+	{ "console", required_argument, NULL, O_CONSOLE },
+	{ "vsock-uds", required_argument, NULL, O_UDS },
+	{ "vsock-cid", required_argument, NULL, O_CID },
+	{ "snapshot-dir", required_argument, NULL, O_SDIR },
+	{ "snapshot-interval", required_argument, NULL, O_SINT },
+	{ "snapshot-keep", required_argument, NULL, O_SKEEP },
+	{ "ready-fd", required_argument, NULL, O_READY },
+	{ "log-level", required_argument, NULL, O_LOG },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, size_t errlen)
+{
+	memset(o, 0, sizeof(*o));
+	o->ready_fd = -1;
+	o->level = LOG_WARN;
+	optind = 0;
+	opterr = 0;
+	uint64_t v;
+	for (;;) {
+		int c = getopt_long(argc, argv, ":h", long_opts, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case 'h':
+			return 1;
+		case O_LAYER:
+			if (parse_u64(optarg, 1, UINT64_MAX, &o->layer))
+				return errmsg(err, errlen, -EINVAL, "--layer: '%s' is not a layer id", optarg);
+			break;
+		case O_API:
+			o->api_sock = optarg;
+			break;
+		case O_CONSOLE:
+			o->console = optarg;
+			break;
+		case O_UDS:
+			if (!*optarg || strlen(optarg) > 96)
+				return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
+			o->vsock_uds = optarg;
+			break;
+		case O_CID:
+			if (parse_u64(optarg, 3, UINT32_MAX, &o->vsock_cid))
+				return errmsg(err, errlen, -EINVAL,
+					      "--vsock-cid: '%s' is not a number from 3 to 4294967295", optarg);
+			break;
+		case O_SDIR:
+			if (!*optarg || strlen(optarg) > 3800)
+				return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
+			o->snap_dir = optarg;
+			break;
+		case O_SINT:
+			if (parse_duration_ms(optarg, &o->interval_ms) || o->interval_ms < 10 ||
+			    o->interval_ms > 86400000ULL)
+				return errmsg(err, errlen, -EINVAL,
+					      "--snapshot-interval: '%s' is not a duration from 10ms to 24h", optarg);
+			break;
+		case O_SKEEP:
+			if (parse_u64(optarg, 1, 200, &v))
+				return errmsg(err, errlen, -EINVAL, "--snapshot-keep: '%s' is not 1..200", optarg);
+			o->keep = (int)v;
+			break;
+		case O_READY:
+			if (parse_u64(optarg, 3, 1 << 20, &v))
+				return errmsg(err, errlen, -EINVAL, "--ready-fd: '%s' is not a file descriptor", optarg);
+			o->ready_fd = (int)v;
+			break;
+		case O_LOG:
+			if (log_level_parse(optarg, &o->level))
+				return errmsg(err, errlen, -EINVAL, "--log-level: '%s' is not one of error, warn, info, debug", optarg);
+			break;
+		case ':':
+			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);
+		default:
+			return errmsg(err, errlen, -EINVAL, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind != argc - 1)
+		return errmsg(err, errlen, -EINVAL, optind >= argc ? "the chain directory DIR is required"
+								   : "unexpected argument '%s'",
+			      optind < argc ? argv[optind + 1] : "");
+	o->dir = argv[optind];
+	if (o->vsock_cid && !o->vsock_uds)
+		return errmsg(err, errlen, -EINVAL, "--vsock-cid needs --vsock-uds (a clone's own socket)");
+	if (o->interval_ms && !o->snap_dir && 0)
+		return -EINVAL;
+	return 0;
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Everything about the snapshot that can be checked without a VM, checked before one exists. */
+struct plan {
+	struct chain chain;
+	int idx;
+	struct layer_set ls;
+	uint8_t *state;
+	size_t state_len;
+	struct state_section_ref *secs;
+	size_t nsecs;
+	struct machine_config mc;
+};
+
+static int plan_load(struct plan *p, const struct restore_opts *o, char *err, size_t errlen)
+{
+	int r = chain_load(o->dir, &p->chain, err, errlen);
+	if (r == -ENOENT)
+		return errmsg(err, errlen, r, "%s holds no snapshot chain (no chain.json)", o->dir);
+	if (r)
+		return r;
+	if (!p->chain.nr_layers)
+		return errmsg(err, errlen, -EINVAL, "the chain in %s has no layers", o->dir);
+	p->idx = p->chain.nr_layers - 1;
+	if (o->layer) {
+		p->idx = -1;
+		for (int i = 0; i < p->chain.nr_layers; i++)
+			if (p->chain.layers[i].id == o->layer)
+				p->idx = i;
+		if (p->idx < 0)
+			return errmsg(err, errlen, -ENOENT, "the chain in %s has no layer %llu", o->dir,
+				      (unsigned long long)o->layer);
+	}
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", o->dir, p->chain.layers[p->idx].state);
+	r = state_read_file(path, &p->state, &p->state_len, err, errlen);
+	if (r)
+		return r;
+	char e2[200];
+	r = state_parse(p->state, p->state_len, &p->secs, &p->nsecs, e2, sizeof(e2));
+	if (r)
+		return errmsg(err, errlen, r, "%s: %s", path, e2);
+	const struct state_section_ref *cfg = state_find(p->secs, p->nsecs, SEC_CONFIG, 0);
+	if (!cfg)
+		return errmsg(err, errlen, -EINVAL, "%s: no machine description", path);
+	r = machine_config_parse((const char *)cfg->payload, cfg->len, &p->mc, err, errlen);
+	if (r)
+		return r;
+	if (p->mc.mem_size != p->chain.ram_size)
+		return errmsg(err, errlen, -EINVAL, "%s: RAM size differs from the chain's", path);
+	return layer_set_open(&p->ls, &p->chain, p->idx, err, errlen);
+}
+
+static void plan_free(struct plan *p)
+{
+	layer_set_close(&p->ls);
+	free(p->secs);
+	free(p->state);
+}
+
+static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct restore_opts *o)
+{
+	char err[512];
+	uint64_t t0 = now_us();
+	if (o->vsock_uds) {
+		if (!p->mc.vsock_cid) {
+			log_err(&sb->log, "--vsock-uds: the snapshot has no vsock device");
+			return 1;
+		}
+		snprintf(p->mc.vsock_uds, sizeof(p->mc.vsock_uds), "%s", o->vsock_uds);
+		if (o->vsock_cid)
+			p->mc.vsock_cid = o->vsock_cid;
+	}
+	const struct mem_layer *base = &p->ls.layers[0];
+	/* Logging from the start: the restored sandbox can go on with incremental snapshots. */
+	if (sandbox_build(sb, &p->mc, true, base->fd, base->info.data_off))
+		return 1;
+	uint64_t copied = 0;
+	int r = layer_set_apply(&p->ls, sb->vm.mem.host, &copied);
+	if (r) {
+		log_err(&sb->log, "cannot read the memory layers: %s", strerror(-r));
+		return 1;
+	}
+	if (kvm_state_restore(&sb->vm, p->secs, p->nsecs, err, sizeof(err)) ||
+	    board_restore(&sb->board, p->secs, p->nsecs, err, sizeof(err))) {
+		log_err(&sb->log, "%s", err);
+		return 1;
+	}
+	board_resume_restored(&sb->board, &sb->log);
+	bool latest = p->idx == p->chain.nr_layers - 1;
+	const char *sdir = o->snap_dir ? o->snap_dir : latest ? o->dir : NULL;
+	if (o->snap_dir && !latest && !strcmp(o->snap_dir, o->dir)) {
+		log_err(&sb->log, "--snapshot-dir: an older layer cannot continue its own chain; "
+				  "give another directory");
+		return 1;
+	}
+	if (sdir) {
+		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))
+			return 1;
+		/* Same chain, latest layer: the next snapshot may be incremental. */
+		if (!strcmp(sdir, o->dir) && latest)
+			snap_ctx_adopt_chain(&sb->snap, &p->chain);
+	} else if (o->interval_ms) {
+		log_err(&sb->log, "--snapshot-interval needs --snapshot-dir when restoring an older layer");
+		return 1;
+	}
+	log_info(&sb->log, "restored layer %llu of %s: %d layer(s), %llu increment pages copied, %llu us",
+		 (unsigned long long)p->chain.layers[p->idx].id, o->dir, p->ls.nr,
+		 (unsigned long long)copied, (unsigned long long)(now_us() - t0));
+	layer_set_close(&p->ls);
+	sb->ready_fd = o->ready_fd;
+	return sandbox_serve(sb, o->api_sock);
+}
+
+int cmd_restore(int argc, char **argv)
+{
+	struct restore_opts o;
+	char err[512];
+	int r = parse_opts(argc, argv, &o, err, sizeof(err));
+	if (r == 1) {
+		fputs(restore_usage, stdout);
+		return 0;
+	}
+	if (r) {
+		fprintf(stderr, "cove restore: %s (try 'cove restore --help')\n", err);
+		return 2;
+	}
+	struct plan *p = calloc(1, sizeof(*p));
+	struct sandbox *sb = calloc(1, sizeof(*sb));
+	int status = 1;
+	if (!p || !sb) {
+		fprintf(stderr, "cove restore: out of memory\n");
+		goto out;
+	}
+	r = plan_load(p, &o, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "cove restore: %s\n", err);
+		if (o.ready_fd >= 0)
+			dprintf(o.ready_fd, "%s\n", err);
+		goto out;
+	}
+	if (sandbox_init(sb, o.console, o.level) == 0)
+		status = restore_and_serve(sb, p, &o);
+	if (status && sb->ready_fd < 0 && o.ready_fd >= 0 && vm_get_state(&sb->vm) == VM_NOT_STARTED)
+		dprintf(o.ready_fd, "restore failed (see its log)\n");
+	sandbox_destroy(sb);
+out:
+	if (p)
+		plan_free(p);
+	free(p);
+	free(sb);
+	return status;
+}

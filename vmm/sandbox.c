@@ -1,0 +1,469 @@
+/* One sandbox process: the VM, its board, console, signals, control API and snapshots, served from one event loop. */
+#include "sandbox.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "errmsg.h"
+#include "vm_api.h"
+
+extern char **environ;
+
+/* The API backend's opaque pointer is the VM (vm_api.c); snapshot hooks need its sandbox. */
+static struct sandbox *sandbox_of(void *vm)
+{
+	return (struct sandbox *)((char *)vm - offsetof(struct sandbox, vm));
+}
+
+static void on_stop(void *opaque, uint32_t events)
+{
+	struct sandbox *c = opaque;
+	(void)events;
+	uint64_t v;
+	if (read(c->vm.stop_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn(&c->log, "reading stop eventfd: %s", strerror(errno));
+	evloop_stop(&c->vm.loop);
+}
+
+static void on_signal(void *opaque, uint32_t events)
+{
+	struct sandbox *c = opaque;
+	(void)events;
+	struct signalfd_siginfo si;
+	if (read(c->sig_fd, &si, sizeof(si)) != sizeof(si))
+		return;
+	vm_request_stop(&c->vm, 0, "stopped by %s", strsignal((int)si.ssi_signo));
+}
+
+static void on_stdin(void *opaque, uint32_t events)
+{
+	struct sandbox *c = opaque;
+	uint8_t buf[256];
+	ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+	if (n > 0) {
+		size_t took = serial_push_input(&c->board.com1, buf, (size_t)n);
+		if (took < (size_t)n)
+			log_warn(&c->log, "console input: guest is not reading, dropped %zu bytes",
+				 (size_t)n - took);
+		return;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	(void)events;
+	/* End of input (or an error): stop watching, the guest keeps running. */
+	evloop_del(&c->vm.loop, STDIN_FILENO);
+}
+
+int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level level)
+{
+	memset(sb, 0, sizeof(*sb));
+	sb->sig_fd = sb->timer_fd = sb->ready_fd = -1;
+	sb->log = (struct logger){ .level = level, .out = stderr };
+	sb->log_level = level;
+	sb->console_path = console_path;
+	if (!console_path)
+		sb->console_fd = dup(STDOUT_FILENO);
+	else
+		sb->console_fd = open(console_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (sb->console_fd < 0) {
+		int e = errno;
+		log_err(&sb->log, "cannot open console %s: %s", console_path ? console_path : "stdout",
+			strerror(e));
+		return -e;
+	}
+	/* SIGINT/SIGTERM/SIGHUP arrive through a signalfd; vCPU threads inherit the blocked mask. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	if (pthread_sigmask(SIG_BLOCK, &set, NULL))
+		return -EINVAL;
+	signal(SIGPIPE, SIG_IGN);
+	/* Clones started by PUT /fork are reaped by the kernel: they outlive us anyway. */
+	signal(SIGCHLD, SIG_IGN);
+	sb->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sb->sig_fd < 0) {
+		log_err(&sb->log, "cannot set up signal handling");
+		return -errno;
+	}
+	return 0;
+}
+
+int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty,
+		  int mem_fd, uint64_t mem_off)
+{
+	sb->mc = *mc;
+	struct vm_config cfg = {
+		.mem_size = mc->mem_size,
+		.nr_vcpus = mc->vcpus,
+		.track_dirty = track_dirty,
+		.mem_from_file = mem_fd >= 0,
+		.mem_file_fd = mem_fd,
+		.mem_file_off = mem_off,
+	};
+	sb->vm_created = true; /* vm_create cleans up after itself but leaves a destroyable vm */
+	int r = vm_create(&sb->vm, &cfg, &sb->log);
+	if (r)
+		return r;
+	r = board_create(&sb->board, &sb->vm, sb->console_fd);
+	if (r)
+		return r;
+	sb->board_created = true;
+	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->nr_disks);
+	if (r)
+		return r;
+	if (mc->vsock_cid) {
+		r = board_add_vsock(&sb->board, &sb->vm, mc->vsock_cid, mc->vsock_uds);
+		if (r)
+			return r;
+	}
+	/* What a snapshot records so restore can build the same machine. */
+	struct run_opts o = { .mem_size = mc->mem_size, .vcpus = mc->vcpus, .nr_disks = mc->nr_disks,
+			      .vsock_cid = mc->vsock_cid, .vsock_uds = mc->vsock_uds };
+	memcpy(o.disks, mc->disks, sizeof(o.disks));
+	sb->config_json = machine_config_json(&o);
+	return sb->config_json ? 0 : -ENOMEM;
+}
+
+int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep)
+{
+	char err[256];
+	if (sb->snap_ready)
+		snap_ctx_free(&sb->snap);
+	sb->snap_ready = false;
+	int r = snap_ctx_init(&sb->snap, &sb->vm, &sb->board, sb->config_json, dir, err,
+			      sizeof(err));
+	if (r) {
+		log_err(&sb->log, "%s", err);
+		return r;
+	}
+	if (keep)
+		sb->snap.keep = keep;
+	sb->snap_keep = keep;
+	sb->snap_interval_ms = interval_ms;
+	sb->snap_ready = true;
+	return 0;
+}
+
+static void log_snapshot(struct sandbox *sb, const struct snap_stats *st)
+{
+	log_info(&sb->log,
+		 "snapshot: layer %llu (%s): %llu pages, %llu stored (%llu KiB), paused %llu us, "
+		 "written in %llu us%s",
+		 (unsigned long long)st->layer_id, st->full ? "full" : "diff",
+		 (unsigned long long)st->pages, (unsigned long long)st->stored,
+		 (unsigned long long)(st->bytes >> 10), (unsigned long long)st->pause_us,
+		 (unsigned long long)st->write_us, st->compacted ? ", chain compacted" : "");
+}
+
+static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snapshot_result *out,
+		       char *err, size_t errlen)
+{
+	struct sandbox *sb = sandbox_of(opaque);
+	if (dir && (!sb->snap_ready || strcmp(dir, sb->snap.dir))) {
+		int r = sandbox_snapshots(sb, dir, sb->snap_interval_ms, sb->snap_keep);
+		if (r)
+			return errmsg(err, errlen, r, "cannot use snapshot directory %s", dir);
+	}
+	if (!sb->snap_ready)
+		return errmsg(err, errlen, -EINVAL,
+			      "no snapshot directory: give 'snapshot_dir' or start with --snapshot-dir");
+	struct snap_stats st;
+	int r = snap_create(&sb->snap, full, &st, err, errlen);
+	if (r) {
+		sb->snaps_failed++;
+		return r;
+	}
+	sb->snaps_taken++;
+	log_snapshot(sb, &st);
+	*out = (struct api_snapshot_result){ .layer_id = st.layer_id, .full = st.full,
+					     .compacted = st.compacted, .staged = st.staged,
+					     .pages = st.pages, .stored = st.stored, .bytes = st.bytes,
+					     .pause_us = st.pause_us, .write_us = st.write_us,
+					     .total_us = st.total_us };
+	return 0;
+}
+
+/* Periodic snapshots: full the first time (and after a failure), incremental after. */
+static void on_timer(void *opaque, uint32_t events)
+{
+	struct sandbox *sb = opaque;
+	(void)events;
+	uint64_t ticks;
+	if (read(sb->timer_fd, &ticks, sizeof(ticks)) < 0)
+		return;
+	if (vm_get_state(&sb->vm) != VM_RUNNING)
+		return;
+	struct snap_stats st;
+	char err[256];
+	bool full = !sb->snap.have_base;
+	int r = snap_create(&sb->snap, full, &st, err, sizeof(err));
+	if (r) {
+		sb->snaps_failed++;
+		log_warn(&sb->log, "periodic snapshot failed (the previous one is intact): %s", err);
+		return;
+	}
+	sb->snaps_taken++;
+	log_snapshot(sb, &st);
+}
+
+static int self_exe(char *out, size_t cap)
+{
+	ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+	if (n <= 0)
+		return -errno;
+	out[n] = 0;
+	return 0;
+}
+
+/* Starts one `cove restore` of the layer just written, with its own sockets, CID and chain. */
+static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int k,
+		       struct api_clone *c, int *ready_rd)
+{
+	int g = sb->forks;
+	if (snprintf(c->snapshot_dir, sizeof(c->snapshot_dir), "%s.fork%d-%d", sb->snap.dir, g, k) >=
+		    (int)sizeof(c->snapshot_dir) ||
+	    snprintf(c->console, sizeof(c->console), "%s.console", c->snapshot_dir) >=
+		    (int)sizeof(c->console))
+		return -ENAMETOOLONG;
+	if (sb->api_sock && snprintf(c->api_sock, sizeof(c->api_sock), "%s.fork%d-%d", sb->api_sock,
+				     g, k) >= (int)sizeof(c->api_sock))
+		return -ENAMETOOLONG;
+	if (sb->mc.vsock_cid) {
+		if (snprintf(c->vsock_uds, sizeof(c->vsock_uds), "%s.f%d-%d", sb->mc.vsock_uds, g, k) >
+		    96)
+			return -ENAMETOOLONG;
+		c->cid = sb->mc.vsock_cid + (uint64_t)(g * API_MAX_FORKS + k + 1);
+		if (c->cid > UINT32_MAX)
+			c->cid = 3 + (uint64_t)k;
+	}
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	char layer_s[24], cid_s[24], ready_s[16];
+	snprintf(layer_s, sizeof(layer_s), "%llu", (unsigned long long)layer);
+	snprintf(cid_s, sizeof(cid_s), "%llu", (unsigned long long)c->cid);
+	snprintf(ready_s, sizeof(ready_s), "%d", pfd[1]);
+	const char *argv[24];
+	int n = 0;
+	argv[n++] = "cove";
+	argv[n++] = "restore";
+	argv[n++] = sb->snap.dir;
+	argv[n++] = "--layer";
+	argv[n++] = layer_s;
+	argv[n++] = "--snapshot-dir";
+	argv[n++] = c->snapshot_dir;
+	argv[n++] = "--console";
+	argv[n++] = c->console;
+	argv[n++] = "--ready-fd";
+	argv[n++] = ready_s;
+	if (c->api_sock[0]) {
+		argv[n++] = "--api-sock";
+		argv[n++] = c->api_sock;
+	}
+	if (sb->mc.vsock_cid) {
+		argv[n++] = "--vsock-uds";
+		argv[n++] = c->vsock_uds;
+		argv[n++] = "--vsock-cid";
+		argv[n++] = cid_s;
+	}
+	argv[n] = NULL;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	posix_spawn_file_actions_init(&fa);
+	/* The ready pipe's write end stays open in the child (only it lacks CLOEXEC there). */
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], pfd[1]);
+	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	posix_spawnattr_init(&at);
+	sigset_t none, def;
+	sigemptyset(&none);
+	sigemptyset(&def);
+	sigaddset(&def, SIGPIPE);
+	sigaddset(&def, SIGCHLD);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &def);
+	/* A session of its own: a clone outlives this process and its terminal. */
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+	pid_t pid;
+	int r = posix_spawn(&pid, exe, &fa, &at, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	close(pfd[1]);
+	if (r) {
+		close(pfd[0]);
+		return -r;
+	}
+	c->pid = (int)pid;
+	*ready_rd = pfd[0];
+	return 0;
+}
+
+/* Waits (up to 10 s) for the clone to say it runs; its one-line error otherwise. */
+static int wait_ready(int fd, char *err, size_t errlen)
+{
+	char buf[256];
+	size_t got = 0;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		fd_set rs;
+		FD_ZERO(&rs);
+		FD_SET(fd, &rs);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long left = 10000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return errmsg(err, errlen, -ETIMEDOUT, "a clone did not start within 10 s");
+		struct timeval tv = { left / 1000, (left % 1000) * 1000 };
+		int k = select(fd + 1, &rs, NULL, NULL, &tv);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			continue;
+		ssize_t m = read(fd, buf + got, sizeof(buf) - 1 - got);
+		if (m <= 0)
+			break;
+		got += (size_t)m;
+		if (memchr(buf, '\n', got) || got == sizeof(buf) - 1)
+			break;
+	}
+	buf[got] = 0;
+	if (!strncmp(buf, "ok\n", 3))
+		return 0;
+	char *nl = strchr(buf, '\n');
+	if (nl)
+		*nl = 0;
+	return errmsg(err, errlen, -EIO, "a clone failed to start: %s",
+		      got ? buf : "it exited without a word");
+}
+
+static int be_fork(void *opaque, int count, struct api_clone *out, char *err, size_t errlen)
+{
+	struct sandbox *sb = sandbox_of(opaque);
+	if (!sb->snap_ready)
+		return errmsg(err, errlen, -EINVAL, "fork needs a snapshot directory (--snapshot-dir)");
+	char exe[4096];
+	int r = self_exe(exe, sizeof(exe));
+	if (r)
+		return errmsg(err, errlen, r, "cannot find the cove binary: %s", strerror(-r));
+	struct snap_stats st;
+	r = snap_create(&sb->snap, !sb->snap.have_base, &st, err, errlen);
+	if (r)
+		return r;
+	log_snapshot(sb, &st);
+	int fds[API_MAX_FORKS];
+	int started = 0;
+	for (int k = 0; k < count; k++) {
+		r = spawn_clone(sb, exe, st.layer_id, k, &out[k], &fds[k]);
+		if (r) {
+			errmsg(err, errlen, r, "cannot start clone %d: %s", k, strerror(-r));
+			break;
+		}
+		started++;
+	}
+	/* Clones restore in parallel; wait for each to run. */
+	for (int k = 0; k < started; k++) {
+		char e2[256];
+		int w = wait_ready(fds[k], e2, sizeof(e2));
+		close(fds[k]);
+		if (w && !r) {
+			r = w;
+			errmsg(err, errlen, w, "%s", e2);
+		}
+	}
+	sb->forks++;
+	return r;
+}
+
+int sandbox_serve(struct sandbox *sb, const char *api_sock)
+{
+	struct evloop *loop = &sb->vm.loop;
+	sb->api_sock = api_sock;
+	if (evloop_add(loop, sb->vm.stop_efd, EPOLLIN, on_stop, sb) ||
+	    evloop_add(loop, sb->sig_fd, EPOLLIN, on_signal, sb)) {
+		log_err(&sb->log, "cannot set up the event loop");
+		return 1;
+	}
+	/* stdin may be a file or /dev/null, which epoll refuses: then there is no console input. */
+	if (evloop_add(loop, STDIN_FILENO, EPOLLIN, on_stdin, sb))
+		log_debug(&sb->log, "console input disabled (stdin cannot be polled)");
+	if (sb->snap_ready && sb->snap_interval_ms) {
+		sb->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+		struct itimerspec its = { 0 };
+		its.it_interval.tv_sec = (time_t)(sb->snap_interval_ms / 1000);
+		its.it_interval.tv_nsec = (long)(sb->snap_interval_ms % 1000) * 1000000;
+		its.it_value = its.it_interval;
+		if (sb->timer_fd < 0 || timerfd_settime(sb->timer_fd, 0, &its, NULL) < 0 ||
+		    evloop_add(loop, sb->timer_fd, EPOLLIN, on_timer, sb)) {
+			log_err(&sb->log, "cannot set up the snapshot timer");
+			return 1;
+		}
+	}
+	if (api_sock) {
+		vm_api_backend(&sb->vm, &sb->be);
+		sb->be.snapshot = be_snapshot;
+		sb->be.fork = be_fork;
+		int r = api_server_start(&sb->api, api_sock, &sb->be, loop);
+		if (r) {
+			log_err(&sb->log, "cannot serve the API on %s: %s", api_sock, strerror(-r));
+			return 1;
+		}
+	}
+	int r = vm_start(&sb->vm);
+	if (sb->ready_fd >= 0) {
+		if (r)
+			dprintf(sb->ready_fd, "cannot start the vCPUs: %s\n", strerror(-r));
+		else
+			dprintf(sb->ready_fd, "ok\n");
+		close(sb->ready_fd);
+		sb->ready_fd = -1;
+	}
+	if (!r)
+		r = evloop_run(loop);
+	if (r)
+		vm_request_stop(&sb->vm, 1, "event loop failed: %s", strerror(-r));
+	vm_join(&sb->vm);
+	int status = sb->vm.exit.status;
+	if (status)
+		log_err(&sb->log, "%s", sb->vm.exit.reason);
+	else
+		log_info(&sb->log, "%s", sb->vm.exit.reason);
+	if (sb->snaps_taken || sb->snaps_failed)
+		log_info(&sb->log, "snapshots: %llu taken, %llu failed",
+			 (unsigned long long)sb->snaps_taken, (unsigned long long)sb->snaps_failed);
+	if (sb->api)
+		api_server_stop(sb->api);
+	sb->api = NULL;
+	return status;
+}
+
+void sandbox_destroy(struct sandbox *sb)
+{
+	if (sb->snap_ready)
+		snap_ctx_free(&sb->snap);
+	if (sb->board_created)
+		board_destroy(&sb->board);
+	if (sb->vm_created)
+		vm_destroy(&sb->vm);
+	free(sb->config_json);
+	if (sb->timer_fd >= 0)
+		close(sb->timer_fd);
+	if (sb->sig_fd >= 0)
+		close(sb->sig_fd);
+	if (sb->console_fd >= 0)
+		close(sb->console_fd);
+	if (sb->ready_fd >= 0)
+		close(sb->ready_fd);
+}

@@ -1,0 +1,50 @@
+/* One sandbox process: the VM, its board, console, signals, control API and snapshots, served from one event loop. */
+#ifndef COVE_SANDBOX_H
+#define COVE_SANDBOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api.h"
+#include "board.h"
+#include "machine_config.h"
+#include "snapshot.h"
+#include "vm.h"
+
+struct sandbox {
+	struct vm vm;
+	struct board board;
+	struct logger log;
+	struct api_backend be;
+	struct api_server *api;
+	int console_fd;
+	int sig_fd;
+	int timer_fd; /* periodic snapshots, -1 without */
+	struct machine_config mc;
+	char *config_json;
+	/* Snapshots: set up when a directory is known (--snapshot-dir or the first request). */
+	struct snap_ctx snap;
+	bool snap_ready;
+	int snap_keep;
+	uint64_t snap_interval_ms;
+	uint64_t snaps_taken, snaps_failed;
+	const char *api_sock;
+	const char *console_path;
+	enum log_level log_level;
+	int forks;	     /* PUT /fork calls so far: names clones */
+	int ready_fd;	     /* restore --ready-fd: "ok\n" once running, -1 without */
+	bool vm_created, board_created;
+};
+
+/* Opens the console (path or stdout) and the signalfd. 0 or -errno. */
+int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level level);
+/* Creates the VM and its devices as `mc` describes (RAM from a layer file when mem_fd >= 0). */
+int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty,
+		  int mem_fd, uint64_t mem_off);
+/* Sets the snapshot directory (and interval/keep); may be called before sandbox_serve. */
+int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep);
+/* Serves until the VM stops; returns the process exit status. */
+int sandbox_serve(struct sandbox *sb, const char *api_sock);
+void sandbox_destroy(struct sandbox *sb);
+
+#endif
