@@ -97,7 +97,14 @@ int cmd_exec(int argc, char **argv)
 	if (tty && getenv("TERM"))
 		json_array_append_new(env, json_pack("s++", "TERM", "=", getenv("TERM")));
 
-	if (agent_resolve(sandbox, uds, sizeof(uds), err, sizeof(err)) < 0) {
+	/* With --wait the socket itself may not exist yet: cove run creates it while starting. */
+	for (double waited = 0;; waited += 0.2) {
+		ret = agent_resolve(sandbox, uds, sizeof(uds), err, sizeof(err));
+		if (ret == 0 || ret != -ENOENT || waited >= wait_s)
+			break;
+		usleep(200 * 1000);
+	}
+	if (ret < 0) {
 		fprintf(stderr, "cove exec: %s\n", err);
 		return 1;
 	}
@@ -107,6 +114,8 @@ int cmd_exec(int argc, char **argv)
 		fprintf(stderr, "cove exec: bad argument (not UTF-8?)\n");
 		return 2;
 	}
+	if (detach)
+		json_object_set_new(req, "detach", json_true());
 	if (cwd)
 		json_object_set_new(req, "cwd", json_string(cwd));
 	if (user)

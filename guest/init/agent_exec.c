@@ -657,6 +657,15 @@ int exec_handle(struct agent *ag, int fd, json_t *msg)
 		ret = session_spawn(ag, &r, &s, err, sizeof(err));
 	if (ret < 0)
 		return wire_reply_error(fd, "%s", err);
+	if (json_is_true(json_object_get(msg, "detach"))) {
+		/* Nobody attached: all output waits for cove attach. */
+		pthread_mutex_lock(&ag->lock);
+		reply = json_pack("{s:b,s:s,s:i}", "ok", 1, "session", s->id, "pid", (int)s->pid);
+		pthread_mutex_unlock(&ag->lock);
+		ret = reply ? wire_msg_write(fd, reply) : -ENOMEM;
+		json_decref(reply);
+		return ret;
+	}
 	pthread_mutex_lock(&ag->lock);
 	gen = attach_locked(s, fd);
 	reply = json_pack("{s:b,s:s,s:i}", "ok", 1, "session", s->id, "pid", (int)s->pid);

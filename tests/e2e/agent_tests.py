@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""e2e: cove-init's guest agent (cove exec/attach/cp/forward/ps, identity events) and, with
+cove-broker, cove-fetch's credential requests from the guest. Runs in the KVM box beside
+box_tests.py (which imports TESTS from here); `python3 agent_tests.py --local` runs the same
+checks on a development machine against `cove-init agent --unix PATH` (no VM: no clock or RNG
+change, cove-fetch runs on the host) with COVE, COVE_INIT, COVE_FETCH and COVE_BROKER set.
+"""
+import base64
+import hashlib
+import http.server
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import box_tests as bt
+
+STATE = "/tmp/cove-state"
+LOCAL = "--local" in sys.argv
+COVE = os.environ.get("COVE", bt.COVE)
+BROKER = os.environ.get("COVE_BROKER", "/work/cove-broker")
+HELPER = os.environ.get("COVE_CRED_HELPER", "/work/git-credential-pass")
+AGENT_WAIT = "240"
+ENV = dict(os.environ, COVE_STATE_DIR=STATE)
+
+
+class Sandbox:
+    """A running sandbox registered as STATE/NAME (cove run --vsock-uds STATE/NAME/vsock.sock)."""
+
+    def __init__(self, name, cmd="sleep 1000000", disk=None):
+        self.name = name
+        self.dir = os.path.join(STATE, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.uds = os.path.join(self.dir, "vsock.sock")
+        if os.path.exists(self.uds):
+            os.unlink(self.uds)
+        self.out = tempfile.TemporaryFile()
+        if LOCAL:
+            args = [os.environ["COVE_INIT"], "agent", "--unix", self.uds]
+        else:
+            args = [COVE, "run", "--kernel", bt.BZIMAGE, "--mem", "256M", "--vcpus", "2",
+                    "--vsock-cid", "3", "--vsock-uds", self.uds]
+            if disk:
+                args += ["--disk", disk, "--cmdline", bt.cmdline_for(cmd, bt.DISK_ROOT)]
+            else:
+                args += ["--initrd", bt.INITRD, "--cmdline", bt.cmdline_for(cmd)]
+        self.p = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        r = self.cove("exec", "--wait", AGENT_WAIT, name, "--", "true", timeout=300)
+        bt.check(r.returncode == 0, f"agent never answered: rc={r.returncode} {r.stderr!r}; "
+                 f"console {self.console()[-1500:]!r}")
+        print(f"    agent answered {time.monotonic() - t0:.1f} s after start")
+
+    def cove(self, *args, input=None, timeout=120, **kw):
+        try:
+            return subprocess.run([COVE] + list(args), input=input, capture_output=True,
+                                  timeout=timeout, env=ENV, **kw)
+        except subprocess.TimeoutExpired:
+            raise bt.Failure(f"cove {' '.join(args)[:200]} timed out; console "
+                             f"{self.console()[-1500:]!r}")
+
+    def sh(self, script, **kw):
+        """Runs a shell script in the guest; returns (rc, stdout text, stderr text)."""
+        r = self.cove("exec", self.name, "--", "sh", "-c", script, **kw)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def console(self):
+        self.out.seek(0)
+        return self.out.read().decode(errors="replace")
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+        return self.console()
+
+
+def agent_call(uds, msg):
+    """One request to the agent the raw way (hybrid CONNECT, then a framed JSON message)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(60)
+    s.connect(uds)
+    s.sendall(b"CONNECT 1024\n")
+    line = b""
+    while not line.endswith(b"\n"):
+        b = s.recv(1)
+        bt.check(b, "agent closed during the handshake")
+        line += b
+    bt.check(line.startswith(b"OK "), f"handshake reply {line!r}")
+    data = json.dumps(msg).encode()
+    s.sendall(struct.pack(">I", len(data)) + data)
+    hdr = b""
+    while len(hdr) < 4:
+        hdr += s.recv(4 - len(hdr))
+    (n,) = struct.unpack(">I", hdr)
+    body = b""
+    while len(body) < n:
+        body += s.recv(n - len(body))
+    s.close()
+    return json.loads(body)
+
+
+def identity(uds, epoch, token, time_ns=None, seed=None):
+    return agent_call(uds, {"op": "identity", "epoch": epoch, "token": token,
+                            "seed_b64": base64.b64encode(seed or os.urandom(32)).decode(),
+                            "time_ns": time_ns or time.time_ns()})
+
+
+def test_agent_exec():
+    sb = Sandbox("agentbox")
+    try:
+        r = sb.cove("exec", sb.name, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+        bt.check((r.returncode, r.stdout, r.stderr) == (7, b"out\n", b"err\n"),
+                 f"exit/streams: rc={r.returncode} out={r.stdout!r} err={r.stderr!r}")
+        data = os.urandom(1 << 20)
+        r = sb.cove("exec", sb.name, "--", "sha256sum", input=data)
+        bt.check(r.returncode == 0 and r.stdout.decode().startswith(hashlib.sha256(data).hexdigest()),
+                 f"stdin 1 MiB: rc={r.returncode} {r.stdout[:80]!r} {r.stderr!r}")
+        rc, out, err = sb.sh("kill -TERM $$")
+        bt.check(rc == 143, f"killed by SIGTERM: rc={rc}, want 143")
+        r = sb.cove("exec", sb.name, "--", "/no/such/cmd")
+        err = r.stderr.decode()
+        bt.check(r.returncode == 127 and "exec /no/such/cmd: No such file" in err and
+                 err.count("\n") == 1, f"missing command: rc={r.returncode} {err!r}")
+        r = sb.cove("exec", "--env", "GREETING=hi there", "--cwd", "/tmp", "--user", "1000",
+                    sb.name, "--", "sh", "-c", 'echo "$GREETING|$(pwd)|$(id -u)|$HOME"')
+        # uid 1000 has no /etc/passwd entry in the guest: HOME=/ (the host's may have one).
+        bt.check(re.fullmatch(rb"hi there\|/tmp\|1000\|/.*\n", r.stdout) and
+                 (LOCAL or r.stdout.endswith(b"|/\n")), f"env/cwd/user: {r.stdout!r} {r.stderr!r}")
+        r = sb.cove("exec", "--tty", sb.name, "--", "sh", "-c", "tty; test -t 0 && echo ISATTY")
+        out = r.stdout.decode()
+        bt.check(r.returncode == 0 and "/dev/pts/" in out and "ISATTY" in out,
+                 f"tty: rc={r.returncode} {out!r} {r.stderr!r}")
+        r = sb.cove("exec", "usage-without-command")
+        bt.check(r.returncode == 2 and r.stderr.count(b"\n") == 1, f"usage error: {r.stderr!r}")
+
+        # Two at once: the short one finishes while the long one still runs.
+        t0 = time.monotonic()
+        slow = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c", "sleep 3; echo slow"],
+                                stdout=subprocess.PIPE, env=ENV)
+        time.sleep(0.5)
+        rc, out, _ = sb.sh("echo fast")
+        t_fast = time.monotonic() - t0
+        bt.check(rc == 0 and out == "fast\n" and slow.poll() is None,
+                 f"concurrent exec: fast rc={rc} {out!r} after {t_fast:.1f}s, slow done={slow.poll()}")
+        bt.check(slow.wait(60) == 0 and slow.stdout.read() == b"slow\n", "concurrent exec: slow one")
+        print(f"    second exec answered in {t_fast:.1f} s while the first ran")
+
+        # Signals reach the command's process group.
+        p = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c",
+                              'trap "echo got-INT; exit 9" INT; echo ready; '
+                              'while :; do sleep 0.2; done'], stdout=subprocess.PIPE, env=ENV)
+        bt.check(p.stdout.readline() == b"ready\n", "signal test did not start")
+        p.send_signal(signal.SIGINT)
+        bt.check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(), f"SIGINT forwarded: rc={p.returncode}")
+
+        # Detach, then attach: the buffered output and the status arrive.
+        r = sb.cove("exec", "--detach", sb.name, "--", "sh", "-c", "echo early; sleep 1; echo late; exit 4")
+        sid = r.stdout.decode().strip()
+        bt.check(r.returncode == 0 and re.fullmatch(r"s\d+", sid), f"detach: {r.stdout!r} {r.stderr!r}")
+        r = sb.cove("ps", sb.name)
+        bt.check(sid in r.stdout.decode(), f"cove ps SANDBOX lists {sid}: {r.stdout!r}")
+        r = sb.cove("attach", sb.name, sid)
+        bt.check(r.returncode == 4 and r.stdout == b"early\nlate\n",
+                 f"attach: rc={r.returncode} {r.stdout!r} {r.stderr!r}")
+
+        # A dropped host connection kills nothing: the command goes on, attach picks it up.
+        p = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c",
+                              "echo one; sleep 2; echo two; exit 6"], stdout=subprocess.PIPE, env=ENV)
+        bt.check(p.stdout.readline() == b"one\n", "drop test did not start")
+        p.kill()
+        p.wait()
+        r = sb.cove("ps", sb.name)
+        m = re.search(r"^(s\d+)\s+\d+\s+running\s+no\s+sh", r.stdout.decode(), re.M)
+        bt.check(m, f"session still running after the host dropped: {r.stdout!r}")
+        r = sb.cove("attach", sb.name, m.group(1))
+        bt.check(r.returncode == 6 and r.stdout == b"two\n",
+                 f"attach after drop: rc={r.returncode} {r.stdout!r} {r.stderr!r}")
+
+        r = sb.cove("ps")
+        bt.check(re.search(rf"^{sb.name}\s+\d+\s+running", r.stdout.decode(), re.M),
+                 f"cove ps: {r.stdout!r} {r.stderr!r}")
+        r = sb.cove("exec", "nosuchbox", "--", "true")
+        bt.check(r.returncode == 1 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
+    finally:
+        console = sb.close()
+    bt.check("cove-init: ready" in console or LOCAL, f"console: {console[-800:]!r}")
+
+
+def test_agent_cp_forward():
+    sb = Sandbox("agentcp")
+    fwd = None
+    tmp = tempfile.mkdtemp(prefix="agent-cp-")
+    try:
+        src = os.path.join(tmp, "in.bin")
+        data = os.urandom(3 * 1024 * 1024 + 17)
+        with open(src, "wb") as f:
+            f.write(data)
+        os.chmod(src, 0o640)
+        want = hashlib.sha256(data).hexdigest()
+        gdir = tmp if LOCAL else "/tmp"
+        t0 = time.monotonic()
+        r = sb.cove("cp", src, f"{sb.name}:{gdir}/guest.bin")
+        dt = time.monotonic() - t0
+        bt.check(r.returncode == 0, f"cp in: rc={r.returncode} {r.stderr!r}")
+        rc, out, _ = sb.sh(f"sha256sum {gdir}/guest.bin; stat -c %a {gdir}/guest.bin")
+        bt.check(out.split()[0] == want and out.split()[2] == "640", f"guest copy: {out!r}")
+        back = os.path.join(tmp, "out.bin")
+        r = sb.cove("cp", f"{sb.name}:{gdir}/guest.bin", back)
+        bt.check(r.returncode == 0, f"cp out: rc={r.returncode} {r.stderr!r}")
+        with open(back, "rb") as f:
+            bt.check(hashlib.sha256(f.read()).hexdigest() == want, "cp out: sha256 differs")
+        print(f"    cp in {len(data) / 1e6:.1f} MB in {dt:.2f} s; sha256 matches both ways")
+        r = sb.cove("cp", f"{sb.name}:/no/such/file", back)
+        bt.check(r.returncode == 1 and b"No such file" in r.stderr and r.stderr.count(b"\n") == 1,
+                 f"cp of a missing file: {r.stderr!r}")
+
+        # Port forward: busybox httpd on the guest's loopback, fetched from the host.
+        www = os.path.join(gdir, "www")
+        # In the background, holding nothing of ours open: the exec returns when sh exits.
+        rc, out, err = sb.sh(f"mkdir -p {www} && echo hello-from-guest > {www}/index.html && "
+                             f"cp {gdir}/guest.bin {www}/big.bin && "
+                             f"(busybox httpd -f -p 127.0.0.1:18080 -h {www} >/dev/null 2>&1 &"
+                             f" echo $! > {gdir}/httpd.pid) && sleep 0.5 && echo started")
+        bt.check(rc == 0 and "started" in out, f"httpd: rc={rc} {out!r} {err!r}")
+        fwd = subprocess.Popen([COVE, "forward", sb.name, "0:18080"], stderr=subprocess.PIPE,
+                               env=ENV)
+        line = fwd.stderr.readline().decode()
+        m = re.search(r"127\.0\.0\.1:(\d+) -> guest port 18080", line)
+        bt.check(m, f"forward did not start: {line!r}")
+        import urllib.request
+        base = f"http://127.0.0.1:{m.group(1)}"
+        body = urllib.request.urlopen(base + "/index.html", timeout=60).read()
+        bt.check(body == b"hello-from-guest\n", f"forwarded GET: {body!r}")
+        t0 = time.monotonic()
+        big = urllib.request.urlopen(base + "/big.bin", timeout=120).read()
+        dt = time.monotonic() - t0
+        bt.check(hashlib.sha256(big).hexdigest() == want, "forwarded 3 MB: sha256 differs")
+        # Several connections at once.
+        results = []
+
+        def get():
+            results.append(urllib.request.urlopen(base + "/index.html", timeout=60).read())
+        ths = [threading.Thread(target=get) for _ in range(4)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(120)
+        bt.check(results == [b"hello-from-guest\n"] * 4, f"4 parallel GETs: {results!r}")
+        print(f"    forwarded HTTP GET of {len(big) / 1e6:.1f} MB in {dt:.2f} s")
+    finally:
+        if fwd:
+            fwd.kill()
+            fwd.wait()
+        sb.sh(f"kill $(cat {tmp if LOCAL else '/tmp'}/httpd.pid)")
+        sb.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_agent_identity():
+    sb = Sandbox("agentid")
+    try:
+        r = agent_call(sb.uds, {"op": "status"})
+        bt.check(r.get("ok") is True and r.get("epoch") == 0, f"status before identity: {r}")
+        rc, before, _ = sb.sh("date +%s; head -c 16 /dev/urandom | od -An -tx1")
+        target = 2_000_000_000  # 2033-05-18
+        r = identity(sb.uds, 5, "ab" * 16, time_ns=target * 10**9)
+        bt.check(r == {"ok": True}, f"identity reply: {r}")
+        rc, after, _ = sb.sh("date +%s")
+        got = int(after.split()[0])
+        if not LOCAL:
+            bt.check(abs(got - target) < 120, f"guest clock after identity: {got}, want ~{target}")
+        r = agent_call(sb.uds, {"op": "status"})
+        bt.check(r.get("epoch") == 5 and "token" not in r, f"status after identity: {r}")
+        for bad, why in (({"seed_b64": base64.b64encode(b"short").decode()}, "seed_b64"),
+                         ({"token": "not-hex"}, "token"), ({"epoch": -1}, "epoch"),
+                         ({"time_ns": "soon"}, "time_ns")):
+            msg = {"op": "identity", "epoch": 6, "token": "cd" * 16,
+                   "seed_b64": base64.b64encode(os.urandom(32)).decode(), "time_ns": time.time_ns()}
+            msg.update(bad)
+            r = agent_call(sb.uds, msg)
+            bt.check(r.get("ok") is False and why in r.get("error", ""), f"bad identity {bad}: {r}")
+        bt.check(agent_call(sb.uds, {"op": "status"}).get("epoch") == 5, "bad identity changed the epoch")
+        r = agent_call(sb.uds, {"op": "nope"})
+        bt.check(r.get("ok") is False and "unknown op" in r.get("error", ""), f"unknown op: {r}")
+        print(f"    guest clock {before.split()[0]} -> {got} (asked {target})")
+    finally:
+        console = sb.close()
+    if not LOCAL:
+        bt.check("identity: epoch 5, clock set, RNG reseeded with 32 bytes" in console,
+                 f"no identity line on the console: {console[-800:]!r}")
+
+
+# --- cove-broker + cove-fetch ------------------------------------------------------------------
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    seen = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        Recorder.seen.append((self.command, self.path, self.headers.get("Authorization") or ""))
+        out = b"hello from the test server\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_POST = do_GET
+
+
+def ctl_call(path, obj):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(path)
+    data = json.dumps(obj).encode()
+    s.sendall(struct.pack(">I", len(data)) + data)
+    buf = b""
+    while len(buf) < 4:
+        buf += s.recv(4 - len(buf))
+    (n,) = struct.unpack(">I", buf)
+    body = b""
+    while len(body) < n:
+        body += s.recv(n - len(body))
+    s.close()
+    return json.loads(body)
+
+
+def secret_store(tmp, secret):
+    """A real pass store with a throwaway GPG key; returns (helper argv, env, how)."""
+    env = dict(ENV, GNUPGHOME=os.path.join(tmp, "gnupg"),
+               PASSWORD_STORE_DIR=os.path.join(tmp, "store"))
+    os.mkdir(env["GNUPGHOME"], 0o700)
+
+    def run(cmd, **kw):
+        return subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=300, **kw)
+    run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key",
+         "cove agent e2e <agent-e2e@cove.invalid>", "default", "default", "never"])
+    out = run(["gpg", "--batch", "--with-colons", "--list-secret-keys"]).stdout.decode()
+    fpr = [l.split(":")[9] for l in out.splitlines() if l.startswith("fpr:")][0]
+    run(["pass", "init", fpr])
+    run(["pass", "insert", "-m", "cove/demo"], input=f"{secret}\nusername: bot\n".encode())
+    got = run([HELPER, "cove/demo", "get"], input=b"protocol=http\n\n").stdout.decode()
+    bt.check(got.startswith(f"password={secret}\n"), "git-credential-pass does not answer")
+    return [HELPER, "cove/demo"], env
+
+
+def test_agent_broker_fetch():
+    if not os.path.exists(BROKER):
+        raise bt.Failure(f"{BROKER} missing (cove-broker not built?)")
+    secret = "s3cr3t-" + secrets.token_hex(16)
+    tmp = tempfile.mkdtemp(prefix="agent-broker-")
+    Recorder.seen = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    broker = sb = None
+    disk = os.path.join(tmp, "root.ext4")
+    try:
+        helper, env = secret_store(tmp, secret)
+
+        def cred(**over):
+            c = {"helper": helper, "helper_input": {"protocol": "http", "host": "127.0.0.1"},
+                 "inject": {"header": "Authorization", "template": "Bearer {password}"},
+                 "allow": {"schemes": ["http"], "hosts": ["127.0.0.1"], "ports": [port],
+                           "path_prefixes": ["/v1/"], "methods": ["GET"]},
+                 "allow_private": True}
+            c.update(over)
+            return c
+        policy = {"credentials": {"demo": cred(ttl_s=3600, rate_per_min=100),
+                                  "ratey": cred(rate_per_min=1), "short": cred(ttl_s=1)}}
+        pol = os.path.join(tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy, f)
+        # The guest's disk is a copy of the ext4 rootfs, so it can be searched for the secret.
+        if not LOCAL:
+            shutil.copyfile(bt.ROOTFS, disk)
+        name = "agentbroker"
+        os.makedirs(os.path.join(STATE, name), exist_ok=True)
+        uds = os.path.join(STATE, name, "vsock.sock")
+        ctl = os.path.join(tmp, "ctl.sock")
+        audit = os.path.join(tmp, "audit.jsonl")
+        errlog = open(os.path.join(tmp, "broker.err"), "w+")
+        broker = subprocess.Popen([BROKER, "--policy", pol, "--listen", uds + "_1025", "--ctl", ctl,
+                                   "--audit", audit], env=env, stderr=errlog)
+        for _ in range(200):
+            if os.path.exists(ctl):
+                break
+            time.sleep(0.05)
+        sb = Sandbox(name, disk=None if LOCAL else disk)
+        fetch = [os.environ.get("COVE_FETCH", "cove-fetch")]
+        fenv = ["--env", f"COVE_BROKER_SOCK={uds}.broker.sock"] if LOCAL else []
+        url = f"http://127.0.0.1:{port}/v1/hello"
+
+        def fetch_in_guest(*args):
+            r = sb.cove("exec", *fenv, name, "--", *fetch, *args)
+            return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+        # Before any grant the guest has epoch 0 and no token: refused.
+        rc, out, err = fetch_in_guest("--credential", "demo", url)
+        bt.check(rc == 1 and "denied: stale epoch" in err, f"before grant: rc={rc} {err!r}")
+        g = ctl_call(ctl, {"op": "grant"})
+        bt.check(g.get("ok") is True, f"grant: {g}")
+        bt.check(identity(uds, g["epoch"], g["token"]) == {"ok": True}, "identity after grant")
+        rc, out, err = fetch_in_guest("--credential", "demo", "-H", "Accept: text/plain", url)
+        bt.check(rc == 0 and out == "hello from the test server\n", f"allowed fetch: rc={rc} {out!r} {err!r}")
+        bt.check(Recorder.seen and Recorder.seen[-1] == ("GET", "/v1/hello", "Bearer " + secret),
+                 f"server saw {Recorder.seen[-1:]!r}")
+        print(f"    epoch {g['epoch']}: server saw 'Authorization: Bearer <secret>'")
+        n = len(Recorder.seen)
+        for args, reason in (
+                (["--credential", "demo", f"http://localhost:{port}/v1/x"], "host not allowed"),
+                (["--credential", "demo", "-X", "POST", url], "method not allowed"),
+                (["--credential", "demo", f"http://127.0.0.1:{port}/admin"], "path not allowed"),
+                (["--credential", "nope", url], "unknown credential")):
+            rc, out, err = fetch_in_guest(*args)
+            bt.check(rc == 1 and f"denied: {reason}" in err and out == "",
+                     f"{reason}: rc={rc} {err!r}")
+        rc, _, err = fetch_in_guest("--credential", "ratey", url)
+        bt.check(rc == 0, f"ratey first: {err!r}")
+        rc, _, err = fetch_in_guest("--credential", "ratey", url)
+        bt.check(rc == 1 and "denied: over rate" in err, f"over rate: rc={rc} {err!r}")
+        time.sleep(1.5)
+        rc, _, err = fetch_in_guest("--credential", "short", url)
+        bt.check(rc == 1 and "denied: expired" in err, f"expired: rc={rc} {err!r}")
+        bt.check(len(Recorder.seen) == n + 1, "a denied request reached the server")
+        # Re-grant without telling the guest (as after a restore): its epoch is stale.
+        g2 = ctl_call(ctl, {"op": "grant"})
+        rc, _, err = fetch_in_guest("--credential", "demo", url)
+        bt.check(rc == 1 and "denied: stale epoch" in err, f"stale epoch: rc={rc} {err!r}")
+        bt.check(identity(uds, g2["epoch"], g2["token"]) == {"ok": True}, "identity after re-grant")
+        rc, out, err = fetch_in_guest("--credential", "demo", url)
+        bt.check(rc == 0, f"after the new identity: rc={rc} {err!r}")
+
+        # The secret is nowhere in the guest: no process environment, no file, no disk block.
+        rc, out, err = sb.sh(f"grep -l {secret} /proc/[0-9]*/environ 2>/dev/null; "
+                             "ls /proc/[0-9]*/environ | wc -l")
+        bt.check("/proc/" not in out and int(out.split()[-1]) > 2, f"environ grep: {out!r} {err!r}")
+        dirs = "/tmp" if LOCAL else "/bin /etc /root /tmp /run /usr /sbin /dev/shm /mnt"
+        rc, out, err = sb.sh(f"grep -rl {secret} {dirs} 2>/dev/null; echo rc=$?")
+        bt.check("rc=1" in out, f"file grep found the secret: {out!r}")
+        if not LOCAL:
+            sb.sh("sync")
+        sb.close()
+        sb = None
+        if not LOCAL:
+            with open(disk, "rb") as f:
+                bt.check(secret.encode() not in f.read(), "the secret is on the guest's disk")
+
+        broker.terminate()
+        broker.wait(30)
+        broker = None
+        with open(audit, "rb") as f:
+            raw = f.read()
+        reasons = [json.loads(l)["reason"] for l in raw.splitlines()]
+        for reason in ("stale epoch", "host not allowed", "method not allowed", "path not allowed",
+                       "unknown credential", "over rate", "expired"):
+            bt.check(reason in reasons, f"audit log lacks '{reason}': {reasons}")
+        bt.check(secret.encode() not in raw, "audit log holds the secret")
+        v = subprocess.run([BROKER, "verify-audit", audit], capture_output=True, text=True)
+        bt.check(v.returncode == 0, f"verify-audit: {v.stdout!r} {v.stderr!r}")
+        print(f"    audit: {len(reasons)} records, {v.stdout.strip()}")
+    finally:
+        if sb:
+            sb.close()
+        if broker:
+            broker.kill()
+            broker.wait()
+        httpd.shutdown()
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_broker_fetch]
+
+
+if __name__ == "__main__":
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    failed = 0
+    for t in TESTS:
+        if only and t.__name__ not in only:
+            continue
+        t0 = time.monotonic()
+        try:
+            t()
+            print(f"PASS {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+        except bt.Failure as e:
+            failed += 1
+            print(f"FAIL {t.__name__}: {e}", flush=True)
+    sys.exit(1 if failed else 0)
