@@ -3,6 +3,7 @@ import http.client
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,10 +48,11 @@ def run_cove(args, timeout=30, stdin=None):
 class Vm:
     """A cove process running in the background, with its console on a pipe and an API socket."""
 
-    def __init__(self, kernel, extra=(), api=True, mem=None):
+    def __init__(self, kernel, extra=(), api=True, mem=None, restore=None):
+        """Runs `cove run --kernel kernel`, or `cove restore DIR` when restore=DIR."""
         self.tmp = tempfile.mkdtemp(prefix="cove-test-")
         self.sock = os.path.join(self.tmp, "api.sock") if api else None
-        args = [COVE, "run", "--kernel", kernel]
+        args = [COVE, "restore", restore] if restore else [COVE, "run", "--kernel", kernel]
         if self.sock:
             args += ["--api-sock", self.sock]
         if mem:
@@ -169,9 +171,7 @@ class Vm:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for f in os.listdir(self.tmp):
-            os.unlink(os.path.join(self.tmp, f))
-        os.rmdir(self.tmp)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):

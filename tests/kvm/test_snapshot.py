@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Snapshots on this machine's /dev/kvm with the test guests: full and incremental layers, restore
+in a new process, exactness of the incremental layer, kill -9 during a write, bad files, fork."""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import zlib
+
+from covetest import COVE, Failure, Vm, check, guest, main, run_cove
+
+PAGE = 4096
+HDR = 4096
+
+
+def snapshot(vm, kind, timeout=120):
+    status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": kind}, timeout=timeout)
+    check(status == 200, f"{kind} snapshot: {status} {body}")
+    return body
+
+
+def chain(d):
+    with open(os.path.join(d, "chain.json")) as f:
+        return json.load(f)
+
+
+class Layer:
+    """Reads a memory layer file the way cove wrote it (snapshot/mem_layer.h)."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.hdr = f.read(HDR)
+            magic, version, page, self.id, self.parent, self.ram, self.pages, bm_off, bm_len, \
+                self.data_off, self.present, self.stored = struct.unpack_from("<8sIIQQQQQQQQQ",
+                                                                             self.hdr)
+            check(magic == b"COVEMEM\0" and version == 1 and page == PAGE, f"{path}: bad header")
+            f.seek(bm_off)
+            bm = f.read(bm_len)
+        self.path = path
+        self.set = {w * 64 + b for w, (word,) in enumerate(struct.iter_unpack("<Q", bm))
+                    for b in range(64) if word >> b & 1}
+
+    def page(self, pfn):
+        with open(self.path, "rb") as f:
+            f.seek(self.data_off + pfn * PAGE)
+            return f.read(PAGE)
+
+
+def last_tick(text):
+    ticks = re.findall(rb"tick (\d+)\n", text)
+    return int(ticks[-1]) if ticks else None
+
+
+def test_restore_continues(d):
+    """Paused counter: the restored process's first tick is exactly the next one."""
+    with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 3\n")
+        status, _ = vm.request("PATCH", "/vm", {"state": "Paused"})
+        check(status == 204, f"pause: {status}")
+        vm.read_console(0.3)
+        t = last_tick(vm.out)
+        body = snapshot(vm, "Full")
+        check(body["layer_id"] == 1 and body["stored_pages"] > 0, f"full layer: {body}")
+        vm.stop(signal.SIGKILL)
+    with Vm(None, restore=d) as r:
+        r.wait_output(f"tick {t + 1}\n")
+        first = re.findall(rb"tick (\d+)\n", r.out)[0]
+        check(int(first) == t + 1, f"restored counter started at {first}, expected {t + 1}")
+        r.wait_output(f"tick {t + 3}\n")
+
+
+def test_incremental_exact(d):
+    """A Diff layer holds the pages stamped since the Full one (plus the guest's own stack/data),
+    with their contents; restore of the chain continues the stamper."""
+    base, count, stride = 0x1000000, 100, 3
+    cmdline = f"stamp_base={base:#x} stamp_count={count} stamp_stride={stride} rounds=3"
+    with Vm(guest("stamper"), extra=["--cmdline", cmdline, "--snapshot-dir", d]) as vm:
+        vm.wait_output("stamped round 1 pages 100\n")
+        full = snapshot(vm, "Full")
+        vm.send_input(b"n")
+        vm.wait_output("stamped round 2 pages 100\n")
+        diff = snapshot(vm, "Diff")
+        check(diff["snapshot_type"] == "Diff" and diff["layer_id"] == 2, f"diff: {diff}")
+        c = chain(d)
+        check([l["id"] for l in c["layers"]] == [1, 2], f"chain: {c}")
+        lay = Layer(os.path.join(d, c["layers"][1]["mem"]))
+        want = {(base >> 12) + (count + i) * stride for i in range(count)}
+        check(want <= lay.set, f"diff misses stamped pages: {sorted(want - lay.set)[:8]}")
+        extra = lay.set - want
+        # The stack and .data pages of the guest, plus page tables the walk marked dirty.
+        allowed = {0x9, 0xA, 0xB, 0x110, 0x111, 0x7, 0x20, 0x100}
+        check(extra <= allowed, f"diff holds unexpected pages: {sorted(hex(p) for p in extra)}")
+        check(diff["pages"] == len(lay.set), f"API said {diff['pages']} pages, file holds {len(lay.set)}")
+        for i in (0, 57, 99):
+            pfn = (base >> 12) + (count + i) * stride
+            (v,) = struct.unpack_from("<Q", lay.page(pfn))
+            check(v == (2 << 32 | i), f"page {pfn:#x} holds {v:#x}")
+        check(full["stored_pages"] >= 100, f"full: {full}")
+        vm.stop(signal.SIGKILL)
+    with Vm(None, restore=d) as r:
+        r.send_input(b"n")
+        r.wait_output("stamped round 3 pages 100\n")
+
+
+def test_kill_during_write(d):
+    """kill -9 while a large layer is being written: the previous layer stays restorable."""
+    count = 40000  # 160 MiB of stamped pages
+    cmdline = f"stamp_base={0x1000000:#x} stamp_count={count} stamp_stride=1 rounds=3"
+    with Vm(guest("stamper"), mem="1G", extra=["--cmdline", cmdline, "--snapshot-dir", d]) as vm:
+        vm.wait_output(f"stamped round 1 pages {count}\n", timeout=60)
+        snapshot(vm, "Full")
+        vm.send_input(b"n")
+        vm.wait_output(f"stamped round 2 pages {count}\n", timeout=60)
+        before = chain(d)
+        result = {}
+
+        def req():
+            try:
+                result["r"] = vm.request("PUT", "/snapshot/create", {"snapshot_type": "Diff"},
+                                         timeout=60)
+            except Exception as e:  # the process dies under it
+                result["e"] = e
+        t = threading.Thread(target=req)
+        t.start()
+        # Kill once the temporary layer file exists, i.e. during the write.
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not any(f.endswith(".tmp") for f in os.listdir(d)):
+            time.sleep(0.0005)
+        vm.stop(signal.SIGKILL)
+        t.join()
+    after = chain(d)
+    tmp_left = [f for f in os.listdir(d) if f.endswith(".tmp")]
+    check(after == before, f"chain.json changed although the write was killed: {after['layers']}")
+    check(tmp_left, "the kill landed after the write finished; the test proves nothing")
+    with Vm(None, restore=d) as r:
+        # Layer 1 is round 1: the stamper waits for a key to stamp round 2 again.
+        r.send_input(b"n")
+        r.wait_output(f"stamped round 2 pages {count}\n", timeout=60)
+
+
+def expect_restore_fails(d, what, want):
+    r = run_cove(["restore", d], timeout=30)
+    check(r.returncode == 1, f"{what}: exit {r.returncode}, stderr {r.stderr!r}")
+    check(want in r.stderr and r.stderr.count("\n") == 1,
+          f"{what}: want one line with {want!r}, got {r.stderr!r}")
+    check(r.stdout == "", f"{what}: the guest ran: {r.stdout!r}")
+
+
+def test_bad_files(d):
+    with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 2\n")
+        snapshot(vm, "Full")
+        vm.stop(signal.SIGKILL)
+    c = chain(d)
+    mem = os.path.join(d, c["layers"][0]["mem"])
+    state = os.path.join(d, c["layers"][0]["state"])
+    keep = tempfile.mkdtemp(prefix="cove-snap-orig-")
+    for f in (mem, state, os.path.join(d, "chain.json")):
+        shutil.copy2(f, keep)
+
+    def reset():
+        for f in os.listdir(keep):
+            shutil.copy2(os.path.join(keep, f), d)
+
+    # Truncated memory layer.
+    with open(mem, "r+b") as f:
+        f.truncate(os.path.getsize(mem) - PAGE)
+    expect_restore_fails(d, "truncated layer", "truncated")
+    reset()
+    # One flipped byte in the state file.
+    with open(state, "r+b") as f:
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 0x40]))
+    expect_restore_fails(d, "corrupt state", "corrupt")
+    reset()
+    # Wrong version in the layer header, with a valid header CRC.
+    with open(mem, "r+b") as f:
+        hdr = bytearray(f.read(HDR))
+        struct.pack_into("<I", hdr, 8, 99)
+        struct.pack_into("<I", hdr, HDR - 4, zlib.crc32(bytes(hdr[:HDR - 4])))
+        f.seek(0)
+        f.write(hdr)
+    expect_restore_fails(d, "wrong layer version", "version 99 is not supported")
+    reset()
+    # Truncated state file.
+    with open(state, "r+b") as f:
+        f.truncate(100)
+    expect_restore_fails(d, "truncated state", "truncated")
+    reset()
+    # chain.json that is not JSON, and a missing chain.
+    with open(os.path.join(d, "chain.json"), "w") as f:
+        f.write("{nope")
+    expect_restore_fails(d, "bad chain.json", "not valid JSON")
+    empty = tempfile.mkdtemp(prefix="cove-snap-empty-")
+    expect_restore_fails(empty, "no chain", "no snapshot chain")
+    os.rmdir(empty)
+    reset()
+    # After all that, the original files still restore.
+    with Vm(None, restore=d) as r:
+        r.wait_output("tick 3\n")
+    shutil.rmtree(keep)
+
+
+def test_fork(d):
+    """PUT /fork starts clones that each continue the counter on their own."""
+    with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 2\n")
+        t0 = time.monotonic()
+        status, body = vm.request("PUT", "/fork", {"count": 2}, timeout=60)
+        dt = time.monotonic() - t0
+        check(status == 200 and len(body["clones"]) == 2, f"fork: {status} {body}")
+        pids = [c["pid"] for c in body["clones"]]
+        try:
+            time.sleep(1.0)
+            for c in body["clones"]:
+                check(os.path.exists(c["api_sock"]), f"clone has no API socket: {c}")
+                with open(c["console"], "rb") as f:
+                    out = f.read()
+                check(b"tick" in out, f"clone {c['pid']} printed nothing: {out[-200:]!r}")
+            check(vm.alive(), "the parent died")
+            print(f"fork of 2 clones: {dt * 1000:.1f} ms")
+        finally:
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for c in body["clones"]:
+                shutil.rmtree(c["snapshot_dir"], ignore_errors=True)
+                for f in (c["console"],):
+                    if os.path.exists(f):
+                        os.unlink(f)
+
+
+def test_api_errors(d):
+    with Vm(guest("counter")) as vm:
+        vm.wait_output("tick 1\n")
+        for body, want in [({"snapshot_type": "Full"}, "no snapshot directory"),
+                           ({"snapshot_type": "Diff", "snapshot_dir": d}, "take a Full"),
+                           ({"snapshot_type": "Half"}, "snapshot_type"),
+                           ({"snapshot_type": "Full", "mem_file_path": "/x"}, "mem_file_path"),
+                           ({"snapshot_type": "Full", "bogus": 1}, "unknown field")]:
+            status, reply = vm.request("PUT", "/snapshot/create", body)
+            check(status == 400 and want in reply.get("fault_message", ""),
+                  f"{body}: {status} {reply}")
+        check(vm.alive(), "bad snapshot requests stopped the VM")
+        vm.wait_output("tick 3\n")
+
+
+def run_all():
+    for t in (test_restore_continues, test_incremental_exact, test_kill_during_write,
+              test_bad_files, test_fork, test_api_errors):
+        d = tempfile.mkdtemp(prefix="cove-snap-")
+        try:
+            t0 = time.monotonic()
+            t(d)
+            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+        except Failure as e:
+            raise Failure(f"{t.__name__}: {e}")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+            for f in os.listdir(os.path.dirname(d)):
+                if f.startswith(os.path.basename(d) + ".fork"):
+                    shutil.rmtree(os.path.join(os.path.dirname(d), f), ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(run_all)
