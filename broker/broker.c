@@ -187,121 +187,184 @@ out:
 	return r;
 }
 
-int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char **reply,
-			size_t *rlen)
-{
+struct broker_job {
 	struct breq q;
-	struct url_parts u = { 0 };
+	struct url_parts u;
+	struct scrubber sc;
+	struct fetch f;
+	void *owner;
+};
+
+static void job_free(struct broker_job *j)
+{
+	if (j->f.easy)
+		fetch_end(&j->f, CURLE_ABORTED_BY_CALLBACK, NULL, 0);
+	fetch_resp_free(&j->f.resp);
+	scrub_free(&j->sc);
+	url_parts_free(&j->u);
+	breq_free(&j->q);
+	free(j);
+}
+
+void *broker_job_easy(struct broker_job *j)
+{
+	return j->f.easy;
+}
+
+void **broker_job_owner(struct broker_job *j)
+{
+	return &j->owner;
+}
+
+/* Everything up to the upstream transfer: checks, helper, header, scrubber, easy handle. */
+int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply,
+		       size_t *rlen, struct broker_job **jobp)
+{
+	struct broker_job *j = calloc(1, sizeof(*j));
 	struct cred_policy *c;
 	struct secret sec;
-	struct scrubber sc = { 0 };
-	struct fetch_resp resp = { 0 };
 	char err[256], reason[300], pin[1024], inject[INJECT_MAX];
 	const char *why;
 	int64_t now = broker_now_ns();
 	size_t i;
 	int r;
 
+	*jobp = NULL;
+	*reply = NULL;
+	if (!j)
+		return -ENOMEM;
 	memset(&sec, 0, sizeof(sec));
 	inject[0] = '\0';
-	if (breq_parse(msg, len, &q, err, sizeof(err))) {
+	if (breq_parse(msg, len, &j->q, err, sizeof(err))) {
 		snprintf(reason, sizeof(reason), "malformed request: %s", err);
-		r = deny(b, &q, reason, reply, rlen);
-		goto out;
+		r = deny(b, &j->q, reason, reply, rlen);
+		goto done;
 	}
-	if (!q.has_token || !b->have_token || q.epoch != b->epoch ||
-	    CRYPTO_memcmp(q.token, b->token, REQ_TOKEN_BYTES)) {
-		r = deny(b, &q, "stale epoch", reply, rlen);
-		goto out;
+	if (!j->q.has_token || !b->have_token || j->q.epoch != b->epoch ||
+	    CRYPTO_memcmp(j->q.token, b->token, REQ_TOKEN_BYTES)) {
+		r = deny(b, &j->q, "stale epoch", reply, rlen);
+		goto done;
 	}
-	c = policy_find(&b->pol, q.credential);
+	c = policy_find(&b->pol, j->q.credential);
 	if (!c) {
-		r = deny(b, &q, "unknown credential", reply, rlen);
-		goto out;
+		r = deny(b, &j->q, "unknown credential", reply, rlen);
+		goto done;
 	}
-	if (url_split(q.url, &u, err, sizeof(err))) {
+	if (url_split(j->q.url, &j->u, err, sizeof(err))) {
 		snprintf(reason, sizeof(reason), "malformed request: %s", err);
-		r = deny(b, &q, reason, reply, rlen);
-		goto out;
+		r = deny(b, &j->q, reason, reply, rlen);
+		goto done;
 	}
-	why = policy_check(c, &u, q.method, now, b->start_ns);
+	why = policy_check(c, &j->u, j->q.method, now, b->start_ns);
 	if (why) {
-		r = deny(b, &q, why, reply, rlen);
-		goto out;
+		r = deny(b, &j->q, why, reply, rlen);
+		goto done;
 	}
-	for (i = 0; i < q.nheaders; i++) {
-		if (breq_header_forbidden(q.headers[i], c->inject_header)) {
+	for (i = 0; i < j->q.nheaders; i++) {
+		const char *h = j->q.headers[i];
+
+		if (breq_header_forbidden(h, c->inject_header)) {
 			snprintf(reason, sizeof(reason), "malformed request: header %.*s not allowed",
-				 (int)(strcspn(q.headers[i], ":") > 64 ? 64 :
-				       strcspn(q.headers[i], ":")), q.headers[i]);
-			r = deny(b, &q, reason, reply, rlen);
-			goto out;
+				 (int)(strcspn(h, ":") > 64 ? 64 : strcspn(h, ":")), h);
+			r = deny(b, &j->q, reason, reply, rlen);
+			goto done;
 		}
 	}
-	r = dest_resolve(u.host, u.port, c->allow_private, pin, sizeof(pin));
+	r = dest_resolve(j->u.host, j->u.port, c->allow_private, pin, sizeof(pin));
 	if (r) {
-		r = deny(b, &q, r == -EACCES ? "private destination" : "cannot resolve host", reply,
-			 rlen);
-		goto out;
+		r = deny(b, &j->q, r == -EACCES ? "private destination" : "cannot resolve host",
+			 reply, rlen);
+		goto done;
 	}
 	policy_consume(c, now);
 	r = helper_run(c, b->helper_timeout_ms, &sec, err, sizeof(err));
 	if (r) {
 		if (b->log)
 			fprintf(b->log, "cove-broker: credential %s: %s\n", c->name, err);
-		r = deny(b, &q, "credential helper failed", reply, rlen);
-		goto out;
+		r = deny(b, &j->q, "credential helper failed", reply, rlen);
+		goto done;
 	}
 	if (fill_template(c->inject_header, c->inject_template, &sec, inject, sizeof(inject))) {
-		r = deny(b, &q, "credential too long for the header", reply, rlen);
-		goto out;
+		r = deny(b, &j->q, "credential too long for the header", reply, rlen);
+		goto done;
 	}
-	if (scrub_secret(&sc, c, &sec)) {
-		r = deny(b, &q, "out of memory", reply, rlen);
-		goto out;
+	if (scrub_secret(&j->sc, c, &sec)) {
+		r = deny(b, &j->q, "out of memory", reply, rlen);
+		goto done;
 	}
 	secret_wipe(&sec);
 	{
 		struct fetch_req fr = {
-			.url = u.url,
-			.method = q.method,
-			.headers = q.headers,
-			.nheaders = q.nheaders,
+			.url = j->u.url,
+			.method = j->q.method,
+			.headers = j->q.headers,
+			.nheaders = j->q.nheaders,
 			.inject = inject,
-			.body = q.body,
-			.body_len = q.body_len,
+			.body = j->q.body,
+			.body_len = j->q.body_len,
 			.pin = pin,
 			.timeout_s = b->fetch_timeout_s,
 		};
 
-		r = fetch_perform(&fr, &resp, err, sizeof(err));
+		r = fetch_start(&j->f, &fr, err, sizeof(err));
 	}
 	OPENSSL_cleanse(inject, sizeof(inject));
 	if (r) {
 		snprintf(reason, sizeof(reason), "upstream: %s", err);
-		audit_write(b, &q, u.url, "allow", reason, 0);
+		audit_write(b, &j->q, j->u.url, "allow", reason, 0);
+		r = error_reply("", reason, reply, rlen);
+		goto done;
+	}
+	*jobp = j;
+	return 0;
+done:
+	secret_wipe(&sec);
+	OPENSSL_cleanse(inject, sizeof(inject));
+	job_free(j);
+	return r;
+}
+
+int broker_guest_finish(struct broker *b, struct broker_job *j, int curl_result, char **reply,
+			size_t *rlen)
+{
+	char err[256], reason[300];
+	int r;
+
+	*reply = NULL;
+	r = fetch_end(&j->f, (CURLcode)curl_result, err, sizeof(err));
+	if (r) {
+		snprintf(reason, sizeof(reason), "upstream: %s", err);
+		audit_write(b, &j->q, j->u.url, "allow", reason, 0);
 		r = error_reply("", reason, reply, rlen);
 		goto out;
 	}
-	r = build_ok_reply(&sc, &resp, reply, rlen);
+	r = build_ok_reply(&j->sc, &j->f.resp, reply, rlen);
 	if (!r && *rlen > FRAME_MAX) {
 		free(*reply);
 		*reply = NULL;
-		audit_write(b, &q, u.url, "allow", "upstream: reply over 1 MiB", (int)resp.status);
+		audit_write(b, &j->q, j->u.url, "allow", "upstream: reply over 1 MiB",
+			    (int)j->f.resp.status);
 		r = error_reply("", "upstream: reply over 1 MiB", reply, rlen);
 		goto out;
 	}
-	audit_write(b, &q, u.url, "allow", r ? "out of memory" : "ok", (int)resp.status);
+	audit_write(b, &j->q, j->u.url, "allow", r ? "upstream: out of memory" : "ok",
+		    (int)j->f.resp.status);
 	if (r)
 		r = error_reply("", "upstream: out of memory", reply, rlen);
 out:
-	secret_wipe(&sec);
-	OPENSSL_cleanse(inject, sizeof(inject));
-	scrub_free(&sc);
-	fetch_resp_free(&resp);
-	url_parts_free(&u);
-	breq_free(&q);
+	job_free(j);
 	return r;
+}
+
+int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char **reply,
+			size_t *rlen)
+{
+	struct broker_job *j;
+	int r = broker_guest_begin(b, msg, len, reply, rlen, &j);
+
+	if (r || !j)
+		return r;
+	return broker_guest_finish(b, j, (int)curl_easy_perform(j->f.easy), reply, rlen);
 }
 
 int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **reply,

@@ -26,8 +26,22 @@ struct broker {
 
 int64_t broker_now_ns(void);
 
-/* Handles one guest message. Always produces a reply (malloc'd JSON, *rlen bytes) unless out of
- * memory (returns -ENOMEM). Every outcome is appended to the audit log. */
+/* A request that passed every check and waits for its upstream transfer. */
+struct broker_job;
+
+/* First half of a guest message: parse, checks, helper, easy handle. Either produces a reply
+ * (malloc'd JSON, *rlen bytes; denials are audited) or a job whose easy handle
+ * (broker_job_easy) the caller runs, then passes to broker_guest_finish. Returns 0 or -ENOMEM. */
+int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply,
+		       size_t *rlen, struct broker_job **job);
+/* Second half: collects the transfer (curl_result is its CURLcode), scrubs, audits, replies,
+ * frees the job. */
+int broker_guest_finish(struct broker *b, struct broker_job *job, int curl_result, char **reply,
+			size_t *rlen);
+void *broker_job_easy(struct broker_job *job); /* the CURL * to run */
+void **broker_job_owner(struct broker_job *job); /* a slot for the caller (its connection) */
+
+/* Both halves with a blocking transfer (used by tests). */
 int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char **reply,
 			size_t *rlen);
 

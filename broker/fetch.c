@@ -86,39 +86,37 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	return len;
 }
 
-int fetch_perform(const struct fetch_req *req, struct fetch_resp *resp, char *err, size_t errlen)
+int fetch_start(struct fetch *f, const struct fetch_req *req, char *err, size_t errlen)
 {
-	struct curl_slist *hdrs = NULL, *pin = NULL, *n, *it;
-	char cerr[CURL_ERROR_SIZE] = "";
+	struct curl_slist *n;
 	CURL *c;
-	CURLcode rc = CURLE_OK;
 	size_t i;
-	int ret = -EIO;
 
-	memset(resp, 0, sizeof(*resp));
+	memset(f, 0, sizeof(*f));
 	c = curl_easy_init();
 	if (!c)
 		return errmsg(err, errlen, -ENOMEM, "curl_easy_init failed");
+	f->easy = c;
 	for (i = 0; i < req->nheaders; i++) {
-		n = curl_slist_append(hdrs, req->headers[i]);
+		n = curl_slist_append(f->hdrs, req->headers[i]);
 		if (!n)
 			goto nomem;
-		hdrs = n;
+		f->hdrs = n;
 	}
 	/* No "Expect: 100-continue" round trip; the secret goes last. */
-	n = curl_slist_append(hdrs, "Expect:");
+	n = curl_slist_append(f->hdrs, "Expect:");
 	if (!n)
 		goto nomem;
-	hdrs = n;
+	f->hdrs = n;
 	if (req->inject) {
-		n = curl_slist_append(hdrs, req->inject);
+		n = curl_slist_append(f->hdrs, req->inject);
 		if (!n)
 			goto nomem;
-		hdrs = n;
+		f->hdrs = n;
 	}
 	if (req->pin && req->pin[0]) {
-		pin = curl_slist_append(NULL, req->pin);
-		if (!pin)
+		f->pin = curl_slist_append(NULL, req->pin);
+		if (!f->pin)
 			goto nomem;
 	}
 	curl_easy_setopt(c, CURLOPT_URL, req->url);
@@ -133,47 +131,69 @@ int fetch_perform(const struct fetch_req *req, struct fetch_resp *resp, char *er
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
 	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
 	curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)FETCH_BODY_MAX);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, cerr);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, f->hdrs);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, f->cerr);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, resp);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &f->resp);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, resp);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &f->resp);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "cove-broker");
-	if (pin)
-		curl_easy_setopt(c, CURLOPT_RESOLVE, pin);
+	if (f->pin)
+		curl_easy_setopt(c, CURLOPT_RESOLVE, f->pin);
 	if (!strcmp(req->method, "HEAD"))
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	else if (strcmp(req->method, "GET") || req->body)
 		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method);
 	if (req->body) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, (const char *)req->body);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+		curl_easy_setopt(c, CURLOPT_COPYPOSTFIELDS, (const char *)req->body);
 	}
-	rc = curl_easy_perform(c);
-	if (rc != CURLE_OK) {
-		if (resp->too_large || rc == CURLE_FILESIZE_EXCEEDED)
-			errmsg(err, errlen, -EFBIG, "response over %d KiB body or %d KiB headers",
-			       FETCH_BODY_MAX / 1024, FETCH_HEADERS_MAX / 1024);
-		else
-			errmsg(err, errlen, -EIO, "%s", cerr[0] ? cerr : curl_easy_strerror(rc));
-		ret = resp->too_large || rc == CURLE_FILESIZE_EXCEEDED ? -EFBIG : -EIO;
-		fetch_resp_free(resp);
-		goto out;
-	}
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp->status);
-	ret = 0;
-	goto out;
+	return 0;
 nomem:
-	ret = errmsg(err, errlen, -ENOMEM, "out of memory");
-out:
-	/* curl_slist_append copied the injected header: wipe our copy of it. */
-	for (it = hdrs; it; it = it->next)
+	fetch_end(f, CURLE_OUT_OF_MEMORY, NULL, 0);
+	return errmsg(err, errlen, -ENOMEM, "out of memory");
+}
+
+int fetch_end(struct fetch *f, CURLcode rc, char *err, size_t errlen)
+{
+	struct curl_slist *it;
+	int ret = 0;
+
+	if (rc != CURLE_OK) {
+		if (f->resp.too_large || rc == CURLE_FILESIZE_EXCEEDED)
+			ret = errmsg(err, errlen, -EFBIG,
+				     "response over %d KiB body or %d KiB headers",
+				     FETCH_BODY_MAX / 1024, FETCH_HEADERS_MAX / 1024);
+		else if (rc == CURLE_ABORTED_BY_CALLBACK)
+			ret = errmsg(err, errlen, -EIO, "aborted (guest went away or broker stopping)");
+		else
+			ret = errmsg(err, errlen, -EIO, "%s",
+				     f->cerr[0] ? f->cerr : curl_easy_strerror(rc));
+		fetch_resp_free(&f->resp);
+	} else if (f->easy) {
+		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &f->resp.status);
+	}
+	/* curl_slist_append copied the injected header: wipe that copy. */
+	for (it = f->hdrs; it; it = it->next)
 		OPENSSL_cleanse(it->data, strlen(it->data));
-	curl_slist_free_all(hdrs);
-	curl_slist_free_all(pin);
-	curl_easy_cleanup(c);
+	curl_slist_free_all(f->hdrs);
+	curl_slist_free_all(f->pin);
+	curl_easy_cleanup(f->easy);
+	f->hdrs = f->pin = NULL;
+	f->easy = NULL;
 	return ret;
+}
+
+int fetch_perform(const struct fetch_req *req, struct fetch_resp *resp, char *err, size_t errlen)
+{
+	struct fetch f;
+	int r = fetch_start(&f, req, err, errlen);
+
+	if (r)
+		return r;
+	r = fetch_end(&f, curl_easy_perform(f.easy), err, errlen);
+	*resp = f.resp;
+	return r;
 }
 
 void fetch_resp_free(struct fetch_resp *resp)

@@ -2,6 +2,7 @@
 #ifndef COVE_BROKER_FETCH_H
 #define COVE_BROKER_FETCH_H
 
+#include <curl/curl.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,7 +32,25 @@ struct fetch_resp {
 	int too_large;
 };
 
-/* Returns 0 (resp filled) or -EIO with curl's error in err. Never follows redirects. */
+/* One transfer in flight: the easy handle and the lists it points at. */
+struct fetch {
+	CURL *easy;
+	struct curl_slist *hdrs; /* includes the injected header: wiped by fetch_end */
+	struct curl_slist *pin;
+	char cerr[CURL_ERROR_SIZE];
+	struct fetch_resp resp;
+};
+
+/* Sets up f->easy for req (copies every string, so the caller may wipe req->inject at once).
+ * Never follows redirects. Returns 0 or -ENOMEM. Run it with curl_easy_perform or a multi
+ * handle, then call fetch_end with the result. */
+int fetch_start(struct fetch *f, const struct fetch_req *req, char *err, size_t errlen);
+
+/* Collects the result of a finished transfer and frees the handle (wiping the header list).
+ * Returns 0 (f->resp filled), -EFBIG (over the caps) or -EIO, with the error in err. */
+int fetch_end(struct fetch *f, CURLcode rc, char *err, size_t errlen);
+
+/* fetch_start + curl_easy_perform + fetch_end. */
 int fetch_perform(const struct fetch_req *req, struct fetch_resp *resp, char *err, size_t errlen);
 void fetch_resp_free(struct fetch_resp *resp);
 

@@ -1,9 +1,13 @@
-/* Event loop: nonblocking accept/read/write on many connections; each complete frame is
- * handled synchronously (the upstream request is time-capped), replies are queued per
- * connection. A bad frame costs its sender an error reply, never the loop. */
+/* Event loop: nonblocking accept/read/write on many connections, and libcurl's multi interface
+ * on the same epoll set, so upstream transfers run concurrently. The checks and the credential
+ * helper run inline (the helper is time-capped); each connection has at most one request in
+ * flight, so its replies stay in order. A bad frame costs its sender an error reply, never
+ * the loop. Closed connections and curl sockets are freed after the event batch that might
+ * still name them. */
 #include "loop.h"
 #include "frame.h"
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -16,30 +20,39 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-enum ep_kind { EP_GUEST_LISTEN, EP_CTL_LISTEN, EP_SIGNAL, EP_CONN };
+enum ep_kind { EP_GUEST_LISTEN, EP_CTL_LISTEN, EP_SIGNAL, EP_CONN, EP_CURL };
 
 struct ep {
 	enum ep_kind kind;
-	int fd;
+	int fd; /* -1 once closed: later events in the same batch are ignored */
 };
 
 struct conn {
-	struct ep ep;	/* first: epoll data points here */
+	struct ep ep; /* first: epoll data points here */
 	int is_ctl;
 	uint8_t *in;
 	size_t in_len, in_cap;
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
-	int eof;	/* the peer sent everything it will send */
-	int dead;	/* stream out of sync: stop reading, close once out is flushed */
+	int eof;  /* the peer sent everything it will send */
+	int dead; /* stream out of sync: stop reading, close once out is flushed */
+	struct broker_job *job; /* the request in flight */
 	int64_t last_ns;
 	struct conn *next;
+};
+
+struct curl_sock {
+	struct ep ep;
+	struct curl_sock *next; /* graveyard link */
 };
 
 struct loop {
 	struct broker *b;
 	int epfd;
-	struct conn *conns;
+	CURLM *multi;
+	int64_t curl_deadline; /* CLOCK_MONOTONIC ns, or -1 */
+	struct conn *conns, *dead_conns;
+	struct curl_sock *dead_socks;
 	size_t nconns;
 };
 
@@ -73,7 +86,7 @@ static int ep_mod(struct loop *l, struct conn *c)
 {
 	struct epoll_event ev = { .data.ptr = &c->ep };
 
-	if (!c->eof && !c->dead && c->out_len - c->out_off < LOOP_OUT_HIGHWAT)
+	if (!c->eof && !c->dead && !c->job && c->out_len - c->out_off < LOOP_OUT_HIGHWAT)
 		ev.events |= EPOLLIN;
 	if (c->out_len > c->out_off)
 		ev.events |= EPOLLOUT;
@@ -84,6 +97,8 @@ static void conn_close(struct loop *l, struct conn *c)
 {
 	struct conn **pp;
 
+	if (c->ep.fd < 0)
+		return;
 	for (pp = &l->conns; *pp; pp = &(*pp)->next) {
 		if (*pp == c) {
 			*pp = c->next;
@@ -92,15 +107,43 @@ static void conn_close(struct loop *l, struct conn *c)
 	}
 	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->ep.fd, NULL);
 	close(c->ep.fd);
-	free(c->in);
-	free(c->out);
-	free(c);
+	c->ep.fd = -1;
+	/* Nobody is left to read the reply of a request in flight: abort it (it is audited). */
+	if (c->job) {
+		char *reply = NULL;
+		size_t rlen;
+
+		curl_multi_remove_handle(l->multi, broker_job_easy(c->job));
+		broker_guest_finish(l->b, c->job, CURLE_ABORTED_BY_CALLBACK, &reply, &rlen);
+		free(reply);
+		c->job = NULL;
+	}
+	c->next = l->dead_conns;
+	l->dead_conns = c;
 	l->nconns--;
+}
+
+static void reap(struct loop *l)
+{
+	while (l->dead_conns) {
+		struct conn *c = l->dead_conns;
+
+		l->dead_conns = c->next;
+		free(c->in);
+		free(c->out);
+		free(c);
+	}
+	while (l->dead_socks) {
+		struct curl_sock *s = l->dead_socks;
+
+		l->dead_socks = s->next;
+		free(s);
+	}
 }
 
 static int queue_reply(struct conn *c, const char *msg, size_t len)
 {
-	size_t need = c->out_len + FRAME_HDR + len;
+	size_t need;
 
 	if (c->out_off && c->out_off == c->out_len)
 		c->out_off = c->out_len = 0;
@@ -138,13 +181,22 @@ static int conn_flush(struct conn *c)
 	return 0;
 }
 
-/* Handles every complete frame in c->in. */
+/* True when a whole frame (or an oversized header) waits in c->in. */
+static int has_frame(const struct conn *c)
+{
+	size_t plen;
+
+	return frame_peek(c->in, c->in_len, &plen) != 0;
+}
+
+/* Handles complete frames in c->in until one starts an upstream transfer. */
 static int conn_process(struct loop *l, struct conn *c)
 {
 	size_t off = 0, plen;
-	int r;
+	int r = 0;
 
-	while (!c->dead && c->out_len - c->out_off < LOOP_OUT_HIGHWAT) {
+	while (!c->dead && !c->job && c->out_len - c->out_off < LOOP_OUT_HIGHWAT) {
+		struct broker_job *job = NULL;
 		char *reply = NULL;
 		size_t rlen = 0;
 
@@ -156,7 +208,7 @@ static int conn_process(struct loop *l, struct conn *c)
 			r = c->is_ctl ? 0 : broker_reject_frame(l->b, "frame over 1 MiB", &reply,
 								 &rlen);
 			if (!r && reply)
-				queue_reply(c, reply, rlen);
+				r = queue_reply(c, reply, rlen);
 			free(reply);
 			c->dead = 1;
 			off = c->in_len;
@@ -165,31 +217,39 @@ static int conn_process(struct loop *l, struct conn *c)
 		if (c->is_ctl)
 			r = broker_handle_ctl(l->b, c->in + off + FRAME_HDR, plen, &reply, &rlen);
 		else
-			r = broker_handle_guest(l->b, c->in + off + FRAME_HDR, plen, &reply, &rlen);
+			r = broker_guest_begin(l->b, c->in + off + FRAME_HDR, plen, &reply, &rlen,
+					       &job);
 		off += FRAME_HDR + plen;
 		if (r)
-			return r;
+			break;
+		if (job) {
+			CURL *e = broker_job_easy(job);
+
+			*broker_job_owner(job) = c;
+			curl_easy_setopt(e, CURLOPT_PRIVATE, job);
+			if (curl_multi_add_handle(l->multi, e) != CURLM_OK) {
+				r = broker_guest_finish(l->b, job, CURLE_OUT_OF_MEMORY, &reply,
+							&rlen);
+				if (r)
+					break;
+			} else {
+				c->job = job;
+				continue;
+			}
+		}
 		r = queue_reply(c, reply, rlen);
 		free(reply);
 		if (r)
-			return r;
+			break;
 	}
 	if (off) {
 		memmove(c->in, c->in + off, c->in_len - off);
 		c->in_len -= off;
 	}
-	return 0;
+	return r;
 }
 
-/* True when a whole frame (or an oversized header) waits in c->in. */
-static int has_frame(const struct conn *c)
-{
-	size_t plen;
-
-	return frame_peek(c->in, c->in_len, &plen) != 0;
-}
-
-static int conn_read(struct loop *l, struct conn *c)
+static int conn_read(struct conn *c)
 {
 	for (;;) {
 		ssize_t n;
@@ -222,7 +282,37 @@ static int conn_read(struct loop *l, struct conn *c)
 		if (c->in_len >= FRAME_HDR)
 			break; /* process, then read more on the next wakeup */
 	}
-	return conn_process(l, c);
+	return 0;
+}
+
+/* Runs whatever c can do now: process frames, flush replies, re-arm or close. */
+static void conn_step(struct loop *l, struct conn *c)
+{
+	if (c->ep.fd < 0)
+		return;
+	if (conn_process(l, c)) {
+		conn_close(l, c);
+		return;
+	}
+	/* Flush; frames held back by the high-water mark run once the socket took the replies. */
+	for (;;) {
+		if (conn_flush(c)) {
+			conn_close(l, c);
+			return;
+		}
+		if (c->dead || c->job || c->out_len != c->out_off || !has_frame(c))
+			break;
+		if (conn_process(l, c)) {
+			conn_close(l, c);
+			return;
+		}
+	}
+	if (!c->job && ((c->eof && !has_frame(c)) || c->dead) && c->out_off == c->out_len) {
+		conn_close(l, c);
+		return;
+	}
+	if (ep_mod(l, c))
+		conn_close(l, c);
 }
 
 static void accept_conns(struct loop *l, int lfd, int is_ctl)
@@ -269,9 +359,99 @@ static void sweep_idle(struct loop *l)
 
 	for (; c; c = next) {
 		next = c->next;
-		if (now - c->last_ns > (int64_t)LOOP_IDLE_S * 1000000000LL)
+		if (!c->job && now - c->last_ns > (int64_t)LOOP_IDLE_S * 1000000000LL)
 			conn_close(l, c);
 	}
+}
+
+/* curl tells us which sockets to watch. */
+static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+{
+	struct loop *l = userp;
+	struct curl_sock *cs = socketp;
+	struct epoll_event ev = { 0 };
+
+	(void)e;
+	if (what == CURL_POLL_REMOVE) {
+		if (cs) {
+			epoll_ctl(l->epfd, EPOLL_CTL_DEL, s, NULL);
+			cs->ep.fd = -1;
+			cs->next = l->dead_socks;
+			l->dead_socks = cs;
+			curl_multi_assign(l->multi, s, NULL);
+		}
+		return 0;
+	}
+	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLIN;
+	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLOUT;
+	if (!cs) {
+		cs = calloc(1, sizeof(*cs));
+		if (!cs)
+			return -1;
+		cs->ep.kind = EP_CURL;
+		cs->ep.fd = s;
+		ev.data.ptr = &cs->ep;
+		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, s, &ev)) {
+			free(cs);
+			return -1;
+		}
+		curl_multi_assign(l->multi, s, cs);
+		return 0;
+	}
+	ev.data.ptr = &cs->ep;
+	return epoll_ctl(l->epfd, EPOLL_CTL_MOD, s, &ev) ? -1 : 0;
+}
+
+static int on_curl_timer(CURLM *m, long timeout_ms, void *userp)
+{
+	struct loop *l = userp;
+
+	(void)m;
+	l->curl_deadline = timeout_ms < 0 ? -1 : broker_now_ns() + timeout_ms * 1000000LL;
+	return 0;
+}
+
+/* Collects finished transfers and answers their connections. */
+static void curl_done(struct loop *l)
+{
+	CURLMsg *m;
+	int left;
+
+	while ((m = curl_multi_info_read(l->multi, &left))) {
+		struct broker_job *job = NULL;
+		struct conn *c;
+		char *reply = NULL;
+		size_t rlen = 0;
+		CURLcode rc = m->data.result;
+		CURL *e = m->easy_handle;
+
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&job);
+		curl_multi_remove_handle(l->multi, e);
+		c = *broker_job_owner(job);
+		c->job = NULL;
+		if (broker_guest_finish(l->b, job, (int)rc, &reply, &rlen)) {
+			conn_close(l, c);
+			continue;
+		}
+		c->last_ns = broker_now_ns();
+		if (queue_reply(c, reply, rlen))
+			conn_close(l, c);
+		else
+			conn_step(l, c);
+		free(reply);
+	}
+}
+
+static void curl_action(struct loop *l, curl_socket_t s, int mask)
+{
+	int running;
+
+	curl_multi_socket_action(l->multi, s, mask, &running);
+	curl_done(l);
 }
 
 static int add_ep(int epfd, struct ep *e)
@@ -281,9 +461,19 @@ static int add_ep(int epfd, struct ep *e)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, e->fd, &ev) ? -errno : 0;
 }
 
+static int wait_ms(const struct loop *l)
+{
+	int64_t left;
+
+	if (l->curl_deadline < 0)
+		return 1000;
+	left = (l->curl_deadline - broker_now_ns() + 999999) / 1000000;
+	return left <= 0 ? 0 : left > 1000 ? 1000 : (int)left;
+}
+
 int loop_run(struct broker *b, int guest_fd, int ctl_fd)
 {
-	struct loop l = { .b = b, .epfd = -1 };
+	struct loop l = { .b = b, .epfd = -1, .curl_deadline = -1 };
 	struct ep eg = { EP_GUEST_LISTEN, guest_fd }, ec = { EP_CTL_LISTEN, ctl_fd };
 	struct ep es = { EP_SIGNAL, -1 };
 	sigset_t mask;
@@ -296,15 +486,20 @@ int loop_run(struct broker *b, int guest_fd, int ctl_fd)
 		return -errno;
 	es.fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	l.epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (es.fd < 0 || l.epfd < 0) {
-		r = -errno;
+	l.multi = curl_multi_init();
+	if (es.fd < 0 || l.epfd < 0 || !l.multi) {
+		r = l.multi ? -errno : -ENOMEM;
 		goto out;
 	}
+	curl_multi_setopt(l.multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+	curl_multi_setopt(l.multi, CURLMOPT_SOCKETDATA, &l);
+	curl_multi_setopt(l.multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+	curl_multi_setopt(l.multi, CURLMOPT_TIMERDATA, &l);
 	if ((r = add_ep(l.epfd, &eg)) || (r = add_ep(l.epfd, &ec)) || (r = add_ep(l.epfd, &es)))
 		goto out;
 	while (!stop) {
 		struct epoll_event evs[32];
-		int n = epoll_wait(l.epfd, evs, 32, 1000), i;
+		int n = epoll_wait(l.epfd, evs, 32, wait_ms(&l)), i;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -315,53 +510,57 @@ int loop_run(struct broker *b, int guest_fd, int ctl_fd)
 		for (i = 0; i < n; i++) {
 			struct ep *e = evs[i].data.ptr;
 			struct conn *c;
+			int m = 0;
 
-			if (e->kind == EP_SIGNAL) {
+			if (e->fd < 0)
+				continue; /* closed earlier in this batch */
+			switch (e->kind) {
+			case EP_SIGNAL:
 				stop = 1;
-				continue;
-			}
-			if (e->kind == EP_GUEST_LISTEN || e->kind == EP_CTL_LISTEN) {
+				break;
+			case EP_GUEST_LISTEN:
+			case EP_CTL_LISTEN:
 				accept_conns(&l, e->fd, e->kind == EP_CTL_LISTEN);
-				continue;
-			}
-			c = (struct conn *)e;
-			c->last_ns = broker_now_ns();
-			if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-				r = conn_read(&l, c);
-				if (r) {
+				break;
+			case EP_CURL:
+				if (evs[i].events & EPOLLIN)
+					m |= CURL_CSELECT_IN;
+				if (evs[i].events & EPOLLOUT)
+					m |= CURL_CSELECT_OUT;
+				if (evs[i].events & (EPOLLERR | EPOLLHUP))
+					m |= CURL_CSELECT_ERR;
+				curl_action(&l, e->fd, m);
+				break;
+			case EP_CONN:
+				c = (struct conn *)e;
+				c->last_ns = broker_now_ns();
+				if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+				    conn_read(c)) {
 					conn_close(&l, c);
-					if (r == -ENOMEM)
-						break;
-					r = 0;
-					continue;
+					break;
 				}
+				conn_step(&l, c);
+				/* Peer gone for good (not a half close): it cannot take the reply
+				 * of a transfer in flight, and HUP would keep waking us. */
+				if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && c->ep.fd >= 0 &&
+				    c->job)
+					conn_close(&l, c);
+				break;
 			}
-			/* After input is handled, flush; frames held back by the high-water mark
-			 * run once the socket took the replies. */
-			if (conn_flush(c)) {
-				conn_close(&l, c);
-				continue;
-			}
-			while (!c->dead && c->out_len == c->out_off && has_frame(c)) {
-				if (conn_process(&l, c) || conn_flush(c)) {
-					c->dead = 1;
-					c->out_off = c->out_len = 0;
-				}
-			}
-			if (((c->eof && !has_frame(c)) || c->dead) && c->out_off == c->out_len) {
-				conn_close(&l, c);
-				continue;
-			}
-			if (ep_mod(&l, c))
-				conn_close(&l, c);
 		}
-		if (r)
-			break;
+		if (l.curl_deadline >= 0 && broker_now_ns() >= l.curl_deadline) {
+			l.curl_deadline = -1;
+			curl_action(&l, CURL_SOCKET_TIMEOUT, 0);
+		}
 		sweep_idle(&l);
+		reap(&l);
 	}
 out:
-	while (l.conns)
+	while (l.conns) /* also aborts (and audits) transfers still running */
 		conn_close(&l, l.conns);
+	if (l.multi)
+		curl_multi_cleanup(l.multi);
+	reap(&l);
 	if (l.epfd >= 0)
 		close(l.epfd);
 	if (es.fd >= 0)

@@ -40,6 +40,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(n) if n else b""
         auth = self.headers.get("Authorization") or ""
         seen.append((method, self.path, auth, body))
+        if self.path.startswith("/v1/slow"):
+            time.sleep(2)
         if self.path.startswith("/v1/redirect"):
             self.send_response(302)
             self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
@@ -281,6 +283,24 @@ def main():
         check(r.get("status") == 200 and time.monotonic() - t0 < 5,
               "a stalled connection does not block others")
         stall.close()
+        # Upstream transfers run concurrently: a slow one does not hold up another connection.
+        slow = connect(listen)
+        slow.sendall(frame(dict(ident, credential="demo", method="GET", url=base + "/v1/slow")))
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        r = req()
+        fast = time.monotonic() - t0
+        r2 = recv_msg(slow)
+        slow.close()
+        check(r.get("status") == 200 and fast < 1.5 and r2.get("status") == 200,
+              "a slow upstream does not block another connection (%.2f s)" % fast)
+        # A guest that goes away mid-transfer: the transfer is aborted and audited.
+        gone = connect(listen)
+        gone.sendall(frame(dict(ident, credential="demo", method="GET", url=base + "/v1/slow")))
+        time.sleep(0.5)
+        gone.close()
+        time.sleep(0.2)
+        check(req().get("status") == 200, "broker serves after a guest left mid-transfer")
         # Two requests pipelined on one connection, answered in order.
         with connect(listen) as s:
             m = dict(ident, credential="demo", method="GET", url=base + "/v1/a")
@@ -313,6 +333,8 @@ def main():
                        "expired", "credential helper failed",
                        "malformed request: frame over 1 MiB", "malformed request: bad json"):
             check(reason in reasons, "audit has a deny with reason '%s'" % reason)
+        check(any(l["reason"].startswith("upstream: aborted") and l["decision"] == "allow"
+                  for l in lines), "aborted transfer audited")
         check(all(l["decision"] == ("allow" if l["reason"] == "ok" else "deny") or
                   l["reason"].startswith("upstream") for l in lines),
               "audit decisions match reasons")
@@ -349,11 +371,14 @@ def main():
             time.sleep(0.05)
         call(listen, {"v": 1, "credential": "demo", "url": base + "/v1/"})
         broker.terminate()
-        broker.wait(10)
+        check(broker.wait(10) == 0, "restarted broker exits 0")
         broker = None
         v = subprocess.run([BROKER, "verify-audit", audit], stdout=subprocess.PIPE)
         check(v.returncode == 0 and b"OK, %d records" % (len(lines) + 1) in v.stdout,
               "restarted broker continues the chain: " + v.stdout.decode().strip())
+        if failures:
+            errlog.seek(0)
+            print("broker stderr:\n" + errlog.read())
     finally:
         if broker:
             broker.kill()
