@@ -43,6 +43,13 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 	s->board = board;
 	s->method = WRITE_URING;
 	s->stage_max = SNAP_DEFAULT_STAGE_MAX;
+	/* Benchmark knobs (bench/snapshot compares writers side by side in one run). */
+	const char *w = getenv("COVE_SNAP_WRITER");
+	if (w && !strcmp(w, "pwrite"))
+		s->method = WRITE_PWRITE;
+	const char *dio = getenv("COVE_SNAP_DIRECT");
+	if (dio && !strcmp(dio, "1"))
+		s->direct = true;
 	s->keep = SNAP_DEFAULT_KEEP;
 	if (snprintf(s->dir, sizeof(s->dir), "%s", dir) >= (int)sizeof(s->dir))
 		return errmsg(err, errlen, -ENAMETOOLONG, "snapshot directory name is too long");
