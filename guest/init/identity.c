@@ -32,6 +32,13 @@ static int rng_add(const unsigned char *seed, size_t len)
 	memcpy(req.buf, seed, len);
 	if (ioctl(fd, RNDADDENTROPY, &req) < 0)
 		ret = -errno;
+	/*
+	 * Crediting entropy does not rekey a CRNG that is already initialised: clones of one
+	 * snapshot would go on producing the same bytes until the next periodic reseed (up to a
+	 * minute).  Force the reseed now.
+	 */
+	else if (ioctl(fd, RNDRESEEDCRNG, NULL) < 0)
+		ret = -errno;
 	explicit_bzero(&req, sizeof(req));
 	close(fd);
 	return ret;
