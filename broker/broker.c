@@ -14,9 +14,11 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define INJECT_MAX 8192
 
@@ -188,8 +190,13 @@ out:
 }
 
 struct broker_job {
+	enum job_state state;
 	struct breq q;
 	struct url_parts u;
+	struct cred_policy *c;
+	struct helper_proc hp;
+	int read_done;
+	char pin[1024];
 	struct scrubber sc;
 	struct fetch f;
 	void *owner;
@@ -197,6 +204,7 @@ struct broker_job {
 
 static void job_free(struct broker_job *j)
 {
+	helper_abort(&j->hp);
 	if (j->f.easy)
 		fetch_end(&j->f, CURLE_ABORTED_BY_CALLBACK, NULL, 0);
 	fetch_resp_free(&j->f.resp);
@@ -222,8 +230,7 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 {
 	struct broker_job *j = calloc(1, sizeof(*j));
 	struct cred_policy *c;
-	struct secret sec;
-	char err[256], reason[300], pin[1024], inject[INJECT_MAX];
+	char err[256], reason[300];
 	const char *why;
 	int64_t now = broker_now_ns();
 	size_t i;
@@ -233,8 +240,8 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 	*reply = NULL;
 	if (!j)
 		return -ENOMEM;
-	memset(&sec, 0, sizeof(sec));
-	inject[0] = '\0';
+	j->hp.pid = -1;
+	j->hp.out_fd = -1;
 	if (breq_parse(msg, len, &j->q, err, sizeof(err))) {
 		snprintf(reason, sizeof(reason), "malformed request: %s", err);
 		r = deny(b, &j->q, reason, reply, rlen);
@@ -270,29 +277,79 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 			goto done;
 		}
 	}
-	r = dest_resolve(j->u.host, j->u.port, c->allow_private, pin, sizeof(pin));
+	r = dest_resolve(j->u.host, j->u.port, c->allow_private, j->pin, sizeof(j->pin));
 	if (r) {
 		r = deny(b, &j->q, r == -EACCES ? "private destination" : "cannot resolve host",
 			 reply, rlen);
 		goto done;
 	}
 	policy_consume(c, now);
-	r = helper_run(c, b->helper_timeout_ms, &sec, err, sizeof(err));
+	j->c = c;
+	r = helper_spawn(c, b->helper_timeout_ms, &j->hp, err, sizeof(err));
 	if (r) {
 		if (b->log)
 			fprintf(b->log, "cove-broker: credential %s: %s\n", c->name, err);
 		r = deny(b, &j->q, "credential helper failed", reply, rlen);
 		goto done;
 	}
-	if (fill_template(c->inject_header, c->inject_template, &sec, inject, sizeof(inject))) {
-		r = deny(b, &j->q, "credential too long for the header", reply, rlen);
+	j->state = JOB_HELPER;
+	*jobp = j;
+	return 0;
+done:
+	job_free(j);
+	return r;
+}
+
+enum job_state broker_job_state(const struct broker_job *j)
+{
+	return j->state;
+}
+
+int broker_job_helper_fd(const struct broker_job *j)
+{
+	return j->state == JOB_HELPER && !j->read_done ? j->hp.out_fd : -1;
+}
+
+int64_t broker_job_deadline(const struct broker_job *j)
+{
+	return j->state == JOB_HELPER ? j->hp.deadline_ns : -1;
+}
+
+int broker_job_read(struct broker_job *j)
+{
+	if (j->state == JOB_HELPER && !j->read_done && helper_read(&j->hp, NULL, 0) != 0)
+		j->read_done = 1;
+	return j->read_done;
+}
+
+int broker_job_advance(struct broker *b, struct broker_job *j, char **reply, size_t *rlen)
+{
+	struct secret sec;
+	char err[256], reason[300], inject[INJECT_MAX];
+	int r;
+
+	*reply = NULL;
+	r = helper_finish(&j->hp, &sec, err, sizeof(err));
+	if (r == -EAGAIN)
+		return JOB_WAIT;
+	j->read_done = 1;
+	if (r) {
+		if (b->log)
+			fprintf(b->log, "cove-broker: credential %s: %s\n", j->c->name, err);
+		r = deny(b, &j->q, "credential helper failed", reply, rlen);
 		goto done;
 	}
-	if (scrub_secret(&j->sc, c, &sec)) {
-		r = deny(b, &j->q, "out of memory", reply, rlen);
-		goto done;
-	}
+	inject[0] = '\0';
+	r = fill_template(j->c->inject_header, j->c->inject_template, &sec, inject, sizeof(inject));
+	if (!r)
+		r = scrub_secret(&j->sc, j->c, &sec);
 	secret_wipe(&sec);
+	if (r) {
+		OPENSSL_cleanse(inject, sizeof(inject));
+		r = deny(b, &j->q, r == -E2BIG ? "credential too long for the header" :
+				   "out of memory", reply, rlen);
+		goto done;
+	}
 	{
 		struct fetch_req fr = {
 			.url = j->u.url,
@@ -302,7 +359,7 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 			.inject = inject,
 			.body = j->q.body,
 			.body_len = j->q.body_len,
-			.pin = pin,
+			.pin = j->pin,
 			.timeout_s = b->fetch_timeout_s,
 		};
 
@@ -315,13 +372,26 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 		r = error_reply("", reason, reply, rlen);
 		goto done;
 	}
-	*jobp = j;
-	return 0;
+	j->state = JOB_TRANSFER;
+	return JOB_TRANSFER;
 done:
-	secret_wipe(&sec);
-	OPENSSL_cleanse(inject, sizeof(inject));
 	job_free(j);
-	return r;
+	return r ? r : JOB_DONE;
+}
+
+void broker_job_abort(struct broker *b, struct broker_job *j)
+{
+	char *reply = NULL;
+	size_t rlen;
+
+	if (j->state == JOB_TRANSFER) {
+		broker_guest_finish(b, j, CURLE_ABORTED_BY_CALLBACK, &reply, &rlen);
+	} else {
+		helper_abort(&j->hp);
+		deny(b, &j->q, "guest went away", &reply, &rlen);
+		job_free(j);
+	}
+	free(reply);
 }
 
 int broker_guest_finish(struct broker *b, struct broker_job *j, int curl_result, char **reply,
@@ -364,6 +434,21 @@ int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char *
 
 	if (r || !j)
 		return r;
+	/* Blocking: wait for the helper's output, then its exit, then run the transfer. */
+	while (!j->read_done) {
+		struct pollfd p = { .fd = j->hp.out_fd, .events = POLLIN };
+		int64_t left = (j->hp.deadline_ns - broker_now_ns() + 999999) / 1000000;
+
+		if (left <= 0)
+			break;
+		if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+			break;
+		broker_job_read(j);
+	}
+	while ((r = broker_job_advance(b, j, reply, rlen)) == JOB_WAIT)
+		usleep(2000);
+	if (r != JOB_TRANSFER)
+		return r == JOB_DONE ? 0 : r;
 	return broker_guest_finish(b, j, (int)curl_easy_perform(j->f.easy), reply, rlen);
 }
 

@@ -26,15 +26,33 @@ struct broker {
 
 int64_t broker_now_ns(void);
 
-/* A request that passed every check and waits for its upstream transfer. */
+/* A request that passed every check: first its credential helper runs (JOB_HELPER), then its
+ * upstream transfer (JOB_TRANSFER). */
 struct broker_job;
+enum job_state { JOB_HELPER = 1, JOB_TRANSFER };
+enum { JOB_WAIT = 0, /* JOB_TRANSFER */ JOB_DONE = 3 }; /* broker_job_advance results */
 
-/* First half of a guest message: parse, checks, helper, easy handle. Either produces a reply
- * (malloc'd JSON, *rlen bytes; denials are audited) or a job whose easy handle
- * (broker_job_easy) the caller runs, then passes to broker_guest_finish. Returns 0 or -ENOMEM. */
+/* First part of a guest message: parse and check, then start the helper. Either produces a
+ * reply (malloc'd JSON, *rlen bytes; denials are audited) or a job in JOB_HELPER state.
+ * Returns 0 or -ENOMEM. */
 int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply,
 		       size_t *rlen, struct broker_job **job);
-/* Second half: collects the transfer (curl_result is its CURLcode), scrubs, audits, replies,
+enum job_state broker_job_state(const struct broker_job *job);
+/* JOB_HELPER: the helper's stdout to watch for input (-1 once reading is over), and the
+ * helper's deadline (CLOCK_MONOTONIC ns). */
+int broker_job_helper_fd(const struct broker_job *job);
+int64_t broker_job_deadline(const struct broker_job *job);
+/* Reads the helper's output; returns 1 once reading is over (stop watching the fd). */
+int broker_job_read(struct broker_job *job);
+/* Call once reading is over, or at the deadline, with the fd no longer watched: reaps the
+ * helper. Returns JOB_WAIT (not exited yet: call again soon), JOB_TRANSFER (run
+ * broker_job_easy, then broker_guest_finish), JOB_DONE (*reply set, job freed) or -ENOMEM
+ * (job freed). */
+int broker_job_advance(struct broker *b, struct broker_job *job, char **reply, size_t *rlen);
+/* The guest went away: ends the job in any state (the caller removed its fd / easy handle),
+ * audits it, frees it. */
+void broker_job_abort(struct broker *b, struct broker_job *job);
+/* Last part: collects the transfer (curl_result is its CURLcode), scrubs, audits, replies,
  * frees the job. */
 int broker_guest_finish(struct broker *b, struct broker_job *job, int curl_result, char **reply,
 			size_t *rlen);

@@ -81,147 +81,194 @@ int helper_parse(const char *out, size_t len, struct secret *s, char *err, size_
 	return 0;
 }
 
-static int64_t mono_ms(void)
+static int64_t mono_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int helper_run(const struct cred_policy *c, int timeout_ms, struct secret *s, char *err,
-	       size_t errlen)
+int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc *hp, char *err,
+		 size_t errlen)
 {
-	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, status = 0, r, n;
-	char input[8192], **argv = NULL;
-	char *buf = NULL;
-	size_t len = 0, inoff = 0, i;
-	int64_t deadline = mono_ms() + timeout_ms;
-	pid_t pid = -1;
+	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, r, n;
+	char input[HELPER_IN_MAX], **argv = NULL;
+	size_t i;
+	ssize_t w;
 
-	memset(s, 0, sizeof(*s));
+	memset(hp, 0, sizeof(*hp));
+	hp->pid = -1;
+	hp->out_fd = -1;
+	hp->deadline_ns = mono_ns() + (int64_t)timeout_ms * 1000000;
 	n = helper_input(c, input, sizeof(input));
 	if (n < 0)
-		return errmsg(err, errlen, n, "helper input too large");
+		return errmsg(err, errlen, n, "helper input over %d bytes", HELPER_IN_MAX);
 	argv = calloc(c->helper.n + 2, sizeof(*argv));
-	buf = malloc(HELPER_OUT_MAX + 1);
-	if (!argv || !buf) {
+	hp->buf = malloc(HELPER_OUT_MAX + 1);
+	if (!argv || !hp->buf) {
 		r = errmsg(err, errlen, -ENOMEM, "out of memory");
-		goto out;
+		goto fail;
 	}
 	for (i = 0; i < c->helper.n; i++)
 		argv[i] = c->helper.v[i];
 	argv[i] = "get";
-	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) {
+	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC | O_NONBLOCK)) {
 		r = errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
-		goto out;
+		goto fail;
 	}
-	pid = fork();
-	if (pid < 0) {
+	hp->pid = fork();
+	if (hp->pid < 0) {
 		r = errmsg(err, errlen, -errno, "fork: %s", strerror(errno));
-		goto out;
+		goto fail;
 	}
-	if (pid == 0) {
-		/* Child: only async-signal-safe calls until exec. */
-		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0)
+	if (hp->pid == 0) {
+		/* Child: only async-signal-safe calls until exec. stdout must block. Its own process
+		 * group, so a timeout kills what it started too (pass -> gpg). */
+		setpgid(0, 0);
+		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || fcntl(1, F_SETFL, 0) < 0)
 			_exit(126);
 		signal(SIGPIPE, SIG_DFL);
 		execvp(argv[0], argv);
 		_exit(127);
 	}
+	setpgid(hp->pid, hp->pid); /* also here: no window where a kill misses the group */
 	close(in[0]);
 	close(out[1]);
 	in[0] = out[1] = -1;
+	/* The input (< HELPER_IN_MAX) fits the pipe buffer: write it all now and close stdin. A
+	 * helper that exits without reading makes this fail with EPIPE, which is fine. */
 	fcntl(in[1], F_SETFL, O_NONBLOCK);
-	for (;;) {
-		struct pollfd p[2] = { { .fd = out[0], .events = POLLIN },
-				       { .fd = in[1], .events = POLLOUT } };
-		int64_t left = deadline - mono_ms();
-		ssize_t got;
-
-		if (left <= 0) {
-			r = errmsg(err, errlen, -ETIMEDOUT, "helper timed out after %d ms",
-				   timeout_ms);
-			goto out;
-		}
-		if (poll(p, in[1] >= 0 ? 2 : 1, (int)left) < 0) {
-			if (errno == EINTR)
-				continue;
-			r = errmsg(err, errlen, -errno, "poll: %s", strerror(errno));
-			goto out;
-		}
-		if (in[1] >= 0 && p[1].revents) {
-			got = write(in[1], input + inoff, (size_t)n - inoff);
-			if (got > 0)
-				inoff += (size_t)got;
-			if (got < 0 && errno != EAGAIN) /* helper closed stdin early: fine */
-				inoff = (size_t)n;
-			if (inoff == (size_t)n) {
-				close(in[1]);
-				in[1] = -1;
-			}
-		}
-		if (p[0].revents) {
-			got = read(out[0], buf + len, HELPER_OUT_MAX + 1 - len);
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got < 0) {
-				r = errmsg(err, errlen, -errno, "helper read: %s", strerror(errno));
-				goto out;
-			}
-			if (got == 0)
-				break;
-			len += (size_t)got;
-			if (len > HELPER_OUT_MAX) {
-				r = errmsg(err, errlen, -E2BIG, "helper output over %d bytes",
-					   HELPER_OUT_MAX);
-				goto out;
-			}
-		}
-	}
-	/* stdout closed: give the helper the rest of the deadline to exit. */
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
-
-		if (w == pid) {
-			pid = -1;
-			break;
-		}
-		if (w < 0 && errno != EINTR) {
-			r = errmsg(err, errlen, -errno, "waitpid: %s", strerror(errno));
-			goto out;
-		}
-		if (mono_ms() >= deadline) {
-			r = errmsg(err, errlen, -ETIMEDOUT, "helper did not exit in %d ms",
-				   timeout_ms);
-			goto out;
-		}
-		usleep(2000);
-	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-		r = errmsg(err, errlen, -EIO, "helper %s failed (status %d)", c->helper.v[0],
-			   WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-		goto out;
-	}
-	r = helper_parse(buf, len, s, err, errlen);
-out:
-	if (pid > 0) {
-		kill(pid, SIGKILL);
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-	}
+	w = write(in[1], input, (size_t)n);
+	(void)w;
+	close(in[1]);
+	in[1] = -1;
+	OPENSSL_cleanse(input, sizeof(input));
+	hp->out_fd = out[0];
+	free(argv);
+	return 0;
+fail:
 	for (i = 0; i < 2; i++) {
 		if (in[i] >= 0)
 			close(in[i]);
 		if (out[i] >= 0)
 			close(out[i]);
 	}
-	if (buf)
-		OPENSSL_cleanse(buf, HELPER_OUT_MAX + 1);
-	free(buf);
 	free(argv);
-	OPENSSL_cleanse(input, sizeof(input));
+	helper_abort(hp);
+	return r;
+}
+
+int helper_read(struct helper_proc *hp, char *err, size_t errlen)
+{
+	for (;;) {
+		ssize_t got = read(hp->out_fd, hp->buf + hp->len, HELPER_OUT_MAX + 1 - hp->len);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && errno == EAGAIN)
+			return 0;
+		if (got < 0)
+			return errmsg(err, errlen, -errno, "helper read: %s", strerror(errno));
+		if (got == 0) {
+			hp->eof = 1;
+			return 1;
+		}
+		hp->len += (size_t)got;
+		if (hp->len > HELPER_OUT_MAX)
+			return errmsg(err, errlen, -E2BIG, "helper output over %d bytes",
+				      HELPER_OUT_MAX);
+	}
+}
+
+int helper_finish(struct helper_proc *hp, struct secret *s, char *err, size_t errlen)
+{
+	int status = 0, r;
+	pid_t w;
+
+	memset(s, 0, sizeof(*s));
+	if (hp->out_fd >= 0) {
+		close(hp->out_fd);
+		hp->out_fd = -1;
+	}
+	if (!hp->eof) {
+		r = mono_ns() >= hp->deadline_ns ?
+			    errmsg(err, errlen, -ETIMEDOUT, "helper timed out") :
+			    errmsg(err, errlen, -EIO, "helper output unreadable or over the cap");
+		helper_abort(hp);
+		return r;
+	}
+	w = waitpid(hp->pid, &status, WNOHANG);
+	if (w == 0 && mono_ns() < hp->deadline_ns)
+		return -EAGAIN; /* stdout closed, not exited yet: ask again soon */
+	if (w != hp->pid) {
+		r = errmsg(err, errlen, -ETIMEDOUT, "helper did not exit in time");
+		helper_abort(hp);
+		return r;
+	}
+	hp->pid = -1;
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		r = errmsg(err, errlen, -EIO, "helper failed (status %d)",
+			   WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+	else
+		r = helper_parse(hp->buf, hp->len, s, err, errlen);
+	helper_abort(hp);
 	if (r)
 		secret_wipe(s);
 	return r;
+}
+
+void helper_abort(struct helper_proc *hp)
+{
+	int status;
+
+	if (hp->pid > 0) {
+		kill(-hp->pid, SIGKILL);
+		kill(hp->pid, SIGKILL);
+		while (waitpid(hp->pid, &status, 0) < 0 && errno == EINTR)
+			;
+	}
+	hp->pid = -1;
+	if (hp->out_fd >= 0)
+		close(hp->out_fd);
+	hp->out_fd = -1;
+	if (hp->buf) {
+		OPENSSL_cleanse(hp->buf, HELPER_OUT_MAX + 1);
+		free(hp->buf);
+	}
+	hp->buf = NULL;
+	hp->len = 0;
+}
+
+int helper_run(const struct cred_policy *c, int timeout_ms, struct secret *s, char *err,
+	       size_t errlen)
+{
+	struct helper_proc hp;
+	int r = helper_spawn(c, timeout_ms, &hp, err, errlen);
+
+	if (r)
+		return r;
+	for (;;) {
+		struct pollfd p = { .fd = hp.out_fd, .events = POLLIN };
+		int64_t left = (hp.deadline_ns - mono_ns() + 999999) / 1000000;
+
+		if (hp.out_fd >= 0) {
+			if (left <= 0)
+				break;
+			if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+				break;
+			r = helper_read(&hp, err, errlen);
+			if (r == 0)
+				continue;
+			if (r < 0) {
+				helper_abort(&hp);
+				return r;
+			}
+		}
+		r = helper_finish(&hp, s, err, errlen);
+		if (r != -EAGAIN)
+			return r;
+		usleep(2000);
+	}
+	return helper_finish(&hp, s, err, errlen);
 }

@@ -1,7 +1,7 @@
-/* Event loop: nonblocking accept/read/write on many connections, and libcurl's multi interface
- * on the same epoll set, so upstream transfers run concurrently. The checks and the credential
- * helper run inline (the helper is time-capped); each connection has at most one request in
- * flight, so its replies stay in order. A bad frame costs its sender an error reply, never
+/* Event loop: nonblocking accept/read/write on many connections, the credential helpers'
+ * stdout pipes, and libcurl's multi interface, all on one epoll set, so helpers and upstream
+ * transfers of different connections run concurrently. Each connection has at most one request
+ * in flight, so its replies stay in order. A bad frame costs its sender an error reply, never
  * the loop. Closed connections and curl sockets are freed after the event batch that might
  * still name them. */
 #include "loop.h"
@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -20,7 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-enum ep_kind { EP_GUEST_LISTEN, EP_CTL_LISTEN, EP_SIGNAL, EP_CONN, EP_CURL };
+enum ep_kind { EP_GUEST_LISTEN, EP_CTL_LISTEN, EP_SIGNAL, EP_CONN, EP_CURL, EP_HELPER };
 
 struct ep {
 	enum ep_kind kind;
@@ -37,6 +38,8 @@ struct conn {
 	int eof;  /* the peer sent everything it will send */
 	int dead; /* stream out of sync: stop reading, close once out is flushed */
 	struct broker_job *job; /* the request in flight */
+	struct ep hep;		/* its credential helper's stdout, while watched (fd >= 0) */
+	int helper_wait;	/* helper output read, waiting for it to exit */
 	int64_t last_ns;
 	struct conn *next;
 };
@@ -93,6 +96,58 @@ static int ep_mod(struct loop *l, struct conn *c)
 	return epoll_ctl(l->epfd, EPOLL_CTL_MOD, c->ep.fd, &ev) ? -errno : 0;
 }
 
+static void unwatch_helper(struct loop *l, struct conn *c)
+{
+	if (c->hep.fd >= 0)
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->hep.fd, NULL);
+	c->hep.fd = -1;
+}
+
+static int queue_reply(struct conn *c, const char *msg, size_t len);
+static void conn_step(struct loop *l, struct conn *c);
+static void conn_close(struct loop *l, struct conn *c);
+
+/* Moves c's job on after its helper finished reading (or hit its deadline). */
+static void job_advance(struct loop *l, struct conn *c)
+{
+	char *reply = NULL;
+	size_t rlen = 0;
+	int r;
+
+	unwatch_helper(l, c);
+	r = broker_job_advance(l->b, c->job, &reply, &rlen);
+	c->helper_wait = r == JOB_WAIT;
+	if (r == JOB_WAIT)
+		return;
+	if (r == JOB_TRANSFER) {
+		CURL *e = broker_job_easy(c->job);
+
+		curl_easy_setopt(e, CURLOPT_PRIVATE, c->job);
+		if (curl_multi_add_handle(l->multi, e) == CURLM_OK)
+			return;
+		r = broker_guest_finish(l->b, c->job, CURLE_OUT_OF_MEMORY, &reply, &rlen);
+	}
+	c->job = NULL; /* freed by broker_job_advance / broker_guest_finish */
+	if (r < 0 || queue_reply(c, reply, rlen)) {
+		free(reply);
+		conn_close(l, c);
+		return;
+	}
+	free(reply);
+	conn_step(l, c);
+}
+
+/* Starts watching a new job's helper. */
+static int watch_helper(struct loop *l, struct conn *c)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &c->hep };
+
+	c->hep.fd = broker_job_helper_fd(c->job);
+	if (c->hep.fd >= 0 && epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->hep.fd, &ev))
+		c->hep.fd = -1;
+	return c->hep.fd >= 0 ? 0 : -EIO;
+}
+
 static void conn_close(struct loop *l, struct conn *c)
 {
 	struct conn **pp;
@@ -110,12 +165,10 @@ static void conn_close(struct loop *l, struct conn *c)
 	c->ep.fd = -1;
 	/* Nobody is left to read the reply of a request in flight: abort it (it is audited). */
 	if (c->job) {
-		char *reply = NULL;
-		size_t rlen;
-
-		curl_multi_remove_handle(l->multi, broker_job_easy(c->job));
-		broker_guest_finish(l->b, c->job, CURLE_ABORTED_BY_CALLBACK, &reply, &rlen);
-		free(reply);
+		unwatch_helper(l, c);
+		if (broker_job_state(c->job) == JOB_TRANSFER)
+			curl_multi_remove_handle(l->multi, broker_job_easy(c->job));
+		broker_job_abort(l->b, c->job);
 		c->job = NULL;
 	}
 	c->next = l->dead_conns;
@@ -223,19 +276,12 @@ static int conn_process(struct loop *l, struct conn *c)
 		if (r)
 			break;
 		if (job) {
-			CURL *e = broker_job_easy(job);
-
 			*broker_job_owner(job) = c;
-			curl_easy_setopt(e, CURLOPT_PRIVATE, job);
-			if (curl_multi_add_handle(l->multi, e) != CURLM_OK) {
-				r = broker_guest_finish(l->b, job, CURLE_OUT_OF_MEMORY, &reply,
-							&rlen);
-				if (r)
-					break;
-			} else {
-				c->job = job;
-				continue;
-			}
+			c->job = job;
+			/* Unwatchable: the next tick fails it as a helper failure. */
+			if (watch_helper(l, c))
+				c->helper_wait = 1;
+			break; /* one request in flight per connection */
 		}
 		r = queue_reply(c, reply, rlen);
 		free(reply);
@@ -338,6 +384,8 @@ static void accept_conns(struct loop *l, int lfd, int is_ctl)
 		}
 		c->ep.kind = EP_CONN;
 		c->ep.fd = fd;
+		c->hep.kind = EP_HELPER;
+		c->hep.fd = -1;
 		c->is_ctl = is_ctl;
 		c->last_ns = broker_now_ns();
 		ev.data.ptr = &c->ep;
@@ -461,13 +509,37 @@ static int add_ep(int epfd, struct ep *e)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, e->fd, &ev) ? -errno : 0;
 }
 
+/* Helpers past their deadline, or read and waiting to exit, move on. */
+static void helper_ticks(struct loop *l)
+{
+	int64_t now = broker_now_ns();
+	struct conn *c, *next;
+
+	for (c = l->conns; c; c = next) {
+		next = c->next;
+		if (c->job && broker_job_state(c->job) == JOB_HELPER &&
+		    (c->helper_wait || now >= broker_job_deadline(c->job)))
+			job_advance(l, c);
+	}
+}
+
 static int wait_ms(const struct loop *l)
 {
-	int64_t left;
+	int64_t next = l->curl_deadline, now = broker_now_ns(), left;
+	const struct conn *c;
 
-	if (l->curl_deadline < 0)
+	for (c = l->conns; c; c = c->next) {
+		int64_t d;
+
+		if (!c->job || broker_job_state(c->job) != JOB_HELPER)
+			continue;
+		d = c->helper_wait ? now + 2000000 : broker_job_deadline(c->job);
+		if (next < 0 || d < next)
+			next = d;
+	}
+	if (next < 0)
 		return 1000;
-	left = (l->curl_deadline - broker_now_ns() + 999999) / 1000000;
+	left = (next - now + 999999) / 1000000;
 	return left <= 0 ? 0 : left > 1000 ? 1000 : (int)left;
 }
 
@@ -531,6 +603,11 @@ int loop_run(struct broker *b, int guest_fd, int ctl_fd)
 					m |= CURL_CSELECT_ERR;
 				curl_action(&l, e->fd, m);
 				break;
+			case EP_HELPER:
+				c = (struct conn *)((char *)e - offsetof(struct conn, hep));
+				if (c->job && broker_job_read(c->job))
+					job_advance(&l, c);
+				break;
 			case EP_CONN:
 				c = (struct conn *)e;
 				c->last_ns = broker_now_ns();
@@ -552,6 +629,7 @@ int loop_run(struct broker *b, int guest_fd, int ctl_fd)
 			l.curl_deadline = -1;
 			curl_action(&l, CURL_SOCKET_TIMEOUT, 0);
 		}
+		helper_ticks(&l);
 		sweep_idle(&l);
 		reap(&l);
 	}

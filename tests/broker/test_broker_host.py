@@ -157,7 +157,15 @@ def main():
             "limited": cred(max_uses=1),
             "private": cred(allow_private=False),
             "broken": cred(helper=[HELPER, "cove/missing"]),
+            "slowcred": cred(helper=[os.path.join(tmp, "slow-helper")]),
+            "hang": cred(helper=[os.path.join(tmp, "hang-helper")]),
         }}
+        with open(os.path.join(tmp, "slow-helper"), "w") as f:
+            f.write("#!/bin/sh\nsleep 1\necho password=slow-secret-value\n")
+        with open(os.path.join(tmp, "hang-helper"), "w") as f:
+            f.write("#!/bin/sh\necho $$ > %s/hang.pid\nexec sleep 60\n" % tmp)
+        os.chmod(os.path.join(tmp, "slow-helper"), 0o755)
+        os.chmod(os.path.join(tmp, "hang-helper"), 0o755)
         pol_path = os.path.join(tmp, "policy.json")
         with open(pol_path, "w") as f:
             json.dump(policy, f)
@@ -177,7 +185,8 @@ def main():
         audit = os.path.join(tmp, "audit.jsonl")
         errlog = open(os.path.join(tmp, "broker.err"), "w+")
         broker = subprocess.Popen([BROKER, "--policy", pol_path, "--listen", listen, "--ctl", ctl,
-                                   "--audit", audit, "--initial-epoch", "7", "-v"],
+                                   "--audit", audit, "--initial-epoch", "7", "-v",
+                                   "--helper-timeout-ms", "2500"],
                                   env=env, stderr=errlog)
         for _ in range(200):
             if os.path.exists(ctl):
@@ -294,6 +303,29 @@ def main():
         slow.close()
         check(r.get("status") == 200 and fast < 1.5 and r2.get("status") == 200,
               "a slow upstream does not block another connection (%.2f s)" % fast)
+        # Credential helpers run concurrently too, and one that hangs is killed at its deadline.
+        slow = connect(listen)
+        slow.sendall(frame(dict(ident, credential="slowcred", method="GET", url=base + "/v1/s")))
+        hang = connect(listen)
+        t_hang = time.monotonic()
+        hang.sendall(frame(dict(ident, credential="hang", method="GET", url=base + "/v1/h")))
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        r = req()
+        fast = time.monotonic() - t0
+        r2 = recv_msg(slow)
+        slow.close()
+        check(r.get("status") == 200 and fast < 0.8 and r2.get("status") == 200 and
+              seen[-1][2] == "Bearer slow-secret-value",
+              "a slow helper does not block another connection (%.2f s)" % fast)
+        r = recv_msg(hang)
+        took = time.monotonic() - t_hang
+        hang.close()
+        check(r == {"ok": False, "error": "denied: credential helper failed"} and
+              2.3 < took < 5, "hanging helper killed at its deadline (%.2f s)" % took)
+        with open(os.path.join(tmp, "hang.pid")) as f:
+            hpid = int(f.read())
+        check(not os.path.exists("/proc/%d" % hpid), "hung helper process is gone")
         # A guest that goes away mid-transfer: the transfer is aborted and audited.
         gone = connect(listen)
         gone.sendall(frame(dict(ident, credential="demo", method="GET", url=base + "/v1/slow")))
