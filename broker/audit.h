@@ -10,8 +10,8 @@
 
 struct audit {
 	int fd;
-	uint64_t seq;	/* seq of the last record written */
-	char prev[65];	/* sha256 hex of the last line (64 zeros for an empty log) */
+	uint64_t seq;  /* seq of the last record written */
+	char prev[65]; /* sha256 hex of the last line (64 zeros for an empty log) */
 };
 
 struct audit_rec {
@@ -21,7 +21,7 @@ struct audit_rec {
 	const char *url;
 	const char *decision; /* "allow" or "deny" */
 	const char *reason;
-	int status;	      /* HTTP status, 0 when no request was made */
+	int status; /* HTTP status, 0 when no request was made */
 };
 
 /* SHA-256 of data as 64 lowercase hex digits and a NUL. */

@@ -57,13 +57,13 @@ static void audit_write(struct broker *b, const struct breq *q, const char *url,
 			const char *decision, const char *reason, int status)
 {
 	struct audit_rec rec = {
-		.epoch = q && q->has_token ? q->epoch : b->epoch,
-		.credential = q ? q->credential : "",
-		.method = q ? q->method : "",
-		.url = url ? url : (q ? q->url : ""),
-		.decision = decision,
-		.reason = reason,
-		.status = status,
+	    .epoch = q && q->has_token ? q->epoch : b->epoch,
+	    .credential = q ? q->credential : "",
+	    .method = q ? q->method : "",
+	    .url = url ? url : (q ? q->url : ""),
+	    .decision = decision,
+	    .reason = reason,
+	    .status = status,
 	};
 	int r = audit_append(&b->audit, &rec);
 
@@ -225,8 +225,8 @@ void **broker_job_owner(struct broker_job *j)
 }
 
 /* Everything up to the upstream transfer: checks, helper, header, scrubber, easy handle. */
-int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply,
-		       size_t *rlen, struct broker_job **jobp)
+int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply, size_t *rlen,
+		       struct broker_job **jobp)
 {
 	struct broker_job *j = calloc(1, sizeof(*j));
 	struct cred_policy *c;
@@ -271,7 +271,8 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 		const char *h = j->q.headers[i];
 
 		if (breq_header_forbidden(h, c->inject_header)) {
-			snprintf(reason, sizeof(reason), "malformed request: header %.*s not allowed",
+			snprintf(reason, sizeof(reason),
+				 "malformed request: header %.*s not allowed",
 				 (int)(strcspn(h, ":") > 64 ? 64 : strcspn(h, ":")), h);
 			r = deny(b, &j->q, reason, reply, rlen);
 			goto done;
@@ -346,21 +347,22 @@ int broker_job_advance(struct broker *b, struct broker_job *j, char **reply, siz
 	secret_wipe(&sec);
 	if (r) {
 		OPENSSL_cleanse(inject, sizeof(inject));
-		r = deny(b, &j->q, r == -E2BIG ? "credential too long for the header" :
-				   "out of memory", reply, rlen);
+		r = deny(b, &j->q,
+			 r == -E2BIG ? "credential too long for the header" : "out of memory",
+			 reply, rlen);
 		goto done;
 	}
 	{
 		struct fetch_req fr = {
-			.url = j->u.url,
-			.method = j->q.method,
-			.headers = j->q.headers,
-			.nheaders = j->q.nheaders,
-			.inject = inject,
-			.body = j->q.body,
-			.body_len = j->q.body_len,
-			.pin = j->pin,
-			.timeout_s = b->fetch_timeout_s,
+		    .url = j->u.url,
+		    .method = j->q.method,
+		    .headers = j->q.headers,
+		    .nheaders = j->q.nheaders,
+		    .inject = inject,
+		    .body = j->q.body,
+		    .body_len = j->q.body_len,
+		    .pin = j->pin,
+		    .timeout_s = b->fetch_timeout_s,
 		};
 
 		r = fetch_start(&j->f, &fr, err, sizeof(err));
@@ -436,7 +438,7 @@ int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char *
 		return r;
 	/* Blocking: wait for the helper's output, then its exit, then run the transfer. */
 	while (!j->read_done) {
-		struct pollfd p = { .fd = j->hp.out_fd, .events = POLLIN };
+		struct pollfd p = {.fd = j->hp.out_fd, .events = POLLIN};
 		int64_t left = (j->hp.deadline_ns - broker_now_ns() + 999999) / 1000000;
 
 		if (left <= 0)
@@ -452,8 +454,7 @@ int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char *
 	return broker_guest_finish(b, j, (int)curl_easy_perform(j->f.easy), reply, rlen);
 }
 
-int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **reply,
-		      size_t *rlen)
+int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **reply, size_t *rlen)
 {
 	json_error_t jerr;
 	json_t *o = json_loadb((const char *)msg, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -476,7 +477,8 @@ int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **r
 				fprintf(b->log, "cove-broker: grant epoch %llu\n",
 					(unsigned long long)b->epoch);
 			r = dump_reply(json_pack("{sbsIss}", "ok", 1, "epoch", (json_int_t)b->epoch,
-						 "token", hex), reply, rlen);
+						 "token", hex),
+				       reply, rlen);
 			OPENSSL_cleanse(hex, sizeof(hex));
 		}
 	} else if (!strcmp(op, "status")) {

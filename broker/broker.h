@@ -16,11 +16,11 @@ struct broker {
 	struct audit audit;
 	uint64_t epoch;
 	uint8_t token[REQ_TOKEN_BYTES];
-	bool have_token;	/* false until the first grant (or --initial-token) */
-	int64_t start_ns;	/* CLOCK_MONOTONIC of start or the last grant (TTL origin) */
+	bool have_token;  /* false until the first grant (or --initial-token) */
+	int64_t start_ns; /* CLOCK_MONOTONIC of start or the last grant (TTL origin) */
 	int helper_timeout_ms;
 	long fetch_timeout_s;
-	FILE *log;		/* one line per request; never the secret */
+	FILE *log; /* one line per request; never the secret */
 	bool verbose;
 };
 
@@ -35,8 +35,8 @@ enum { JOB_WAIT = 0, /* JOB_TRANSFER */ JOB_DONE = 3 }; /* broker_job_advance re
 /* First part of a guest message: parse and check, then start the helper. Either produces a
  * reply (malloc'd JSON, *rlen bytes; denials are audited) or a job in JOB_HELPER state.
  * Returns 0 or -ENOMEM. */
-int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply,
-		       size_t *rlen, struct broker_job **job);
+int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **reply, size_t *rlen,
+		       struct broker_job **job);
 enum job_state broker_job_state(const struct broker_job *job);
 /* JOB_HELPER: the helper's stdout to watch for input (-1 once reading is over), and the
  * helper's deadline (CLOCK_MONOTONIC ns). */
@@ -56,7 +56,7 @@ void broker_job_abort(struct broker *b, struct broker_job *job);
  * frees the job. */
 int broker_guest_finish(struct broker *b, struct broker_job *job, int curl_result, char **reply,
 			size_t *rlen);
-void *broker_job_easy(struct broker_job *job); /* the CURL * to run */
+void *broker_job_easy(struct broker_job *job);	 /* the CURL * to run */
 void **broker_job_owner(struct broker_job *job); /* a slot for the caller (its connection) */
 
 /* Both halves with a blocking transfer (used by tests). */
@@ -67,7 +67,6 @@ int broker_handle_guest(struct broker *b, const uint8_t *msg, size_t len, char *
 int broker_reject_frame(struct broker *b, const char *why, char **reply, size_t *rlen);
 
 /* Handles one control message: {"op":"grant"} or {"op":"status"}. */
-int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **reply,
-		      size_t *rlen);
+int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **reply, size_t *rlen);
 
 #endif

@@ -12,16 +12,16 @@
 
 static bool v4_private(uint32_t a)
 {
-	return (a >> 24) == 0 ||		   /* 0.0.0.0/8 */
-	       (a >> 24) == 10 ||		   /* 10/8 */
-	       (a >> 22) == (100u << 2 | 1) ||	   /* 100.64/10 CGNAT */
-	       (a >> 24) == 127 ||		   /* loopback */
-	       (a >> 16) == (169u << 8 | 254) ||   /* link-local */
-	       (a >> 20) == (172u << 4 | 1) ||	   /* 172.16/12 */
+	return (a >> 24) == 0 ||		    /* 0.0.0.0/8 */
+	       (a >> 24) == 10 ||		    /* 10/8 */
+	       (a >> 22) == (100u << 2 | 1) ||	    /* 100.64/10 CGNAT */
+	       (a >> 24) == 127 ||		    /* loopback */
+	       (a >> 16) == (169u << 8 | 254) ||    /* link-local */
+	       (a >> 20) == (172u << 4 | 1) ||	    /* 172.16/12 */
 	       (a >> 8) == (192u << 16 | 0 << 8) || /* 192.0.0/24 */
-	       (a >> 16) == (192u << 8 | 168) ||   /* 192.168/16 */
-	       (a >> 17) == (198u << 7 | 9) ||	   /* 198.18/15 benchmarking */
-	       (a >> 28) >= 14;			   /* 224/4 multicast, 240/4 reserved */
+	       (a >> 16) == (192u << 8 | 168) ||    /* 192.168/16 */
+	       (a >> 17) == (198u << 7 | 9) ||	    /* 198.18/15 benchmarking */
+	       (a >> 28) >= 14;			    /* 224/4 multicast, 240/4 reserved */
 }
 
 bool dest_addr_is_private(const struct sockaddr *sa)
@@ -30,8 +30,8 @@ bool dest_addr_is_private(const struct sockaddr *sa)
 		return v4_private(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
 	if (sa->sa_family == AF_INET6) {
 		const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-		static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+		static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+		static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
 		static const uint8_t zero[16];
 		uint32_t v4;
 
@@ -44,10 +44,10 @@ bool dest_addr_is_private(const struct sockaddr *sa)
 			return true;
 		if (!memcmp(b, zero, 12)) /* deprecated IPv4-compatible */
 			return true;
-		return (b[0] & 0xfe) == 0xfc ||		     /* fc00::/7 ULA */
+		return (b[0] & 0xfe) == 0xfc ||			  /* fc00::/7 ULA */
 		       (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || /* fe80::/10 link-local */
 		       (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) || /* fec0::/10 site-local */
-		       b[0] == 0xff;			     /* multicast */
+		       b[0] == 0xff;				  /* multicast */
 	}
 	return true; /* anything else is not a public internet address */
 }
@@ -75,7 +75,7 @@ static bool addr_listed(const char *list, const char *addr)
 
 int dest_resolve(const char *host, int port, bool allow_private, char *pin, size_t pincap)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res, *ai;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
 	unsigned char tmp[16];
 	bool literal = inet_pton(AF_INET, host, tmp) == 1 || inet_pton(AF_INET6, host, tmp) == 1;
 	size_t o, start, naddr = 0;
@@ -99,9 +99,9 @@ int dest_resolve(const char *host, int port, bool allow_private, char *pin, size
 			r = -EACCES;
 			break;
 		}
-		src = ai->ai_family == AF_INET ?
-			      (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr :
-			      (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+		src = ai->ai_family == AF_INET
+			  ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
+			  : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
 		if (!inet_ntop(ai->ai_family, src, a, sizeof(a)))
 			continue;
 		if (addr_listed(pin + start, a)) /* getaddrinfo repeats addresses */

@@ -126,8 +126,8 @@ int fetch_start(struct fetch *f, const struct fetch_req *req, char *err, size_t 
 	curl_easy_setopt(c, CURLOPT_PROXY, "");
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, req->timeout_s > 0 ? req->timeout_s :
-						  (long)FETCH_TIMEOUT_S);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT,
+			 req->timeout_s > 0 ? req->timeout_s : (long)FETCH_TIMEOUT_S);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
 	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
 	curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)FETCH_BODY_MAX);
@@ -165,7 +165,8 @@ int fetch_end(struct fetch *f, CURLcode rc, char *err, size_t errlen)
 				     "response over %d KiB body or %d KiB headers",
 				     FETCH_BODY_MAX / 1024, FETCH_HEADERS_MAX / 1024);
 		else if (rc == CURLE_ABORTED_BY_CALLBACK)
-			ret = errmsg(err, errlen, -EIO, "aborted (guest went away or broker stopping)");
+			ret = errmsg(err, errlen, -EIO,
+				     "aborted (guest went away or broker stopping)");
 		else
 			ret = errmsg(err, errlen, -EIO, "%s",
 				     f->cerr[0] ? f->cerr : curl_easy_strerror(rc));

@@ -11,14 +11,14 @@
 #define FETCH_TIMEOUT_S	  30
 
 struct fetch_req {
-	const char *url;      /* normalized URL, already checked */
+	const char *url; /* normalized URL, already checked */
 	const char *method;
 	const char *const *headers; /* "Name: value" from the guest, already filtered */
 	size_t nheaders;
-	const char *inject;   /* "Name: value" with the secret; wiped by fetch_perform's caller */
+	const char *inject; /* "Name: value" with the secret; wiped by fetch_perform's caller */
 	const uint8_t *body;
 	size_t body_len;
-	const char *pin;      /* CURLOPT_RESOLVE entry or "" */
+	const char *pin; /* CURLOPT_RESOLVE entry or "" */
 	long timeout_s;
 };
 

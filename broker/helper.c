@@ -56,11 +56,12 @@ int helper_parse(const char *out, size_t len, struct secret *s, char *err, size_
 		if (ll == 0)
 			break; /* blank line ends the answer */
 		if (memchr(line, '\0', ll))
-			return errmsg(err, errlen, -EINVAL, "helper output line %zu has a NUL", lineno);
+			return errmsg(err, errlen, -EINVAL, "helper output line %zu has a NUL",
+				      lineno);
 		eq = memchr(line, '=', ll);
 		if (!eq || eq == line)
-			return errmsg(err, errlen, -EINVAL, "helper output line %zu is not key=value",
-				      lineno);
+			return errmsg(err, errlen, -EINVAL,
+				      "helper output line %zu is not key=value", lineno);
 		vl = ll - (size_t)(eq + 1 - line);
 		if ((size_t)(eq - line) == 8 && !memcmp(line, "password", 8)) {
 			if (vl >= sizeof(s->password))
@@ -92,7 +93,7 @@ static int64_t mono_ns(void)
 int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc *hp, char *err,
 		 size_t errlen)
 {
-	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, r, n;
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, r, n;
 	char input[HELPER_IN_MAX], **argv = NULL;
 	size_t i;
 	ssize_t w;
@@ -123,8 +124,8 @@ int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc
 		goto fail;
 	}
 	if (hp->pid == 0) {
-		/* Child: only async-signal-safe calls until exec. stdout must block. Its own process
-		 * group, so a timeout kills what it started too (pass -> gpg). */
+		/* Child: only async-signal-safe calls until exec. stdout must block. Its own
+		 * process group, so a timeout kills what it started too (pass -> gpg). */
 		setpgid(0, 0);
 		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || fcntl(1, F_SETFL, 0) < 0)
 			_exit(126);
@@ -192,9 +193,9 @@ int helper_finish(struct helper_proc *hp, struct secret *s, char *err, size_t er
 		hp->out_fd = -1;
 	}
 	if (!hp->eof) {
-		r = mono_ns() >= hp->deadline_ns ?
-			    errmsg(err, errlen, -ETIMEDOUT, "helper timed out") :
-			    errmsg(err, errlen, -EIO, "helper output unreadable or over the cap");
+		r = mono_ns() >= hp->deadline_ns
+			? errmsg(err, errlen, -ETIMEDOUT, "helper timed out")
+			: errmsg(err, errlen, -EIO, "helper output unreadable or over the cap");
 		helper_abort(hp);
 		return r;
 	}
@@ -249,7 +250,7 @@ int helper_run(const struct cred_policy *c, int timeout_ms, struct secret *s, ch
 	if (r)
 		return r;
 	for (;;) {
-		struct pollfd p = { .fd = hp.out_fd, .events = POLLIN };
+		struct pollfd p = {.fd = hp.out_fd, .events = POLLIN};
 		int64_t left = (hp.deadline_ns - mono_ns() + 999999) / 1000000;
 
 		if (hp.out_fd >= 0) {

@@ -29,8 +29,8 @@ int helper_parse(const char *out, size_t len, struct secret *s, char *err, size_
 /* A running helper. */
 struct helper_proc {
 	pid_t pid;
-	int out_fd;	   /* its stdout (nonblocking), -1 once closed */
-	char *buf;	   /* its output so far (wiped when freed) */
+	int out_fd; /* its stdout (nonblocking), -1 once closed */
+	char *buf;  /* its output so far (wiped when freed) */
 	size_t len;
 	int eof;
 	int64_t deadline_ns; /* CLOCK_MONOTONIC */

@@ -35,8 +35,8 @@ struct conn {
 	size_t in_len, in_cap;
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
-	int eof;  /* the peer sent everything it will send */
-	int dead; /* stream out of sync: stop reading, close once out is flushed */
+	int eof;		/* the peer sent everything it will send */
+	int dead;		/* stream out of sync: stop reading, close once out is flushed */
 	struct broker_job *job; /* the request in flight */
 	struct ep hep;		/* its credential helper's stdout, while watched (fd >= 0) */
 	int helper_wait;	/* helper output read, waiting for it to exit */
@@ -61,7 +61,7 @@ struct loop {
 
 int loop_listen_unix(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct stat st;
 	int fd, e;
 
@@ -76,8 +76,7 @@ int loop_listen_unix(const char *path)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0600) ||
-	    listen(fd, 64)) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0600) || listen(fd, 64)) {
 		e = -errno;
 		close(fd);
 		return e;
@@ -87,7 +86,7 @@ int loop_listen_unix(const char *path)
 
 static int ep_mod(struct loop *l, struct conn *c)
 {
-	struct epoll_event ev = { .data.ptr = &c->ep };
+	struct epoll_event ev = {.data.ptr = &c->ep};
 
 	if (!c->eof && !c->dead && !c->job && c->out_len - c->out_off < LOOP_OUT_HIGHWAT)
 		ev.events |= EPOLLIN;
@@ -140,7 +139,7 @@ static void job_advance(struct loop *l, struct conn *c)
 /* Starts watching a new job's helper. */
 static int watch_helper(struct loop *l, struct conn *c)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &c->hep };
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->hep};
 
 	c->hep.fd = broker_job_helper_fd(c->job);
 	if (c->hep.fd >= 0 && epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->hep.fd, &ev))
@@ -258,8 +257,9 @@ static int conn_process(struct loop *l, struct conn *c)
 			break;
 		if (r < 0) {
 			/* Oversized frame: answer once, then close (the stream is out of sync). */
-			r = c->is_ctl ? 0 : broker_reject_frame(l->b, "frame over 1 MiB", &reply,
-								 &rlen);
+			r = c->is_ctl
+				? 0
+				: broker_reject_frame(l->b, "frame over 1 MiB", &reply, &rlen);
 			if (!r && reply)
 				r = queue_reply(c, reply, rlen);
 			free(reply);
@@ -365,7 +365,7 @@ static void accept_conns(struct loop *l, int lfd, int is_ctl)
 {
 	for (;;) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct epoll_event ev = { .events = EPOLLIN };
+		struct epoll_event ev = {.events = EPOLLIN};
 		struct conn *c;
 
 		if (fd < 0)
@@ -417,7 +417,7 @@ static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *userp, void 
 {
 	struct loop *l = userp;
 	struct curl_sock *cs = socketp;
-	struct epoll_event ev = { 0 };
+	struct epoll_event ev = {0};
 
 	(void)e;
 	if (what == CURL_POLL_REMOVE) {
@@ -504,7 +504,7 @@ static void curl_action(struct loop *l, curl_socket_t s, int mask)
 
 static int add_ep(int epfd, struct ep *e)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = e };
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = e};
 
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, e->fd, &ev) ? -errno : 0;
 }
@@ -545,9 +545,9 @@ static int wait_ms(const struct loop *l)
 
 int loop_run(struct broker *b, int guest_fd, int ctl_fd)
 {
-	struct loop l = { .b = b, .epfd = -1, .curl_deadline = -1 };
-	struct ep eg = { EP_GUEST_LISTEN, guest_fd }, ec = { EP_CTL_LISTEN, ctl_fd };
-	struct ep es = { EP_SIGNAL, -1 };
+	struct loop l = {.b = b, .epfd = -1, .curl_deadline = -1};
+	struct ep eg = {EP_GUEST_LISTEN, guest_fd}, ec = {EP_CTL_LISTEN, ctl_fd};
+	struct ep es = {EP_SIGNAL, -1};
 	sigset_t mask;
 	int r = 0, stop = 0;
 

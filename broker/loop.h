@@ -4,9 +4,9 @@
 
 #include "broker.h"
 
-#define LOOP_MAX_CONNS	  128
-#define LOOP_IDLE_S	  120 /* a connection with no traffic for this long is closed */
-#define LOOP_OUT_HIGHWAT  (2u << 20)
+#define LOOP_MAX_CONNS	 128
+#define LOOP_IDLE_S	 120 /* a connection with no traffic for this long is closed */
+#define LOOP_OUT_HIGHWAT (2u << 20)
 
 /* Binds a SOCK_STREAM Unix socket at path (replacing a stale socket file), mode 0600.
  * Returns the listening fd or -errno. */

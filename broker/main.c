@@ -22,12 +22,11 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
-		"                   [--initial-epoch N] [--initial-token HEX32]\n"
-		"                   [--helper-timeout-ms N] [--timeout-s N] [-v]\n"
-		"       cove-broker verify-audit FILE\n"
-		"       cove-broker check-policy FILE\n");
+	fprintf(f, "usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
+		   "                   [--initial-epoch N] [--initial-token HEX32]\n"
+		   "                   [--helper-timeout-ms N] [--timeout-s N] [-v]\n"
+		   "       cove-broker verify-audit FILE\n"
+		   "       cove-broker check-policy FILE\n");
 }
 
 static int cmd_verify(const char *path)
@@ -78,24 +77,24 @@ static int parse_u64(const char *s, uint64_t *out)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "policy", required_argument, NULL, 'p' },
-		{ "listen", required_argument, NULL, 'l' },
-		{ "ctl", required_argument, NULL, 'c' },
-		{ "audit", required_argument, NULL, 'a' },
-		{ "initial-epoch", required_argument, NULL, 'e' },
-		{ "initial-token", required_argument, NULL, 't' },
-		{ "helper-timeout-ms", required_argument, NULL, 'H' },
-		{ "timeout-s", required_argument, NULL, 'T' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	    {"policy", required_argument, NULL, 'p'},
+	    {"listen", required_argument, NULL, 'l'},
+	    {"ctl", required_argument, NULL, 'c'},
+	    {"audit", required_argument, NULL, 'a'},
+	    {"initial-epoch", required_argument, NULL, 'e'},
+	    {"initial-token", required_argument, NULL, 't'},
+	    {"helper-timeout-ms", required_argument, NULL, 'H'},
+	    {"timeout-s", required_argument, NULL, 'T'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *policy = NULL, *listen_path = NULL, *ctl_path = NULL, *audit_path = NULL;
 	const char *token = NULL;
-	struct broker b = { .helper_timeout_ms = HELPER_TIMEOUT_MS,
-			    .fetch_timeout_s = FETCH_TIMEOUT_S,
-			    .epoch = 1,
-			    .audit = { .fd = -1 } };
+	struct broker b = {.helper_timeout_ms = HELPER_TIMEOUT_MS,
+			   .fetch_timeout_s = FETCH_TIMEOUT_S,
+			   .epoch = 1,
+			   .audit = {.fd = -1}};
 	char err[512];
 	uint64_t v;
 	int opt, gfd = -1, cfd = -1, r, rc = 1;
@@ -126,8 +125,10 @@ int main(int argc, char **argv)
 		case 'T':
 			if (parse_u64(optarg, &v) || (opt != 'e' && (v == 0 || v > 3600000))) {
 				fprintf(stderr, "cove-broker: bad number for --%s: %s\n",
-					opt == 'e' ? "initial-epoch" : opt == 'H' ?
-					"helper-timeout-ms" : "timeout-s", optarg);
+					opt == 'e'   ? "initial-epoch"
+					: opt == 'H' ? "helper-timeout-ms"
+						     : "timeout-s",
+					optarg);
 				return 2;
 			}
 			if (opt == 'e')
@@ -185,8 +186,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	b.start_ns = broker_now_ns();
-	fprintf(stderr, "cove-broker: %zu credentials, epoch %llu, listening on %s\n",
-		b.pol.ncreds, (unsigned long long)b.epoch, listen_path);
+	fprintf(stderr, "cove-broker: %zu credentials, epoch %llu, listening on %s\n", b.pol.ncreds,
+		(unsigned long long)b.epoch, listen_path);
 	r = loop_run(&b, gfd, cfd);
 	if (r) {
 		fprintf(stderr, "cove-broker: event loop: %s\n", strerror(-r));

@@ -69,13 +69,16 @@ static int parse_strarray(json_t *a, const char *what, const char *cred, struct 
 		return errmsg(err, errlen, -EINVAL,
 			      "credential \"%s\": %s must be an array of 1..%d strings", cred, what,
 			      POLICY_MAX_LIST);
-	json_array_foreach(a, i, v) {
+	json_array_foreach(a, i, v)
+	{
 		const char *s = json_string_value(v);
 
 		if (!s || !*s || has_ctl(s) || strlen(s) > 1024)
-			return errmsg(err, errlen, -EINVAL,
-				      "credential \"%s\": %s[%zu] must be a non-empty string without "
-				      "control bytes", cred, what, i);
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "credential \"%s\": %s[%zu] must be a non-empty string without "
+			    "control bytes",
+			    cred, what, i);
 		if (strlist_add(out, s))
 			return errmsg(err, errlen, -ENOMEM, "out of memory");
 	}
@@ -92,16 +95,20 @@ static int parse_allow(json_t *o, struct cred_policy *c, char *err, size_t errle
 	if (!json_is_object(o))
 		return errmsg(err, errlen, -EINVAL, "credential \"%s\": allow must be an object",
 			      c->name);
-	json_object_foreach(o, k, v) {
+	json_object_foreach(o, k, v)
+	{
 		if (!strcmp(k, "schemes")) {
 			r = parse_strarray(v, "allow.schemes", c->name, &c->schemes, err, errlen);
 			if (r)
 				return r;
 			for (i = 0; i < c->schemes.n; i++)
-				if (strcmp(c->schemes.v[i], "http") && strcmp(c->schemes.v[i], "https"))
-					return errmsg(err, errlen, -EINVAL,
-						      "credential \"%s\": allow.schemes: only \"http\" "
-						      "and \"https\"", c->name);
+				if (strcmp(c->schemes.v[i], "http") &&
+				    strcmp(c->schemes.v[i], "https"))
+					return errmsg(
+					    err, errlen, -EINVAL,
+					    "credential \"%s\": allow.schemes: only \"http\" "
+					    "and \"https\"",
+					    c->name);
 		} else if (!strcmp(k, "hosts")) {
 			r = parse_strarray(v, "allow.hosts", c->name, &c->hosts, err, errlen);
 			if (r)
@@ -109,50 +116,59 @@ static int parse_allow(json_t *o, struct cred_policy *c, char *err, size_t errle
 			for (i = 0; i < c->hosts.n; i++) {
 				const char *h = c->hosts.v[i];
 
-				if (strchr(h + (h[0] == '*'), '*') || (h[0] == '*' && (h[1] != '.' ||
-				    !h[2])) || strchr(h, '/') || strchr(h, ':') == h)
-					return errmsg(err, errlen, -EINVAL,
-						      "credential \"%s\": allow.hosts[%zu] must be a "
-						      "host or \"*.suffix\"", c->name, i);
+				if (strchr(h + (h[0] == '*'), '*') ||
+				    (h[0] == '*' && (h[1] != '.' || !h[2])) || strchr(h, '/') ||
+				    strchr(h, ':') == h)
+					return errmsg(
+					    err, errlen, -EINVAL,
+					    "credential \"%s\": allow.hosts[%zu] must be a "
+					    "host or \"*.suffix\"",
+					    c->name, i);
 			}
 		} else if (!strcmp(k, "ports")) {
 			if (!json_is_array(v) || json_array_size(v) == 0 ||
 			    json_array_size(v) > POLICY_MAX_LIST)
 				return errmsg(err, errlen, -EINVAL,
 					      "credential \"%s\": allow.ports must be an array of "
-					      "1..%d integers", c->name, POLICY_MAX_LIST);
+					      "1..%d integers",
+					      c->name, POLICY_MAX_LIST);
 			for (i = 0; i < json_array_size(v); i++) {
 				json_t *p = json_array_get(v, i);
 
 				if (!json_is_integer(p) || json_integer_value(p) < 1 ||
 				    json_integer_value(p) > 65535)
-					return errmsg(err, errlen, -EINVAL,
-						      "credential \"%s\": allow.ports[%zu] must be an "
-						      "integer 1..65535", c->name, i);
+					return errmsg(
+					    err, errlen, -EINVAL,
+					    "credential \"%s\": allow.ports[%zu] must be an "
+					    "integer 1..65535",
+					    c->name, i);
 				c->ports[c->nports++] = (int)json_integer_value(p);
 			}
 		} else if (!strcmp(k, "path_prefixes")) {
-			r = parse_strarray(v, "allow.path_prefixes", c->name, &c->path_prefixes, err,
-					   errlen);
+			r = parse_strarray(v, "allow.path_prefixes", c->name, &c->path_prefixes,
+					   err, errlen);
 			if (r)
 				return r;
 			for (i = 0; i < c->path_prefixes.n; i++)
 				if (c->path_prefixes.v[i][0] != '/')
 					return errmsg(err, errlen, -EINVAL,
 						      "credential \"%s\": allow.path_prefixes[%zu] "
-						      "must start with '/'", c->name, i);
+						      "must start with '/'",
+						      c->name, i);
 		} else if (!strcmp(k, "methods")) {
 			r = parse_strarray(v, "allow.methods", c->name, &c->methods, err, errlen);
 			if (r)
 				return r;
 			for (i = 0; i < c->methods.n; i++)
 				if (!is_token(c->methods.v[i]))
-					return errmsg(err, errlen, -EINVAL,
-						      "credential \"%s\": allow.methods[%zu] is not a "
-						      "method", c->name, i);
+					return errmsg(
+					    err, errlen, -EINVAL,
+					    "credential \"%s\": allow.methods[%zu] is not a "
+					    "method",
+					    c->name, i);
 		} else {
-			return errmsg(err, errlen, -EINVAL, "credential \"%s\": unknown key allow.%s",
-				      c->name, k);
+			return errmsg(err, errlen, -EINVAL,
+				      "credential \"%s\": unknown key allow.%s", c->name, k);
 		}
 	}
 	if (!c->hosts.n)
@@ -175,21 +191,25 @@ static int parse_inject(json_t *o, struct cred_policy *c, char *err, size_t errl
 	if (!json_is_object(o))
 		return errmsg(err, errlen, -EINVAL, "credential \"%s\": inject must be an object",
 			      c->name);
-	json_object_foreach(o, k, v) {
+	json_object_foreach(o, k, v)
+	{
 		const char *s = json_string_value(v);
 
 		if (strcmp(k, "header") && strcmp(k, "template"))
 			return errmsg(err, errlen, -EINVAL,
 				      "credential \"%s\": unknown key inject.%s", c->name, k);
 		if (!s || has_ctl(s) || strlen(s) > 1024)
-			return errmsg(err, errlen, -EINVAL,
-				      "credential \"%s\": inject.%s must be a string without control "
-				      "bytes", c->name, k);
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "credential \"%s\": inject.%s must be a string without control "
+			    "bytes",
+			    c->name, k);
 		if (!strcmp(k, "header")) {
 			if (!is_token(s))
-				return errmsg(err, errlen, -EINVAL,
-					      "credential \"%s\": inject.header is not a header name",
-					      c->name);
+				return errmsg(
+				    err, errlen, -EINVAL,
+				    "credential \"%s\": inject.header is not a header name",
+				    c->name);
 			c->inject_header = strdup(s);
 		} else {
 			c->inject_template = strdup(s);
@@ -197,17 +217,20 @@ static int parse_inject(json_t *o, struct cred_policy *c, char *err, size_t errl
 	}
 	if (!c->inject_header || !c->inject_template)
 		return errmsg(err, errlen, -EINVAL,
-			      "credential \"%s\": inject needs \"header\" and \"template\"", c->name);
+			      "credential \"%s\": inject needs \"header\" and \"template\"",
+			      c->name);
 	/* Only {password} and {username} may appear in braces. */
 	for (t = strchr(c->inject_template, '{'); t; t = strchr(t + 1, '{'))
 		if (strncmp(t, "{password}", 10) && strncmp(t, "{username}", 10))
 			return errmsg(err, errlen, -EINVAL,
 				      "credential \"%s\": inject.template: only {password} and "
-				      "{username} placeholders", c->name);
+				      "{username} placeholders",
+				      c->name);
 	if (!strstr(c->inject_template, "{password}") && !strstr(c->inject_template, "{username}"))
 		return errmsg(err, errlen, -EINVAL,
 			      "credential \"%s\": inject.template uses neither {password} nor "
-			      "{username}", c->name);
+			      "{username}",
+			      c->name);
 	return 0;
 }
 
@@ -222,8 +245,7 @@ static int parse_int(json_t *v, const char *k, const char *cred, int64_t max, in
 	return 0;
 }
 
-static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *err,
-		      size_t errlen)
+static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *err, size_t errlen)
 {
 	const char *k;
 	json_t *v;
@@ -234,10 +256,12 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 	if (!c->name)
 		return -ENOMEM;
 	if (!*name || has_ctl(name) || strlen(name) > 128)
-		return errmsg(err, errlen, -EINVAL, "credential name must be 1..128 printable bytes");
+		return errmsg(err, errlen, -EINVAL,
+			      "credential name must be 1..128 printable bytes");
 	if (!json_is_object(o))
 		return errmsg(err, errlen, -EINVAL, "credential \"%s\" must be an object", name);
-	json_object_foreach(o, k, v) {
+	json_object_foreach(o, k, v)
+	{
 		if (!strcmp(k, "helper")) {
 			r = parse_strarray(v, "helper", name, &c->helper, err, errlen);
 		} else if (!strcmp(k, "helper_input")) {
@@ -245,19 +269,25 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 			json_t *iv;
 
 			if (!json_is_object(v))
-				return errmsg(err, errlen, -EINVAL,
-					      "credential \"%s\": helper_input must be an object of "
-					      "strings", name);
+				return errmsg(
+				    err, errlen, -EINVAL,
+				    "credential \"%s\": helper_input must be an object of "
+				    "strings",
+				    name);
 			r = 0;
-			json_object_foreach(v, ik, iv) {
+			json_object_foreach(v, ik, iv)
+			{
 				const char *s = json_string_value(iv);
 
 				if (!s || has_ctl(s) || has_ctl(ik) || !*ik || strchr(ik, '=') ||
 				    strlen(s) > 1024 || strlen(ik) > 64)
-					return errmsg(err, errlen, -EINVAL,
-						      "credential \"%s\": helper_input.%s must be a "
-						      "single-line string", name, ik);
-				if (strlist_add(&c->input_keys, ik) || strlist_add(&c->input_vals, s))
+					return errmsg(
+					    err, errlen, -EINVAL,
+					    "credential \"%s\": helper_input.%s must be a "
+					    "single-line string",
+					    name, ik);
+				if (strlist_add(&c->input_keys, ik) ||
+				    strlist_add(&c->input_vals, s))
 					return -ENOMEM;
 			}
 		} else if (!strcmp(k, "inject")) {
@@ -274,9 +304,9 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 			c->max_uses = (uint64_t)n;
 		} else if (!strcmp(k, "allow_private")) {
 			if (!json_is_boolean(v))
-				return errmsg(err, errlen, -EINVAL,
-					      "credential \"%s\": allow_private must be true or false",
-					      name);
+				return errmsg(
+				    err, errlen, -EINVAL,
+				    "credential \"%s\": allow_private must be true or false", name);
 			c->allow_private = json_is_true(v);
 			r = 0;
 		} else {
@@ -315,7 +345,8 @@ int policy_parse(const char *text, size_t len, struct policy *out, char *err, si
 		r = errmsg(err, errlen, -EINVAL, "policy: top level must be an object");
 		goto out;
 	}
-	json_object_foreach(root, k, v) {
+	json_object_foreach(root, k, v)
+	{
 		if (strcmp(k, "credentials")) {
 			r = errmsg(err, errlen, -EINVAL, "policy: unknown key \"%s\"", k);
 			goto out;
@@ -334,7 +365,8 @@ int policy_parse(const char *text, size_t len, struct policy *out, char *err, si
 		r = -ENOMEM;
 		goto out;
 	}
-	json_object_foreach(creds, k, v) {
+	json_object_foreach(creds, k, v)
+	{
 		r = parse_cred(k, v, &out->creds[out->ncreds++], err, errlen);
 		if (r)
 			goto out;
@@ -449,8 +481,8 @@ static int default_port(const char *scheme)
 	return strcmp(scheme, "https") ? 80 : 443;
 }
 
-const char *policy_check(const struct cred_policy *c, const struct url_parts *u,
-			 const char *method, int64_t now_ns, int64_t start_ns)
+const char *policy_check(const struct cred_policy *c, const struct url_parts *u, const char *method,
+			 int64_t now_ns, int64_t start_ns)
 {
 	size_t i;
 	bool ok;

@@ -19,14 +19,14 @@ struct strlist {
 
 struct cred_policy {
 	char *name;
-	struct strlist helper;	     /* argv; "get" is appended when run */
-	struct strlist input_keys;   /* helper_input, in file order */
+	struct strlist helper;	   /* argv; "get" is appended when run */
+	struct strlist input_keys; /* helper_input, in file order */
 	struct strlist input_vals;
-	char *inject_header;	     /* e.g. "Authorization" */
-	char *inject_template;	     /* e.g. "Bearer {password}" */
-	struct strlist schemes;	     /* default ["https"] */
-	struct strlist hosts;	     /* exact or "*.suffix"; required */
-	int ports[POLICY_MAX_LIST];  /* empty = the scheme's default port only */
+	char *inject_header;	    /* e.g. "Authorization" */
+	char *inject_template;	    /* e.g. "Bearer {password}" */
+	struct strlist schemes;	    /* default ["https"] */
+	struct strlist hosts;	    /* exact or "*.suffix"; required */
+	int ports[POLICY_MAX_LIST]; /* empty = the scheme's default port only */
 	size_t nports;
 	struct strlist path_prefixes; /* default ["/"] */
 	struct strlist methods;	      /* default ["GET"] */
@@ -59,8 +59,8 @@ bool policy_host_match(const char *pattern, const char *host);
 
 /* Checks a request. Returns NULL when allowed, else the denial reason ("host not allowed", ...).
  * now_ns and start_ns are CLOCK_MONOTONIC; start_ns is broker start or the last grant. */
-const char *policy_check(const struct cred_policy *c, const struct url_parts *u,
-			 const char *method, int64_t now_ns, int64_t start_ns);
+const char *policy_check(const struct cred_policy *c, const struct url_parts *u, const char *method,
+			 int64_t now_ns, int64_t start_ns);
 
 /* Counts one use (for max_uses and the rate window). */
 void policy_consume(struct cred_policy *c, int64_t now_ns);

@@ -56,10 +56,18 @@ static int header_name_is(const char *line, const char *name)
 
 int breq_header_forbidden(const char *line, const char *inject_header)
 {
-	static const char *const deny[] = { "Host", "Content-Length", "Transfer-Encoding",
-					    "Connection", "Expect", "Accept-Encoding", "TE",
-					    "Upgrade", "Proxy-Authorization", "Proxy-Connection",
-					    "Keep-Alive", NULL };
+	static const char *const deny[] = {"Host",
+					   "Content-Length",
+					   "Transfer-Encoding",
+					   "Connection",
+					   "Expect",
+					   "Accept-Encoding",
+					   "TE",
+					   "Upgrade",
+					   "Proxy-Authorization",
+					   "Proxy-Connection",
+					   "Keep-Alive",
+					   NULL};
 	size_t i;
 
 	for (i = 0; deny[i]; i++)
@@ -154,15 +162,16 @@ int breq_parse(const uint8_t *msg, size_t len, struct breq *out, char *err, size
 	h = json_object_get(out->root, "headers");
 	if (h) {
 		if (!json_is_array(h) || json_array_size(h) > REQ_MAX_HEADERS)
-			return errmsg(err, errlen, -EINVAL, "headers must be an array of at most %d",
-				      REQ_MAX_HEADERS);
-		json_array_foreach(h, i, v) {
+			return errmsg(err, errlen, -EINVAL,
+				      "headers must be an array of at most %d", REQ_MAX_HEADERS);
+		json_array_foreach(h, i, v)
+		{
 			const char *s = json_string_value(v);
 
-			if (!s || json_string_length(v) != strlen(s) || strlen(s) > REQ_HEADER_MAX ||
-			    !header_valid(s))
-				return errmsg(err, errlen, -EINVAL, "headers[%zu] is not \"Name: value\"",
-					      i);
+			if (!s || json_string_length(v) != strlen(s) ||
+			    strlen(s) > REQ_HEADER_MAX || !header_valid(s))
+				return errmsg(err, errlen, -EINVAL,
+					      "headers[%zu] is not \"Name: value\"", i);
 			out->headers[out->nheaders++] = s;
 		}
 	}
@@ -172,7 +181,8 @@ int breq_parse(const uint8_t *msg, size_t len, struct breq *out, char *err, size
 	if (b64) {
 		bl = strlen(b64);
 		if (bl > b64_enc_len(REQ_BODY_MAX))
-			return errmsg(err, errlen, -EINVAL, "body over %d KiB", REQ_BODY_MAX / 1024);
+			return errmsg(err, errlen, -EINVAL, "body over %d KiB",
+				      REQ_BODY_MAX / 1024);
 		out->body = malloc(bl / 4 * 3 + 1);
 		if (!out->body)
 			return errmsg(err, errlen, -ENOMEM, "out of memory");

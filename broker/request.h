@@ -6,13 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define REQ_MAX_HEADERS	 64
-#define REQ_HEADER_MAX	 8192
-#define REQ_BODY_MAX	 (512 * 1024)
-#define REQ_TOKEN_BYTES	 16
+#define REQ_MAX_HEADERS 64
+#define REQ_HEADER_MAX	8192
+#define REQ_BODY_MAX	(512 * 1024)
+#define REQ_TOKEN_BYTES 16
 
 struct breq {
-	json_t *root;		/* owns the strings below */
+	json_t *root; /* owns the strings below */
 	uint64_t epoch;
 	uint8_t token[REQ_TOKEN_BYTES];
 	int has_token;
@@ -21,7 +21,7 @@ struct breq {
 	const char *url;
 	const char *headers[REQ_MAX_HEADERS];
 	size_t nheaders;
-	uint8_t *body;		/* decoded body_b64, NULL when absent */
+	uint8_t *body; /* decoded body_b64, NULL when absent */
 	size_t body_len;
 };
 

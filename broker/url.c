@@ -49,7 +49,8 @@ int url_split(const char *url, struct url_parts *out, char *err, size_t errlen)
 		return errmsg(err, errlen, -EINVAL, "url empty or over %d bytes", URL_MAX);
 	for (i = 0; i < n; i++)
 		if ((unsigned char)url[i] <= 0x20 || url[i] == 0x7f || url[i] == '\\')
-			return errmsg(err, errlen, -EINVAL, "url has a space, control or '\\' byte");
+			return errmsg(err, errlen, -EINVAL,
+				      "url has a space, control or '\\' byte");
 	h = curl_url();
 	if (!h)
 		return errmsg(err, errlen, -ENOMEM, "out of memory");
@@ -57,8 +58,8 @@ int url_split(const char *url, struct url_parts *out, char *err, size_t errlen)
 		errmsg(err, errlen, -EINVAL, "url does not parse");
 		goto out;
 	}
-	if (curl_url_get(h, CURLUPART_USER, &v, 0) == CURLUE_OK || curl_url_get(h,
-	    CURLUPART_PASSWORD, &v, 0) == CURLUE_OK) {
+	if (curl_url_get(h, CURLUPART_USER, &v, 0) == CURLUE_OK ||
+	    curl_url_get(h, CURLUPART_PASSWORD, &v, 0) == CURLUE_OK) {
 		curl_free(v);
 		errmsg(err, errlen, -EINVAL, "url has user info");
 		goto out;
@@ -93,8 +94,8 @@ int url_split(const char *url, struct url_parts *out, char *err, size_t errlen)
 		errmsg(err, errlen, -EINVAL, "url host empty or has a zone id/escape");
 		goto out;
 	}
-	out->host_is_ip = inet_pton(AF_INET, out->host, addr) == 1 ||
-			  inet_pton(AF_INET6, out->host, addr) == 1;
+	out->host_is_ip =
+	    inet_pton(AF_INET, out->host, addr) == 1 || inet_pton(AF_INET6, out->host, addr) == 1;
 	/* Servers may decode %2e/%2f after our prefix check: refuse them rather than guess. */
 	if (strcasestr(out->path, "%2e") || strcasestr(out->path, "%2f") ||
 	    strcasestr(out->path, "%5c")) {

@@ -20,17 +20,17 @@
 #define S 1000000000LL
 
 static const char good_policy[] =
-	"{\"credentials\":{"
-	"\"demo\":{\"helper\":[\"/bin/helper\",\"x\"],"
-	"\"helper_input\":{\"protocol\":\"https\",\"host\":\"api.example.com\"},"
-	"\"inject\":{\"header\":\"Authorization\",\"template\":\"Bearer {password}\"},"
-	"\"allow\":{\"schemes\":[\"http\",\"https\"],"
-	"\"hosts\":[\"127.0.0.1\",\"api.example.com\",\"*.svc.example\"],"
-	"\"ports\":[8080,443],\"path_prefixes\":[\"/v1/\",\"/health\"],"
-	"\"methods\":[\"GET\",\"POST\"]},"
-	"\"ttl_s\":60,\"rate_per_min\":3,\"max_uses\":5,\"allow_private\":true},"
-	"\"min\":{\"helper\":[\"h\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{username}\"},"
-	"\"allow\":{\"hosts\":[\"example.org\"]}}}}";
+    "{\"credentials\":{"
+    "\"demo\":{\"helper\":[\"/bin/helper\",\"x\"],"
+    "\"helper_input\":{\"protocol\":\"https\",\"host\":\"api.example.com\"},"
+    "\"inject\":{\"header\":\"Authorization\",\"template\":\"Bearer {password}\"},"
+    "\"allow\":{\"schemes\":[\"http\",\"https\"],"
+    "\"hosts\":[\"127.0.0.1\",\"api.example.com\",\"*.svc.example\"],"
+    "\"ports\":[8080,443],\"path_prefixes\":[\"/v1/\",\"/health\"],"
+    "\"methods\":[\"GET\",\"POST\"]},"
+    "\"ttl_s\":60,\"rate_per_min\":3,\"max_uses\":5,\"allow_private\":true},"
+    "\"min\":{\"helper\":[\"h\"],\"inject\":{\"header\":\"X-Key\",\"template\":\"{username}\"},"
+    "\"allow\":{\"hosts\":[\"example.org\"]}}}}";
 
 static void load(struct policy *p)
 {
@@ -97,7 +97,8 @@ static void test_policy_parse_errors(void **state)
 	expect_bad(CRED(ALLOW ",\"inject\":{\"header\":\"A\",\"template\":\"{password}\"}"),
 		   "helper is required");
 	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"ports\":[0]}"), "allow.ports[0]");
-	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"ports\":[\"80\"]}"), "allow.ports[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"ports\":[\"80\"]}"),
+		   "allow.ports[0]");
 	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"schemes\":[\"ftp\"]}"),
 		   "only \"http\" and \"https\"");
 	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a.*.com\"]}"), "allow.hosts[0]");
@@ -107,7 +108,8 @@ static void test_policy_parse_errors(void **state)
 		   "must start with '/'");
 	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"methods\":[\"G T\"]}"),
 		   "allow.methods[0]");
-	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"extra\":1}"), "unknown key allow.extra");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"a\"],\"extra\":1}"),
+		   "unknown key allow.extra");
 	expect_bad(CRED("\"helper\":[\"h\"]," ALLOW
 			",\"inject\":{\"header\":\"A\",\"template\":\"{secret}\"}"),
 		   "only {password} and {username}");
@@ -116,7 +118,8 @@ static void test_policy_parse_errors(void **state)
 		   "not a header name");
 	expect_bad(CRED(BASE "," ALLOW ",\"helper_input\":{\"k\":\"a\\nb\"}"), "single-line");
 	expect_bad(CRED("\"helper\":\"h\"," ALLOW ",\"inject\":{\"header\":\"A\","
-			"\"template\":\"{password}\"}"), "helper must be an array");
+			"\"template\":\"{password}\"}"),
+		   "helper must be an array");
 	expect_bad("{\"credentials\":{\"c\":{" BASE "," ALLOW "},\"c\":{}}}", "policy: line");
 }
 
@@ -163,8 +166,8 @@ static void test_host_match(void **state)
 	assert_false(policy_host_match("*.example.com", ".example.com"));
 }
 
-static const char *check(struct cred_policy *c, const char *url, const char *method,
-			 int64_t now, int64_t start)
+static const char *check(struct cred_policy *c, const char *url, const char *method, int64_t now,
+			 int64_t start)
 {
 	static char reason[64];
 	struct url_parts u;
@@ -190,13 +193,10 @@ static void test_policy_check(void **state)
 	assert_string_equal(check(c, "https://api.example.com/v1/", "POST", S, 0), "ok");
 	assert_string_equal(check(c, "https://a.b.svc.example/v1/", "GET", S, 0), "ok");
 	assert_string_equal(check(c, "https://svc.example/v1/", "GET", S, 0), "host not allowed");
-	assert_string_equal(check(c, "http://localhost:8080/v1/", "GET", S, 0),
-			    "host not allowed");
-	assert_string_equal(check(c, "http://127.0.0.1:8081/v1/", "GET", S, 0),
-			    "port not allowed");
+	assert_string_equal(check(c, "http://localhost:8080/v1/", "GET", S, 0), "host not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8081/v1/", "GET", S, 0), "port not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1/v1/", "GET", S, 0), "port not allowed");
-	assert_string_equal(check(c, "http://127.0.0.1:8080/v2/", "GET", S, 0),
-			    "path not allowed");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v2/", "GET", S, 0), "path not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/v1", "GET", S, 0), "path not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/healthz", "GET", S, 0), "ok");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "DELETE", S, 0),
@@ -248,7 +248,7 @@ static void test_rate_and_uses(void **state)
 
 static int v4(const char *a)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 
 	assert_int_equal(inet_pton(AF_INET, a, &sa.sin_addr), 1);
 	return dest_addr_is_private((struct sockaddr *)&sa);
@@ -256,7 +256,7 @@ static int v4(const char *a)
 
 static int v6(const char *a)
 {
-	struct sockaddr_in6 sa = { .sin6_family = AF_INET6 };
+	struct sockaddr_in6 sa = {.sin6_family = AF_INET6};
 
 	assert_int_equal(inet_pton(AF_INET6, a, &sa.sin6_addr), 1);
 	return dest_addr_is_private((struct sockaddr *)&sa);
@@ -307,13 +307,10 @@ static void test_private_addrs(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_policy_parse_good),
-		cmocka_unit_test(test_policy_parse_errors),
-		cmocka_unit_test(test_url_split),
-		cmocka_unit_test(test_host_match),
-		cmocka_unit_test(test_policy_check),
-		cmocka_unit_test(test_rate_and_uses),
-		cmocka_unit_test(test_private_addrs),
+	    cmocka_unit_test(test_policy_parse_good), cmocka_unit_test(test_policy_parse_errors),
+	    cmocka_unit_test(test_url_split),	      cmocka_unit_test(test_host_match),
+	    cmocka_unit_test(test_policy_check),      cmocka_unit_test(test_rate_and_uses),
+	    cmocka_unit_test(test_private_addrs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,7 +25,7 @@
 
 static void test_frame(void **state)
 {
-	uint8_t b[8] = { 0 };
+	uint8_t b[8] = {0};
 	size_t n = 99;
 
 	(void)state;
@@ -112,8 +112,9 @@ static void test_request_parse(void **state)
 	assert_string_equal(q.method, "GET");
 	assert_false(q.has_token);
 	breq_free(&q);
-	assert_int_equal(parse("{\"v\":1,\"epoch\":1,\"token\":\"abc\",\"url\":\"u\"}", &q, err,
-			       sizeof(err)), 0);
+	assert_int_equal(
+	    parse("{\"v\":1,\"epoch\":1,\"token\":\"abc\",\"url\":\"u\"}", &q, err, sizeof(err)),
+	    0);
 	assert_false(q.has_token);
 	breq_free(&q);
 
@@ -199,8 +200,9 @@ static void test_helper_parse(void **state)
 	assert_string_equal(s.password, "pw");
 	assert_string_equal(s.username, "u");
 	/* CRLF, unknown keys ignored, '=' inside the value, stops at the blank line. */
-	assert_int_equal(helper_parse("quit=0\r\npassword=a=b\r\n\r\npassword=late\n", 39, &s, err,
-				      sizeof(err)), 0);
+	assert_int_equal(
+	    helper_parse("quit=0\r\npassword=a=b\r\n\r\npassword=late\n", 39, &s, err, sizeof(err)),
+	    0);
 	assert_string_equal(s.password, "a=b");
 	assert_int_equal(helper_parse("password=x", 10, &s, err, sizeof(err)), 0);
 	assert_string_equal(s.password, "x");
@@ -241,18 +243,19 @@ static char *make_script(char *dir, const char *name, const char *body)
 static void test_helper_run(void **state)
 {
 	char dir[] = "/tmp/cbu-XXXXXX", err[256], *ok, *echo, *fail, *slow, *flood;
-	struct cred_policy c = { 0 };
-	char *argv[1], *keys[] = { "protocol", "host" }, *vals[] = { "https", "api.x" };
+	struct cred_policy c = {0};
+	char *argv[1], *keys[] = {"protocol", "host"}, *vals[] = {"https", "api.x"};
 	struct secret s;
 
 	(void)state;
 	assert_non_null(mkdtemp(dir));
 	/* The helper sees "get" last and the key=value input ending with a blank line. */
-	ok = make_script(dir, "ok", "[ \"$1\" = get ] || exit 3\n"
-				    "read a; read b; read blank\n"
-				    "[ \"$a\" = protocol=https ] && [ \"$b\" = host=api.x ] && "
-				    "[ -z \"$blank\" ] || exit 4\n"
-				    "echo username=me; echo password=s3cret\n");
+	ok = make_script(dir, "ok",
+			 "[ \"$1\" = get ] || exit 3\n"
+			 "read a; read b; read blank\n"
+			 "[ \"$a\" = protocol=https ] && [ \"$b\" = host=api.x ] && "
+			 "[ -z \"$blank\" ] || exit 4\n"
+			 "echo username=me; echo password=s3cret\n");
 	echo = make_script(dir, "echo", "echo nonsense\n");
 	fail = make_script(dir, "fail", "echo password=x; exit 1\n");
 	slow = make_script(dir, "slow", "exec sleep 5\n");
@@ -304,7 +307,7 @@ static char *scrub_str(const struct scrubber *s, const char *in)
 static void test_scrub(void **state)
 {
 	const char *secret = "hunter2-Sup3rS3cret";
-	struct scrubber s = { 0 };
+	struct scrubber s = {0};
 	char enc[128], stream[256], wrapped[128], *out;
 	unsigned k;
 
@@ -359,7 +362,7 @@ static void test_scrub(void **state)
 static void test_scrub_b64_cores(void **state)
 {
 	const char *secret = "correct horse battery staple";
-	struct scrubber s = { 0 };
+	struct scrubber s = {0};
 	char buf[256], enc[512], *out;
 	unsigned k;
 
@@ -411,9 +414,12 @@ static void test_audit_chain(void **state)
 {
 	char path[] = "/tmp/cba-XXXXXX", why[256], err[256], *buf, *copy, *l2, *l3;
 	struct audit a;
-	struct audit_rec r = { .epoch = 4, .credential = "demo", .method = "GET",
-			       .url = "http://h/v1/\x01\"q", .decision = "deny",
-			       .reason = "host not allowed" };
+	struct audit_rec r = {.epoch = 4,
+			      .credential = "demo",
+			      .method = "GET",
+			      .url = "http://h/v1/\x01\"q",
+			      .decision = "deny",
+			      .reason = "host not allowed"};
 	size_t len, nrec;
 	int i;
 
@@ -472,8 +478,8 @@ static void test_audit_chain(void **state)
 	{
 		char *l4 = strchr(l3, '\n') + 1;
 
-		len = (size_t)sprintf(copy, "%.*s%.*s%.*s%s", (int)(l2 - buf), buf, (int)(l4 - l3), l3,
-				      (int)(l3 - l2), l2, l4);
+		len = (size_t)sprintf(copy, "%.*s%.*s%.*s%s", (int)(l2 - buf), buf, (int)(l4 - l3),
+				      l3, (int)(l3 - l2), l2, l4);
 		assert_int_equal(audit_verify_buf(copy, len, &nrec, why, sizeof(why)), 2);
 	}
 	/* Torn last line, junk line, empty log. */
@@ -495,12 +501,18 @@ static void test_handle_malformed(void **state)
 				  "\"inject\":{\"header\":\"Authorization\",\"template\":"
 				  "\"Bearer {password}\"},\"allow\":{\"hosts\":[\"h.example\"]}}}}";
 	const char *msgs[] = {
-		"", "{", "[]", "null", "{\"v\":1}", "{\"v\":1,\"url\":3}",
-		"{\"v\":1,\"epoch\":\"1\",\"url\":\"u\"}", "{\"v\":1,\"url\":\"u\",\"headers\":{}}",
-		"{\"v\":1,\"url\":\"https://h.example/\"}", /* no token: stale epoch */
+	    "",
+	    "{",
+	    "[]",
+	    "null",
+	    "{\"v\":1}",
+	    "{\"v\":1,\"url\":3}",
+	    "{\"v\":1,\"epoch\":\"1\",\"url\":\"u\"}",
+	    "{\"v\":1,\"url\":\"u\",\"headers\":{}}",
+	    "{\"v\":1,\"url\":\"https://h.example/\"}", /* no token: stale epoch */
 	};
-	struct broker b = { .epoch = 2, .have_token = true, .helper_timeout_ms = 1000,
-			    .fetch_timeout_s = 5 };
+	struct broker b = {
+	    .epoch = 2, .have_token = true, .helper_timeout_ms = 1000, .fetch_timeout_s = 5};
 	size_t i, rlen, len, nrec;
 
 	(void)state;
@@ -510,11 +522,12 @@ static void test_handle_malformed(void **state)
 	assert_int_equal(audit_open(&b.audit, path, err, sizeof(err)), 0);
 	for (i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
 		assert_int_equal(broker_handle_guest(&b, (const uint8_t *)msgs[i], strlen(msgs[i]),
-						     &reply, &rlen), 0);
+						     &reply, &rlen),
+				 0);
 		assert_non_null(strstr(reply, "\"ok\":false"));
-		assert_non_null(strstr(reply, i + 1 < sizeof(msgs) / sizeof(msgs[0]) ?
-						      "denied: malformed request" :
-						      "denied: stale epoch"));
+		assert_non_null(strstr(reply, i + 1 < sizeof(msgs) / sizeof(msgs[0])
+						  ? "denied: malformed request"
+						  : "denied: stale epoch"));
 		free(reply);
 	}
 	/* Binary garbage. */
@@ -532,8 +545,8 @@ static void test_handle_malformed(void **state)
 				   "over 1 MiB\"}");
 	free(reply);
 	/* The control channel. */
-	assert_int_equal(broker_handle_ctl(&b, (const uint8_t *)"{\"op\":\"grant\"}", 14, &reply,
-					   &rlen), 0);
+	assert_int_equal(
+	    broker_handle_ctl(&b, (const uint8_t *)"{\"op\":\"grant\"}", 14, &reply, &rlen), 0);
 	assert_non_null(strstr(reply, "\"epoch\":3"));
 	free(reply);
 	assert_int_equal(broker_handle_ctl(&b, (const uint8_t *)"{]", 2, &reply, &rlen), 0);
@@ -551,17 +564,17 @@ static void test_handle_malformed(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_frame),
-		cmocka_unit_test(test_b64),
-		cmocka_unit_test(test_request_parse),
-		cmocka_unit_test(test_request_huge),
-		cmocka_unit_test(test_header_forbidden),
-		cmocka_unit_test(test_helper_parse),
-		cmocka_unit_test(test_helper_run),
-		cmocka_unit_test(test_scrub),
-		cmocka_unit_test(test_scrub_b64_cores),
-		cmocka_unit_test(test_audit_chain),
-		cmocka_unit_test(test_handle_malformed),
+	    cmocka_unit_test(test_frame),
+	    cmocka_unit_test(test_b64),
+	    cmocka_unit_test(test_request_parse),
+	    cmocka_unit_test(test_request_huge),
+	    cmocka_unit_test(test_header_forbidden),
+	    cmocka_unit_test(test_helper_parse),
+	    cmocka_unit_test(test_helper_run),
+	    cmocka_unit_test(test_scrub),
+	    cmocka_unit_test(test_scrub_b64_cores),
+	    cmocka_unit_test(test_audit_chain),
+	    cmocka_unit_test(test_handle_malformed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
