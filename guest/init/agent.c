@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -236,11 +238,32 @@ int agent_run(const char *test_uds)
 	}
 }
 
+/* The kernel creates lo down; up, it gets 127.0.0.1/8 (forwarded ports and local services). */
+static void loopback_up(void)
+{
+	struct ifreq ifr;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return; /* a kernel without INET: nothing to forward to */
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && !(ifr.ifr_flags & IFF_UP)) {
+		ifr.ifr_flags |= IFF_UP;
+		if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+			init_log("lo up: %s", strerror(errno));
+	}
+	close(fd);
+}
+
 /* Called by PID 1 before it runs the command: the agent is a child process, not PID 1's threads,
  * so PID 1's own reaping (waitpid(-1)) and the agent's sessions never see each other's children. */
 void agent_start(void)
 {
-	pid_t pid = fork();
+	pid_t pid;
+
+	loopback_up();
+	pid = fork();
 
 	if (pid < 0) {
 		init_log("agent: fork: %s", strerror(errno));
