@@ -63,6 +63,10 @@ int helper_parse(const char *out, size_t len, struct secret *s, char *err, size_
 			return errmsg(err, errlen, -EINVAL,
 				      "helper output line %zu is not key=value", lineno);
 		vl = ll - (size_t)(eq + 1 - line);
+		for (size_t k = 0; k < vl; k++)
+			if ((unsigned char)eq[1 + k] < 0x20 || eq[1 + k] == 0x7f)
+				return errmsg(err, errlen, -EINVAL,
+					      "helper output line %zu has a control byte", lineno);
 		if ((size_t)(eq - line) == 8 && !memcmp(line, "password", 8)) {
 			if (vl >= sizeof(s->password))
 				return errmsg(err, errlen, -E2BIG, "helper password over %zu bytes",

@@ -211,6 +211,10 @@ static void test_helper_parse(void **state)
 	assert_int_equal(helper_parse("garbage\n", 8, &s, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "line 1"));
 	assert_int_equal(helper_parse("=x\n", 3, &s, err, sizeof(err)), -EINVAL);
+	/* A CR inside a value would split the injected header. */
+	assert_int_equal(helper_parse("password=a\rX-Evil: 1\n", 22, &s, err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(helper_parse("password=a\tb\n", 14, &s, err, sizeof(err)), -EINVAL);
 	assert_int_equal(helper_parse("password=a\0b\n", 13, &s, err, sizeof(err)), -EINVAL);
 	big = malloc(HELPER_OUT_MAX + 2);
 	assert_non_null(big);
