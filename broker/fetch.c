@@ -2,6 +2,7 @@
  * headers, decoded content (so the scrubber sees plain bytes). */
 #include "fetch.h"
 #include "errmsg.h"
+#include "wipe_alloc.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -76,7 +77,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 		r->too_large = 1;
 		return 0;
 	}
-	nb = realloc(r->body, r->body_len + len + 1);
+	nb = wipe_realloc(r->body, r->body_len + len + 1);
 	if (!nb)
 		return 0;
 	r->body = nb;

@@ -10,6 +10,7 @@
 #include "request.h"
 #include "helper.h"
 #include "fetch.h"
+#include "wipe_alloc.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -163,8 +164,8 @@ int main(int argc, char **argv)
 	}
 	b.log = stderr;
 	signal(SIGPIPE, SIG_IGN);
-	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
-		fprintf(stderr, "cove-broker: curl_global_init failed\n");
+	if (wipe_alloc_install()) {
+		fprintf(stderr, "cove-broker: cannot install wiping allocators in OpenSSL/libcurl\n");
 		return 1;
 	}
 	if (policy_load(policy, &b.pol, err, sizeof(err))) {
