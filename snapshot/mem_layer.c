@@ -22,13 +22,23 @@ void mem_layer_layout(struct mem_layer_info *li, uint64_t ram_size)
 	li->nr_pages = ram_size / MEM_LAYER_PAGE;
 	li->bitmap_off = MEM_LAYER_HDR;
 	li->bitmap_len = (li->nr_pages + 63) / 64 * 8;
-	li->data_off = (li->bitmap_off + li->bitmap_len + MEM_LAYER_PAGE - 1) &
-		       ~(MEM_LAYER_PAGE - 1);
+	uint64_t end = li->bitmap_off + li->bitmap_len;
+	li->stored_off = li->tag_off = 0;
+	if (li->flags & MEM_LAYER_ENCRYPTED) {
+		li->stored_off = end;
+		end += li->bitmap_len;
+	}
+	li->data_off = (end + MEM_LAYER_PAGE - 1) & ~(MEM_LAYER_PAGE - 1);
+	if (li->flags & MEM_LAYER_ENCRYPTED)
+		li->tag_off = li->data_off + li->nr_pages * MEM_LAYER_PAGE;
 }
 
 uint64_t mem_layer_file_size(const struct mem_layer_info *li)
 {
-	return li->data_off + li->nr_pages * MEM_LAYER_PAGE;
+	uint64_t size = li->data_off + li->nr_pages * MEM_LAYER_PAGE;
+	if (li->flags & MEM_LAYER_ENCRYPTED)
+		size += li->nr_pages * 16;
+	return size;
 }
 
 void mem_layer_header_build(const struct mem_layer_info *li, uint8_t hdr[MEM_LAYER_HDR])
@@ -49,6 +59,7 @@ void mem_layer_header_build(const struct mem_layer_info *li, uint8_t hdr[MEM_LAY
 	memcpy(hdr + 88, li->chain_id, 16);
 	put_le32(hdr + 104, li->flags);
 	put_le32(hdr + 108, li->bitmap_crc);
+	memcpy(hdr + MEM_LAYER_META_OFF, li->meta, MEM_LAYER_META_LEN);
 	put_le32(hdr + MEM_LAYER_HDR - 4, state_crc32(0, hdr, MEM_LAYER_HDR - 4));
 }
 
@@ -73,6 +84,9 @@ int mem_layer_header_parse(const uint8_t *hdr, size_t len, struct mem_layer_info
 	if (ram == 0 || ram > MAX_RAM || ram % MEM_LAYER_PAGE)
 		return errmsg(err, errlen, -EINVAL, "memory layer RAM size %llu is invalid",
 			      (unsigned long long)ram);
+	li->flags = get_le32(hdr + 104);
+	if (li->flags & ~(MEM_LAYER_FULL | MEM_LAYER_ENCRYPTED))
+		return errmsg(err, errlen, -EINVAL, "memory layer has unknown flags 0x%x", li->flags);
 	mem_layer_layout(li, ram);
 	if (get_le64(hdr + 40) != li->nr_pages || get_le64(hdr + 48) != li->bitmap_off ||
 	    get_le64(hdr + 56) != li->bitmap_len || get_le64(hdr + 64) != li->data_off)
@@ -82,8 +96,8 @@ int mem_layer_header_parse(const uint8_t *hdr, size_t len, struct mem_layer_info
 	li->present = get_le64(hdr + 72);
 	li->stored = get_le64(hdr + 80);
 	memcpy(li->chain_id, hdr + 88, 16);
-	li->flags = get_le32(hdr + 104);
 	li->bitmap_crc = get_le32(hdr + 108);
+	memcpy(li->meta, hdr + MEM_LAYER_META_OFF, MEM_LAYER_META_LEN);
 	if (li->present > li->nr_pages || li->stored > li->present)
 		return errmsg(err, errlen, -EINVAL, "memory layer page counts are invalid");
 	return 0;
@@ -117,14 +131,16 @@ int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errl
 			   (unsigned long long)mem_layer_file_size(&l->info));
 		goto fail;
 	}
-	l->bitmap = malloc(l->info.bitmap_len);
+	bool enc = l->info.flags & MEM_LAYER_ENCRYPTED;
+	size_t bmlen = (size_t)l->info.bitmap_len * (enc ? 2 : 1);
+	l->bitmap = malloc(bmlen);
 	if (!l->bitmap) {
 		r = -ENOMEM;
 		goto fail;
 	}
 	size_t got = 0;
-	while (got < l->info.bitmap_len) {
-		k = pread(l->fd, (uint8_t *)l->bitmap + got, l->info.bitmap_len - got,
+	while (got < bmlen) {
+		k = pread(l->fd, (uint8_t *)l->bitmap + got, bmlen - got,
 			  (off_t)(l->info.bitmap_off + got));
 		if (k <= 0) {
 			r = errmsg(err, errlen, -EIO, "cannot read the bitmap of %s", path);
@@ -132,7 +148,9 @@ int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errl
 		}
 		got += (size_t)k;
 	}
-	if (state_crc32(0, l->bitmap, l->info.bitmap_len) != l->info.bitmap_crc) {
+	if (enc)
+		l->stored = l->bitmap + l->info.bitmap_len / 8;
+	if (state_crc32(0, l->bitmap, bmlen) != l->info.bitmap_crc) {
 		r = errmsg(err, errlen, -EINVAL, "memory layer %s: page bitmap is corrupt", path);
 		goto fail;
 	}
@@ -164,4 +182,5 @@ void mem_layer_close(struct mem_layer *l)
 	free(l->bitmap);
 	l->fd = -1;
 	l->bitmap = NULL;
+	l->stored = NULL;
 }

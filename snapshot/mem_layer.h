@@ -11,6 +11,15 @@
 #define MEM_LAYER_HDR 4096ULL
 #define MEM_LAYER_PAGE 4096ULL
 #define MEM_LAYER_FULL 1u /* flags: holds every page of RAM (absent = zero) */
+/*
+ * flags: pages are AES-256-GCM ciphertext (snapshot/CRYPTO.md).  Such a layer also has a
+ * second bitmap (pages with data; held pages without are zero), a tag region after the data
+ * (16 bytes per page, page p at tag offset + p * 16), and in the header at MEM_LAYER_META_OFF a
+ * sealed SHA-256 of the header and both bitmaps, so neither can be altered unnoticed.
+ */
+#define MEM_LAYER_ENCRYPTED 2u
+#define MEM_LAYER_META_OFF 128
+#define MEM_LAYER_META_LEN 60 /* crypto_seal_blob of 32 bytes */
 
 /*
  * Layout (little-endian):
@@ -30,9 +39,13 @@ struct mem_layer_info {
 	uint8_t chain_id[16];
 	uint32_t flags;
 	uint32_t bitmap_crc;
+	/* Encrypted layers only. */
+	uint64_t stored_off; /* the second bitmap, bitmap_len bytes */
+	uint64_t tag_off;
+	uint8_t meta[MEM_LAYER_META_LEN];
 };
 
-/* Fills in offsets for `ram_size` bytes of RAM. */
+/* Fills in offsets for `ram_size` bytes of RAM (and li->flags: encrypted layers differ). */
 void mem_layer_layout(struct mem_layer_info *li, uint64_t ram_size);
 /* Encodes the 4096-byte header. */
 void mem_layer_header_build(const struct mem_layer_info *li, uint8_t hdr[MEM_LAYER_HDR]);
@@ -46,6 +59,7 @@ struct mem_layer {
 	int fd;
 	struct mem_layer_info info;
 	uint64_t *bitmap;
+	uint64_t *stored; /* encrypted layers: pages with data */
 };
 
 int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errlen);
@@ -53,6 +67,10 @@ void mem_layer_close(struct mem_layer *l);
 static inline bool mem_layer_has(const struct mem_layer *l, uint64_t page)
 {
 	return page < l->info.nr_pages && (l->bitmap[page / 64] >> (page % 64)) & 1;
+}
+static inline bool mem_layer_stored(const struct mem_layer *l, uint64_t page)
+{
+	return l->stored && page < l->info.nr_pages && (l->stored[page / 64] >> (page % 64)) & 1;
 }
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <jansson.h>
 
@@ -75,8 +76,19 @@ int cmd_fork(int argc, char **argv)
 			const char *uds = json_string_value(json_object_get(c, "vsock_uds"));
 			if (!uds || !*uds)
 				continue;
-			/* Epoch 0 and no token: the broker grant is the host's (cove-broker grant). */
-			int r = agent_send_identity(uds, 0, "", err, sizeof(err));
+			/*
+			 * A fresh random token at epoch 0: the clone's old broker grant is void; the
+			 * host re-grants through cove-broker when the clone should use credentials.
+			 */
+			uint8_t tok[16];
+			char hex[33];
+			if (getrandom(tok, sizeof(tok), 0) != sizeof(tok)) {
+				rc = 1;
+				continue;
+			}
+			for (int b = 0; b < 16; b++)
+				snprintf(hex + 2 * b, 3, "%02x", tok[b]);
+			int r = agent_send_identity(uds, 0, hex, err, sizeof(err));
 			json_object_set_new(c, "identity", json_string(r ? err : "sent"));
 			if (r)
 				rc = 1;

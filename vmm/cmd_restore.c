@@ -5,12 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "board_state.h"
 #include "chain.h"
 #include "commands.h"
 #include "errmsg.h"
+#include "keyfile.h"
+#include "keyprov.h"
 #include "kvm_state.h"
+#include "lazy_mem.h"
 #include "layer_restore.h"
 #include "machine_config.h"
 #include "options.h"
@@ -30,6 +34,11 @@ static const char restore_usage[] =
 	"  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
 	"                      latest layer, continuing its chain incrementally)\n"
 	"  --snapshot-interval T, --snapshot-keep N   as for cove run\n"
+	"  --key SPEC          key provider for an encrypted chain (default: the one DIR/keys names;\n"
+	"                      PKCS#11 PINs come from COVE_PKCS11_PIN or pin-file=)\n"
+	"  --verify            encrypted chain: authenticate every stored page before the guest\n"
+	"                      runs (otherwise each page is checked when first touched, and a bad\n"
+	"                      one stops the VM)\n"
 	"  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
 	"\n"
@@ -43,9 +52,12 @@ struct restore_opts {
 	int keep;
 	int ready_fd;
 	enum log_level level;
+	const char *key;
+	bool verify;
 };
 
-enum { O_LAYER = 256, O_API, O_CONSOLE, O_UDS, O_CID, O_SDIR, O_SINT, O_SKEEP, O_READY, O_LOG };
+enum { O_LAYER = 256, O_API, O_CONSOLE, O_UDS, O_CID, O_SDIR, O_SINT, O_SKEEP, O_READY, O_LOG,
+       O_KEY, O_VERIFY };
 
 static const struct option long_opts[] = {
 	{ "layer", required_argument, NULL, O_LAYER },
@@ -58,6 +70,8 @@ static const struct option long_opts[] = {
 	{ "snapshot-keep", required_argument, NULL, O_SKEEP },
 	{ "ready-fd", required_argument, NULL, O_READY },
 	{ "log-level", required_argument, NULL, O_LOG },
+	{ "key", required_argument, NULL, O_KEY },
+	{ "verify", no_argument, NULL, O_VERIFY },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -133,6 +147,15 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			if (log_level_parse(optarg, &o->level))
 				return errmsg(err, errlen, -EINVAL, "--log-level: '%s' is not one of error, warn, info, debug", optarg);
 			break;
+		case O_KEY:
+			if (strncmp(optarg, "key-cmd:", 8) && strncmp(optarg, "pkcs11:", 7))
+				return errmsg(err, errlen, -EINVAL,
+					      "--key: '%s' is not key-cmd:COMMAND or pkcs11:...", optarg);
+			o->key = optarg;
+			break;
+		case O_VERIFY:
+			o->verify = true;
+			break;
 		case ':':
 			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);
 		default:
@@ -162,7 +185,9 @@ static uint64_t now_us(void)
 struct plan {
 	struct chain chain;
 	int idx;
-	struct layer_set ls;
+	struct layer_set *ls;
+	bool encrypted;
+	struct snap_crypt crypt;
 	uint8_t *state;
 	size_t state_len;
 	struct state_section_ref *secs;
@@ -190,11 +215,42 @@ static int plan_load(struct plan *p, const struct restore_opts *o, char *err, si
 				      (unsigned long long)o->layer);
 	}
 	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", o->dir, KEYFILE_NAME);
+	p->encrypted = access(path, F_OK) == 0;
+	if (p->encrypted) {
+		struct keyprov *prov = NULL;
+		if (o->key && keyprov_new_spec(o->key, &prov, err, errlen))
+			return -EINVAL;
+		/* The one place a revoked or deleted KEK shows: the provider refuses to unwrap. */
+		r = snap_crypt_open(&p->crypt, o->dir, prov, 0, err, errlen);
+		if (prov)
+			keyprov_free(prov);
+		if (r)
+			return r;
+		if (memcmp(p->crypt.chain_id, p->chain.chain_id, 16))
+			return errmsg(err, errlen, -EINVAL,
+				      "%s/keys belongs to another chain than chain.json", o->dir);
+	}
 	snprintf(path, sizeof(path), "%s/%s", o->dir, p->chain.layers[p->idx].state);
 	r = state_read_file(path, &p->state, &p->state_len, err, errlen);
 	if (r)
 		return r;
 	char e2[200];
+	if (p->encrypted != snap_state_is_encrypted(p->state, p->state_len))
+		return errmsg(err, errlen, -EINVAL, "%s: the state file is %s but the chain is %s",
+			      path, p->encrypted ? "plain" : "encrypted",
+			      p->encrypted ? "encrypted" : "not");
+	if (p->encrypted) {
+		uint8_t *plain;
+		size_t plen;
+		r = snap_crypt_open_state(&p->crypt, p->chain.layers[p->idx].id, p->state,
+					  p->state_len, &plain, &plen, e2, sizeof(e2));
+		if (r)
+			return errmsg(err, errlen, r, "%s: %s", path, e2);
+		free(p->state);
+		p->state = plain;
+		p->state_len = plen;
+	}
 	r = state_parse(p->state, p->state_len, &p->secs, &p->nsecs, e2, sizeof(e2));
 	if (r)
 		return errmsg(err, errlen, r, "%s: %s", path, e2);
@@ -206,17 +262,42 @@ static int plan_load(struct plan *p, const struct restore_opts *o, char *err, si
 		return r;
 	if (p->mc.mem_size != p->chain.ram_size)
 		return errmsg(err, errlen, -EINVAL, "%s: RAM size differs from the chain's", path);
-	return layer_set_open(&p->ls, &p->chain, p->idx, err, errlen);
+	p->ls = calloc(1, sizeof(*p->ls));
+	if (!p->ls)
+		return -ENOMEM;
+	r = layer_set_open(p->ls, &p->chain, p->idx, err, errlen);
+	if (r)
+		return r;
+	for (int i = 0; i < p->ls->nr; i++) {
+		const struct mem_layer *l = &p->ls->layers[i];
+		bool enc = l->info.flags & MEM_LAYER_ENCRYPTED;
+		if (enc != p->encrypted)
+			return errmsg(err, errlen, -EINVAL, "%s/%s: layer is %s but the chain is %s",
+				      o->dir, p->chain.layers[i].mem, enc ? "encrypted" : "plain",
+				      p->encrypted ? "encrypted" : "not");
+		if (enc && snap_crypt_check_layer(&p->crypt, l))
+			return errmsg(err, errlen, -EBADMSG,
+				      "%s/%s: header or page bitmap failed authentication", o->dir,
+				      p->chain.layers[i].mem);
+	}
+	if (p->encrypted && o->verify)
+		return lazy_mem_verify_all(p->ls, &p->crypt, err, errlen);
+	return 0;
 }
 
 static void plan_free(struct plan *p)
 {
-	layer_set_close(&p->ls);
+	if (p->ls) {
+		layer_set_close(p->ls);
+		free(p->ls);
+	}
+	snap_crypt_close(&p->crypt);
 	free(p->secs);
 	free(p->state);
 }
 
-static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct restore_opts *o)
+static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct restore_opts *o,
+			     struct lazy_mem *lm)
 {
 	char err[512];
 	uint64_t t0 = now_us();
@@ -229,15 +310,29 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 		if (o->vsock_cid)
 			p->mc.vsock_cid = o->vsock_cid;
 	}
-	const struct mem_layer *base = &p->ls.layers[0];
-	/* Logging from the start: the restored sandbox can go on with incremental snapshots. */
-	if (sandbox_build(sb, &p->mc, true, base->fd, base->info.data_off))
-		return 1;
+	const struct mem_layer *base = &p->ls->layers[0];
 	uint64_t copied = 0;
-	int r = layer_set_apply(&p->ls, sb->vm.mem.host, &copied);
-	if (r) {
-		log_err(&sb->log, "cannot read the memory layers: %s", strerror(-r));
-		return 1;
+	int nr_layers = p->ls->nr;
+	int r;
+	/* Logging from the start: the restored sandbox can go on with incremental snapshots. */
+	if (p->encrypted) {
+		/* Ciphertext cannot be mapped: a fresh RAM that userfaultfd fills page by page. */
+		if (sandbox_build(sb, &p->mc, true, -1, 0))
+			return 1;
+		r = lazy_mem_start(lm, &sb->vm, p->ls, &p->crypt, err, sizeof(err));
+		if (r) {
+			log_err(&sb->log, "%s", err);
+			return 1;
+		}
+		p->ls = NULL; /* the lazy thread owns the layers now */
+	} else {
+		if (sandbox_build(sb, &p->mc, true, base->fd, base->info.data_off))
+			return 1;
+		r = layer_set_apply(p->ls, sb->vm.mem.host, &copied);
+		if (r) {
+			log_err(&sb->log, "cannot read the memory layers: %s", strerror(-r));
+			return 1;
+		}
 	}
 	if (kvm_state_restore(&sb->vm, p->secs, p->nsecs, err, sizeof(err)) ||
 	    board_restore(&sb->board, p->secs, p->nsecs, err, sizeof(err))) {
@@ -253,8 +348,29 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 		return 1;
 	}
 	if (sdir) {
+		char spec[4200];
+		if (p->encrypted) {
+			/* Same directory: its keys file; a new one (a clone): the same kind of KEK. */
+			bool same = !strcmp(sdir, o->dir);
+			sb->snap_key = o->key;
+			sb->snap_key_from_dir = same && !o->key;
+			if (!same && !o->key) {
+				enum keyprov_type t;
+				char cfg[4096];
+				uint8_t cid[16];
+				if (keyfile_describe(o->dir, &t, cfg, sizeof(cfg), cid, err, sizeof(err))) {
+					log_err(&sb->log, "%s", err);
+					return 1;
+				}
+				snprintf(spec, sizeof(spec), "%s:%s",
+					 t == KEYPROV_PKCS11 ? "pkcs11" : "key-cmd",
+					 t == KEYPROV_PKCS11 && !strncmp(cfg, "pkcs11:", 7) ? cfg + 7 : cfg);
+				sb->snap_key = spec;
+			}
+		}
 		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))
 			return 1;
+		sb->snap.ram_lazy = p->encrypted;
 		/* Same chain, latest layer: the next snapshot may be incremental. */
 		if (!strcmp(sdir, o->dir) && latest)
 			snap_ctx_adopt_chain(&sb->snap, &p->chain);
@@ -262,10 +378,13 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 		log_err(&sb->log, "--snapshot-interval needs --snapshot-dir when restoring an older layer");
 		return 1;
 	}
-	log_info(&sb->log, "restored layer %llu of %s: %d layer(s), %llu increment pages copied, %llu us",
-		 (unsigned long long)p->chain.layers[p->idx].id, o->dir, p->ls.nr,
+	log_info(&sb->log,
+		 "restored layer %llu of %s: %d layer(s)%s, %llu increment pages copied, %llu us",
+		 (unsigned long long)p->chain.layers[p->idx].id, o->dir, nr_layers,
+		 p->encrypted ? ", encrypted (pages decrypted on first touch)" : "",
 		 (unsigned long long)copied, (unsigned long long)(now_us() - t0));
-	layer_set_close(&p->ls);
+	if (p->ls)
+		layer_set_close(p->ls);
 	sb->ready_fd = o->ready_fd;
 	return sandbox_serve(sb, o->api_sock);
 }
@@ -297,8 +416,11 @@ int cmd_restore(int argc, char **argv)
 			dprintf(o.ready_fd, "%s\n", err);
 		goto out;
 	}
+	struct lazy_mem lm = { .uffd = -1, .stop_efd = -1 };
 	if (sandbox_init(sb, o.console, o.level) == 0)
-		status = restore_and_serve(sb, p, &o);
+		status = restore_and_serve(sb, p, &o, &lm);
+	/* The lazy thread may be blocked serving RAM the vCPUs touch: stop it after them. */
+	lazy_mem_stop(&lm);
 	if (status && sb->ready_fd < 0 && o.ready_fd >= 0 && vm_get_state(&sb->vm) == VM_NOT_STARTED)
 		dprintf(o.ready_fd, "restore failed (see its log)\n");
 	sandbox_destroy(sb);

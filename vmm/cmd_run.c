@@ -26,6 +26,7 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	struct boot_spec spec = { .kernel = o->kernel, .initrd = o->initrd, .cmdline = cmdline };
 	if (boot_load(&sb->vm, &spec))
 		return 1;
+	sb->snap_key = o->snapshot_key;
 	if (o->snapshot_dir &&
 	    sandbox_snapshots(sb, o->snapshot_dir, o->snapshot_interval_ms, o->snapshot_keep))
 		return 1;

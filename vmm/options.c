@@ -34,6 +34,8 @@ const char run_usage[] =
 	"  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
 	"                      incremental; needs --snapshot-dir\n"
 	"  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
+	"  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
+	"                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
 	"  -h, --help          show this help\n"
 	"\n"
@@ -81,7 +83,8 @@ int parse_mem_size(const char *s, uint64_t *out)
 }
 
 enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
-       OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP };
+       OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
+       OPT_SNAP_KEY };
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
@@ -158,6 +161,7 @@ static const struct option run_long_opts[] = {
 	{ "snapshot-dir", required_argument, NULL, OPT_SNAP_DIR },
 	{ "snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL },
 	{ "snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP },
+	{ "snapshot-key", required_argument, NULL, OPT_SNAP_KEY },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -257,6 +261,13 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 					    "(e.g. 60s, 500ms, 5m)",
 					    optarg);
 			break;
+		case OPT_SNAP_KEY:
+			if (strncmp(optarg, "key-cmd:", 8) && strncmp(optarg, "pkcs11:", 7))
+				return errmsg(err, errlen, -EINVAL,
+					    "--snapshot-key: '%s' is not key-cmd:COMMAND or pkcs11:...",
+					    optarg);
+			o->snapshot_key = optarg;
+			break;
 		case OPT_SNAP_KEEP: {
 			char *end;
 			errno = 0;
@@ -288,6 +299,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return errmsg(err, errlen, -EINVAL, "--cmdline is longer than 4095 bytes");
 	if (!o->vsock_cid != !o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL, "--vsock-cid and --vsock-uds go together");
+	if (o->snapshot_key && !o->snapshot_dir)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-key needs --snapshot-dir");
 	if (o->snapshot_interval_ms && !o->snapshot_dir)
 		return errmsg(err, errlen, -EINVAL, "--snapshot-interval needs --snapshot-dir");
 	return 0;

@@ -36,6 +36,7 @@ struct run_opts {
 	const char *snapshot_dir;      /* chain directory for snapshots, or NULL */
 	uint64_t snapshot_interval_ms; /* 0: only on request */
 	int snapshot_keep;	       /* 0: the default */
+	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
 };
 
 /*

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "keyprov.h"
 #include "vm_api.h"
 
 extern char **environ;
@@ -92,8 +93,6 @@ int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level le
 	if (pthread_sigmask(SIG_BLOCK, &set, NULL))
 		return -EINVAL;
 	signal(SIGPIPE, SIG_IGN);
-	/* Clones started by PUT /fork are reaped by the kernel: they outlive us anyway. */
-	signal(SIGCHLD, SIG_IGN);
 	sb->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sb->sig_fd < 0) {
 		log_err(&sb->log, "cannot set up signal handling");
@@ -149,6 +148,22 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	if (r) {
 		log_err(&sb->log, "%s", err);
 		return r;
+	}
+	if (sb->snap_key || sb->snap_key_from_dir) {
+		struct keyprov *prov = NULL;
+		if (sb->snap_key && keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err)) == 0)
+			r = snap_ctx_encrypt(&sb->snap, prov, err, sizeof(err));
+		else if (sb->snap_key)
+			r = -EINVAL;
+		else
+			r = snap_ctx_encrypt(&sb->snap, NULL, err, sizeof(err));
+		if (r) {
+			if (prov && !sb->snap.prov)
+				keyprov_free(prov);
+			log_err(&sb->log, "%s", err);
+			snap_ctx_free(&sb->snap);
+			return r;
+		}
 	}
 	if (keep)
 		sb->snap.keep = keep;
@@ -349,9 +364,26 @@ static int wait_ready(int fd, char *err, size_t errlen)
 		      got ? buf : "it exited without a word");
 }
 
+/*
+ * Clones are our children until they exit: reap the ones that did (by pid only, so the key
+ * command's own waitpid is never raced).
+ */
+static void reap_clones(struct sandbox *sb)
+{
+	int kept = 0;
+	for (int i = 0; i < sb->nr_clones; i++)
+		if (waitpid(sb->clones[i], NULL, WNOHANG) == 0)
+			sb->clones[kept++] = sb->clones[i];
+	sb->nr_clones = kept;
+}
+
 static int be_fork(void *opaque, int count, struct api_clone *out, char *err, size_t errlen)
 {
 	struct sandbox *sb = sandbox_of(opaque);
+	reap_clones(sb);
+	if (sb->nr_clones + count > SANDBOX_MAX_CLONES)
+		return errmsg(err, errlen, -EBUSY, "this sandbox already has %d running clones",
+			      sb->nr_clones);
 	if (!sb->snap_ready)
 		return errmsg(err, errlen, -EINVAL, "fork needs a snapshot directory (--snapshot-dir)");
 	char exe[4096];
@@ -371,6 +403,7 @@ static int be_fork(void *opaque, int count, struct api_clone *out, char *err, si
 			errmsg(err, errlen, r, "cannot start clone %d: %s", k, strerror(-r));
 			break;
 		}
+		sb->clones[sb->nr_clones++] = out[k].pid;
 		started++;
 	}
 	/* Clones restore in parallel; wait for each to run. */
@@ -446,6 +479,7 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	if (sb->api)
 		api_server_stop(sb->api);
 	sb->api = NULL;
+	reap_clones(sb);
 	return status;
 }
 

@@ -26,6 +26,8 @@ struct sandbox {
 	struct snap_ctx snap;
 	bool snap_ready;
 	int snap_keep;
+	const char *snap_key; /* key provider spec for encrypted snapshots, or NULL */
+	bool snap_key_from_dir; /* encrypted, provider named by DIR/keys (a restored chain) */
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;
@@ -34,6 +36,9 @@ struct sandbox {
 	int forks;	     /* PUT /fork calls so far: names clones */
 	int ready_fd;	     /* restore --ready-fd: "ok\n" once running, -1 without */
 	bool vm_created, board_created;
+#define SANDBOX_MAX_CLONES 256
+	int clones[SANDBOX_MAX_CLONES]; /* pids of clones started here and not reaped yet */
+	int nr_clones;
 };
 
 /* Opens the console (path or stdout) and the signalfd. 0 or -errno. */
@@ -41,7 +46,10 @@ int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level le
 /* Creates the VM and its devices as `mc` describes (RAM from a layer file when mem_fd >= 0). */
 int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty,
 		  int mem_fd, uint64_t mem_off);
-/* Sets the snapshot directory (and interval/keep); may be called before sandbox_serve. */
+/*
+ * Sets the snapshot directory (and interval/keep); may be called before sandbox_serve.
+ * Snapshots are encrypted when sb->snap_key (a provider spec) or snap_key_from_dir is set.
+ */
 int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep);
 /* Serves until the VM stops; returns the process exit status. */
 int sandbox_serve(struct sandbox *sb, const char *api_sock);

@@ -1,0 +1,210 @@
+/* Lazy restore of encrypted layers: a userfaultfd thread decrypts each page the first time anything touches it. */
+#include "lazy_mem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "errmsg.h"
+#include "vm.h"
+
+/* Reads page p of layer l (ciphertext and tag) and authenticates it into `plain`. */
+static int open_page(struct crypto_ctx *cc, const uint8_t chain_id[16], const struct mem_layer *l,
+		     uint64_t p, uint8_t *cipher, uint8_t *plain)
+{
+	uint8_t tag[16];
+	int r = layer_pread_all(l->fd, cipher, MEM_LAYER_PAGE,
+				(off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
+	if (!r)
+		r = layer_pread_all(l->fd, tag, sizeof(tag), (off_t)(l->info.tag_off + p * 16));
+	if (!r)
+		r = crypto_open_page(cc, chain_id, l->info.layer_id, p, cipher, MEM_LAYER_PAGE, plain,
+				     tag);
+	return r;
+}
+
+/* Serves one missing page. */
+static void serve(struct lazy_mem *lm, uint64_t addr)
+{
+	struct guest_mem *m = &lm->vm->mem;
+	uint64_t page_addr = addr & ~(MEM_LAYER_PAGE - 1);
+	uint64_t p = (page_addr - (uint64_t)(uintptr_t)m->host) / MEM_LAYER_PAGE;
+	lm->faults++;
+	const struct mem_layer *src = NULL;
+	for (int i = lm->ls->nr - 1; i >= 0; i--) {
+		if (mem_layer_has(&lm->ls->layers[i], p)) {
+			src = &lm->ls->layers[i];
+			break;
+		}
+	}
+	if (src && mem_layer_stored(src, p)) {
+		int r = open_page(lm->cc, lm->chain_id, src, p, lm->cipher, lm->plain);
+		if (r == 0) {
+			struct uffdio_copy c = { .dst = page_addr, .src = (uint64_t)(uintptr_t)lm->plain,
+						 .len = MEM_LAYER_PAGE };
+			if (ioctl(lm->uffd, UFFDIO_COPY, &c) < 0 && errno != EEXIST)
+				log_err(lm->vm->log, "lazy restore: UFFDIO_COPY of page %llu: %s",
+					(unsigned long long)p, strerror(errno));
+			return;
+		}
+		lm->bad_pages++;
+		vm_request_stop(lm->vm, 1,
+				"snapshot page %llu of layer %llu failed authentication (%s): the "
+				"guest was stopped and never saw it",
+				(unsigned long long)p, (unsigned long long)src->info.layer_id,
+				r == -EBADMSG ? "altered data or tag" : strerror(-r));
+		/*
+		 * The stop request has kicked the vCPUs; the zero page below only unblocks the
+		 * faulting thread, which then leaves KVM_RUN without entering the guest again.
+		 */
+	}
+	lm->zero_pages++;
+	struct uffdio_zeropage z = { .range = { .start = page_addr, .len = MEM_LAYER_PAGE } };
+	if (ioctl(lm->uffd, UFFDIO_ZEROPAGE, &z) < 0 && errno != EEXIST)
+		log_err(lm->vm->log, "lazy restore: UFFDIO_ZEROPAGE of page %llu: %s",
+			(unsigned long long)p, strerror(errno));
+}
+
+static void *lazy_thread(void *arg)
+{
+	struct lazy_mem *lm = arg;
+	struct pollfd pf[2] = { { lm->uffd, POLLIN, 0 }, { lm->stop_efd, POLLIN, 0 } };
+	for (;;) {
+		if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pf[1].revents)
+			break;
+		struct uffd_msg msg[16];
+		ssize_t n = read(lm->uffd, msg, sizeof(msg));
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				continue;
+			break;
+		}
+		for (size_t i = 0; i < (size_t)n / sizeof(msg[0]); i++)
+			if (msg[i].event == UFFD_EVENT_PAGEFAULT)
+				serve(lm, msg[i].arg.pagefault.address);
+	}
+	return NULL;
+}
+
+int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
+		   const struct snap_crypt *sc, char *err, size_t errlen)
+{
+	memset(lm, 0, sizeof(*lm));
+	lm->vm = vm;
+	lm->uffd = lm->stop_efd = -1;
+	memcpy(lm->chain_id, sc->chain_id, 16);
+	int r = crypto_ctx_new(sc->key, &lm->cc);
+	if (r)
+		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
+	lm->cipher = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);
+	lm->plain = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);
+	if (!lm->cipher || !lm->plain) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	lm->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (lm->uffd < 0) {
+		r = errmsg(err, errlen, -errno, "userfaultfd: %s (lazy restore of encrypted layers "
+						"needs it; as non-root set vm.unprivileged_userfaultfd=1)",
+			   strerror(errno));
+		goto fail;
+	}
+	struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_MISSING_SHMEM };
+	if (ioctl(lm->uffd, UFFDIO_API, &api) < 0) {
+		r = errmsg(err, errlen, -errno, "UFFDIO_API: %s", strerror(errno));
+		goto fail;
+	}
+	struct uffdio_register reg = {
+		.range = { .start = (uint64_t)(uintptr_t)vm->mem.host, .len = vm->mem.size },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	if (ioctl(lm->uffd, UFFDIO_REGISTER, &reg) < 0) {
+		r = errmsg(err, errlen, -errno, "UFFDIO_REGISTER of guest RAM: %s", strerror(errno));
+		goto fail;
+	}
+	lm->stop_efd = eventfd(0, EFD_CLOEXEC);
+	if (lm->stop_efd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	lm->ls = ls;
+	r = -pthread_create(&lm->thread, NULL, lazy_thread, lm);
+	if (r) {
+		lm->ls = NULL;
+		errmsg(err, errlen, r, "cannot start the lazy restore thread");
+		goto fail;
+	}
+	lm->started = true;
+	return 0;
+fail:
+	lazy_mem_stop(lm);
+	return r;
+}
+
+void lazy_mem_stop(struct lazy_mem *lm)
+{
+	if (lm->started) {
+		uint64_t one = 1;
+		if (write(lm->stop_efd, &one, sizeof(one)) < 0) {
+			/* The thread then ends with the process. */
+		}
+		pthread_join(lm->thread, NULL);
+		lm->started = false;
+	}
+	if (lm->uffd >= 0)
+		close(lm->uffd);
+	if (lm->stop_efd >= 0)
+		close(lm->stop_efd);
+	lm->uffd = lm->stop_efd = -1;
+	if (lm->cc)
+		crypto_ctx_free(lm->cc);
+	lm->cc = NULL;
+	free(lm->cipher);
+	free(lm->plain);
+	lm->cipher = lm->plain = NULL;
+	if (lm->ls) {
+		layer_set_close(lm->ls);
+		free(lm->ls);
+		lm->ls = NULL;
+	}
+}
+
+int lazy_mem_verify_all(const struct layer_set *ls, const struct snap_crypt *sc, char *err,
+			size_t errlen)
+{
+	uint8_t *cipher = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);
+	uint8_t *plain = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);
+	int r = cipher && plain ? 0 : -ENOMEM;
+	for (int i = 0; i < ls->nr && !r; i++) {
+		const struct mem_layer *l = &ls->layers[i];
+		for (uint64_t p = 0; p < l->info.nr_pages && !r; p++) {
+			if (p % 64 == 0 && !l->stored[p / 64]) {
+				p += 63;
+				continue;
+			}
+			if (!mem_layer_stored(l, p))
+				continue;
+			r = open_page(sc->cc, sc->chain_id, l, p, cipher, plain);
+			if (r)
+				errmsg(err, errlen, r,
+				       "snapshot page %llu of layer %llu failed authentication: %s",
+				       (unsigned long long)p, (unsigned long long)l->info.layer_id,
+				       r == -EBADMSG ? "altered data or tag" : strerror(-r));
+		}
+	}
+	free(cipher);
+	free(plain);
+	return r;
+}

@@ -1,0 +1,145 @@
+/* Encryption of snapshot layers: the chain's data key, sealed layer metadata, sealed state files. */
+#include "snap_crypt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <openssl/evp.h>
+
+#include "byteorder.h"
+#include "errmsg.h"
+#include "keyfile.h"
+#include "layer_restore.h"
+
+int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
+		    char *err, size_t errlen)
+{
+	memset(sc, 0, sizeof(*sc));
+	char path[4200];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", dir, KEYFILE_NAME);
+	int r;
+	if (stat(path, &st) < 0 && errno == ENOENT) {
+		if (!create || !prov)
+			return errmsg(err, errlen, -ENOENT, "%s has no keys file", dir);
+		r = keyfile_create(dir, prov, &sc->key, sc->chain_id, err, errlen);
+	} else {
+		r = keyfile_open(dir, prov, &sc->key, sc->chain_id, err, errlen);
+	}
+	if (r)
+		return r;
+	r = crypto_ctx_new(sc->key, &sc->cc);
+	if (r) {
+		snap_crypt_close(sc);
+		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
+	}
+	return 0;
+}
+
+void snap_crypt_close(struct snap_crypt *sc)
+{
+	if (sc->cc)
+		crypto_ctx_free(sc->cc);
+	if (sc->key)
+		crypto_key_free(sc->key);
+	memset(sc, 0, sizeof(*sc));
+}
+
+static int digest(const uint8_t *hdr, const uint8_t *bitmaps, size_t len, uint8_t out[32])
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	unsigned int n = 0;
+	int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+		 EVP_DigestUpdate(md, hdr, MEM_LAYER_META_OFF) && EVP_DigestUpdate(md, bitmaps, len) &&
+		 EVP_DigestFinal_ex(md, out, &n);
+	EVP_MD_CTX_free(md);
+	return ok && n == 32 ? 0 : -EIO;
+}
+
+int snap_crypt_seal_meta(struct snap_crypt *sc, const uint8_t *hdr, const uint8_t *bitmaps,
+			 size_t bitmaps_len, uint8_t meta[MEM_LAYER_META_LEN])
+{
+	uint8_t d[32];
+	int r = digest(hdr, bitmaps, bitmaps_len, d);
+	if (!r)
+		r = crypto_seal_blob(sc->cc, sc->chain_id, "cove-layer-meta", d, sizeof(d), meta);
+	return r;
+}
+
+int snap_crypt_check_layer(struct snap_crypt *sc, const struct mem_layer *l)
+{
+	uint8_t hdr[MEM_LAYER_HDR];
+	if (layer_pread_all(l->fd, hdr, sizeof(hdr), 0))
+		return -EIO;
+	uint8_t want[32], got[32];
+	if (digest(hdr, (const uint8_t *)l->bitmap, (size_t)l->info.bitmap_len * 2, want))
+		return -EIO;
+	if (crypto_open_blob(sc->cc, sc->chain_id, "cove-layer-meta", l->info.meta,
+			     MEM_LAYER_META_LEN, got))
+		return -EBADMSG;
+	return CRYPTO_memcmp(want, got, 32) ? -EBADMSG : 0;
+}
+
+static void state_domain(char *buf, size_t cap, uint64_t layer_id)
+{
+	snprintf(buf, cap, "cove-state-%llu", (unsigned long long)layer_id);
+}
+
+int snap_crypt_seal_state(struct snap_crypt *sc, uint64_t layer_id, const uint8_t *plain,
+			  size_t len, uint8_t **out, size_t *out_len)
+{
+	uint8_t *p = malloc(STATE_ENC_HDR + len + CRYPTO_BLOB_OVERHEAD);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, STATE_ENC_MAGIC, 8);
+	put_le32(p + 8, 1);
+	put_le32(p + 12, 0);
+	put_le64(p + 16, layer_id);
+	char dom[48];
+	state_domain(dom, sizeof(dom), layer_id);
+	int r = crypto_seal_blob(sc->cc, sc->chain_id, dom, plain, len, p + STATE_ENC_HDR);
+	if (r) {
+		free(p);
+		return r;
+	}
+	*out = p;
+	*out_len = STATE_ENC_HDR + len + CRYPTO_BLOB_OVERHEAD;
+	return 0;
+}
+
+int snap_state_is_encrypted(const uint8_t *buf, size_t len)
+{
+	return len >= 8 && !memcmp(buf, STATE_ENC_MAGIC, 8);
+}
+
+int snap_crypt_open_state(struct snap_crypt *sc, uint64_t layer_id, const uint8_t *in, size_t len,
+			  uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+	if (len < STATE_ENC_HDR + CRYPTO_BLOB_OVERHEAD || !snap_state_is_encrypted(in, len))
+		return errmsg(err, errlen, -EINVAL, "encrypted state file is truncated");
+	if (get_le32(in + 8) != 1)
+		return errmsg(err, errlen, -EINVAL, "encrypted state file version %u is not supported",
+			      get_le32(in + 8));
+	if (get_le64(in + 16) != layer_id)
+		return errmsg(err, errlen, -EINVAL, "encrypted state file belongs to layer %llu",
+			      (unsigned long long)get_le64(in + 16));
+	size_t plen = len - STATE_ENC_HDR - CRYPTO_BLOB_OVERHEAD;
+	uint8_t *p = malloc(plen ? plen : 1);
+	if (!p)
+		return -ENOMEM;
+	char dom[48];
+	state_domain(dom, sizeof(dom), layer_id);
+	int r = crypto_open_blob(sc->cc, sc->chain_id, dom, in + STATE_ENC_HDR,
+				 len - STATE_ENC_HDR, p);
+	if (r) {
+		free(p);
+		return errmsg(err, errlen, -EBADMSG,
+			      "state file failed authentication (altered, or not this chain's)");
+	}
+	*out = p;
+	*out_len = plen;
+	return 0;
+}

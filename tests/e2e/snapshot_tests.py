@@ -1,0 +1,232 @@
+"""e2e snapshot tests (issue 5), run inside the KVM box by box_tests.py: a Linux guest counting
+while it is snapshotted every second, kill -9, restore, the count goes on; a vsock listener still
+accepts after restore; three forks continue independently with different RNG output."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import box_tests as bt
+from box_tests import check
+
+COUNT = re.compile(r"count (\d+)\r?\n")
+COUNTER = "i=0; while :; do i=$((i+1)); echo \"count $i\"; sleep 0.2; done"
+
+
+def wait_file(path, pred, timeout, what, proc=None):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                text = f.read().decode(errors="replace")
+            if pred(text):
+                return text
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = ""
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            tail = f.read()[-1500:].decode(errors="replace")
+    raise bt.Failure(f"timed out waiting for {what}; tail {tail!r}")
+
+
+def layers(d):
+    try:
+        with open(os.path.join(d, "chain.json")) as f:
+            return json.load(f)["layers"]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def fresh(*paths):
+    for p in paths:
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.exists(p):
+            os.unlink(p)
+
+
+def kill(p):
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+
+
+def api(sock, method, path, body=None, timeout=120):
+    import http.client
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(sock)
+
+    c = Conn("localhost", timeout=timeout)
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+def counts(text):
+    return [int(n) for n in COUNT.findall(text)]
+
+
+def test_snapshot_every_second_kill_restore():
+    d, con1, con2 = "/tmp/snap-count", "/tmp/snap-count.out", "/tmp/snap-count.restored"
+    fresh(d, con1, con2)
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "256M",
+           "--cmdline", bt.cmdline_for(COUNTER), "--snapshot-dir", d,
+           "--snapshot-interval", "1s", "--console", con1, "--log-level", "info"]
+    p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_file(con1, lambda t: len(counts(t)) >= 5, bt.BOOT_TIMEOUT, "the guest to count", p)
+        end = time.monotonic() + 120
+        while len(layers(d)) < 4 and time.monotonic() < end:
+            time.sleep(0.2)
+        got = layers(d)
+        check(len(got) >= 4 and got[0]["full"] and not got[-1]["full"],
+              f"expected a full layer and increments, chain has {got}")
+        time.sleep(0.5)
+    finally:
+        kill(p)
+    err = p.stderr.read().decode(errors="replace")
+    with open(con1) as f:
+        before = counts(f.read())
+    last = before[-1]
+    chain_len = len(layers(d))
+    print(f"    counted to {last} under snapshots; chain has {chain_len} layers; "
+          f"{err.count('snapshot: layer')} snapshots logged")
+    t0 = time.monotonic()
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--log-level", "info"],
+                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        text = wait_file(con2, lambda t: len(counts(t)) >= 6, 120, "the restored guest to count", r)
+        dt = time.monotonic() - t0
+    finally:
+        kill(r)
+    after = counts(text)
+    check(1 < after[0] <= last + 1, f"restored count starts at {after[0]}, the killed one reached {last}")
+    check(after == list(range(after[0], after[0] + len(after))),
+          f"restored count does not go on one by one: {after}")
+    print(f"    restored: count continues {after[0]}..{after[-1]} ({dt:.2f} s to 6 counts)")
+    fresh(d, con1, con2)
+
+
+def test_vsock_listener_after_restore():
+    d, con1, con2 = "/tmp/snap-vsock", "/tmp/snap-vsock.out", "/tmp/snap-vsock.restored"
+    sock, uds2 = "/tmp/snap-vsock.api", "/tmp/snap-vsock-2.sock"
+    fresh(d, con1, con2, sock, uds2)
+    cmd = ("mount -t ext4 -o ro /dev/vda /mnt && echo LISTENING && "
+           "/mnt/vsock_guest listen 5000 && echo GUEST-DONE")
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "256M",
+           "--cmdline", bt.cmdline_for(cmd), "--disk", bt.VSOCK_DISK + ",ro",
+           "--vsock-cid", "3", "--vsock-uds", bt.VSOCK_UDS, "--api-sock", sock,
+           "--snapshot-dir", d, "--console", con1]
+    p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_file(con1, lambda t: "LISTENING" in t, bt.BOOT_TIMEOUT, "the guest listener", p)
+        time.sleep(3)  # the listener is up well before this
+        status, body = api(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        check(status == 200, f"snapshot: {status} {body}")
+    finally:
+        kill(p)
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2],
+                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        s = None
+        end = time.monotonic() + 60
+        while time.monotonic() < end and s is None:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(30)
+            try:
+                c.connect(uds2)
+                c.sendall(b"CONNECT 5000\n")
+                line = b""
+                while not line.endswith(b"\n"):
+                    ch = c.recv(1)
+                    if not ch:
+                        break
+                    line += ch
+                if line.startswith(b"OK "):
+                    s = c
+                    break
+            except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, socket.timeout):
+                pass
+            c.close()
+            time.sleep(0.3)
+        check(s is not None, "the restored guest's listener never accepted")
+        s.sendall(b"hello-after-restore\n")
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(30)
+        while s.recv(4096):
+            pass
+        s.close()
+        text = wait_file(con2, lambda t: "GUEST-DONE" in t, 60, "the guest to read the data", r)
+        check("hello-after-restore" in text, f"guest did not print the data: {text[-800:]!r}")
+        rc = r.wait(timeout=60)
+        check(rc == 0, f"restored cove exited {rc}")
+    finally:
+        kill(r)
+    print("    restored listener accepted on a new host socket and read the data")
+    fresh(d, con1, con2, sock, uds2)
+
+
+def test_fork_three_diverge():
+    d, con, sock, uds = "/tmp/snap-fork", "/tmp/snap-fork.out", "/tmp/snap-fork.api", "/tmp/snap-fork.sock"
+    fresh(d, con, sock, uds)
+    cmd = ("i=0; while :; do i=$((i+1)); "
+           "echo \"rng $i $(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' ')\"; sleep 0.3; done")
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "256M",
+           "--cmdline", bt.cmdline_for(cmd), "--vsock-cid", "3", "--vsock-uds", uds,
+           "--api-sock", sock, "--snapshot-dir", d, "--console", con]
+    p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    clones = []
+    try:
+        wait_file(con, lambda t: "rng 5 " in t, bt.BOOT_TIMEOUT, "the guest's rng loop", p)
+        t0 = time.monotonic()
+        f = subprocess.run([bt.COVE, "fork", sock, "-n", "3"], capture_output=True, text=True,
+                           timeout=300)
+        dt = time.monotonic() - t0
+        check(f.returncode == 0, f"cove fork: {f.returncode} {f.stderr!r} {f.stdout!r}")
+        clones = json.loads(f.stdout)["clones"]
+        check(len(clones) == 3, f"clones: {clones}")
+        check(all(c.get("identity") == "sent" for c in clones), f"identity events: {clones}")
+        check(len({c["cid"] for c in clones}) == 3 and len({c["vsock_uds"] for c in clones}) == 3,
+              f"clones share a CID or socket: {clones}")
+        lines = []
+        for c in clones:
+            def enough(t):
+                return len(re.findall(r"rng \d+ [0-9a-f]{16}", t)) >= 4
+            text = wait_file(c["console"], enough, 60, f"clone {c['pid']} to go on")
+            rng = re.findall(r"rng (\d+) ([0-9a-f]{16})", text)
+            nums = [int(n) for n, _ in rng]
+            check(nums == list(range(nums[0], nums[0] + len(nums))),
+                  f"clone {c['pid']} does not continue: {nums}")
+            lines.append(rng[-1][1])
+        check(len(set(lines)) == 3, f"clones produced the same random bytes: {lines}")
+        check(p.poll() is None, "the original died")
+        print(f"    3 clones in {dt:.2f} s (snapshot + restore + identity), last rng: {lines}")
+    finally:
+        for c in clones:
+            try:
+                os.kill(c["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            fresh(c["snapshot_dir"], c["console"], c["api_sock"], c["vsock_uds"])
+        kill(p)
+    fresh(d, con, sock, uds)
+
+
+TESTS = [
+    test_snapshot_every_second_kill_restore,
+    test_vsock_listener_after_restore,
+    test_fork_three_diverge,
+]
