@@ -362,6 +362,7 @@ int broker_job_advance(struct broker *b, struct broker_job *j, char **reply, siz
 		    .body = j->q.body,
 		    .body_len = j->q.body_len,
 		    .pin = j->pin,
+		    .ca_file = j->c->ca_file,
 		    .timeout_s = b->fetch_timeout_s,
 		};
 

@@ -141,6 +141,8 @@ int fetch_start(struct fetch *f, const struct fetch_req *req, char *err, size_t 
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "cove-broker");
 	if (f->pin)
 		curl_easy_setopt(c, CURLOPT_RESOLVE, f->pin);
+	if (req->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, req->ca_file);
 	if (!strcmp(req->method, "HEAD"))
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
 	else if (strcmp(req->method, "GET") || req->body)

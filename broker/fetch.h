@@ -19,6 +19,7 @@ struct fetch_req {
 	const uint8_t *body;
 	size_t body_len;
 	const char *pin; /* CURLOPT_RESOLVE entry or "" */
+	const char *ca_file; /* CA bundle for https, NULL = system */
 	long timeout_s;
 };
 

@@ -302,6 +302,17 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 		} else if (!strcmp(k, "max_uses")) {
 			r = parse_int(v, k, name, INT64_MAX, &n, err, errlen);
 			c->max_uses = (uint64_t)n;
+		} else if (!strcmp(k, "ca_file")) {
+			const char *f = json_string_value(v);
+
+			if (!f || !*f || has_ctl(f) || access(f, R_OK))
+				return errmsg(err, errlen, -EINVAL,
+					      "credential \"%s\": ca_file must name a readable file",
+					      name);
+			c->ca_file = strdup(f);
+			if (!c->ca_file)
+				return -ENOMEM;
+			r = 0;
 		} else if (!strcmp(k, "allow_private")) {
 			if (!json_is_boolean(v))
 				return errmsg(
@@ -429,6 +440,7 @@ void policy_free(struct policy *p)
 		strlist_free(&c->path_prefixes);
 		strlist_free(&c->methods);
 		free(c->rate_ring);
+		free(c->ca_file);
 	}
 	free(p->creds);
 	memset(p, 0, sizeof(*p));

@@ -34,6 +34,7 @@ struct cred_policy {
 	uint32_t rate_per_min;	      /* 0 = unlimited */
 	uint64_t max_uses;	      /* 0 = unlimited */
 	bool allow_private;
+	char *ca_file; /* PEM bundle that replaces the system CAs for https (optional) */
 
 	/* usage state */
 	uint64_t uses;

@@ -11,6 +11,7 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -189,6 +190,26 @@ def main():
             f.write("#!/bin/sh\necho $$ > %s/hang.pid\nexec sleep 60\n" % tmp)
         os.chmod(os.path.join(tmp, "slow-helper"), 0o755)
         os.chmod(os.path.join(tmp, "hang-helper"), 0o755)
+        # HTTPS: a throwaway self-signed certificate for 127.0.0.1, trusted through ca_file.
+        tls_port = None
+        if shutil.which("openssl"):
+            cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                            "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                            "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            httpsd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert, key)
+            httpsd.socket = ctx.wrap_socket(httpsd.socket, server_side=True)
+            tls_port = httpsd.server_address[1]
+            threading.Thread(target=httpsd.serve_forever, daemon=True).start()
+            tls_allow = {"schemes": ["https"], "hosts": ["127.0.0.1"], "ports": [tls_port],
+                         "path_prefixes": ["/v1/"]}
+            policy["credentials"]["tls"] = cred(allow=tls_allow, ca_file=cert)
+            policy["credentials"]["tls-noca"] = cred(allow=tls_allow)
+        else:
+            print("skip: no openssl command, no HTTPS checks")
         pol_path = os.path.join(tmp, "policy.json")
         with open(pol_path, "w") as f:
             json.dump(policy, f)
@@ -373,6 +394,17 @@ def main():
         check(call(ctl, {"op": "status"}) == {"ok": True, "epoch": 9}, "status after re-grant")
         check(call(ctl, {"op": "bogus"}).get("ok") is False, "unknown ctl op refused")
 
+        if tls_port:
+            n = len(seen)
+            r = req(credential="tls", url="https://127.0.0.1:%d/v1/tls" % tls_port)
+            body = base64.b64decode(r.get("body_b64", ""))
+            check(r.get("status") == 200 and len(seen) == n + 1 and
+                  seen[-1][2] == "Bearer " + SECRET and SECRET.encode() not in body,
+                  "https with ca_file: secret reaches the server, reply scrubbed")
+            r = req(credential="tls-noca", url="https://127.0.0.1:%d/v1/tls" % tls_port)
+            check(r.get("ok") is False and r.get("error", "").startswith("upstream: ") and
+                  len(seen) == n + 1, "https without the CA: refused by certificate check (%s)"
+                  % r.get("error"))
         # After the requests, no copy of the secret (raw or base64) is left in the broker's
         # memory: its own buffers are wiped, and so is what libcurl frees.
         found = scan_memory(broker.pid, forms)
