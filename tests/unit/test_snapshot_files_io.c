@@ -1,0 +1,624 @@
+/* Unit tests of the snapshot files on disk: state file reads, memory layer opens, chain.json commit/load, extent writes (io_uring and pwrite). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "byteorder.h"
+#include "chain.h"
+#include "layer_write.h"
+#include "mem_layer.h"
+#include "state_file.h"
+
+struct fx {
+	char dir[64];
+	char path[128];
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/cove-snapfiles-XXXXXX");
+	if (!mkdtemp(f->dir)) {
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+/* Removes every plain file in the directory, then the directory. */
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	DIR *d = opendir(f->dir);
+	if (d) {
+		struct dirent *e;
+		char p[512];
+		while ((e = readdir(d)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+				snprintf(p, sizeof(p), "%s/%s", f->dir, e->d_name);
+				unlink(p);
+			}
+		closedir(d);
+	}
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+static void pwrite_at(const char *path, const void *buf, size_t len, off_t off)
+{
+	int fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, buf, len, off), (ssize_t)len);
+	close(fd);
+}
+
+static void set_size(const char *path, off_t size)
+{
+	assert_int_equal(truncate(path, size), 0);
+}
+
+/* The whole file, malloc'd (at least 1 byte). */
+static uint8_t *read_all(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	uint8_t *p = malloc((size_t)st.st_size + 1);
+	assert_non_null(p);
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t k = pread(fd, p + got, (size_t)st.st_size - got, (off_t)got);
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
+	close(fd);
+	*len = got;
+	return p;
+}
+
+static void assert_one_line_error(const char *err, const char *needle)
+{
+	assert_true(err[0] != '\0');
+	assert_null(strchr(err, '\n'));
+	if (needle && !strstr(err, needle))
+		fail_msg("error \"%s\" does not mention \"%s\"", err, needle);
+}
+
+/* ---- state file ---- */
+
+static void test_state_read_file(void **state)
+{
+	struct fx *f = *state;
+	struct state_buf b;
+	state_buf_init(&b);
+	state_put(&b, SEC_CONFIG, 0, "{}", 2);
+	state_put(&b, SEC_VCPU_REGS, 1, "0123456789", 10);
+	assert_int_equal(state_finish(&b), 0);
+	snprintf(f->path, sizeof(f->path), "%s/state-1", f->dir);
+	write_file(f->path, b.p, b.len);
+
+	uint8_t *buf;
+	size_t len;
+	char err[256] = "";
+	assert_int_equal(state_read_file(f->path, &buf, &len, err, sizeof(err)), 0);
+	assert_int_equal(len, b.len);
+	assert_memory_equal(buf, b.p, len);
+	struct state_section_ref *s;
+	size_t n;
+	assert_int_equal(state_parse(buf, len, &s, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	assert_memory_equal(state_find(s, n, SEC_VCPU_REGS, 1)->payload, "0123456789", 10);
+	free(s);
+	free(buf);
+
+	/* Truncated on disk: read, then the parse says so. */
+	set_size(f->path, (off_t)b.len - 3);
+	assert_int_equal(state_read_file(f->path, &buf, &len, err, sizeof(err)), 0);
+	assert_int_equal(state_parse(buf, len, &s, &n, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "truncated");
+	free(buf);
+	set_size(f->path, 0);
+	assert_int_equal(state_read_file(f->path, &buf, &len, err, sizeof(err)), 0);
+	assert_int_equal(len, 0);
+	assert_int_equal(state_parse(buf, len, &s, &n, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "truncated (0 bytes)");
+	free(buf);
+
+	/* Over the cap: refused before reading (sparse, so cheap). */
+	set_size(f->path, STATE_HDR_SIZE + (off_t)STATE_MAX_BODY + 1);
+	err[0] = '\0';
+	assert_int_equal(state_read_file(f->path, &buf, &len, err, sizeof(err)), -EFBIG);
+	assert_null(buf);
+	assert_one_line_error(err, "too large");
+
+	char missing[160];
+	snprintf(missing, sizeof(missing), "%s/no-such-state", f->dir);
+	assert_int_equal(state_read_file(missing, &buf, &len, err, sizeof(err)), -ENOENT);
+	assert_one_line_error(err, "no-such-state");
+	state_buf_free(&b);
+}
+
+/* ---- memory layers ---- */
+
+#define L_PAGES 100 /* not a multiple of 64: a partial last bitmap word */
+
+static const uint64_t held[] = { 0, 5, 63, 64, 99 };
+
+/* Writes a valid sparse layer of L_PAGES pages holding `held`; *li gets its header. */
+static void write_layer(const char *path, struct mem_layer_info *li)
+{
+	memset(li, 0, sizeof(*li));
+	mem_layer_layout(li, L_PAGES * MEM_LAYER_PAGE);
+	li->layer_id = 2;
+	li->parent_id = 1;
+	li->present = sizeof(held) / sizeof(held[0]);
+	li->stored = li->present - 1;
+	memset(li->chain_id, 0x42, sizeof(li->chain_id));
+	uint8_t *bm = calloc(1, li->bitmap_len);
+	assert_non_null(bm);
+	for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
+		bm[held[i] / 8] |= (uint8_t)(1u << (held[i] % 8));
+	li->bitmap_crc = state_crc32(0, bm, li->bitmap_len);
+	uint8_t hdr[MEM_LAYER_HDR];
+	mem_layer_header_build(li, hdr);
+	write_file(path, hdr, sizeof(hdr));
+	pwrite_at(path, bm, li->bitmap_len, (off_t)li->bitmap_off);
+	uint8_t page[MEM_LAYER_PAGE];
+	memset(page, 0x5a, sizeof(page));
+	pwrite_at(path, page, sizeof(page), (off_t)(li->data_off + 5 * MEM_LAYER_PAGE));
+	set_size(path, (off_t)mem_layer_file_size(li));
+	free(bm);
+}
+
+/* Rewrites the header of the layer at `path` from *li. */
+static void rewrite_header(const char *path, const struct mem_layer_info *li)
+{
+	uint8_t hdr[MEM_LAYER_HDR];
+	mem_layer_header_build(li, hdr);
+	pwrite_at(path, hdr, sizeof(hdr), 0);
+}
+
+static void expect_open_error(const char *path, int want, const char *needle)
+{
+	struct mem_layer l;
+	char err[512] = "";
+	int r = mem_layer_open(&l, path, err, sizeof(err));
+	if (r != want)
+		fail_msg("%s: r=%d (want %d): %s", path, r, want, err);
+	assert_one_line_error(err, needle);
+	assert_non_null(strstr(err, path));
+	assert_null(l.bitmap);
+}
+
+static void test_mem_layer_open(void **state)
+{
+	struct fx *f = *state;
+	struct mem_layer_info li;
+	snprintf(f->path, sizeof(f->path), "%s/mem-2", f->dir);
+	write_layer(f->path, &li);
+	assert_int_equal(li.bitmap_len, 16);
+	assert_int_equal(mem_layer_file_size(&li), 8192 + L_PAGES * 4096);
+
+	struct mem_layer l;
+	char err[512] = "";
+	int r = mem_layer_open(&l, f->path, err, sizeof(err));
+	if (r)
+		fail_msg("%s", err);
+	assert_true(l.fd >= 0);
+	assert_memory_equal(&l.info, &li, sizeof(li));
+	for (uint64_t p = 0; p < L_PAGES + 64; p++) {
+		bool want = false;
+		for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
+			want |= held[i] == p;
+		assert_int_equal(mem_layer_has(&l, p), want);
+	}
+	assert_false(mem_layer_has(&l, UINT64_MAX));
+	mem_layer_close(&l);
+	assert_int_equal(l.fd, -1);
+	assert_null(l.bitmap);
+	mem_layer_close(&l); /* twice is harmless */
+
+	/* Wrong file sizes. */
+	const off_t size = (off_t)mem_layer_file_size(&li);
+	static const off_t deltas[] = { -1, -4096, -(L_PAGES * 4096), 1, 4096 };
+	for (size_t i = 0; i < sizeof(deltas) / sizeof(deltas[0]); i++) {
+		set_size(f->path, size + deltas[i]);
+		expect_open_error(f->path, -EINVAL, "truncated or too long");
+	}
+	set_size(f->path, MEM_LAYER_HDR);
+	expect_open_error(f->path, -EINVAL, "truncated or too long");
+	set_size(f->path, 100);
+	expect_open_error(f->path, -EINVAL, "truncated (no header)");
+	set_size(f->path, 0);
+	expect_open_error(f->path, -EINVAL, "truncated (no header)");
+
+	/* A corrupt header names the file and the reason. */
+	write_layer(f->path, &li);
+	uint8_t x = 0x77;
+	pwrite_at(f->path, &x, 1, 200);
+	expect_open_error(f->path, -EINVAL, "CRC mismatch");
+	write_layer(f->path, &li);
+	pwrite_at(f->path, "COVESTAT", 8, 0);
+	expect_open_error(f->path, -EINVAL, "bad magic");
+	struct mem_layer_info v2 = li;
+	write_layer(f->path, &li);
+	{
+		uint8_t hdr[MEM_LAYER_HDR];
+		mem_layer_header_build(&v2, hdr);
+		put_le32(hdr + 8, 9);
+		put_le32(hdr + MEM_LAYER_HDR - 4, state_crc32(0, hdr, MEM_LAYER_HDR - 4));
+		pwrite_at(f->path, hdr, sizeof(hdr), 0);
+	}
+	expect_open_error(f->path, -EINVAL, "version 9 is not supported");
+
+	/* Bitmap CRC wrong: one flipped bit in the bitmap on disk. */
+	write_layer(f->path, &li);
+	uint8_t bm0 = 0x01 | 0x20 | 0x02; /* pages 0, 5 and a new page 1 */
+	pwrite_at(f->path, &bm0, 1, (off_t)li.bitmap_off);
+	expect_open_error(f->path, -EINVAL, "page bitmap is corrupt");
+	/* Header's bitmap CRC wrong instead. */
+	write_layer(f->path, &li);
+	struct mem_layer_info bad = li;
+	bad.bitmap_crc ^= 1;
+	rewrite_header(f->path, &bad);
+	expect_open_error(f->path, -EINVAL, "page bitmap is corrupt");
+
+	/* Bitmap popcount differs from the header's page count (both CRCs right). */
+	write_layer(f->path, &li);
+	bad = li;
+	bad.present = li.present + 1;
+	rewrite_header(f->path, &bad);
+	expect_open_error(f->path, -EINVAL, "bitmap holds 5 pages, header 6");
+	bad.present = li.present - 1;
+	bad.stored = bad.present;
+	rewrite_header(f->path, &bad);
+	expect_open_error(f->path, -EINVAL, "bitmap holds 5 pages, header 4");
+	bad.present = 0;
+	bad.stored = 0;
+	rewrite_header(f->path, &bad);
+	expect_open_error(f->path, -EINVAL, "bitmap holds 5 pages, header 0");
+
+	/* RAM size changed (offsets re-derived so the header is self-consistent): size check. */
+	write_layer(f->path, &li);
+	bad = li;
+	mem_layer_layout(&bad, (L_PAGES + 1) * MEM_LAYER_PAGE);
+	rewrite_header(f->path, &bad);
+	expect_open_error(f->path, -EINVAL, "truncated or too long");
+
+	/* Not there; a directory. */
+	char missing[160];
+	snprintf(missing, sizeof(missing), "%s/no-such-layer", f->dir);
+	expect_open_error(missing, -ENOENT, "cannot open");
+	expect_open_error(f->dir, -EINVAL, "truncated (no header)");
+}
+
+/* ---- chain.json ---- */
+
+static void sample_chain(struct chain *c, const char *dir, int n)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->dir, sizeof(c->dir), "%s", dir);
+	for (int i = 0; i < 16; i++)
+		c->chain_id[i] = (uint8_t)(i * 17 + 1);
+	c->ram_size = 1ULL << 30;
+	c->nr_layers = n;
+	for (int i = 0; i < n; i++) {
+		struct chain_layer *l = &c->layers[i];
+		l->id = (uint64_t)(i * 3 + 1);
+		l->parent = i ? c->layers[i - 1].id : 0;
+		l->full = i == 0;
+		snprintf(l->mem, sizeof(l->mem), "mem-%d", i);
+		snprintf(l->state, sizeof(l->state), "state-%d.bin", i);
+		l->present = 1000ULL * (uint64_t)(i + 1);
+		l->stored = 500ULL * (uint64_t)(i + 1);
+		l->created_ns = i == n - 1 ? (uint64_t)INT64_MAX : 1700000000000000000ULL + (uint64_t)i;
+	}
+}
+
+/* The directory holds exactly chain.json (no temporary file left behind). */
+static void assert_only_chain_json(const char *dir)
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *e;
+	int files = 0;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (strcmp(e->d_name, CHAIN_FILE))
+			fail_msg("unexpected file %s in %s", e->d_name, dir);
+		files++;
+	}
+	closedir(d);
+	assert_int_equal(files, 1);
+}
+
+static void test_chain_commit_load(void **state)
+{
+	struct fx *f = *state;
+	struct chain *c = malloc(sizeof(*c)), *back = malloc(sizeof(*back));
+	assert_non_null(c);
+	assert_non_null(back);
+	char err[512] = "";
+
+	/* No chain yet. */
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -ENOENT);
+	assert_one_line_error(err, CHAIN_FILE);
+
+	for (int n = 1; n <= 4; n += 3) {
+		sample_chain(c, f->dir, n);
+		int r = chain_commit(c, err, sizeof(err));
+		if (r)
+			fail_msg("%s", err);
+		assert_only_chain_json(f->dir);
+		memset(back, 0x33, sizeof(*back));
+		r = chain_load(f->dir, back, err, sizeof(err));
+		if (r)
+			fail_msg("%s", err);
+		assert_string_equal(back->dir, f->dir);
+		assert_memory_equal(back->chain_id, c->chain_id, 16);
+		assert_int_equal(back->ram_size, c->ram_size);
+		assert_int_equal(back->nr_layers, n);
+		for (int i = 0; i < n; i++)
+			assert_memory_equal(&back->layers[i], &c->layers[i], sizeof(c->layers[i]));
+		assert_int_equal(chain_latest(back)->id, (uint64_t)((n - 1) * 3 + 1));
+	}
+	snprintf(f->path, sizeof(f->path), "%s/%s", f->dir, CHAIN_FILE);
+	struct stat st;
+	assert_int_equal(stat(f->path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+
+	/* A chain file padded to exactly the cap loads; one byte more does not. */
+	size_t len;
+	uint8_t *text = read_all(f->path, &len);
+	char *big = malloc(CHAIN_MAX_BYTES + 2);
+	assert_non_null(big);
+	memset(big, ' ', CHAIN_MAX_BYTES + 1);
+	memcpy(big, text, len);
+	write_file(f->path, big, CHAIN_MAX_BYTES);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->nr_layers, 4);
+	write_file(f->path, big, CHAIN_MAX_BYTES + 1);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EFBIG);
+	assert_one_line_error(err, "larger than");
+	free(big);
+
+	/* Truncated on disk: a clear JSON error. */
+	write_file(f->path, text, len / 2);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "not valid JSON");
+	write_file(f->path, text, 0);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "not valid JSON");
+	free(text);
+
+	/* A new commit replaces a broken file. */
+	sample_chain(c, f->dir, 2);
+	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
+	assert_only_chain_json(f->dir);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->nr_layers, 2);
+
+	/* A directory that is not there; a name that does not fit. */
+	char gone[160];
+	snprintf(gone, sizeof(gone), "%s/gone", f->dir);
+	sample_chain(c, gone, 1);
+	err[0] = '\0';
+	assert_int_equal(chain_commit(c, err, sizeof(err)), -ENOENT);
+	assert_one_line_error(err, "gone");
+	char *longdir = malloc(5000);
+	assert_non_null(longdir);
+	memset(longdir, 'd', 4999);
+	longdir[4999] = '\0';
+	assert_int_equal(chain_load(longdir, back, err, sizeof(err)), -ENAMETOOLONG);
+	assert_one_line_error(err, "too long");
+	free(longdir);
+	free(back);
+	free(c);
+}
+
+/* ---- extent writes ---- */
+
+struct progress {
+	int calls;
+	uint64_t done, total;
+};
+
+static void on_progress(void *opaque, uint64_t done, uint64_t total)
+{
+	struct progress *p = opaque;
+	assert_true(done >= p->done);
+	assert_true(done <= total);
+	p->calls++;
+	p->done = done;
+	p->total = total;
+}
+
+/*
+ * Writes `n` extents of `buf` with method m into a new file; returns layer_write_extents' result.
+ */
+static int write_with(const char *path, enum write_method m, uint8_t *buf, size_t buf_len,
+		      const struct write_extent *ext, size_t n, struct progress *pr)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	memset(pr, 0, sizeof(*pr));
+	int r = layer_write_extents(fd, m, buf, buf_len, ext, n, on_progress, pr);
+	close(fd);
+	return r;
+}
+
+static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t seed)
+{
+	uint8_t *buf = malloc(buf_len);
+	assert_non_null(buf);
+	for (size_t i = 0; i < buf_len; i += 8) {
+		uint64_t v = rnd(&seed);
+		memcpy(buf + i, &v, buf_len - i < 8 ? buf_len - i : 8);
+	}
+	/* Non-overlapping extents at scattered, unaligned offsets, then one > 1 MiB, one empty. */
+	size_t n = nscatter + 2;
+	struct write_extent *ext = calloc(n, sizeof(*ext));
+	assert_non_null(ext);
+	uint64_t off = 0, total = 0, file_len = 0;
+	for (size_t i = 0; i < nscatter; i++) {
+		ext[i].len = 1 + rnd(&seed) % 20000;
+		ext[i].file_off = off + rnd(&seed) % 9000;
+		ext[i].buf_off = rnd(&seed) % (buf_len - ext[i].len + 1);
+		off = ext[i].file_off + ext[i].len;
+	}
+	ext[nscatter].len = buf_len - 4097; /* split into pieces of at most 1 MiB */
+	ext[nscatter].buf_off = 4097;
+	ext[nscatter].file_off = off + 12345;
+	ext[nscatter + 1] = (struct write_extent){ off + 100, 0, 0 };
+	/* Shuffle so the file offsets are not in order. */
+	for (size_t i = n - 1; i > 0; i--) {
+		size_t j = (size_t)(rnd(&seed) % (i + 1));
+		struct write_extent t = ext[i];
+		ext[i] = ext[j];
+		ext[j] = t;
+	}
+	for (size_t i = 0; i < n; i++) {
+		total += ext[i].len;
+		if (ext[i].len && ext[i].file_off + ext[i].len > file_len)
+			file_len = ext[i].file_off + ext[i].len;
+	}
+	uint8_t *want = calloc(1, file_len);
+	assert_non_null(want);
+	for (size_t i = 0; i < n; i++)
+		memcpy(want + ext[i].file_off, buf + ext[i].buf_off, ext[i].len);
+
+	char pa[160], pb[160];
+	snprintf(pa, sizeof(pa), "%s/pwrite.layer", f->dir);
+	snprintf(pb, sizeof(pb), "%s/uring.layer", f->dir);
+	struct progress pr;
+	assert_int_equal(write_with(pa, WRITE_PWRITE, buf, buf_len, ext, n, &pr), 0);
+	assert_true(pr.calls > 0);
+	assert_int_equal(pr.done, total);
+	assert_int_equal(pr.total, total);
+	size_t la;
+	uint8_t *a = read_all(pa, &la);
+	assert_int_equal(la, file_len);
+	assert_memory_equal(a, want, file_len);
+
+	int r = write_with(pb, WRITE_URING, buf, buf_len, ext, n, &pr);
+	if (r == -ENOSYS || r == -EPERM) {
+		print_message("io_uring unavailable (%s): WRITE_URING not compared\n", strerror(-r));
+	} else {
+		assert_int_equal(r, 0);
+		assert_true(pr.calls > 0);
+		assert_int_equal(pr.done, total);
+		assert_int_equal(pr.total, total);
+		size_t lb;
+		uint8_t *b = read_all(pb, &lb);
+		assert_int_equal(lb, file_len);
+		assert_memory_equal(b, a, file_len);
+		free(b);
+	}
+	free(a);
+	unlink(pa);
+	unlink(pb);
+	free(want);
+	free(ext);
+	free(buf);
+}
+
+/* 2 MiB: the buffer registers (WRITE_FIXED); 16 MiB is over an 8 MiB memlock: plain writes. */
+static void test_layer_write_small_buffer(void **state)
+{
+	run_extents(*state, 2u << 20, 150, 0x1111);
+}
+
+static void test_layer_write_large_buffer(void **state)
+{
+	run_extents(*state, 16u << 20, 300, 0x2222);
+}
+
+static void test_layer_write_einval(void **state)
+{
+	struct fx *f = *state;
+	const size_t buf_len = 65536;
+	uint8_t *buf = calloc(1, buf_len);
+	assert_non_null(buf);
+	const struct write_extent bad[][2] = {
+		{ { 0, 0, 4096 }, { 0, buf_len + 1, 0 } },
+		{ { 0, 0, 4096 }, { 8192, buf_len - 10, 11 } },
+		{ { 0, 0, 4096 }, { 8192, 0, buf_len + 1 } },
+		{ { 0, 0, 4096 }, { 8192, UINT64_MAX, 2 } },
+		{ { 0, 0, 4096 }, { 8192, 4096, UINT64_MAX - 4095 } },
+		{ { 0, 0, 4096 }, { 8192, buf_len, 1 } },
+	};
+	char p[160];
+	snprintf(p, sizeof(p), "%s/einval.layer", f->dir);
+	for (int m = WRITE_URING; m <= WRITE_PWRITE; m++) {
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			struct progress pr;
+			int r = write_with(p, (enum write_method)m, buf, buf_len, bad[i], 2, &pr);
+			if (r != -EINVAL)
+				fail_msg("method %d case %zu: r=%d", m, i, r);
+			struct stat st;
+			assert_int_equal(stat(p, &st), 0);
+			assert_int_equal(st.st_size, 0); /* checked before anything is written */
+			assert_int_equal(pr.calls, 0);
+		}
+		/* The edges that are fine: an empty extent at the end, one that ends at buf_len. */
+		const struct write_extent edge[] = { { 0, buf_len, 0 }, { 100, buf_len - 7, 7 } };
+		struct progress pr;
+		int r = write_with(p, (enum write_method)m, buf, buf_len, edge, 2, &pr);
+		if (r == -ENOSYS || r == -EPERM)
+			continue;
+		assert_int_equal(r, 0);
+		assert_int_equal(pr.done, 7);
+		/* No extents at all. */
+		assert_int_equal(write_with(p, (enum write_method)m, buf, buf_len, NULL, 0, &pr), 0);
+	}
+	unlink(p);
+	free(buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_state_read_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mem_layer_open, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chain_commit_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_write_small_buffer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_write_large_buffer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layer_write_einval, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
