@@ -233,7 +233,6 @@ static void test_state_bad_files(void **st)
 	}
 	expect_state_error(b.p, 10, "truncated");
 	expect_state_error(b.p, len - 8, "truncated");
-	/* Truncated at a section boundary with the header claiming the right length: still intact. */
 
 	/* Trailing bytes. */
 	memcpy(img, b.p, len);
@@ -292,8 +291,8 @@ static void test_state_bad_files(void **st)
 	state_fix(img, len);
 	expect_state_error(img, len, "unknown section type 4294967295");
 
-	static const uint32_t bad_lens[] = { STATE_MAX_SECTION + 1, 0xffffffffu, 0xfffffff9u,
-					     1000000, 10000 };
+	static const uint32_t bad_lens[] = {STATE_MAX_SECTION + 1, 0xffffffffu, 0xfffffff9u,
+					    1000000, 10000};
 	for (size_t i = 0; i < sizeof(bad_lens) / sizeof(bad_lens[0]); i++) {
 		RESET();
 		put_le32(img + STATE_HDR_SIZE + 8, bad_lens[i]);
@@ -351,7 +350,8 @@ static void test_state_mutations(void **st)
 				img[at] = (uint8_t)rnd(&seed);
 				break;
 			case 2: { /* aim at a length field: a section header starts at 32 + 8k */
-				at = STATE_HDR_SIZE + 8 * (size_t)(rnd(&seed) % ((len - 40) / 8)) + 8;
+				at = STATE_HDR_SIZE + 8 * (size_t)(rnd(&seed) % ((len - 40) / 8)) +
+				     8;
 				uint32_t v = (uint32_t)rnd(&seed);
 				put_le32(img + at, v >> (rnd(&seed) % 32));
 				break;
@@ -505,9 +505,13 @@ static void test_mem_header_bad(void **st)
 	hdr_seal(h);
 	expect_hdr_error(h, sizeof(h), "page size");
 
-	static const uint64_t bad_ram[] = { 0, 4095, 4097, (256ULL << 20) + 512,
-					    (1ULL << 40) + 4096, UINT64_MAX,
-					    UINT64_MAX & ~4095ULL };
+	static const uint64_t bad_ram[] = {0,
+					   4095,
+					   4097,
+					   (256ULL << 20) + 512,
+					   (1ULL << 40) + 4096,
+					   UINT64_MAX,
+					   UINT64_MAX & ~4095ULL};
 	for (size_t i = 0; i < sizeof(bad_ram) / sizeof(bad_ram[0]); i++) {
 		memcpy(h, good, sizeof(h));
 		put_le64(h + 32, bad_ram[i]);
@@ -598,7 +602,8 @@ static void test_mem_header_mutations(void **st)
 		int r = mem_layer_header_parse(h, l, &o, err, sizeof(err));
 		if (r == 0) {
 			ok++;
-			assert_true(o.ram_size && o.ram_size % 4096 == 0 && o.ram_size <= (1ULL << 40));
+			assert_true(o.ram_size && o.ram_size % 4096 == 0 &&
+				    o.ram_size <= (1ULL << 40));
 			assert_int_equal(o.nr_pages, o.ram_size / 4096);
 			assert_true(o.bitmap_len * 8 >= o.nr_pages);
 			assert_true(o.data_off >= o.bitmap_off + o.bitmap_len);
@@ -617,16 +622,15 @@ static void test_mem_header_mutations(void **st)
 /* ---- chain.json ---- */
 
 #define CHAIN_ID "00112233445566778899aabbccddeeff"
-#define LAYER(id, parent, full, mem, state)                                                   \
-	"{\"id\":" #id ",\"parent\":" #parent ",\"full\":" #full ",\"mem\":\"" mem            \
+#define LAYER(id, parent, full, mem, state)                                                        \
+	"{\"id\":" #id ",\"parent\":" #parent ",\"full\":" #full ",\"mem\":\"" mem                 \
 	"\",\"state\":\"" state "\",\"present\":10,\"stored\":5,\"created_ns\":123}"
-#define CHAIN(layers)                                                                          \
-	"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID                   \
+#define CHAIN(layers)                                                                              \
+	"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID                        \
 	"\",\"ram_size\":268435456,\"layers\":[" layers "]}"
 
 /* Parses from an exact-size copy without a terminating NUL. */
-static int chain_parse_copy(const char *text, size_t len, struct chain *c, char *err,
-			    size_t errlen)
+static int chain_parse_copy(const char *text, size_t len, struct chain *c, char *err, size_t errlen)
 {
 	char *p = malloc(len ? len : 1);
 	assert_non_null(p);
@@ -640,9 +644,8 @@ static int chain_parse_copy(const char *text, size_t len, struct chain *c, char 
 static void test_chain_parse_valid(void **st)
 {
 	(void)st;
-	static const char text[] =
-		CHAIN(LAYER(1, 0, true, "mem-1", "state-1") "," LAYER(2, 1, false, "mem-2", "state-2")
-		      "," LAYER(5, 2, false, "mem-5.layer", "state_5"));
+	static const char text[] = CHAIN(LAYER(1, 0, true, "mem-1", "state-1") "," LAYER(
+	    2, 1, false, "mem-2", "state-2") "," LAYER(5, 2, false, "mem-5.layer", "state_5"));
 	struct chain *c = calloc(1, sizeof(*c));
 	assert_non_null(c);
 	char err[256];
@@ -668,10 +671,11 @@ static void test_chain_parse_valid(void **st)
 
 	/* Upper-case hex, a 63-character name, an empty chain. */
 	static const char t2[] =
-		"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"00112233445566778899AABBCCDDEEFF\","
-		"\"ram_size\":4096,\"layers\":[" LAYER(
-			9, 0, true, "123456789012345678901234567890123456789012345678901234567890123",
-			"s") "]}";
+	    "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":"
+	    "\"00112233445566778899AABBCCDDEEFF\","
+	    "\"ram_size\":4096,\"layers\":[" LAYER(
+		9, 0, true, "123456789012345678901234567890123456789012345678901234567890123",
+		"s") "]}";
 	assert_int_equal(chain_parse_copy(t2, strlen(t2), c, err, sizeof(err)), 0);
 	assert_int_equal(c->chain_id[10], 0xaa);
 	assert_int_equal(strlen(c->layers[0].mem), 63);
@@ -708,127 +712,126 @@ static void test_chain_parse_bad(void **st)
 {
 	(void)st;
 	static const struct bad_case cases[] = {
-		{ "", "not valid JSON" },
-		{ "{", "not valid JSON" },
-		{ "[]", "not a cove chain file" },
-		{ "null", "not valid JSON" },
-		{ CHAIN("") "x", "not valid JSON" },
-		{ "{\"format\":\"cove-chain\",\"format\":\"cove-chain\",\"version\":1}",
-		  "not valid JSON" },
-		{ "{\"format\":\"cove-chainx\",\"version\":1}", "not a cove chain file" },
-		{ "{\"format\":1,\"version\":1}", "not a cove chain file" },
-		{ "{\"version\":1}", "not a cove chain file" },
-		{ "{\"format\":\"cove-chain\"}", "not a cove chain file" },
-		{ "{\"format\":\"cove-chain\",\"version\":\"1\"}", "not a cove chain file" },
-		{ "{\"format\":\"cove-chain\",\"version\":-1}", "not a cove chain file" },
-		{ "{\"format\":\"cove-chain\",\"version\":1.0}", "not a cove chain file" },
-		{ "{\"format\":\"cove-chain\",\"version\":2,\"chain_id\":\"" CHAIN_ID
-		  "\",\"ram_size\":4096,\"layers\":[]}",
-		  "version 2 is not supported" },
-		{ "{\"format\":\"cove-chain\",\"version\":0}", "version 0 is not supported" },
-		/* chain_id */
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"ram_size\":4096,\"layers\":[]}",
-		  "chain_id" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"0011\",\"ram_size\":4096,"
-		  "\"layers\":[]}",
-		  "chain_id" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
-		  "00\",\"ram_size\":4096,\"layers\":[]}",
-		  "chain_id" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":"
-		  "\"zz112233445566778899aabbccddeeff\",\"ram_size\":4096,\"layers\":[]}",
-		  "chain_id" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":"
-		  "\"00112233445566778899aabbccddeegg\",\"ram_size\":4096,\"layers\":[]}",
-		  "chain_id" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":12,\"ram_size\":4096,"
-		  "\"layers\":[]}",
-		  "chain_id" },
-		/* ram_size, layers */
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
-		  "\",\"layers\":[]}",
-		  "ram_size" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
-		  "\",\"ram_size\":-4096,\"layers\":[]}",
-		  "ram_size" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
-		  "\",\"ram_size\":\"4096\",\"layers\":[]}",
-		  "ram_size" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
-		  "\",\"ram_size\":4096}",
-		  "layers" },
-		{ "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
-		  "\",\"ram_size\":4096,\"layers\":{}}",
-		  "layers" },
-		/* layer fields */
-		{ CHAIN("1"), "layer 0 is malformed" },
-		{ CHAIN("[]"), "layer 0 is malformed" },
-		{ CHAIN("{}"), "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":1,\"stored\":1}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"parent\":0,\"full\":\"true\",\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":1,\"stored\":1,\"created_ns\":1}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"parent\":0,\"full\":1,\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":1,\"stored\":1,\"created_ns\":1}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":\"1\",\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":1,\"stored\":1,\"created_ns\":1}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":7,\"state\":\"s\","
-			"\"present\":1,\"stored\":1,\"created_ns\":1}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":-1,\"stored\":1,\"created_ns\":1}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":1,\"stored\":1,\"created_ns\":1.5}"),
-		  "layer 0 is malformed" },
-		{ CHAIN("{\"id\":1,\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
-			"\"present\":1,\"stored\":1,\"created_ns\":1}"),
-		  "not valid JSON" },
-		/* file names must be plain names */
-		{ CHAIN(LAYER(1, 0, true, "../x", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "m", "../x")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "a/b", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "/etc/passwd", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, ".hidden", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "..", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, ".", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "m", "")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "a b", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "a\\tb", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "a\\u007fb", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "caf\\u00e9", "s")), "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "a\\u0000/../x", "s")), "not valid JSON" },
-		{ CHAIN(LAYER(1, 0, true,
-			      "1234567890123456789012345678901234567890123456789012345678901234",
-			      "s")),
-		  "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "m",
-			      "1234567890123456789012345678901234567890123456789012345678901234"
-			      "1234567890")),
-		  "layer 0 is malformed" },
-		{ CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 1, false, "x/../../y", "s")),
-		  "layer 1 is malformed" },
-		/* order: first full, then each one not full with the previous id as parent */
-		{ CHAIN(LAYER(1, 0, false, "m", "s")), "layer 0 does not follow" },
-		{ CHAIN(LAYER(0, 0, true, "m", "s")), "does not follow" },
-		{ CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 1, true, "m2", "s2")),
-		  "layer 1 does not follow layer 0" },
-		{ CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 0, false, "m2", "s2")),
-		  "layer 1 does not follow layer 0" },
-		{ CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(3, 2, false, "m2", "s2")),
-		  "layer 1 does not follow layer 0" },
-		{ CHAIN(LAYER(5, 0, true, "m", "s") "," LAYER(5, 5, false, "m2", "s2")),
-		  "layer 1 does not follow layer 0" },
-		{ CHAIN(LAYER(5, 0, true, "m", "s") "," LAYER(4, 5, false, "m2", "s2")),
-		  "layer 1 does not follow layer 0" },
-		{ CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 1, false, "m2", "s2") "," LAYER(
-			  3, 1, false, "m3", "s3")),
-		  "layer 2 does not follow layer 1" },
+	    {"", "not valid JSON"},
+	    {"{", "not valid JSON"},
+	    {"[]", "not a cove chain file"},
+	    {"null", "not valid JSON"},
+	    {CHAIN("") "x", "not valid JSON"},
+	    {"{\"format\":\"cove-chain\",\"format\":\"cove-chain\",\"version\":1}",
+	     "not valid JSON"},
+	    {"{\"format\":\"cove-chainx\",\"version\":1}", "not a cove chain file"},
+	    {"{\"format\":1,\"version\":1}", "not a cove chain file"},
+	    {"{\"version\":1}", "not a cove chain file"},
+	    {"{\"format\":\"cove-chain\"}", "not a cove chain file"},
+	    {"{\"format\":\"cove-chain\",\"version\":\"1\"}", "not a cove chain file"},
+	    {"{\"format\":\"cove-chain\",\"version\":-1}", "not a cove chain file"},
+	    {"{\"format\":\"cove-chain\",\"version\":1.0}", "not a cove chain file"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[]}",
+	     "version 2 is not supported"},
+	    {"{\"format\":\"cove-chain\",\"version\":0}", "version 0 is not supported"},
+	    /* chain_id */
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"ram_size\":4096,\"layers\":[]}",
+	     "chain_id"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"0011\",\"ram_size\":4096,"
+	     "\"layers\":[]}",
+	     "chain_id"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
+	     "00\",\"ram_size\":4096,\"layers\":[]}",
+	     "chain_id"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":"
+	     "\"zz112233445566778899aabbccddeeff\",\"ram_size\":4096,\"layers\":[]}",
+	     "chain_id"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":"
+	     "\"00112233445566778899aabbccddeegg\",\"ram_size\":4096,\"layers\":[]}",
+	     "chain_id"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":12,\"ram_size\":4096,"
+	     "\"layers\":[]}",
+	     "chain_id"},
+	    /* ram_size, layers */
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"layers\":[]}",
+	     "ram_size"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":-4096,\"layers\":[]}",
+	     "ram_size"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":\"4096\",\"layers\":[]}",
+	     "ram_size"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096}",
+	     "layers"},
+	    {"{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":{}}",
+	     "layers"},
+	    /* layer fields */
+	    {CHAIN("1"), "layer 0 is malformed"},
+	    {CHAIN("[]"), "layer 0 is malformed"},
+	    {CHAIN("{}"), "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":1,\"stored\":1}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"parent\":0,\"full\":\"true\",\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":1,\"stored\":1,\"created_ns\":1}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"parent\":0,\"full\":1,\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":1,\"stored\":1,\"created_ns\":1}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":\"1\",\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":1,\"stored\":1,\"created_ns\":1}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":7,\"state\":\"s\","
+		   "\"present\":1,\"stored\":1,\"created_ns\":1}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":-1,\"stored\":1,\"created_ns\":1}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":1,\"stored\":1,\"created_ns\":1.5}"),
+	     "layer 0 is malformed"},
+	    {CHAIN("{\"id\":1,\"id\":1,\"parent\":0,\"full\":true,\"mem\":\"m\",\"state\":\"s\","
+		   "\"present\":1,\"stored\":1,\"created_ns\":1}"),
+	     "not valid JSON"},
+	    /* file names must be plain names */
+	    {CHAIN(LAYER(1, 0, true, "../x", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "m", "../x")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "a/b", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "/etc/passwd", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, ".hidden", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "..", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, ".", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "m", "")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "a b", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "a\\tb", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "a\\u007fb", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "caf\\u00e9", "s")), "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "a\\u0000/../x", "s")), "not valid JSON"},
+	    {CHAIN(LAYER(1, 0, true,
+			 "1234567890123456789012345678901234567890123456789012345678901234", "s")),
+	     "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "m",
+			 "1234567890123456789012345678901234567890123456789012345678901234"
+			 "1234567890")),
+	     "layer 0 is malformed"},
+	    {CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 1, false, "x/../../y", "s")),
+	     "layer 1 is malformed"},
+	    /* order: first full, then each one not full with the previous id as parent */
+	    {CHAIN(LAYER(1, 0, false, "m", "s")), "layer 0 does not follow"},
+	    {CHAIN(LAYER(0, 0, true, "m", "s")), "does not follow"},
+	    {CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 1, true, "m2", "s2")),
+	     "layer 1 does not follow layer 0"},
+	    {CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 0, false, "m2", "s2")),
+	     "layer 1 does not follow layer 0"},
+	    {CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(3, 2, false, "m2", "s2")),
+	     "layer 1 does not follow layer 0"},
+	    {CHAIN(LAYER(5, 0, true, "m", "s") "," LAYER(5, 5, false, "m2", "s2")),
+	     "layer 1 does not follow layer 0"},
+	    {CHAIN(LAYER(5, 0, true, "m", "s") "," LAYER(4, 5, false, "m2", "s2")),
+	     "layer 1 does not follow layer 0"},
+	    {CHAIN(LAYER(1, 0, true, "m", "s") "," LAYER(2, 1, false, "m2",
+							 "s2") "," LAYER(3, 1, false, "m3", "s3")),
+	     "layer 2 does not follow layer 1"},
 	};
 	expect_chain_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
@@ -847,11 +850,12 @@ static void test_chain_layer_cap(void **st)
 					    "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":"
 					    "\"" CHAIN_ID "\",\"ram_size\":4096,\"layers\":[");
 		for (int i = 0; i < n; i++)
-			o += (size_t)snprintf(t + o, cap - o,
-					      "%s{\"id\":%d,\"parent\":%d,\"full\":%s,\"mem\":\"m%d\","
-					      "\"state\":\"s%d\",\"present\":1,\"stored\":0,"
-					      "\"created_ns\":%d}",
-					      i ? "," : "", i + 1, i, i ? "false" : "true", i, i, i);
+			o += (size_t)snprintf(
+			    t + o, cap - o,
+			    "%s{\"id\":%d,\"parent\":%d,\"full\":%s,\"mem\":\"m%d\","
+			    "\"state\":\"s%d\",\"present\":1,\"stored\":0,"
+			    "\"created_ns\":%d}",
+			    i ? "," : "", i + 1, i, i ? "false" : "true", i, i, i);
 		o += (size_t)snprintf(t + o, cap - o, "]}");
 		assert_true(o < cap);
 		char err[256];
@@ -874,7 +878,7 @@ static void test_chain_mutations(void **st)
 {
 	(void)st;
 	static const char text[] =
-		CHAIN(LAYER(1, 0, true, "mem-1", "state-1") "," LAYER(2, 1, false, "mem-2", "state-2"));
+	    CHAIN(LAYER(1, 0, true, "mem-1", "state-1") "," LAYER(2, 1, false, "mem-2", "state-2"));
 	static const char alphabet[] = "{}[]\":,.-+0123456789abcdef/\\u \t\n\x01\x80truefalsnl";
 	const size_t len = sizeof(text) - 1;
 	struct chain *c = calloc(1, sizeof(*c));
@@ -887,7 +891,8 @@ static void test_chain_mutations(void **st)
 		memcpy(t, text, len);
 		int flips = 1 + (int)(rnd(&seed) % 3);
 		for (int k = 0; k < flips; k++) {
-			size_t at = (size_t)(rnd(&seed) % len); /* one call per statement: fixed order */
+			size_t at =
+			    (size_t)(rnd(&seed) % len); /* one call per statement: fixed order */
 			t[at] = alphabet[rnd(&seed) % (sizeof(alphabet) - 1)];
 		}
 		size_t l = rnd(&seed) % 4 ? len : (size_t)(rnd(&seed) % len);
@@ -899,7 +904,8 @@ static void test_chain_mutations(void **st)
 			for (int i = 0; i < c->nr_layers; i++) {
 				const struct chain_layer *cl = &c->layers[i];
 				assert_true(cl->id != 0);
-				assert_true(i ? !cl->full && cl->parent == c->layers[i - 1].id : cl->full);
+				assert_true(i ? !cl->full && cl->parent == c->layers[i - 1].id
+					      : cl->full);
 				assert_null(strchr(cl->mem, '/'));
 				assert_null(strchr(cl->state, '/'));
 				assert_true(cl->mem[0] != '.' && cl->mem[0] != '\0');
@@ -1033,9 +1039,9 @@ static void test_machine_config_hostile(void **st)
 	expect_mc_free(mc_text("1099511627776", "64", D1, ""), 0, NULL);
 	expect_mc_free(mc_text("268435456", "2", D1, ",\"vsock\":{\"cid\":3,\"uds\":\"/s\"}"), 0,
 		       NULL);
-	expect_mc_free(mc_text("268435456", "2", D1,
-			       ",\"vsock\":{\"cid\":4294967294,\"uds\":\"/s\"}"),
-		       0, NULL);
+	expect_mc_free(
+	    mc_text("268435456", "2", D1, ",\"vsock\":{\"cid\":4294967294,\"uds\":\"/s\"}"), 0,
+	    NULL);
 
 	/* Not a machine description. */
 	expect_mc("", -EINVAL, "not JSON");
@@ -1059,12 +1065,18 @@ static void test_machine_config_hostile(void **st)
 	expect_mc_free(mc_text("268435456", "2", "null", ""), -EINVAL, "lacks");
 
 	/* Out of range. */
-	static const char *bad_mem[] = { "0", "-4096", "1048576", "2093056", "2097153",
-					 "268435457", "1099511631872", "9223372036854775807",
-					 "-9223372036854775808" };
+	static const char *bad_mem[] = {"0",
+					"-4096",
+					"1048576",
+					"2093056",
+					"2097153",
+					"268435457",
+					"1099511631872",
+					"9223372036854775807",
+					"-9223372036854775808"};
 	for (size_t i = 0; i < sizeof(bad_mem) / sizeof(bad_mem[0]); i++)
 		expect_mc_free(mc_text(bad_mem[i], "1", "[]", ""), -EINVAL, "out of range");
-	static const char *bad_vcpus[] = { "0", "-1", "65", "4294967297", "9223372036854775807" };
+	static const char *bad_vcpus[] = {"0", "-1", "65", "4294967297", "9223372036854775807"};
 	for (size_t i = 0; i < sizeof(bad_vcpus) / sizeof(bad_vcpus[0]); i++)
 		expect_mc_free(mc_text("268435456", bad_vcpus[i], "[]", ""), -EINVAL,
 			       "out of range");
@@ -1087,23 +1099,26 @@ static void test_machine_config_hostile(void **st)
 	expect_mc_free(mc_text("268435456", "1", disks, ""), -EINVAL, "out of range");
 
 	static const char *bad_disks[] = {
-		"[1]",
-		"[[]]",
-		"[{}]",
-		"[{\"path\":\"/d\",\"ro\":false}]",
-		"[{\"path\":\"/d\",\"overlay\":\"\"}]",
-		"[{\"ro\":false,\"overlay\":\"\"}]",
-		"[{\"path\":\"\",\"ro\":false,\"overlay\":\"\"}]",
-		"[{\"path\":5,\"ro\":false,\"overlay\":\"\"}]",
-		"[{\"path\":\"/d\",\"ro\":0,\"overlay\":\"\"}]",
-		"[{\"path\":\"/d\",\"ro\":\"false\",\"overlay\":\"\"}]",
-		"[{\"path\":\"/d\",\"ro\":false,\"overlay\":null}]",
-		"[" "{\"path\":\"/d\",\"ro\":false,\"overlay\":\"\"}," "{\"path\":\"/e\"}]",
+	    "[1]",
+	    "[[]]",
+	    "[{}]",
+	    "[{\"path\":\"/d\",\"ro\":false}]",
+	    "[{\"path\":\"/d\",\"overlay\":\"\"}]",
+	    "[{\"ro\":false,\"overlay\":\"\"}]",
+	    "[{\"path\":\"\",\"ro\":false,\"overlay\":\"\"}]",
+	    "[{\"path\":5,\"ro\":false,\"overlay\":\"\"}]",
+	    "[{\"path\":\"/d\",\"ro\":0,\"overlay\":\"\"}]",
+	    "[{\"path\":\"/d\",\"ro\":\"false\",\"overlay\":\"\"}]",
+	    "[{\"path\":\"/d\",\"ro\":false,\"overlay\":null}]",
+	    "["
+	    "{\"path\":\"/d\",\"ro\":false,\"overlay\":\"\"},"
+	    "{\"path\":\"/e\"}]",
 	};
 	for (size_t i = 0; i < sizeof(bad_disks) / sizeof(bad_disks[0]); i++)
 		expect_mc_free(mc_text("268435456", "1", bad_disks[i], ""), -EINVAL, "malformed");
 	/* The second disk names itself in the message. */
-	expect_mc_free(mc_text("268435456", "1", bad_disks[11], ""), -EINVAL, "disk 1 is malformed");
+	expect_mc_free(mc_text("268435456", "1", bad_disks[11], ""), -EINVAL,
+		       "disk 1 is malformed");
 
 	/* A \u0000 inside a string is refused by the JSON reader, in path, overlay and uds. */
 	expect_mc_free(mc_text("268435456", "1",
@@ -1112,9 +1127,9 @@ static void test_machine_config_hostile(void **st)
 	expect_mc_free(mc_text("268435456", "1",
 			       "[{\"path\":\"/d\",\"ro\":false,\"overlay\":\"\\u0000\"}]", ""),
 		       -EINVAL, "not JSON");
-	expect_mc_free(mc_text("268435456", "1", "[]",
-			       ",\"vsock\":{\"cid\":3,\"uds\":\"/s\\u0000x\"}"),
-		       -EINVAL, "not JSON");
+	expect_mc_free(
+	    mc_text("268435456", "1", "[]", ",\"vsock\":{\"cid\":3,\"uds\":\"/s\\u0000x\"}"),
+	    -EINVAL, "not JSON");
 
 	/* Paths: 4095 bytes fit, 4096 do not (path and overlay). */
 	char *path = malloc(RUN_DISK_PATH_MAX + 2);
@@ -1135,21 +1150,21 @@ static void test_machine_config_hostile(void **st)
 
 	/* vsock. */
 	static const char *bad_vsock[] = {
-		",\"vsock\":5",
-		",\"vsock\":null",
-		",\"vsock\":[]",
-		",\"vsock\":{}",
-		",\"vsock\":{\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":3}",
-		",\"vsock\":{\"cid\":0,\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":1,\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":2,\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":-1,\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":4294967296,\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":\"3\",\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":3.0,\"uds\":\"/s\"}",
-		",\"vsock\":{\"cid\":3,\"uds\":\"\"}",
-		",\"vsock\":{\"cid\":3,\"uds\":7}",
+	    ",\"vsock\":5",
+	    ",\"vsock\":null",
+	    ",\"vsock\":[]",
+	    ",\"vsock\":{}",
+	    ",\"vsock\":{\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":3}",
+	    ",\"vsock\":{\"cid\":0,\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":1,\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":2,\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":-1,\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":4294967296,\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":\"3\",\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":3.0,\"uds\":\"/s\"}",
+	    ",\"vsock\":{\"cid\":3,\"uds\":\"\"}",
+	    ",\"vsock\":{\"cid\":3,\"uds\":7}",
 	};
 	for (size_t i = 0; i < sizeof(bad_vsock) / sizeof(bad_vsock[0]); i++)
 		expect_mc_free(mc_text("268435456", "1", "[]", bad_vsock[i]), -EINVAL, "vsock");
@@ -1185,7 +1200,8 @@ static void test_machine_config_mutations(void **st)
 		memcpy(t, j, len + 1);
 		int flips = 1 + (int)(rnd(&seed) % 3);
 		for (int k = 0; k < flips; k++) {
-			size_t at = (size_t)(rnd(&seed) % len); /* one call per statement: fixed order */
+			size_t at =
+			    (size_t)(rnd(&seed) % len); /* one call per statement: fixed order */
 			t[at] = alphabet[rnd(&seed) % (sizeof(alphabet) - 1)];
 		}
 		if (rnd(&seed) % 4 == 0)
@@ -1209,22 +1225,22 @@ static void test_machine_config_mutations(void **st)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_state_round_trip),
-		cmocka_unit_test(test_state_many_sections),
-		cmocka_unit_test(test_state_writer_caps),
-		cmocka_unit_test(test_state_bad_files),
-		cmocka_unit_test(test_state_mutations),
-		cmocka_unit_test(test_mem_layout),
-		cmocka_unit_test(test_mem_header_round_trip),
-		cmocka_unit_test(test_mem_header_bad),
-		cmocka_unit_test(test_mem_header_mutations),
-		cmocka_unit_test(test_chain_parse_valid),
-		cmocka_unit_test(test_chain_parse_bad),
-		cmocka_unit_test(test_chain_layer_cap),
-		cmocka_unit_test(test_chain_mutations),
-		cmocka_unit_test(test_machine_config_round_trip),
-		cmocka_unit_test(test_machine_config_hostile),
-		cmocka_unit_test(test_machine_config_mutations),
+	    cmocka_unit_test(test_state_round_trip),
+	    cmocka_unit_test(test_state_many_sections),
+	    cmocka_unit_test(test_state_writer_caps),
+	    cmocka_unit_test(test_state_bad_files),
+	    cmocka_unit_test(test_state_mutations),
+	    cmocka_unit_test(test_mem_layout),
+	    cmocka_unit_test(test_mem_header_round_trip),
+	    cmocka_unit_test(test_mem_header_bad),
+	    cmocka_unit_test(test_mem_header_mutations),
+	    cmocka_unit_test(test_chain_parse_valid),
+	    cmocka_unit_test(test_chain_parse_bad),
+	    cmocka_unit_test(test_chain_layer_cap),
+	    cmocka_unit_test(test_chain_mutations),
+	    cmocka_unit_test(test_machine_config_round_trip),
+	    cmocka_unit_test(test_machine_config_hostile),
+	    cmocka_unit_test(test_machine_config_mutations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,7 +176,7 @@ static void test_state_read_file(void **state)
 
 #define L_PAGES 100 /* not a multiple of 64: a partial last bitmap word */
 
-static const uint64_t held[] = { 0, 5, 63, 64, 99 };
+static const uint64_t held[] = {0, 5, 63, 64, 99};
 
 /* Writes a valid sparse layer of L_PAGES pages holding `held`; *li gets its header. */
 static void write_layer(const char *path, struct mem_layer_info *li)
@@ -254,7 +254,7 @@ static void test_mem_layer_open(void **state)
 
 	/* Wrong file sizes. */
 	const off_t size = (off_t)mem_layer_file_size(&li);
-	static const off_t deltas[] = { -1, -4096, -(L_PAGES * 4096), 1, 4096 };
+	static const off_t deltas[] = {-1, -4096, -(L_PAGES * 4096), 1, 4096};
 	for (size_t i = 0; i < sizeof(deltas) / sizeof(deltas[0]); i++) {
 		set_size(f->path, size + deltas[i]);
 		expect_open_error(f->path, -EINVAL, "truncated or too long");
@@ -345,7 +345,8 @@ static void sample_chain(struct chain *c, const char *dir, int n)
 		snprintf(l->state, sizeof(l->state), "state-%d.bin", i);
 		l->present = 1000ULL * (uint64_t)(i + 1);
 		l->stored = 500ULL * (uint64_t)(i + 1);
-		l->created_ns = i == n - 1 ? (uint64_t)INT64_MAX : 1700000000000000000ULL + (uint64_t)i;
+		l->created_ns =
+		    i == n - 1 ? (uint64_t)INT64_MAX : 1700000000000000000ULL + (uint64_t)i;
 	}
 }
 
@@ -504,7 +505,7 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 	ext[nscatter].len = buf_len - 4097; /* split into pieces of at most 1 MiB */
 	ext[nscatter].buf_off = 4097;
 	ext[nscatter].file_off = off + 12345;
-	ext[nscatter + 1] = (struct write_extent){ off + 100, 0, 0 };
+	ext[nscatter + 1] = (struct write_extent){off + 100, 0, 0};
 	/* Shuffle so the file offsets are not in order. */
 	for (size_t i = n - 1; i > 0; i--) {
 		size_t j = (size_t)(rnd(&seed) % (i + 1));
@@ -537,7 +538,8 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 
 	int r = write_with(pb, WRITE_URING, buf, buf_len, ext, n, &pr);
 	if (r == -ENOSYS || r == -EPERM) {
-		print_message("io_uring unavailable (%s): WRITE_URING not compared\n", strerror(-r));
+		print_message("io_uring unavailable (%s): WRITE_URING not compared\n",
+			      strerror(-r));
 	} else {
 		assert_int_equal(r, 0);
 		assert_true(pr.calls > 0);
@@ -557,7 +559,7 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 	free(buf);
 }
 
-/* 2 MiB: the buffer registers (WRITE_FIXED); 16 MiB is over an 8 MiB memlock: plain writes. */
+/* Two buffer sizes: 2 MiB, and 16 MiB (16 pieces of 1 MiB for the big extent, 300 extents). */
 static void test_layer_write_small_buffer(void **state)
 {
 	run_extents(*state, 2u << 20, 150, 0x1111);
@@ -575,12 +577,12 @@ static void test_layer_write_einval(void **state)
 	uint8_t *buf = calloc(1, buf_len);
 	assert_non_null(buf);
 	const struct write_extent bad[][2] = {
-		{ { 0, 0, 4096 }, { 0, buf_len + 1, 0 } },
-		{ { 0, 0, 4096 }, { 8192, buf_len - 10, 11 } },
-		{ { 0, 0, 4096 }, { 8192, 0, buf_len + 1 } },
-		{ { 0, 0, 4096 }, { 8192, UINT64_MAX, 2 } },
-		{ { 0, 0, 4096 }, { 8192, 4096, UINT64_MAX - 4095 } },
-		{ { 0, 0, 4096 }, { 8192, buf_len, 1 } },
+	    {{0, 0, 4096}, {0, buf_len + 1, 0}},
+	    {{0, 0, 4096}, {8192, buf_len - 10, 11}},
+	    {{0, 0, 4096}, {8192, 0, buf_len + 1}},
+	    {{0, 0, 4096}, {8192, UINT64_MAX, 2}},
+	    {{0, 0, 4096}, {8192, 4096, UINT64_MAX - 4095}},
+	    {{0, 0, 4096}, {8192, buf_len, 1}},
 	};
 	char p[160];
 	snprintf(p, sizeof(p), "%s/einval.layer", f->dir);
@@ -596,7 +598,7 @@ static void test_layer_write_einval(void **state)
 			assert_int_equal(pr.calls, 0);
 		}
 		/* The edges that are fine: an empty extent at the end, one that ends at buf_len. */
-		const struct write_extent edge[] = { { 0, buf_len, 0 }, { 100, buf_len - 7, 7 } };
+		const struct write_extent edge[] = {{0, buf_len, 0}, {100, buf_len - 7, 7}};
 		struct progress pr;
 		int r = write_with(p, (enum write_method)m, buf, buf_len, edge, 2, &pr);
 		if (r == -ENOSYS || r == -EPERM)
@@ -604,7 +606,8 @@ static void test_layer_write_einval(void **state)
 		assert_int_equal(r, 0);
 		assert_int_equal(pr.done, 7);
 		/* No extents at all. */
-		assert_int_equal(write_with(p, (enum write_method)m, buf, buf_len, NULL, 0, &pr), 0);
+		assert_int_equal(write_with(p, (enum write_method)m, buf, buf_len, NULL, 0, &pr),
+				 0);
 	}
 	unlink(p);
 	free(buf);
@@ -613,12 +616,12 @@ static void test_layer_write_einval(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_state_read_file, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_mem_layer_open, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_chain_commit_load, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_layer_write_small_buffer, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_layer_write_large_buffer, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_layer_write_einval, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_state_read_file, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_mem_layer_open, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_chain_commit_load, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_layer_write_small_buffer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_layer_write_large_buffer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_layer_write_einval, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
