@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Encrypted snapshots on this machine's /dev/kvm (issue 7): key-cmd and SoftHSM2 (PKCS#11) key
+providers, restore continues, no plaintext in the layers, revoked KEK refused with one line,
+rekey, tampered ciphertext/header refused before the guest runs or stopping the VM at the touch."""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+import zlib
+
+from covetest import COVE, Failure, Vm, check, guest, main, run_cove
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KEYCMD = os.path.join(HERE, "..", "..", "tools", "key-cmd-openssl")
+SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
+BASE, COUNT, STRIDE = 0x1000000, 64, 1
+
+
+def sh(cmd, **kw):
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True, **kw)
+    check(r.returncode == 0, f"{cmd}: {r.returncode} {r.stderr.strip()}")
+    return r.stdout
+
+
+def chain(d):
+    with open(os.path.join(d, "chain.json")) as f:
+        return json.load(f)
+
+
+def snap(vm, kind):
+    status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": kind}, timeout=120)
+    check(status == 200, f"{kind}: {status} {body}")
+    return body
+
+
+def stamped_snapshot(d, key_spec, env=None):
+    """A stamper guest: Full after round 1, Diff after round 2, then killed."""
+    cmdline = f"stamp_base={BASE:#x} stamp_count={COUNT} stamp_stride={STRIDE} rounds=3"
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with Vm(guest("stamper"), extra=["--cmdline", cmdline, "--snapshot-dir", d,
+                                         "--snapshot-key", key_spec]) as vm:
+            vm.wait_output(f"stamped round 1 pages {COUNT}\n")
+            snap(vm, "Full")
+            vm.send_input(b"n")
+            vm.wait_output(f"stamped round 2 pages {COUNT}\n")
+            snap(vm, "Diff")
+            vm.stop(signal.SIGKILL)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def restore_continues(d, env=None, extra=()):
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with Vm(None, restore=d, extra=list(extra)) as r:
+            r.send_input(b"n")
+            r.wait_output(f"stamped round 3 pages {COUNT}\n")
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def expect_fail(d, want, env=None, extra=()):
+    e = dict(os.environ)
+    e.update(env or {})
+    r = subprocess.run([COVE, "restore", d] + list(extra), capture_output=True, text=True,
+                       timeout=60, env=e, stdin=subprocess.DEVNULL)
+    check(r.returncode == 1 and want in r.stderr and r.stderr.count("\n") == 1,
+          f"want exit 1 and one line with {want!r}; got {r.returncode} {r.stderr!r}")
+    check(r.stdout == "", f"the guest ran: {r.stdout[-200:]!r}")
+    return r.stderr.strip()
+
+
+def stamp_bytes(round_, i):
+    return struct.pack("<Q", round_ << 32 | i)
+
+
+def layer_files(d):
+    return [os.path.join(d, l["mem"]) for l in chain(d)["layers"]]
+
+
+def test_key_cmd(tmp):
+    d = os.path.join(tmp, "chain")
+    kek, kek2 = os.path.join(tmp, "kek.pem"), os.path.join(tmp, "kek2.pem")
+    sh(f"'{KEYCMD}' --genkey '{kek}'")
+    sh(f"'{KEYCMD}' --genkey '{kek2}'")
+    spec = f"key-cmd:'{KEYCMD}' '{kek}'"
+    stamped_snapshot(d, spec)
+    c = chain(d)
+    check(len(c["layers"]) == 2 and os.path.exists(os.path.join(d, "keys")), f"chain: {c}")
+    # Where a plain layer holds each stamped page, the encrypted one holds something else.
+    seen = 0
+    for path in layer_files(d):
+        with open(path, "rb") as f:
+            hdr = f.read(4096)
+            data_off = struct.unpack_from("<Q", hdr, 64)[0]
+            for r in (1, 2):
+                for i in range(COUNT):
+                    pfn = (BASE >> 12) + ((r - 1) * COUNT + i) * STRIDE
+                    f.seek(data_off + pfn * 4096)
+                    got = f.read(8)
+                    check(got != stamp_bytes(r, i), f"{path}: page {pfn:#x} holds its stamp in clear")
+                    seen += got != b"\0" * 8
+    check(seen >= 2 * COUNT, f"only {seen} stamped pages hold ciphertext")
+    restore_continues(d)
+    print("ok key-cmd: encrypted Full+Diff, restore continues, no plaintext stamps")
+
+    # Rekey to a second KEK, then revoke the first: restore still works.
+    r = run_cove(["rekey", d, "--to-key-cmd", f"'{KEYCMD}' '{kek2}'"], timeout=60)
+    check(r.returncode == 0, f"rekey: {r.returncode} {r.stderr!r}")
+    os.rename(kek, kek + ".revoked")
+    restore_continues(d)
+    print("ok rekey: restore works under the new KEK with the old one gone")
+    # Revoke the current KEK: one clear line, nothing runs.
+    os.rename(kek2, kek2 + ".revoked")
+    line = expect_fail(d, "the KEK may be revoked")
+    print(f"ok revoked: {line}")
+    os.rename(kek2 + ".revoked", kek2)
+
+    # Tampering: one flipped bit in a stored page's ciphertext.
+    lay = layer_files(d)[-1]
+    keep = lay + ".orig"
+    shutil.copy2(lay, keep)
+    with open(lay, "rb") as f:
+        hdr = f.read(4096)
+    data_off = struct.unpack_from("<Q", hdr, 64)[0]
+    page = (BASE >> 12) + COUNT * STRIDE  # first page of round 2: stored in the Diff layer
+    with open(lay, "r+b") as f:
+        f.seek(data_off + page * 4096 + 100)
+        b = f.read(1)
+        f.seek(data_off + page * 4096 + 100)
+        f.write(bytes([b[0] ^ 1]))
+    line = expect_fail(d, "failed authentication", extra=["--verify"])
+    print(f"ok tampered page, --verify: {line}")
+    shutil.copy2(keep, lay)
+    # A flipped bit in the "pages with data" bitmap, with both CRCs made right again: only the
+    # sealed digest can tell.
+    bm_len = struct.unpack_from("<Q", hdr, 56)[0]
+    with open(lay, "r+b") as f:
+        f.seek(4096)
+        bms = bytearray(f.read(2 * bm_len))
+        bms[bm_len + 10] ^= 0x10
+        f.seek(4096)
+        f.write(bms)
+        h = bytearray(hdr)
+        struct.pack_into("<I", h, 108, zlib.crc32(bytes(bms)))
+        struct.pack_into("<I", h, 4092, zlib.crc32(bytes(h[:4092])))
+        f.seek(0)
+        f.write(h)
+    line = expect_fail(d, "header or page bitmap failed authentication")
+    print(f"ok tampered bitmap: {line}")
+    shutil.copy2(keep, lay)
+    os.unlink(keep)
+    restore_continues(d)
+
+
+def test_lazy_tamper_stops_vm(tmp):
+    """Without --verify a bad page is caught when first touched: the VM stops, exit 1."""
+    d = os.path.join(tmp, "chain2")
+    kek = os.path.join(tmp, "kek3.pem")
+    sh(f"'{KEYCMD}' --genkey '{kek}'")
+    with Vm(guest("counter"), extra=["--snapshot-dir", d, "--snapshot-key",
+                                     f"key-cmd:'{KEYCMD}' '{kek}'"]) as vm:
+        vm.wait_output("tick 2\n")
+        snap(vm, "Full")
+        vm.stop(signal.SIGKILL)
+    lay = layer_files(d)[0]
+    with open(lay, "rb") as f:
+        hdr = f.read(4096)
+    data_off = struct.unpack_from("<Q", hdr, 64)[0]
+    with open(lay, "r+b") as f:
+        f.seek(data_off + 0x111 * 4096 + 8)  # the counter guest's stack page: touched at once
+        b = f.read(1)
+        f.seek(data_off + 0x111 * 4096 + 8)
+        f.write(bytes([b[0] ^ 0x80]))
+    r = subprocess.run([COVE, "restore", d], capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    check(r.returncode == 1 and "failed authentication" in r.stderr,
+          f"lazy tamper: exit {r.returncode}, stderr {r.stderr!r}")
+    check("tick" not in r.stdout, f"the guest ran on the bad page: {r.stdout[-200:]!r}")
+    print(f"ok lazy tamper: {r.stderr.strip().splitlines()[-1]}")
+
+
+def test_pkcs11(tmp):
+    for tool in ("softhsm2-util", "pkcs11-tool"):
+        check(shutil.which(tool), f"{tool} is missing (tools/setup installs softhsm2 and opensc)")
+    check(os.path.exists(SOFTHSM), f"{SOFTHSM} is missing (softhsm2)")
+    conf = os.path.join(tmp, "softhsm2.conf")
+    os.mkdir(os.path.join(tmp, "tokens"))
+    with open(conf, "w") as f:
+        f.write(f"directories.tokendir = {tmp}/tokens\nobjectstore.backend = file\nlog.level = ERROR\n")
+    env = {"SOFTHSM2_CONF": conf, "COVE_PKCS11_PIN": "1234"}
+    e = dict(os.environ, **env)
+    sh("softhsm2-util --init-token --free --label cove --pin 1234 --so-pin 5678", env=e)
+    sh(f"pkcs11-tool --module {SOFTHSM} --login --pin 1234 --keygen --key-type AES:32 "
+       f"--label kek1 --token-label cove", env=e)
+    d = os.path.join(tmp, "chain-p11")
+    stamped_snapshot(d, "pkcs11:token=cove;object=kek1", env=env)
+    restore_continues(d, env=env)
+    print("ok pkcs11: snapshot and restore with a SoftHSM2 token")
+    sh(f"pkcs11-tool --module {SOFTHSM} --login --pin 1234 --token-label cove --delete-object "
+       f"--type secrkey --label kek1", env=e)
+    line = expect_fail(d, "the KEK may be revoked", env=env)
+    print(f"ok pkcs11 revoked: {line}")
+
+
+def run_all():
+    for t in (test_key_cmd, test_lazy_tamper_stops_vm, test_pkcs11):
+        tmp = tempfile.mkdtemp(prefix="cove-crypt-")
+        try:
+            t0 = time.monotonic()
+            t(tmp)
+            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+        except Failure as e:
+            raise Failure(f"{t.__name__}: {e}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(run_all)
