@@ -438,6 +438,12 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	if (!full && !s->have_base)
 		return errmsg(err, errlen, -ENOENT,
 			      "no base layer to build on: take a Full snapshot first");
+	/*
+	 * Encrypted chains are not compacted (that would re-seal every page under new layer
+	 * ids): past `keep` layers the next snapshot is a full one, which bounds the chain too.
+	 */
+	if (!full && s->encrypted && s->chain.nr_layers >= s->keep)
+		full = true;
 	if (!full && s->chain.nr_layers >= CHAIN_MAX_LAYERS)
 		return errmsg(err, errlen, -E2BIG, "chain is full (%d layers)", CHAIN_MAX_LAYERS);
 	struct state_buf sb = { 0 };
