@@ -1,4 +1,4 @@
-/* `cove exec SANDBOX [options] -- CMD...`: runs a command in the sandbox through cove-init's agent. */
+/* `cove exec SANDBOX [options] -- CMD...`: runs a command in a sandbox via cove-init's agent. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

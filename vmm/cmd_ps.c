@@ -1,4 +1,4 @@
-/* `cove ps [SANDBOX]`: the sandboxes registered in the state dir, or one sandbox's exec sessions. */
+/* `cove ps [SANDBOX]`: sandboxes registered in the state dir, or one sandbox's exec sessions. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>

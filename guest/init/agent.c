@@ -1,4 +1,4 @@
-/* agent.c: cove-init's guest agent process: vsock listener, one thread per host connection, reaper. */
+/* agent.c: cove-init's guest agent process: vsock listener, a thread per connection, reaper. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* agent_exec.c: exec sessions: spawn (pipes or a pty), buffer output, attach/detach, exit status. */
+/* agent_exec.c: exec sessions: spawn (pipes or a pty), output queue, attach/detach, exit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>

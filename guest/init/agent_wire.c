@@ -1,4 +1,4 @@
-/* agent_wire.c: the agent's framing (4-byte BE length + JSON; typed data frames), request checks. */
+/* agent_wire.c: the agent's framing (BE length + JSON; typed data frames), request checks. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

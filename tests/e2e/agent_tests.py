@@ -347,7 +347,7 @@ def secret_store(tmp, secret):
     def run(cmd, **kw):
         return subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=300, **kw)
     run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key",
-         "cove agent e2e <agent-e2e@cove.invalid>", "default", "default", "never"])
+         "cove agent e2e <agent-e2e@cove.invalid>", "future-default", "default", "never"])
     out = run(["gpg", "--batch", "--with-colons", "--list-secret-keys"]).stdout.decode()
     fpr = [l.split(":")[9] for l in out.splitlines() if l.startswith("fpr:")][0]
     run(["pass", "init", fpr])
@@ -369,7 +369,9 @@ def test_agent_broker_fetch():
     broker = sb = None
     disk = os.path.join(tmp, "root.ext4")
     try:
+        t0 = time.monotonic()
         helper, env = secret_store(tmp, secret)
+        print(f"    pass store with a throwaway GPG key (ed25519/cv25519) in {time.monotonic() - t0:.1f} s")
 
         def cred(**over):
             c = {"helper": helper, "helper_input": {"protocol": "http", "host": "127.0.0.1"},
