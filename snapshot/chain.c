@@ -1,6 +1,7 @@
 /* A snapshot chain directory: chain.json lists the layers (full base, then increments) and is the commit point. */
 #include "chain.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -23,6 +24,9 @@ static int unhex(const char *s, uint8_t out[16])
 {
 	if (strlen(s) != 32)
 		return -EINVAL;
+	for (int i = 0; i < 32; i++)
+		if (!isxdigit((unsigned char)s[i]))
+			return -EINVAL;
 	for (int i = 0; i < 16; i++) {
 		unsigned v;
 		if (sscanf(s + 2 * i, "%2x", &v) != 1)
@@ -85,7 +89,8 @@ int chain_parse(const char *text, size_t len, struct chain *c, char *err, size_t
 		goto out;
 	}
 	if (!json_is_string(id) || unhex(json_string_value(id), c->chain_id) ||
-	    get_u64(root, "ram_size", &c->ram_size) || !json_is_array(layers)) {
+	    get_u64(root, "ram_size", &c->ram_size) || !json_is_array(layers) ||
+	    c->ram_size == 0 || c->ram_size % 4096 || c->ram_size > (1ULL << 40)) {
 		errmsg(err, errlen, -EINVAL, "chain.json: chain_id, ram_size or layers is missing or bad");
 		goto out;
 	}
@@ -110,6 +115,10 @@ int chain_parse(const char *text, size_t len, struct chain *c, char *err, size_t
 			goto out;
 		}
 		cl->full = json_is_true(full);
+		if (cl->stored > cl->present) {
+			errmsg(err, errlen, -EINVAL, "chain.json: layer %zu stores more pages than it holds", i);
+			goto out;
+		}
 		/* Layer 0 is a full one; each later layer names the one before as its parent. */
 		bool ok = c->nr_layers == 0 ? cl->full
 					    : (!cl->full && cl->parent == c->layers[c->nr_layers - 1].id &&
@@ -216,6 +225,8 @@ int chain_commit(const struct chain *c, char *err, size_t errlen)
 	close(fd);
 	if (!r && rename(tmp, path) < 0)
 		r = errmsg(err, errlen, -errno, "rename %s: %s", path, strerror(errno));
+	if (r)
+		unlink(tmp);
 	if (!r) {
 		int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0) {

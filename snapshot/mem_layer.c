@@ -154,6 +154,20 @@ int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errl
 		r = errmsg(err, errlen, -EINVAL, "memory layer %s: page bitmap is corrupt", path);
 		goto fail;
 	}
+	/* No bit may name a page past the end of RAM. */
+	if (l->info.nr_pages % 64 &&
+	    l->bitmap[l->info.nr_pages / 64] >> (l->info.nr_pages % 64)) {
+		r = errmsg(err, errlen, -EINVAL, "memory layer %s: bitmap names pages past RAM", path);
+		goto fail;
+	}
+	/* Encrypted: a page with data must be a page the layer holds. */
+	for (uint64_t i = 0; l->stored && i < l->info.bitmap_len / 8; i++) {
+		if (l->stored[i] & ~l->bitmap[i]) {
+			r = errmsg(err, errlen, -EINVAL, "memory layer %s: data bitmap is inconsistent",
+				   path);
+			goto fail;
+		}
+	}
 	uint64_t cnt = 0;
 	for (uint64_t i = 0; i < l->info.bitmap_len / 8; i++)
 		cnt += (uint64_t)__builtin_popcountll(l->bitmap[i]);
@@ -177,7 +191,7 @@ fail:
 
 void mem_layer_close(struct mem_layer *l)
 {
-	if (l->fd > 0)
+	if (l->fd >= 0)
 		close(l->fd);
 	free(l->bitmap);
 	l->fd = -1;

@@ -118,9 +118,9 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			o->vsock_uds = optarg;
 			break;
 		case O_CID:
-			if (parse_u64(optarg, 3, UINT32_MAX, &o->vsock_cid))
+			if (parse_u64(optarg, 3, UINT32_MAX - 1, &o->vsock_cid))
 				return errmsg(err, errlen, -EINVAL,
-					      "--vsock-cid: '%s' is not a number from 3 to 4294967295", optarg);
+					      "--vsock-cid: '%s' is not a number from 3 to 4294967294", optarg);
 			break;
 		case O_SDIR:
 			if (!*optarg || strlen(optarg) > 3800)

@@ -84,7 +84,7 @@ int machine_config_parse(const char *json, size_t len, struct machine_config *mc
 	if (vsock) {
 		json_t *cid = json_object_get(vsock, "cid");
 		if (!json_is_integer(cid) || json_integer_value(cid) < 3 ||
-		    json_integer_value(cid) > (json_int_t)UINT32_MAX ||
+		    json_integer_value(cid) >= (json_int_t)UINT32_MAX ||
 		    copy_str(json_object_get(vsock, "uds"), mc->vsock_uds, 97, false)) {
 			errmsg(err, errlen, r, "state file: vsock description is malformed");
 			goto out;

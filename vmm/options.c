@@ -213,9 +213,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			char *end;
 			errno = 0;
 			unsigned long long v = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || *optarg == '-' || v < 3 || v > UINT32_MAX)
+			if (errno || end == optarg || *end || *optarg == '-' || v < 3 || v >= UINT32_MAX)
 				return errmsg(err, errlen, -EINVAL,
-					    "--vsock-cid: '%s' is not a number from 3 to 4294967295",
+					    "--vsock-cid: '%s' is not a number from 3 to 4294967294",
 					    optarg);
 			o->vsock_cid = v;
 			break;
