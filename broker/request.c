@@ -145,10 +145,14 @@ int breq_parse(const uint8_t *msg, size_t len, struct breq *out, char *err, size
 		return errmsg(err, errlen, -EINVAL, "v must be 1");
 	/* A missing epoch/token (an agent that has had no identity yet) is a stale epoch. */
 	v = json_object_get(out->root, "epoch");
+	if (json_is_null(v))
+		v = NULL;
 	if (v && (!json_is_integer(v) || json_integer_value(v) < 0))
 		return errmsg(err, errlen, -EINVAL, "epoch must be a non-negative integer");
 	out->epoch = v ? (uint64_t)json_integer_value(v) : 0;
-	tok = opt_string(out->root, "token", &bad);
+	tok = json_is_null(json_object_get(out->root, "token"))
+		  ? NULL
+		  : opt_string(out->root, "token", &bad);
 	if (bad)
 		return errmsg(err, errlen, -EINVAL, "token must be a string");
 	out->has_token = v && tok && hex_decode(tok, out->token, REQ_TOKEN_BYTES) == 0;

@@ -113,6 +113,15 @@ static void test_request_parse(void **state)
 	assert_false(q.has_token);
 	breq_free(&q);
 	assert_int_equal(
+	    parse("{\"v\":1,\"epoch\":null,\"token\":null,\"url\":\"u\"}", &q, err, sizeof(err)),
+	    0);
+	assert_false(q.has_token);
+	breq_free(&q);
+	assert_int_equal(
+	    parse("{\"v\":1,\"epoch\":0,\"token\":\"\",\"url\":\"u\"}", &q, err, sizeof(err)), 0);
+	assert_false(q.has_token);
+	breq_free(&q);
+	assert_int_equal(
 	    parse("{\"v\":1,\"epoch\":1,\"token\":\"abc\",\"url\":\"u\"}", &q, err, sizeof(err)),
 	    0);
 	assert_false(q.has_token);
