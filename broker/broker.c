@@ -363,6 +363,7 @@ int broker_job_advance(struct broker *b, struct broker_job *j, char **reply, siz
 		    .body_len = j->q.body_len,
 		    .pin = j->pin,
 		    .ca_file = j->c->ca_file,
+		    .allow_private = j->c->allow_private,
 		    .timeout_s = b->fetch_timeout_s,
 		};
 

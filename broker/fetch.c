@@ -1,6 +1,7 @@
 /* libcurl request: no redirects, http/https only, no proxy, pinned addresses, capped body and
  * headers, decoded content (so the scrubber sees plain bytes). */
 #include "fetch.h"
+#include "dest.h"
 #include "errmsg.h"
 #include "wipe_alloc.h"
 
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 static int starts_ci(const char *line, size_t len, const char *name)
 {
@@ -87,6 +89,15 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	return len;
 }
 
+/* Every socket curl opens goes through here: close-on-exec (helpers are forked meanwhile), and
+ * a second check of the exact address connected to, behind the resolve-and-pin check. */
+static curl_socket_t open_socket(void *allow_private, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	if (purpose == CURLSOCKTYPE_IPCXN && !allow_private && dest_addr_is_private(&a->addr))
+		return CURL_SOCKET_BAD;
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 int fetch_start(struct fetch *f, const struct fetch_req *req, char *err, size_t errlen)
 {
 	struct curl_slist *n;
@@ -141,6 +152,8 @@ int fetch_start(struct fetch *f, const struct fetch_req *req, char *err, size_t 
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "cove-broker");
 	if (f->pin)
 		curl_easy_setopt(c, CURLOPT_RESOLVE, f->pin);
+	curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+	curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, req->allow_private ? (void *)1 : NULL);
 	if (req->ca_file)
 		curl_easy_setopt(c, CURLOPT_CAINFO, req->ca_file);
 	if (!strcmp(req->method, "HEAD"))

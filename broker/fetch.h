@@ -18,8 +18,9 @@ struct fetch_req {
 	const char *inject; /* "Name: value" with the secret; wiped by fetch_perform's caller */
 	const uint8_t *body;
 	size_t body_len;
-	const char *pin; /* CURLOPT_RESOLVE entry or "" */
+	const char *pin;     /* CURLOPT_RESOLVE entry or "" */
 	const char *ca_file; /* CA bundle for https, NULL = system */
+	int allow_private;   /* else a connect to a private address is refused at the socket */
 	long timeout_s;
 };
 

@@ -12,8 +12,11 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "dest.h"
+#include "fetch.h"
 #include "policy.h"
 #include "url.h"
 
@@ -304,6 +307,38 @@ static void test_private_addrs(void **state)
 	assert_int_equal(dest_resolve("no-such-host.invalid", 80, true, pin, sizeof(pin)), -ENOENT);
 }
 
+/* The socket-level check behind the pin: curl never connects to a private address unless the
+ * credential allows it (a real listener on 127.0.0.1 sees whether a connection arrived). */
+static void test_fetch_socket_check(void **state)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	struct fetch_resp resp;
+	char url[64], err[256];
+	int lfd, cfd;
+
+	(void)state;
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", ntohs(sa.sin_port));
+	{
+		struct fetch_req req = {.url = url, .method = "GET", .timeout_s = 1};
+
+		assert_int_equal(fetch_perform(&req, &resp, err, sizeof(err)), -EIO);
+		assert_true(accept(lfd, NULL, NULL) < 0 && errno == EAGAIN);
+		req.allow_private = 1;
+		/* Connects, sends, and times out waiting for an answer nobody writes. */
+		assert_int_equal(fetch_perform(&req, &resp, err, sizeof(err)), -EIO);
+		cfd = accept(lfd, NULL, NULL);
+		assert_true(cfd >= 0);
+		close(cfd);
+	}
+	close(lfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -311,6 +346,7 @@ int main(void)
 	    cmocka_unit_test(test_url_split),	      cmocka_unit_test(test_host_match),
 	    cmocka_unit_test(test_policy_check),      cmocka_unit_test(test_rate_and_uses),
 	    cmocka_unit_test(test_private_addrs),
+	    cmocka_unit_test(test_fetch_socket_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
