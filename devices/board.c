@@ -46,7 +46,8 @@ int board_create(struct board *b, struct vm *vm, int console_fd)
 	return 0;
 }
 
-int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks, int n)
+int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks,
+		    const struct disk_chain *chains, int n)
 {
 	for (int i = 0; i < n; i++) {
 		if (b->nr_disks >= BOARD_MAX_DISKS || b->nr_virtio >= BOARD_MAX_VIRTIO)
@@ -57,8 +58,12 @@ int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks
 		int slot = b->nr_virtio;
 		char serial[VIRTIO_BLK_ID_BYTES + 1];
 		snprintf(serial, sizeof(serial), "cove-vd%c", 'a' + b->nr_disks);
+		const char *layers[BOARD_DISK_LAYERS];
+		int nl = chains ? chains[i].n : 0;
+		for (int k = 0; k < nl && k < BOARD_DISK_LAYERS; k++)
+			layers[k] = chains[i].paths[k];
 		int r = virtio_blk_create(blk, vm, disks[i].path, disks[i].read_only,
-					  disks[i].overlay[0] ? disks[i].overlay : NULL,
+					  disks[i].overlay[0] ? disks[i].overlay : NULL, layers, nl,
 					  VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
 					  virtio_irqs[slot], serial);
 		if (r) {

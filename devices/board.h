@@ -29,8 +29,19 @@ struct board {
 
 /* Creates and registers every board device; serial output goes to console_fd. */
 int board_create(struct board *b, struct vm *vm, int console_fd);
-/* Adds one virtio-blk per disk, in order (the guest names them vda, vdb...). 0 or -errno. */
-int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks, int n);
+/* Frozen overlay layers under one disk's top (snapshots), oldest first. */
+#define BOARD_DISK_LAYERS 15
+struct disk_chain {
+	int n;
+	char paths[BOARD_DISK_LAYERS][4096];
+};
+
+/*
+ * Adds one virtio-blk per disk, in order (the guest names them vda, vdb...); `chains` (NULL or
+ * n entries) lists frozen overlay layers under each disk's overlay. 0 or -errno.
+ */
+int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks,
+		    const struct disk_chain *chains, int n);
 /* Adds the virtio-vsock device serving `uds_path` for guest `cid`. 0 or -errno. */
 int board_add_vsock(struct board *b, struct vm *vm, uint64_t cid, const char *uds_path);
 /*

@@ -441,14 +441,24 @@ static void close_backend(struct virtio_blk *blk)
 }
 
 static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
-			const char *overlay)
+			const char *overlay, const char *const *layers, int nr_layers)
 {
 	char err[512];
 	blk->be.fd = blk->be.efd = -1; /* no io_uring back end */
 	blk->ov = calloc(1, sizeof(*blk->ov));
 	if (!blk->ov)
 		return -ENOMEM;
-	int r = overlay_open(blk->ov, path, overlay, 0, err, sizeof(err));
+	const char *chain[OVERLAY_CHAIN_MAX];
+	if (nr_layers < 0 || nr_layers >= OVERLAY_CHAIN_MAX) {
+		free(blk->ov);
+		blk->ov = NULL;
+		log_err(vm->log, "disk %s: %d overlay layers is over the cap", path, nr_layers);
+		return -E2BIG;
+	}
+	for (int i = 0; i < nr_layers; i++)
+		chain[i] = layers[i];
+	chain[nr_layers] = overlay;
+	int r = overlay_open_chain(blk->ov, path, chain, nr_layers + 1, 0, err, sizeof(err));
 	if (r) {
 		log_err(vm->log, "disk %s: %s", path, err);
 		free(blk->ov);
@@ -460,7 +470,8 @@ static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
 }
 
 int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
-		      const char *overlay, uint64_t base, uint32_t irq, const char *serial)
+		      const char *overlay, const char *const *layers, int nr_layers, uint64_t base,
+		      uint32_t irq, const char *serial)
 {
 	memset(blk, 0, sizeof(*blk));
 	blk->vm = vm;
@@ -468,7 +479,7 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
 	int r;
 	if (overlay) {
-		r = open_overlay(blk, vm, path, overlay);
+		r = open_overlay(blk, vm, path, overlay, layers, nr_layers);
 		if (r)
 			return r;
 	} else {
@@ -528,4 +539,23 @@ void virtio_blk_quiesce(struct virtio_blk *blk)
 	if (blk->mmio.queues[0].used_idx != before)
 		virtio_mmio_notify_used(&blk->mmio, 0);
 	pthread_mutex_unlock(&blk->mmio.lock);
+}
+
+int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, char *err,
+		      size_t errlen)
+{
+	*frozen = 0;
+	if (!blk->ov)
+		return 0;
+	pthread_mutex_lock(&blk->mmio.lock);
+	bool has_data = false;
+	for (size_t i = 0; i < blk->ov->bitmap_bytes && !has_data; i++)
+		has_data = blk->ov->bitmap[i] != 0;
+	int r = 0;
+	if (has_data) {
+		r = overlay_freeze(blk->ov, new_top, err, errlen);
+		*frozen = r == 0;
+	}
+	pthread_mutex_unlock(&blk->mmio.lock);
+	return r;
 }

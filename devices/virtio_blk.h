@@ -28,11 +28,24 @@ struct virtio_blk {
  * Opens the image (or, with `overlay` set, the read-only base `path` under that overlay) and
  * registers the device at `base`/`irq`. 0 or -errno, after one log line.
  */
+/*
+ * `layers` (may be NULL): frozen overlay layers under `overlay`, oldest first (restore of a
+ * snapshot that froze the disk).
+ */
 int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
-		      const char *overlay, uint64_t base, uint32_t irq, const char *serial);
+		      const char *overlay, const char *const *layers, int nr_layers, uint64_t base,
+		      uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
 
 /* Completes every request in flight (the VM is paused): guest memory and used ring are final. */
 void virtio_blk_quiesce(struct virtio_blk *blk);
 
+/*
+ * Snapshots, with the VM paused and the disk quiesced: if the overlay's top holds any data,
+ * freeze it (it becomes a read-only layer at its path) and go on writing into a new empty
+ * top at `new_top`.  *frozen = 1 when a layer was frozen, 0 when the top was empty (nothing
+ * to do), and for a disk without an overlay.  0 or -errno with a message in `err`.
+ */
+int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, char *err,
+		      size_t errlen);
 #endif

@@ -519,6 +519,16 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	}
 	state_buf_init(&sb);
 	board_quiesce(s->board);
+	if (s->prepare) {
+		char *cfg = NULL;
+		r = s->prepare(s->prepare_opaque, id, &cfg, err, errlen);
+		if (r)
+			goto resume;
+		if (cfg) {
+			free(s->config_json);
+			s->config_json = cfg;
+		}
+	}
 	state_put(&sb, SEC_CONFIG, 0, s->config_json, strlen(s->config_json));
 	r = kvm_state_save(vm, &sb);
 	if (r) {

@@ -37,6 +37,14 @@ struct snap_ctx {
 	uint64_t *stored_bm;	 /* scratch: pages with data, for encrypted layers */
 	/* RAM is filled lazily (userfaultfd): a full snapshot must read every page, not the memfd's. */
 	bool ram_lazy;
+	/*
+	 * Called with the VM paused and its devices quiesced, before the state is saved: the
+	 * owner freezes disk overlays (so disk and memory agree) and returns the machine
+	 * description to save (malloc'd; it replaces config_json). NULL: nothing to do.
+	 */
+	int (*prepare)(void *opaque, uint64_t layer_id, char **config_json, char *err,
+		       size_t errlen);
+	void *prepare_opaque;
 };
 
 struct snap_stats {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -310,6 +311,34 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 		if (o->vsock_cid)
 			p->mc.vsock_cid = o->vsock_cid;
 	}
+	bool latest = p->idx == p->chain.nr_layers - 1;
+	const char *sdir = o->snap_dir ? o->snap_dir : latest ? o->dir : NULL;
+	if (o->snap_dir && !latest && !strcmp(o->snap_dir, o->dir)) {
+		log_err(&sb->log, "--snapshot-dir: an older layer cannot continue its own chain; "
+				  "give another directory");
+		return 1;
+	}
+	/*
+	 * Disks with an overlay: the snapshot's disk is the base plus its frozen layers; this
+	 * process writes into a top of its own (the snapshotted process, or other clones, may
+	 * still be writing theirs).
+	 */
+	const char *topdir = sdir ? sdir : o->dir;
+	if (sdir && mkdir(sdir, 0700) < 0 && errno != EEXIST) {
+		log_err(&sb->log, "cannot create %s: %s", sdir, strerror(errno));
+		return 1;
+	}
+	for (int i = 0; i < p->mc.nr_disks; i++) {
+		if (!p->mc.disks[i].overlay[0])
+			continue;
+		if (snprintf(p->mc.disks[i].overlay, sizeof(p->mc.disks[i].overlay),
+			     "%s/disk%d-r%06llu-%d.ovl", topdir, i,
+			     (unsigned long long)p->chain.layers[p->idx].id, (int)getpid()) >=
+		    (int)sizeof(p->mc.disks[i].overlay)) {
+			log_err(&sb->log, "disk overlay path too long");
+			return 1;
+		}
+	}
 	const struct mem_layer *base = &p->ls->layers[0];
 	uint64_t copied = 0;
 	int nr_layers = p->ls->nr;
@@ -340,13 +369,6 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 		return 1;
 	}
 	board_resume_restored(&sb->board, &sb->log);
-	bool latest = p->idx == p->chain.nr_layers - 1;
-	const char *sdir = o->snap_dir ? o->snap_dir : latest ? o->dir : NULL;
-	if (o->snap_dir && !latest && !strcmp(o->snap_dir, o->dir)) {
-		log_err(&sb->log, "--snapshot-dir: an older layer cannot continue its own chain; "
-				  "give another directory");
-		return 1;
-	}
 	if (sdir) {
 		char spec[4200];
 		if (p->encrypted) {

@@ -10,12 +10,20 @@
 
 static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 {
-	struct machine_config mc = { .mem_size = o->mem_size, .vcpus = o->vcpus,
-				     .nr_disks = o->nr_disks, .vsock_cid = o->vsock_cid };
-	memcpy(mc.disks, o->disks, sizeof(mc.disks));
+	/* Heap: with room for disk overlay chains a machine config is about half a MiB. */
+	struct machine_config *mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return 1;
+	mc->mem_size = o->mem_size;
+	mc->vcpus = o->vcpus;
+	mc->nr_disks = o->nr_disks;
+	mc->vsock_cid = o->vsock_cid;
+	memcpy(mc->disks, o->disks, sizeof(mc->disks));
 	if (o->vsock_uds)
-		snprintf(mc.vsock_uds, sizeof(mc.vsock_uds), "%s", o->vsock_uds);
-	if (sandbox_build(sb, &mc, o->track_dirty, -1, 0))
+		snprintf(mc->vsock_uds, sizeof(mc->vsock_uds), "%s", o->vsock_uds);
+	int r = sandbox_build(sb, mc, o->track_dirty, -1, 0);
+	free(mc);
+	if (r)
 		return 1;
 	/* The guest finds virtio-mmio devices only through virtio_mmio.device= words. */
 	char cmdline[4096];

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -11,21 +12,44 @@
 #include "guest_mem.h"
 #include "vm.h"
 
-char *machine_config_json(const struct run_opts *o)
+char *machine_config_to_json(const struct machine_config *mc)
 {
 	json_t *disks = json_array();
-	for (int i = 0; i < o->nr_disks; i++)
-		json_array_append_new(disks, json_pack("{s:s,s:b,s:s}", "path", o->disks[i].path, "ro",
-						       o->disks[i].read_only, "overlay",
-						       o->disks[i].overlay));
-	json_t *root = json_pack("{s:I,s:i,s:o}", "mem_size", (json_int_t)o->mem_size, "vcpus",
-				 o->vcpus, "disks", disks);
-	if (root && o->vsock_cid)
+	for (int i = 0; i < mc->nr_disks; i++) {
+		json_t *layers = json_array();
+		for (int k = 0; k < mc->chains[i].n; k++)
+			json_array_append_new(layers, json_string(mc->chains[i].paths[k]));
+		json_array_append_new(disks, json_pack("{s:s,s:b,s:s,s:o}", "path",
+						       mc->disks[i].path, "ro",
+						       mc->disks[i].read_only, "overlay",
+						       mc->disks[i].overlay, "layers", layers));
+	}
+	json_t *root = json_pack("{s:I,s:i,s:o}", "mem_size", (json_int_t)mc->mem_size, "vcpus",
+				 mc->vcpus, "disks", disks);
+	if (root && mc->vsock_cid)
 		json_object_set_new(root, "vsock",
-				    json_pack("{s:I,s:s}", "cid", (json_int_t)o->vsock_cid, "uds",
-					      o->vsock_uds));
+				    json_pack("{s:I,s:s}", "cid", (json_int_t)mc->vsock_cid, "uds",
+					      mc->vsock_uds));
 	char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
 	json_decref(root);
+	return s;
+}
+
+char *machine_config_json(const struct run_opts *o)
+{
+	/* Heap: with its disk chains a machine config is about half a MiB. */
+	struct machine_config *mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return NULL;
+	mc->mem_size = o->mem_size;
+	mc->vcpus = o->vcpus;
+	mc->nr_disks = o->nr_disks;
+	memcpy(mc->disks, o->disks, sizeof(mc->disks));
+	mc->vsock_cid = o->vsock_cid;
+	if (o->vsock_uds)
+		snprintf(mc->vsock_uds, sizeof(mc->vsock_uds), "%s", o->vsock_uds);
+	char *s = machine_config_to_json(mc);
+	free(mc);
 	return s;
 }
 
@@ -79,6 +103,26 @@ int machine_config_parse(const char *json, size_t len, struct machine_config *mc
 			goto out;
 		}
 		o->read_only = json_is_true(ro);
+		/* Frozen overlay layers (absent in machines that were never snapshotted with one). */
+		json_t *layers = json_object_get(d, "layers");
+		if (layers) {
+			size_t k;
+			json_t *l;
+			if (!json_is_array(layers) || json_array_size(layers) > BOARD_DISK_LAYERS ||
+			    (json_array_size(layers) && !o->overlay[0])) {
+				errmsg(err, errlen, r, "state file: disk %zu has bad overlay layers", i);
+				goto out;
+			}
+			json_array_foreach(layers, k, l)
+			{
+				if (copy_str(l, mc->chains[i].paths[k], sizeof(mc->chains[i].paths[k]),
+					     false)) {
+					errmsg(err, errlen, r, "state file: disk %zu layer %zu is bad", i, k);
+					goto out;
+				}
+				mc->chains[i].n++;
+			}
+		}
 		mc->nr_disks++;
 	}
 	if (vsock) {

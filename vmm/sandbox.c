@@ -18,6 +18,8 @@
 
 #include "errmsg.h"
 #include "keyprov.h"
+#include "overlay.h"
+#include "virtio_blk.h"
 #include "vm_api.h"
 
 extern char **environ;
@@ -121,7 +123,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	if (r)
 		return r;
 	sb->board_created = true;
-	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->nr_disks);
+	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->chains, mc->nr_disks);
 	if (r)
 		return r;
 	if (mc->vsock_cid) {
@@ -130,11 +132,55 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 			return r;
 	}
 	/* What a snapshot records so restore can build the same machine. */
-	struct run_opts o = { .mem_size = mc->mem_size, .vcpus = mc->vcpus, .nr_disks = mc->nr_disks,
-			      .vsock_cid = mc->vsock_cid, .vsock_uds = mc->vsock_uds };
-	memcpy(o.disks, mc->disks, sizeof(o.disks));
-	sb->config_json = machine_config_json(&o);
+	sb->config_json = machine_config_to_json(&sb->mc);
 	return sb->config_json ? 0 : -ENOMEM;
+}
+
+/*
+ * In the snapshot's pause: each overlay disk whose top holds data freezes it and goes on in a
+ * new top in the snapshot directory, so the saved disk (base + frozen layers) is exactly the
+ * disk the saved memory knows.
+ */
+static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json, char *err,
+			    size_t errlen)
+{
+	struct sandbox *sb = opaque;
+	struct machine_config *mc = &sb->mc;
+	for (int i = 0; i < sb->board.nr_disks; i++) {
+		if (!mc->disks[i].overlay[0])
+			continue;
+		struct disk_chain *ch = &mc->chains[i];
+		char top[4096];
+		if (snprintf(top, sizeof(top), "%s/disk%d-%06llu.ovl", sb->snap.dir, i,
+			     (unsigned long long)layer_id) >= (int)sizeof(top))
+			return errmsg(err, errlen, -ENAMETOOLONG, "disk overlay path too long");
+		if (ch->n >= BOARD_DISK_LAYERS) {
+			int r = errmsg(err, errlen, -E2BIG,
+				       "disk %d: its overlay chain holds %d frozen layers, the most a "
+				       "snapshot can add to",
+				       i, ch->n);
+			/* Only if the top is empty can this snapshot go on without a new layer. */
+			bool has_data = false;
+			struct overlay *ov = sb->board.disks[i]->ov;
+			for (size_t k = 0; ov && k < ov->bitmap_bytes && !has_data; k++)
+				has_data = ov->bitmap[k] != 0;
+			if (has_data)
+				return r;
+			continue;
+		}
+		int frozen;
+		int r = virtio_blk_freeze(sb->board.disks[i], top, &frozen, err, errlen);
+		if (r)
+			return r;
+		if (frozen) {
+			snprintf(ch->paths[ch->n++], sizeof(ch->paths[0]), "%s", mc->disks[i].overlay);
+			snprintf(mc->disks[i].overlay, sizeof(mc->disks[i].overlay), "%s", top);
+			log_info(&sb->log, "snapshot: disk %d: froze its overlay, now writing %s", i,
+				 top);
+		}
+	}
+	*config_json = machine_config_to_json(mc);
+	return *config_json ? 0 : -ENOMEM;
 }
 
 int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep)
@@ -167,6 +213,8 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	}
 	if (keep)
 		sb->snap.keep = keep;
+	sb->snap.prepare = prepare_snapshot;
+	sb->snap.prepare_opaque = sb;
 	sb->snap_keep = keep;
 	sb->snap_interval_ms = interval_ms;
 	sb->snap_ready = true;
