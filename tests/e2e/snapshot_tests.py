@@ -230,3 +230,49 @@ TESTS = [
     test_vsock_listener_after_restore,
     test_fork_three_diverge,
 ]
+
+
+def test_snapshot_disk_agrees_with_memory():
+    """An overlay root disk is frozen in the snapshot's pause: after restore the guest, with its
+    caches dropped, sees on disk exactly what it had written before the snapshot."""
+    d, con1, con2 = "/tmp/snap-disk", "/tmp/snap-disk.out", "/tmp/snap-disk.restored"
+    sock, base, ovl = "/tmp/snap-disk.api", "/tmp/snap-disk-base.ext4", "/tmp/snap-disk.ovl"
+    fresh(d, con1, con2, sock, base, ovl, ovl + ".map")
+    subprocess.run(["cp", bt.ROOTFS, base], check=True)
+    loop = ("echo before > /root/a && sync && echo WROTE-A; i=0; while :; do i=$((i+1)); "
+            "echo \"count $i\"; "
+            "if [ $i = 8 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; "
+            "echo \"LS: $(ls /root | tr '\\n' ' ')\"; fi; "
+            "if [ $i = 10 ]; then echo after > /root/c && sync && echo WROTE-C; fi; "
+            "sleep 0.5; done")
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--mem", "256M",
+           "--cmdline", bt.cmdline_for(loop, bt.DISK_ROOT), "--disk", f"{base},overlay={ovl}",
+           "--api-sock", sock, "--snapshot-dir", d, "--console", con1]
+    p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_file(con1, lambda t: "WROTE-A" in t and len(counts(t)) >= 2, bt.BOOT_TIMEOUT,
+                  "the guest to write /root/a", p)
+        status, body = api(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        check(status == 200, f"snapshot: {status} {body}")
+        with open(con1) as f:
+            at_snap = counts(f.read())[-1]
+        check(at_snap < 8, f"the snapshot came too late (count {at_snap})")
+        wait_file(con1, lambda t: "WROTE-C" in t, 120, "the guest to write /root/c", p)
+    finally:
+        kill(p)
+    tops = [f for f in os.listdir(d) if f.endswith(".ovl")]
+    check(tops, f"no new overlay top in {d}: {os.listdir(d)}")
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2], stdin=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        text = wait_file(con2, lambda t: "LS:" in t, 120, "the restored guest to list /root", r)
+    finally:
+        kill(r)
+    ls = re.search(r"LS: ([^\r\n]*)", text).group(1).split()
+    check("a" in ls and "c" not in ls, f"restored disk shows {ls}: want a and not c")
+    print(f"    snapshot at count {at_snap}; restored guest lists /root: {ls} "
+          f"(the original wrote c after the snapshot)")
+    fresh(d, con1, con2, sock, base, ovl, ovl + ".map")
+
+
+TESTS.append(test_snapshot_disk_agrees_with_memory)
