@@ -36,8 +36,8 @@ int cmd_exec(int argc, char **argv)
 	const char *cwd = NULL, *user = NULL, *sandbox;
 	bool tty = false, no_stdin = false, detach = false;
 	double wait_s = 0;
-	json_t *env = json_array(), *args = json_array(), *req, *reply = NULL;
-	int c, fd, ret;
+	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL;
+	int c, fd, ret = 2;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "te:w:u:ndh", opts, NULL)) != -1) {
@@ -48,7 +48,8 @@ int cmd_exec(int argc, char **argv)
 		case 'e':
 			if (!strchr(optarg, '=') || optarg[0] == '=') {
 				fprintf(stderr, "cove exec: --env '%s': want KEY=VALUE\n", optarg);
-				return 2;
+				ret = 2;
+				goto out;
 			}
 			json_array_append_new(env, json_string(optarg));
 			break;
@@ -70,27 +71,32 @@ int cmd_exec(int argc, char **argv)
 			wait_s = strtod(optarg, &end);
 			if (*end || wait_s < 0 || wait_s > 3600) {
 				fprintf(stderr, "cove exec: --wait '%s': want seconds 0..3600\n", optarg);
-				return 2;
+				ret = 2;
+				goto out;
 			}
 			break;
 		}
 		case 'h':
 			fputs(exec_usage, stdout);
-			return 0;
+			ret = 0;
+			goto out;
 		default:
 			fputs(exec_usage, stderr);
-			return 2;
+			ret = 2;
+			goto out;
 		}
 	}
 	/* getopt permutes: SANDBOX may come before or after the options; "--" ends them. */
 	if (optind >= argc) {
 		fprintf(stderr, "cove exec: missing SANDBOX (try 'cove exec --help')\n");
-		return 2;
+		ret = 2;
+		goto out;
 	}
 	sandbox = argv[optind++];
 	if (optind >= argc) {
 		fprintf(stderr, "cove exec: missing command after '--' (try 'cove exec --help')\n");
-		return 2;
+		ret = 2;
+		goto out;
 	}
 	for (int i = optind; i < argc; i++)
 		json_array_append_new(args, json_string(argv[i]));
@@ -106,13 +112,15 @@ int cmd_exec(int argc, char **argv)
 	}
 	if (ret < 0) {
 		fprintf(stderr, "cove exec: %s\n", err);
-		return 1;
+		ret = 1;
+		goto out;
 	}
-	req = json_pack("{s:s,s:o,s:o,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty",
+	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty",
 			tty, "stdin", !no_stdin && !detach);
 	if (!req) {
 		fprintf(stderr, "cove exec: bad argument (not UTF-8?)\n");
-		return 2;
+		ret = 2;
+		goto out;
 	}
 	if (detach)
 		json_object_set_new(req, "detach", json_true());
@@ -129,24 +137,28 @@ int cmd_exec(int argc, char **argv)
 		}
 	}
 	fd = agent_call(uds, wait_s, req, &reply, err, sizeof(err));
-	json_decref(req);
 	if (fd < 0) {
 		fprintf(stderr, "cove exec: %s\n", err);
 		/* A command that could not start: 127 as a shell says, 1 for anything else. */
-		return fd == -EREMOTEIO && strncmp(err, "exec ", 5) == 0 ? 127 : 1;
+		ret = fd == -EREMOTEIO && strncmp(err, "exec ", 5) == 0 ? 127 : 1;
+		goto out;
 	}
 	if (detach) {
 		printf("%s\n", json_string_value(json_object_get(reply, "session")));
-		json_decref(reply);
 		close(fd);
-		return 0;
+		ret = 0;
+		goto out;
 	}
-	json_decref(reply);
 	ret = agent_session_stream(fd, tty, !no_stdin, err, sizeof(err));
 	close(fd);
 	if (ret < 0) {
 		fprintf(stderr, "cove exec: %s\n", err);
-		return 1;
+		ret = 1;
 	}
+out:
+	json_decref(reply);
+	json_decref(req);
+	json_decref(args);
+	json_decref(env);
 	return ret;
 }
