@@ -109,8 +109,13 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 		iov[i].iov_len = buf_len - i * REG_PIECE < REG_PIECE ? buf_len - i * REG_PIECE
 								      : REG_PIECE;
 	}
-	/* Registration pins the pages; if the memlock limit refuses, plain writes still work. */
-	bool fixed = npieces && io_uring_register_buffers(&ring, iov, (unsigned)npieces) == 0;
+	/*
+	 * Registration pins the pages; if the memlock limit refuses, plain writes still work.
+	 * Only a staging-sized buffer is registered: pinning all of guest RAM (the unstaged
+	 * path) would make every page of it resident.
+	 */
+	bool fixed = npieces && buf_len <= REG_PIECE &&
+		     io_uring_register_buffers(&ring, iov, (unsigned)npieces) == 0;
 	free(iov);
 
 	size_t next = 0, inflight = 0;
