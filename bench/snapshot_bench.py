@@ -892,7 +892,7 @@ def main():
     a.cove_src = a.cove
     a.cove = os.path.join(work, "cove")
     shutil.copy2(a.cove_src, a.cove)
-    doc = {"metadata": metadata(a, work)}
+    doc = {"metadata": metadata(a, work), "seconds": {}}
     errors = []
     t_start = time.perf_counter()
     try:
@@ -914,7 +914,7 @@ def main():
                 errors.append("%s: %s: %s" % (name, type(e).__name__, e))
                 log("%s FAILED: %s" % (name, e))
                 doc[name] = None
-            doc.setdefault("seconds", {})[name] = round(time.perf_counter() - t, 1)
+            doc["seconds"][name] = round(time.perf_counter() - t, 1)
     finally:
         kill_everything()
         shutil.rmtree(work, ignore_errors=True)
