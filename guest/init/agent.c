@@ -258,17 +258,17 @@ static void loopback_up(void)
 
 /* Called by PID 1 before it runs the command: the agent is a child process, not PID 1's threads,
  * so PID 1's own reaping (waitpid(-1)) and the agent's sessions never see each other's children. */
-void agent_start(void)
+pid_t agent_start(void)
 {
 	pid_t pid;
 
 	loopback_up();
 	pid = fork();
-
 	if (pid < 0) {
 		init_log("agent: fork: %s", strerror(errno));
-		return;
+		return -1;
 	}
 	if (pid == 0)
 		_exit(agent_run(NULL));
+	return pid;
 }

@@ -87,7 +87,7 @@ struct agent {
 };
 
 /* agent.c */
-void agent_start(void);
+pid_t agent_start(void);
 int agent_run(const char *test_uds);
 
 /* agent_exec.c */

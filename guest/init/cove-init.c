@@ -161,7 +161,7 @@ int main(int argc, char **argv)
 	}
 
 	/* The guest agent (exec, files, ports, identity, broker proxy) on vsock port 1024. */
-	agent_start();
+	sup.agent_pid = agent_start();
 	print_ready();
 	if (err == -EINVAL) {
 		init_log("bad parameter %s", cfg.error);

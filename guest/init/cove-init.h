@@ -40,6 +40,8 @@ struct sup {
 	sigset_t old_mask; /* restored in the command */
 	pid_t main_pid;
 	int main_status; /* shell-style status (code, or 128 + signal); -1 while running */
+	pid_t agent_pid; /* the guest agent (agent.c); restarted if it dies, a few times */
+	int agent_restarts;
 };
 
 int sup_init(struct sup *s);

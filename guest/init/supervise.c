@@ -12,12 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "cove-init.h"
 
 /* How long the command gets between SIGTERM and SIGKILL when the VM is asked to stop. */
 #define STOP_GRACE_MS 3000
 /* How long leftover processes get once the command has ended. */
 #define CLEANUP_GRACE_MS 1000
+#define AGENT_RESTARTS_MAX 5
 
 static long long now_ms(void)
 {
@@ -46,6 +48,8 @@ int sup_init(struct sup *s)
 
 	s->main_pid = -1;
 	s->main_status = -1;
+	s->agent_pid = -1;
+	s->agent_restarts = 0;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGTERM);
@@ -107,6 +111,19 @@ int sup_spawn(struct sup *s, char *const argv[], bool interactive)
 	return 0;
 }
 
+/* The agent crashed or was killed: exec sessions are gone, but new ones should work. Only while
+ * the command runs (sup_stop_all ends the agent on purpose), and only a few times. */
+static void agent_died(struct sup *s, int wstatus)
+{
+	s->agent_pid = -1;
+	if (s->main_status >= 0 || s->main_pid < 0)
+		return;
+	init_log("agent ended (status %d)%s", shell_status(wstatus),
+		 s->agent_restarts < AGENT_RESTARTS_MAX ? ", restarting it" : "");
+	if (s->agent_restarts++ < AGENT_RESTARTS_MAX)
+		s->agent_pid = agent_start();
+}
+
 /* Returns 1 while children remain, 0 once there are none. */
 static int reap(struct sup *s)
 {
@@ -120,6 +137,8 @@ static int reap(struct sup *s)
 			return errno == EINTR ? 1 : 0;
 		if (pid == s->main_pid)
 			s->main_status = shell_status(wstatus);
+		if (pid == s->agent_pid)
+			agent_died(s, wstatus);
 	}
 }
 

@@ -307,11 +307,22 @@ def test_agent_identity():
         r = agent_call(sb.uds, {"op": "nope"})
         bt.check(r.get("ok") is False and "unknown op" in r.get("error", ""), f"unknown op: {r}")
         print(f"    guest clock {before.split()[0]} -> {got} (asked {target})")
+        if not LOCAL:
+            # PID 1 restarts an agent that died; the new one starts without an identity.
+            sb.sh("for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = cove-agent ] && "
+                  "kill -9 ${p#/proc/}; done")
+            r = sb.cove("exec", "--wait", "30", sb.name, "--", "echo", "back")
+            bt.check(r.returncode == 0 and r.stdout == b"back\n",
+                     f"agent not restarted: rc={r.returncode} {r.stderr!r}")
+            bt.check(agent_call(sb.uds, {"op": "status"}).get("epoch") == 0,
+                     "restarted agent kept an epoch")
     finally:
         console = sb.close()
     if not LOCAL:
         bt.check("identity: epoch 5, clock set, RNG reseeded with 32 bytes" in console,
                  f"no identity line on the console: {console[-800:]!r}")
+        bt.check("agent ended (status 137), restarting it" in console,
+                 f"no agent restart line on the console: {console[-800:]!r}")
 
 
 # --- cove-broker + cove-fetch ------------------------------------------------------------------
