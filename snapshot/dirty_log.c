@@ -108,3 +108,32 @@ void dirty_log_merge_back(struct vm *vm, const uint64_t *bitmap)
 			vm->vmm_dirty[w] |= bitmap[w];
 	pthread_mutex_unlock(&vm->dirty_lock);
 }
+
+int64_t dirty_log_count(struct vm *vm)
+{
+	if (!vm->track_dirty || !vm->dirty_manual)
+		return -ENOTSUP;
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < vm->mem.nr_slots; i++) {
+		const struct mem_slot *s = &vm->mem.slots[i];
+		size_t swords = (size_t)(((s->size >> PAGE_SHIFT) + 63) / 64);
+		uint64_t *tmp = calloc(swords, sizeof(uint64_t));
+		if (!tmp)
+			return -ENOMEM;
+		/* With manual protection GET only reads: nothing is cleared or re-protected. */
+		struct kvm_dirty_log dl = { .slot = s->id, .dirty_bitmap = tmp };
+		int r = kvm_ioctl_raw(vm->vm_fd, KVM_GET_DIRTY_LOG, &dl);
+		for (size_t w = 0; !r && w < swords; w++)
+			n += (uint64_t)__builtin_popcountll(tmp[w]);
+		free(tmp);
+		if (r)
+			return r;
+	}
+	size_t words = dirty_log_bitmap_words(vm);
+	pthread_mutex_lock(&vm->dirty_lock);
+	for (size_t w = 0; w < words; w++)
+		if (vm->vmm_dirty[w])
+			n += (uint64_t)__builtin_popcountll(vm->vmm_dirty[w]);
+	pthread_mutex_unlock(&vm->dirty_lock);
+	return (int64_t)n;
+}

@@ -26,4 +26,11 @@ int dirty_log_start(struct vm *vm);
 /* Puts collected bits back (a snapshot that failed): the next collection reports them again. */
 void dirty_log_merge_back(struct vm *vm, const uint64_t *bitmap);
 
+/*
+ * How many pages are dirty now, without collecting them (an upper bound of KVM's and the
+ * VMM's sets, which may overlap), to size a snapshot's staging buffer before the pause.
+ * -ENOTSUP without manual dirty-log protection (there GET would clear the log).
+ */
+int64_t dirty_log_count(struct vm *vm);
+
 #endif

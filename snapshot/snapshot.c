@@ -160,10 +160,43 @@ struct stage {
 	uint8_t *buf;	  /* staging copy, or guest RAM itself when not staged */
 	size_t buf_len;
 	bool staged;
+	uint8_t *mapped; /* the staging mapping we own (buf when staged) */
+	size_t mapped_len;
 	struct write_extent *ext;
 	size_t next, cap;
 	uint64_t present, stored;
 };
+
+/*
+ * A staging buffer of at least `bytes`, in huge pages where the host allows, with every page
+ * faulted in now (prefault) so the copy in the pause does not take a page fault per page.
+ */
+static int stage_reserve(struct stage *g, size_t bytes, bool prefault)
+{
+	size_t len = (bytes + HUGE_PAGE_SIZE - 1) & ~(size_t)(HUGE_PAGE_SIZE - 1);
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	/* Huge pages only when faulted in ahead: a huge page fault in the pause costs more. */
+	if (prefault)
+		(void)madvise(p, len, MADV_HUGEPAGE);
+	if (prefault && madvise(p, len, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */) < 0)
+		for (size_t off = 0; off < len; off += PAGE_SIZE)
+			((volatile uint8_t *)p)[off] = 0;
+	g->mapped = g->buf = p;
+	g->mapped_len = g->buf_len = len;
+	return 0;
+}
+
+static void stage_release(struct stage *g)
+{
+	if (g->mapped)
+		munmap(g->mapped, g->mapped_len);
+	g->mapped = NULL;
+	g->mapped_len = 0;
+	if (g->staged)
+		g->buf = NULL;
+}
 
 static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
 {
@@ -200,11 +233,13 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 	/* Encryption seals the staged copy in place: guest RAM itself is never encrypted. */
 	g->staged = candidates * PAGE_SIZE <= s->stage_max || s->encrypted;
 	if (g->staged && candidates) {
-		g->buf_len = candidates * PAGE_SIZE;
-		g->buf = mmap(NULL, g->buf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			      -1, 0);
-		if (g->buf == MAP_FAILED) {
-			g->buf = NULL;
+		/* Usually reserved before the pause; growing here costs page faults in the pause. */
+		if (candidates * PAGE_SIZE > g->buf_len) {
+			stage_release(g);
+			if (stage_reserve(g, candidates * PAGE_SIZE, false))
+				g->buf = NULL;
+		}
+		if (!g->buf) {
 			g->staged = false;
 			if (s->encrypted)
 				return -ENOMEM;
@@ -245,8 +280,7 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 
 static void stage_free(struct stage *g)
 {
-	if (g->staged && g->buf)
-		munmap(g->buf, g->buf_len);
+	stage_release(g);
 	free(g->ext);
 }
 
@@ -510,6 +544,21 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 			id = chain_latest(old)->id + 1;
 	}
 
+	/*
+	 * Size the staging buffer from what is dirty now (plus a margin for what the guest writes
+	 * before the pause) and fault it in, all before the pause.
+	 */
+	int64_t cnt = -1;
+	if (full) {
+		mark_all_pages(s);
+		cnt = 0;
+		for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++)
+			cnt += __builtin_popcountll(s->bitmap[w]);
+	} else {
+		cnt = dirty_log_count(vm);
+	}
+	if (cnt > 0 && (uint64_t)cnt * PAGE_SIZE <= s->stage_max)
+		(void)stage_reserve(&g, (size_t)cnt * PAGE_SIZE * 5 / 4 + HUGE_PAGE_SIZE, true);
 	/* Everything above (key provider calls included) happens before the pause. */
 	t0 = now_us();
 	r = vm_pause(vm);
@@ -530,6 +579,7 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		}
 	}
 	state_put(&sb, SEC_CONFIG, 0, s->config_json, strlen(s->config_json));
+	uint64_t t_q = now_us();
 	r = kvm_state_save(vm, &sb);
 	if (r) {
 		errmsg(err, errlen, r, "cannot read the vCPU state: %s", strerror(-r));
@@ -566,7 +616,12 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	li.layer_id = id;
 	li.parent_id = full ? 0 : prev->id;
 	memcpy(li.chain_id, nextp->chain_id, 16);
+	uint64_t t_c = now_us();
 	r = stage_pages(s, &li, &g);
+	log_debug(vm->log, "snapshot pause: quiesce+prepare %llu us, state+dirty log %llu us, "
+		  "staging %llu us",
+		  (unsigned long long)(t_q - t0), (unsigned long long)(t_c - t_q),
+		  (unsigned long long)(now_us() - t_c));
 	if (r) {
 		errmsg(err, errlen, r, "cannot stage pages: %s", strerror(-r));
 		goto resume;

@@ -283,15 +283,6 @@ static void on_timer(void *opaque, uint32_t events)
 	log_snapshot(sb, &st);
 }
 
-static int self_exe(char *out, size_t cap)
-{
-	ssize_t n = readlink("/proc/self/exe", out, cap - 1);
-	if (n <= 0)
-		return -errno;
-	out[n] = 0;
-	return 0;
-}
-
 /* Starts one `cove restore` of the layer just written, with its own sockets, CID and chain. */
 static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int k,
 		       struct api_clone *c, int *ready_rd)
@@ -434,10 +425,12 @@ static int be_fork(void *opaque, int count, struct api_clone *out, char *err, si
 			      sb->nr_clones);
 	if (!sb->snap_ready)
 		return errmsg(err, errlen, -EINVAL, "fork needs a snapshot directory (--snapshot-dir)");
-	char exe[4096];
-	int r = self_exe(exe, sizeof(exe));
-	if (r)
-		return errmsg(err, errlen, r, "cannot find the cove binary: %s", strerror(-r));
+	/*
+	 * /proc/self/exe rather than the path it names: it still runs this binary after the file
+	 * was replaced or deleted (an upgrade while sandboxes run).
+	 */
+	const char *exe = "/proc/self/exe";
+	int r;
 	struct snap_stats st;
 	r = snap_create(&sb->snap, !sb->snap.have_base, &st, err, errlen);
 	if (r)
