@@ -280,31 +280,126 @@ static void *writer_thread(void *arg)
 
 /* --- host input: stdin, signals, window size -------------------------------------------- */
 
-static void handle_input(struct session *s, uint8_t type, const uint8_t *buf, size_t len)
-{
-	struct agent *ag = s->ag;
-	int fd;
+/*
+ * stdin goes through a queue and its own thread, so a command that does not read its stdin
+ * never holds up the connection's signal and window-size frames. The session's stdin fd is
+ * non-blocking; a write waits with poll and gives up once the host has gone.
+ */
+struct stdin_feed {
+	struct session *s;
+	pthread_cond_t cond;
+	struct chunk *head, *tail;
+	size_t bytes;
+	bool stop; /* the host connection ended */
+};
 
-	pthread_mutex_lock(&ag->lock);
-	fd = s->in_fd >= 0 ? dup(s->in_fd) : -1;
-	pthread_mutex_unlock(&ag->lock);
-	switch (type) {
-	case WIRE_STDIN:
-		if (fd >= 0)
-			wire_write_full(fd, buf, len); /* a closed stdin drops the bytes */
-		break;
-	case WIRE_CLOSE:
-		if (s->tty) {
-			if (fd >= 0)
-				wire_write_full(fd, "\x04", 1); /* VEOF: the tty's end of input */
+#define STDIN_QUEUE_MAX (1u << 20)
+
+static void feed_write(struct stdin_feed *f, int fd, const uint8_t *buf, size_t len)
+{
+	struct agent *ag = f->s->ag;
+
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		bool stop;
+
+		if (n > 0) {
+			buf += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN)
+			return; /* the command closed its stdin: the bytes are dropped */
+		pthread_mutex_lock(&ag->lock);
+		stop = f->stop;
+		pthread_mutex_unlock(&ag->lock);
+		if (stop)
+			return;
+		poll(&p, 1, 200);
+	}
+}
+
+static void *stdin_thread(void *arg)
+{
+	struct stdin_feed *f = arg;
+	struct session *s = f->s;
+	struct agent *ag = s->ag;
+
+	for (;;) {
+		struct chunk *c;
+		int fd;
+
+		pthread_mutex_lock(&ag->lock);
+		while (!f->head && !f->stop)
+			pthread_cond_wait(&f->cond, &ag->lock);
+		c = f->head;
+		if (!c) {
+			pthread_mutex_unlock(&ag->lock);
 			break;
 		}
-		pthread_mutex_lock(&ag->lock);
-		if (s->in_fd >= 0) {
-			close(s->in_fd);
+		f->head = c->next;
+		if (!f->head)
+			f->tail = NULL;
+		f->bytes -= c->len;
+		pthread_cond_broadcast(&f->cond);
+		if (c->type == WIRE_CLOSE && !s->tty) {
+			if (s->in_fd >= 0)
+				close(s->in_fd);
 			s->in_fd = -1;
+			pthread_mutex_unlock(&ag->lock);
+			free(c);
+			continue;
 		}
+		fd = s->in_fd >= 0 ? dup(s->in_fd) : -1;
 		pthread_mutex_unlock(&ag->lock);
+		if (fd >= 0) {
+			if (c->type == WIRE_CLOSE)
+				feed_write(f, fd, (const uint8_t *)"\x04", 1); /* VEOF on a tty */
+			else
+				feed_write(f, fd, c->data, c->len);
+			close(fd);
+		}
+		free(c);
+	}
+	return NULL;
+}
+
+static void feed_push(struct stdin_feed *f, uint8_t type, const uint8_t *buf, size_t len)
+{
+	struct agent *ag = f->s->ag;
+	struct chunk *c = malloc(sizeof(*c) + len);
+
+	if (!c)
+		return;
+	c->next = NULL;
+	c->type = type;
+	c->len = (uint32_t)len;
+	memcpy(c->data, buf, len);
+	pthread_mutex_lock(&ag->lock);
+	while (f->bytes >= STDIN_QUEUE_MAX)
+		pthread_cond_wait(&f->cond, &ag->lock);
+	if (f->tail)
+		f->tail->next = c;
+	else
+		f->head = c;
+	f->tail = c;
+	f->bytes += len;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&ag->lock);
+}
+
+static void handle_input(struct stdin_feed *f, uint8_t type, const uint8_t *buf, size_t len)
+{
+	struct session *s = f->s;
+	struct agent *ag = s->ag;
+
+	switch (type) {
+	case WIRE_STDIN:
+	case WIRE_CLOSE:
+		feed_push(f, type, buf, type == WIRE_STDIN ? len : 0);
 		break;
 	case WIRE_SIGNAL:
 		if (len == 4) {
@@ -319,17 +414,17 @@ static void handle_input(struct session *s, uint8_t type, const uint8_t *buf, si
 		}
 		break;
 	case WIRE_WINSZ:
-		if (len == 4 && s->tty && fd >= 0) {
+		pthread_mutex_lock(&ag->lock);
+		if (len == 4 && s->tty && s->in_fd >= 0) {
 			struct winsize ws = {.ws_row = (unsigned short)(buf[0] << 8 | buf[1]),
 					     .ws_col = (unsigned short)(buf[2] << 8 | buf[3])};
-			ioctl(fd, TIOCSWINSZ, &ws);
+			ioctl(s->in_fd, TIOCSWINSZ, &ws);
 		}
+		pthread_mutex_unlock(&ag->lock);
 		break;
 	default:
 		break;
 	}
-	if (fd >= 0)
-		close(fd);
 }
 
 /* Serves an attached host until it disconnects; the session goes on either way. */
@@ -337,27 +432,42 @@ static void session_serve(struct session *s, int fd, unsigned gen)
 {
 	struct agent *ag = s->ag;
 	struct writer_arg w = {.s = s, .fd = fd, .gen = gen};
+	struct stdin_feed f = {.s = s};
 	uint8_t *buf = malloc(AGENT_CHUNK);
-	pthread_t th;
-	bool writer = buf && pthread_create(&th, NULL, writer_thread, &w) == 0;
+	pthread_t th, in_th;
+	bool writer, feeder;
 
-	while (writer) {
+	pthread_cond_init(&f.cond, NULL);
+	writer = buf && pthread_create(&th, NULL, writer_thread, &w) == 0;
+	feeder = writer && pthread_create(&in_th, NULL, stdin_thread, &f) == 0;
+	while (feeder) {
 		uint8_t type;
 		size_t len;
 
 		if (wire_data_read(fd, &type, buf, AGENT_CHUNK, &len) < 0)
 			break;
-		handle_input(s, type, buf, len);
+		handle_input(&f, type, buf, len);
 	}
 	pthread_mutex_lock(&ag->lock);
 	if (s->attach_gen == gen) {
 		s->attach_gen++;
 		s->attached_fd = -1;
 	}
+	f.stop = true;
+	pthread_cond_broadcast(&f.cond);
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&ag->lock);
+	if (feeder)
+		pthread_join(in_th, NULL);
 	if (writer)
 		pthread_join(th, NULL);
+	while (f.head) {
+		struct chunk *c = f.head;
+
+		f.head = c->next;
+		free(c);
+	}
+	pthread_cond_destroy(&f.cond);
 	free(buf);
 	pthread_mutex_lock(&ag->lock);
 	session_put_locked(s);
@@ -592,11 +702,14 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 		s->in_fd = master;
 		s->out_fd = dup(master);
 		s->err_fd = -1;
+		fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
 	} else {
 		close(in[0]);
 		close(o[1]);
 		close(e[1]);
 		s->in_fd = r->stdin_open ? in[1] : -1;
+		if (s->in_fd >= 0)
+			fcntl(s->in_fd, F_SETFL, fcntl(s->in_fd, F_GETFL) | O_NONBLOCK);
 		s->out_fd = o[0];
 		s->err_fd = e[0];
 	}

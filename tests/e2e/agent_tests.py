@@ -56,9 +56,14 @@ class Sandbox:
         self.p = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL)
         t0 = time.monotonic()
-        r = self.cove("exec", "--wait", AGENT_WAIT, name, "--", "true", timeout=300)
-        bt.check(r.returncode == 0, f"agent never answered: rc={r.returncode} {r.stderr!r}; "
-                 f"console {self.console()[-1500:]!r}")
+        try:
+            r = self.cove("exec", "--wait", AGENT_WAIT, name, "--", "true", timeout=300)
+            bt.check(r.returncode == 0, f"agent never answered: rc={r.returncode} "
+                     f"{r.stderr!r}; console {self.console()[-1500:]!r}")
+        except BaseException:
+            self.p.kill()
+            self.p.wait()
+            raise
         print(f"    agent answered {time.monotonic() - t0:.1f} s after start")
 
     def cove(self, *args, input=None, timeout=120, **kw):
@@ -166,6 +171,19 @@ def test_agent_exec():
         bt.check(p.stdout.readline() == b"ready\n", "signal test did not start")
         p.send_signal(signal.SIGINT)
         bt.check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(), f"SIGINT forwarded: rc={p.returncode}")
+
+        # ... also while 200 KB of stdin wait for a command that never reads them.
+        p = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c",
+                              'trap "echo got-INT; exit 9" INT; echo ready; '
+                              'while :; do sleep 0.2; done'], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=ENV)
+        bt.check(p.stdout.readline() == b"ready\n", "stdin signal test did not start")
+        p.stdin.write(os.urandom(200 * 1024))
+        p.stdin.flush()
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        bt.check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(),
+                 f"SIGINT behind unread stdin: rc={p.returncode}")
 
         # Detach, then attach: the buffered output and the status arrive.
         r = sb.cove("exec", "--detach", sb.name, "--", "sh", "-c", "echo early; sleep 1; echo late; exit 4")
