@@ -127,6 +127,14 @@ def identity(uds, epoch, token, time_ns=None, seed=None):
 def test_agent_exec():
     sb = Sandbox("agentbox")
     try:
+        lat = []
+        for _ in range(10):
+            t = time.monotonic()
+            r = sb.cove("exec", sb.name, "--", "true")
+            lat.append(time.monotonic() - t)
+            bt.check(r.returncode == 0, f"exec true: rc={r.returncode} {r.stderr!r}")
+        lat.sort()
+        print(f"    cove exec -- true: median {lat[5] * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms (10 runs)")
         r = sb.cove("exec", sb.name, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
         bt.check((r.returncode, r.stdout, r.stderr) == (7, b"out\n", b"err\n"),
                  f"exit/streams: rc={r.returncode} out={r.stdout!r} err={r.stderr!r}")

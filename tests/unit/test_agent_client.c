@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent_client.h"
@@ -186,13 +188,55 @@ static void test_connect_refused(void **state)
 	rmdir(dir);
 }
 
+/* Against the real agent (cove-init agent --unix, built for the host by meson): identity
+ * succeeds and the agent reports the new epoch; a bad token is refused by the agent. */
+static void test_identity_real_agent(void **state)
+{
+	const char *agent = getenv("COVE_INIT_AGENT");
+	char dir[] = "/tmp/cove-agent-id.XXXXXX", uds[128], err[256];
+	json_t *req, *reply = NULL;
+	pid_t pid;
+	int fd = -1;
+
+	(void)state;
+	if (!agent)
+		skip();
+	assert_non_null(mkdtemp(dir));
+	snprintf(uds, sizeof(uds), "%s/v.sock", dir);
+	pid = fork();
+	if (pid == 0) {
+		execl(agent, agent, "agent", "--unix", uds, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 100 && access(uds, F_OK) < 0; i++)
+		usleep(20000);
+	assert_int_equal(agent_send_identity(uds, 42, "00112233445566778899aabbccddeeff", err,
+					     sizeof(err)), 0);
+	req = json_pack("{s:s}", "op", "status");
+	fd = agent_call(uds, 0, req, &reply, err, sizeof(err));
+	assert_true(fd >= 0);
+	assert_int_equal(json_integer_value(json_object_get(reply, "epoch")), 42);
+	assert_null(json_object_get(reply, "token"));
+	close(fd);
+	json_decref(reply);
+	json_decref(req);
+	assert_int_equal(agent_send_identity(uds, 43, "not hex", err, sizeof(err)), -EREMOTEIO);
+	assert_non_null(strstr(err, "token"));
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	unlink(uds);
+	snprintf(uds, sizeof(uds), "%s/v.sock.broker.sock", dir);
+	unlink(uds);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_len_parse),    cmocka_unit_test(test_msg_parse),
 		cmocka_unit_test(test_exit_parse),   cmocka_unit_test(test_connect_reply),
 		cmocka_unit_test(test_msg_read_caps), cmocka_unit_test(test_resolve),
-		cmocka_unit_test(test_connect_refused),
+		cmocka_unit_test(test_connect_refused), cmocka_unit_test(test_identity_real_agent),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
