@@ -662,6 +662,16 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 
 	pthread_mutex_lock(&ag->lock);
 	if (ag->nsessions >= AGENT_SESSIONS_MAX) {
+		/* Make room by forgetting the oldest finished session nobody came back for. */
+		struct session *old = NULL;
+
+		for (struct session *i = ag->sessions; i; i = i->next)
+			if (i->exited && i->out_done && i->attached_fd < 0)
+				old = i; /* the list is newest first: the last match is the oldest */
+		if (old)
+			session_unlink_locked(old);
+	}
+	if (ag->nsessions >= AGENT_SESSIONS_MAX) {
 		pthread_mutex_unlock(&ag->lock);
 		ret = -EAGAIN;
 		snprintf(err, errlen, "too many sessions (%d)", AGENT_SESSIONS_MAX);
