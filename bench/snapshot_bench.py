@@ -503,7 +503,7 @@ def evict(d):
                 os.close(fd)
 
 
-def timed_restore(a, d, stamper):
+def timed_restore(a, d, stamper, next_round=3):
     """exec -> "ok\n" on --ready-fd; -> first console byte (counter: its next tick; stamper:
     we send a byte once ready and it prints its next round)."""
     rfd, wfd = os.pipe()
@@ -537,7 +537,7 @@ def timed_restore(a, d, stamper):
         if stamper:
             vm.send(b"n")
             t_first = vm.first_byte(20)
-            vm.read_until("stamped round 3 ", 20)
+            vm.read_until("stamped round %d " % next_round, 20)
             res["first_byte_ms"] = (t_first - t0) * 1e3
             res["input_to_output_ms"] = (t_first - t_ready) * 1e3
         else:
@@ -815,6 +815,75 @@ def metadata(a, work):
     }
 
 
+# --------------------------------------------------------------------------
+# 5. encrypted vs plain snapshots (issue 7), interleaved in one run
+
+
+def bench_encrypt(a, work, errors):
+    """Stamper, --mem 4G, 40 MiB per round: Full after round 1, Diff after rounds 2..4, plain
+    and encrypted (--snapshot-key key-cmd with tools/key-cmd-openssl) processes alternating;
+    then restore of each chain (encrypted: pages decrypted on first touch via userfaultfd)."""
+    mib, rounds = 40, 4
+    count = mib * MIB // PAGE
+    kek = os.path.join(work, "kek.pem")
+    keycmd = os.path.join(REPO_ROOT, "tools", "key-cmd-openssl")
+    r = subprocess.run([keycmd, "--genkey", kek], capture_output=True, text=True)
+    if r.returncode:
+        raise BenchError("key-cmd-openssl --genkey: %s" % r.stderr.strip())
+    spec = "key-cmd:'%s' '%s'" % (keycmd, kek)
+    rows = {"plain": [], "encrypted": []}
+    restores = {"plain": [], "encrypted": []}
+    for i in range(a.encrypt_procs):
+        for mode in ("plain", "encrypted"):
+            name = "enc-%s-%d" % (mode, i)
+            argv, d, sock = stamper_argv(a, work, name, "4G", count, rounds + 1)
+            if mode == "encrypted":
+                argv += ["--snapshot-key", spec]
+            try:
+                with Cove(argv, api_sock=sock) as vm:
+                    for rnd in range(1, rounds + 1):
+                        if rnd > 1:
+                            vm.send(b"n")
+                        vm.read_until("stamped round %d pages %d\n" % (rnd, count), 60)
+                        reply = vm.snapshot("Full" if rnd == 1 else "Diff")
+                        if rnd > 1:
+                            rows[mode].append({k: reply[k] for k in LAYER_KEYS})
+                    vm.kill()
+                for _ in range(a.encrypt_restores):
+                    evict(d)
+                    restores[mode].append(timed_restore(a, d, True, rounds + 1))
+            except BenchError as e:
+                errors.append("encrypt %s: %s" % (name, e))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+                if os.path.exists(sock):
+                    os.unlink(sock)
+    out = {"what": bench_encrypt.__doc__.strip(), "key_provider": "key-cmd (RSA-OAEP, "
+           "tools/key-cmd-openssl)"}
+    for mode in rows:
+        out[mode] = {
+            "diff_total_ms": summary([x["total_us"] / 1e3 for x in rows[mode]], 2),
+            "diff_pause_ms": summary([x["pause_us"] / 1e3 for x in rows[mode]], 2),
+            "diff_write_ms": summary([x["write_us"] / 1e3 for x in rows[mode]], 2),
+            "diff_bytes": [x["bytes"] for x in rows[mode]],
+            "restore_ready_ms": summary([x["ready_ms"] for x in restores[mode]], 2),
+            "restore_first_output_ms": summary([x["first_byte_ms"] for x in restores[mode]], 2),
+        }
+    out["ratios"] = {
+        "diff_total_encrypted_over_plain": ratio(out["encrypted"]["diff_total_ms"]["median"],
+                                                 out["plain"]["diff_total_ms"]["median"]),
+        "diff_pause_encrypted_over_plain": ratio(out["encrypted"]["diff_pause_ms"]["median"],
+                                                 out["plain"]["diff_pause_ms"]["median"]),
+        "restore_ready_encrypted_over_plain": ratio(
+            out["encrypted"]["restore_ready_ms"]["median"],
+            out["plain"]["restore_ready_ms"]["median"]),
+        "restore_first_output_encrypted_over_plain": ratio(
+            out["encrypted"]["restore_first_output_ms"]["median"],
+            out["plain"]["restore_first_output_ms"]["median"]),
+    }
+    return out
+
+
 def must_show(doc):
     m = {}
     md = doc.get("must_show_diff_40mib_4g")
@@ -840,6 +909,13 @@ def must_show(doc):
             "ratio_ready_evicted": r("counter_evicted", "ready_ms"),
             "ratio_cove_internal_restore": r("counter_warm", "cove_restore_ms"),
             "limit": 1.5, "ok": r_ready is not None and r_ready <= 1.5}
+    en = doc.get("encrypt")
+    if en:
+        rt = en["ratios"]["diff_total_encrypted_over_plain"]
+        m["encrypted_diff_over_plain"] = {
+            "ratio_total": rt, "limit": 1.3, "ok": rt is not None and rt <= 1.3,
+            "plain_ms": en["plain"]["diff_total_ms"]["median"],
+            "encrypted_ms": en["encrypted"]["diff_total_ms"]["median"]}
     fk = (doc.get("fork") or {}).get("by_ram_size", {})
     for mem, row in fk.items():
         if row.get("count1_ms"):
@@ -869,7 +945,9 @@ def main():
     ap.add_argument("--restore-runs", type=int, default=9)
     ap.add_argument("--fork-mems", default="256M,4G")
     ap.add_argument("--fork-runs", type=int, default=5)
-    ap.add_argument("--only", default="write,must,restore,fork")
+    ap.add_argument("--encrypt-procs", type=int, default=3)
+    ap.add_argument("--encrypt-restores", type=int, default=3)
+    ap.add_argument("--only", default="write,must,restore,fork,encrypt")
     a = ap.parse_args()
     a.cove = os.path.abspath(a.cove)
     a.guests = os.path.abspath(a.guests)
@@ -902,7 +980,8 @@ def main():
         steps = [("must", "must_show_diff_40mib_4g", lambda: bench_must_diff(a, work)),
                  ("write", "write", lambda: bench_write(a, work, errors)),
                  ("restore", "restore", lambda: bench_restore(a, work, errors)),
-                 ("fork", "fork", lambda: bench_fork(a, work, errors))]
+                 ("fork", "fork", lambda: bench_fork(a, work, errors)),
+                 ("encrypt", "encrypt", lambda: bench_encrypt(a, work, errors))]
         for key, name, fn in steps:
             if key not in only:
                 continue

@@ -26,7 +26,7 @@ struct snap_ctx {
 	/* This process holds a base: it wrote a full layer or was restored from the latest one. */
 	bool have_base;
 	enum write_method method;
-	bool direct;	     /* O_DIRECT where the file system takes it */
+	bool direct;	     /* O_DIRECT where the file system takes it (default; plain layers) */
 	uint64_t stage_max;
 	int keep;
 	uint64_t *bitmap; /* scratch: one bit per RAM page */
