@@ -89,7 +89,11 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 	ag->epoch = (uint64_t)json_integer_value(jepoch);
 	snprintf(ag->token, sizeof(ag->token), "%s", token);
 	pthread_mutex_unlock(&ag->lock);
-	init_log("identity: epoch %llu, clock set, RNG reseeded with %zu bytes",
-		 (unsigned long long)json_integer_value(jepoch), seed_len);
+	if (ag->test_uds)
+		init_log("identity: epoch %llu (test mode: clock and RNG untouched)",
+			 (unsigned long long)json_integer_value(jepoch));
+	else
+		init_log("identity: epoch %llu, clock set, RNG reseeded with %zu bytes",
+			 (unsigned long long)json_integer_value(jepoch), seed_len);
 	return wire_reply_ok(fd);
 }
