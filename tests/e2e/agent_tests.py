@@ -36,7 +36,7 @@ ENV = dict(os.environ, COVE_STATE_DIR=STATE)
 class Sandbox:
     """A running sandbox registered as STATE/NAME (cove run --vsock-uds STATE/NAME/vsock.sock)."""
 
-    def __init__(self, name, cmd="sleep 1000000", disk=None):
+    def __init__(self, name, cmd="sleep 1000000", disk=None, extra=()):
         self.name = name
         self.dir = os.path.join(STATE, name)
         os.makedirs(self.dir, exist_ok=True)
@@ -53,6 +53,7 @@ class Sandbox:
                 args += ["--disk", disk, "--cmdline", bt.cmdline_for(cmd, bt.DISK_ROOT)]
             else:
                 args += ["--initrd", bt.INITRD, "--cmdline", bt.cmdline_for(cmd)]
+            args += list(extra)
         self.p = subprocess.Popen(args, stdout=self.out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL)
         t0 = time.monotonic()
@@ -454,7 +455,12 @@ def test_agent_broker_fetch():
             if os.path.exists(ctl):
                 break
             time.sleep(0.05)
-        sb = Sandbox(name, disk=None if LOCAL else disk)
+        # In the box: the root disk is an overlay over a copy of the rootfs, and the sandbox
+        # can be snapshotted, so memory layers and overlay files can be searched too.
+        snapdir, api_sock = os.path.join(tmp, "snap"), os.path.join(tmp, "api.sock")
+        ovl = os.path.join(tmp, "root.ovl")
+        sb = Sandbox(name, disk=None if LOCAL else f"{disk},overlay={ovl}",
+                     extra=["--api-sock", api_sock, "--snapshot-dir", snapdir])
         fetch = [os.environ.get("COVE_FETCH", "cove-fetch")]
         fenv = ["--env", f"COVE_BROKER_SOCK={uds}.broker.sock"] if LOCAL else []
         url = f"http://127.0.0.1:{port}/v1/hello"
@@ -505,6 +511,15 @@ def test_agent_broker_fetch():
         print("    cove exec cove-fetch round trips (s): " + " ".join(f"{t:.1f}" for t in times))
         t0 = time.monotonic()
 
+        if not LOCAL:
+            # Snapshots (a full one, then an incremental one), taken before the greps below
+            # put the secret into the guest's memory as a search pattern: no memory layer,
+            # state file or disk overlay layer may hold it.
+            from snapshot_tests import api
+            sb.sh("sync")
+            for kind in ("Full", "Diff"):
+                status, body = api(api_sock, "PUT", "/snapshot/create", {"snapshot_type": kind})
+                bt.check(status == 200, f"{kind} snapshot: {status} {body}")
         # The secret is nowhere in the guest: no process environment, no file, no disk block.
         rc, out, err = sb.sh(f"grep -l {secret} /proc/[0-9]*/environ 2>/dev/null; "
                              "ls /proc/[0-9]*/environ | wc -l")
@@ -523,8 +538,23 @@ def test_agent_broker_fetch():
         sb.close()
         sb = None
         if not LOCAL:
-            with open(disk, "rb") as f:
-                bt.check(secret.encode() not in f.read(), "the secret is on the guest's disk")
+            searched = []
+            for root in (snapdir, tmp):
+                for f in sorted(os.listdir(root)):
+                    path = os.path.join(root, f)
+                    if not os.path.isfile(path) or f.endswith((".jsonl", ".json", ".err")):
+                        continue
+                    if path.startswith(os.path.join(tmp, "gnupg")):
+                        continue
+                    with open(path, "rb") as fh:
+                        bt.check(secret.encode() not in fh.read(), f"the secret is in {path}")
+                    searched.append(f)
+            layers = [f for f in searched if f.startswith("mem-")]
+            bt.check(len(layers) >= 2 and any(f.endswith(".ovl") or f.endswith(".map")
+                                              for f in searched),
+                     f"expected memory layers and overlay files to search, got {searched}")
+            print(f"    no secret in {len(searched)} files: memory layers {layers}, state "
+                  f"files, the base disk, overlay data and maps")
 
         broker.terminate()
         broker.wait(30)
