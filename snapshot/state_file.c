@@ -8,9 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "byteorder.h"
 #include "errmsg.h"
-#include "overlay.h"
 
 /*
  * Header (32 bytes, little-endian): magic[8], version u32, header size u32, body length u64,
@@ -21,7 +22,16 @@
 
 uint32_t state_crc32(uint32_t crc, const void *buf, size_t len)
 {
-	return overlay_crc32(crc, buf, len);
+	/* zlib's table-driven CRC-32 (the same polynomial as overlay_crc32, much faster on the
+	 * page bitmaps of large guests: 256 KiB per layer at 8 GiB). */
+	const uint8_t *p = buf;
+	while (len) {
+		uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
+		crc = (uint32_t)crc32(crc, p, n);
+		p += n;
+		len -= n;
+	}
+	return crc;
 }
 
 void state_buf_init(struct state_buf *b)
