@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "errmsg.h"
+#include "file_io.h"
 
 void chain_id_hex(const uint8_t id[16], char out[33])
 {
@@ -209,17 +210,9 @@ int chain_commit(const struct chain *c, char *err, size_t errlen)
 		r = errmsg(err, errlen, -errno, "cannot write %s: %s", tmp, strerror(errno));
 		goto out;
 	}
-	size_t len = strlen(text), off = 0;
-	while (off < len) {
-		ssize_t k = write(fd, text + off, len - off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			r = errmsg(err, errlen, -errno, "writing %s: %s", tmp, strerror(errno));
-			break;
-		}
-		off += (size_t)k;
-	}
+	r = pwrite_full(fd, text, strlen(text), 0);
+	if (r)
+		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
 	if (!r && fsync(fd) < 0)
 		r = errmsg(err, errlen, -errno, "fsync %s: %s", tmp, strerror(errno));
 	close(fd);

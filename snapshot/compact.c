@@ -8,21 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "errmsg.h"
 #include "layer_restore.h"
 #include "mem_layer.h"
 #include "state_file.h"
 
 #define RUN_MAX (256u)
-
-static bool zero_page(const uint8_t *p)
-{
-	const uint64_t *w = (const uint64_t *)p;
-	for (size_t i = 0; i < MEM_LAYER_PAGE / 8; i++)
-		if (w[i])
-			return false;
-	return true;
-}
 
 static int copy_base(int in, int out, const struct mem_layer_info *li)
 {
@@ -62,13 +54,13 @@ static int apply_diff(const struct mem_layer *l, int out, uint8_t *buf)
 		while (n < RUN_MAX && p + n < li->nr_pages && mem_layer_has(l, p + n))
 			n++;
 		off_t off = (off_t)(li->data_off + p * MEM_LAYER_PAGE);
-		int r = layer_pread_all(l->fd, buf, n * MEM_LAYER_PAGE, off);
+		int r = pread_full(l->fd, buf, n * MEM_LAYER_PAGE, off);
 		if (r)
 			return r;
 		for (uint64_t i = 0; i < n; i++) {
 			const uint8_t *pg = buf + i * MEM_LAYER_PAGE;
 			off_t o = off + (off_t)(i * MEM_LAYER_PAGE);
-			if (zero_page(pg)) {
+			if (mem_page_is_zero(pg)) {
 				if (fallocate(out, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, o,
 					      MEM_LAYER_PAGE) < 0 &&
 				    pwrite(out, pg, MEM_LAYER_PAGE, o) != (ssize_t)MEM_LAYER_PAGE)

@@ -6,23 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "errmsg.h"
-
-int layer_pread_all(int fd, void *buf, size_t len, off_t off)
-{
-	uint8_t *p = buf;
-	while (len) {
-		ssize_t k = pread(fd, p, len, off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		p += k;
-		len -= (size_t)k;
-		off += k;
-	}
-	return 0;
-}
 
 int layer_set_open(struct layer_set *ls, const struct chain *c, int upto, char *err,
 		   size_t errlen)
@@ -85,7 +70,7 @@ int layer_set_apply(const struct layer_set *ls, uint8_t *ram, uint64_t *pages_co
 			uint64_t run = 1;
 			while (p + run < n && mem_layer_has(l, p + run))
 				run++;
-			int r = layer_pread_all(l->fd, ram + p * MEM_LAYER_PAGE, run * MEM_LAYER_PAGE,
+			int r = pread_full(l->fd, ram + p * MEM_LAYER_PAGE, run * MEM_LAYER_PAGE,
 						(off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
 			if (r)
 				return r;

@@ -4,7 +4,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
 
 #include "chain.h"
 #include "mem_layer.h"
@@ -27,6 +26,5 @@ void layer_set_close(struct layer_set *ls);
  * (cost follows the pages the increments hold, not the RAM size). 0 or -errno.
  */
 int layer_set_apply(const struct layer_set *ls, uint8_t *ram, uint64_t *pages_copied);
-int layer_pread_all(int fd, void *buf, size_t len, off_t off);
 
 #endif

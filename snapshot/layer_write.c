@@ -9,6 +9,8 @@
 
 #include <liburing.h>
 
+#include "file_io.h"
+
 #define QUEUE_DEPTH 64
 /* The kernel caps one registered buffer at 1 GiB. */
 #define REG_PIECE (1ULL << 30)
@@ -20,16 +22,9 @@ static int write_pwrite(int fd, const uint8_t *buf, const struct write_extent *e
 {
 	uint64_t done = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t off = 0;
-		while (off < ext[i].len) {
-			ssize_t k = pwrite(fd, buf + ext[i].buf_off + off, ext[i].len - off,
-					   (off_t)(ext[i].file_off + off));
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k <= 0)
-				return k < 0 ? -errno : -EIO;
-			off += (uint64_t)k;
-		}
+		int r = pwrite_full(fd, buf + ext[i].buf_off, ext[i].len, (off_t)ext[i].file_off);
+		if (r)
+			return r;
 		done += ext[i].len;
 		if (progress && (i % 1024 == 1023 || i + 1 == n))
 			progress(opaque, done, total);

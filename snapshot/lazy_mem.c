@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "errmsg.h"
 #include "vm.h"
 
@@ -20,10 +21,10 @@ static int open_page(struct crypto_ctx *cc, const uint8_t chain_id[16], const st
 		     uint64_t p, uint8_t *cipher, uint8_t *plain)
 {
 	uint8_t tag[16];
-	int r = layer_pread_all(l->fd, cipher, MEM_LAYER_PAGE,
+	int r = pread_full(l->fd, cipher, MEM_LAYER_PAGE,
 				(off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
 	if (!r)
-		r = layer_pread_all(l->fd, tag, sizeof(tag), (off_t)(l->info.tag_off + p * 16));
+		r = pread_full(l->fd, tag, sizeof(tag), (off_t)(l->info.tag_off + p * 16));
 	if (!r)
 		r = crypto_open_page(cc, chain_id, l->info.layer_id, p, cipher, MEM_LAYER_PAGE, plain,
 				     tag);

@@ -11,6 +11,7 @@
 
 #include "byteorder.h"
 #include "errmsg.h"
+#include "file_io.h"
 #include "state_file.h"
 
 /* 1 TiB of RAM, as guest_mem allows. */
@@ -138,15 +139,9 @@ int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errl
 		r = -ENOMEM;
 		goto fail;
 	}
-	size_t got = 0;
-	while (got < bmlen) {
-		k = pread(l->fd, (uint8_t *)l->bitmap + got, bmlen - got,
-			  (off_t)(l->info.bitmap_off + got));
-		if (k <= 0) {
-			r = errmsg(err, errlen, -EIO, "cannot read the bitmap of %s", path);
-			goto fail;
-		}
-		got += (size_t)k;
+	if (pread_full(l->fd, l->bitmap, bmlen, (off_t)l->info.bitmap_off)) {
+		r = errmsg(err, errlen, -EIO, "cannot read the bitmap of %s", path);
+		goto fail;
 	}
 	if (enc)
 		l->stored = l->bitmap + l->info.bitmap_len / 8;

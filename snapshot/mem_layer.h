@@ -68,6 +68,15 @@ static inline bool mem_layer_has(const struct mem_layer *l, uint64_t page)
 {
 	return page < l->info.nr_pages && (l->bitmap[page / 64] >> (page % 64)) & 1;
 }
+/* A page that is all zeros is written as a hole (and read back as zeros). */
+static inline bool mem_page_is_zero(const uint8_t *p)
+{
+	const uint64_t *w = (const uint64_t *)p;
+	for (size_t i = 0; i < MEM_LAYER_PAGE / 8; i += 8)
+		if (w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7])
+			return false;
+	return true;
+}
 static inline bool mem_layer_stored(const struct mem_layer *l, uint64_t page)
 {
 	return l->stored && page < l->info.nr_pages && (l->stored[page / 64] >> (page % 64)) & 1;

@@ -9,6 +9,7 @@
 
 #include <openssl/evp.h>
 
+#include "file_io.h"
 #include "byteorder.h"
 #include "errmsg.h"
 #include "keyfile.h"
@@ -72,7 +73,7 @@ int snap_crypt_seal_meta(struct snap_crypt *sc, const uint8_t *hdr, const uint8_
 int snap_crypt_check_layer(struct snap_crypt *sc, const struct mem_layer *l)
 {
 	uint8_t hdr[MEM_LAYER_HDR];
-	if (layer_pread_all(l->fd, hdr, sizeof(hdr), 0))
+	if (pread_full(l->fd, hdr, sizeof(hdr), 0))
 		return -EIO;
 	uint8_t want[32], got[32];
 	if (digest(hdr, (const uint8_t *)l->bitmap, (size_t)l->info.bitmap_len * 2, want))

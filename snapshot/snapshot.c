@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "board_state.h"
 #include "compact.h"
 #include "dirty_log.h"
@@ -126,15 +127,6 @@ void snap_ctx_free(struct snap_ctx *s)
 	free(s->config_json);
 	s->bitmap = NULL;
 	s->config_json = NULL;
-}
-
-static bool page_is_zero(const uint8_t *p)
-{
-	const uint64_t *w = (const uint64_t *)p;
-	for (size_t i = 0; i < PAGE_SIZE / 8; i += 8)
-		if (w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7])
-			return false;
-	return true;
 }
 
 /* Full: every page the guest could have written.  A memfd tells which ranges exist at all. */
@@ -267,7 +259,7 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			bits &= bits - 1;
 			const uint8_t *src = m->host + p * PAGE_SIZE;
 			g->present++;
-			if (page_is_zero(src))
+			if (mem_page_is_zero(src))
 				continue;
 			g->stored++;
 			if (s->encrypted)
@@ -290,22 +282,6 @@ static void stage_free(struct stage *g)
 {
 	stage_release(g);
 	free(g->ext);
-}
-
-static int write_all(int fd, const void *buf, size_t len, off_t off)
-{
-	const uint8_t *p = buf;
-	while (len) {
-		ssize_t k = pwrite(fd, p, len, off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		p += k;
-		len -= (size_t)k;
-		off += k;
-	}
-	return 0;
 }
 
 struct progress {
@@ -404,7 +380,7 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 		free(hb);
 		goto out;
 	}
-	r = write_all(fd, hb, meta, 0);
+	r = pwrite_full(fd, hb, meta, 0);
 	free(hb);
 	if (r) {
 		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
@@ -441,7 +417,7 @@ static int write_state(struct snap_ctx *s, uint64_t id, const char *tmp, const s
 		free(sealed);
 		return errmsg(err, errlen, -errno, "cannot create %s: %s", tmp, strerror(errno));
 	}
-	int r = write_all(fd, data, len, 0);
+	int r = pwrite_full(fd, data, len, 0);
 	free(sealed);
 	if (!r && fdatasync(fd) < 0)
 		r = -errno;

@@ -12,6 +12,7 @@
 
 #include "byteorder.h"
 #include "errmsg.h"
+#include "file_io.h"
 
 /*
  * Header (32 bytes, little-endian): magic[8], version u32, header size u32, body length u64,
@@ -208,21 +209,15 @@ int state_read_file(const char *path, uint8_t **buf, size_t *len, char *err, siz
 		r = -ENOMEM;
 		goto out;
 	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t k = pread(fd, p + got, (size_t)st.st_size - got, (off_t)got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			r = errmsg(err, errlen, k < 0 ? -errno : -EIO, "cannot read %s: %s", path,
-				   k < 0 ? strerror(errno) : "short read");
-			free(p);
-			goto out;
-		}
-		got += (size_t)k;
+	r = pread_full(fd, p, (size_t)st.st_size, 0);
+	if (r) {
+		errmsg(err, errlen, r, "cannot read %s: %s", path,
+		       r == -EIO ? "short read or I/O error" : strerror(-r));
+		free(p);
+		goto out;
 	}
 	*buf = p;
-	*len = got;
+	*len = (size_t)st.st_size;
 out:
 	close(fd);
 	return r;

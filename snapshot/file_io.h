@@ -1,0 +1,13 @@
+/* Whole-buffer positioned reads and writes for snapshot files (short transfers and EINTR resumed). */
+#ifndef COVE_FILE_IO_H
+#define COVE_FILE_IO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Reads exactly len bytes at off. 0, -errno, or -EIO at end of file. */
+int pread_full(int fd, void *buf, size_t len, off_t off);
+/* Writes exactly len bytes at off. 0 or -errno (-EIO if the kernel wrote nothing). */
+int pwrite_full(int fd, const void *buf, size_t len, off_t off);
+
+#endif
