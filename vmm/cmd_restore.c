@@ -114,30 +114,26 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			o->console = optarg;
 			break;
 		case O_UDS:
-			if (!*optarg || strlen(optarg) > 96)
-				return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
+			if (opt_vsock_uds(optarg, err, errlen))
+				return -EINVAL;
 			o->vsock_uds = optarg;
 			break;
 		case O_CID:
-			if (parse_u64(optarg, 3, UINT32_MAX - 1, &o->vsock_cid))
-				return errmsg(err, errlen, -EINVAL,
-					      "--vsock-cid: '%s' is not a number from 3 to 4294967294", optarg);
+			if (opt_vsock_cid(optarg, &o->vsock_cid, err, errlen))
+				return -EINVAL;
 			break;
 		case O_SDIR:
-			if (!*optarg || strlen(optarg) > 3800)
-				return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
+			if (opt_snapshot_dir(optarg, err, errlen))
+				return -EINVAL;
 			o->snap_dir = optarg;
 			break;
 		case O_SINT:
-			if (parse_duration_ms(optarg, &o->interval_ms) || o->interval_ms < 10 ||
-			    o->interval_ms > 86400000ULL)
-				return errmsg(err, errlen, -EINVAL,
-					      "--snapshot-interval: '%s' is not a duration from 10ms to 24h", optarg);
+			if (opt_snapshot_interval(optarg, &o->interval_ms, err, errlen))
+				return -EINVAL;
 			break;
 		case O_SKEEP:
-			if (parse_u64(optarg, 1, 200, &v))
-				return errmsg(err, errlen, -EINVAL, "--snapshot-keep: '%s' is not 1..200", optarg);
-			o->keep = (int)v;
+			if (opt_snapshot_keep(optarg, &o->keep, err, errlen))
+				return -EINVAL;
 			break;
 		case O_READY:
 			if (parse_u64(optarg, 3, 1 << 20, &v))
@@ -145,13 +141,12 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			o->ready_fd = (int)v;
 			break;
 		case O_LOG:
-			if (log_level_parse(optarg, &o->level))
-				return errmsg(err, errlen, -EINVAL, "--log-level: '%s' is not one of error, warn, info, debug", optarg);
+			if (opt_log_level(optarg, &o->level, err, errlen))
+				return -EINVAL;
 			break;
 		case O_KEY:
-			if (strncmp(optarg, "key-cmd:", 8) && strncmp(optarg, "pkcs11:", 7))
-				return errmsg(err, errlen, -EINVAL,
-					      "--key: '%s' is not key-cmd:COMMAND or pkcs11:...", optarg);
+			if (opt_key_spec("--key", optarg, err, errlen))
+				return -EINVAL;
 			o->key = optarg;
 			break;
 		case O_VERIFY:
@@ -170,8 +165,6 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 	o->dir = argv[optind];
 	if (o->vsock_cid && !o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL, "--vsock-cid needs --vsock-uds (a clone's own socket)");
-	if (o->interval_ms && !o->snap_dir && 0)
-		return -EINVAL;
 	return 0;
 }
 

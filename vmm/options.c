@@ -145,6 +145,76 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Checks of the options `cove run` and `cove restore` share; each returns 0 or -EINVAL with a
+ * one-line message naming the option.
+ */
+int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(arg, &end, 10);
+	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
+	if (errno || end == arg || *end || *arg == '-' || v < 3 || v >= UINT32_MAX)
+		return errmsg(err, errlen, -EINVAL,
+			      "--vsock-cid: '%s' is not a number from 3 to 4294967294", arg);
+	*out = v;
+	return 0;
+}
+
+int opt_vsock_uds(const char *arg, char *err, size_t errlen)
+{
+	/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
+	if (!*arg || strlen(arg) > 96)
+		return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
+	return 0;
+}
+
+int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > 3800)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
+	return 0;
+}
+
+int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen)
+{
+	if (parse_duration_ms(arg, ms) || *ms < 10 || *ms > 86400000ULL)
+		return errmsg(err, errlen, -EINVAL,
+			      "--snapshot-interval: '%s' is not a duration from 10ms to 24h "
+			      "(e.g. 60s, 500ms, 5m)",
+			      arg);
+	return 0;
+}
+
+int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < 1 || v > 200)
+		return errmsg(err, errlen, -EINVAL,
+			      "--snapshot-keep: '%s' is not a number from 1 to 200", arg);
+	*keep = (int)v;
+	return 0;
+}
+
+int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen)
+{
+	if (strncmp(arg, "key-cmd:", 8) && strncmp(arg, "pkcs11:", 7))
+		return errmsg(err, errlen, -EINVAL, "%s: '%s' is not key-cmd:COMMAND or pkcs11:...",
+			      opt, arg);
+	return 0;
+}
+
+int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen)
+{
+	if (log_level_parse(arg, level))
+		return errmsg(err, errlen, -EINVAL,
+			      "--log-level: '%s' is not one of error, warn, info, debug", arg);
+	return 0;
+}
+
 static const struct option run_long_opts[] = {
 	{ "kernel", required_argument, NULL, OPT_KERNEL },
 	{ "initrd", required_argument, NULL, OPT_INITRD },
@@ -209,21 +279,13 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 				return -EINVAL;
 			o->nr_disks++;
 			break;
-		case OPT_VSOCK_CID: {
-			char *end;
-			errno = 0;
-			unsigned long long v = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || *optarg == '-' || v < 3 || v >= UINT32_MAX)
-				return errmsg(err, errlen, -EINVAL,
-					    "--vsock-cid: '%s' is not a number from 3 to 4294967294",
-					    optarg);
-			o->vsock_cid = v;
+		case OPT_VSOCK_CID:
+			if (opt_vsock_cid(optarg, &o->vsock_cid, err, errlen))
+				return -EINVAL;
 			break;
-		}
 		case OPT_VSOCK_UDS:
-			/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
-			if (!*optarg || strlen(optarg) > 96)
-				return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
+			if (opt_vsock_uds(optarg, err, errlen))
+				return -EINVAL;
 			o->vsock_uds = optarg;
 			break;
 		case OPT_MEM: {
@@ -249,40 +311,26 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		}
 		case OPT_SNAP_DIR:
-			if (!*optarg || strlen(optarg) > 3800)
-				return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
+			if (opt_snapshot_dir(optarg, err, errlen))
+				return -EINVAL;
 			o->snapshot_dir = optarg;
 			break;
 		case OPT_SNAP_INTERVAL:
-			if (parse_duration_ms(optarg, &o->snapshot_interval_ms) ||
-			    o->snapshot_interval_ms < 10 || o->snapshot_interval_ms > 86400000ULL)
-				return errmsg(err, errlen, -EINVAL,
-					    "--snapshot-interval: '%s' is not a duration from 10ms to 24h "
-					    "(e.g. 60s, 500ms, 5m)",
-					    optarg);
+			if (opt_snapshot_interval(optarg, &o->snapshot_interval_ms, err, errlen))
+				return -EINVAL;
 			break;
 		case OPT_SNAP_KEY:
-			if (strncmp(optarg, "key-cmd:", 8) && strncmp(optarg, "pkcs11:", 7))
-				return errmsg(err, errlen, -EINVAL,
-					    "--snapshot-key: '%s' is not key-cmd:COMMAND or pkcs11:...",
-					    optarg);
+			if (opt_key_spec("--snapshot-key", optarg, err, errlen))
+				return -EINVAL;
 			o->snapshot_key = optarg;
 			break;
-		case OPT_SNAP_KEEP: {
-			char *end;
-			errno = 0;
-			long v = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || v < 1 || v > 200)
-				return errmsg(err, errlen, -EINVAL,
-					    "--snapshot-keep: '%s' is not a number from 1 to 200", optarg);
-			o->snapshot_keep = (int)v;
+		case OPT_SNAP_KEEP:
+			if (opt_snapshot_keep(optarg, &o->snapshot_keep, err, errlen))
+				return -EINVAL;
 			break;
-		}
 		case OPT_LOG:
-			if (log_level_parse(optarg, &o->log_level))
-				return errmsg(err, errlen, -EINVAL,
-					    "--log-level: '%s' is not one of error, warn, info, debug",
-					    optarg);
+			if (opt_log_level(optarg, &o->log_level, err, errlen))
+				return -EINVAL;
 			break;
 		case ':':
 			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);

@@ -50,6 +50,14 @@ int parse_mem_size(const char *s, uint64_t *out);
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
 /* "60s", "500ms", "5m", "1h"; a bare number is seconds. -EINVAL or -ERANGE. */
 int parse_duration_ms(const char *s, uint64_t *out);
+/* Options `cove run` and `cove restore` share: 0, or -EINVAL with a message naming the option. */
+int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen);
+int opt_vsock_uds(const char *arg, char *err, size_t errlen);
+int opt_snapshot_dir(const char *arg, char *err, size_t errlen);
+int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen);
+int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
+int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);
+int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen);
 extern const char run_usage[];
 
 #endif
