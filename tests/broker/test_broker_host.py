@@ -169,7 +169,8 @@ def main():
                  "inject": {"header": "Authorization", "template": "Bearer {password}"},
                  "allow": {"schemes": ["http"], "hosts": ["127.0.0.1", "*.example.test"],
                            "ports": [port], "path_prefixes": ["/v1/"],
-                           "methods": ["GET", "POST", "HEAD"]},
+                           "methods": ["GET", "POST", "HEAD"],
+                           "headers": ["Accept", "Content-Type", "X-Trace"]},
                  "allow_private": True}
             c.update(over)
             return c
@@ -299,6 +300,11 @@ def main():
         denied("loopback without allow_private", "private destination", credential="private")
         denied("guest sets Authorization", "malformed request: header Authorization not allowed",
                headers=["Authorization: Bearer guess"])
+        denied("method override header", "malformed request: header X-HTTP-Method-Override "
+               "not allowed", method="GET", headers=["X-HTTP-Method-Override: DELETE"])
+        denied("header not in allow.headers", "malformed request: header User-Agent not allowed",
+               headers=["User-Agent: x"])
+        denied("';' path parameter", "path has ';' parameters", url=base + "/v1/..;/admin")
         denied("helper failure", "credential helper failed", credential="broken")
         check(req(credential="limited").get("status") == 200, "max_uses 1: first use ok")
         denied("max uses", "max uses", credential="limited")
