@@ -352,6 +352,37 @@ def test_agent_identity():
                  f"no agent restart line on the console: {console[-800:]!r}")
 
 
+def test_agent_refuses_guest_peers():
+    """A guest process must not drive the root agent: connecting to its port over vsock loopback
+    (CID 1) or to the guest's own CID either fails (the kernel has no loopback transport) or is
+    closed by the agent's peer check (only CID 2, the host, is served)."""
+    if LOCAL:
+        print("    skip in --local: no guest vsock (the peer check has a unit test, agent_wire)")
+        return
+    sb = Sandbox("agentpeer", extra=("--disk", bt.VSOCK_DISK + ",ro"))
+    try:
+        rc, out, err = sb.sh("mount -t ext4 -o ro /dev/vda /mnt && "
+                             "for cid in 1 3; do /mnt/vsock_guest connect $cid 1024 16 "
+                             ">/tmp/peer.$cid; echo CID$cid=$? $(head -c 60 /tmp/peer.$cid); "
+                             "done; umount /mnt")
+        bt.check(rc == 0, f"guest script: rc={rc} {err!r}")
+        # The agent is still there for the host.
+        r = agent_call(sb.uds, {"op": "status"})
+        bt.check(r.get("ok") is True, f"agent status after the guest's attempts: {r}")
+    finally:
+        console = sb.close()
+    for cid in (1, 3):
+        m = re.search(rf"CID{cid}=(\d+)", out)
+        bt.check(m, f"no result for CID {cid}: {out!r}")
+        refused_by_kernel = m.group(1) == "5"  # vsock_guest: connect failed
+        refused_by_agent = f"agent: refused a connection from vsock CID {cid}" in console
+        bt.check(refused_by_kernel or refused_by_agent,
+                 f"a guest process reached the agent over vsock CID {cid}: {out!r}; "
+                 f"console {console[-800:]!r}")
+        print(f"    guest -> CID {cid} port 1024: "
+              f"{'connect failed' if refused_by_kernel else 'closed by the agent'}")
+
+
 # --- cove-broker + cove-fetch ------------------------------------------------------------------
 
 class Recorder(http.server.BaseHTTPRequestHandler):
@@ -581,7 +612,8 @@ def test_agent_broker_fetch():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_broker_fetch]
+TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_refuses_guest_peers,
+         test_agent_broker_fetch]
 
 
 if __name__ == "__main__":
