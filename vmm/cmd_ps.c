@@ -8,13 +8,17 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "term_safe.h"
+
+/* Room for a guest string once term_safe has escaped it (longer ones end in "..."). */
+#define PS_TEXT_MAX 512
 
 static const char ps_usage[] =
-	"usage: cove ps [SANDBOX]\n"
-	"Without SANDBOX: every sandbox registered in the state dir (${COVE_STATE_DIR:-\n"
-	"$XDG_RUNTIME_DIR/cove or /run/cove}/NAME/vsock.sock; register one by giving cove run\n"
-	"--vsock-uds that path), with the pid of the cove process serving it and its status.\n"
-	"With SANDBOX: its exec sessions (ids for cove attach).\n";
+    "usage: cove ps [SANDBOX]\n"
+    "Without SANDBOX: every sandbox registered in the state dir (${COVE_STATE_DIR:-\n"
+    "$XDG_RUNTIME_DIR/cove or /run/cove}/NAME/vsock.sock; register one by giving cove run\n"
+    "--vsock-uds that path), with the pid of the cove process serving it and its status.\n"
+    "With SANDBOX: its exec sessions (ids for cove attach).\n";
 
 /* The inode of the listening Unix socket bound to path, from /proc/net/unix; 0 if none. */
 static unsigned long listen_inode(const char *path)
@@ -67,7 +71,8 @@ static pid_t socket_owner(unsigned long ino)
 		while ((fdent = readdir(fds))) {
 			ssize_t n;
 
-			snprintf(fdpath, sizeof(fdpath), "/proc/%s/fd/%s", p->d_name, fdent->d_name);
+			snprintf(fdpath, sizeof(fdpath), "/proc/%s/fd/%s", p->d_name,
+				 fdent->d_name);
 			n = readlink(fdpath, link, sizeof(link) - 1);
 			if (n <= 0)
 				continue;
@@ -97,7 +102,8 @@ static json_t *agent_status(const char *uds, char *err, size_t errlen)
 
 static int list_sandboxes(void)
 {
-	char dir[AGENT_PATH_MAX], uds[AGENT_PATH_MAX * 2], err[512];
+	char dir[AGENT_PATH_MAX], uds[AGENT_PATH_MAX * 2], err[512], sname[PS_TEXT_MAX];
+	char serr[PS_TEXT_MAX];
 	struct dirent **names;
 	int n;
 
@@ -127,17 +133,21 @@ static int list_sandboxes(void)
 			continue;
 		}
 		pid = socket_owner(listen_inode(uds));
+		term_safe(name, sname, sizeof(sname));
 		if (!pid) {
-			printf("%-20s %-8s %s\n", name, "-", "stale (no process serves vsock.sock)");
+			printf("%-20s %-8s %s\n", sname, "-",
+			       "stale (no process serves vsock.sock)");
 		} else {
 			json_t *s = agent_status(uds, err, sizeof(err));
 
 			if (s)
-				printf("%-20s %-8d running (agent epoch %lld, %zu sessions)\n", name,
-				       (int)pid, (long long)json_integer_value(json_object_get(s, "epoch")),
+				printf("%-20s %-8d running (agent epoch %lld, %zu sessions)\n",
+				       sname, (int)pid,
+				       (long long)json_integer_value(json_object_get(s, "epoch")),
 				       json_array_size(json_object_get(s, "sessions")));
 			else
-				printf("%-20s %-8d running (agent: %s)\n", name, (int)pid, err);
+				printf("%-20s %-8d running (agent: %s)\n", sname, (int)pid,
+				       term_safe(err, serr, sizeof(serr)));
 			json_decref(s);
 		}
 		free(names[i]);
@@ -148,27 +158,30 @@ static int list_sandboxes(void)
 
 static int list_sessions(const char *sandbox)
 {
-	char uds[AGENT_PATH_MAX], err[512];
+	char uds[AGENT_PATH_MAX], err[512], safe[PS_TEXT_MAX], id[64], argv0[PS_TEXT_MAX];
 	json_t *s, *sess;
 	size_t i;
 
 	if (agent_resolve(sandbox, uds, sizeof(uds), err, sizeof(err)) < 0) {
-		fprintf(stderr, "cove ps: %s\n", err);
+		fprintf(stderr, "cove ps: %s\n", term_safe(err, safe, sizeof(safe)));
 		return 1;
 	}
 	s = agent_status(uds, err, sizeof(err));
 	if (!s) {
-		fprintf(stderr, "cove ps: %s\n", err);
+		fprintf(stderr, "cove ps: %s\n", term_safe(err, safe, sizeof(safe)));
 		return 1;
 	}
 	printf("%-8s %-8s %-8s %-9s %s\n", "SESSION", "PID", "STATE", "ATTACHED", "COMMAND");
-	json_array_foreach(json_object_get(s, "sessions"), i, sess) {
+	/* Everything in a session entry comes from the guest. */
+	json_array_foreach(json_object_get(s, "sessions"), i, sess)
+	{
 		printf("%-8s %-8lld %-8s %-9s %s%s\n",
-		       json_string_value(json_object_get(sess, "id")),
+		       term_safe(json_string_value(json_object_get(sess, "id")), id, sizeof(id)),
 		       (long long)json_integer_value(json_object_get(sess, "pid")),
 		       json_is_true(json_object_get(sess, "running")) ? "running" : "exited",
 		       json_is_true(json_object_get(sess, "attached")) ? "yes" : "no",
-		       json_string_value(json_object_get(sess, "argv0")),
+		       term_safe(json_string_value(json_object_get(sess, "argv0")), argv0,
+				 sizeof(argv0)),
 		       json_is_true(json_object_get(sess, "tty")) ? " (tty)" : "");
 	}
 	json_decref(s);

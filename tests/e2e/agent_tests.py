@@ -220,6 +220,21 @@ def test_agent_exec():
         r = sb.cove("ps")
         bt.check(re.search(rf"^{sb.name}\s+\d+\s+running", r.stdout.decode(), re.M),
                  f"cove ps: {r.stdout!r} {r.stderr!r}")
+        # A guest-chosen command name cannot drive the host's terminal through cove ps.
+        gtmp = sb.sh("mktemp -d")[1].strip()
+        evil = f"{gtmp}/sl\x1b]0;owned\x07\x1b[2J\u009b"  # ESC, BEL, OSC, CSI, C1 CSI
+        rc, _, err = sb.sh(f"ln -s \"$(command -v sleep)\" '{evil}'")
+        bt.check(rc == 0, f"guest symlink: {err!r}")
+        r = sb.cove("exec", "--detach", sb.name, "--", evil, "30")
+        bt.check(r.returncode == 0, f"detach {evil!r}: {r.stderr!r}")
+        r = sb.cove("ps", sb.name)
+        bt.check(r.returncode == 0 and b"\x1b" not in r.stdout and b"\x07" not in r.stdout and
+                 b"\xc2\x9b" not in r.stdout and
+                 b"sl\\x1b]0;owned\\x07\\x1b[2J\\u009b" in r.stdout,
+                 f"cove ps shows a guest argv0 raw: {r.stdout!r}")
+        m = re.search(rb"^s\d+\s+(\d+)\s+running\s+no\s+\S*owned", r.stdout, re.M)
+        bt.check(m, f"cove ps: no running session for {evil!r}: {r.stdout!r}")
+        sb.sh(f"kill {int(m.group(1))}; rm -rf {gtmp}")
         r = sb.cove("exec", "nosuchbox", "--", "true")
         bt.check(r.returncode == 1 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
     finally:
@@ -261,6 +276,25 @@ def test_agent_cp_forward():
         with open(back, "rb") as f:
             bt.check(hashlib.sha256(f.read()).hexdigest() == want, "cp out: sha256 differs")
         print(f"    cp in {len(data) / 1e6:.1f} MB in {dt:.2f} s; sha256 matches both ways")
+        # The guest picks the mode of a file copied out: never setuid/setgid/sticky on the host,
+        # and the umask applies (here 022: a guest's 6777 becomes 0755).
+        rc, out, err = sb.sh(f"echo suid > {gdir}/suid.bin && chmod 6777 {gdir}/suid.bin && "
+                             f"stat -c %a {gdir}/suid.bin")
+        bt.check(rc == 0 and out.strip() == "6777", f"guest chmod 6777: {out!r} {err!r}")
+        for name in ("suid.out", "suid.out2"):
+            back2 = os.path.join(tmp, name)
+            if name == "suid.out2":  # an existing file is replaced with the same rule
+                with open(back2, "w") as f:
+                    f.write("old")
+                os.chmod(back2, 0o600)
+            r = sb.cove("cp", f"{sb.name}:{gdir}/suid.bin", back2, preexec_fn=lambda: os.umask(0o022))
+            mode = os.stat(back2).st_mode & 0o7777
+            bt.check(r.returncode == 0 and mode == 0o755,
+                     f"cp out of a 6777 file: rc={r.returncode} mode {mode:o}, want 755 {r.stderr!r}")
+        # Guest and path text in errors reaches the terminal with control bytes made visible.
+        r = sb.cove("cp", f"{sb.name}:/no/such/\x1b]0;owned\x07\x1b[2J", back)
+        bt.check(r.returncode == 1 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
+                 b"\\x1b]0;owned\\x07" in r.stderr, f"cp error with control bytes: {r.stderr!r}")
         r = sb.cove("cp", f"{sb.name}:/no/such/file", back)
         bt.check(r.returncode == 1 and b"No such file" in r.stderr and r.stderr.count(b"\n") == 1,
                  f"cp of a missing file: {r.stderr!r}")
