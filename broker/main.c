@@ -1,6 +1,7 @@
 /* cove-broker: holds credentials for one sandbox and makes policy-checked requests for it.
  *   cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE [--initial-epoch N]
- *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N] [-v]
+ *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N]
+ *               [--user NAME --client NAME] [-v]
  *   cove-broker verify-audit FILE
  *   cove-broker check-policy FILE */
 #include "audit.h"
@@ -10,6 +11,7 @@
 #include "request.h"
 #include "helper.h"
 #include "fetch.h"
+#include "user.h"
 #include "wipe_alloc.h"
 
 #include <curl/curl.h>
@@ -19,13 +21,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
 		   "                   [--initial-epoch N] [--initial-token HEX32]\n"
-		   "                   [--helper-timeout-ms N] [--timeout-s N] [-v]\n"
+		   "                   [--helper-timeout-ms N] [--timeout-s N]\n"
+		   "                   [--user NAME --client NAME] [-v]\n"
 		   "       cove-broker verify-audit FILE\n"
 		   "       cove-broker check-policy FILE\n");
 }
@@ -86,12 +90,15 @@ int main(int argc, char **argv)
 	    {"initial-token", required_argument, NULL, 't'},
 	    {"helper-timeout-ms", required_argument, NULL, 'H'},
 	    {"timeout-s", required_argument, NULL, 'T'},
+	    {"user", required_argument, NULL, 'u'},
+	    {"client", required_argument, NULL, 'C'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	const char *policy = NULL, *listen_path = NULL, *ctl_path = NULL, *audit_path = NULL;
-	const char *token = NULL;
+	const char *token = NULL, *user_name = NULL, *client_name = NULL;
+	struct broker_user user, client;
 	struct broker b = {.helper_timeout_ms = HELPER_TIMEOUT_MS,
 			   .fetch_timeout_s = FETCH_TIMEOUT_S,
 			   .epoch = 1,
@@ -100,6 +107,12 @@ int main(int argc, char **argv)
 	uint64_t v;
 	int opt, gfd = -1, cfd = -1, r, rc = 1;
 
+	/* First of all: no core dump and no ptrace or /proc/PID/mem by other processes of the same
+	 * uid (the VMM, which parses guest input), while this process holds secrets. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) {
+		fprintf(stderr, "cove-broker: PR_SET_DUMPABLE: %s\n", strerror(errno));
+		return 1;
+	}
 	if (argc == 3 && !strcmp(argv[1], "verify-audit"))
 		return cmd_verify(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "check-policy"))
@@ -120,6 +133,12 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			token = optarg;
+			break;
+		case 'u':
+			user_name = optarg;
+			break;
+		case 'C':
+			client_name = optarg;
 			break;
 		case 'e':
 		case 'H':
@@ -154,6 +173,30 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (user_name || client_name) {
+		if (geteuid() != 0) {
+			fprintf(stderr,
+				"cove-broker: --user and --client need root (the broker opens "
+				"its files as root, then drops to --user)\n");
+			return 2;
+		}
+		if (!user_name || !client_name) {
+			fprintf(stderr,
+				"cove-broker: --user and --client go together: the broker's "
+				"own user and the user whose cove connects to its sockets\n");
+			return 2;
+		}
+		if (broker_user_lookup(user_name, &user, err, sizeof(err)) ||
+		    broker_user_lookup(client_name, &client, err, sizeof(err))) {
+			fprintf(stderr, "cove-broker: %s\n", err);
+			return 2;
+		}
+		if (user.uid == 0 || user.uid == client.uid) {
+			fprintf(stderr, "cove-broker: --user must be neither root nor the --client "
+					"user\n");
+			return 2;
+		}
+	}
 	if (token) {
 		if (hex_decode(token, b.token, REQ_TOKEN_BYTES)) {
 			fprintf(stderr, "cove-broker: --initial-token must be %d hex digits\n",
@@ -165,7 +208,8 @@ int main(int argc, char **argv)
 	b.log = stderr;
 	signal(SIGPIPE, SIG_IGN);
 	if (wipe_alloc_install()) {
-		fprintf(stderr, "cove-broker: cannot install wiping allocators in OpenSSL/libcurl\n");
+		fprintf(stderr,
+			"cove-broker: cannot install wiping allocators in OpenSSL/libcurl\n");
 		return 1;
 	}
 	if (policy_load(policy, &b.pol, err, sizeof(err))) {
@@ -185,6 +229,19 @@ int main(int argc, char **argv)
 	if (cfd < 0) {
 		fprintf(stderr, "cove-broker: ctl %s: %s\n", ctl_path, strerror(-cfd));
 		goto out;
+	}
+	if (user_name) {
+		/* The sockets belong to the client (mode 0600); everything is open: drop root. */
+		if (chown(listen_path, client.uid, client.gid) ||
+		    chown(ctl_path, client.uid, client.gid)) {
+			fprintf(stderr, "cove-broker: chown sockets to --client: %s\n",
+				strerror(errno));
+			goto out;
+		}
+		if (broker_user_drop(&user, err, sizeof(err))) {
+			fprintf(stderr, "cove-broker: --user %s: %s\n", user_name, err);
+			goto out;
+		}
 	}
 	b.start_ns = broker_now_ns();
 	fprintf(stderr, "cove-broker: %zu credentials, epoch %llu, listening on %s\n", b.pol.ncreds,

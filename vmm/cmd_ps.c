@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "agent_client.h"
@@ -20,72 +22,29 @@ static const char ps_usage[] =
     "--vsock-uds that path), with the pid of the cove process serving it and its status.\n"
     "With SANDBOX: its exec sessions (ids for cove attach).\n";
 
-/* The inode of the listening Unix socket bound to path, from /proc/net/unix; 0 if none. */
-static unsigned long listen_inode(const char *path)
+/* The pid of the process that listens on the Unix socket at path (SO_PEERCRED of a connection,
+ * which names the listener), or 0 when nothing listens. cove processes are not dumpable, so
+ * their /proc/PID/fd cannot be searched by the same uid. The connection is closed before it
+ * sends a byte, which the vsock device takes as an abandoned handshake. */
+static pid_t socket_owner(const char *path)
 {
-	FILE *f = fopen("/proc/net/unix", "re");
-	char line[512];
-	unsigned long found = 0;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	pid_t pid = 0;
+	int fd;
 
-	if (!f)
+	if (strlen(path) >= sizeof(sa.sun_path))
 		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long flags, ino;
-		char name[256] = "";
-
-		/* Num RefCount Protocol Flags Type St Inode Path */
-		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %255s", &flags, &ino, name) == 3 &&
-		    (flags & 0x10000) && strcmp(name, path) == 0) {
-			found = ino;
-			break;
-		}
-	}
-	fclose(f);
-	return found;
-}
-
-/* The process holding socket inode ino open, or 0. */
-static pid_t socket_owner(unsigned long ino)
-{
-	char want[64], fdpath[600], link[64];
-	struct dirent *p;
-	DIR *proc = opendir("/proc");
-	pid_t found = 0;
-
-	if (!proc || !ino) {
-		if (proc)
-			closedir(proc);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
 		return 0;
-	}
-	snprintf(want, sizeof(want), "socket:[%lu]", ino);
-	while (!found && (p = readdir(proc))) {
-		struct dirent *fdent;
-		DIR *fds;
-
-		if (p->d_name[0] < '1' || p->d_name[0] > '9')
-			continue;
-		snprintf(fdpath, sizeof(fdpath), "/proc/%s/fd", p->d_name);
-		fds = opendir(fdpath);
-		if (!fds)
-			continue;
-		while ((fdent = readdir(fds))) {
-			ssize_t n;
-
-			snprintf(fdpath, sizeof(fdpath), "/proc/%s/fd/%s", p->d_name,
-				 fdent->d_name);
-			n = readlink(fdpath, link, sizeof(link) - 1);
-			if (n <= 0)
-				continue;
-			link[n] = '\0';
-			if (strcmp(link, want) == 0) {
-				found = (pid_t)atoi(p->d_name);
-				break;
-			}
-		}
-		closedir(fds);
-	}
-	closedir(proc);
-	return found;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+		pid = cred.pid;
+	close(fd);
+	return pid;
 }
 
 static json_t *agent_status(const char *uds, char *err, size_t errlen)
@@ -132,7 +91,7 @@ static int list_sandboxes(void)
 			free(names[i]);
 			continue;
 		}
-		pid = socket_owner(listen_inode(uds));
+		pid = socket_owner(uds);
 		term_safe(name, sname, sizeof(sname));
 		if (!pid) {
 			printf("%-20s %-8s %s\n", sname, "-",

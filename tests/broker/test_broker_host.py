@@ -413,8 +413,12 @@ def main():
                   % r.get("error"))
         # After the requests, no copy of the secret (raw or base64) is left in the broker's
         # memory: its own buffers are wiped, and so is what libcurl frees.
-        found = scan_memory(broker.pid, forms)
-        check(not found, "no secret left in broker memory (%s)" % (found or "scanned"))
+        # The broker is not dumpable: only root (CAP_SYS_PTRACE) can read its memory.
+        if os.geteuid() == 0:
+            found = scan_memory(broker.pid, forms)
+            check(not found, "no secret left in broker memory (%s)" % (found or "scanned"))
+        else:
+            print("skip: memory scan needs root (the broker is not dumpable)")
         broker.terminate()
         check(broker.wait(10) == 0, "broker exits 0 on SIGTERM")
         broker = None
