@@ -1,8 +1,8 @@
 /* cove-broker: holds credentials for one sandbox and makes policy-checked requests for it.
  *   cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE [--initial-epoch N]
  *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N]
- *               [--user NAME --client NAME] [-v]
- *   cove-broker verify-audit FILE
+ *               [--audit-key FILE] [--user NAME --client NAME] [-v]
+ *   cove-broker verify-audit [--key KEYFILE] FILE
  *   cove-broker check-policy FILE */
 #include "audit.h"
 #include "broker.h"
@@ -15,6 +15,7 @@
 #include "wipe_alloc.h"
 
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -29,16 +30,24 @@ static void usage(FILE *f)
 	fprintf(f, "usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
 		   "                   [--initial-epoch N] [--initial-token HEX32]\n"
 		   "                   [--helper-timeout-ms N] [--timeout-s N]\n"
-		   "                   [--user NAME --client NAME] [-v]\n"
-		   "       cove-broker verify-audit FILE\n"
+		   "                   [--audit-key FILE] [--user NAME --client NAME] [-v]\n"
+		   "       cove-broker verify-audit [--key KEYFILE] FILE\n"
 		   "       cove-broker check-policy FILE\n");
 }
 
-static int cmd_verify(const char *path)
+static int cmd_verify(const char *path, const char *key_path)
 {
+	uint8_t key[AUDIT_KEY_LEN];
 	char why[512] = "";
 	size_t nrec = 0;
-	long bad = audit_verify_file(path, &nrec, why, sizeof(why));
+	long bad;
+
+	if (key_path && audit_key_load(key_path, false, key, why, sizeof(why))) {
+		fprintf(stderr, "cove-broker: verify-audit: %s\n", why);
+		return 2;
+	}
+	bad = audit_verify_file(path, key_path ? key : NULL, &nrec, why, sizeof(why));
+	OPENSSL_cleanse(key, sizeof(key));
 
 	if (bad < 0) {
 		fprintf(stderr, "cove-broker: verify-audit: %s\n", why);
@@ -48,7 +57,9 @@ static int cmd_verify(const char *path)
 		fprintf(stderr, "cove-broker: verify-audit: %s: line %ld: %s\n", path, bad, why);
 		return 1;
 	}
-	printf("%s: OK, %zu records\n", path, nrec);
+	printf("%s: OK, %zu records%s\n", path, nrec,
+	       key_path ? ", MAC verified"
+			: " (hash chain only: without --key a rewritten log is not detected)");
 	return 0;
 }
 
@@ -90,6 +101,7 @@ int main(int argc, char **argv)
 	    {"initial-token", required_argument, NULL, 't'},
 	    {"helper-timeout-ms", required_argument, NULL, 'H'},
 	    {"timeout-s", required_argument, NULL, 'T'},
+	    {"audit-key", required_argument, NULL, 'k'},
 	    {"user", required_argument, NULL, 'u'},
 	    {"client", required_argument, NULL, 'C'},
 	    {"verbose", no_argument, NULL, 'v'},
@@ -97,7 +109,9 @@ int main(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	const char *policy = NULL, *listen_path = NULL, *ctl_path = NULL, *audit_path = NULL;
-	const char *token = NULL, *user_name = NULL, *client_name = NULL;
+	const char *token = NULL, *user_name = NULL, *client_name = NULL, *key_path = NULL;
+	char key_default[4096];
+	uint8_t key[AUDIT_KEY_LEN];
 	struct broker_user user, client;
 	struct broker b = {.helper_timeout_ms = HELPER_TIMEOUT_MS,
 			   .fetch_timeout_s = FETCH_TIMEOUT_S,
@@ -114,7 +128,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (argc == 3 && !strcmp(argv[1], "verify-audit"))
-		return cmd_verify(argv[2]);
+		return cmd_verify(argv[2], NULL);
+	if (argc == 5 && !strcmp(argv[1], "verify-audit") && !strcmp(argv[2], "--key"))
+		return cmd_verify(argv[4], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "check-policy"))
 		return cmd_check_policy(argv[2]);
 	while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -133,6 +149,9 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			token = optarg;
+			break;
+		case 'k':
+			key_path = optarg;
 			break;
 		case 'u':
 			user_name = optarg;
@@ -216,7 +235,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cove-broker: %s\n", err);
 		goto out;
 	}
-	if (audit_open(&b.audit, audit_path, err, sizeof(err))) {
+	/* The MAC key lives beside the policy by default: outside the log and the sandbox. */
+	if (!key_path) {
+		if (snprintf(key_default, sizeof(key_default), "%s.audit-key", policy) >=
+		    (int)sizeof(key_default)) {
+			fprintf(stderr, "cove-broker: policy path too long\n");
+			goto out;
+		}
+		key_path = key_default;
+	}
+	if (audit_key_load(key_path, true, key, err, sizeof(err))) {
+		fprintf(stderr, "cove-broker: %s\n", err);
+		goto out;
+	}
+	r = audit_open(&b.audit, audit_path, key, err, sizeof(err));
+	OPENSSL_cleanse(key, sizeof(key));
+	if (r) {
 		fprintf(stderr, "cove-broker: %s\n", err);
 		goto out;
 	}

@@ -5,6 +5,7 @@ server on 127.0.0.1, the real cove-broker binary, and framed requests over its U
 usage: test_broker_host.py BROKER_BINARY HELPER_SCRIPT   (exit 77 when gpg/pass are missing)
 """
 import base64
+import hashlib
 import http.server
 import json
 import os
@@ -461,6 +462,38 @@ def main():
         v = subprocess.run([BROKER, "verify-audit", audit], stderr=subprocess.PIPE)
         check(v.returncode == 1 and b"line 3:" in v.stderr,
               "deleted line caught: " + v.stderr.decode().strip())
+        # The MAC key: created 0600 beside the policy. Rewriting line 5 and recomputing every
+        # hash after it fools the unkeyed check, not the keyed one.
+        key = pol_path + ".audit-key"
+        check(os.stat(key).st_mode & 0o777 == 0o600, "audit MAC key created 0600 beside the policy")
+        with open(audit, "wb") as f:
+            f.write(raw)
+        v = subprocess.run([BROKER, "verify-audit", "--key", key, audit], stdout=subprocess.PIPE)
+        check(v.returncode == 0 and b"MAC verified" in v.stdout,
+              "verify-audit --key: " + v.stdout.decode().strip())
+        out, prev = [], None
+        for n, l in enumerate(ls):
+            if n < 4:
+                out.append(l)
+                prev = hashlib.sha256(l.rstrip(b"\n")).hexdigest()
+                continue
+            rec = json.loads(l)
+            rec.pop("hash")
+            rec.pop("mac", None)
+            rec["prev"] = prev
+            if n == 4:
+                rec["reason"] = "nothing to see"
+            body = json.dumps(rec, separators=(",", ":")).encode()
+            line = body[:-1] + b',"hash":"' + hashlib.sha256(body).hexdigest().encode() + b'"}'
+            prev = hashlib.sha256(line).hexdigest()
+            out.append(line + b"\n")
+        with open(audit, "wb") as f:
+            f.write(b"".join(out))
+        v = subprocess.run([BROKER, "verify-audit", audit], stdout=subprocess.PIPE)
+        check(v.returncode == 0, "rewritten log with recomputed hashes passes without the key")
+        v = subprocess.run([BROKER, "verify-audit", "--key", key, audit], stderr=subprocess.PIPE)
+        check(v.returncode == 1 and b"line 5:" in v.stderr and b"mac" in v.stderr,
+              "... and is caught with it: " + v.stderr.decode().strip())
         # A restarted broker continues the chain.
         with open(audit, "wb") as f:
             f.write(raw)
@@ -474,7 +507,7 @@ def main():
         broker.terminate()
         check(broker.wait(10) == 0, "restarted broker exits 0")
         broker = None
-        v = subprocess.run([BROKER, "verify-audit", audit], stdout=subprocess.PIPE)
+        v = subprocess.run([BROKER, "verify-audit", "--key", key, audit], stdout=subprocess.PIPE)
         check(v.returncode == 0 and b"OK, %d records" % (len(lines) + 1) in v.stdout,
               "restarted broker continues the chain: " + v.stdout.decode().strip())
         if failures:

@@ -134,7 +134,8 @@ def main():
                 os.setgroups([])
                 os.setgid(nobody.pw_gid)
                 os.setuid(nobody.pw_uid)
-        p, listen, ctl, ok, err = start(d, preexec=preexec)
+        p, listen, ctl, ok, err = start(d, ["--audit-key", os.path.join(d, "audit.key")],
+                                        preexec=preexec)
         check(ok, "broker started (%s)" % err.strip())
         if ok:
             check(proc_ids(p.pid, "Uid") == [want_uid] * 4, "broker runs as uid %d" % want_uid)
