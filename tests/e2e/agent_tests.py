@@ -149,6 +149,9 @@ def test_agent_exec():
         err = r.stderr.decode()
         bt.check(r.returncode == 127 and "exec /no/such/cmd: No such file" in err and
                  err.count("\n") == 1, f"missing command: rc={r.returncode} {err!r}")
+        r = sb.cove("exec", sb.name, "--", "/no/such/\x1b]0;owned\x07")
+        bt.check(r.returncode == 127 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
+                 b"\\x1b]0;owned\\x07" in r.stderr, f"exec error with control bytes: {r.stderr!r}")
         r = sb.cove("exec", "--env", "GREETING=hi there", "--cwd", "/tmp", "--user", "1000",
                     sb.name, "--", "sh", "-c", 'echo "$GREETING|$(pwd)|$(id -u)|$HOME"')
         # uid 1000 has no /etc/passwd entry in the guest: HOME=/ (the host's may have one).
