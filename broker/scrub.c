@@ -5,6 +5,7 @@
 #include "b64.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,20 +270,35 @@ static size_t match_at(const char *b, const char *e, const char *pat, size_t pl,
 	return (size_t)(q - b);
 }
 
-static size_t match_any(const char *b, const char *e, const char *pat, size_t pl)
+/* The next occurrence of pat in [b, e): its start in *at and its length, or 0. starts[] marks
+ * the bytes an occurrence can begin with, so most of the text is skipped without a call. */
+static size_t find_next(const char *b, const char *e, const char *pat, size_t pl,
+			const unsigned char starts[256], const char **at)
 {
+	/* Both readings differ only where the pattern itself holds an escape's first byte. */
+	bool ambiguous = memchr(pat, '%', pl) || memchr(pat, '\\', pl) || memchr(pat, '+', pl);
 	size_t m;
 
-	if (*b != pat[0] && *b != '%' && *b != '\\' && *b != '+')
-		return 0;
-	m = match_at(b, e, pat, pl, 1);
-	return m ? m : match_at(b, e, pat, pl, 0);
+	for (; b < e; b++) {
+		if (!starts[(unsigned char)*b])
+			continue;
+		m = match_at(b, e, pat, pl, 1);
+		if (!m && ambiguous)
+			m = match_at(b, e, pat, pl, 0);
+		if (m) {
+			*at = b;
+			return m;
+		}
+	}
+	return 0;
 }
 
 char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t *outlen)
 {
 	const size_t rl = sizeof(SCRUB_REPLACEMENT) - 1;
+	unsigned char starts[256] = {0};
 	char *cur, *next;
+	const char *p, *at = NULL;
 	size_t curlen = len, i;
 
 	cur = malloc(len + 1);
@@ -290,35 +306,36 @@ char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t 
 		return NULL;
 	memcpy(cur, buf, len);
 	cur[len] = '\0';
+	starts['%'] = starts['\\'] = starts['+'] = 1;
 	for (i = 0; i < s->n; i++) {
-		size_t pl = s->len[i], pos, o = 0, m, hits = 0;
+		size_t pl = s->len[i], o = 0, m, hits = 0;
+		const char *end = cur + curlen;
+		unsigned char first = (unsigned char)s->pat[i][0];
+		unsigned char was = starts[first];
 
-		/* Each occurrence is at least one byte, so hits * rl more bytes always suffice. */
-		for (pos = 0; pos < curlen; pos++) {
-			m = match_any(cur + pos, cur + curlen, s->pat[i], pl);
-			if (m) {
-				hits++;
-				pos += m - 1;
-			}
-		}
-		if (!hits)
+		starts[first] = 1;
+		for (p = cur; (m = find_next(p, end, s->pat[i], pl, starts, &at)); p = at + m)
+			hits++;
+		if (!hits) {
+			starts[first] = was;
 			continue;
+		}
+		/* Each occurrence is at least one byte, so hits * rl more bytes always suffice. */
 		next = malloc(curlen + hits * rl + 1);
 		if (!next) {
 			OPENSSL_cleanse(cur, curlen);
 			free(cur);
 			return NULL;
 		}
-		for (pos = 0; pos < curlen;) {
-			m = match_any(cur + pos, cur + curlen, s->pat[i], pl);
-			if (m) {
-				memcpy(next + o, SCRUB_REPLACEMENT, rl);
-				o += rl;
-				pos += m;
-			} else {
-				next[o++] = cur[pos++];
-			}
+		for (p = cur; (m = find_next(p, end, s->pat[i], pl, starts, &at)); p = at + m) {
+			memcpy(next + o, p, (size_t)(at - p));
+			o += (size_t)(at - p);
+			memcpy(next + o, SCRUB_REPLACEMENT, rl);
+			o += rl;
 		}
+		starts[first] = was;
+		memcpy(next + o, p, (size_t)(end - p));
+		o += (size_t)(end - p);
 		next[o] = '\0';
 		OPENSSL_cleanse(cur, curlen);
 		free(cur);
