@@ -1,13 +1,18 @@
 /* Audit log: each line is a compact JSON record ending in "hash" (SHA-256 of the line without
- * the hash field) and carrying "prev" (SHA-256 of the whole previous line). Secrets never enter
- * a record: only names, the method, the (sanitized) URL, the decision and its reason. */
+ * the hash field), then "mac" (HMAC-SHA256 under the broker's key of the line without the mac
+ * field), and carrying "prev" (SHA-256 of the whole previous line). The hashes alone can be
+ * recomputed by anyone who rewrites the file; the MAC cannot without the key, which lives
+ * outside the log. Secrets never enter a record: only names, the method, the (sanitized) URL,
+ * the decision and its reason. */
 #include "audit.h"
 #include "errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +22,36 @@
 
 #define ZERO_HASH "0000000000000000000000000000000000000000000000000000000000000000"
 #define HASH_TAIL ",\"hash\":\""
+#define MAC_TAIL  ",\"mac\":\""
+
+static void hex64(const unsigned char md[32], char out[65])
+{
+	unsigned int i;
+
+	for (i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	out[64] = '\0';
+}
+
+/* HMAC-SHA256 of data under key as 64 hex digits; -EIO if OpenSSL fails. */
+static int mac_hex(const uint8_t *key, const void *data, size_t len, char out[65])
+{
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+
+	if (!HMAC(EVP_sha256(), key, AUDIT_KEY_LEN, data, len, md, &mdlen) || mdlen != 32)
+		return -EIO;
+	hex64(md, out);
+	return 0;
+}
 
 void audit_sha256_hex(const void *data, size_t len, char out[65])
 {
 	unsigned char md[32];
-	unsigned int mdlen = 0, i;
+	unsigned int mdlen = 0;
 
 	EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-	for (i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-	out[64] = '\0';
+	hex64(md, out);
 }
 
 /* Printable ASCII only, capped, so any guest bytes become valid JSON strings. */
@@ -52,10 +77,11 @@ static json_t *clean_str(const char *s, size_t cap)
 	return j;
 }
 
-char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, const char *ts)
+char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, const char *ts,
+		   const uint8_t *key)
 {
 	json_t *o = json_object();
-	char *body = NULL, *line = NULL, hash[65];
+	char *body = NULL, *line = NULL, hash[65], mac[65];
 	size_t bl;
 
 	if (!o)
@@ -77,9 +103,20 @@ char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, co
 	audit_sha256_hex(body, strlen(body), hash);
 	bl = strlen(body);
 	/* body ends in '}': splice the hash field in before it. */
-	line = malloc(bl + sizeof(HASH_TAIL) + 64 + 3);
-	if (line)
-		sprintf(line, "%.*s" HASH_TAIL "%s\"}", (int)(bl - 1), body, hash);
+	line = malloc(bl + sizeof(HASH_TAIL) + sizeof(MAC_TAIL) + 2 * 64 + 4);
+	if (!line)
+		goto out;
+	sprintf(line, "%.*s" HASH_TAIL "%s\"}", (int)(bl - 1), body, hash);
+	/* The MAC covers the line as it stands, hash included: splice it in the same way. */
+	if (key) {
+		bl = strlen(line);
+		if (mac_hex(key, line, bl, mac)) {
+			free(line);
+			line = NULL;
+			goto out;
+		}
+		sprintf(line + bl - 1, MAC_TAIL "%s\"}", mac);
+	}
 out:
 	free(body);
 	json_decref(o);
@@ -104,7 +141,7 @@ int audit_append(struct audit *a, const struct audit_rec *r)
 	int ret = 0;
 
 	now_iso(ts, sizeof(ts));
-	line = audit_format(r, a->seq + 1, a->prev, ts);
+	line = audit_format(r, a->seq + 1, a->prev, ts, a->keyed ? a->key : NULL);
 	if (!line)
 		return -ENOMEM;
 	len = strlen(line);
@@ -130,29 +167,64 @@ int audit_append(struct audit *a, const struct audit_rec *r)
 	return ret;
 }
 
-/* Checks one line's own hash and returns its parsed seq and prev through the out params. */
-static int check_line(const char *line, size_t len, uint64_t *seq, char prev[65], char *why,
-		      size_t whylen)
+/* True when line (len bytes) ends in TAIL, 64 characters and "}. */
+static bool has_tail(const char *line, size_t len, const char *tail)
 {
-	const size_t tl = sizeof(HASH_TAIL) - 1;
-	char *body, hash[65];
+	size_t tl = strlen(tail);
+
+	return len >= tl + 64 + 2 + 2 && !memcmp(line + len - 66 - tl, tail, tl) &&
+	       !memcmp(line + len - 2, "\"}", 2);
+}
+
+/* Checks one line's MAC (with a key) and its own hash, and returns its parsed seq and prev
+ * through the out params. */
+static int check_line(const char *line, size_t len, const uint8_t *key, uint64_t *seq,
+		      char prev[65], char *why, size_t whylen)
+{
+	const size_t tl = sizeof(HASH_TAIL) - 1, ml = sizeof(MAC_TAIL) - 1;
+	char *body, hash[65], mac[65], *unmac = NULL;
 	json_t *o, *jseq, *jprev;
 	json_error_t jerr;
 	int r = -EINVAL;
 
-	if (len < tl + 64 + 2 + 2 || memcmp(line + len - 66 - tl, HASH_TAIL, tl) ||
-	    memcmp(line + len - 2, "\"}", 2))
+	if (has_tail(line, len, MAC_TAIL)) {
+		/* The line the MAC covers: everything before the mac field, then '}'. */
+		unmac = malloc(len);
+		if (!unmac)
+			return -ENOMEM;
+		memcpy(unmac, line, len - 66 - ml);
+		unmac[len - 66 - ml] = '}';
+		if (key && (mac_hex(key, unmac, len - 65 - ml, mac) ||
+			    CRYPTO_memcmp(mac, line + len - 66, 64))) {
+			free(unmac);
+			return errmsg(
+			    why, whylen, -EINVAL,
+			    "mac does not match (rewritten, or written under another key)");
+		}
+		line = unmac;
+		len = len - 65 - ml;
+	} else if (key) {
+		return errmsg(why, whylen, -EINVAL, "no \"mac\" field (written without the key)");
+	}
+	if (!has_tail(line, len, HASH_TAIL)) {
+		free(unmac);
 		return errmsg(why, whylen, -EINVAL, "no trailing \"hash\" field");
+	}
 	body = malloc(len);
-	if (!body)
+	if (!body) {
+		free(unmac);
 		return -ENOMEM;
+	}
 	memcpy(body, line, len - 66 - tl);
 	body[len - 66 - tl] = '}';
 	audit_sha256_hex(body, len - 65 - tl, hash);
-	if (memcmp(hash, line + len - 66, 64)) {
+	r = memcmp(hash, line + len - 66, 64);
+	free(unmac);
+	if (r) {
 		free(body);
 		return errmsg(why, whylen, -EINVAL, "hash does not match the record");
 	}
+	r = -EINVAL;
 	o = json_loadb(body, len - 65 - tl, JSON_REJECT_DUPLICATES, &jerr);
 	free(body);
 	if (!o)
@@ -172,7 +244,8 @@ out:
 	return r;
 }
 
-size_t audit_verify_buf(const char *buf, size_t len, size_t *nrec, char *why, size_t whylen)
+size_t audit_verify_buf(const char *buf, size_t len, const uint8_t *key, size_t *nrec, char *why,
+			size_t whylen)
 {
 	char last[65] = ZERO_HASH, prev[65];
 	size_t pos = 0, lineno = 0;
@@ -194,7 +267,7 @@ size_t audit_verify_buf(const char *buf, size_t len, size_t *nrec, char *why, si
 			errmsg(why, whylen, -EINVAL, "line over %d bytes", AUDIT_LINE_MAX);
 			return lineno;
 		}
-		if (check_line(line, ll, &seq, prev, why, whylen))
+		if (check_line(line, ll, key, &seq, prev, why, whylen))
 			return lineno;
 		if (strcmp(prev, last)) {
 			errmsg(why, whylen, -EINVAL,
@@ -249,7 +322,7 @@ static int read_all(int fd, char **out, size_t *outlen)
 	return 0;
 }
 
-long audit_verify_file(const char *path, size_t *nrec, char *why, size_t whylen)
+long audit_verify_file(const char *path, const uint8_t *key, size_t *nrec, char *why, size_t whylen)
 {
 	char *buf;
 	size_t len;
@@ -262,12 +335,12 @@ long audit_verify_file(const char *path, size_t *nrec, char *why, size_t whylen)
 	close(fd);
 	if (r)
 		return errmsg(why, whylen, r, "%s: read: %s", path, strerror(-r));
-	bad = (long)audit_verify_buf(buf, len, nrec, why, whylen);
+	bad = (long)audit_verify_buf(buf, len, key, nrec, why, whylen);
 	free(buf);
 	return bad;
 }
 
-int audit_open(struct audit *a, const char *path, char *err, size_t errlen)
+int audit_open(struct audit *a, const char *path, const uint8_t *key, char *err, size_t errlen)
 {
 	char *buf = NULL, prev[65], why[256];
 	size_t len = 0, end, start;
@@ -276,6 +349,9 @@ int audit_open(struct audit *a, const char *path, char *err, size_t errlen)
 
 	a->seq = 0;
 	memcpy(a->prev, ZERO_HASH, 65);
+	a->keyed = key != NULL;
+	if (key)
+		memcpy(a->key, key, AUDIT_KEY_LEN);
 	a->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 	if (a->fd < 0)
 		return errmsg(err, errlen, -errno, "audit %s: %s", path, strerror(errno));
@@ -308,7 +384,7 @@ int audit_open(struct audit *a, const char *path, char *err, size_t errlen)
 	start = end;
 	while (start > 0 && buf[start - 1] != '\n')
 		start--;
-	if (check_line(buf + start, end - start, &seq, prev, why, sizeof(why))) {
+	if (check_line(buf + start, end - start, key, &seq, prev, why, sizeof(why))) {
 		r = errmsg(err, errlen, -EINVAL, "audit %s: last line: %s", path, why);
 		goto fail;
 	}
@@ -318,8 +394,7 @@ int audit_open(struct audit *a, const char *path, char *err, size_t errlen)
 	return 0;
 fail:
 	free(buf);
-	close(a->fd);
-	a->fd = -1;
+	audit_close(a);
 	return r;
 }
 
@@ -328,4 +403,6 @@ void audit_close(struct audit *a)
 	if (a->fd >= 0)
 		close(a->fd);
 	a->fd = -1;
+	OPENSSL_cleanse(a->key, sizeof(a->key));
+	a->keyed = false;
 }

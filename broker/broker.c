@@ -270,7 +270,7 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 	for (i = 0; i < j->q.nheaders; i++) {
 		const char *h = j->q.headers[i];
 
-		if (breq_header_forbidden(h, c->inject_header)) {
+		if (!policy_header_allowed(c, h)) {
 			snprintf(reason, sizeof(reason),
 				 "malformed request: header %.*s not allowed",
 				 (int)(strcspn(h, ":") > 64 ? 64 : strcspn(h, ":")), h);

@@ -1,7 +1,8 @@
 /* cove-broker: holds credentials for one sandbox and makes policy-checked requests for it.
  *   cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE [--initial-epoch N]
- *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N] [-v]
- *   cove-broker verify-audit FILE
+ *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N]
+ *               [--audit-key FILE] [--user NAME --client NAME] [-v]
+ *   cove-broker verify-audit [--key KEYFILE] FILE
  *   cove-broker check-policy FILE */
 #include "audit.h"
 #include "broker.h"
@@ -10,31 +11,43 @@
 #include "request.h"
 #include "helper.h"
 #include "fetch.h"
+#include "user.h"
 #include "wipe_alloc.h"
 
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
 		   "                   [--initial-epoch N] [--initial-token HEX32]\n"
-		   "                   [--helper-timeout-ms N] [--timeout-s N] [-v]\n"
-		   "       cove-broker verify-audit FILE\n"
+		   "                   [--helper-timeout-ms N] [--timeout-s N]\n"
+		   "                   [--audit-key FILE] [--user NAME --client NAME] [-v]\n"
+		   "       cove-broker verify-audit [--key KEYFILE] FILE\n"
 		   "       cove-broker check-policy FILE\n");
 }
 
-static int cmd_verify(const char *path)
+static int cmd_verify(const char *path, const char *key_path)
 {
+	uint8_t key[AUDIT_KEY_LEN];
 	char why[512] = "";
 	size_t nrec = 0;
-	long bad = audit_verify_file(path, &nrec, why, sizeof(why));
+	long bad;
+
+	if (key_path && audit_key_load(key_path, false, key, why, sizeof(why))) {
+		fprintf(stderr, "cove-broker: verify-audit: %s\n", why);
+		return 2;
+	}
+	bad = audit_verify_file(path, key_path ? key : NULL, &nrec, why, sizeof(why));
+	OPENSSL_cleanse(key, sizeof(key));
 
 	if (bad < 0) {
 		fprintf(stderr, "cove-broker: verify-audit: %s\n", why);
@@ -44,7 +57,9 @@ static int cmd_verify(const char *path)
 		fprintf(stderr, "cove-broker: verify-audit: %s: line %ld: %s\n", path, bad, why);
 		return 1;
 	}
-	printf("%s: OK, %zu records\n", path, nrec);
+	printf("%s: OK, %zu records%s\n", path, nrec,
+	       key_path ? ", MAC verified"
+			: " (hash chain only: without --key a rewritten log is not detected)");
 	return 0;
 }
 
@@ -86,12 +101,18 @@ int main(int argc, char **argv)
 	    {"initial-token", required_argument, NULL, 't'},
 	    {"helper-timeout-ms", required_argument, NULL, 'H'},
 	    {"timeout-s", required_argument, NULL, 'T'},
+	    {"audit-key", required_argument, NULL, 'k'},
+	    {"user", required_argument, NULL, 'u'},
+	    {"client", required_argument, NULL, 'C'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	const char *policy = NULL, *listen_path = NULL, *ctl_path = NULL, *audit_path = NULL;
-	const char *token = NULL;
+	const char *token = NULL, *user_name = NULL, *client_name = NULL, *key_path = NULL;
+	char key_default[4096];
+	uint8_t key[AUDIT_KEY_LEN];
+	struct broker_user user, client;
 	struct broker b = {.helper_timeout_ms = HELPER_TIMEOUT_MS,
 			   .fetch_timeout_s = FETCH_TIMEOUT_S,
 			   .epoch = 1,
@@ -100,8 +121,16 @@ int main(int argc, char **argv)
 	uint64_t v;
 	int opt, gfd = -1, cfd = -1, r, rc = 1;
 
+	/* First of all: no core dump and no ptrace or /proc/PID/mem by other processes of the same
+	 * uid (the VMM, which parses guest input), while this process holds secrets. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) {
+		fprintf(stderr, "cove-broker: PR_SET_DUMPABLE: %s\n", strerror(errno));
+		return 1;
+	}
 	if (argc == 3 && !strcmp(argv[1], "verify-audit"))
-		return cmd_verify(argv[2]);
+		return cmd_verify(argv[2], NULL);
+	if (argc == 5 && !strcmp(argv[1], "verify-audit") && !strcmp(argv[2], "--key"))
+		return cmd_verify(argv[4], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "check-policy"))
 		return cmd_check_policy(argv[2]);
 	while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
@@ -120,6 +149,15 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			token = optarg;
+			break;
+		case 'k':
+			key_path = optarg;
+			break;
+		case 'u':
+			user_name = optarg;
+			break;
+		case 'C':
+			client_name = optarg;
 			break;
 		case 'e':
 		case 'H':
@@ -154,6 +192,30 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (user_name || client_name) {
+		if (geteuid() != 0) {
+			fprintf(stderr,
+				"cove-broker: --user and --client need root (the broker opens "
+				"its files as root, then drops to --user)\n");
+			return 2;
+		}
+		if (!user_name || !client_name) {
+			fprintf(stderr,
+				"cove-broker: --user and --client go together: the broker's "
+				"own user and the user whose cove connects to its sockets\n");
+			return 2;
+		}
+		if (broker_user_lookup(user_name, &user, err, sizeof(err)) ||
+		    broker_user_lookup(client_name, &client, err, sizeof(err))) {
+			fprintf(stderr, "cove-broker: %s\n", err);
+			return 2;
+		}
+		if (user.uid == 0 || user.uid == client.uid) {
+			fprintf(stderr, "cove-broker: --user must be neither root nor the --client "
+					"user\n");
+			return 2;
+		}
+	}
 	if (token) {
 		if (hex_decode(token, b.token, REQ_TOKEN_BYTES)) {
 			fprintf(stderr, "cove-broker: --initial-token must be %d hex digits\n",
@@ -165,14 +227,30 @@ int main(int argc, char **argv)
 	b.log = stderr;
 	signal(SIGPIPE, SIG_IGN);
 	if (wipe_alloc_install()) {
-		fprintf(stderr, "cove-broker: cannot install wiping allocators in OpenSSL/libcurl\n");
+		fprintf(stderr,
+			"cove-broker: cannot install wiping allocators in OpenSSL/libcurl\n");
 		return 1;
 	}
 	if (policy_load(policy, &b.pol, err, sizeof(err))) {
 		fprintf(stderr, "cove-broker: %s\n", err);
 		goto out;
 	}
-	if (audit_open(&b.audit, audit_path, err, sizeof(err))) {
+	/* The MAC key lives beside the policy by default: outside the log and the sandbox. */
+	if (!key_path) {
+		if (snprintf(key_default, sizeof(key_default), "%s.audit-key", policy) >=
+		    (int)sizeof(key_default)) {
+			fprintf(stderr, "cove-broker: policy path too long\n");
+			goto out;
+		}
+		key_path = key_default;
+	}
+	if (audit_key_load(key_path, true, key, err, sizeof(err))) {
+		fprintf(stderr, "cove-broker: %s\n", err);
+		goto out;
+	}
+	r = audit_open(&b.audit, audit_path, key, err, sizeof(err));
+	OPENSSL_cleanse(key, sizeof(key));
+	if (r) {
 		fprintf(stderr, "cove-broker: %s\n", err);
 		goto out;
 	}
@@ -185,6 +263,19 @@ int main(int argc, char **argv)
 	if (cfd < 0) {
 		fprintf(stderr, "cove-broker: ctl %s: %s\n", ctl_path, strerror(-cfd));
 		goto out;
+	}
+	if (user_name) {
+		/* The sockets belong to the client (mode 0600); everything is open: drop root. */
+		if (chown(listen_path, client.uid, client.gid) ||
+		    chown(ctl_path, client.uid, client.gid)) {
+			fprintf(stderr, "cove-broker: chown sockets to --client: %s\n",
+				strerror(errno));
+			goto out;
+		}
+		if (broker_user_drop(&user, err, sizeof(err))) {
+			fprintf(stderr, "cove-broker: --user %s: %s\n", user_name, err);
+			goto out;
+		}
 	}
 	b.start_ns = broker_now_ns();
 	fprintf(stderr, "cove-broker: %zu credentials, epoch %llu, listening on %s\n", b.pol.ncreds,

@@ -85,6 +85,68 @@ static int parse_strarray(json_t *a, const char *what, const char *cred, struct 
 	return 0;
 }
 
+/* Header names no policy may allow: they change where or how the request goes, or what the
+ * server takes as method, path or client ("X-Forwarded-" and "Proxy-" are prefixes). */
+static const char *const never_headers[] = {"Host",
+					    "Content-Length",
+					    "Transfer-Encoding",
+					    "Connection",
+					    "Expect",
+					    "Accept-Encoding",
+					    "TE",
+					    "Trailer",
+					    "Upgrade",
+					    "Keep-Alive",
+					    "Proxy-",
+					    "Forwarded",
+					    "X-Forwarded-",
+					    "X-Real-IP",
+					    "X-HTTP-Method-Override",
+					    "X-HTTP-Method",
+					    "X-Method-Override",
+					    "X-Original-URL",
+					    "X-Rewrite-URL",
+					    "X-Original-Method",
+					    NULL};
+
+/* What a credential allows when its policy names no headers. */
+static const char *const default_headers[] = {"Accept",	    "Accept-Language", "Content-Type",
+					      "User-Agent", "If-None-Match",   "If-Modified-Since",
+					      NULL};
+
+/* Compares the header name that starts line (ended by ':' or NUL) with name. */
+static bool header_name_eq(const char *line, size_t len, const char *name)
+{
+	return strlen(name) == len && !strncasecmp(line, name, len);
+}
+
+static bool header_never(const char *name, size_t len)
+{
+	size_t i, n;
+
+	for (i = 0; never_headers[i]; i++) {
+		n = strlen(never_headers[i]);
+		if (never_headers[i][n - 1] == '-'
+			? len >= n && !strncasecmp(name, never_headers[i], n)
+			: header_name_eq(name, len, never_headers[i]))
+			return true;
+	}
+	return false;
+}
+
+bool policy_header_allowed(const struct cred_policy *c, const char *line)
+{
+	size_t i, len = strcspn(line, ":");
+
+	if (header_never(line, len) ||
+	    (c->inject_header && header_name_eq(line, len, c->inject_header)))
+		return false;
+	for (i = 0; i < c->headers.n; i++)
+		if (header_name_eq(line, len, c->headers.v[i]))
+			return true;
+	return false;
+}
+
 static int parse_allow(json_t *o, struct cred_policy *c, char *err, size_t errlen)
 {
 	const char *k;
@@ -149,12 +211,25 @@ static int parse_allow(json_t *o, struct cred_policy *c, char *err, size_t errle
 					   err, errlen);
 			if (r)
 				return r;
-			for (i = 0; i < c->path_prefixes.n; i++)
-				if (c->path_prefixes.v[i][0] != '/')
+		} else if (!strcmp(k, "headers")) {
+			r = parse_strarray(v, "allow.headers", c->name, &c->headers, err, errlen);
+			if (r)
+				return r;
+			for (i = 0; i < c->headers.n; i++)
+				if (!is_token(c->headers.v[i]) ||
+				    header_never(c->headers.v[i], strlen(c->headers.v[i])))
 					return errmsg(err, errlen, -EINVAL,
-						      "credential \"%s\": allow.path_prefixes[%zu] "
-						      "must start with '/'",
-						      c->name, i);
+						      "credential \"%s\": allow.headers[%zu]: "
+						      "\"%s\" is not a "
+						      "header name the guest may set",
+						      c->name, i, c->headers.v[i]);
+		} else if (!strcmp(k, "path_params")) {
+			if (!json_is_boolean(v))
+				return errmsg(
+				    err, errlen, -EINVAL,
+				    "credential \"%s\": allow.path_params must be true or false",
+				    c->name);
+			c->path_params = json_is_true(v);
 		} else if (!strcmp(k, "methods")) {
 			r = parse_strarray(v, "allow.methods", c->name, &c->methods, err, errlen);
 			if (r)
@@ -178,6 +253,26 @@ static int parse_allow(json_t *o, struct cred_policy *c, char *err, size_t errle
 		return -ENOMEM;
 	if (!c->path_prefixes.n && strlist_add(&c->path_prefixes, "/"))
 		return -ENOMEM;
+	/* Prefixes are kept in canonical form, the form policy_check compares paths in. */
+	for (i = 0; i < c->path_prefixes.n; i++) {
+		char *p = c->path_prefixes.v[i], canon[1025];
+		const char *why = NULL;
+
+		if (p[0] != '/')
+			return errmsg(err, errlen, -EINVAL,
+				      "credential \"%s\": allow.path_prefixes[%zu] must start "
+				      "with '/'",
+				      c->name, i);
+		if (policy_path_canon(p, c->path_params, canon, sizeof(canon), &why))
+			return errmsg(err, errlen, -EINVAL,
+				      "credential \"%s\": allow.path_prefixes[%zu]: %s", c->name, i,
+				      why);
+		strcpy(p, canon); /* never longer than the original */
+	}
+	if (!c->headers.n)
+		for (i = 0; default_headers[i]; i++)
+			if (strlist_add(&c->headers, default_headers[i]))
+				return -ENOMEM;
 	if (!c->methods.n && strlist_add(&c->methods, "GET"))
 		return -ENOMEM;
 	return 0;
@@ -306,9 +401,9 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 			const char *f = json_string_value(v);
 
 			if (!f || !*f || has_ctl(f) || access(f, R_OK))
-				return errmsg(err, errlen, -EINVAL,
-					      "credential \"%s\": ca_file must name a readable file",
-					      name);
+				return errmsg(
+				    err, errlen, -EINVAL,
+				    "credential \"%s\": ca_file must name a readable file", name);
 			c->ca_file = strdup(f);
 			if (!c->ca_file)
 				return -ENOMEM;
@@ -333,6 +428,11 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 		return errmsg(err, errlen, -EINVAL, "credential \"%s\": inject is required", name);
 	if (!c->hosts.n)
 		return errmsg(err, errlen, -EINVAL, "credential \"%s\": allow is required", name);
+	for (size_t i = 0; i < c->headers.n; i++)
+		if (!strcasecmp(c->headers.v[i], c->inject_header))
+			return errmsg(err, errlen, -EINVAL,
+				      "credential \"%s\": allow.headers names the inject header",
+				      name);
 	if (c->rate_per_min) {
 		c->rate_ring = calloc(c->rate_per_min, sizeof(*c->rate_ring));
 		if (!c->rate_ring)
@@ -439,6 +539,7 @@ void policy_free(struct policy *p)
 		strlist_free(&c->hosts);
 		strlist_free(&c->path_prefixes);
 		strlist_free(&c->methods);
+		strlist_free(&c->headers);
 		free(c->rate_ring);
 		free(c->ca_file);
 	}
@@ -478,13 +579,101 @@ static bool list_has(const struct strlist *l, const char *s)
 	return false;
 }
 
-static bool path_allowed(const struct strlist *l, const char *path)
+static int hexdigit(char c)
 {
-	size_t i;
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
 
-	for (i = 0; i < l->n; i++)
-		if (!strncmp(path, l->v[i], strlen(l->v[i])))
+int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap, const char **why)
+{
+	const char *p = path;
+	size_t o = 0;
+
+	if (*p != '/') {
+		*why = "path does not start with '/'";
+		return -EINVAL;
+	}
+	while (*p == '/') {
+		size_t seg = o + 1;
+		bool in_param = false;
+
+		if (o + 1 >= cap)
+			goto toolong;
+		out[o++] = '/';
+		for (p++; *p && *p != '/'; p++) {
+			int c = (unsigned char)*p;
+
+			if (c == ';') {
+				if (!allow_params) {
+					*why = "path has ';' parameters";
+					return -EINVAL;
+				}
+				in_param = true;
+				continue;
+			}
+			if (c == '%') {
+				int hi = hexdigit(p[1]), lo = hi < 0 ? -1 : hexdigit(p[2]);
+
+				if (lo < 0) {
+					*why = "path has a bad '%' escape";
+					return -EINVAL;
+				}
+				c = hi << 4 | lo;
+				p += 2;
+				/* A decoded separator, escape or parameter is read differently
+				 * by servers that decode once more or split after decoding. */
+				if (c == '/' || c == '\\' || c == '%' || c == ';') {
+					*why = "path has an encoded '/', '\\', '%' or ';'";
+					return -EINVAL;
+				}
+			}
+			if (c < 0x20 || c == 0x7f || c == '\\') {
+				*why = "path has a control byte or '\\'";
+				return -EINVAL;
+			}
+			if (in_param)
+				continue;
+			if (o + 1 >= cap)
+				goto toolong;
+			out[o++] = (char)c;
+		}
+		/* Dot segments in any spelling ("..;x", "%2e%2e") that survived curl's
+		 * normalisation could climb out of the prefix on the server. */
+		if ((o - seg == 1 && out[seg] == '.') ||
+		    (o - seg == 2 && out[seg] == '.' && out[seg + 1] == '.')) {
+			*why = "path has a dot segment";
+			return -EINVAL;
+		}
+	}
+	if (*p) {
+		*why = "path does not start with '/'";
+		return -EINVAL;
+	}
+	out[o] = '\0';
+	return 0;
+toolong:
+	*why = "path too long";
+	return -EINVAL;
+}
+
+/* Whole segments: "/v1" allows "/v1" and "/v1/x" but not "/v1beta"; "/v1/" needs "/v1/...". */
+static bool path_allowed(const struct strlist *l, const char *canon)
+{
+	size_t i, n;
+
+	for (i = 0; i < l->n; i++) {
+		n = strlen(l->v[i]);
+		if (strncmp(canon, l->v[i], n))
+			continue;
+		if (l->v[i][n - 1] == '/' || canon[n] == '\0' || canon[n] == '/')
 			return true;
+	}
 	return false;
 }
 
@@ -496,6 +685,8 @@ static int default_port(const char *scheme)
 const char *policy_check(const struct cred_policy *c, const struct url_parts *u, const char *method,
 			 int64_t now_ns, int64_t start_ns)
 {
+	char canon[URL_MAX + 1];
+	const char *why;
 	size_t i;
 	bool ok;
 
@@ -515,7 +706,9 @@ const char *policy_check(const struct cred_policy *c, const struct url_parts *u,
 	}
 	if (!ok)
 		return "port not allowed";
-	if (!path_allowed(&c->path_prefixes, u->path))
+	if (policy_path_canon(u->path, c->path_params, canon, sizeof(canon), &why))
+		return why;
+	if (!path_allowed(&c->path_prefixes, canon))
 		return "path not allowed";
 	if (!list_has(&c->methods, method))
 		return "method not allowed";

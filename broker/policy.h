@@ -30,6 +30,8 @@ struct cred_policy {
 	size_t nports;
 	struct strlist path_prefixes; /* default ["/"] */
 	struct strlist methods;	      /* default ["GET"] */
+	struct strlist headers;	      /* request header names the guest may send */
+	bool path_params;	      /* allow ';' parameters in path segments */
 	int64_t ttl_s;		      /* 0 = no expiry */
 	uint32_t rate_per_min;	      /* 0 = unlimited */
 	uint64_t max_uses;	      /* 0 = unlimited */
@@ -62,6 +64,17 @@ bool policy_host_match(const char *pattern, const char *host);
  * now_ns and start_ns are CLOCK_MONOTONIC; start_ns is broker start or the last grant. */
 const char *policy_check(const struct cred_policy *c, const struct url_parts *u, const char *method,
 			 int64_t now_ns, int64_t start_ns);
+
+/* Canonical form of a URL path for prefix matching: each segment percent-decoded, ';'
+ * parameters refused (or, with allow_params, cut off). Refuses (-EINVAL, *why set) what a server
+ * could read differently from the broker: dot segments in any spelling ("..", "%2e.", "..;x"),
+ * bad escapes, and decoded '/', '\\', '%', ';' or control bytes. out holds cap bytes. */
+int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap, const char **why);
+
+/* True when the guest may send this "Name: value" header under c: its name is in c's
+ * allow.headers, and it is neither a header that changes where or how the request goes
+ * (Host, framing, X-HTTP-Method-Override, X-Forwarded-*, ...) nor c's inject header. */
+bool policy_header_allowed(const struct cred_policy *c, const char *line);
 
 /* Counts one use (for max_uses and the rate window). */
 void policy_consume(struct cred_policy *c, int64_t now_ns);

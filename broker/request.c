@@ -47,35 +47,6 @@ int hex_decode(const char *in, uint8_t *out, size_t n)
 	return 0;
 }
 
-static int header_name_is(const char *line, const char *name)
-{
-	size_t n = strlen(name);
-
-	return !strncasecmp(line, name, n) && line[n] == ':';
-}
-
-int breq_header_forbidden(const char *line, const char *inject_header)
-{
-	static const char *const deny[] = {"Host",
-					   "Content-Length",
-					   "Transfer-Encoding",
-					   "Connection",
-					   "Expect",
-					   "Accept-Encoding",
-					   "TE",
-					   "Upgrade",
-					   "Proxy-Authorization",
-					   "Proxy-Connection",
-					   "Keep-Alive",
-					   NULL};
-	size_t i;
-
-	for (i = 0; deny[i]; i++)
-		if (header_name_is(line, deny[i]))
-			return 1;
-	return inject_header && header_name_is(line, inject_header);
-}
-
 /* "Name: value": a token name, a colon, printable value without CR/LF. */
 static int header_valid(const char *h)
 {

@@ -30,10 +30,6 @@ struct breq {
 int breq_parse(const uint8_t *msg, size_t len, struct breq *out, char *err, size_t errlen);
 void breq_free(struct breq *r);
 
-/* Request headers the guest may not set: ones that would change where or how the request goes,
- * and the credential's own header. */
-int breq_header_forbidden(const char *line, const char *inject_header);
-
 /* Lower-case hex of n bytes into out (2n+1 bytes). Parse returns 0 or -EINVAL. */
 void hex_encode(const uint8_t *in, size_t n, char *out);
 int hex_decode(const char *in, uint8_t *out, size_t n);

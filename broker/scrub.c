@@ -1,9 +1,11 @@
-/* Secret scrubbing: literal and base64 patterns, longest first, replaced by "[REDACTED]".
- * The broker buffers whole responses, so no pattern can straddle a chunk boundary. */
+/* Secret scrubbing: literal, base64(url) and hex patterns, longest first, each matched also when
+ * percent- or JSON-escaped, replaced by "[REDACTED]". The broker buffers whole responses, so no
+ * pattern can straddle a chunk boundary. */
 #include "scrub.h"
 #include "b64.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,20 @@ static int add_pattern(struct scrubber *s, const char *p, size_t len)
 	return 0;
 }
 
+/* Adds p and, when it holds a base64 character that base64url spells differently, its base64url
+ * spelling. */
+static int add_b64_pattern(struct scrubber *s, char *p, size_t len)
+{
+	size_t i;
+	int r = add_pattern(s, p, len);
+
+	if (r || (!memchr(p, '+', len) && !memchr(p, '/', len)))
+		return r;
+	for (i = 0; i < len; i++)
+		p[i] = p[i] == '+' ? '-' : p[i] == '/' ? '_' : p[i];
+	return add_pattern(s, p, len);
+}
+
 /* The base64 characters, in a stream where value starts k bytes after a 3-byte boundary, whose
  * six bits all come from value: character i covers bits [6i, 6i+6). */
 static int add_b64_core(struct scrubber *s, const uint8_t *v, size_t len, unsigned k)
@@ -63,14 +79,33 @@ static int add_b64_core(struct scrubber *s, const uint8_t *v, size_t len, unsign
 		}
 		out[o++] = b64_char(val);
 	}
-	r = add_pattern(s, out, o);
+	r = add_b64_pattern(s, out, o);
 	OPENSSL_cleanse(out, o);
+	free(out);
+	return r;
+}
+
+static int add_hex(struct scrubber *s, const uint8_t *v, size_t len, const char *digits)
+{
+	char *out = malloc(2 * len + 1);
+	size_t i;
+	int r;
+
+	if (!out)
+		return -ENOMEM;
+	for (i = 0; i < len; i++) {
+		out[2 * i] = digits[v[i] >> 4];
+		out[2 * i + 1] = digits[v[i] & 15];
+	}
+	r = add_pattern(s, out, 2 * len);
+	OPENSSL_cleanse(out, 2 * len);
 	free(out);
 	return r;
 }
 
 int scrub_add(struct scrubber *s, const char *value, size_t len)
 {
+	const uint8_t *v = (const uint8_t *)value;
 	char *enc;
 	unsigned k;
 	int r;
@@ -83,19 +118,187 @@ int scrub_add(struct scrubber *s, const char *value, size_t len)
 	enc = malloc(b64_enc_len(len) + 1);
 	if (!enc)
 		return -ENOMEM;
-	b64_encode((const uint8_t *)value, len, enc);
-	r = add_pattern(s, enc, strlen(enc));
+	b64_encode(v, len, enc);
+	r = add_b64_pattern(s, enc, strlen(enc));
+	if (!r && strchr(enc, '=')) {	 /* unpadded, as base64url mostly is */
+		b64_encode(v, len, enc); /* add_b64_pattern rewrote it */
+		r = add_b64_pattern(s, enc, strcspn(enc, "="));
+	}
 	OPENSSL_cleanse(enc, b64_enc_len(len));
 	free(enc);
 	for (k = 0; k < 3 && !r; k++)
-		r = add_b64_core(s, (const uint8_t *)value, len, k);
+		r = add_b64_core(s, v, len, k);
+	if (!r)
+		r = add_hex(s, v, len, "0123456789abcdef");
+	if (!r)
+		r = add_hex(s, v, len, "0123456789ABCDEF");
 	return r;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* n hex digits at b[0..n) (inside the buffer end e) as a number, or -1. */
+static long hexn(const char *b, const char *e, int n)
+{
+	long v = 0;
+	int i, d;
+
+	if (e - b < n)
+		return -1;
+	for (i = 0; i < n; i++) {
+		d = hexval(b[i]);
+		if (d < 0)
+			return -1;
+		v = v << 4 | d;
+	}
+	return v;
+}
+
+/* Decodes one escape at b (percent, '+', or JSON) into out (up to 4 UTF-8 bytes). Returns the
+ * escape's length in the buffer and sets *n, or 0 when b holds no escape. */
+static size_t unescape(const char *b, const char *e, uint8_t out[4], size_t *n)
+{
+	long cp, lo;
+
+	*n = 1;
+	if (*b == '+') {
+		out[0] = ' ';
+		return 1;
+	}
+	if (*b == '%') {
+		cp = hexn(b + 1, e, 2);
+		out[0] = (uint8_t)cp;
+		return cp < 0 ? 0 : 3;
+	}
+	if (*b != '\\' || e - b < 2)
+		return 0;
+	switch (b[1]) {
+	case '/':
+	case '"':
+	case '\\':
+		out[0] = (uint8_t)b[1];
+		return 2;
+	case 'b':
+		out[0] = '\b';
+		return 2;
+	case 'f':
+		out[0] = '\f';
+		return 2;
+	case 'n':
+		out[0] = '\n';
+		return 2;
+	case 'r':
+		out[0] = '\r';
+		return 2;
+	case 't':
+		out[0] = '\t';
+		return 2;
+	case 'u':
+		break;
+	default:
+		return 0;
+	}
+	cp = hexn(b + 2, e, 4);
+	if (cp < 0)
+		return 0;
+	if (cp < 0x80) {
+		out[0] = (uint8_t)cp;
+		return 6;
+	}
+	if (cp < 0x800) {
+		out[0] = (uint8_t)(0xc0 | cp >> 6);
+		out[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		*n = 2;
+		return 6;
+	}
+	if (cp < 0xd800 || cp > 0xdfff) {
+		out[0] = (uint8_t)(0xe0 | cp >> 12);
+		out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+		out[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		*n = 3;
+		return 6;
+	}
+	/* A surrogate pair: \uD8xx\uDCxx. */
+	if (cp > 0xdbff || e - b < 12 || b[6] != '\\' || b[7] != 'u')
+		return 0;
+	lo = hexn(b + 8, e, 4);
+	if (lo < 0xdc00 || lo > 0xdfff)
+		return 0;
+	cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+	out[0] = (uint8_t)(0xf0 | cp >> 18);
+	out[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+	out[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+	out[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	*n = 4;
+	return 12;
+}
+
+/* Length of the occurrence of pat that starts at b, or 0. Where a buffer byte is both itself
+ * and the start of an escape ('%', '+', '\'), escape_first picks which reading is tried; the
+ * caller tries both, so a pattern that contains those bytes is found in plain and escaped
+ * text alike. */
+static size_t match_at(const char *b, const char *e, const char *pat, size_t pl, int escape_first)
+{
+	const char *q = b;
+	size_t j = 0, n, el;
+	uint8_t dec[4];
+
+	while (j < pl) {
+		if (q >= e)
+			return 0;
+		el = unescape(q, e, dec, &n);
+		if (el && (escape_first || *q != pat[j]) && n <= pl - j &&
+		    !memcmp(dec, pat + j, n)) {
+			q += el;
+			j += n;
+		} else if (*q == pat[j]) {
+			q++;
+			j++;
+		} else {
+			return 0;
+		}
+	}
+	return (size_t)(q - b);
+}
+
+/* The next occurrence of pat in [b, e): its start in *at and its length, or 0. starts[] marks
+ * the bytes an occurrence can begin with, so most of the text is skipped without a call. */
+static size_t find_next(const char *b, const char *e, const char *pat, size_t pl,
+			const unsigned char starts[256], const char **at)
+{
+	/* Both readings differ only where the pattern itself holds an escape's first byte. */
+	bool ambiguous = memchr(pat, '%', pl) || memchr(pat, '\\', pl) || memchr(pat, '+', pl);
+	size_t m;
+
+	for (; b < e; b++) {
+		if (!starts[(unsigned char)*b])
+			continue;
+		m = match_at(b, e, pat, pl, 1);
+		if (!m && ambiguous)
+			m = match_at(b, e, pat, pl, 0);
+		if (m) {
+			*at = b;
+			return m;
+		}
+	}
+	return 0;
 }
 
 char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t *outlen)
 {
 	const size_t rl = sizeof(SCRUB_REPLACEMENT) - 1;
+	unsigned char starts[256] = {0};
 	char *cur, *next;
+	const char *p, *at = NULL;
 	size_t curlen = len, i;
 
 	cur = malloc(len + 1);
@@ -103,32 +306,36 @@ char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t 
 		return NULL;
 	memcpy(cur, buf, len);
 	cur[len] = '\0';
+	starts['%'] = starts['\\'] = starts['+'] = 1;
 	for (i = 0; i < s->n; i++) {
-		size_t pl = s->len[i], pos = 0, o = 0, hits = 0;
-		const char *p;
+		size_t pl = s->len[i], o = 0, m, hits = 0;
+		const char *end = cur + curlen;
+		unsigned char first = (unsigned char)s->pat[i][0];
+		unsigned char was = starts[first];
 
-		for (p = memmem(cur, curlen, s->pat[i], pl); p;
-		     p = memmem(p + pl, curlen - (size_t)(p + pl - cur), s->pat[i], pl))
+		starts[first] = 1;
+		for (p = cur; (m = find_next(p, end, s->pat[i], pl, starts, &at)); p = at + m)
 			hits++;
-		if (!hits)
+		if (!hits) {
+			starts[first] = was;
 			continue;
-		next = malloc(curlen - hits * pl + hits * rl + 1);
+		}
+		/* Each occurrence is at least one byte, so hits * rl more bytes always suffice. */
+		next = malloc(curlen + hits * rl + 1);
 		if (!next) {
 			OPENSSL_cleanse(cur, curlen);
 			free(cur);
 			return NULL;
 		}
-		while ((p = memmem(cur + pos, curlen - pos, s->pat[i], pl))) {
-			size_t skip = (size_t)(p - (cur + pos));
-
-			memcpy(next + o, cur + pos, skip);
-			o += skip;
+		for (p = cur; (m = find_next(p, end, s->pat[i], pl, starts, &at)); p = at + m) {
+			memcpy(next + o, p, (size_t)(at - p));
+			o += (size_t)(at - p);
 			memcpy(next + o, SCRUB_REPLACEMENT, rl);
 			o += rl;
-			pos += skip + pl;
 		}
-		memcpy(next + o, cur + pos, curlen - pos);
-		o += curlen - pos;
+		starts[first] = was;
+		memcpy(next + o, p, (size_t)(end - p));
+		o += (size_t)(end - p);
 		next[o] = '\0';
 		OPENSSL_cleanse(cur, curlen);
 		free(cur);

@@ -1,11 +1,12 @@
-/* Removing a secret (raw and base64 forms) from data returned to the guest. */
+/* Removing a secret (raw, base64, base64url, hex, percent- and JSON-escaped forms) from data
+ * returned to the guest. */
 #ifndef COVE_BROKER_SCRUB_H
 #define COVE_BROKER_SCRUB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define SCRUB_MAX_PATTERNS 16
+#define SCRUB_MAX_PATTERNS 64
 #define SCRUB_REPLACEMENT  "[REDACTED]"
 #define SCRUB_MIN_B64	   6 /* shorter base64 cores are too likely to match by chance */
 
@@ -15,12 +16,15 @@ struct scrubber {
 	size_t n;
 };
 
-/* Adds value and its base64 forms: the whole encoding, and for each of the three alignments in
- * a longer base64 stream the characters that depend only on value's bytes. Empty values are
- * ignored. Returns 0 or -ENOMEM / -ENOSPC. */
+/* Adds value and its encoded forms: standard and URL-safe base64 (the whole encoding, and for
+ * each of the three alignments in a longer base64 stream the characters that depend only on
+ * value's bytes) and hex in lower and upper case. Empty values are ignored. Returns 0 or
+ * -ENOMEM / -ENOSPC. */
 int scrub_add(struct scrubber *s, const char *value, size_t len);
 
-/* Replaces every occurrence of every pattern in buf[0..len) with SCRUB_REPLACEMENT.
+/* Replaces every occurrence of every pattern in buf[0..len) with SCRUB_REPLACEMENT. An
+ * occurrence may spell any of its bytes as a percent escape (%41, %4a or %4A, '+' for a space)
+ * or a JSON escape (\u0041, \/, \", \\; \uXXXX also for a non-ASCII character), in any mix.
  * Returns a new malloc'd buffer (NUL-terminated, *outlen set) or NULL on ENOMEM. */
 char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t *outlen);
 

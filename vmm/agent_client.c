@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "term_safe.h"
 
 #define CHUNK 65536
 
@@ -44,9 +45,11 @@ int agent_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t
 {
 	json_error_t jerr;
 	json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	char safe[4 * JSON_ERROR_TEXT_LENGTH];
 
-	if (!j)
-		return errmsg(err, errlen, -EINVAL, "bad JSON from the agent: %s", jerr.text);
+	if (!j) /* jansson quotes the guest's bytes */
+		return errmsg(err, errlen, -EINVAL, "bad JSON from the agent: %s",
+			      term_safe(jerr.text, safe, sizeof(safe)));
 	if (!json_is_object(j)) {
 		json_decref(j);
 		return errmsg(err, errlen, -EINVAL, "bad message from the agent: not an object");
@@ -335,8 +338,11 @@ int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char
 		goto fail;
 	if (!json_is_true(json_object_get(r, "ok"))) {
 		const char *e = json_string_value(json_object_get(r, "error"));
+		char safe[1024];
 
-		ret = errmsg(err, errlen, -EREMOTEIO, "%s", e ? e : "the agent refused the request");
+		/* Every command prints this: the guest's text must not drive the terminal. */
+		ret = errmsg(err, errlen, -EREMOTEIO, "%s",
+			     e ? term_safe(e, safe, sizeof(safe)) : "the agent refused the request");
 		json_decref(r);
 		goto fail;
 	}

@@ -10,15 +10,27 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "term_safe.h"
 
-#define CP_CHUNK 65536
+#define CP_CHUNK    65536
 #define CP_FILE_MAX (1ull << 30) /* the agent's limit too */
 
 static const char cp_usage[] =
-	"usage: cove cp SANDBOX:/guest/path LOCAL    (LOCAL '-' writes to stdout)\n"
-	"       cove cp LOCAL SANDBOX:/guest/path    (a guest path ending in '/' keeps the name)\n"
-	"Copies one regular file (at most 1 GiB) with its permission bits; the guest side is\n"
-	"written to a temporary file and renamed, so it never holds half a copy.\n";
+    "usage: cove cp SANDBOX:/guest/path LOCAL    (LOCAL '-' writes to stdout)\n"
+    "       cove cp LOCAL SANDBOX:/guest/path    (a guest path ending in '/' keeps the name)\n"
+    "Copies one regular file (at most 1 GiB) with its permission bits; the guest side is\n"
+    "written to a temporary file and renamed, so it never holds half a copy. A file copied\n"
+    "out gets only the guest's rwx bits minus the umask (never setuid, setgid or sticky).\n";
+
+/* The mode of a file copied out: the guest chose its bits, so never setuid/setgid/sticky (a
+ * setuid-root file on the host from a guest), and the umask applies as to any new file. */
+static mode_t cp_local_mode(long guest_mode)
+{
+	mode_t um = umask(0);
+
+	umask(um);
+	return (mode_t)guest_mode & 0777 & ~um;
+}
 
 /* "SANDBOX:/path" where SANDBOX resolves to a socket; anything else is a local path. */
 static bool remote_split(const char *arg, char *uds, size_t udslen, const char **path)
@@ -36,8 +48,7 @@ static bool remote_split(const char *arg, char *uds, size_t udslen, const char *
 	return true;
 }
 
-static int copy_in(const char *uds, const char *local, const char *gpath, char *err,
-		   size_t errlen)
+static int copy_in(const char *uds, const char *local, const char *gpath, char *err, size_t errlen)
 {
 	char target[PATH_MAX + 1], *lcopy = strdup(local), *buf = malloc(CP_CHUNK);
 	json_t *req = NULL, *reply = NULL;
@@ -115,15 +126,16 @@ out:
 	return ret;
 }
 
-static int copy_out(const char *uds, const char *gpath, const char *local, char *err,
-		    size_t errlen)
+static int copy_out(const char *uds, const char *gpath, const char *local, char *err, size_t errlen)
 {
-	char target[PATH_MAX + 1], tmp[PATH_MAX + 16], *gcopy = strdup(gpath), *buf = malloc(CP_CHUNK);
-	json_t *req = NULL, *reply = NULL, *jsize;
+	char target[PATH_MAX + 1], tmp[PATH_MAX + 16], *gcopy = strdup(gpath),
+						       *buf = malloc(CP_CHUNK);
+	json_t *req = NULL, *reply = NULL, *jsize, *jmode;
 	unsigned long long size, done = 0;
 	bool to_stdout = strcmp(local, "-") == 0;
 	struct stat st;
-	int out = -1, fd = -1, ret = -ENOMEM, mode;
+	int out = -1, fd = -1, ret = -ENOMEM;
+	mode_t mode;
 
 	tmp[0] = '\0';
 	if (!gcopy || !buf)
@@ -150,7 +162,14 @@ static int copy_out(const char *uds, const char *gpath, const char *local, char 
 		goto out;
 	}
 	size = (unsigned long long)json_integer_value(jsize);
-	mode = (int)json_integer_value(json_object_get(reply, "mode")) & 07777;
+	jmode = json_object_get(reply, "mode");
+	if (!json_is_integer(jmode) || json_integer_value(jmode) < 0 ||
+	    json_integer_value(jmode) > 07777) {
+		ret = -EPROTO;
+		snprintf(err, errlen, "agent: bad mode in reply");
+		goto out;
+	}
+	mode = cp_local_mode((long)json_integer_value(jmode));
 	if (to_stdout) {
 		out = 1;
 	} else {
@@ -168,19 +187,20 @@ static int copy_out(const char *uds, const char *gpath, const char *local, char 
 
 		ret = agent_read_full(fd, buf, want);
 		if (ret < 0) {
-			snprintf(err, errlen, "agent: connection lost after %llu of %llu bytes", done,
-				 size);
+			snprintf(err, errlen, "agent: connection lost after %llu of %llu bytes",
+				 done, size);
 			goto out;
 		}
 		ret = agent_write_full(out, buf, want);
 		if (ret < 0) {
-			snprintf(err, errlen, "%.300s: %s", to_stdout ? "stdout" : target, strerror(-ret));
+			snprintf(err, errlen, "%.300s: %s", to_stdout ? "stdout" : target,
+				 strerror(-ret));
 			goto out;
 		}
 		done += want;
 	}
 	if (!to_stdout) {
-		if (fchmod(out, (mode_t)mode) < 0 || fsync(out) < 0 || rename(tmp, target) < 0) {
+		if (fchmod(out, mode) < 0 || fsync(out) < 0 || rename(tmp, target) < 0) {
 			ret = -errno;
 			snprintf(err, errlen, "%.300s: %s", target, strerror(errno));
 			goto out;
@@ -229,7 +249,10 @@ int cmd_cp(int argc, char **argv)
 	ret = rsrc ? copy_out(uds_src, gsrc, argv[2], err, sizeof(err))
 		   : copy_in(uds_dst, argv[1], gdst, err, sizeof(err));
 	if (ret < 0) {
-		fprintf(stderr, "cove cp: %s\n", err);
+		char safe[sizeof(err) * 2];
+
+		/* err may quote the agent, i.e. the guest. */
+		fprintf(stderr, "cove cp: %s\n", term_safe(err, safe, sizeof(safe)));
 		return 1;
 	}
 	return 0;

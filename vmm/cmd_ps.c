@@ -4,83 +4,47 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "term_safe.h"
+
+/* Room for a guest string once term_safe has escaped it (longer ones end in "..."). */
+#define PS_TEXT_MAX 512
 
 static const char ps_usage[] =
-	"usage: cove ps [SANDBOX]\n"
-	"Without SANDBOX: every sandbox registered in the state dir (${COVE_STATE_DIR:-\n"
-	"$XDG_RUNTIME_DIR/cove or /run/cove}/NAME/vsock.sock; register one by giving cove run\n"
-	"--vsock-uds that path), with the pid of the cove process serving it and its status.\n"
-	"With SANDBOX: its exec sessions (ids for cove attach).\n";
+    "usage: cove ps [SANDBOX]\n"
+    "Without SANDBOX: every sandbox registered in the state dir (${COVE_STATE_DIR:-\n"
+    "$XDG_RUNTIME_DIR/cove or /run/cove}/NAME/vsock.sock; register one by giving cove run\n"
+    "--vsock-uds that path), with the pid of the cove process serving it and its status.\n"
+    "With SANDBOX: its exec sessions (ids for cove attach).\n";
 
-/* The inode of the listening Unix socket bound to path, from /proc/net/unix; 0 if none. */
-static unsigned long listen_inode(const char *path)
+/* The pid of the process that listens on the Unix socket at path (SO_PEERCRED of a connection,
+ * which names the listener), or 0 when nothing listens. cove processes are not dumpable, so
+ * their /proc/PID/fd cannot be searched by the same uid. The connection is closed before it
+ * sends a byte, which the vsock device takes as an abandoned handshake. */
+static pid_t socket_owner(const char *path)
 {
-	FILE *f = fopen("/proc/net/unix", "re");
-	char line[512];
-	unsigned long found = 0;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	pid_t pid = 0;
+	int fd;
 
-	if (!f)
+	if (strlen(path) >= sizeof(sa.sun_path))
 		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long flags, ino;
-		char name[256] = "";
-
-		/* Num RefCount Protocol Flags Type St Inode Path */
-		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %255s", &flags, &ino, name) == 3 &&
-		    (flags & 0x10000) && strcmp(name, path) == 0) {
-			found = ino;
-			break;
-		}
-	}
-	fclose(f);
-	return found;
-}
-
-/* The process holding socket inode ino open, or 0. */
-static pid_t socket_owner(unsigned long ino)
-{
-	char want[64], fdpath[600], link[64];
-	struct dirent *p;
-	DIR *proc = opendir("/proc");
-	pid_t found = 0;
-
-	if (!proc || !ino) {
-		if (proc)
-			closedir(proc);
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
 		return 0;
-	}
-	snprintf(want, sizeof(want), "socket:[%lu]", ino);
-	while (!found && (p = readdir(proc))) {
-		struct dirent *fdent;
-		DIR *fds;
-
-		if (p->d_name[0] < '1' || p->d_name[0] > '9')
-			continue;
-		snprintf(fdpath, sizeof(fdpath), "/proc/%s/fd", p->d_name);
-		fds = opendir(fdpath);
-		if (!fds)
-			continue;
-		while ((fdent = readdir(fds))) {
-			ssize_t n;
-
-			snprintf(fdpath, sizeof(fdpath), "/proc/%s/fd/%s", p->d_name, fdent->d_name);
-			n = readlink(fdpath, link, sizeof(link) - 1);
-			if (n <= 0)
-				continue;
-			link[n] = '\0';
-			if (strcmp(link, want) == 0) {
-				found = (pid_t)atoi(p->d_name);
-				break;
-			}
-		}
-		closedir(fds);
-	}
-	closedir(proc);
-	return found;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+		pid = cred.pid;
+	close(fd);
+	return pid;
 }
 
 static json_t *agent_status(const char *uds, char *err, size_t errlen)
@@ -97,7 +61,8 @@ static json_t *agent_status(const char *uds, char *err, size_t errlen)
 
 static int list_sandboxes(void)
 {
-	char dir[AGENT_PATH_MAX], uds[AGENT_PATH_MAX * 2], err[512];
+	char dir[AGENT_PATH_MAX], uds[AGENT_PATH_MAX * 2], err[512], sname[PS_TEXT_MAX];
+	char serr[PS_TEXT_MAX];
 	struct dirent **names;
 	int n;
 
@@ -126,18 +91,22 @@ static int list_sandboxes(void)
 			free(names[i]);
 			continue;
 		}
-		pid = socket_owner(listen_inode(uds));
+		pid = socket_owner(uds);
+		term_safe(name, sname, sizeof(sname));
 		if (!pid) {
-			printf("%-20s %-8s %s\n", name, "-", "stale (no process serves vsock.sock)");
+			printf("%-20s %-8s %s\n", sname, "-",
+			       "stale (no process serves vsock.sock)");
 		} else {
 			json_t *s = agent_status(uds, err, sizeof(err));
 
 			if (s)
-				printf("%-20s %-8d running (agent epoch %lld, %zu sessions)\n", name,
-				       (int)pid, (long long)json_integer_value(json_object_get(s, "epoch")),
+				printf("%-20s %-8d running (agent epoch %lld, %zu sessions)\n",
+				       sname, (int)pid,
+				       (long long)json_integer_value(json_object_get(s, "epoch")),
 				       json_array_size(json_object_get(s, "sessions")));
 			else
-				printf("%-20s %-8d running (agent: %s)\n", name, (int)pid, err);
+				printf("%-20s %-8d running (agent: %s)\n", sname, (int)pid,
+				       term_safe(err, serr, sizeof(serr)));
 			json_decref(s);
 		}
 		free(names[i]);
@@ -148,27 +117,30 @@ static int list_sandboxes(void)
 
 static int list_sessions(const char *sandbox)
 {
-	char uds[AGENT_PATH_MAX], err[512];
+	char uds[AGENT_PATH_MAX], err[512], safe[PS_TEXT_MAX], id[64], argv0[PS_TEXT_MAX];
 	json_t *s, *sess;
 	size_t i;
 
 	if (agent_resolve(sandbox, uds, sizeof(uds), err, sizeof(err)) < 0) {
-		fprintf(stderr, "cove ps: %s\n", err);
+		fprintf(stderr, "cove ps: %s\n", term_safe(err, safe, sizeof(safe)));
 		return 1;
 	}
 	s = agent_status(uds, err, sizeof(err));
 	if (!s) {
-		fprintf(stderr, "cove ps: %s\n", err);
+		fprintf(stderr, "cove ps: %s\n", term_safe(err, safe, sizeof(safe)));
 		return 1;
 	}
 	printf("%-8s %-8s %-8s %-9s %s\n", "SESSION", "PID", "STATE", "ATTACHED", "COMMAND");
-	json_array_foreach(json_object_get(s, "sessions"), i, sess) {
+	/* Everything in a session entry comes from the guest. */
+	json_array_foreach(json_object_get(s, "sessions"), i, sess)
+	{
 		printf("%-8s %-8lld %-8s %-9s %s%s\n",
-		       json_string_value(json_object_get(sess, "id")),
+		       term_safe(json_string_value(json_object_get(sess, "id")), id, sizeof(id)),
 		       (long long)json_integer_value(json_object_get(sess, "pid")),
 		       json_is_true(json_object_get(sess, "running")) ? "running" : "exited",
 		       json_is_true(json_object_get(sess, "attached")) ? "yes" : "no",
-		       json_string_value(json_object_get(sess, "argv0")),
+		       term_safe(json_string_value(json_object_get(sess, "argv0")), argv0,
+				 sizeof(argv0)),
 		       json_is_true(json_object_get(sess, "tty")) ? " (tty)" : "");
 	}
 	json_decref(s);

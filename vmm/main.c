@@ -1,6 +1,7 @@
 /* cove: a thin dispatcher from the first argument to one subcommand. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "agent_client.h" /* cmd_exec, cmd_attach, cmd_cp, cmd_forward, cmd_ps */
 #include "commands.h"
@@ -37,6 +38,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* no core dump of guest RAM, no same-uid ptrace */
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

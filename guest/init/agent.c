@@ -216,12 +216,27 @@ int agent_run(const char *test_uds)
 	if (ret < 0)
 		init_log("agent: broker socket: %s (cove-fetch will not work)", strerror(-ret));
 	for (;;) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
 		struct conn *c;
 
 		if (fd < 0) {
 			if (errno != EINTR && errno != ECONNABORTED)
 				usleep(10000); /* EMFILE and friends: do not spin */
+			continue;
+		}
+		/* The agent runs commands as root: a guest process reaching it (vsock loopback)
+		 * would own the sandbox and the operator's sessions. */
+		if (!wire_peer_allowed((struct sockaddr *)&peer, plen, test_uds != NULL)) {
+			if (peer.ss_family == AF_VSOCK)
+				init_log("agent: refused a connection from vsock CID %u: only the "
+					 "host (CID 2) may connect",
+					 ((struct sockaddr_vm *)&peer)->svm_cid);
+			else
+				init_log("agent: refused a connection from address family %u",
+					 peer.ss_family);
+			close(fd);
 			continue;
 		}
 		c = malloc(sizeof(*c));

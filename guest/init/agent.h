@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define AGENT_PORT 1024	       /* vsock port the agent listens on */
@@ -44,6 +45,10 @@ int wire_reply_ok(int fd);
 int wire_reply_error(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int wire_data_write(int fd, uint8_t type, const void *buf, size_t len);
 int wire_data_read(int fd, uint8_t *type, void *buf, size_t cap, size_t *len);
+/* Whether the agent may serve the peer of an accepted connection: only the host (a vsock peer
+ * with CID 2), never a guest process (vsock loopback, CID 1 or the guest's own CID). In test
+ * mode (unix_peer) the agent listens on a Unix socket and its peers are the test's. */
+bool wire_peer_allowed(const struct sockaddr *sa, socklen_t len, bool unix_peer);
 size_t b64_encoded_len(size_t n);
 void b64_encode(const unsigned char *in, size_t n, char *out);
 

@@ -5,8 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/vm_sockets.h>
 
 #include "agent.h"
+
+bool wire_peer_allowed(const struct sockaddr *sa, socklen_t len, bool unix_peer)
+{
+	const struct sockaddr_vm *vm = (const struct sockaddr_vm *)sa;
+
+	if (!sa || len < (socklen_t)sizeof(sa->sa_family))
+		return false;
+	if (unix_peer)
+		return sa->sa_family == AF_UNIX;
+	return sa->sa_family == AF_VSOCK && len >= (socklen_t)sizeof(*vm) &&
+	       vm->svm_cid == VMADDR_CID_HOST;
+}
 
 /* 0 once n bytes are read; -ENODATA at EOF before the first byte, -EPIPE at EOF after it. */
 int wire_read_full(int fd, void *buf, size_t n)
@@ -45,7 +58,8 @@ int wire_write_full(int fd, const void *buf, size_t n)
 
 int wire_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len)
 {
-	uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+	uint32_t n =
+	    (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
 
 	if (n > max)
 		return -EMSGSIZE;
@@ -234,7 +248,8 @@ static int str_array(json_t *a, const char **vec, const char *what, bool need_eq
 		snprintf(err, errlen, "%s: more than %d entries", what, EXEC_ARGS_MAX);
 		return -E2BIG;
 	}
-	json_array_foreach(a, i, v) {
+	json_array_foreach(a, i, v)
+	{
 		const char *s = json_string_value(v);
 
 		if (!s || json_string_length(v) != strlen(s) || strlen(s) > EXEC_ARG_LEN_MAX) {

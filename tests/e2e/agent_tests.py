@@ -149,6 +149,9 @@ def test_agent_exec():
         err = r.stderr.decode()
         bt.check(r.returncode == 127 and "exec /no/such/cmd: No such file" in err and
                  err.count("\n") == 1, f"missing command: rc={r.returncode} {err!r}")
+        r = sb.cove("exec", sb.name, "--", "/no/such/\x1b]0;owned\x07")
+        bt.check(r.returncode == 127 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
+                 b"\\x1b]0;owned\\x07" in r.stderr, f"exec error with control bytes: {r.stderr!r}")
         r = sb.cove("exec", "--env", "GREETING=hi there", "--cwd", "/tmp", "--user", "1000",
                     sb.name, "--", "sh", "-c", 'echo "$GREETING|$(pwd)|$(id -u)|$HOME"')
         # uid 1000 has no /etc/passwd entry in the guest: HOME=/ (the host's may have one).
@@ -220,6 +223,21 @@ def test_agent_exec():
         r = sb.cove("ps")
         bt.check(re.search(rf"^{sb.name}\s+\d+\s+running", r.stdout.decode(), re.M),
                  f"cove ps: {r.stdout!r} {r.stderr!r}")
+        # A guest-chosen command name cannot drive the host's terminal through cove ps.
+        gtmp = sb.sh("mktemp -d")[1].strip()
+        evil = f"{gtmp}/sl\x1b]0;owned\x07\x1b[2J\u009b"  # ESC, BEL, OSC, CSI, C1 CSI
+        rc, _, err = sb.sh(f"ln -s \"$(command -v sleep)\" '{evil}'")
+        bt.check(rc == 0, f"guest symlink: {err!r}")
+        r = sb.cove("exec", "--detach", sb.name, "--", evil, "30")
+        bt.check(r.returncode == 0, f"detach {evil!r}: {r.stderr!r}")
+        r = sb.cove("ps", sb.name)
+        bt.check(r.returncode == 0 and b"\x1b" not in r.stdout and b"\x07" not in r.stdout and
+                 b"\xc2\x9b" not in r.stdout and
+                 b"sl\\x1b]0;owned\\x07\\x1b[2J\\u009b" in r.stdout,
+                 f"cove ps shows a guest argv0 raw: {r.stdout!r}")
+        m = re.search(rb"^s\d+\s+(\d+)\s+running\s+no\s+\S*owned", r.stdout, re.M)
+        bt.check(m, f"cove ps: no running session for {evil!r}: {r.stdout!r}")
+        sb.sh(f"kill {int(m.group(1))}; rm -rf {gtmp}")
         r = sb.cove("exec", "nosuchbox", "--", "true")
         bt.check(r.returncode == 1 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
     finally:
@@ -261,6 +279,25 @@ def test_agent_cp_forward():
         with open(back, "rb") as f:
             bt.check(hashlib.sha256(f.read()).hexdigest() == want, "cp out: sha256 differs")
         print(f"    cp in {len(data) / 1e6:.1f} MB in {dt:.2f} s; sha256 matches both ways")
+        # The guest picks the mode of a file copied out: never setuid/setgid/sticky on the host,
+        # and the umask applies (here 022: a guest's 6777 becomes 0755).
+        rc, out, err = sb.sh(f"echo suid > {gdir}/suid.bin && chmod 6777 {gdir}/suid.bin && "
+                             f"stat -c %a {gdir}/suid.bin")
+        bt.check(rc == 0 and out.strip() == "6777", f"guest chmod 6777: {out!r} {err!r}")
+        for name in ("suid.out", "suid.out2"):
+            back2 = os.path.join(tmp, name)
+            if name == "suid.out2":  # an existing file is replaced with the same rule
+                with open(back2, "w") as f:
+                    f.write("old")
+                os.chmod(back2, 0o600)
+            r = sb.cove("cp", f"{sb.name}:{gdir}/suid.bin", back2, preexec_fn=lambda: os.umask(0o022))
+            mode = os.stat(back2).st_mode & 0o7777
+            bt.check(r.returncode == 0 and mode == 0o755,
+                     f"cp out of a 6777 file: rc={r.returncode} mode {mode:o}, want 755 {r.stderr!r}")
+        # Guest and path text in errors reaches the terminal with control bytes made visible.
+        r = sb.cove("cp", f"{sb.name}:/no/such/\x1b]0;owned\x07\x1b[2J", back)
+        bt.check(r.returncode == 1 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
+                 b"\\x1b]0;owned\\x07" in r.stderr, f"cp error with control bytes: {r.stderr!r}")
         r = sb.cove("cp", f"{sb.name}:/no/such/file", back)
         bt.check(r.returncode == 1 and b"No such file" in r.stderr and r.stderr.count(b"\n") == 1,
                  f"cp of a missing file: {r.stderr!r}")
@@ -350,6 +387,37 @@ def test_agent_identity():
                  f"no identity line on the console: {console[-800:]!r}")
         bt.check("agent ended (status 137), restarting it" in console,
                  f"no agent restart line on the console: {console[-800:]!r}")
+
+
+def test_agent_refuses_guest_peers():
+    """A guest process must not drive the root agent: connecting to its port over vsock loopback
+    (CID 1) or to the guest's own CID either fails (the kernel has no loopback transport) or is
+    closed by the agent's peer check (only CID 2, the host, is served)."""
+    if LOCAL:
+        print("    skip in --local: no guest vsock (the peer check has a unit test, agent_wire)")
+        return
+    sb = Sandbox("agentpeer", extra=("--disk", bt.VSOCK_DISK + ",ro"))
+    try:
+        rc, out, err = sb.sh("mount -t ext4 -o ro /dev/vda /mnt && "
+                             "for cid in 1 3; do /mnt/vsock_guest connect $cid 1024 16 "
+                             ">/tmp/peer.$cid; echo CID$cid=$?; "
+                             "grep -a 'vsock_guest:' /tmp/peer.$cid; done; umount /mnt")
+        bt.check(rc == 0, f"guest script: rc={rc} {err!r}")
+        # The agent is still there for the host.
+        r = agent_call(sb.uds, {"op": "status"})
+        bt.check(r.get("ok") is True, f"agent status after the guest's attempts: {r}")
+    finally:
+        console = sb.close()
+    for cid in (1, 3):
+        m = re.search(rf"CID{cid}=(\d+)", out)
+        bt.check(m, f"no result for CID {cid}: {out!r}")
+        refused_by_kernel = m.group(1) == "5"  # vsock_guest: connect failed
+        refused_by_agent = f"agent: refused a connection from vsock CID {cid}" in console
+        bt.check(refused_by_kernel or refused_by_agent,
+                 f"a guest process reached the agent over vsock CID {cid}: {out!r}; "
+                 f"console {console[-800:]!r}")
+        print(f"    guest -> CID {cid} port 1024: "
+              f"{'connect failed' if refused_by_kernel else 'closed by the agent'}")
 
 
 # --- cove-broker + cove-fetch ------------------------------------------------------------------
@@ -581,7 +649,8 @@ def test_agent_broker_fetch():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_broker_fetch]
+TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_refuses_guest_peers,
+         test_agent_broker_fetch]
 
 
 if __name__ == "__main__":

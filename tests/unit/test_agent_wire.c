@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/un.h>
 #include <unistd.h>
+#include <linux/vm_sockets.h>
 
 #include "agent.h"
 #include "cove-init.h"
@@ -254,6 +257,35 @@ static void test_passwd(void **state)
 	assert_int_equal(passwd_find("", 0, "root", &e), -ENOENT);
 }
 
+/* Only the host's CID may drive the agent; a guest process over vsock loopback may not. */
+static void test_peer_allowed(void **state)
+{
+	struct sockaddr_vm vm = {.svm_family = AF_VSOCK, .svm_port = 5000};
+	struct sockaddr_un un = {.sun_family = AF_UNIX};
+	struct sockaddr_in in = {.sin_family = AF_INET};
+
+	(void)state;
+	vm.svm_cid = VMADDR_CID_HOST;
+	assert_true(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm), false));
+	vm.svm_cid = VMADDR_CID_LOCAL; /* vsock loopback */
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm), false));
+	vm.svm_cid = 3; /* the guest's own CID */
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm), false));
+	vm.svm_cid = VMADDR_CID_HYPERVISOR;
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm), false));
+	vm.svm_cid = VMADDR_CID_ANY;
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm), false));
+	vm.svm_cid = VMADDR_CID_HOST;
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm) - 1, false));
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, 0, false));
+	assert_false(wire_peer_allowed(NULL, sizeof(vm), false));
+	/* A vsock listener never takes a Unix or IP peer, and test mode only a Unix one. */
+	assert_false(wire_peer_allowed((struct sockaddr *)&un, sizeof(un), false));
+	assert_false(wire_peer_allowed((struct sockaddr *)&in, sizeof(in), false));
+	assert_true(wire_peer_allowed((struct sockaddr *)&un, sizeof(sa_family_t), true));
+	assert_false(wire_peer_allowed((struct sockaddr *)&vm, sizeof(vm), true));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -264,6 +296,7 @@ int main(void)
 		cmocka_unit_test(test_exec_req),
 		cmocka_unit_test(test_b64),
 		cmocka_unit_test(test_passwd),
+		cmocka_unit_test(test_peer_allowed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,9 +15,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "b64.h"
 #include "dest.h"
 #include "fetch.h"
 #include "policy.h"
+#include "scrub.h"
 #include "url.h"
 
 #define S 1000000000LL
@@ -201,7 +203,11 @@ static void test_policy_check(void **state)
 	assert_string_equal(check(c, "http://127.0.0.1/v1/", "GET", S, 0), "port not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/v2/", "GET", S, 0), "path not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/v1", "GET", S, 0), "path not allowed");
-	assert_string_equal(check(c, "http://127.0.0.1:8080/healthz", "GET", S, 0), "ok");
+	/* Prefixes match whole segments: "/health" is not a prefix of "/healthz". */
+	assert_string_equal(check(c, "http://127.0.0.1:8080/health", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/health/x", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/healthz", "GET", S, 0),
+			    "path not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "DELETE", S, 0),
 			    "method not allowed");
 	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/", "get", S, 0),
@@ -247,6 +253,184 @@ static void test_rate_and_uses(void **state)
 	assert_int_equal(c->uses, 5);
 	assert_string_equal(check(c, url, "GET", t + 500 * S, 0), "max uses");
 	policy_free(&p);
+}
+
+/* Headers are an allowlist per credential: the request-routing ones (method override, original
+ * URL, X-Forwarded-*) never pass, whatever the policy says. */
+static void test_header_allowlist(void **state)
+{
+	static const char doc[] =
+	    CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"headers\":[\"Accept\",\"X-Trace\"]}");
+	struct policy p;
+	struct cred_policy *c;
+	char err[256];
+
+	(void)state;
+	load(&p);
+	c = policy_find(&p, "demo");
+	/* The default list. */
+	assert_true(policy_header_allowed(c, "Accept: */*"));
+	assert_true(policy_header_allowed(c, "content-type: text/plain"));
+	assert_true(policy_header_allowed(c, "User-Agent: x"));
+	assert_false(policy_header_allowed(c, "X-HTTP-Method-Override: DELETE"));
+	assert_false(policy_header_allowed(c, "X-Original-URL: /admin"));
+	assert_false(policy_header_allowed(c, "X-Rewrite-URL: /admin"));
+	assert_false(policy_header_allowed(c, "X-Forwarded-For: 127.0.0.1"));
+	assert_false(policy_header_allowed(c, "x-forwarded-host: evil"));
+	assert_false(policy_header_allowed(c, "Forwarded: for=127.0.0.1"));
+	assert_false(policy_header_allowed(c, "X-Unknown: 1"));
+	assert_false(policy_header_allowed(c, "Host: evil"));
+	assert_false(policy_header_allowed(c, "Authorization: Bearer guess"));
+	assert_false(policy_header_allowed(c, "Accept-Encoding: br"));
+	assert_false(policy_header_allowed(c, "Accepted: 1"));
+	policy_free(&p);
+	/* An explicit list replaces the default. */
+	assert_int_equal(policy_parse(doc, strlen(doc), &p, err, sizeof(err)), 0);
+	c = policy_find(&p, "c");
+	assert_true(policy_header_allowed(c, "x-trace: 1"));
+	assert_true(policy_header_allowed(c, "Accept: 1"));
+	assert_false(policy_header_allowed(c, "User-Agent: x"));
+	policy_free(&p);
+	/* A policy cannot allow the routing headers or the inject header. */
+	expect_bad(
+	    CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"headers\":[\"X-HTTP-Method-Override\"]}"),
+	    "allow.headers[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"headers\":[\"X-Forwarded-Proto\"]}"),
+		   "allow.headers[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"headers\":[\"Host\"]}"),
+		   "allow.headers[0]");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"headers\":[\"a\"]}"),
+		   "names the inject header");
+}
+
+/* The path check compares canonical segments: ';' parameters, dot segments in any spelling and
+ * encoded separators never reach a server that would read them differently. */
+static void test_path_bypass(void **state)
+{
+	static const char doc[] = CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"path_prefixes\":"
+					    "[\"/v1/\",\"/%76%32\"],\"path_params\":true}");
+	struct policy p;
+	struct cred_policy *c;
+	char err[256], canon[64];
+	const char *why;
+
+	(void)state;
+	load(&p);
+	c = policy_find(&p, "demo");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/..;/admin", "GET", S, 0),
+			    "path has ';' parameters");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1;x=1/a", "GET", S, 0),
+			    "path has ';' parameters");
+	policy_free(&p);
+	/* Percent-decoded segments: "/%76%31/" is "/v1/"; "%252e" would be ".." after a second
+	 * decode; a bad escape is refused. */
+	assert_int_equal(policy_path_canon("/%76%31/x", false, canon, sizeof(canon), &why), 0);
+	assert_string_equal(canon, "/v1/x");
+	assert_int_equal(policy_path_canon("/v1/%252e%252e/a", false, canon, sizeof(canon), &why),
+			 -EINVAL);
+	assert_int_equal(policy_path_canon("/v1/%zz", false, canon, sizeof(canon), &why), -EINVAL);
+	assert_int_equal(policy_path_canon("/v1/%3b/a", true, canon, sizeof(canon), &why), -EINVAL);
+	assert_int_equal(policy_path_canon("/v1/%5c..", false, canon, sizeof(canon), &why),
+			 -EINVAL);
+	assert_int_equal(policy_path_canon("/v1/%00", false, canon, sizeof(canon), &why), -EINVAL);
+	assert_int_equal(policy_path_canon("/v1/..", false, canon, sizeof(canon), &why), -EINVAL);
+	assert_string_equal(why, "path has a dot segment");
+	assert_int_equal(policy_path_canon("/v1/.", false, canon, sizeof(canon), &why), -EINVAL);
+	assert_int_equal(policy_path_canon("/v1/...", false, canon, sizeof(canon), &why), 0);
+	assert_int_equal(policy_path_canon("/v1/x", false, canon, 4, &why), -EINVAL);
+	/* With path_params, parameters are cut off before matching, and "..;x" is still "..". */
+	assert_int_equal(policy_parse(doc, strlen(doc), &p, err, sizeof(err)), 0);
+	c = policy_find(&p, "c");
+	assert_string_equal(check(c, "https://h/v1;jsessionid=1/a", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "https://h/v1/..;/admin", "GET", S, 0),
+			    "path has a dot segment");
+	assert_string_equal(check(c, "https://h/v1/.;x/a", "GET", S, 0), "path has a dot segment");
+	assert_string_equal(check(c, "https://h/v2/x", "GET", S, 0), "ok");
+	assert_string_equal(check(c, "https://h/v2x", "GET", S, 0), "path not allowed");
+	policy_free(&p);
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"path_prefixes\":[\"/a/../b\"]}"),
+		   "dot segment");
+	expect_bad(CRED(BASE ",\"allow\":{\"hosts\":[\"h\"],\"path_prefixes\":[\"/a;b\"]}"),
+		   "';' parameters");
+}
+
+static char *scrub_str(const struct scrubber *s, const char *in)
+{
+	size_t n;
+	char *out = scrub_apply(s, in, strlen(in), &n);
+
+	assert_non_null(out);
+	assert_int_equal(strlen(out), n);
+	return out;
+}
+
+/* Expects in to be scrubbed to exactly want. */
+static void scrubs_to(const struct scrubber *s, const char *in, const char *want)
+{
+	char *out = scrub_str(s, in);
+
+	if (strcmp(out, want))
+		fail_msg("scrub(\"%s\") = \"%s\", want \"%s\"", in, out, want);
+	free(out);
+}
+
+/* The encodings a server may echo a secret in besides raw and standard base64. */
+static void test_scrub_encodings(void **state)
+{
+	const char *secret = "s3cr/t+K3y?~x=y&\"z\"";
+	struct scrubber s = {0};
+	char enc[128], in[256];
+	size_t i;
+
+	(void)state;
+	assert_int_equal(scrub_add(&s, secret, strlen(secret)), 0);
+	/* base64url, with and without padding. */
+	b64_encode((const uint8_t *)secret, strlen(secret), enc);
+	for (i = 0; enc[i]; i++)
+		enc[i] = enc[i] == '+' ? '-' : enc[i] == '/' ? '_' : enc[i];
+	assert_non_null(strpbrk(enc, "-_"));
+	snprintf(in, sizeof(in), "t=%s;", enc);
+	scrubs_to(&s, in, "t=[REDACTED];");
+	enc[strcspn(enc, "=")] = '\0';
+	snprintf(in, sizeof(in), "t=%s;", enc);
+	scrubs_to(&s, in, "t=[REDACTED];");
+	/* base64url of "Bearer <secret>" (the core inside a longer stream). */
+	snprintf(in, sizeof(in), "Bearer %s", secret);
+	b64_encode((const uint8_t *)in, strlen(in), enc);
+	for (i = 0; enc[i]; i++)
+		enc[i] = enc[i] == '+' ? '-' : enc[i] == '/' ? '_' : enc[i];
+	{
+		char *out = scrub_str(&s, enc);
+
+		assert_non_null(strstr(out, "[REDACTED]"));
+		assert_true(strlen(out) < strlen(enc) - strlen(secret) + 10);
+		free(out);
+	}
+	/* Percent-encoding: encodeURIComponent, every byte, lower-case hex, form '+'. */
+	scrubs_to(&s, "q=s3cr%2Ft%2BK3y%3F~x%3Dy%26%22z%22&", "q=[REDACTED]&");
+	scrubs_to(&s, "%73%33%63%72%2f%74%2b%4b%33%79%3f%7e%78%3d%79%26%22%7a%22", "[REDACTED]");
+	scrubs_to(&s, "<%73%33%63%72%2F%74%2B%4B%33%79%3F%7E%78%3D%79%26%22%7A%22>",
+		  "<[REDACTED]>");
+	/* JSON escapes: "\/", "\"", and \u forms (any case). */
+	scrubs_to(&s, "{\"t\":\"s3cr\\/t+K3y?~x=y&\\\"z\\\"\"}", "{\"t\":\"[REDACTED]\"}");
+	scrubs_to(&s,
+		  "\"\\u0073\\u0033cr\\u002Ft\\u002bK3y\\u003f~x\\u003dy\\u0026\\u0022z\\u0022\"",
+		  "\"[REDACTED]\"");
+	/* Hex, lower and upper case. */
+	scrubs_to(&s, "h=733363722f742b4b33793f7e783d7926227a22.", "h=[REDACTED].");
+	scrubs_to(&s, "h=733363722F742B4B33793F7E783D7926227A22.", "h=[REDACTED].");
+	/* Unrelated escapes are left alone. */
+	scrubs_to(&s, "a%20b \\u0041 %zz \\", "a%20b \\u0041 %zz \\");
+	scrub_free(&s);
+	/* A non-ASCII secret written as JSON \u escapes (BMP and a surrogate pair). */
+	assert_int_equal(scrub_add(&s, "p\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80q", 11), 0);
+	scrubs_to(&s, "x\"p\\u00e9\\u20AC\\ud83d\\ude00q\"", "x\"[REDACTED]\"");
+	scrub_free(&s);
+	/* A literal '%' or '+' in the secret is found raw and encoded. */
+	assert_int_equal(scrub_add(&s, "a%25b+c d", 9), 0);
+	scrubs_to(&s, "[a%25b+c d]", "[[REDACTED]]");
+	scrubs_to(&s, "[a%2525b%2Bc+d]", "[[REDACTED]]");
+	scrub_free(&s);
 }
 
 static int v4(const char *a)
@@ -345,8 +529,9 @@ int main(void)
 	    cmocka_unit_test(test_policy_parse_good), cmocka_unit_test(test_policy_parse_errors),
 	    cmocka_unit_test(test_url_split),	      cmocka_unit_test(test_host_match),
 	    cmocka_unit_test(test_policy_check),      cmocka_unit_test(test_rate_and_uses),
-	    cmocka_unit_test(test_private_addrs),
-	    cmocka_unit_test(test_fetch_socket_check),
+	    cmocka_unit_test(test_private_addrs),     cmocka_unit_test(test_fetch_socket_check),
+	    cmocka_unit_test(test_header_allowlist),  cmocka_unit_test(test_path_bypass),
+	    cmocka_unit_test(test_scrub_encodings),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
