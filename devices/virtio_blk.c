@@ -14,18 +14,18 @@
 
 #define VIRTIO_ID_BLOCK 2
 
-#define VIRTIO_BLK_F_SEG_MAX  (1ULL << 2)
-#define VIRTIO_BLK_F_RO	      (1ULL << 5)
-#define VIRTIO_BLK_F_BLK_SIZE (1ULL << 6)
-#define VIRTIO_BLK_F_FLUSH    (1ULL << 9)
-#define VIRTIO_BLK_F_DISCARD  (1ULL << 13)
+#define VIRTIO_BLK_F_SEG_MAX	  (1ULL << 2)
+#define VIRTIO_BLK_F_RO		  (1ULL << 5)
+#define VIRTIO_BLK_F_BLK_SIZE	  (1ULL << 6)
+#define VIRTIO_BLK_F_FLUSH	  (1ULL << 9)
+#define VIRTIO_BLK_F_DISCARD	  (1ULL << 13)
 #define VIRTIO_BLK_F_WRITE_ZEROES (1ULL << 14)
 
-#define VIRTIO_BLK_T_IN	     0
-#define VIRTIO_BLK_T_OUT     1
-#define VIRTIO_BLK_T_FLUSH   4
-#define VIRTIO_BLK_T_GET_ID  8
-#define VIRTIO_BLK_T_DISCARD 11
+#define VIRTIO_BLK_T_IN		  0
+#define VIRTIO_BLK_T_OUT	  1
+#define VIRTIO_BLK_T_FLUSH	  4
+#define VIRTIO_BLK_T_GET_ID	  8
+#define VIRTIO_BLK_T_DISCARD	  11
 #define VIRTIO_BLK_T_WRITE_ZEROES 13
 
 #define VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP 1u
@@ -34,11 +34,11 @@
 #define VIRTIO_BLK_S_IOERR  1
 #define VIRTIO_BLK_S_UNSUPP 2
 
-#define SECTOR_SIZE	    512ULL
-#define HDR_SIZE	    16
-#define SEG_MAX		    (VIRTQ_MAX_SEGS - 2) /* header and status take one descriptor each */
-#define MAX_DISCARD_SECTORS (1U << 22)		 /* 2 GiB per request */
-#define MAX_WRITE_ZEROES_SECTORS (1U << 22)	 /* 2 GiB per request */
+#define SECTOR_SIZE		 512ULL
+#define HDR_SIZE		 16
+#define SEG_MAX			 (VIRTQ_MAX_SEGS - 2) /* header and status take one descriptor each */
+#define MAX_DISCARD_SECTORS	 (1U << 22)	      /* 2 GiB per request */
+#define MAX_WRITE_ZEROES_SECTORS (1U << 22)	      /* 2 GiB per request */
 
 struct blk_config {
 	uint64_t capacity;
@@ -519,6 +519,28 @@ fail_mmio:
 fail_be:
 	close_backend(blk);
 	return r;
+}
+
+int virtio_blk_create_detached(struct virtio_blk *blk, const struct guest_mem *mem,
+			       const char *path, bool read_only, const char *serial)
+{
+	memset(blk, 0, sizeof(*blk));
+	blk->read_only = read_only;
+	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
+	int r = blk_uring_open(&blk->be, path, read_only);
+	if (r)
+		return r;
+	blk->capacity = blk->be.size / SECTOR_SIZE;
+	r = virtio_mmio_create(&blk->mmio, NULL, mem, VIRTIO_MMIO_BASE, 5,
+			       read_only ? &blk_ops_ro : &blk_ops_rw, blk);
+	if (r)
+		close_backend(blk);
+	return r;
+}
+
+void virtio_blk_poll(struct virtio_blk *blk)
+{
+	on_completion(blk, EPOLLIN);
 }
 
 void virtio_blk_destroy(struct virtio_blk *blk)

@@ -37,6 +37,14 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 		      uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
 
+/*
+ * For unit tests: the device on a raw image over `mem`, without a VM (no bus, eventfds or
+ * event loop); virtio_blk_poll() then does what the event loop does when the ring signals.
+ */
+int virtio_blk_create_detached(struct virtio_blk *blk, const struct guest_mem *mem,
+			       const char *path, bool read_only, const char *serial);
+void virtio_blk_poll(struct virtio_blk *blk);
+
 /* Completes every request in flight (the VM is paused): guest memory and used ring are final. */
 void virtio_blk_quiesce(struct virtio_blk *blk);
 
