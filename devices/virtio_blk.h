@@ -11,6 +11,14 @@
 
 #define VIRTIO_BLK_ID_BYTES 20
 
+/*
+ * Overlay I/O is synchronous on the event loop thread: at most this many bytes per
+ * notification, however large the guest's requests (a request may be up to 4 GiB).
+ */
+#define VIRTIO_BLK_OVERLAY_TURN_BYTES (8ULL << 20)
+
+struct blk_req;
+
 struct virtio_blk {
 	struct virtio_mmio mmio;
 	struct blk_uring be;
@@ -20,6 +28,9 @@ struct virtio_blk {
 	bool read_only;
 	uint64_t capacity;   /* 512-byte sectors */
 	uint32_t generation; /* bumped at reset: completions of older requests are dropped */
+	/* An overlay request larger than one turn's budget, continued at the next kick. */
+	struct blk_req *ov_req;
+	uint64_t ov_done; /* bytes of it done */
 	char serial[VIRTIO_BLK_ID_BYTES + 1];
 	uint64_t requests, errors;
 };

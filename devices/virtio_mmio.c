@@ -85,6 +85,21 @@ void virtio_mmio_notify_used(struct virtio_mmio *t, uint32_t q)
 		raise_irq(t, VIRTIO_INT_USED);
 }
 
+void virtio_mmio_defer(struct virtio_mmio *t, uint32_t q)
+{
+	if (q >= t->ops->nr_queues)
+		return;
+	t->deferrals++;
+	if (t->notify_efd[q] < 0) {
+		t->deferred |= 1u << q;
+		return;
+	}
+	uint64_t one = 1;
+	/* Nonblocking: a full counter only means a kick is already pending. */
+	if (write(t->notify_efd[q], &one, sizeof(one)) < 0 && errno != EAGAIN && t->vm)
+		log_warn(t->vm->log, "%s: notify eventfd write: %s", t->ops->name, strerror(errno));
+}
+
 void virtio_mmio_notify_config(struct virtio_mmio *t)
 {
 	t->config_generation++;
@@ -114,6 +129,7 @@ static void device_reset(struct virtio_mmio *t)
 	t->driver_features = 0;
 	t->queue_sel = 0;
 	t->interrupt_status = 0;
+	t->deferred = 0;
 }
 
 static struct virtq *selected_queue(struct virtio_mmio *t)

@@ -532,7 +532,11 @@ static void rx_pump(struct virtio_vsock *v)
 	    !q->ready)
 		return;
 	bool pushed = false;
-	for (;;) {
+	for (uint32_t n = 0;; n++) {
+		if (n == VIRTIO_NOTIFY_BUDGET) {
+			virtio_mmio_defer(t, RXQ); /* more may be waiting: after the other fds */
+			break;
+		}
 		if (!v->rx_held) {
 			int r = virtq_pop(q, &v->rx_chain);
 			if (r == 0)
@@ -570,7 +574,11 @@ static void tx_drain(struct virtio_vsock *v)
 	struct virtio_mmio *t = &v->mmio;
 	struct virtq *q = &t->queues[TXQ];
 	bool pushed = false;
-	for (;;) {
+	for (uint32_t n = 0;; n++) {
+		if (n == VIRTIO_NOTIFY_BUDGET) {
+			virtio_mmio_defer(t, TXQ);
+			break;
+		}
 		int r = virtq_pop(q, &v->tx_chain);
 		if (r == 0)
 			break;
@@ -831,7 +839,7 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 		r = r ? r : -ENOSPC;
 		goto out;
 	}
-	uint8_t ev[4] = { VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0 };
+	uint8_t ev[4] = {VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0};
 	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
 	virtio_mmio_notify_used(t, EVQ);

@@ -315,6 +315,57 @@ static int vdev_teardown(void **state)
 	return 0;
 }
 
+/* A guest that refills the tx ring as fast as the device empties it (see test_virtqueue). */
+static struct vdev *flood_dev;
+static uint64_t tx_refills;
+
+static void refill_tx(void *opaque, uint64_t gpa, uint64_t len)
+{
+	(void)opaque;
+	(void)len;
+	if (gpa != USED(1) + 2 || !tx_refills)
+		return;
+	tx_refills--;
+	uint16_t *avail = gp(flood_dev, AVAIL(1) + 2, 2), *used = gp(flood_dev, USED(1) + 2, 2);
+	*avail = (uint16_t)(*used + QN);
+}
+
+/* One tx notification serves at most a ring's worth, then defers: the event loop stays free. */
+static void test_dev_tx_budget(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr h = good(VSOCK_OP_RW, 0);
+	h.src_cid = 99; /* spoofed: dropped without an answer, nothing else to do */
+	uint8_t raw[VSOCK_HDR_SIZE];
+	vsock_hdr_encode(&h, raw);
+	memcpy(gp(d, TXBUF, sizeof(raw)), raw, sizeof(raw));
+	uint16_t *ring = gp(d, AVAIL(1) + 4, 2 * QN);
+	for (int i = 0; i < QN; i++) {
+		put_desc(d, 1, i, TXBUF, sizeof(raw), 0, 0);
+		ring[i] = (uint16_t)i;
+	}
+	flood_dev = d;
+	tx_refills = 50000;
+	d->v->mmio.queues[1].mark_dirty = refill_tx;
+	uint16_t *avail = gp(d, AVAIL(1) + 2, 2), *used = gp(d, USED(1) + 2, 2);
+	*avail = (uint16_t)(*used + QN);
+	for (int kick = 0; kick < 10; kick++) {
+		uint64_t before = d->v->bad_packets;
+		wr(d, 0x050, 1);
+		uint64_t served = d->v->bad_packets - before;
+		if (served > VIRTIO_NOTIFY_BUDGET)
+			fail_msg("kick %d served %llu tx packets at once", kick,
+				 (unsigned long long)served);
+		assert_int_equal(served, VIRTIO_NOTIFY_BUDGET);
+		assert_true(d->v->mmio.deferred & (1u << 1));
+		d->v->mmio.deferred = 0;
+	}
+	tx_refills = 0;
+	wr(d, 0x050, 1); /* the rest of the ring, then it is empty */
+	assert_int_equal(*used, *avail);
+	assert_int_equal(d->v->mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
+}
+
 static void test_dev_hostile_packets(void **state)
 {
 	struct vdev *d = *state;
@@ -555,6 +606,7 @@ int main(void)
 	    cmocka_unit_test(test_credit),
 	    cmocka_unit_test(test_state_machine),
 	    cmocka_unit_test(test_parse_connect),
+	    cmocka_unit_test_setup_teardown(test_dev_tx_budget, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_hostile_packets, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_guest_connect, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_host_connect, vdev_setup, vdev_teardown),
