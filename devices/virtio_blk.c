@@ -138,10 +138,14 @@ static void req_done(struct blk_io *io, int res)
 {
 	struct blk_req *req = (struct blk_req *)io;
 	struct virtio_blk *blk = req->blk;
+	/*
+	 * Whatever the outcome (failed, short, cancelled, or from before a reset), the kernel may
+	 * have written into the guest's buffers: a snapshot must see those pages.
+	 */
+	if (req->io.op == BLK_OP_READ)
+		mark_written(blk, &req->chain, req->used_len);
 	/* A reset since submission: the driver forgot this request; only free it. */
 	if (req->generation == blk->generation && res != -ECANCELED) {
-		if (req->io.op == BLK_OP_READ)
-			mark_written(blk, &req->chain, req->used_len);
 		uint8_t st = res == 0		  ? VIRTIO_BLK_S_OK
 			     : res == -EOPNOTSUPP ? VIRTIO_BLK_S_UNSUPP /* no hole punching here */
 						  : VIRTIO_BLK_S_IOERR;
@@ -475,6 +479,11 @@ static void dev_reset(void *dev)
 {
 	struct virtio_blk *blk = dev;
 	blk->generation++;
+	/*
+	 * Reads in flight would land in guest pages after the reset: wait for every request
+	 * (they complete as stale, only marking what they wrote) before the reset is done.
+	 */
+	blk_uring_drain(&blk->be);
 	/* The driver forgot it: a partly done overlay request is dropped, as a real disk would. */
 	free(blk->ov_req);
 	blk->ov_req = NULL;

@@ -59,6 +59,8 @@ void virtio_mmio_mark_dirty(struct virtio_mmio *t, uint64_t gpa, uint64_t len)
 {
 	if (t->vm)
 		vm_mark_dirty(t->vm, gpa, len);
+	else if (t->dirty_fn)
+		t->dirty_fn(t->dirty_opaque, gpa, len);
 }
 
 static void queue_mark_dirty(void *opaque, uint64_t gpa, uint64_t len)

@@ -70,7 +70,10 @@ struct virtio_mmio {
 	uint32_t interrupt_status;
 	uint32_t config_generation;
 	struct virtq queues[VIRTIO_MMIO_MAX_QUEUES];
-	uint32_t deferred;		       /* without a VM: queues a device deferred (bit q) */
+	uint32_t deferred; /* without a VM: queues a device deferred (bit q) */
+	/* Without a VM: where device writes to guest memory are reported (unit tests). */
+	virtq_dirty_fn dirty_fn;
+	void *dirty_opaque;
 	uint64_t kicks, interrupts, deferrals; /* counters for logs and tests */
 };
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
 
 #include <stdio.h>
 #include <unistd.h>
@@ -763,6 +764,136 @@ static void test_blk_notify_budget(void **state)
 	blkfix_free(f);
 }
 
+/* Pages the device reported written (the VMM's dirty bitmap, for a VM-less device). */
+static uint8_t dirty_pages[(8 << 20) / 4096];
+
+static void note_dirty(void *opaque, uint64_t gpa, uint64_t len)
+{
+	(void)opaque;
+	for (uint64_t a = gpa & ~4095ULL; a < gpa + len && a < (8ULL << 20); a += 4096)
+		dirty_pages[a / 4096] = 1;
+}
+
+/*
+ * Reads in flight when the driver resets the device: the reset returns only once none is
+ * left, every page they wrote is marked dirty, and nothing writes guest memory afterwards.
+ */
+static void test_blk_reset_drains_reads(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	memset(dirty_pages, 0, sizeof(dirty_pages));
+	f->blk.mmio.dirty_fn = note_dirty;
+	/* The image holds 0xab everywhere; the guest's buffers start zeroed. */
+	int fd = open(f->img, O_WRONLY);
+	assert_true(fd >= 0);
+	static uint8_t pattern[1 << 20];
+	memset(pattern, 0xab, sizeof(pattern));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pwrite(fd, pattern, sizeof(pattern), (off_t)i << 20),
+				 sizeof(pattern));
+	close(fd);
+	enum { NREQ = 32, LEN = 64 << 10 };
+	for (int c = 0; c < NREQ; c++) {
+		uint32_t hdr[4] = {0 /* IN */, 0, (uint32_t)(c * (LEN / 512)), 0};
+		memcpy(bp(f, B_HDRS + 16ULL * c, 16), hdr, 16);
+		bdesc(f, 3 * c, B_HDRS + 16ULL * c, 16, VIRTQ_DESC_F_NEXT, (uint16_t)(3 * c + 1));
+		bdesc(f, 3 * c + 1, B_DATA + (uint64_t)c * LEN, LEN,
+		      VIRTQ_DESC_F_WRITE | VIRTQ_DESC_F_NEXT, (uint16_t)(3 * c + 2));
+		bdesc(f, 3 * c + 2, B_BUFS + 32ULL * c, 1, VIRTQ_DESC_F_WRITE, 0);
+		((uint16_t *)bp(f, B_AVAIL + 4, 2 * BQ))[c] = (uint16_t)(3 * c);
+	}
+	memset(bp(f, B_DATA, (uint64_t)NREQ * LEN), 0, (uint64_t)NREQ * LEN);
+	*(uint16_t *)bp(f, B_AVAIL + 2, 2) = NREQ;
+	bw(f, 0x050, 0); /* submitted to io_uring; nobody reaps them (no event loop here) */
+	assert_int_equal(f->blk.requests, NREQ);
+	bw(f, 0x070, 0); /* the driver resets the device */
+	assert_int_equal(f->blk.be.inflight, 0);
+	/* Whatever landed before the reset finished is marked: here, all of it. */
+	for (int c = 0; c < NREQ; c++) {
+		uint8_t *data = bp(f, B_DATA + (uint64_t)c * LEN, LEN);
+		for (uint64_t pg = 0; pg < LEN / 4096; pg++)
+			if (data[pg * 4096] &&
+			    !dirty_pages[(B_DATA + (uint64_t)c * LEN) / 4096 + pg])
+				fail_msg("request %d page %llu was written and not marked dirty", c,
+					 (unsigned long long)pg);
+	}
+	/* The driver forgot them: no used entries, and after the reset nothing touches RAM. */
+	assert_int_equal(*(uint16_t *)bp(f, B_USED + 2, 2), 0);
+	memset(bp(f, B_DATA, (uint64_t)NREQ * LEN), 0, (uint64_t)NREQ * LEN);
+	usleep(20000);
+	virtio_blk_poll(&f->blk);
+	uint8_t *data = bp(f, B_DATA, (uint64_t)NREQ * LEN);
+	for (uint64_t i = 0; i < (uint64_t)NREQ * LEN; i += 512)
+		assert_int_equal(data[i], 0);
+	blkfix_free(f);
+}
+
+static int done_calls, done_res;
+
+static void count_done(struct blk_io *io, int res)
+{
+	(void)io;
+	done_calls++;
+	done_res = res;
+}
+
+/*
+ * The kernel refuses the submission: the request fails with that error instead of staying
+ * "in flight" forever, so a drain (reset, snapshot) returns.
+ */
+static void test_blk_uring_submit_failure(void **state)
+{
+	(void)state;
+	char img[] = "/tmp/cove-uring-XXXXXX";
+	int fd = mkstemp(img);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	close(fd);
+	struct blk_uring b;
+	int r = blk_uring_open(&b, img, false);
+	if (r == -ENOSYS || r == -EPERM) {
+		unlink(img);
+		skip();
+	}
+	assert_int_equal(r, 0);
+	static uint8_t buf[8192];
+	struct iovec iov = {buf, sizeof(buf)};
+	struct blk_io io = {.op = BLK_OP_READ,
+			    .offset = 0,
+			    .len = sizeof(buf),
+			    .iov = &iov,
+			    .niov = 1,
+			    .done = count_done};
+	done_calls = 0;
+	assert_int_equal(blk_uring_queue(&b, &io), 0);
+	/* Swap the ring's fd for one that is not a ring: io_uring_enter() then fails. */
+	int saved = dup(b.ring.ring_fd);
+	assert_true(saved >= 0);
+	assert_true(dup2(b.efd, b.ring.ring_fd) >= 0);
+	blk_uring_drain(&b);
+	assert_true(dup2(saved, b.ring.ring_fd) >= 0);
+	close(saved);
+	assert_int_equal(done_calls, 1);
+	assert_true(done_res < 0);
+	assert_int_equal(b.inflight, 0);
+	/* The ring still works, and the failed request is not run later. */
+	io = (struct blk_io){.op = BLK_OP_READ,
+			     .offset = 0,
+			     .len = sizeof(buf),
+			     .iov = &iov,
+			     .niov = 1,
+			     .done = count_done};
+	iov = (struct iovec){buf, sizeof(buf)};
+	assert_int_equal(blk_uring_queue(&b, &io), 0);
+	blk_uring_drain(&b);
+	assert_int_equal(done_calls, 2);
+	assert_int_equal(done_res, 0);
+	blk_uring_close(&b);
+	assert_int_equal(done_calls, 2);
+	unlink(img);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -777,6 +908,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_mmio_registers, setup, teardown),
 	    cmocka_unit_test(test_mmio_cmdline),
 	    cmocka_unit_test(test_blk_notify_budget),
+	    cmocka_unit_test(test_blk_reset_drains_reads),
+	    cmocka_unit_test(test_blk_uring_submit_failure),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
