@@ -95,11 +95,11 @@ static int prep(struct blk_uring *b, struct blk_io *io)
 								    : ZERO_BUF_SIZE,
 					    io->offset);
 		else
-			io_uring_prep_fallocate(sqe, b->fd,
-						(io->unmap ? FALLOC_FL_PUNCH_HOLE
-							   : FALLOC_FL_ZERO_RANGE) |
-						    FALLOC_FL_KEEP_SIZE,
-						(off_t)io->offset, (off_t)io->len);
+			io_uring_prep_fallocate(
+			    sqe, b->fd,
+			    (io->unmap ? FALLOC_FL_PUNCH_HOLE : FALLOC_FL_ZERO_RANGE) |
+				FALLOC_FL_KEEP_SIZE,
+			    (off_t)io->offset, (off_t)io->len);
 		break;
 	}
 	io_uring_sqe_set_data(sqe, io);
@@ -110,8 +110,8 @@ static int prep(struct blk_uring *b, struct blk_io *io)
 
 int blk_uring_queue(struct blk_uring *b, struct blk_io *io)
 {
-	if (b->read_only && (io->op == BLK_OP_WRITE || io->op == BLK_OP_DISCARD ||
-			     io->op == BLK_OP_WRITE_ZEROES))
+	if (b->read_only &&
+	    (io->op == BLK_OP_WRITE || io->op == BLK_OP_DISCARD || io->op == BLK_OP_WRITE_ZEROES))
 		return -EROFS;
 	if ((io->op == BLK_OP_READ || io->op == BLK_OP_WRITE || io->op == BLK_OP_WRITE_ZEROES) &&
 	    io->len == 0)
@@ -120,14 +120,50 @@ int blk_uring_queue(struct blk_uring *b, struct blk_io *io)
 	return prep(b, io);
 }
 
+/*
+ * Fails every request still in the submission ring (the kernel never took them) with `err`:
+ * each SQE becomes a NOP nobody waits for, so a later submit is harmless.
+ */
+static void fail_unsubmitted(struct blk_uring *b, int err)
+{
+	struct io_uring_sq *sq = &b->ring.sq;
+	unsigned head = __atomic_load_n(sq->khead, __ATOMIC_ACQUIRE), tail = *sq->ktail;
+	for (unsigned i = head; i != tail; i++) {
+		struct io_uring_sqe *sqe = &sq->sqes[sq->array[i & sq->ring_mask]];
+		struct blk_io *io = (struct blk_io *)(uintptr_t)sqe->user_data;
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, NULL);
+		if (!io)
+			continue;
+		b->inflight--;
+		io->done(io, err);
+	}
+	b->unsubmitted = 0;
+}
+
 int blk_uring_submit(struct blk_uring *b)
 {
 	if (!b->unsubmitted)
 		return 0;
-	int r = io_uring_submit(&b->ring);
-	if (r >= 0)
-		b->unsubmitted = 0;
-	return r < 0 ? r : 0;
+	int r;
+	do
+		r = io_uring_submit(&b->ring);
+	while (r == -EINTR);
+	if (r >= 0) {
+		b->unsubmitted -= (uint32_t)r < b->unsubmitted ? (uint32_t)r : b->unsubmitted;
+		if (!b->unsubmitted)
+			return 0;
+		r = -EAGAIN; /* the kernel took only some */
+	}
+	/*
+	 * Short of memory or with completions backed up (-EAGAIN, -EBUSY), a completion still in
+	 * the kernel wakes the reaper, which submits again. With none in flight, nothing would
+	 * ever come: fail the requests now, or a drain (reset, snapshot) would wait forever.
+	 */
+	if ((r == -EAGAIN || r == -EBUSY) && b->inflight > b->unsubmitted)
+		return r;
+	fail_unsubmitted(b, r);
+	return r;
 }
 
 /* Drops `n` transferred bytes from the front of the iovec list. */
@@ -206,6 +242,8 @@ void blk_uring_reap(struct blk_uring *b)
 		struct blk_io *io = io_uring_cqe_get_data(cqe);
 		int r = cqe->res;
 		io_uring_cqe_seen(&b->ring, cqe);
+		if (!io)
+			continue; /* a request fail_unsubmitted() already finished */
 		b->inflight--;
 		int res;
 		if (handle_result(b, io, r, &res))
@@ -214,20 +252,56 @@ void blk_uring_reap(struct blk_uring *b)
 	blk_uring_submit(b);
 }
 
+/* Finishes whatever completed; with `cancel`, every request as -ECANCELED (the device goes). */
+static void reap_cancel(struct blk_uring *b)
+{
+	struct io_uring_cqe *cqe;
+	while (io_uring_peek_cqe(&b->ring, &cqe) == 0) {
+		struct blk_io *io = io_uring_cqe_get_data(cqe);
+		io_uring_cqe_seen(&b->ring, cqe);
+		if (!io)
+			continue;
+		b->inflight--;
+		io->done(io, -ECANCELED);
+	}
+}
+
+/*
+ * Waits until nothing is in flight. Requests the kernel never took are failed by
+ * blk_uring_submit(); a ring that stops answering fails the rest, so this always returns.
+ */
+static void wait_all(struct blk_uring *b, bool cancel)
+{
+	blk_uring_submit(b);
+	while (b->inflight) {
+		/* Anything the kernel did not take is taken now, or failed (and off inflight). */
+		if (b->unsubmitted)
+			blk_uring_submit(b);
+		if (!b->inflight)
+			break;
+		struct io_uring_cqe *cqe;
+		int r = io_uring_wait_cqe(&b->ring, &cqe);
+		if (r == -EINTR)
+			continue;
+		if (r < 0) {
+			/* The kernel will not say more: what it has is lost to us. */
+			fail_unsubmitted(b, r);
+			if (b->inflight)
+				break;
+			continue;
+		}
+		if (cancel)
+			reap_cancel(b);
+		else
+			blk_uring_reap(b);
+	}
+}
+
 void blk_uring_close(struct blk_uring *b)
 {
 	if (b->ring_ok) {
-		blk_uring_submit(b);
 		/* The kernel may still be writing into buffers the callers own: let it finish. */
-		while (b->inflight) {
-			struct io_uring_cqe *cqe;
-			if (io_uring_wait_cqe(&b->ring, &cqe) < 0)
-				break;
-			struct blk_io *io = io_uring_cqe_get_data(cqe);
-			io_uring_cqe_seen(&b->ring, cqe);
-			b->inflight--;
-			io->done(io, -ECANCELED);
-		}
+		wait_all(b, true);
 		io_uring_queue_exit(&b->ring);
 		b->ring_ok = false;
 	}
@@ -240,16 +314,6 @@ void blk_uring_close(struct blk_uring *b)
 
 void blk_uring_drain(struct blk_uring *b)
 {
-	if (!b->ring_ok)
-		return;
-	blk_uring_submit(b);
-	while (b->inflight) {
-		struct io_uring_cqe *cqe;
-		int r = io_uring_wait_cqe(&b->ring, &cqe);
-		if (r == -EINTR)
-			continue;
-		if (r < 0)
-			break;
-		blk_uring_reap(b);
-	}
+	if (b->ring_ok)
+		wait_all(b, false);
 }

@@ -49,15 +49,15 @@ static const void *dev_section(const struct state_section_ref *s, size_t n, uint
 {
 	const struct state_section_ref *sec = state_find(s, n, SEC_DEVICE, inst);
 	if (!sec || sec->len != len) {
-		errmsg(err, errlen, -EINVAL, "state file: %s state is %s", what,
+		errmsg(err, errlen, -EINVAL, "%s state is %s", what,
 		       sec ? "the wrong size" : "missing");
 		return NULL;
 	}
 	return sec->payload;
 }
 
-int board_restore(struct board *b, const struct state_section_ref *s, size_t n, char *err,
-		  size_t errlen)
+static int board_restore_devices(struct board *b, const struct state_section_ref *s, size_t n,
+				 char *err, size_t errlen)
 {
 	struct serial_state ss;
 	struct i8042_state ks;
@@ -72,25 +72,37 @@ int board_restore(struct board *b, const struct state_section_ref *s, size_t n, 
 	if (!(p = dev_section(s, n, DEV_RTC, sizeof(rs), "CMOS RTC", err, errlen)))
 		return -EINVAL;
 	memcpy(&rs, p, sizeof(rs));
-	if (serial_restore(&b->com1, &ss) || i8042_restore(&b->kbd, &ks) ||
-	    cmos_rtc_restore(&b->rtc, &rs))
-		return errmsg(err, errlen, -EINVAL, "state file: legacy device state is invalid");
+	/* Each names the device and field it refuses; nothing is applied before its check. */
+	int r;
+	if ((r = serial_restore(&b->com1, &ss, err, errlen)) ||
+	    (r = i8042_restore(&b->kbd, &ks, err, errlen)) ||
+	    (r = cmos_rtc_restore(&b->rtc, &rs, err, errlen)))
+		return r;
 	/* A device the snapshot had and this board lacks (or the reverse) is an error. */
 	if (state_find(s, n, SEC_DEVICE, DEV_VIRTIO + (uint32_t)b->nr_virtio))
 		return errmsg(err, errlen, -EINVAL,
-			      "state file has more virtio devices than this machine (%d)",
-			      b->nr_virtio);
+			      "it has more virtio devices than this machine (%d)", b->nr_virtio);
 	for (int i = 0; i < b->nr_virtio; i++) {
 		struct virtio_mmio_state ms;
 		if (!(p = dev_section(s, n, DEV_VIRTIO + (uint32_t)i, sizeof(ms), "virtio device",
 				      err, errlen)))
 			return -EINVAL;
 		memcpy(&ms, p, sizeof(ms));
-		int r = virtio_mmio_restore(b->virtio[i], &ms, err, errlen);
+		r = virtio_mmio_restore(b->virtio[i], &ms, err, errlen);
 		if (r)
 			return r;
 	}
 	return 0;
+}
+
+int board_restore(struct board *b, const struct state_section_ref *s, size_t n, char *err,
+		  size_t errlen)
+{
+	char why[256] = "";
+	int r = board_restore_devices(b, s, n, why, sizeof(why));
+	if (r)
+		errmsg(err, errlen, r, "state file: %s", why);
+	return r;
 }
 
 void board_resume_restored(struct board *b, struct logger *log)
@@ -98,7 +110,8 @@ void board_resume_restored(struct board *b, struct logger *log)
 	if (b->vsock) {
 		int r = virtio_vsock_restored(b->vsock);
 		if (r)
-			log_warn(log, "vsock: could not tell the guest its connections were reset: %s",
+			log_warn(log,
+				 "vsock: could not tell the guest its connections were reset: %s",
 				 strerror(-r));
 	}
 	for (int i = 0; i < b->nr_virtio; i++)

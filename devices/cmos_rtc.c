@@ -1,28 +1,30 @@
-/* MC146818 CMOS clock: without one, Linux spins up to a second waiting for the update flag to clear. */
+/* MC146818 CMOS clock: without one, Linux spins up to a second waiting for the update flag to
+ * clear. */
 #include "cmos_rtc.h"
 
 #include <errno.h>
 #include <string.h>
 #include <time.h>
 
+#include "errmsg.h"
 #include "vm.h"
 
 #define REG_SECONDS 0x00
 #define REG_MINUTES 0x02
-#define REG_HOURS 0x04
+#define REG_HOURS   0x04
 #define REG_WEEKDAY 0x06
-#define REG_DAY 0x07
-#define REG_MONTH 0x08
-#define REG_YEAR 0x09
-#define REG_A 0x0a
-#define REG_B 0x0b
-#define REG_C 0x0c
-#define REG_D 0x0d
+#define REG_DAY	    0x07
+#define REG_MONTH   0x08
+#define REG_YEAR    0x09
+#define REG_A	    0x0a
+#define REG_B	    0x0b
+#define REG_C	    0x0c
+#define REG_D	    0x0d
 #define REG_CENTURY 0x32
 
 #define REG_A_DIVIDER 0x26 /* 32.768 kHz base, 1024 Hz rate; UIP (bit 7) never set */
-#define REG_B_24H 0x02	   /* 24-hour clock, BCD (DM clear), no interrupts */
-#define REG_D_VRT 0x80	   /* the battery is fine: time is valid */
+#define REG_B_24H     0x02 /* 24-hour clock, BCD (DM clear), no interrupts */
+#define REG_D_VRT     0x80 /* the battery is fine: time is valid */
 
 static uint8_t bcd(int v)
 {
@@ -88,9 +90,9 @@ void cmos_rtc_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t
 }
 
 static const struct io_ops cmos_ops = {
-	.name = "cmos-rtc",
-	.read = cmos_rtc_io_read,
-	.write = cmos_rtc_io_write,
+    .name = "cmos-rtc",
+    .read = cmos_rtc_io_read,
+    .write = cmos_rtc_io_write,
 };
 
 int cmos_rtc_create(struct cmos_rtc *c, struct vm *vm)
@@ -117,10 +119,15 @@ void cmos_rtc_save(struct cmos_rtc *c, struct cmos_rtc_state *st)
 	pthread_mutex_unlock(&c->lock);
 }
 
-int cmos_rtc_restore(struct cmos_rtc *c, const struct cmos_rtc_state *st)
+int cmos_rtc_restore(struct cmos_rtc *c, const struct cmos_rtc_state *st, char *err, size_t errlen)
 {
 	if (st->version != 1)
-		return -EINVAL;
+		return errmsg(err, errlen, -EINVAL, "CMOS RTC: state version %u unknown",
+			      st->version);
+	/* The same rule as a guest write to port 0x70: the index addresses the 128-byte RAM. */
+	if (st->index >= CMOS_SIZE)
+		return errmsg(err, errlen, -EINVAL, "CMOS RTC: index 0x%x is past the %d-byte RAM",
+			      st->index, CMOS_SIZE);
 	pthread_mutex_lock(&c->lock);
 	c->index = st->index;
 	memcpy(c->ram, st->ram, sizeof(c->ram));

@@ -3,6 +3,7 @@
 #define COVE_CMOS_RTC_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define CMOS_BASE 0x70
@@ -30,6 +31,7 @@ struct cmos_rtc_state {
 	uint8_t ram[CMOS_SIZE];
 };
 void cmos_rtc_save(struct cmos_rtc *c, struct cmos_rtc_state *st);
-int cmos_rtc_restore(struct cmos_rtc *c, const struct cmos_rtc_state *st);
+/* Checks every field as a guest write would be checked; 0 or -EINVAL with a reason in err. */
+int cmos_rtc_restore(struct cmos_rtc *c, const struct cmos_rtc_state *st, char *err, size_t errlen);
 
 #endif

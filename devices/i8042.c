@@ -4,26 +4,27 @@
 #include <errno.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "vm.h"
 
-#define ST_OBF 0x01	/* output buffer full */
-#define ST_SYS 0x04	/* system flag: self test passed */
-#define ST_CMD 0x08	/* last write was a command */
+#define ST_OBF	    0x01 /* output buffer full */
+#define ST_SYS	    0x04 /* system flag: self test passed */
+#define ST_CMD	    0x08 /* last write was a command */
 #define CTR_KBD_INT 0x01
-#define CTR_SYS 0x04
-#define CTR_XLATE 0x40
+#define CTR_SYS	    0x04
+#define CTR_XLATE   0x40
 
-#define CMD_READ_CTR 0x20
-#define CMD_WRITE_CTR 0x60
+#define CMD_READ_CTR	0x20
+#define CMD_WRITE_CTR	0x60
 #define CMD_DISABLE_AUX 0xa7
-#define CMD_ENABLE_AUX 0xa8
-#define CMD_TEST_AUX 0xa9
-#define CMD_SELF_TEST 0xaa
-#define CMD_TEST_KBD 0xab
+#define CMD_ENABLE_AUX	0xa8
+#define CMD_TEST_AUX	0xa9
+#define CMD_SELF_TEST	0xaa
+#define CMD_TEST_KBD	0xab
 #define CMD_DISABLE_KBD 0xad
-#define CMD_ENABLE_KBD 0xae
-#define CMD_READ_OUTP 0xd0
-#define CMD_WRITE_OUTP 0xd1
+#define CMD_ENABLE_KBD	0xae
+#define CMD_READ_OUTP	0xd0
+#define CMD_WRITE_OUTP	0xd1
 #define CMD_PULSE_RESET 0xfe
 
 static void push(struct i8042 *k, uint8_t b)
@@ -164,9 +165,9 @@ int i8042_send_ctrl_alt_del(void *opaque)
 }
 
 static const struct io_ops i8042_ops = {
-	.name = "i8042",
-	.read = i8042_io_read,
-	.write = i8042_io_write,
+    .name = "i8042",
+    .read = i8042_io_read,
+    .write = i8042_io_write,
 };
 
 int i8042_create(struct i8042 *k, struct vm *vm)
@@ -201,10 +202,21 @@ void i8042_save(struct i8042 *k, struct i8042_state *st)
 	pthread_mutex_unlock(&k->lock);
 }
 
-int i8042_restore(struct i8042 *k, const struct i8042_state *st)
+int i8042_restore(struct i8042 *k, const struct i8042_state *st, char *err, size_t errlen)
 {
-	if (st->version != 1 || st->head >= I8042_BUF || st->len > I8042_BUF)
-		return -EINVAL;
+	if (st->version != 1)
+		return errmsg(err, errlen, -EINVAL, "i8042: state version %u unknown", st->version);
+	if (st->head >= I8042_BUF)
+		return errmsg(err, errlen, -EINVAL, "i8042: buffer head %u is past %d", st->head,
+			      I8042_BUF);
+	if (st->len > I8042_BUF)
+		return errmsg(err, errlen, -EINVAL, "i8042: buffer count %u is over %d", st->len,
+			      I8042_BUF);
+	/* Only the commands that wait for a data byte are ever left pending. */
+	if (st->pending_cmd && st->pending_cmd != CMD_WRITE_CTR &&
+	    st->pending_cmd != CMD_WRITE_OUTP)
+		return errmsg(err, errlen, -EINVAL, "i8042: pending command 0x%x takes no data",
+			      st->pending_cmd);
 	pthread_mutex_lock(&k->lock);
 	k->ctr = st->ctr;
 	k->pending_cmd = st->pending_cmd;

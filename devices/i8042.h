@@ -1,22 +1,24 @@
-/* i8042 keyboard controller: enough for a guest to reset the machine and for the host to send Ctrl-Alt-Del. */
+/* i8042 keyboard controller: enough for a guest to reset the machine and for the host to send
+ * Ctrl-Alt-Del. */
 #ifndef COVE_I8042_H
 #define COVE_I8042_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define I8042_BASE 0x60
-#define I8042_IRQ 1
-#define I8042_BUF 16
+#define I8042_IRQ  1
+#define I8042_BUF  16
 
 struct vm;
 
 struct i8042 {
 	pthread_mutex_t lock;
 	struct vm *vm;
-	uint8_t ctr;	   /* controller configuration byte */
+	uint8_t ctr;	     /* controller configuration byte */
 	uint8_t pending_cmd; /* command whose data byte is expected on port 0x60 */
-	uint8_t outp;	   /* output port */
+	uint8_t outp;	     /* output port */
 	uint8_t buf[I8042_BUF];
 	unsigned head, len;
 	/* Set when the guest asked for a reset (0xFE command or output port bit 0 cleared). */
@@ -40,6 +42,7 @@ struct i8042_state {
 	uint32_t head, len;
 };
 void i8042_save(struct i8042 *k, struct i8042_state *st);
-int i8042_restore(struct i8042 *k, const struct i8042_state *st);
+/* Checks every field as a guest write would be checked; 0 or -EINVAL with a reason in err. */
+int i8042_restore(struct i8042 *k, const struct i8042_state *st, char *err, size_t errlen);
 
 #endif

@@ -5,39 +5,40 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "errmsg.h"
 #include "vm.h"
 
 /* Register offsets (DLAB=0 unless noted). */
 #define UART_RBR_THR 0
-#define UART_IER 1
+#define UART_IER     1
 #define UART_IIR_FCR 2
-#define UART_LCR 3
-#define UART_MCR 4
-#define UART_LSR 5
-#define UART_MSR 6
-#define UART_SCR 7
+#define UART_LCR     3
+#define UART_MCR     4
+#define UART_LSR     5
+#define UART_MSR     6
+#define UART_SCR     7
 
-#define IER_RDI 0x01
-#define IER_THRI 0x02
-#define IIR_NONE 0x01
-#define IIR_THRI 0x02
-#define IIR_RDI 0x04
+#define IER_RDI		 0x01
+#define IER_THRI	 0x02
+#define IIR_NONE	 0x01
+#define IIR_THRI	 0x02
+#define IIR_RDI		 0x04
 #define IIR_FIFO_ENABLED 0xc0
-#define LCR_DLAB 0x80
-#define LSR_DR 0x01
-#define LSR_THRE 0x20
-#define LSR_TEMT 0x40
-#define MCR_LOOP 0x10
-#define MSR_CTS 0x10
-#define MSR_DSR 0x20
-#define MSR_RI 0x40
-#define MSR_DCD 0x80
+#define LCR_DLAB	 0x80
+#define LSR_DR		 0x01
+#define LSR_THRE	 0x20
+#define LSR_TEMT	 0x40
+#define MCR_LOOP	 0x10
+#define MSR_CTS		 0x10
+#define MSR_DSR		 0x20
+#define MSR_RI		 0x40
+#define MSR_DCD		 0x80
 
 /* Called with the lock held: raise or drop the line to match pending interrupts. */
 static void update_irq(struct serial *s)
 {
-	int level = ((s->r.ier & IER_RDI) && s->rx_len) ||
-		    ((s->r.ier & IER_THRI) && s->r.iir_thre_pending);
+	int level =
+	    ((s->r.ier & IER_RDI) && s->rx_len) || ((s->r.ier & IER_THRI) && s->r.iir_thre_pending);
 	if (level != s->irq_level) {
 		s->irq_level = level;
 		if (s->vm)
@@ -212,9 +213,9 @@ void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t l
 }
 
 static const struct io_ops serial_ops = {
-	.name = "serial",
-	.read = serial_io_read,
-	.write = serial_io_write,
+    .name = "serial",
+    .read = serial_io_read,
+    .write = serial_io_write,
 };
 
 int serial_create(struct serial *s, struct vm *vm, int out_fd)
@@ -266,10 +267,27 @@ void serial_save(struct serial *s, struct serial_state *st)
 	pthread_mutex_unlock(&s->lock);
 }
 
-int serial_restore(struct serial *s, const struct serial_state *st)
+int serial_restore(struct serial *s, const struct serial_state *st, char *err, size_t errlen)
 {
-	if (st->version != 1 || st->irq_level < 0 || st->irq_level > 1)
-		return -EINVAL;
+	const struct serial_regs *r = &st->r;
+	if (st->version != 1)
+		return errmsg(err, errlen, -EINVAL, "serial: state version %u unknown",
+			      st->version);
+	/* Only values a guest write could have left (write_reg masks IER and MCR). */
+	if (r->ier & ~0x0f)
+		return errmsg(err, errlen, -EINVAL, "serial: IER 0x%x has reserved bits", r->ier);
+	if (r->mcr & ~0x1f)
+		return errmsg(err, errlen, -EINVAL, "serial: MCR 0x%x has reserved bits", r->mcr);
+	if (r->iir_thre_pending > 1)
+		return errmsg(err, errlen, -EINVAL, "serial: THRE pending flag %u is not 0 or 1",
+			      r->iir_thre_pending);
+	if (r->lsr_extra || r->msr)
+		return errmsg(err, errlen, -EINVAL,
+			      "serial: LSR/MSR extra bits 0x%x/0x%x are not 0", r->lsr_extra,
+			      r->msr);
+	if (st->irq_level < 0 || st->irq_level > 1)
+		return errmsg(err, errlen, -EINVAL, "serial: IRQ level %d is not 0 or 1",
+			      st->irq_level);
 	pthread_mutex_lock(&s->lock);
 	s->r = st->r;
 	/* The line level itself lives in the restored irqchip; only our copy of it is set here. */

@@ -7,8 +7,8 @@
 #include <stdint.h>
 
 #define SERIAL_COM1_BASE 0x3f8
-#define SERIAL_COM1_IRQ 4
-#define SERIAL_RX_FIFO 4096
+#define SERIAL_COM1_IRQ	 4
+#define SERIAL_RX_FIFO	 4096
 
 struct vm;
 
@@ -52,7 +52,7 @@ struct serial_state {
 	int32_t irq_level;
 };
 void serial_save(struct serial *s, struct serial_state *st);
-/* 0, or -EINVAL if the struct is not one this version wrote. */
-int serial_restore(struct serial *s, const struct serial_state *st);
+/* Checks every field as a guest write would be checked; 0 or -EINVAL with a reason in err. */
+int serial_restore(struct serial *s, const struct serial_state *st, char *err, size_t errlen);
 
 #endif

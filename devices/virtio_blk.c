@@ -14,18 +14,18 @@
 
 #define VIRTIO_ID_BLOCK 2
 
-#define VIRTIO_BLK_F_SEG_MAX  (1ULL << 2)
-#define VIRTIO_BLK_F_RO	      (1ULL << 5)
-#define VIRTIO_BLK_F_BLK_SIZE (1ULL << 6)
-#define VIRTIO_BLK_F_FLUSH    (1ULL << 9)
-#define VIRTIO_BLK_F_DISCARD  (1ULL << 13)
+#define VIRTIO_BLK_F_SEG_MAX	  (1ULL << 2)
+#define VIRTIO_BLK_F_RO		  (1ULL << 5)
+#define VIRTIO_BLK_F_BLK_SIZE	  (1ULL << 6)
+#define VIRTIO_BLK_F_FLUSH	  (1ULL << 9)
+#define VIRTIO_BLK_F_DISCARD	  (1ULL << 13)
 #define VIRTIO_BLK_F_WRITE_ZEROES (1ULL << 14)
 
-#define VIRTIO_BLK_T_IN	     0
-#define VIRTIO_BLK_T_OUT     1
-#define VIRTIO_BLK_T_FLUSH   4
-#define VIRTIO_BLK_T_GET_ID  8
-#define VIRTIO_BLK_T_DISCARD 11
+#define VIRTIO_BLK_T_IN		  0
+#define VIRTIO_BLK_T_OUT	  1
+#define VIRTIO_BLK_T_FLUSH	  4
+#define VIRTIO_BLK_T_GET_ID	  8
+#define VIRTIO_BLK_T_DISCARD	  11
 #define VIRTIO_BLK_T_WRITE_ZEROES 13
 
 #define VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP 1u
@@ -34,11 +34,11 @@
 #define VIRTIO_BLK_S_IOERR  1
 #define VIRTIO_BLK_S_UNSUPP 2
 
-#define SECTOR_SIZE	    512ULL
-#define HDR_SIZE	    16
-#define SEG_MAX		    (VIRTQ_MAX_SEGS - 2) /* header and status take one descriptor each */
-#define MAX_DISCARD_SECTORS (1U << 22)		 /* 2 GiB per request */
-#define MAX_WRITE_ZEROES_SECTORS (1U << 22)	 /* 2 GiB per request */
+#define SECTOR_SIZE		 512ULL
+#define HDR_SIZE		 16
+#define SEG_MAX			 (VIRTQ_MAX_SEGS - 2) /* header and status take one descriptor each */
+#define MAX_DISCARD_SECTORS	 (1U << 22)	      /* 2 GiB per request */
+#define MAX_WRITE_ZEROES_SECTORS (1U << 22)	      /* 2 GiB per request */
 
 struct blk_config {
 	uint64_t capacity;
@@ -138,10 +138,14 @@ static void req_done(struct blk_io *io, int res)
 {
 	struct blk_req *req = (struct blk_req *)io;
 	struct virtio_blk *blk = req->blk;
+	/*
+	 * Whatever the outcome (failed, short, cancelled, or from before a reset), the kernel may
+	 * have written into the guest's buffers: a snapshot must see those pages.
+	 */
+	if (req->io.op == BLK_OP_READ)
+		mark_written(blk, &req->chain, req->used_len);
 	/* A reset since submission: the driver forgot this request; only free it. */
 	if (req->generation == blk->generation && res != -ECANCELED) {
-		if (req->io.op == BLK_OP_READ)
-			mark_written(blk, &req->chain, req->used_len);
 		uint8_t st = res == 0		  ? VIRTIO_BLK_S_OK
 			     : res == -EOPNOTSUPP ? VIRTIO_BLK_S_UNSUPP /* no hole punching here */
 						  : VIRTIO_BLK_S_IOERR;
@@ -186,32 +190,82 @@ static bool range_ok(const struct virtio_blk *blk, uint64_t sector, uint64_t byt
 	return sector <= blk->capacity && n <= blk->capacity - sector;
 }
 
+/* Marks [skip, skip+len) of the writable segments dirty. */
+static void mark_written_range(struct virtio_blk *blk, const struct virtq_chain *c, uint64_t skip,
+			       uint64_t len)
+{
+	for (uint32_t i = c->nr_out; i < c->nr && len; i++) {
+		const struct virtq_seg *s = &c->seg[i];
+		if (skip >= s->len) {
+			skip -= s->len;
+			continue;
+		}
+		uint64_t n = s->len - skip < len ? s->len - skip : len;
+		virtio_mmio_mark_dirty(&blk->mmio, s->gpa + skip, n);
+		len -= n;
+		skip = 0;
+	}
+}
+
+/* The iovecs covering [skip, skip+len) of `src`; returns how many were written to `dst`. */
+static int iov_slice(const struct iovec *src, int nsrc, uint64_t skip, uint64_t len,
+		     struct iovec *dst)
+{
+	int n = 0;
+	for (int i = 0; i < nsrc && len; i++) {
+		if (skip >= src[i].iov_len) {
+			skip -= src[i].iov_len;
+			continue;
+		}
+		uint64_t k = src[i].iov_len - skip < len ? src[i].iov_len - skip : len;
+		dst[n++] =
+		    (struct iovec){.iov_base = (uint8_t *)src[i].iov_base + skip, .iov_len = k};
+		len -= k;
+		skip = 0;
+	}
+	return n;
+}
+
+#define OV_MORE (-1)
+
 /*
- * Overlay disks are served synchronously here, on the thread that kicked the queue, under the
- * transport lock (io_uring for overlays is future work, see OVERLAY.md).
+ * Overlay disks are served synchronously here, on the event loop thread, under the transport
+ * lock (io_uring for overlays is future work, see OVERLAY.md). Each call does at most *budget
+ * bytes of the request (taking them off the budget) from blk->ov_done on: a status when the
+ * request is finished, OV_MORE when the rest waits for the next turn.
  */
-static int overlay_request(struct virtio_blk *blk, struct blk_req *req)
+static int overlay_step(struct virtio_blk *blk, struct blk_req *req, uint64_t *budget)
 {
 	struct blk_io *io = &req->io;
+	uint64_t done = blk->ov_done, n = 0;
+	struct iovec part[VIRTQ_MAX_SEGS];
 	int r;
+	if (io->op == BLK_OP_READ || io->op == BLK_OP_WRITE || io->op == BLK_OP_WRITE_ZEROES) {
+		n = io->len - done < *budget ? io->len - done : *budget;
+		if (!n)
+			return OV_MORE;
+	}
 	switch (io->op) {
 	case BLK_OP_READ:
-		r = overlay_read(blk->ov, io->offset, io->iov, io->niov, io->len);
-		if (!r)
-			mark_written(blk, &req->chain, req->used_len);
+		r = overlay_read(blk->ov, io->offset + done, part,
+				 iov_slice(io->iov, io->niov, done, n, part), n);
+		if (!r) /* marked as each slice lands: a snapshot may come between slices */
+			mark_written_range(blk, &req->chain, done, n);
 		break;
 	case BLK_OP_WRITE:
-		r = overlay_write(blk->ov, io->offset, io->iov, io->niov, io->len);
+		r = overlay_write(blk->ov, io->offset + done, part,
+				  iov_slice(io->iov, io->niov, done, n, part), n);
 		break;
 	case BLK_OP_FLUSH:
 		r = overlay_flush(blk->ov);
 		break;
 	case BLK_OP_WRITE_ZEROES:
-		r = overlay_write_zeroes(blk->ov, io->offset, io->len, io->unmap);
+		r = overlay_write_zeroes(blk->ov, io->offset + done, n, io->unmap);
 		break;
 	default:
 		return VIRTIO_BLK_S_UNSUPP; /* discard is not offered on overlays */
 	}
+	*budget -= n;
 	if (r) {
 		req->used_len = 0;
 		if (blk->vm)
@@ -219,6 +273,9 @@ static int overlay_request(struct virtio_blk *blk, struct blk_req *req)
 				  strerror(-r));
 		return VIRTIO_BLK_S_IOERR;
 	}
+	blk->ov_done = done + n;
+	if (n && blk->ov_done < io->len)
+		return OV_MORE;
 	return VIRTIO_BLK_S_OK;
 }
 
@@ -325,15 +382,44 @@ static int start_request(struct virtio_blk *blk, struct blk_req *req)
 	}
 	req->io.done = req_done;
 	if (blk->ov)
-		return overlay_request(blk, req);
+		return -1; /* the caller runs overlay_step() within its budget */
 	return blk_uring_queue(&blk->be, &req->io) ? VIRTIO_BLK_S_IOERR : -1;
 }
 
+/* Continues the pending overlay request; true when it finished (pushed) or there was none. */
+static bool overlay_continue(struct virtio_blk *blk, uint64_t *budget, bool *pushed)
+{
+	struct blk_req *req = blk->ov_req;
+	if (!req)
+		return true;
+	int st = overlay_step(blk, req, budget);
+	if (st == OV_MORE)
+		return false;
+	finish(blk, req->q, &req->chain, (uint8_t)st, req->used_len);
+	*pushed = true;
+	blk->ov_req = NULL;
+	free(req);
+	return true;
+}
+
+/*
+ * At most VIRTIO_NOTIFY_BUDGET chains and VIRTIO_BLK_OVERLAY_TURN_BYTES of overlay I/O per
+ * call; with work left the queue is deferred (re-kicked after the event loop's other fds).
+ */
 static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 {
 	struct virtio_blk *blk = dev;
 	bool pushed = false;
-	for (;;) {
+	uint64_t bytes = VIRTIO_BLK_OVERLAY_TURN_BYTES;
+	if (!overlay_continue(blk, &bytes, &pushed)) {
+		virtio_mmio_defer(t, q);
+		goto out;
+	}
+	for (uint32_t n = 0;; n++) {
+		if (n == VIRTIO_NOTIFY_BUDGET || !bytes) {
+			virtio_mmio_defer(t, q);
+			break;
+		}
 		struct blk_req *req = malloc(sizeof(*req));
 		if (!req)
 			break; /* try again at the next kick */
@@ -356,12 +442,22 @@ static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 		/* Every request has a readable header and a writable status byte. */
 		int st = (c->out_len < HDR_SIZE || c->in_len < 1) ? VIRTIO_BLK_S_IOERR
 								  : start_request(blk, req);
+		if (st < 0 && blk->ov) {
+			blk->ov_req = req;
+			blk->ov_done = 0;
+			if (!overlay_continue(blk, &bytes, &pushed)) {
+				virtio_mmio_defer(t, q);
+				break;
+			}
+			continue;
+		}
 		if (st >= 0) {
 			finish(blk, q, c, (uint8_t)st, req->used_len);
 			pushed = true;
 			free(req);
 		}
 	}
+out:
 	blk_uring_submit(&blk->be);
 	if (pushed)
 		virtio_mmio_notify_used(t, q);
@@ -383,6 +479,14 @@ static void dev_reset(void *dev)
 {
 	struct virtio_blk *blk = dev;
 	blk->generation++;
+	/*
+	 * Reads in flight would land in guest pages after the reset: wait for every request
+	 * (they complete as stale, only marking what they wrote) before the reset is done.
+	 */
+	blk_uring_drain(&blk->be);
+	/* The driver forgot it: a partly done overlay request is dropped, as a real disk would. */
+	free(blk->ov_req);
+	blk->ov_req = NULL;
 }
 
 static const struct virtio_dev_ops blk_ops_rw = {
@@ -521,12 +625,36 @@ fail_be:
 	return r;
 }
 
+int virtio_blk_create_detached(struct virtio_blk *blk, const struct guest_mem *mem,
+			       const char *path, bool read_only, const char *serial)
+{
+	memset(blk, 0, sizeof(*blk));
+	blk->read_only = read_only;
+	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
+	int r = blk_uring_open(&blk->be, path, read_only);
+	if (r)
+		return r;
+	blk->capacity = blk->be.size / SECTOR_SIZE;
+	r = virtio_mmio_create(&blk->mmio, NULL, mem, VIRTIO_MMIO_BASE, 5,
+			       read_only ? &blk_ops_ro : &blk_ops_rw, blk);
+	if (r)
+		close_backend(blk);
+	return r;
+}
+
+void virtio_blk_poll(struct virtio_blk *blk)
+{
+	on_completion(blk, EPOLLIN);
+}
+
 void virtio_blk_destroy(struct virtio_blk *blk)
 {
 	if (blk->watched)
 		evloop_del(&blk->vm->loop, blk->be.efd);
 	blk->watched = false;
 	/* Requests still in flight complete with -ECANCELED and are only freed. */
+	free(blk->ov_req);
+	blk->ov_req = NULL;
 	close_backend(blk);
 	virtio_mmio_destroy(&blk->mmio);
 }
@@ -535,6 +663,9 @@ void virtio_blk_quiesce(struct virtio_blk *blk)
 {
 	pthread_mutex_lock(&blk->mmio.lock);
 	uint16_t before = blk->mmio.queues[0].used_idx;
+	uint64_t all = UINT64_MAX;
+	bool pushed = false;
+	overlay_continue(blk, &all, &pushed); /* the saved state must not hold half a request */
 	blk_uring_drain(&blk->be);
 	if (blk->mmio.queues[0].used_idx != before)
 		virtio_mmio_notify_used(&blk->mmio, 0);

@@ -11,6 +11,14 @@
 
 #define VIRTIO_BLK_ID_BYTES 20
 
+/*
+ * Overlay I/O is synchronous on the event loop thread: at most this many bytes per
+ * notification, however large the guest's requests (a request may be up to 4 GiB).
+ */
+#define VIRTIO_BLK_OVERLAY_TURN_BYTES (8ULL << 20)
+
+struct blk_req;
+
 struct virtio_blk {
 	struct virtio_mmio mmio;
 	struct blk_uring be;
@@ -20,6 +28,9 @@ struct virtio_blk {
 	bool read_only;
 	uint64_t capacity;   /* 512-byte sectors */
 	uint32_t generation; /* bumped at reset: completions of older requests are dropped */
+	/* An overlay request larger than one turn's budget, continued at the next kick. */
+	struct blk_req *ov_req;
+	uint64_t ov_done; /* bytes of it done */
 	char serial[VIRTIO_BLK_ID_BYTES + 1];
 	uint64_t requests, errors;
 };
@@ -36,6 +47,14 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 		      const char *overlay, const char *const *layers, int nr_layers, uint64_t base,
 		      uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
+
+/*
+ * For unit tests: the device on a raw image over `mem`, without a VM (no bus, eventfds or
+ * event loop); virtio_blk_poll() then does what the event loop does when the ring signals.
+ */
+int virtio_blk_create_detached(struct virtio_blk *blk, const struct guest_mem *mem,
+			       const char *path, bool read_only, const char *serial);
+void virtio_blk_poll(struct virtio_blk *blk);
 
 /* Completes every request in flight (the VM is paused): guest memory and used ring are final. */
 void virtio_blk_quiesce(struct virtio_blk *blk);

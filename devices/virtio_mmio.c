@@ -41,6 +41,10 @@
 #define VIRTIO_MMIO_MAGIC  0x74726976 /* "virt" */
 #define VIRTIO_MMIO_VENDOR 0x45564f43 /* "COVE" */
 
+#define STATUS_KNOWN                                                                               \
+	(VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_DRIVER_OK |              \
+	 VIRTIO_STATUS_FEATURES_OK | VIRTIO_STATUS_NEEDS_RESET | VIRTIO_STATUS_FAILED)
+
 static uint64_t offered_features(const struct virtio_mmio *t)
 {
 	return t->ops->features | VIRTIO_F_VERSION_1;
@@ -55,6 +59,8 @@ void virtio_mmio_mark_dirty(struct virtio_mmio *t, uint64_t gpa, uint64_t len)
 {
 	if (t->vm)
 		vm_mark_dirty(t->vm, gpa, len);
+	else if (t->dirty_fn)
+		t->dirty_fn(t->dirty_opaque, gpa, len);
 }
 
 static void queue_mark_dirty(void *opaque, uint64_t gpa, uint64_t len)
@@ -79,6 +85,21 @@ void virtio_mmio_notify_used(struct virtio_mmio *t, uint32_t q)
 {
 	if (q < t->ops->nr_queues && virtq_should_notify(&t->queues[q]))
 		raise_irq(t, VIRTIO_INT_USED);
+}
+
+void virtio_mmio_defer(struct virtio_mmio *t, uint32_t q)
+{
+	if (q >= t->ops->nr_queues)
+		return;
+	t->deferrals++;
+	if (t->notify_efd[q] < 0) {
+		t->deferred |= 1u << q;
+		return;
+	}
+	uint64_t one = 1;
+	/* Nonblocking: a full counter only means a kick is already pending. */
+	if (write(t->notify_efd[q], &one, sizeof(one)) < 0 && errno != EAGAIN && t->vm)
+		log_warn(t->vm->log, "%s: notify eventfd write: %s", t->ops->name, strerror(errno));
 }
 
 void virtio_mmio_notify_config(struct virtio_mmio *t)
@@ -110,6 +131,7 @@ static void device_reset(struct virtio_mmio *t)
 	t->driver_features = 0;
 	t->queue_sel = 0;
 	t->interrupt_status = 0;
+	t->deferred = 0;
 }
 
 static struct virtq *selected_queue(struct virtio_mmio *t)
@@ -141,6 +163,13 @@ static void set_status(struct virtio_mmio *t, uint32_t v)
 		if ((f & ~offered_features(t)) || !(f & VIRTIO_F_VERSION_1))
 			v &= ~(uint32_t)VIRTIO_STATUS_FEATURES_OK;
 	}
+	/*
+	 * Only bits the spec defines, and DRIVER_OK only on top of FEATURES_OK: restore refuses
+	 * any other status, so a guest must not be able to leave one in a snapshot.
+	 */
+	v &= STATUS_KNOWN & ~(uint32_t)VIRTIO_STATUS_NEEDS_RESET;
+	if (!(v & VIRTIO_STATUS_FEATURES_OK))
+		v &= ~(uint32_t)VIRTIO_STATUS_DRIVER_OK;
 	t->status = (t->status & VIRTIO_STATUS_NEEDS_RESET) | v;
 }
 
@@ -478,6 +507,60 @@ void virtio_mmio_save(struct virtio_mmio *t, struct virtio_mmio_state *st)
 	pthread_mutex_unlock(&t->lock);
 }
 
+/* The status and feature rules set_status() and REG_DRIVER_FEATURES apply to a live driver. */
+static int check_saved_status(const struct virtio_mmio *t, const struct virtio_mmio_state *st,
+			      char *err, size_t errlen)
+{
+	const char *name = t->ops->name;
+	/* Before FEATURES_OK the driver may hold any bits; set_status() checks them then. */
+	if ((st->status & VIRTIO_STATUS_FEATURES_OK) &&
+	    (st->driver_features & ~offered_features(t)))
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: driver_features 0x%llx has bits never offered", name,
+			      (unsigned long long)st->driver_features);
+	if (st->status & ~(uint32_t)STATUS_KNOWN)
+		return errmsg(err, errlen, -EINVAL, "%s: status 0x%x has unknown bits", name,
+			      st->status);
+	if ((st->status & VIRTIO_STATUS_FEATURES_OK) && !(st->driver_features & VIRTIO_F_VERSION_1))
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: status has FEATURES_OK without VERSION_1 negotiated", name);
+	if ((st->status & VIRTIO_STATUS_DRIVER_OK) && !(st->status & VIRTIO_STATUS_FEATURES_OK))
+		return errmsg(err, errlen, -EINVAL, "%s: status has DRIVER_OK without FEATURES_OK",
+			      name);
+	if (st->interrupt_status & ~(uint32_t)(VIRTIO_INT_USED | VIRTIO_INT_CONFIG))
+		return errmsg(err, errlen, -EINVAL, "%s: interrupt_status 0x%x has unknown bits",
+			      name, st->interrupt_status);
+	return 0;
+}
+
+/* A queue as queue_ready() would have accepted it from the driver. */
+static int check_saved_queue(const struct virtio_mmio *t, uint32_t i, const struct virtq *q,
+			     char *err, size_t errlen)
+{
+	const char *name = t->ops->name;
+	/* Not ready: the driver may still be writing it; queue_ready() checks and clears it. */
+	if (!q->ready)
+		return 0;
+	if (q->size == 0 || q->size > VIRTQ_MAX_SIZE || (q->size & (q->size - 1)))
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: queue %u size %u is not a power of two up to %d", name, i,
+			      q->size, VIRTQ_MAX_SIZE);
+	if (virtq_check_layout(q))
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: queue %u rings are misaligned or not inside guest RAM", name, i);
+	/* queue_ready() takes these from the features the driver holds at that moment. */
+	if ((q->event_idx && !(offered_features(t) & VIRTIO_F_RING_EVENT_IDX)) ||
+	    (q->indirect && !(offered_features(t) & VIRTIO_F_RING_INDIRECT_DESC)))
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: queue %u uses ring features the device never offered", name, i);
+	/* The device never gets ahead of what it took from the ring. */
+	if ((uint16_t)(q->last_avail - q->used_idx) > q->size)
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: queue %u has %u buffers in flight, more than its size %u", name,
+			      i, (uint16_t)(q->last_avail - q->used_idx), q->size);
+	return 0;
+}
+
 int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *st, char *err,
 			size_t errlen)
 {
@@ -486,14 +569,22 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *s
 			      t->ops->name, st->version);
 	if (st->device_id != t->ops->device_id || st->nr_queues != t->ops->nr_queues)
 		return errmsg(err, errlen, -EINVAL,
-			      "%s: saved device (id %u, %u queues) is not this device", t->ops->name,
-			      st->device_id, st->nr_queues);
-	if (st->driver_features & ~offered_features(t))
-		return errmsg(err, errlen, -EINVAL, "%s: saved features were never offered",
-			      t->ops->name);
+			      "%s: saved device (id %u, %u queues) is not this device",
+			      t->ops->name, st->device_id, st->nr_queues);
+	int r = check_saved_status(t, st, err, errlen);
+	if (r)
+		return r;
 	struct virtq qs[VIRTIO_MMIO_MAX_QUEUES];
-	for (uint32_t i = 0; i < t->ops->nr_queues; i++) {
+	for (uint32_t i = 0; i < VIRTIO_MMIO_MAX_QUEUES; i++) {
 		const struct virtio_mmio_queue_state *s = &st->q[i];
+		if (i >= t->ops->nr_queues) {
+			static const struct virtio_mmio_queue_state zero;
+			if (memcmp(s, &zero, sizeof(zero)))
+				return errmsg(err, errlen, -EINVAL,
+					      "%s: saved queue %u does not exist on this device",
+					      t->ops->name, i);
+			continue;
+		}
 		struct virtq *q = &qs[i];
 		*q = t->queues[i];
 		q->size = s->size;
@@ -507,9 +598,13 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *s
 		q->desc_gpa = s->desc_gpa;
 		q->avail_gpa = s->avail_gpa;
 		q->used_gpa = s->used_gpa;
-		if (q->ready && virtq_check_layout(q))
+		if (s->ready > 1 || s->event_idx > 1 || s->indirect > 1 || s->signalled_valid > 1)
 			return errmsg(err, errlen, -EINVAL,
-				      "%s: saved queue %u does not fit in guest RAM", t->ops->name, i);
+				      "%s: queue %u has a flag that is not 0 or 1", t->ops->name,
+				      i);
+		r = check_saved_queue(t, i, q, err, errlen);
+		if (r)
+			return r;
 	}
 	pthread_mutex_lock(&t->lock);
 	t->status = st->status;

@@ -70,8 +70,18 @@ struct virtio_mmio {
 	uint32_t interrupt_status;
 	uint32_t config_generation;
 	struct virtq queues[VIRTIO_MMIO_MAX_QUEUES];
-	uint64_t kicks, interrupts; /* counters for logs and tests */
+	uint32_t deferred; /* without a VM: queues a device deferred (bit q) */
+	/* Without a VM: where device writes to guest memory are reported (unit tests). */
+	virtq_dirty_fn dirty_fn;
+	void *dirty_opaque;
+	uint64_t kicks, interrupts, deferrals; /* counters for logs and tests */
 };
+
+/*
+ * Chains a device serves per notification before it yields: one full ring. A guest that keeps
+ * its ring full then costs the event loop at most this much work between other events.
+ */
+#define VIRTIO_NOTIFY_BUDGET VIRTQ_MAX_SIZE
 
 /*
  * Registers the device at `base` on vm's MMIO bus with interrupt line `irq`,
@@ -88,6 +98,13 @@ void virtio_mmio_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t
 
 /* For devices, with the lock held: interrupt the driver after used buffers (honours EVENT_IDX). */
 void virtio_mmio_notify_used(struct virtio_mmio *t, uint32_t q);
+/*
+ * For devices, with the lock held: the budget ran out with work left on queue `q`. Re-signals
+ * the queue's own notify eventfd, so the event loop serves every other ready fd (signals, the
+ * API, other devices) before it kicks this queue again. Without a VM it sets bit q of
+ * t->deferred for the test to act on.
+ */
+void virtio_mmio_defer(struct virtio_mmio *t, uint32_t q);
 /* Config space changed. */
 void virtio_mmio_notify_config(struct virtio_mmio *t);
 /* The device hit a driver error it cannot continue from. */

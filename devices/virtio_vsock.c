@@ -35,8 +35,8 @@ struct vsock_conn {
 	uint32_t guest_shut; /* VSOCK_SHUTDOWN_* the guest sent */
 	bool host_wr_shut;   /* we did shutdown(SHUT_WR) */
 	bool need_request, need_response, need_credit, need_shutdown;
-	uint8_t *buf; /* guest->host bytes the host socket did not take yet (ring) */
-	uint32_t buf_head, buf_len;
+	uint8_t *buf; /* guest->host bytes the host socket did not take yet (ring of buf_cap) */
+	uint32_t buf_head, buf_len, buf_cap;
 	char line[LINE_MAX_LEN];
 	size_t line_len;
 };
@@ -98,6 +98,8 @@ static void sweep(struct virtio_vsock *v)
 			i++;
 			continue;
 		}
+		v->buffered -= c->buf_len;
+		vsock_pool_release(&v->pool, c->cr.buf_alloc);
 		free(c->buf);
 		free(c);
 		v->conns[i] = v->conns[--v->nr_conns];
@@ -116,21 +118,24 @@ static struct vsock_conn *conn_new(struct virtio_vsock *v, int fd, enum vsock_st
 		return NULL;
 	c->fd = fd;
 	c->st = st;
+	c->cr.buf_alloc = vsock_pool_grant(&v->pool);
 	v->conns[v->nr_conns++] = c;
 	conn_watch(v, c);
 	return c;
 }
 
-static struct vsock_hdr host_hdr(const struct virtio_vsock *v, const struct vsock_conn *c,
-				 uint16_t op)
+static struct vsock_hdr host_hdr(struct virtio_vsock *v, struct vsock_conn *c, uint16_t op)
 {
+	/* A connection that started small grows once the pool has room (never while buffering). */
+	if (!c->buf)
+		vsock_pool_grow(&v->pool, &c->cr.buf_alloc);
 	return (struct vsock_hdr){.src_cid = VSOCK_HOST_CID,
 				  .dst_cid = v->guest_cid,
 				  .src_port = c->local_port,
 				  .dst_port = c->peer_port,
 				  .type = VSOCK_TYPE_STREAM,
 				  .op = op,
-				  .buf_alloc = VSOCK_BUF_ALLOC,
+				  .buf_alloc = c->cr.buf_alloc,
 				  .fwd_cnt = c->cr.fwd_cnt};
 }
 
@@ -186,7 +191,7 @@ static void conn_after_flush(struct virtio_vsock *v, struct vsock_conn *c)
 static bool conn_flush(struct virtio_vsock *v, struct vsock_conn *c)
 {
 	while (c->buf_len) {
-		uint32_t chunk = VSOCK_BUF_ALLOC - c->buf_head;
+		uint32_t chunk = c->buf_cap - c->buf_head;
 		if (chunk > c->buf_len)
 			chunk = c->buf_len;
 		ssize_t n = send(c->fd, c->buf + c->buf_head, chunk, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -196,8 +201,9 @@ static bool conn_flush(struct virtio_vsock *v, struct vsock_conn *c)
 			conn_reset(v, c);
 			return false;
 		}
-		c->buf_head = (c->buf_head + (uint32_t)n) % VSOCK_BUF_ALLOC;
+		c->buf_head = (c->buf_head + (uint32_t)n) % c->buf_cap;
 		c->buf_len -= (uint32_t)n;
+		v->buffered -= (uint32_t)n;
 		c->cr.fwd_cnt += (uint32_t)n;
 	}
 	if (!c->buf_len && c->buf) { /* only slow host readers hold a buffer */
@@ -232,13 +238,17 @@ static void conn_data(struct virtio_vsock *v, struct vsock_conn *c, const uint8_
 		}
 	}
 	if (done < len) {
-		if (!c->buf && !(c->buf = malloc(VSOCK_BUF_ALLOC))) {
-			conn_reset(v, c);
-			return;
+		if (!c->buf) {
+			if (!(c->buf = malloc(c->cr.buf_alloc))) {
+				conn_reset(v, c);
+				return;
+			}
+			c->buf_cap = c->cr.buf_alloc;
 		}
-		/* The credit check above keeps buf_len + rest within VSOCK_BUF_ALLOC. */
+		/* The credit check above keeps buf_len + rest within buf_alloc (== buf_cap). */
 		for (uint32_t i = done; i < len; i++)
-			c->buf[(c->buf_head + c->buf_len++) % VSOCK_BUF_ALLOC] = p[i];
+			c->buf[(c->buf_head + c->buf_len++) % c->buf_cap] = p[i];
+		v->buffered += len - done;
 	}
 	if (vsock_credit_update_due(&c->cr))
 		c->need_credit = true;
@@ -532,7 +542,11 @@ static void rx_pump(struct virtio_vsock *v)
 	    !q->ready)
 		return;
 	bool pushed = false;
-	for (;;) {
+	for (uint32_t n = 0;; n++) {
+		if (n == VIRTIO_NOTIFY_BUDGET) {
+			virtio_mmio_defer(t, RXQ); /* more may be waiting: after the other fds */
+			break;
+		}
 		if (!v->rx_held) {
 			int r = virtq_pop(q, &v->rx_chain);
 			if (r == 0)
@@ -570,7 +584,11 @@ static void tx_drain(struct virtio_vsock *v)
 	struct virtio_mmio *t = &v->mmio;
 	struct virtq *q = &t->queues[TXQ];
 	bool pushed = false;
-	for (;;) {
+	for (uint32_t n = 0;; n++) {
+		if (n == VIRTIO_NOTIFY_BUDGET) {
+			virtio_mmio_defer(t, TXQ);
+			break;
+		}
 		int r = virtq_pop(q, &v->tx_chain);
 		if (r == 0)
 			break;
@@ -714,25 +732,42 @@ static const struct virtio_dev_ops vsock_ops = {
     .reset = dev_reset,
 };
 
+/*
+ * Listens on `path` with mode 0600 whatever the umask. The mode of a socket file is fixed at
+ * bind() from the umask (fchmod() on the socket does not reach the file), and changing the
+ * umask is process-wide, not thread-safe. So bind in a fresh 0700 directory next to `path`,
+ * where nobody else can reach the socket, chmod it there, listen, and rename it into place:
+ * it is never reachable at `path` with any other mode.
+ */
 static int listen_uds(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path))
+	char dir[sizeof(sa.sun_path)];
+	if (snprintf(dir, sizeof(dir), "%s.XXXXXX", path) >= (int)sizeof(dir) - 2)
 		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
 	struct stat st;
-	/* A socket left by an earlier run is stale; any other file is not ours to remove. */
-	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-		unlink(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	/* A socket left by an earlier run is stale; any other file is not ours to replace. */
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	if (!mkdtemp(dir))
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 128)) {
-		int r = -errno;
-		close(fd);
-		return r;
+	int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/s", dir);
+	if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) { /* the check above leaves room */
+		rmdir(dir);
+		return -ENAMETOOLONG;
 	}
-	return fd;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int r = fd < 0 ? -errno : 0;
+	if (!r && (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(sa.sun_path, 0600) ||
+		   listen(fd, 128) || rename(sa.sun_path, path)))
+		r = -errno;
+	if (r) {
+		unlink(sa.sun_path);
+		if (fd >= 0)
+			close(fd);
+	}
+	rmdir(dir);
+	return r ? r : fd;
 }
 
 #define VLOG(v, ...)                                                                               \
@@ -831,7 +866,7 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 		r = r ? r : -ENOSPC;
 		goto out;
 	}
-	uint8_t ev[4] = { VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0 };
+	uint8_t ev[4] = {VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0};
 	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
 	virtio_mmio_notify_used(t, EVQ);

@@ -9,7 +9,6 @@
 #include "virtio_mmio.h"
 #include "vsock_conn.h"
 
-#define VSOCK_MAX_CONNS 1024
 #define VSOCK_RST_QUEUE 256
 #define VSOCK_MIN_CID	3
 
@@ -27,7 +26,9 @@ struct virtio_vsock {
 	uint32_t next_local_port;
 	struct vsock_conn *conns[VSOCK_MAX_CONNS];
 	int nr_conns;
-	int rr; /* round-robin start for host->guest data */
+	int rr;			/* round-robin start for host->guest data */
+	struct vsock_pool pool; /* credit given to the guest, capped device-wide */
+	uint64_t buffered;	/* guest->host bytes held for slow host readers */
 	/* RSTs that belong to no live connection, waiting for an rx buffer. */
 	struct vsock_hdr rst_q[VSOCK_RST_QUEUE];
 	int rst_head, rst_n;

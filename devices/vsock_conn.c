@@ -7,6 +7,9 @@
 #include <errno.h>
 #include <string.h>
 
+_Static_assert((uint64_t)VSOCK_MAX_CONNS *VSOCK_BUF_MIN + VSOCK_BUF_ALLOC <= VSOCK_DEV_BUF_CAP,
+	       "the vsock pool must fit one full-size connection beside every minimum");
+
 void vsock_hdr_decode(const uint8_t *b, struct vsock_hdr *h)
 {
 	h->src_cid = get_le64(b + 0);
@@ -71,7 +74,7 @@ void vsock_credit_update_from(struct vsock_credit *c, const struct vsock_hdr *h)
 bool vsock_credit_guest_sent(struct vsock_credit *c, uint32_t len)
 {
 	uint32_t buffered = c->rx_cnt - c->fwd_cnt;
-	if (buffered > VSOCK_BUF_ALLOC || len > VSOCK_BUF_ALLOC - buffered)
+	if (buffered > c->buf_alloc || len > c->buf_alloc - buffered)
 		return false;
 	c->rx_cnt += len;
 	return true;
@@ -79,7 +82,37 @@ bool vsock_credit_guest_sent(struct vsock_credit *c, uint32_t len)
 
 bool vsock_credit_update_due(const struct vsock_credit *c)
 {
-	return c->fwd_cnt - c->last_fwd_sent >= VSOCK_BUF_ALLOC / 4;
+	return c->fwd_cnt - c->last_fwd_sent >= c->buf_alloc / 4;
+}
+
+/* Room for `extra` more credit, keeping VSOCK_BUF_MIN for every connection that may still come. */
+static bool pool_room(const struct vsock_pool *p, uint32_t conns_after, uint64_t extra)
+{
+	uint64_t reserve = (uint64_t)(VSOCK_MAX_CONNS - conns_after) * VSOCK_BUF_MIN;
+	return p->granted + extra + reserve <= VSOCK_DEV_BUF_CAP;
+}
+
+uint32_t vsock_pool_grant(struct vsock_pool *p)
+{
+	uint32_t a = pool_room(p, p->conns + 1, VSOCK_BUF_ALLOC) ? VSOCK_BUF_ALLOC : VSOCK_BUF_MIN;
+	p->granted += a;
+	p->conns++;
+	return a;
+}
+
+bool vsock_pool_grow(struct vsock_pool *p, uint32_t *buf_alloc)
+{
+	if (*buf_alloc >= VSOCK_BUF_ALLOC || !pool_room(p, p->conns, VSOCK_BUF_ALLOC - *buf_alloc))
+		return false;
+	p->granted += VSOCK_BUF_ALLOC - *buf_alloc;
+	*buf_alloc = VSOCK_BUF_ALLOC;
+	return true;
+}
+
+void vsock_pool_release(struct vsock_pool *p, uint32_t buf_alloc)
+{
+	p->granted -= buf_alloc;
+	p->conns--;
 }
 
 enum vsock_action vsock_conn_action(enum vsock_state st, uint16_t op)

@@ -9,7 +9,11 @@
 #define VSOCK_HDR_SIZE	  44
 #define VSOCK_HOST_CID	  2
 #define VSOCK_MAX_PAYLOAD (64u * 1024)	/* Linux never sends more in one packet */
-#define VSOCK_BUF_ALLOC	  (256u * 1024) /* what each connection buffers for the guest */
+#define VSOCK_BUF_ALLOC	  (256u * 1024) /* the most one connection buffers for the guest */
+#define VSOCK_BUF_MIN	  (4u * 1024)	/* the least: every connection can make progress */
+#define VSOCK_MAX_CONNS	  1024
+/* Guest->host bytes one device may hold for slow host readers, all connections together. */
+#define VSOCK_DEV_BUF_CAP (16u << 20)
 
 #define VSOCK_TYPE_STREAM 1
 
@@ -61,6 +65,7 @@ enum vsock_verdict vsock_hdr_check(const struct vsock_hdr *h, uint64_t guest_cid
 
 /* Flow-control counters of one connection (virtio spec 5.10.6.3). */
 struct vsock_credit {
+	uint32_t buf_alloc;	 /* what we let the guest have unconsumed (our buf_alloc) */
 	uint32_t peer_buf_alloc; /* guest's receive buffer */
 	uint32_t peer_fwd_cnt;	 /* bytes the guest has consumed of what we sent */
 	uint32_t tx_cnt;	 /* bytes we sent to the guest */
@@ -75,11 +80,29 @@ uint32_t vsock_credit_peer_avail(const struct vsock_credit *c);
 void vsock_credit_update_from(struct vsock_credit *c, const struct vsock_hdr *h);
 /*
  * Accounts `len` payload bytes the guest sent; false when that exceeds the
- * credit we gave (VSOCK_BUF_ALLOC minus what is still buffered).
+ * credit we gave (c->buf_alloc minus what is still buffered).
  */
 bool vsock_credit_guest_sent(struct vsock_credit *c, uint32_t len);
 /* Should we tell the guest fwd_cnt now (it may be waiting for credit)? */
 bool vsock_credit_update_due(const struct vsock_credit *c);
+
+/*
+ * The device's credit pool. Credit once given cannot be taken back (the guest may already be
+ * sending under it), so the pool bounds what is given: the sum of every live connection's
+ * buf_alloc stays within VSOCK_DEV_BUF_CAP, with VSOCK_BUF_MIN kept for each connection that
+ * could still open. A connection gets VSOCK_BUF_ALLOC while that allows, else VSOCK_BUF_MIN,
+ * and may grow later (growing is always safe). Worst case: VSOCK_DEV_BUF_CAP buffered bytes.
+ */
+struct vsock_pool {
+	uint64_t granted; /* sum of buf_alloc of the connections holding credit */
+	uint32_t conns;	  /* how many */
+};
+/* Credit for a new connection (conns < VSOCK_MAX_CONNS): its buf_alloc. */
+uint32_t vsock_pool_grant(struct vsock_pool *p);
+/* Raises *buf_alloc to VSOCK_BUF_ALLOC if the pool has room; true when it did. */
+bool vsock_pool_grow(struct vsock_pool *p, uint32_t *buf_alloc);
+/* A connection holding `buf_alloc` is gone. */
+void vsock_pool_release(struct vsock_pool *p, uint32_t buf_alloc);
 
 /* Connection states. */
 enum vsock_state {

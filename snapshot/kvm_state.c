@@ -1,7 +1,9 @@
-/* Saves and restores what KVM holds for a VM: every vCPU's registers and the irqchip, PIT and clock. */
+/* Saves and restores what KVM holds for a VM: every vCPU's registers and the irqchip, PIT and
+ * clock. */
 #include "kvm_state.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/kvm.h>
@@ -12,16 +14,26 @@
 
 #define MAX_MSRS 256
 
-static int save_msrs(struct vm *vm, struct vcpu *v, struct state_buf *b)
+/* The MSRs KVM saves and restores for this host: what a snapshot may hold. NULL on error. */
+static struct kvm_msr_list *msr_index_list(struct vm *vm)
 {
 	struct kvm_msr_list *list = calloc(1, sizeof(*list) + MAX_MSRS * sizeof(uint32_t));
+	if (!list)
+		return NULL;
+	list->nmsrs = MAX_MSRS;
+	if (KVM_IOCTL(vm->log, vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, list) < 0) {
+		free(list);
+		return NULL;
+	}
+	return list;
+}
+
+static int save_msrs(struct vm *vm, struct vcpu *v, struct state_buf *b)
+{
+	struct kvm_msr_list *list = msr_index_list(vm);
 	struct kvm_msrs *msrs = calloc(1, sizeof(*msrs) + MAX_MSRS * sizeof(struct kvm_msr_entry));
 	int r = -ENOMEM;
 	if (!list || !msrs)
-		goto out;
-	list->nmsrs = MAX_MSRS;
-	r = KVM_IOCTL(vm->log, vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, list);
-	if (r < 0)
 		goto out;
 	/*
 	 * KVM_GET_MSRS stops at the first MSR it cannot read and returns how many it read:
@@ -30,7 +42,8 @@ static int save_msrs(struct vm *vm, struct vcpu *v, struct state_buf *b)
 	uint32_t kept = 0, next = 0;
 	while (next < list->nmsrs) {
 		uint32_t want = list->nmsrs - next;
-		struct kvm_msrs *tmp = calloc(1, sizeof(*tmp) + want * sizeof(struct kvm_msr_entry));
+		struct kvm_msrs *tmp =
+		    calloc(1, sizeof(*tmp) + want * sizeof(struct kvm_msr_entry));
 		if (!tmp) {
 			r = -ENOMEM;
 			goto out;
@@ -139,26 +152,61 @@ static const void *need(const struct state_section_ref *s, size_t n, uint32_t ty
 		return NULL;
 	}
 	if (sec->len != len) {
-		errmsg(err, errlen, -EINVAL, "state file: %s for %u has %u bytes, expected %zu", what,
-		       inst, sec->len, len);
+		errmsg(err, errlen, -EINVAL, "state file: %s for %u has %u bytes, expected %zu",
+		       what, inst, sec->len, len);
 		return NULL;
 	}
 	return sec->payload;
 }
 
 /* Sets VM-wide state; a failure names the ioctl. */
-#define SET(fd, req, p)                                                                      \
-	do {                                                                                 \
-		int _r = kvm_ioctl_raw((fd), (req), (void *)(p));                            \
-		if (_r < 0)                                                                  \
-			return errmsg(err, errlen, _r, "restoring state: %s failed: %s", #req, \
-				      strerror(-_r));                                        \
+#define SET(fd, req, p)                                                                            \
+	do {                                                                                       \
+		int _r = kvm_ioctl_raw((fd), (req), (void *)(p));                                  \
+		if (_r < 0)                                                                        \
+			return errmsg(err, errlen, _r, "restoring state: %s failed: %s", #req,     \
+				      strerror(-_r));                                              \
 	} while (0)
 
-static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_section_ref *s,
-			size_t n, char *err, size_t errlen)
+/*
+ * Every saved MSR must be one KVM lists for save/restore here, each at most once: the count is
+ * then bounded by what we saved. The values are KVM's to check (KVM_SET_MSRS stops at the
+ * first one it refuses, and restore_vcpu reports that MSR).
+ */
+static int check_msrs(struct vm *vm, uint32_t id, const struct kvm_msr_entry *e, uint32_t n,
+		      char *err, size_t errlen)
 {
-	(void)vm;
+	struct kvm_msr_list *list = msr_index_list(vm);
+	if (!list)
+		return errmsg(err, errlen, -EIO, "restoring vCPU %u: cannot list KVM's MSRs", id);
+	int r = 0;
+	if (n > list->nmsrs)
+		r = errmsg(err, errlen, -EINVAL,
+			   "state file: vCPU %u has %u MSRs, more than the %u KVM saves", id, n,
+			   list->nmsrs);
+	for (uint32_t i = 0; i < n && !r; i++) {
+		bool listed = false, dup = false;
+		for (uint32_t k = 0; k < list->nmsrs && !listed; k++)
+			listed = list->indices[k] == e[i].index;
+		for (uint32_t k = 0; k < i && !dup; k++)
+			dup = e[k].index == e[i].index;
+		if (!listed || dup)
+			r = errmsg(err, errlen, -EINVAL, "state file: vCPU %u MSR 0x%x is %s", id,
+				   e[i].index, dup ? "listed twice" : "not one KVM saves");
+	}
+	free(list);
+	return r;
+}
+
+/*
+ * The vCPU blobs (registers, XSAVE, LAPIC, events, MP state...) are KVM's own structs: we
+ * check that each has exactly the size KVM's API defines and leave their contents to KVM,
+ * which validates them on every KVM_SET_* (reserved bits, xstate_bv, APIC mode, exception
+ * vectors, MP state values) exactly as it does for a live VMM.
+ */
+static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_section_ref *s, size_t n,
+			char *err, size_t errlen)
+{
 	uint32_t id = (uint32_t)v->id;
 	const void *mp, *regs, *sregs, *xs, *xcrs, *dbg, *lapic, *ev;
 	if (!(mp = need(s, n, SEC_VCPU_MP_STATE, id, sizeof(struct kvm_mp_state), "vCPU MP state",
@@ -181,8 +229,8 @@ static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_sectio
 	const struct state_section_ref *msec = state_find(s, n, SEC_VCPU_MSRS, id);
 	if (!msec || msec->len % sizeof(struct kvm_msr_entry) ||
 	    msec->len / sizeof(struct kvm_msr_entry) > MAX_MSRS)
-		return errmsg(err, errlen, -EINVAL, "state file: MSR list of vCPU %u is missing or bad",
-			      id);
+		return errmsg(err, errlen, -EINVAL,
+			      "state file: MSR list of vCPU %u is missing or bad", id);
 
 	/* Copies: the payloads are only 8-byte aligned and KVM may write some structs back. */
 	struct kvm_mp_state m;
@@ -210,28 +258,34 @@ static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_sectio
 	memcpy(xsave, xs, sizeof(*xsave));
 	msrs->nmsrs = nmsrs;
 	memcpy(msrs->entries, msec->payload, msec->len);
-	int rc = 0;
+	int rc = check_msrs(vm, id, msrs->entries, nmsrs, err, errlen);
+	if (rc) {
+		free(xsave);
+		free(msrs);
+		return rc;
+	}
 	/* Firecracker's order: the LAPIC before the MSRs (TSC deadline), events last. */
-	static const unsigned long reqs[] = { KVM_SET_MP_STATE, KVM_SET_REGS,	   KVM_SET_SREGS,
-					      KVM_SET_XSAVE,	KVM_SET_XCRS,	   KVM_SET_DEBUGREGS,
-					      KVM_SET_LAPIC,	KVM_SET_MSRS,	   KVM_SET_VCPU_EVENTS };
-	static const char *const names[] = { "KVM_SET_MP_STATE", "KVM_SET_REGS",  "KVM_SET_SREGS",
-					     "KVM_SET_XSAVE",	 "KVM_SET_XCRS",  "KVM_SET_DEBUGREGS",
-					     "KVM_SET_LAPIC",	 "KVM_SET_MSRS",  "KVM_SET_VCPU_EVENTS" };
-	void *args[] = { &m, &r, &sr, xsave, &x, &d, &l, msrs, &e };
+	static const unsigned long reqs[] = {KVM_SET_MP_STATE, KVM_SET_REGS, KVM_SET_SREGS,
+					     KVM_SET_XSAVE,    KVM_SET_XCRS, KVM_SET_DEBUGREGS,
+					     KVM_SET_LAPIC,    KVM_SET_MSRS, KVM_SET_VCPU_EVENTS};
+	static const char *const names[] = {
+	    "KVM_SET_MP_STATE", "KVM_SET_REGS", "KVM_SET_SREGS",
+	    "KVM_SET_XSAVE",	"KVM_SET_XCRS", "KVM_SET_DEBUGREGS",
+	    "KVM_SET_LAPIC",	"KVM_SET_MSRS", "KVM_SET_VCPU_EVENTS"};
+	void *args[] = {&m, &r, &sr, xsave, &x, &d, &l, msrs, &e};
 	e.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR |
 		   KVM_VCPUEVENT_VALID_SHADOW;
 	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
 		int k = kvm_ioctl_raw(v->fd, reqs[i], args[i]);
 		if (reqs[i] == KVM_SET_MSRS && k >= 0 && (uint32_t)k != nmsrs) {
 			rc = errmsg(err, errlen, -EINVAL,
-				    "restoring vCPU %u: KVM took %d of %u MSRs (MSR 0x%x refused)", id,
-				    k, nmsrs, msrs->entries[k].index);
+				    "restoring vCPU %u: KVM took %d of %u MSRs (MSR 0x%x refused)",
+				    id, k, nmsrs, msrs->entries[k].index);
 			break;
 		}
 		if (k < 0) {
-			rc = errmsg(err, errlen, k, "restoring vCPU %u: %s failed: %s", id, names[i],
-				    strerror(-k));
+			rc = errmsg(err, errlen, k, "restoring vCPU %u: %s failed: %s", id,
+				    names[i], strerror(-k));
 			break;
 		}
 	}
@@ -240,6 +294,10 @@ static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_sectio
 	return rc;
 }
 
+/*
+ * The PIT, PIC/IOAPIC and clock blobs are KVM's: sizes and the chip ids are checked here, the
+ * contents by KVM_SET_PIT2/KVM_SET_IRQCHIP/KVM_SET_CLOCK, which bound every index they use.
+ */
 int kvm_state_restore(struct vm *vm, const struct state_section_ref *s, size_t n, char *err,
 		      size_t errlen)
 {

@@ -8,8 +8,13 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
+
+#include <stdio.h>
+#include <unistd.h>
 
 #include "guest_mem.h"
+#include "virtio_blk.h"
 #include "virtio_mmio.h"
 #include "virtqueue.h"
 
@@ -609,6 +614,286 @@ static void test_mmio_cmdline(void **state)
 	assert_int_equal(virtio_mmio_cmdline_append(devs, 1, small, sizeof(small)), -E2BIG);
 }
 
+/* ---- virtio-blk on a real io_uring over a temp file, without a VM ---- */
+
+#define BQ	256
+#define B_DESC	0x100000ULL
+#define B_AVAIL 0x101000ULL
+#define B_USED	0x102000ULL
+#define B_HDRS	0x103000ULL
+#define B_BUFS	0x110000ULL
+#define B_DATA	0x200000ULL
+
+struct blkfix {
+	struct guest_mem mem;
+	struct virtio_blk blk;
+	char img[64];
+	volatile bool stop;
+};
+
+static void bw(struct blkfix *f, uint64_t off, uint32_t v)
+{
+	virtio_mmio_write(&f->blk.mmio, off, (const uint8_t *)&v, 4);
+}
+
+static void *bp(struct blkfix *f, uint64_t gpa, uint64_t len)
+{
+	void *p = guest_mem_ptr(&f->mem, gpa, len);
+	assert_non_null(p);
+	return p;
+}
+
+static void bdesc(struct blkfix *f, int i, uint64_t addr, uint32_t len, uint16_t flags,
+		  uint16_t next)
+{
+	uint8_t *p = bp(f, B_DESC + 16ULL * i, 16);
+	memcpy(p, &addr, 8);
+	memcpy(p + 8, &len, 4);
+	memcpy(p + 12, &flags, 2);
+	memcpy(p + 14, &next, 2);
+}
+
+/* A blk device over a 4 MiB temp image, queue 0 of BQ entries ready; skips without io_uring. */
+static struct blkfix *blkfix_new(void)
+{
+	struct blkfix *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	assert_int_equal(guest_mem_create(&f->mem, 8ULL << 20), 0);
+	snprintf(f->img, sizeof(f->img), "/tmp/cove-blk-XXXXXX");
+	int fd = mkstemp(f->img);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 4 << 20), 0);
+	close(fd);
+	int r = virtio_blk_create_detached(&f->blk, &f->mem, f->img, false, "unit");
+	if (r == -ENOSYS || r == -EPERM) {
+		unlink(f->img);
+		guest_mem_destroy(&f->mem);
+		free(f);
+		skip(); /* io_uring is disabled on this host */
+	}
+	assert_int_equal(r, 0);
+	bw(f, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
+	bw(f, 0x024, 1);
+	bw(f, 0x020, 1);
+	bw(f, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
+	bw(f, 0x030, 0);
+	bw(f, 0x038, BQ);
+	bw(f, 0x080, (uint32_t)B_DESC);
+	bw(f, 0x090, (uint32_t)B_AVAIL);
+	bw(f, 0x0a0, (uint32_t)B_USED);
+	bw(f, 0x044, 1);
+	bw(f, 0x070,
+	   VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK |
+	       VIRTIO_STATUS_DRIVER_OK);
+	assert_true(f->blk.mmio.status & VIRTIO_STATUS_DRIVER_OK);
+	return f;
+}
+
+static void blkfix_free(struct blkfix *f)
+{
+	virtio_blk_destroy(&f->blk);
+	unlink(f->img);
+	guest_mem_destroy(&f->mem);
+	free(f);
+}
+
+/* 128 GET_ID chains (header + 21 writable bytes) on every avail slot. */
+static void offer_get_id(struct blkfix *f)
+{
+	for (int c = 0; c < BQ / 2; c++) {
+		uint32_t hdr[4] = {8, 0, 0, 0};
+		memcpy(bp(f, B_HDRS + 16ULL * c, 16), hdr, 16);
+		bdesc(f, 2 * c, B_HDRS + 16ULL * c, 16, VIRTQ_DESC_F_NEXT, (uint16_t)(2 * c + 1));
+		bdesc(f, 2 * c + 1, B_BUFS + 32ULL * c, 21, VIRTQ_DESC_F_WRITE, 0);
+	}
+	uint16_t *ring = bp(f, B_AVAIL + 4, 2 * BQ);
+	for (int i = 0; i < BQ; i++)
+		ring[i] = (uint16_t)(2 * (i % (BQ / 2)));
+}
+
+/*
+ * The flooding guest, made deterministic: every time the device publishes a used entry the
+ * "guest" has already put the next request on the ring (avail->idx stays a whole ring ahead),
+ * up to `refills` times.
+ */
+static struct blkfix *flood_fix;
+static uint64_t refills;
+
+static void refill_on_push(void *opaque, uint64_t gpa, uint64_t len)
+{
+	(void)opaque;
+	(void)len;
+	if (gpa != B_USED + 2 || !refills)
+		return;
+	refills--;
+	uint16_t *avail_idx = bp(flood_fix, B_AVAIL + 2, 2),
+		 *used_idx = bp(flood_fix, B_USED + 2, 2);
+	*avail_idx = (uint16_t)(*used_idx + BQ);
+}
+
+/*
+ * A guest that never lets the ring go empty: one notification must return after at most a
+ * ring's worth of requests and defer the rest (re-kicked after the event loop's other fds), not
+ * serve the ring for as long as the guest keeps it full.
+ */
+static void test_blk_notify_budget(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	offer_get_id(f);
+	*(volatile uint16_t *)bp(f, B_AVAIL + 2, 2) = BQ;
+	flood_fix = f;
+	refills = 100000;
+	f->blk.mmio.queues[0].mark_dirty = refill_on_push;
+	for (int kick = 0; kick < 20; kick++) {
+		uint64_t before = f->blk.requests;
+		bw(f, 0x050, 0); /* what the event loop does for one notify */
+		uint64_t served = f->blk.requests - before;
+		if (served > VIRTIO_NOTIFY_BUDGET)
+			fail_msg("kick %d served %llu requests in one go (budget %d)", kick,
+				 (unsigned long long)served, VIRTIO_NOTIFY_BUDGET);
+		assert_int_equal(served, VIRTIO_NOTIFY_BUDGET);
+		/* Work is left: the queue was deferred, not dropped. */
+		assert_true(f->blk.mmio.deferred & 1u);
+		f->blk.mmio.deferred = 0;
+	}
+	assert_int_equal(f->blk.mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
+	uint8_t *id = bp(f, B_BUFS, 21);
+	assert_memory_equal(id, "unit", 4);
+	assert_int_equal(id[20], 0); /* VIRTIO_BLK_S_OK */
+	blkfix_free(f);
+}
+
+/* Pages the device reported written (the VMM's dirty bitmap, for a VM-less device). */
+static uint8_t dirty_pages[(8 << 20) / 4096];
+
+static void note_dirty(void *opaque, uint64_t gpa, uint64_t len)
+{
+	(void)opaque;
+	for (uint64_t a = gpa & ~4095ULL; a < gpa + len && a < (8ULL << 20); a += 4096)
+		dirty_pages[a / 4096] = 1;
+}
+
+/*
+ * Reads in flight when the driver resets the device: the reset returns only once none is
+ * left, every page they wrote is marked dirty, and nothing writes guest memory afterwards.
+ */
+static void test_blk_reset_drains_reads(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	memset(dirty_pages, 0, sizeof(dirty_pages));
+	f->blk.mmio.dirty_fn = note_dirty;
+	/* The image holds 0xab everywhere; the guest's buffers start zeroed. */
+	int fd = open(f->img, O_WRONLY);
+	assert_true(fd >= 0);
+	static uint8_t pattern[1 << 20];
+	memset(pattern, 0xab, sizeof(pattern));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pwrite(fd, pattern, sizeof(pattern), (off_t)i << 20),
+				 sizeof(pattern));
+	close(fd);
+	enum { NREQ = 32, LEN = 64 << 10 };
+	for (int c = 0; c < NREQ; c++) {
+		uint32_t hdr[4] = {0 /* IN */, 0, (uint32_t)(c * (LEN / 512)), 0};
+		memcpy(bp(f, B_HDRS + 16ULL * c, 16), hdr, 16);
+		bdesc(f, 3 * c, B_HDRS + 16ULL * c, 16, VIRTQ_DESC_F_NEXT, (uint16_t)(3 * c + 1));
+		bdesc(f, 3 * c + 1, B_DATA + (uint64_t)c * LEN, LEN,
+		      VIRTQ_DESC_F_WRITE | VIRTQ_DESC_F_NEXT, (uint16_t)(3 * c + 2));
+		bdesc(f, 3 * c + 2, B_BUFS + 32ULL * c, 1, VIRTQ_DESC_F_WRITE, 0);
+		((uint16_t *)bp(f, B_AVAIL + 4, 2 * BQ))[c] = (uint16_t)(3 * c);
+	}
+	memset(bp(f, B_DATA, (uint64_t)NREQ * LEN), 0, (uint64_t)NREQ * LEN);
+	*(uint16_t *)bp(f, B_AVAIL + 2, 2) = NREQ;
+	bw(f, 0x050, 0); /* submitted to io_uring; nobody reaps them (no event loop here) */
+	assert_int_equal(f->blk.requests, NREQ);
+	bw(f, 0x070, 0); /* the driver resets the device */
+	assert_int_equal(f->blk.be.inflight, 0);
+	/* Whatever landed before the reset finished is marked: here, all of it. */
+	for (int c = 0; c < NREQ; c++) {
+		uint8_t *data = bp(f, B_DATA + (uint64_t)c * LEN, LEN);
+		for (uint64_t pg = 0; pg < LEN / 4096; pg++)
+			if (data[pg * 4096] &&
+			    !dirty_pages[(B_DATA + (uint64_t)c * LEN) / 4096 + pg])
+				fail_msg("request %d page %llu was written and not marked dirty", c,
+					 (unsigned long long)pg);
+	}
+	/* The driver forgot them: no used entries, and after the reset nothing touches RAM. */
+	assert_int_equal(*(uint16_t *)bp(f, B_USED + 2, 2), 0);
+	memset(bp(f, B_DATA, (uint64_t)NREQ * LEN), 0, (uint64_t)NREQ * LEN);
+	usleep(20000);
+	virtio_blk_poll(&f->blk);
+	uint8_t *data = bp(f, B_DATA, (uint64_t)NREQ * LEN);
+	for (uint64_t i = 0; i < (uint64_t)NREQ * LEN; i += 512)
+		assert_int_equal(data[i], 0);
+	blkfix_free(f);
+}
+
+static int done_calls, done_res;
+
+static void count_done(struct blk_io *io, int res)
+{
+	(void)io;
+	done_calls++;
+	done_res = res;
+}
+
+/*
+ * The kernel refuses the submission: the request fails with that error instead of staying
+ * "in flight" forever, so a drain (reset, snapshot) returns.
+ */
+static void test_blk_uring_submit_failure(void **state)
+{
+	(void)state;
+	char img[] = "/tmp/cove-uring-XXXXXX";
+	int fd = mkstemp(img);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	close(fd);
+	struct blk_uring b;
+	int r = blk_uring_open(&b, img, false);
+	if (r == -ENOSYS || r == -EPERM) {
+		unlink(img);
+		skip();
+	}
+	assert_int_equal(r, 0);
+	static uint8_t buf[8192];
+	struct iovec iov = {buf, sizeof(buf)};
+	struct blk_io io = {.op = BLK_OP_READ,
+			    .offset = 0,
+			    .len = sizeof(buf),
+			    .iov = &iov,
+			    .niov = 1,
+			    .done = count_done};
+	done_calls = 0;
+	assert_int_equal(blk_uring_queue(&b, &io), 0);
+	/* Swap the ring's fd for one that is not a ring: io_uring_enter() then fails. */
+	int saved = dup(b.ring.ring_fd);
+	assert_true(saved >= 0);
+	assert_true(dup2(b.efd, b.ring.ring_fd) >= 0);
+	blk_uring_drain(&b);
+	assert_true(dup2(saved, b.ring.ring_fd) >= 0);
+	close(saved);
+	assert_int_equal(done_calls, 1);
+	assert_true(done_res < 0);
+	assert_int_equal(b.inflight, 0);
+	/* The ring still works, and the failed request is not run later. */
+	io = (struct blk_io){.op = BLK_OP_READ,
+			     .offset = 0,
+			     .len = sizeof(buf),
+			     .iov = &iov,
+			     .niov = 1,
+			     .done = count_done};
+	iov = (struct iovec){buf, sizeof(buf)};
+	assert_int_equal(blk_uring_queue(&b, &io), 0);
+	blk_uring_drain(&b);
+	assert_int_equal(done_calls, 2);
+	assert_int_equal(done_res, 0);
+	blk_uring_close(&b);
+	assert_int_equal(done_calls, 2);
+	unlink(img);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -622,6 +907,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_random_chains, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_mmio_registers, setup, teardown),
 	    cmocka_unit_test(test_mmio_cmdline),
+	    cmocka_unit_test(test_blk_notify_budget),
+	    cmocka_unit_test(test_blk_reset_drains_reads),
+	    cmocka_unit_test(test_blk_uring_submit_failure),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

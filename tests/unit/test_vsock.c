@@ -11,7 +11,10 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -120,8 +123,8 @@ static void test_credit(void **s)
 	c.peer_buf_alloc = 100;
 	assert_int_equal(vsock_credit_peer_avail(&c), 74);
 
-	/* Guest -> host: the guest may not exceed VSOCK_BUF_ALLOC unconsumed bytes. */
-	struct vsock_credit g = {0};
+	/* Guest -> host: the guest may not exceed the buf_alloc we gave it, unconsumed. */
+	struct vsock_credit g = {.buf_alloc = VSOCK_BUF_ALLOC};
 	assert_true(vsock_credit_guest_sent(&g, VSOCK_BUF_ALLOC));
 	assert_false(vsock_credit_guest_sent(&g, 1));
 	g.fwd_cnt += 10;
@@ -313,6 +316,57 @@ static int vdev_teardown(void **state)
 	rmdir(d->dir);
 	free(d);
 	return 0;
+}
+
+/* A guest that refills the tx ring as fast as the device empties it (see test_virtqueue). */
+static struct vdev *flood_dev;
+static uint64_t tx_refills;
+
+static void refill_tx(void *opaque, uint64_t gpa, uint64_t len)
+{
+	(void)opaque;
+	(void)len;
+	if (gpa != USED(1) + 2 || !tx_refills)
+		return;
+	tx_refills--;
+	uint16_t *avail = gp(flood_dev, AVAIL(1) + 2, 2), *used = gp(flood_dev, USED(1) + 2, 2);
+	*avail = (uint16_t)(*used + QN);
+}
+
+/* One tx notification serves at most a ring's worth, then defers: the event loop stays free. */
+static void test_dev_tx_budget(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr h = good(VSOCK_OP_RW, 0);
+	h.src_cid = 99; /* spoofed: dropped without an answer, nothing else to do */
+	uint8_t raw[VSOCK_HDR_SIZE];
+	vsock_hdr_encode(&h, raw);
+	memcpy(gp(d, TXBUF, sizeof(raw)), raw, sizeof(raw));
+	uint16_t *ring = gp(d, AVAIL(1) + 4, 2 * QN);
+	for (int i = 0; i < QN; i++) {
+		put_desc(d, 1, i, TXBUF, sizeof(raw), 0, 0);
+		ring[i] = (uint16_t)i;
+	}
+	flood_dev = d;
+	tx_refills = 50000;
+	d->v->mmio.queues[1].mark_dirty = refill_tx;
+	uint16_t *avail = gp(d, AVAIL(1) + 2, 2), *used = gp(d, USED(1) + 2, 2);
+	*avail = (uint16_t)(*used + QN);
+	for (int kick = 0; kick < 10; kick++) {
+		uint64_t before = d->v->bad_packets;
+		wr(d, 0x050, 1);
+		uint64_t served = d->v->bad_packets - before;
+		if (served > VIRTIO_NOTIFY_BUDGET)
+			fail_msg("kick %d served %llu tx packets at once", kick,
+				 (unsigned long long)served);
+		assert_int_equal(served, VIRTIO_NOTIFY_BUDGET);
+		assert_true(d->v->mmio.deferred & (1u << 1));
+		d->v->mmio.deferred = 0;
+	}
+	tx_refills = 0;
+	wr(d, 0x050, 1); /* the rest of the ring, then it is empty */
+	assert_int_equal(*used, *avail);
+	assert_int_equal(d->v->mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
 }
 
 static void test_dev_hostile_packets(void **state)
@@ -547,6 +601,140 @@ static void test_dev_slow_host(void **state)
 	unlink(p);
 }
 
+/* The pool: every connection the device can have fits, and their credit never exceeds the cap. */
+static void test_pool(void **s)
+{
+	(void)s;
+	static uint32_t alloc[VSOCK_MAX_CONNS];
+	struct vsock_pool p = {0};
+	uint64_t sum = 0;
+	int full = 0;
+	for (int i = 0; i < VSOCK_MAX_CONNS; i++) {
+		alloc[i] = vsock_pool_grant(&p);
+		assert_true(alloc[i] == VSOCK_BUF_ALLOC || alloc[i] == VSOCK_BUF_MIN);
+		full += alloc[i] == VSOCK_BUF_ALLOC;
+		sum += alloc[i];
+	}
+	assert_true(sum <= VSOCK_DEV_BUF_CAP);
+	assert_int_equal(sum, p.granted);
+	assert_true(full >= 32); /* the first connections get full-size buffers */
+	assert_true(alloc[0] == VSOCK_BUF_ALLOC && alloc[VSOCK_MAX_CONNS - 1] == VSOCK_BUF_MIN);
+	/* Full: nothing grows. Free the big ones: small ones may grow, still within the cap. */
+	assert_false(vsock_pool_grow(&p, &alloc[VSOCK_MAX_CONNS - 1]));
+	for (int i = 0; i < full; i++)
+		vsock_pool_release(&p, alloc[i]);
+	int grown = 0;
+	for (int i = full; i < VSOCK_MAX_CONNS; i++)
+		grown += vsock_pool_grow(&p, &alloc[i]);
+	assert_true(grown > 0 && grown <= full);
+	assert_true(p.granted <= VSOCK_DEV_BUF_CAP);
+}
+
+/* The host socket is 0600 whatever the umask, and no temporary name is left beside it. */
+static void test_dev_socket_mode(void **s)
+{
+	(void)s;
+	struct guest_mem mem;
+	assert_int_equal(guest_mem_create(&mem, 4ULL << 20), 0);
+	char dir[64], path[108];
+	snprintf(dir, sizeof(dir), "/tmp/cove-vsock-mode-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/v.sock", dir);
+	struct virtio_vsock *v = calloc(1, sizeof(*v));
+	assert_non_null(v);
+	mode_t old = umask(0);
+	int r = virtio_vsock_create(v, NULL, &mem, CID, path, VIRTIO_MMIO_BASE, 5);
+	umask(old);
+	assert_int_equal(r, 0);
+	struct stat st;
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0600);
+	/* It accepts connections at its final name. */
+	int c = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, path);
+	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(c);
+	int entries = 0;
+	DIR *dh = opendir(dir);
+	assert_non_null(dh);
+	for (struct dirent *e; (e = readdir(dh));)
+		entries += e->d_name[0] != '.';
+	closedir(dh);
+	assert_int_equal(entries, 1);
+	/* A stale socket there is replaced; any other file is refused, not removed. */
+	virtio_vsock_destroy(v);
+	assert_int_equal(virtio_vsock_create(v, NULL, &mem, CID, path, VIRTIO_MMIO_BASE, 5), 0);
+	virtio_vsock_destroy(v);
+	int fd = open(path, O_CREAT | O_WRONLY, 0644);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(virtio_vsock_create(v, NULL, &mem, CID, path, VIRTIO_MMIO_BASE, 5),
+			 -EEXIST);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	unlink(path);
+	rmdir(dir);
+	free(v);
+	guest_mem_destroy(&mem);
+}
+
+/*
+ * Many guest connections to a host that never reads: the credit the device gives all of them
+ * together (what the guest may make it buffer) stays within VSOCK_DEV_BUF_CAP, and a
+ * connection given the small credit can use all of it.
+ */
+static void test_dev_credit_cap(void **state)
+{
+	struct vdev *d = *state;
+	enum { NCONN = 200 };
+	char p[128];
+	snprintf(p, sizeof(p), "%s_6003", d->path);
+	int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, p);
+	assert_int_equal(bind(srv, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(srv, NCONN), 0);
+	uint64_t granted = 0;
+	uint32_t small_port = 0, small_alloc = 0;
+	for (int i = 0; i < NCONN; i++) {
+		struct vsock_hdr h = good(VSOCK_OP_REQUEST, 0), r;
+		h.dst_port = 6003;
+		h.src_port = 10000 + (uint32_t)i;
+		send_pkt(d, h, NULL);
+		assert_true(take_rx(d, &r, NULL));
+		assert_int_equal(r.op, VSOCK_OP_RESPONSE);
+		granted += r.buf_alloc;
+		if (r.buf_alloc < VSOCK_BUF_ALLOC) {
+			small_port = h.src_port;
+			small_alloc = r.buf_alloc;
+		}
+	}
+	assert_int_equal(d->v->nr_conns, NCONN);
+	if (granted > VSOCK_DEV_BUF_CAP)
+		fail_msg("%d connections were given %llu bytes of credit, over the %u cap", NCONN,
+			 (unsigned long long)granted, VSOCK_DEV_BUF_CAP);
+	assert_true(small_port != 0);
+	/* The guest fills one small connection's credit (the host reads nothing): no reset. */
+	static uint8_t pkt[VSOCK_BUF_ALLOC];
+	memset(pkt, 'x', sizeof(pkt));
+	for (uint32_t sent = 0; sent < small_alloc;) {
+		uint32_t n = small_alloc - sent < 4096 ? small_alloc - sent : 4096;
+		struct vsock_hdr h = good(VSOCK_OP_RW, n);
+		h.dst_port = 6003;
+		h.src_port = small_port;
+		send_pkt(d, h, pkt);
+		sent += n;
+	}
+	struct vsock_hdr r;
+	while (take_rx(d, &r, NULL))
+		assert_int_not_equal(r.op, VSOCK_OP_RST);
+	assert_true(d->v->buffered <= VSOCK_DEV_BUF_CAP);
+	close(srv);
+	unlink(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -555,6 +743,10 @@ int main(void)
 	    cmocka_unit_test(test_credit),
 	    cmocka_unit_test(test_state_machine),
 	    cmocka_unit_test(test_parse_connect),
+	    cmocka_unit_test(test_pool),
+	    cmocka_unit_test(test_dev_socket_mode),
+	    cmocka_unit_test_setup_teardown(test_dev_credit_cap, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_tx_budget, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_hostile_packets, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_guest_connect, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_host_connect, vdev_setup, vdev_teardown),
