@@ -11,11 +11,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dirfd_io.h"
 #include "errmsg.h"
 #include "keyprov.h"
 #include "overlay.h"
@@ -126,6 +128,14 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->chains, mc->nr_disks);
 	if (r)
 		return r;
+	/* Restore matches the host's --disk to the saved one by index and this size. */
+	for (int i = 0; i < mc->nr_disks; i++) {
+		r = machine_disk_size(mc->disks[i].path, &sb->mc.disk_size[i]);
+		if (r) {
+			log_err(&sb->log, "disk %d (%s): %s", i, mc->disks[i].path, strerror(-r));
+			return r;
+		}
+	}
 	if (mc->vsock_cid) {
 		r = board_add_vsock(&sb->board, &sb->vm, mc->vsock_cid, mc->vsock_uds);
 		if (r)
@@ -134,6 +144,42 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	/* What a snapshot records so restore can build the same machine. */
 	sb->config_json = machine_config_to_json(&sb->mc);
 	return sb->config_json ? 0 : -ENOMEM;
+}
+
+/*
+ * A frozen overlay layer must live inside the chain directory, where restore finds it by name:
+ * one elsewhere (the overlay the host named at `cove run`, or a layer of the chain this
+ * sandbox was restored from) gets a hard link (data and map) in the directory. Frozen layers
+ * never change, so a link is as good as a copy.
+ */
+static int adopt_layer(struct sandbox *sb, int disk, int k, uint64_t layer_id, char *path,
+		       size_t cap, char *err, size_t errlen)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	struct stat in_dir, src;
+	if (dirfd_plain_name(base) && stat(path, &src) == 0 &&
+	    fstatat(sb->snap.dfd, base, &in_dir, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    in_dir.st_dev == src.st_dev && in_dir.st_ino == src.st_ino)
+		return 0;
+	char name[64], map_src[4200], map_name[80];
+	snprintf(name, sizeof(name), "disk%d-%06llu-l%d.ovl", disk, (unsigned long long)layer_id, k);
+	snprintf(map_name, sizeof(map_name), "%s%s", name, OVERLAY_MAP_SUFFIX);
+	if (snprintf(map_src, sizeof(map_src), "%s%s", path, OVERLAY_MAP_SUFFIX) >=
+		    (int)sizeof(map_src) ||
+	    strlen(sb->snap.dir) + 1 + strlen(name) >= cap)
+		return errmsg(err, errlen, -ENAMETOOLONG, "disk %d: overlay path too long", disk);
+	const char *srcs[2] = { path, map_src }, *dsts[2] = { name, map_name };
+	for (int j = 0; j < 2; j++) {
+		(void)dirfd_unlink(sb->snap.dfd, dsts[j]); /* a name of ours a failed snapshot left */
+		if (linkat(AT_FDCWD, srcs[j], sb->snap.dfd, dsts[j], 0) < 0)
+			return errmsg(err, errlen, -errno,
+				      "disk %d: cannot link its frozen overlay layer %s into %s (it "
+				      "must be on the same filesystem): %s",
+				      disk, srcs[j], sb->snap.dir, strerror(errno));
+	}
+	snprintf(path, cap, "%s/%s", sb->snap.dir, name);
+	return 0;
 }
 
 /*
@@ -179,6 +225,13 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 				 top);
 		}
 	}
+	for (int i = 0; i < sb->board.nr_disks; i++)
+		for (int k = 0; k < mc->chains[i].n; k++) {
+			int r = adopt_layer(sb, i, k, layer_id, mc->chains[i].paths[k],
+					    sizeof(mc->chains[i].paths[k]), err, errlen);
+			if (r)
+				return r;
+		}
 	*config_json = machine_config_to_json(mc);
 	return *config_json ? 0 : -ENOMEM;
 }
@@ -311,7 +364,8 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	snprintf(layer_s, sizeof(layer_s), "%llu", (unsigned long long)layer);
 	snprintf(cid_s, sizeof(cid_s), "%llu", (unsigned long long)c->cid);
 	snprintf(ready_s, sizeof(ready_s), "%d", pfd[1]);
-	const char *argv[24];
+	const char *argv[24 + 2 * RUN_MAX_DISKS];
+	char disk_arg[RUN_MAX_DISKS][RUN_DISK_PATH_MAX + 4];
 	int n = 0;
 	argv[n++] = "cove";
 	argv[n++] = "restore";
@@ -324,6 +378,13 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	argv[n++] = c->console;
 	argv[n++] = "--ready-fd";
 	argv[n++] = ready_s;
+	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain. */
+	for (int i = 0; i < sb->mc.nr_disks; i++) {
+		snprintf(disk_arg[i], sizeof(disk_arg[i]), "%s%s", sb->mc.disks[i].path,
+			 sb->mc.disks[i].read_only ? ",ro" : "");
+		argv[n++] = "--disk";
+		argv[n++] = disk_arg[i];
+	}
 	if (c->api_sock[0]) {
 		argv[n++] = "--api-sock";
 		argv[n++] = c->api_sock;

@@ -138,7 +138,9 @@ def test_vsock_listener_after_restore():
         check(status == 200, f"snapshot: {status} {body}")
     finally:
         kill(p)
-    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2],
+    # Restore takes host paths from its command line only: the disk and the vsock socket.
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2,
+                          "--disk", bt.VSOCK_DISK + ",ro"],
                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         s = None
@@ -262,7 +264,9 @@ def test_snapshot_disk_agrees_with_memory():
         kill(p)
     tops = [f for f in os.listdir(d) if f.endswith(".ovl")]
     check(tops, f"no new overlay top in {d}: {os.listdir(d)}")
-    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2], stdin=subprocess.DEVNULL,
+    # The base comes from the host; the frozen overlay layers are files inside the chain.
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--disk", base],
+                         stdin=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     try:
         text = wait_file(con2, lambda t: "LS:" in t, 120, "the restored guest to list /root", r)

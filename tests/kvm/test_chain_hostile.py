@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A tampered snapshot chain gets a one-line refusal, never a host path: restore takes disks and
+the vsock socket from its command line (the state file's machine description names none), and
+every write into a chain directory refuses links planted there. Canaries prove nothing was
+touched: their sha256 is unchanged and no guest serial byte appears."""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import time
+import zlib
+
+from covetest import COVE, Failure, Vm, check, guest, main, run_cove
+
+SEC_CONFIG = 1
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def chain(d):
+    with open(os.path.join(d, "chain.json")) as f:
+        return json.load(f)
+
+
+def read_state(path):
+    """The sections of a plain state file (snapshot/state_file.c) as [type, instance, payload]."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    check(buf[:8] == b"COVESTAT", f"{path}: not a state file")
+    blen = struct.unpack_from("<Q", buf, 16)[0]
+    secs, off = [], 32
+    while off < 32 + blen:
+        t, inst, n, _ = struct.unpack_from("<IIII", buf, off)
+        secs.append([t, inst, buf[off + 16:off + 16 + n]])
+        off += 16 + ((n + 7) & ~7)
+    return secs
+
+
+def write_state(path, secs):
+    """Writes sections back with a valid header and CRCs: only the content is hostile."""
+    body = b""
+    for t, inst, p in secs:
+        body += struct.pack("<IIII", t, inst, len(p), 0) + p + b"\0" * (((len(p) + 7) & ~7) - len(p))
+    hdr = b"COVESTAT" + struct.pack("<IIQI", 1, 32, len(body), zlib.crc32(body))
+    hdr += struct.pack("<I", zlib.crc32(hdr))
+    with open(path, "wb") as f:
+        f.write(hdr + body)
+
+
+def set_config(d, cfg):
+    state = os.path.join(d, chain(d)["layers"][-1]["state"])
+    secs = read_state(state)
+    for s in secs:
+        if s[0] == SEC_CONFIG:
+            s[2] = json.dumps(cfg).encode() if not isinstance(cfg, bytes) else cfg
+    write_state(state, secs)
+
+
+def get_config(d):
+    state = os.path.join(d, chain(d)["layers"][-1]["state"])
+    return json.loads(next(p for t, _, p in read_state(state) if t == SEC_CONFIG))
+
+
+def refused(args, want, what):
+    r = run_cove(["restore"] + args, timeout=30)
+    check(r.returncode == 1, f"{what}: exit {r.returncode}, stderr {r.stderr!r}")
+    check(want in r.stderr and r.stderr.count("\n") == 1,
+          f"{what}: want one line with {want!r}, got {r.stderr!r}")
+    check(r.stdout == "", f"{what}: the guest ran: {r.stdout!r}")
+
+
+def test_machine_paths(tmp):
+    d = os.path.join(tmp, "chain")
+    img = os.path.join(tmp, "disk.img")
+    with open(img, "wb") as f:
+        f.write(b"\0" * 65536)
+    canary = os.path.join(tmp, "shadow")
+    with open(canary, "wb") as f:
+        f.write(b"root:secret-hash:19000:0:99999:7:::\n" * 100)
+    before = sha(canary)
+    uds = os.path.join(tmp, "v.sock")
+    with Vm(guest("counter"), extra=["--snapshot-dir", d, "--disk", img, "--vsock-cid", "7",
+                                     "--vsock-uds", uds]) as vm:
+        vm.wait_output("tick 2\n")
+        status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        check(status == 200, f"snapshot: {status} {body}")
+        vm.stop(signal.SIGKILL)
+    cfg = get_config(d)
+    text = json.dumps(cfg)
+    check(img not in text and uds not in text and tmp not in text,
+          f"the state file names host paths: {text}")
+    check(cfg["disks"][0]["size"] == 65536, f"disk size not recorded: {text}")
+
+    # The host must give every disk and the vsock socket; they must match what was saved.
+    refused([d], "give its host file with --disk", "no --disk")
+    refused([d, "--disk", img], "--vsock-uds", "no --vsock-uds")
+    new_uds = os.path.join(tmp, "v2.sock")
+    refused([d, "--disk", img + ",ro", "--vsock-uds", new_uds], "saved writable", "ro differs")
+    refused([d, "--disk", canary, "--vsock-uds", new_uds], "bytes", "size differs")
+    refused([d, "--disk", img, "--disk", img, "--vsock-uds", new_uds], "only 1 disk",
+            "extra disk")
+
+    # "Another sandbox's" socket: must be neither unlinked nor taken over.
+    other = os.path.join(tmp, "other.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(other)
+    srv.listen(1)
+    ino = os.stat(other).st_ino
+    orig = get_config(d)
+    hostile = [
+        # The old format: host paths straight from the file.
+        ({"mem_size": orig["mem_size"], "vcpus": orig["vcpus"],
+          "disks": [{"path": canary, "ro": False, "overlay": "", "layers": []}],
+          "vsock": {"cid": 7, "uds": other}}, "format 1 is not supported"),
+        (dict(orig, vsock={"cid": 7, "uds": other}), "vsock description is malformed"),
+        (dict(orig, disks=[dict(orig["disks"][0], path=canary)]), None),
+        (dict(orig, disks=[dict(orig["disks"][0], overlay=True, layers=["../shadow"])]),
+         "not a file name inside the chain"),
+        (dict(orig, disks=[dict(orig["disks"][0], overlay=True, layers=[canary])]),
+         "not a file name inside the chain"),
+    ]
+    for cfg, want in hostile:
+        set_config(d, cfg)
+        if want:
+            refused([d, "--disk", img, "--vsock-uds", new_uds], want, f"tampered {cfg}")
+        else:
+            # An extra "path" key is ignored: the disk still comes from --disk, not the file.
+            with Vm(None, restore=d, extra=["--disk", img, "--vsock-uds", new_uds]) as r:
+                r.wait_output("tick 3\n")
+                fds = [os.readlink(f"/proc/{r.proc.pid}/fd/{fd}")
+                       for fd in os.listdir(f"/proc/{r.proc.pid}/fd")]
+                check(canary not in fds, f"restore opened the path the file named: {fds}")
+                check(img in fds, f"restore did not open the host's --disk: {fds}")
+        check(sha(canary) == before, "the canary changed")
+        check(os.path.exists(other) and os.stat(other).st_ino == ino,
+              "the other sandbox's socket was unlinked or replaced")
+    srv.close()
+    set_config(d, orig)
+    with Vm(None, restore=d, extra=["--disk", img, "--vsock-uds", new_uds]) as r:
+        r.wait_output("tick 3\n")
+        check(os.path.exists(new_uds), "restore did not serve vsock on the host's --vsock-uds")
+    print("ok machine paths: disks and vsock from the command line, tampered paths refused")
+
+
+def run_all():
+    for t in (test_machine_paths,):
+        tmp = tempfile.mkdtemp(prefix="cove-hostile-")
+        try:
+            t0 = time.monotonic()
+            t(tmp)
+            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+        except Failure as e:
+            raise Failure(f"{t.__name__}: {e}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(run_all)
