@@ -149,8 +149,67 @@ def test_machine_paths(tmp):
     print("ok machine paths: disks and vsock from the command line, tampered paths refused")
 
 
+def seed(path, target):
+    os.symlink(target, path)
+
+
+def test_symlinked_temps(tmp):
+    """Temp names planted as links to a canary: snapshots, compaction and overlay map writes
+    replace the link with a real file of their own; the canary never changes."""
+    canary = os.path.join(tmp, "authorized_keys")
+    with open(canary, "wb") as f:
+        f.write(b"ssh-ed25519 AAAA canary\n" * 50)
+    before = sha(canary)
+    d = os.path.join(tmp, "chain")
+    os.mkdir(d, 0o700)
+    for name in (".mem-000001.tmp", ".state-000001.tmp", ".chain.json.tmp", ".mem-000002.tmp",
+                 ".state-000002.tmp", ".mem-000003.tmp", ".state-000003.tmp",
+                 ".mem-000003-c.tmp"):
+        seed(os.path.join(d, name), canary)
+    od = os.path.join(tmp, "ovl")
+    os.mkdir(od, 0o700)
+    base = os.path.join(tmp, "base.img")
+    with open(base, "wb") as f:
+        f.write(b"\0" * 65536)
+    ovl = os.path.join(od, "top.ovl")
+    seed(ovl + ".map.tmp", canary)
+    with Vm(guest("counter"), extra=["--snapshot-dir", d, "--snapshot-keep", "2",
+                                     "--disk", f"{base},overlay={ovl}"]) as vm:
+        vm.wait_output("tick 2\n")
+        for kind in ("Full", "Diff", "Diff"):
+            status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": kind})
+            check(status == 200, f"{kind} snapshot with planted links: {status} {body}")
+            check(sha(canary) == before, f"the {kind} snapshot wrote through a planted link")
+        check(body.get("compacted"), f"the third snapshot did not compact: {body}")
+    check(sha(canary) == before, "a snapshot wrote through a planted link into the canary")
+    for f in os.listdir(d):
+        p = os.path.join(d, f)
+        check(not f.endswith(".tmp") or not os.path.islink(p), f"{f} is still a link")
+    for l in chain(d)["layers"]:
+        for f in (l["mem"], l["state"]):
+            check(not os.path.islink(os.path.join(d, f)), f"{f} is a link")
+    check(not os.path.islink(ovl + ".map") and os.path.isfile(ovl + ".map"),
+          "the overlay map is not a file of its own")
+
+    # A link where the overlay data file goes: refused in one line, nothing written.
+    ovl2 = os.path.join(od, "top2.ovl")
+    seed(ovl2, canary)
+    r = run_cove(["run", "--kernel", guest("counter"), "--disk", f"{base},overlay={ovl2}"])
+    check(r.returncode != 0 and r.stdout == "", f"overlay data through a link: {r}")
+    check(sha(canary) == before, "the overlay data file was opened through a link")
+
+    # A chain directory others can write to (they could plant links at any time) is refused.
+    d2 = os.path.join(tmp, "open-chain")
+    os.mkdir(d2)
+    os.chmod(d2, 0o777)
+    r = run_cove(["run", "--kernel", guest("counter"), "--snapshot-dir", d2])
+    check(r.returncode == 1 and "writable by others" in r.stderr and r.stdout == "",
+          f"group/other-writable chain dir: {r.returncode} {r.stderr!r}")
+    print("ok symlinked temps: links replaced by real files, the canary unchanged")
+
+
 def run_all():
-    for t in (test_machine_paths,):
+    for t in [globals()[n] for n in os.environ.get("ONLY", "test_machine_paths test_symlinked_temps").split()]:
         tmp = tempfile.mkdtemp(prefix="cove-hostile-")
         try:
             t0 = time.monotonic()
