@@ -39,7 +39,7 @@ static const char restore_usage[] =
 	"  --vsock-cid N       the guest's new context id (the guest re-reads it)\n"
 	"  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
 	"                      latest layer, continuing its chain incrementally)\n"
-	"  --snapshot-interval T, --snapshot-keep N   as for cove run\n"
+	"  --snapshot-interval T, --snapshot-keep N, --snapshot-root DIR   as for cove run\n"
 	"  --key SPEC          key provider for an encrypted chain (default: the one DIR/keys names;\n"
 	"                      PKCS#11 PINs come from COVE_PKCS11_PIN or pin-file=)\n"
 	"  --verify            encrypted chain: authenticate every stored page before the guest\n"
@@ -53,7 +53,7 @@ static const char restore_usage[] =
 struct restore_opts {
 	const char *dir;
 	uint64_t layer; /* 0: latest */
-	const char *api_sock, *console, *vsock_uds, *snap_dir;
+	const char *api_sock, *console, *vsock_uds, *snap_dir, *snap_root;
 	uint64_t vsock_cid, interval_ms;
 	int keep;
 	int ready_fd;
@@ -65,7 +65,7 @@ struct restore_opts {
 };
 
 enum { O_LAYER = 256, O_API, O_CONSOLE, O_UDS, O_CID, O_SDIR, O_SINT, O_SKEEP, O_READY, O_LOG,
-       O_KEY, O_VERIFY, O_DISK };
+       O_KEY, O_VERIFY, O_DISK, O_SROOT };
 
 static const struct option long_opts[] = {
 	{ "layer", required_argument, NULL, O_LAYER },
@@ -81,6 +81,7 @@ static const struct option long_opts[] = {
 	{ "key", required_argument, NULL, O_KEY },
 	{ "verify", no_argument, NULL, O_VERIFY },
 	{ "disk", required_argument, NULL, O_DISK },
+	{ "snapshot-root", required_argument, NULL, O_SROOT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -134,6 +135,11 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			if (opt_snapshot_dir(optarg, err, errlen))
 				return -EINVAL;
 			o->snap_dir = optarg;
+			break;
+		case O_SROOT:
+			if (opt_snapshot_root(optarg, err, errlen))
+				return -EINVAL;
+			o->snap_root = optarg;
 			break;
 		case O_SINT:
 			if (opt_snapshot_interval(optarg, &o->interval_ms, err, errlen))
@@ -478,6 +484,7 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 	if (p->ls)
 		layer_set_close(p->ls);
 	sb->ready_fd = o->ready_fd;
+	sb->snap_root = o->snap_root;
 	return sandbox_serve(sb, o->api_sock);
 }
 

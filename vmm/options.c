@@ -34,6 +34,8 @@ const char run_usage[] =
 	"  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
 	"                      incremental; needs --snapshot-dir\n"
 	"  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
+	"  --snapshot-root DIR the API's snapshot_dir may name DIR/NAME (NAME a plain name); without\n"
+	"                      it the API may name only --snapshot-dir\n"
 	"  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
 	"                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
@@ -84,7 +86,7 @@ int parse_mem_size(const char *s, uint64_t *out)
 
 enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
        OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
-       OPT_SNAP_KEY };
+       OPT_SNAP_KEY, OPT_SNAP_ROOT };
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
@@ -177,6 +179,13 @@ int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
 	return 0;
 }
 
+int opt_snapshot_root(const char *arg, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > 3500)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-root: path must be 1 to 3500 bytes");
+	return 0;
+}
+
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen)
 {
 	if (parse_duration_ms(arg, ms) || *ms < 10 || *ms > 86400000ULL)
@@ -232,6 +241,7 @@ static const struct option run_long_opts[] = {
 	{ "snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL },
 	{ "snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP },
 	{ "snapshot-key", required_argument, NULL, OPT_SNAP_KEY },
+	{ "snapshot-root", required_argument, NULL, OPT_SNAP_ROOT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -323,6 +333,11 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			if (opt_key_spec("--snapshot-key", optarg, err, errlen))
 				return -EINVAL;
 			o->snapshot_key = optarg;
+			break;
+		case OPT_SNAP_ROOT:
+			if (opt_snapshot_root(optarg, err, errlen))
+				return -EINVAL;
+			o->snapshot_root = optarg;
 			break;
 		case OPT_SNAP_KEEP:
 			if (opt_snapshot_keep(optarg, &o->snapshot_keep, err, errlen))

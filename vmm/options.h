@@ -37,6 +37,7 @@ struct run_opts {
 	uint64_t snapshot_interval_ms; /* 0: only on request */
 	int snapshot_keep;	       /* 0: the default */
 	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
+	const char *snapshot_root;     /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */
 };
 
 /*
@@ -54,6 +55,7 @@ int parse_duration_ms(const char *s, uint64_t *out);
 int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_vsock_uds(const char *arg, char *err, size_t errlen);
 int opt_snapshot_dir(const char *arg, char *err, size_t errlen);
+int opt_snapshot_root(const char *arg, char *err, size_t errlen);
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen);
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);

@@ -285,11 +285,45 @@ static void log_snapshot(struct sandbox *sb, const struct snap_stats *st)
 		 (unsigned long long)st->write_us, st->compacted ? ", chain compacted" : "");
 }
 
+/*
+ * An API client names only directories the command line allowed: the sandbox's own
+ * (--snapshot-dir) or ROOT/NAME under --snapshot-root. Anything else could point a Full
+ * snapshot at a directory whose chain.json lists files it would then remove.
+ */
+static int api_dir_allowed(struct sandbox *sb, const char *dir, char *err, size_t errlen)
+{
+	size_t n = sb->snap_root ? strlen(sb->snap_root) : 0;
+	while (n > 1 && sb->snap_root[n - 1] == '/')
+		n--;
+	if (n && !strncmp(dir, sb->snap_root, n) && dir[n] == '/' && dirfd_plain_name(dir + n + 1))
+		return 0;
+	const char *own = sb->snap_ready ? sb->snap.dir : NULL;
+	if (own && sb->snap_root)
+		return errmsg(err, errlen, -EINVAL,
+			      "snapshot_dir '%.200s' is not allowed: give %s or NAME under %s", dir,
+			      own, sb->snap_root);
+	if (own)
+		return errmsg(err, errlen, -EINVAL,
+			      "snapshot_dir '%.200s' is not allowed: this sandbox snapshots only into "
+			      "its --snapshot-dir %s (or start it with --snapshot-root)",
+			      dir, own);
+	if (sb->snap_root)
+		return errmsg(err, errlen, -EINVAL,
+			      "snapshot_dir '%.200s' is not allowed: give NAME under %s", dir,
+			      sb->snap_root);
+	return errmsg(err, errlen, -EINVAL,
+		      "snapshot_dir '%.200s' is not allowed: start cove with --snapshot-dir or "
+		      "--snapshot-root to snapshot through the API",
+		      dir);
+}
+
 static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snapshot_result *out,
 		       char *err, size_t errlen)
 {
 	struct sandbox *sb = sandbox_of(opaque);
 	if (dir && (!sb->snap_ready || strcmp(dir, sb->snap.dir))) {
+		if (api_dir_allowed(sb, dir, err, errlen))
+			return -EINVAL;
 		int r = sandbox_snapshots(sb, dir, sb->snap_interval_ms, sb->snap_keep);
 		if (r)
 			return errmsg(err, errlen, r, "cannot use snapshot directory %s", dir);
@@ -384,6 +418,10 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 			 sb->mc.disks[i].read_only ? ",ro" : "");
 		argv[n++] = "--disk";
 		argv[n++] = disk_arg[i];
+	}
+	if (sb->snap_root) {
+		argv[n++] = "--snapshot-root";
+		argv[n++] = sb->snap_root;
 	}
 	if (c->api_sock[0]) {
 		argv[n++] = "--api-sock";

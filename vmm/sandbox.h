@@ -28,6 +28,7 @@ struct sandbox {
 	int snap_keep;
 	const char *snap_key; /* key provider spec for encrypted snapshots, or NULL */
 	bool snap_key_from_dir; /* encrypted, provider named by DIR/keys (a restored chain) */
+	const char *snap_root; /* --snapshot-root: the API may name ROOT/NAME; NULL: only snap.dir */
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Snapshots on this machine's /dev/kvm with the test guests: full and incremental layers, restore
 in a new process, exactness of the incremental layer, kill -9 during a write, bad files, fork."""
+import hashlib
 import json
 import os
 import re
@@ -247,7 +248,7 @@ def test_api_errors(d):
     with Vm(guest("counter")) as vm:
         vm.wait_output("tick 1\n")
         for body, want in [({"snapshot_type": "Full"}, "no snapshot directory"),
-                           ({"snapshot_type": "Diff", "snapshot_dir": d}, "take a Full"),
+                           ({"snapshot_type": "Diff", "snapshot_dir": d}, "is not allowed"),
                            ({"snapshot_type": "Half"}, "snapshot_type"),
                            ({"snapshot_type": "Full", "mem_file_path": "/x"}, "mem_file_path"),
                            ({"snapshot_type": "Full", "bogus": 1}, "unknown field")]:
@@ -258,9 +259,54 @@ def test_api_errors(d):
         vm.wait_output("tick 3\n")
 
 
+def sums(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f), "rb") as fh:
+            out[f] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def test_api_dir_confined(d):
+    """The API's snapshot_dir names only --snapshot-dir or ROOT/NAME under --snapshot-root: a
+    Full snapshot pointed at another sandbox's chain would remove the files it lists."""
+    victim = d + "-victim"
+    own = d + "-own"
+    root = d + "-root"
+    os.mkdir(root, 0o700)
+    try:
+        with Vm(guest("counter"), extra=["--snapshot-dir", victim]) as vm:
+            vm.wait_output("tick 1\n")
+            snapshot(vm, "Full")
+            vm.stop(signal.SIGKILL)
+        before = sums(victim)
+        with Vm(guest("counter"), extra=["--snapshot-dir", own, "--snapshot-root", root]) as vm:
+            vm.wait_output("tick 1\n")
+            for bad in (victim, root, root + "/../" + os.path.basename(victim), root + "/a/b",
+                        root + "/.hidden", own + "/x", "/tmp"):
+                for kind in ("Full", "Diff"):
+                    status, reply = vm.request("PUT", "/snapshot/create",
+                                               {"snapshot_type": kind, "snapshot_dir": bad})
+                    msg = (reply or {}).get("fault_message", "")
+                    check(status == 400 and "is not allowed" in msg and "\n" not in msg,
+                          f"snapshot_dir {bad}: {status} {reply}")
+            check(sums(victim) == before, "the other sandbox's chain changed")
+            check(not os.path.exists(os.path.join(root, "a")), "a directory appeared under root")
+            # Its own directory and ROOT/NAME work.
+            for good in (own, os.path.join(root, "named")):
+                status, reply = vm.request("PUT", "/snapshot/create",
+                                           {"snapshot_type": "Full", "snapshot_dir": good})
+                check(status == 200, f"snapshot_dir {good}: {status} {reply}")
+            check(os.path.exists(os.path.join(root, "named", "chain.json")), "no chain under root")
+            check(vm.alive(), "refused snapshot requests stopped the VM")
+    finally:
+        for x in (victim, own, root):
+            shutil.rmtree(x, ignore_errors=True)
+
+
 def run_all():
     for t in (test_restore_continues, test_incremental_exact, test_kill_during_write,
-              test_bad_files, test_fork, test_api_errors):
+              test_bad_files, test_fork, test_api_errors, test_api_dir_confined):
         d = tempfile.mkdtemp(prefix="cove-snap-")
         try:
             t0 = time.monotonic()
