@@ -31,6 +31,7 @@ static const char restore_usage[] =
 	"  --layer ID          restore this layer instead of the latest\n"
 	"  --api-sock PATH     serve the control API on this Unix socket\n"
 	"  --console FILE      serial console to FILE instead of stdout\n"
+	"  --console-max SIZE  as for cove run (default 64M)\n"
 	"  --disk PATH[,ro]    the host file for each disk the snapshot has, in order (as in cove\n"
 	"                      run; size and ro must match the saved disk). For a disk that was\n"
 	"                      under an overlay give its base; its frozen layers are in DIR and\n"
@@ -62,10 +63,11 @@ struct restore_opts {
 	bool verify;
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */
+	uint64_t console_max;
 };
 
 enum { O_LAYER = 256, O_API, O_CONSOLE, O_UDS, O_CID, O_SDIR, O_SINT, O_SKEEP, O_READY, O_LOG,
-       O_KEY, O_VERIFY, O_DISK, O_SROOT };
+       O_KEY, O_VERIFY, O_DISK, O_SROOT, O_CMAX };
 
 static const struct option long_opts[] = {
 	{ "layer", required_argument, NULL, O_LAYER },
@@ -82,6 +84,7 @@ static const struct option long_opts[] = {
 	{ "verify", no_argument, NULL, O_VERIFY },
 	{ "disk", required_argument, NULL, O_DISK },
 	{ "snapshot-root", required_argument, NULL, O_SROOT },
+	{ "console-max", required_argument, NULL, O_CMAX },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -135,6 +138,10 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			if (opt_snapshot_dir(optarg, err, errlen))
 				return -EINVAL;
 			o->snap_dir = optarg;
+			break;
+		case O_CMAX:
+			if (opt_console_max(optarg, &o->console_max, err, errlen))
+				return -EINVAL;
 			break;
 		case O_SROOT:
 			if (opt_snapshot_root(optarg, err, errlen))
@@ -516,7 +523,7 @@ int cmd_restore(int argc, char **argv)
 		goto out;
 	}
 	struct lazy_mem lm = { .uffd = -1, .stop_efd = -1 };
-	if (sandbox_init(sb, o.console, o.level) == 0)
+	if (sandbox_init(sb, o.console, o.console_max, o.level) == 0)
 		status = restore_and_serve(sb, p, &o, &lm);
 	/* The lazy thread may be blocked serving RAM the vCPUs touch: stop it after them. */
 	lazy_mem_stop(&lm);

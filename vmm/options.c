@@ -27,7 +27,10 @@ const char run_usage[] =
 	"  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
 	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
 	"                      guest; guest connections to host port P go to PATH_P\n"
-	"  --console FILE      write the serial console to FILE instead of stdout\n"
+	"  --console FILE      write the serial console to FILE instead of stdout (created 0600;\n"
+	"                      never through a symbolic link)\n"
+	"  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
+	"                      default 64M), with one log line\n"
 	"  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
 	"  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
 	"                      the API's PUT /snapshot/create may omit the paths\n"
@@ -86,7 +89,7 @@ int parse_mem_size(const char *s, uint64_t *out)
 
 enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
        OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
-       OPT_SNAP_KEY, OPT_SNAP_ROOT };
+       OPT_SNAP_KEY, OPT_SNAP_ROOT, OPT_CONSOLE_MAX };
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
@@ -179,6 +182,14 @@ int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
 	return 0;
 }
 
+int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	if (parse_mem_size(arg, out) || *out == 0 || *out > (1ULL << 40))
+		return errmsg(err, errlen, -EINVAL,
+			      "--console-max: '%s' is not a size from 1B to 1T (e.g. 64M, 100B)", arg);
+	return 0;
+}
+
 int opt_snapshot_root(const char *arg, char *err, size_t errlen)
 {
 	if (!*arg || strlen(arg) > 3500)
@@ -232,6 +243,7 @@ static const struct option run_long_opts[] = {
 	{ "vcpus", required_argument, NULL, OPT_VCPUS },
 	{ "api-sock", required_argument, NULL, OPT_API },
 	{ "console", required_argument, NULL, OPT_CONSOLE },
+	{ "console-max", required_argument, NULL, OPT_CONSOLE_MAX },
 	{ "log-level", required_argument, NULL, OPT_LOG },
 	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
 	{ "disk", required_argument, NULL, OPT_DISK },
@@ -278,6 +290,10 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		case OPT_CONSOLE:
 			o->console = optarg;
+			break;
+		case OPT_CONSOLE_MAX:
+			if (opt_console_max(optarg, &o->console_max, err, errlen))
+				return -EINVAL;
 			break;
 		case OPT_DIRTY:
 			o->track_dirty = true;

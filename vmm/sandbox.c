@@ -71,17 +71,24 @@ static void on_stdin(void *opaque, uint32_t events)
 	evloop_del(&c->vm.loop, STDIN_FILENO);
 }
 
-int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level level)
+int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_max,
+		 enum log_level level)
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->sig_fd = sb->timer_fd = sb->ready_fd = -1;
 	sb->log = (struct logger){ .level = level, .out = stderr };
 	sb->log_level = level;
 	sb->console_path = console_path;
+	sb->console_max = console_max ? console_max : RUN_DEFAULT_CONSOLE_MAX;
+	/*
+	 * Guest output is the guest's: the file is private (0600), never opened through a link
+	 * someone planted at its name, and not inherited by the clones this process spawns.
+	 */
 	if (!console_path)
-		sb->console_fd = dup(STDOUT_FILENO);
+		sb->console_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 	else
-		sb->console_fd = open(console_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		sb->console_fd = open(console_path,
+				      O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (sb->console_fd < 0) {
 		int e = errno;
 		log_err(&sb->log, "cannot open console %s: %s", console_path ? console_path : "stdout",
@@ -124,6 +131,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	r = board_create(&sb->board, &sb->vm, sb->console_fd);
 	if (r)
 		return r;
+	sb->board.com1.out_max = sb->console_max;
 	sb->board_created = true;
 	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->chains, mc->nr_disks);
 	if (r)
@@ -410,6 +418,10 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	argv[n++] = c->snapshot_dir;
 	argv[n++] = "--console";
 	argv[n++] = c->console;
+	char cmax[24];
+	snprintf(cmax, sizeof(cmax), "%lluB", (unsigned long long)sb->console_max);
+	argv[n++] = "--console-max";
+	argv[n++] = cmax;
 	argv[n++] = "--ready-fd";
 	argv[n++] = ready_s;
 	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain. */
@@ -440,6 +452,8 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	/* The ready pipe's write end stays open in the child (only it lacks CLOEXEC there). */
 	posix_spawn_file_actions_adddup2(&fa, pfd[1], pfd[1]);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	/* A clone's console is its own file: the parent's stdout (maybe its console) stays ours. */
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
 	posix_spawnattr_init(&at);
 	sigset_t none, def;
 	sigemptyset(&none);

@@ -208,8 +208,47 @@ def test_symlinked_temps(tmp):
     print("ok symlinked temps: links replaced by real files, the canary unchanged")
 
 
+def test_console_file(tmp):
+    """The console file: 0600, never through a link, capped by --console-max with one log line,
+    and not inherited by clones."""
+    canary = os.path.join(tmp, "bashrc")
+    with open(canary, "wb") as f:
+        f.write(b"alias ls='ls --color'\n")
+    before = sha(canary)
+    link = os.path.join(tmp, "console.out")
+    seed(link, canary)
+    r = run_cove(["run", "--kernel", guest("counter"), "--console", link, "--cmdline", "ticks=3"])
+    check(r.returncode == 1 and "console" in r.stderr and r.stderr.count("\n") == 1,
+          f"console through a link: {r.returncode} {r.stderr!r}")
+    check(sha(canary) == before, "the console was written through a link")
+    os.unlink(link)
+
+    con = os.path.join(tmp, "capped.out")
+    old = os.umask(0)
+    try:
+        with Vm(guest("counter"), extra=["--console", con, "--console-max", "100B"]) as vm:
+            end = time.monotonic() + 20
+            while time.monotonic() < end and (not os.path.exists(con) or
+                                              os.path.getsize(con) < 100):
+                time.sleep(0.05)
+            time.sleep(1.0)  # the guest goes on printing: the file must not grow
+            size = os.path.getsize(con)
+            mode = os.stat(con).st_mode & 0o777
+            check(vm.alive(), "the capped console stopped the guest")
+            vm.stop()
+            err = vm.stderr()
+    finally:
+        os.umask(old)
+    check(size == 100, f"console file is {size} bytes, the cap was 100")
+    check(mode == 0o600, f"console file mode {mode:o}, want 600 (umask was 0)")
+    check(err.count("reached its cap of 100 bytes") == 1, f"want one cap log line: {err!r}")
+    r = run_cove(["run", "--kernel", guest("counter"), "--console-max", "0"])
+    check(r.returncode == 2 and "--console-max" in r.stderr, f"--console-max 0: {r.stderr!r}")
+    print("ok console file: 0600, no links, capped with one log line")
+
+
 def run_all():
-    for t in [globals()[n] for n in os.environ.get("ONLY", "test_machine_paths test_symlinked_temps").split()]:
+    for t in [globals()[n] for n in os.environ.get("ONLY", "test_machine_paths test_symlinked_temps test_console_file").split()]:
         tmp = tempfile.mkdtemp(prefix="cove-hostile-")
         try:
             t0 = time.monotonic()

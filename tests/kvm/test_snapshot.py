@@ -222,6 +222,11 @@ def test_fork(d):
         try:
             for c in body["clones"]:
                 check(os.path.exists(c["api_sock"]), f"clone has no API socket: {c}")
+                # The parent's console (its stdout pipe here) and sockets do not leak in.
+                fds = {os.readlink(f"/proc/{c['pid']}/fd/{fd}")
+                       for fd in os.listdir(f"/proc/{c['pid']}/fd")}
+                parent = {os.readlink(f"/proc/{vm.proc.pid}/fd/1")}
+                check(not (fds & parent), f"clone {c['pid']} holds the parent's console: {fds}")
                 end = time.monotonic() + 20
                 out = b""
                 while b"tick" not in out and time.monotonic() < end:
