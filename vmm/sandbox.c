@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -17,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_client.h"
 #include "dirfd_io.h"
 #include "errmsg.h"
 #include "keyprov.h"
@@ -529,7 +532,52 @@ static void reap_clones(struct sandbox *sb)
 	sb->nr_clones = kept;
 }
 
-static int be_fork(void *opaque, int count, struct api_clone *out, char *err, size_t errlen)
+/*
+ * A clone must not go on with its parent's RNG state and clock: through the clone's guest
+ * agent it gets a fresh seed, the host's clock and a new random broker token at epoch 0 (the
+ * parent's grant is void; the host re-grants through cove-broker). The one place both
+ * PUT /fork and `cove fork` (which calls PUT /fork) do this; the result goes in the reply.
+ */
+static void clone_identity(const struct api_clone *c, bool want, char *out, size_t cap)
+{
+	if (!want) {
+		snprintf(out, cap, "not requested");
+		return;
+	}
+	if (!c->vsock_uds[0]) {
+		snprintf(out, cap, "not delivered: the sandbox has no vsock device, so no guest agent "
+				   "to take a new RNG seed and clock");
+		return;
+	}
+	uint8_t tok[16];
+	char hex[33], err[200];
+	if (getrandom(tok, sizeof(tok), 0) != sizeof(tok)) {
+		snprintf(out, cap, "not delivered: no randomness for a token");
+		return;
+	}
+	for (int b = 0; b < 16; b++)
+		snprintf(hex + 2 * b, 3, "%02x", tok[b]);
+	if (agent_send_identity(c->vsock_uds, 0, hex, err, sizeof(err)))
+		snprintf(out, cap, "not delivered: %s", err);
+	else
+		snprintf(out, cap, "sent");
+	explicit_bzero(hex, sizeof(hex));
+}
+
+struct identity_job {
+	struct api_clone *c;
+	bool want, threaded;
+};
+
+static void *identity_thread(void *arg)
+{
+	struct identity_job *j = arg;
+	clone_identity(j->c, j->want, j->c->identity, sizeof(j->c->identity));
+	return NULL;
+}
+
+static int be_fork(void *opaque, int count, bool identity, struct api_clone *out, char *err,
+		   size_t errlen)
 {
 	struct sandbox *sb = sandbox_of(opaque);
 	reap_clones(sb);
@@ -569,6 +617,24 @@ static int be_fork(void *opaque, int count, struct api_clone *out, char *err, si
 			r = w;
 			errmsg(err, errlen, w, "%s", e2);
 		}
+	}
+	/*
+	 * Ready means with a fresh identity: reported only after each clone got (or missed) it.
+	 * Clones are reached in parallel, so N agentless guests cost one handshake deadline.
+	 */
+	pthread_t th[API_MAX_FORKS];
+	struct identity_job jobs[API_MAX_FORKS];
+	for (int k = 0; !r && k < started; k++) {
+		jobs[k] = (struct identity_job){ &out[k], identity, false };
+		jobs[k].threaded = pthread_create(&th[k], NULL, identity_thread, &jobs[k]) == 0;
+		if (!jobs[k].threaded)
+			identity_thread(&jobs[k]);
+	}
+	for (int k = 0; !r && k < started; k++) {
+		if (jobs[k].threaded)
+			pthread_join(th[k], NULL);
+		if (strcmp(out[k].identity, "sent"))
+			log_warn(&sb->log, "fork: clone %d: identity %s", out[k].pid, out[k].identity);
 	}
 	sb->forks++;
 	return r;

@@ -216,6 +216,22 @@ def test_fork_three_diverge():
         check(len(set(lines)) == 3, f"clones produced the same random bytes: {lines}")
         check(p.poll() is None, "the original died")
         print(f"    3 clones in {dt:.2f} s (snapshot + restore + identity), last rng: {lines}")
+        # PUT /fork itself gives each clone its identity before replying (same code as cove
+        # fork): two API clones print different random bytes (a line printed in the
+        # milliseconds between restore and the identity event may still match: compare later ones).
+        status, body = api(sock, "PUT", "/fork", {"count": 2})
+        check(status == 200, f"PUT /fork: {status} {body}")
+        api_clones = body["clones"]
+        clones += api_clones
+        check(all(c.get("identity") == "sent" for c in api_clones),
+              f"PUT /fork identity: {api_clones}")
+        firsts = []
+        for c in api_clones:
+            text = wait_file(c["console"], lambda t: len(re.findall(r"rng \d+ [0-9a-f]{16}", t)) >= 2,
+                             60, f"API clone {c['pid']} to go on")
+            firsts.append(re.findall(r"rng \d+ ([0-9a-f]{16})", text)[-1])
+        check(len(set(firsts)) == 2, f"PUT /fork clones printed the same random bytes: {firsts}")
+        print(f"    PUT /fork: 2 clones with identity sent, last rng: {firsts}")
     finally:
         for c in clones:
             try:

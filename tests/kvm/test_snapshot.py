@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Snapshots on this machine's /dev/kvm with the test guests: full and incremental layers, restore
 in a new process, exactness of the incremental layer, kill -9 during a write, bad files, fork."""
+import glob
 import hashlib
 import json
 import os
@@ -249,6 +250,63 @@ def test_fork(d):
                         os.unlink(f)
 
 
+def kill_clones(clones):
+    for c in clones:
+        try:
+            os.kill(c["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_fork_identity(d):
+    """A clone's fresh identity (RNG seed, clock) is part of the fork: PUT /fork and cove fork
+    (which calls it) report per clone whether it was delivered, and never pretend for a guest
+    without an agent."""
+    uds = d + "-v.sock"
+    with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 1\n")
+        status, body = vm.request("PUT", "/fork", {"count": 2}, timeout=60)
+        check(status == 200, f"fork: {status} {body}")
+        kill_clones(body["clones"])
+        for c in body["clones"]:
+            check(c["identity"].startswith("not delivered") and "no vsock device" in c["identity"],
+                  f"PUT /fork clone identity: {c}")
+        r = subprocess.run([COVE, "fork", vm.sock, "-n", "1"], capture_output=True, text=True,
+                           timeout=60)
+        clones = json.loads(r.stdout)["clones"]
+        kill_clones(clones)
+        check(r.returncode == 1 and r.stderr.count("\n") == 1 and "no vsock device" in r.stderr,
+              f"cove fork without an agent: {r.returncode} {r.stderr!r}")
+        check(clones[0]["identity"] == body["clones"][0]["identity"],
+              f"cove fork and PUT /fork differ: {clones[0]} vs {body['clones'][0]}")
+        r = subprocess.run([COVE, "fork", vm.sock, "--no-identity"], capture_output=True,
+                           text=True, timeout=60)
+        clones = json.loads(r.stdout)["clones"]
+        kill_clones(clones)
+        check(r.returncode == 0 and clones[0]["identity"] == "not requested",
+              f"cove fork --no-identity: {r.returncode} {r.stderr!r} {clones}")
+        status, reply = vm.request("PUT", "/fork", {"count": 1, "identity": "yes"})
+        check(status == 400 and "identity" in reply["fault_message"], f"{status} {reply}")
+    # A vsock device but no agent in the guest: said so, after a bounded wait.
+    with Vm(guest("counter"), extra=["--snapshot-dir", d + "-2", "--vsock-cid", "9",
+                                     "--vsock-uds", uds]) as vm:
+        vm.wait_output("tick 1\n")
+        t0 = time.monotonic()
+        status, body = vm.request("PUT", "/fork", {"count": 2}, timeout=60)
+        dt = time.monotonic() - t0
+        check(status == 200, f"fork: {status} {body}")
+        kill_clones(body["clones"])
+        for c in body["clones"]:
+            check(c["identity"].startswith("not delivered") and "no guest agent" in c["identity"],
+                  f"clone identity with vsock but no agent: {c}")
+        check(dt < 25, f"two agentless clones took {dt:.1f} s (deadlines not in parallel?)")
+    for f in glob.glob(d + "-*"):
+        if os.path.isdir(f):
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            os.unlink(f)
+
+
 def test_api_errors(d):
     with Vm(guest("counter")) as vm:
         vm.wait_output("tick 1\n")
@@ -311,7 +369,8 @@ def test_api_dir_confined(d):
 
 def run_all():
     for t in (test_restore_continues, test_incremental_exact, test_kill_during_write,
-              test_bad_files, test_fork, test_api_errors, test_api_dir_confined):
+              test_bad_files, test_fork, test_fork_identity, test_api_errors,
+              test_api_dir_confined):
         d = tempfile.mkdtemp(prefix="cove-snap-")
         try:
             t0 = time.monotonic()
@@ -323,7 +382,11 @@ def run_all():
             shutil.rmtree(d, ignore_errors=True)
             for f in os.listdir(os.path.dirname(d)):
                 if f.startswith(os.path.basename(d) + ".fork"):
-                    shutil.rmtree(os.path.join(os.path.dirname(d), f), ignore_errors=True)
+                    p = os.path.join(os.path.dirname(d), f)
+                    if os.path.isdir(p):
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        os.unlink(p)
 
 
 if __name__ == "__main__":
