@@ -143,6 +143,22 @@ def test_machine_paths(tmp):
               "the other sandbox's socket was unlinked or replaced")
     srv.close()
     set_config(d, orig)
+    # PUT /fork: each clone is given the parent's host disk on its command line.
+    d3 = os.path.join(tmp, "forked")
+    with Vm(guest("counter"), extra=["--snapshot-dir", d3, "--disk", img + ",ro"]) as vm:
+        vm.wait_output("tick 1\n")
+        status, body = vm.request("PUT", "/fork", {"count": 1}, timeout=60)
+        check(status == 200, f"fork of a sandbox with a disk: {status} {body}")
+        pid = body["clones"][0]["pid"]
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            check(b"--disk" in argv and (img + ",ro").encode() in argv,
+                  f"the clone was not given the host disk: {argv}")
+            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            check(img in fds, f"the clone did not open the host disk: {fds}")
+        finally:
+            os.kill(pid, signal.SIGKILL)
     with Vm(None, restore=d, extra=["--disk", img, "--vsock-uds", new_uds]) as r:
         r.wait_output("tick 3\n")
         check(os.path.exists(new_uds), "restore did not serve vsock on the host's --vsock-uds")
