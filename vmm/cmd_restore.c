@@ -258,8 +258,11 @@ static int plan_host_paths(struct plan *p, const struct restore_opts *o, char *e
 		snprintf(mc->disks[i].path, sizeof(mc->disks[i].path), "%s", h->path);
 		for (int k = 0; k < mc->chains[i].n; k++) {
 			char *lp = mc->chains[i].paths[k];
-			char name[CHAIN_NAME_MAX];
-			snprintf(name, sizeof(name), "%s", lp); /* a plain name: machine_config_parse */
+			char name[256]; /* a plain name (machine_config_parse): at most 255 bytes */
+			size_t nl = strlen(lp);
+			if (nl >= sizeof(name))
+				return errmsg(err, errlen, -EINVAL, "disk %d: layer name too long", i);
+			memcpy(name, lp, nl + 1);
 			if (snprintf(lp, sizeof(mc->chains[i].paths[k]), "%s/%s", o->dir, name) >=
 			    (int)sizeof(mc->chains[i].paths[k]))
 				return errmsg(err, errlen, -ENAMETOOLONG, "%s: path too long", o->dir);
