@@ -258,6 +258,22 @@ def test_console_file(tmp):
     check(size == 100, f"console file is {size} bytes, the cap was 100")
     check(mode == 0o600, f"console file mode {mode:o}, want 600 (umask was 0)")
     check(err.count("reached its cap of 100 bytes") == 1, f"want one cap log line: {err!r}")
+    # A clone inherits neither the console file nor its cap's counter: it has its own.
+    con2 = os.path.join(tmp, "parent.out")
+    with Vm(guest("counter"), extra=["--console", con2, "--snapshot-dir",
+                                     os.path.join(tmp, "cchain")]) as vm:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and b"tick 1" not in open(con2, "rb").read():
+            time.sleep(0.05)
+        status, body = vm.request("PUT", "/fork", {"count": 1}, timeout=60)
+        check(status == 200, f"fork: {status} {body}")
+        pid = body["clones"][0]["pid"]
+        try:
+            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            check(con2 not in fds, f"the clone holds the parent's console file: {fds}")
+            check(body["clones"][0]["console"] in fds, f"the clone has no console of its own: {fds}")
+        finally:
+            os.kill(pid, signal.SIGKILL)
     r = run_cove(["run", "--kernel", guest("counter"), "--console-max", "0"])
     check(r.returncode == 2 and "--console-max" in r.stderr, f"--console-max 0: {r.stderr!r}")
     print("ok console file: 0600, no links, capped with one log line")
