@@ -165,6 +165,56 @@ def test_machine_paths(tmp):
     print("ok machine paths: disks and vsock from the command line, tampered paths refused")
 
 
+def make_overlay_top(ovl, disk_size, chunk=64 << 10):
+    """An overlay top (devices/OVERLAY.md) holding data in chunk 0, as if a guest had written
+    it: the test guests never write their disks, and a snapshot freezes only a top with data."""
+    n = (disk_size + chunk - 1) // chunk
+    bm = bytearray((n + 7) // 8)
+    bm[0] = 1
+    hdr = b"COVEOVLM" + struct.pack("<IIQQIIII", 2, chunk, disk_size, n, zlib.crc32(bytes(bm)),
+                                    0, 0, 0)
+    hdr += struct.pack("<I", zlib.crc32(hdr))
+    with open(ovl + ".map", "wb") as f:
+        f.write(hdr + bytes(bm))
+    with open(ovl, "wb") as f:
+        f.write(b"W" * chunk + b"\0" * (disk_size - chunk))
+
+
+def test_frozen_layers(tmp):
+    """A snapshot freezes an overlay top and links it into the chain; restore reads frozen
+    layers only as plain names inside the chain (never through a link), the base from --disk."""
+    d = os.path.join(tmp, "chain")
+    base = os.path.join(tmp, "base.img")
+    with open(base, "wb") as f:
+        f.write(b"\0" * (256 << 10))
+    ovl = os.path.join(tmp, "user.ovl")
+    make_overlay_top(ovl, 256 << 10)
+    with Vm(guest("counter"), extra=["--snapshot-dir", d, "--disk", f"{base},overlay={ovl}"]) as vm:
+        vm.wait_output("tick 1\n")
+        status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        check(status == 200, f"snapshot: {status} {body}")
+        vm.stop(signal.SIGKILL)
+    cfg = get_config(d)
+    layers = cfg["disks"][0]["layers"]
+    check(cfg["disks"][0]["overlay"] is True and len(layers) == 1 and "/" not in layers[0],
+          f"frozen layers in the state file: {cfg}")
+    lp = os.path.join(d, layers[0])
+    check(os.stat(lp).st_ino == os.stat(ovl).st_ino and os.path.exists(lp + ".map"),
+          f"the frozen user overlay is not linked into the chain: {os.listdir(d)}")
+    refused([d], "the base under an overlay", "overlay disk without --disk")
+    refused([d, "--disk", f"{base},overlay={ovl}"], "does not take overlay=", "overlay= given")
+    with Vm(None, restore=d, extra=["--disk", base]) as r:
+        r.wait_output("tick 2\n")
+        fds = [os.readlink(f"/proc/{r.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{r.proc.pid}/fd")]
+        check(lp in fds and base in fds and ovl not in fds,
+              f"restore did not read the chain's layer and the host's base: {fds}")
+    # The chain's layer swapped for a link to a host file: refused, nothing read through it.
+    os.rename(lp, lp + ".orig")
+    os.symlink(ovl, lp)
+    refused([d, "--disk", base], "overlay data", "frozen layer through a link")
+    print("ok frozen layers: linked into the chain, restored by name, links refused")
+
+
 def seed(path, target):
     os.symlink(target, path)
 
@@ -280,7 +330,7 @@ def test_console_file(tmp):
 
 
 def run_all():
-    for t in [globals()[n] for n in os.environ.get("ONLY", "test_machine_paths test_symlinked_temps test_console_file").split()]:
+    for t in [globals()[n] for n in os.environ.get("ONLY", "test_machine_paths test_frozen_layers test_symlinked_temps test_console_file").split()]:
         tmp = tempfile.mkdtemp(prefix="cove-hostile-")
         try:
             t0 = time.monotonic()
