@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "byteorder.h"
+#include "dirfd_io.h"
 #include "errmsg.h"
 
 uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len)
@@ -354,18 +355,17 @@ static int write_map(struct overlay *ov, uint32_t *crc)
 		return r;
 	if (crc)
 		*crc = overlay_crc32(0, buf, len);
-	size_t plen = strlen(ov->map_path);
-	char *tmp = malloc(plen + 5);
-	char *dir = strdup(ov->map_path);
-	if (!tmp || !dir) {
-		r = -ENOMEM;
+	/* Beneath the map's directory, never through a link planted there (dirfd_io.h). */
+	char name[256], tmp[261];
+	int dfd = dirfd_open_parent(ov->map_path, name, sizeof(name));
+	if (dfd < 0) {
+		r = dfd;
 		goto out;
 	}
-	memcpy(tmp, ov->map_path, plen);
-	memcpy(tmp + plen, ".tmp", 5);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	int fd = dirfd_create(dfd, tmp, O_WRONLY, 0600);
 	if (fd < 0) {
-		r = -errno;
+		r = fd;
 		goto out;
 	}
 	r = full_pio(fd, true, buf, len, 0);
@@ -373,21 +373,16 @@ static int write_map(struct overlay *ov, uint32_t *crc)
 		r = -errno;
 	if (close(fd) < 0 && !r)
 		r = -errno;
-	if (!r && rename(tmp, ov->map_path) < 0)
-		r = -errno;
+	if (!r)
+		r = dirfd_rename(dfd, tmp, name);
 	if (r) {
-		unlink(tmp);
+		(void)dirfd_unlink(dfd, tmp);
 		goto out;
 	}
-	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		if (fsync(dfd) < 0)
-			r = -errno;
-		close(dfd);
-	}
+	r = dirfd_sync(dfd);
 out:
-	free(dir);
-	free(tmp);
+	if (dfd >= 0)
+		close(dfd);
 	free(buf);
 	return r;
 }
@@ -451,7 +446,7 @@ static char *map_path_of(const char *path)
 static int load_map(const char *mpath, uint8_t **mbuf, size_t *mlen,
 		    struct overlay_map_info *info, char *err, size_t errlen)
 {
-	int fd = open(mpath, O_RDONLY | O_CLOEXEC);
+	int fd = open(mpath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errmsg(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
 	int r = read_map_file(fd, mbuf, mlen);
@@ -518,7 +513,8 @@ static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size,
 	ov->bitmap = calloc(1, ov->bitmap_bytes);
 	if (!ov->bitmap)
 		return -ENOMEM;
-	ov->data_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* Never through a link: a chain or overlay directory may have been seeded with one. */
+	ov->data_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (ov->data_fd < 0)
 		return errmsg(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
 	struct stat st;
@@ -538,7 +534,7 @@ static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size,
 static int open_data(const struct overlay *ov, const char *path, bool rw, char *err,
 		     size_t errlen)
 {
-	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errmsg(err, errlen, -errno, "overlay data %s: %s (its map exists)", path,
 			    strerror(errno));

@@ -86,6 +86,15 @@ static void tx_byte(struct serial *s, uint8_t b)
 	watch_line(s, b);
 	if (s->out_fd < 0)
 		return;
+	/* A guest must not fill the host's disk through its console: past the cap, drop. */
+	if (s->out_max && s->out_bytes >= s->out_max) {
+		if (s->out_bytes++ == s->out_max && s->vm)
+			log_warn(s->vm->log, "console: reached its cap of %llu bytes (--console-max); "
+					     "further guest output is dropped",
+				 (unsigned long long)s->out_max);
+		return;
+	}
+	s->out_bytes++;
 	/* A console that cannot keep up loses bytes rather than stalling the vCPU forever. */
 	for (int tries = 0; tries < 100; tries++) {
 		ssize_t n = write(s->out_fd, &b, 1);

@@ -27,6 +27,7 @@ struct serial {
 	uint8_t rx[SERIAL_RX_FIFO];
 	size_t rx_head, rx_len;
 	uint64_t tx_bytes;
+	uint64_t out_max, out_bytes; /* console cap (0: none) and bytes written to out_fd */
 	/* The console line being written, to notice a guest kernel panic. */
 	char line[128];
 	size_t line_len;

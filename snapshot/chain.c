@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "dirfd_io.h"
 #include "errmsg.h"
 #include "file_io.h"
 
@@ -37,16 +38,10 @@ static int unhex(const char *s, uint8_t out[16])
 	return 0;
 }
 
-/* A file name inside the chain directory: no slashes, no dot files, printable. */
+/* A file name inside the chain directory (dirfd_io.h), short enough for struct chain_layer. */
 static bool plain_name(const char *s)
 {
-	size_t n = strlen(s);
-	if (n == 0 || n >= CHAIN_NAME_MAX || s[0] == '.')
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] == '/' || s[i] < 0x21 || s[i] > 0x7e)
-			return false;
-	return true;
+	return strlen(s) < CHAIN_NAME_MAX && dirfd_plain_name(s);
 }
 
 static int get_u64(json_t *o, const char *key, uint64_t *out)
@@ -144,7 +139,7 @@ int chain_load(const char *dir, struct chain *c, char *err, size_t errlen)
 		return errmsg(err, errlen, -ENAMETOOLONG, "chain directory name is too long");
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir, CHAIN_FILE);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		return errmsg(err, errlen, -e, "cannot open %s: %s", path, strerror(e));
@@ -201,33 +196,32 @@ int chain_commit(const struct chain *c, char *err, size_t errlen)
 	json_decref(root);
 	if (!text)
 		return -ENOMEM;
-	char tmp[4200], path[4200];
-	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", c->dir, CHAIN_FILE);
-	snprintf(path, sizeof(path), "%s/%s", c->dir, CHAIN_FILE);
+	static const char tmp[] = "." CHAIN_FILE ".tmp";
+	int dfd = dirfd_open_dir(c->dir, false, err, errlen);
+	if (dfd < 0) {
+		free(text);
+		return dfd;
+	}
 	int r = 0;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int fd = dirfd_create(dfd, tmp, O_WRONLY, 0600);
 	if (fd < 0) {
-		r = errmsg(err, errlen, -errno, "cannot write %s: %s", tmp, strerror(errno));
+		r = errmsg(err, errlen, fd, "cannot write %s/%s: %s", c->dir, tmp, strerror(-fd));
 		goto out;
 	}
 	r = pwrite_full(fd, text, strlen(text), 0);
 	if (r)
-		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
+		errmsg(err, errlen, r, "writing %s/%s: %s", c->dir, tmp, strerror(-r));
 	if (!r && fsync(fd) < 0)
-		r = errmsg(err, errlen, -errno, "fsync %s: %s", tmp, strerror(errno));
+		r = errmsg(err, errlen, -errno, "fsync %s/%s: %s", c->dir, tmp, strerror(errno));
 	close(fd);
-	if (!r && rename(tmp, path) < 0)
-		r = errmsg(err, errlen, -errno, "rename %s: %s", path, strerror(errno));
+	if (!r && (r = dirfd_rename(dfd, tmp, CHAIN_FILE)))
+		errmsg(err, errlen, r, "rename %s/%s: %s", c->dir, CHAIN_FILE, strerror(-r));
 	if (r)
-		unlink(tmp);
-	if (!r) {
-		int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			(void)fsync(dfd);
-			close(dfd);
-		}
-	}
+		(void)dirfd_unlink(dfd, tmp);
+	else
+		(void)dirfd_sync(dfd);
 out:
+	close(dfd);
 	free(text);
 	return r;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "file_io.h"
+#include "dirfd_io.h"
 #include "errmsg.h"
 #include "layer_restore.h"
 #include "mem_layer.h"
@@ -100,16 +101,22 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 	if (r)
 		return r;
 	const struct chain_layer *last = chain_latest(c);
-	char name[CHAIN_NAME_MAX], tmp[4200], fin[4200];
+	char name[CHAIN_NAME_MAX], tmp[CHAIN_NAME_MAX + 8];
 	snprintf(name, sizeof(name), "mem-%06llu-c", (unsigned long long)last->id);
-	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", c->dir, name);
-	snprintf(fin, sizeof(fin), "%s/%s", c->dir, name);
+	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
 	uint8_t *buf = malloc(RUN_MAX * MEM_LAYER_PAGE);
 	uint8_t *meta = NULL;
 	struct chain *nc = malloc(sizeof(*nc));
-	int out = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int out = -1;
+	int dfd = dirfd_open_dir(c->dir, false, err, errlen);
+	if (dfd < 0) {
+		r = dfd;
+		goto out;
+	}
+	out = dirfd_create(dfd, tmp, O_RDWR, 0600);
 	if (!buf || !nc || out < 0) {
-		r = out < 0 ? errmsg(err, errlen, -errno, "cannot create %s: %s", tmp, strerror(errno))
+		r = out < 0 ? errmsg(err, errlen, out, "cannot create %s/%s: %s", c->dir, tmp,
+				     strerror(-out))
 			    : -ENOMEM;
 		goto out;
 	}
@@ -144,10 +151,9 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 		r = -EIO;
 		goto fail;
 	}
-	if (rename(tmp, fin) < 0) {
-		r = -errno;
+	r = dirfd_rename(dfd, tmp, name);
+	if (r)
 		goto fail;
-	}
 	*nc = *c;
 	nc->nr_layers = 1;
 	nc->layers[0] = *last;
@@ -158,17 +164,19 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 	nc->layers[0].stored = li.stored;
 	r = chain_commit(nc, err, errlen);
 	if (r) {
-		unlink(fin);
+		(void)dirfd_unlink(dfd, name);
 		goto out;
 	}
 	*c = *nc;
 	goto out;
 fail:
 	errmsg(err, errlen, r, "compacting %s: %s", c->dir, strerror(-r));
-	unlink(tmp);
+	(void)dirfd_unlink(dfd, tmp);
 out:
 	if (out >= 0)
 		close(out);
+	if (dfd >= 0)
+		close(dfd);
 	free(meta);
 	free(buf);
 	free(nc);

@@ -107,7 +107,7 @@ int mem_layer_header_parse(const uint8_t *hdr, size_t len, struct mem_layer_info
 int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errlen)
 {
 	memset(l, 0, sizeof(*l));
-	l->fd = open(path, O_RDONLY | O_CLOEXEC);
+	l->fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC); /* a chain names its own files */
 	if (l->fd < 0)
 		return errmsg(err, errlen, -errno, "cannot open memory layer %s: %s", path,
 			      strerror(errno));

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dirfd_io.h"
 #include "file_io.h"
 #include "board_state.h"
 #include "compact.h"
@@ -43,6 +44,7 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 		  const char *dir, char *err, size_t errlen)
 {
 	memset(s, 0, sizeof(*s));
+	s->dfd = -1;
 	s->vm = vm;
 	s->board = board;
 	s->method = WRITE_URING;
@@ -65,9 +67,9 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 	s->keep = SNAP_DEFAULT_KEEP;
 	if (snprintf(s->dir, sizeof(s->dir), "%s", dir) >= (int)sizeof(s->dir))
 		return errmsg(err, errlen, -ENAMETOOLONG, "snapshot directory name is too long");
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return errmsg(err, errlen, -errno, "cannot create snapshot directory %s: %s", dir,
-			      strerror(errno));
+	s->dfd = dirfd_open_dir(dir, true, err, errlen);
+	if (s->dfd < 0)
+		return s->dfd;
 	s->config_json = strdup(config_json);
 	size_t words = (size_t)((vm->mem.size / PAGE_SIZE + 63) / 64);
 	/* mmap: untouched, the bitmap costs no memory until a snapshot uses it. */
@@ -76,6 +78,8 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 	if (!s->config_json || bm == MAP_FAILED) {
 		free(s->config_json);
 		s->config_json = NULL;
+		close(s->dfd);
+		s->dfd = -1;
 		return -ENOMEM;
 	}
 	s->bitmap = bm;
@@ -127,6 +131,9 @@ void snap_ctx_free(struct snap_ctx *s)
 	free(s->config_json);
 	s->bitmap = NULL;
 	s->config_json = NULL;
+	if (s->dfd >= 0)
+		close(s->dfd);
+	s->dfd = -1;
 }
 
 /* Full: every page the guest could have written.  A memfd tells which ranges exist at all. */
@@ -338,15 +345,14 @@ out:
 static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer_info *li,
 			   struct stage *g, char *err, size_t errlen)
 {
-	int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-	int fd = -1;
+	int fd = -EINVAL;
 	/* Tags are 16-byte writes: no O_DIRECT for encrypted layers. */
 	if (s->direct && !s->encrypted)
-		fd = open(tmp, flags | O_DIRECT, 0600);
+		fd = dirfd_create(s->dfd, tmp, O_WRONLY | O_DIRECT, 0600);
+	if (fd < 0) /* tmpfs and some others refuse O_DIRECT */
+		fd = dirfd_create(s->dfd, tmp, O_WRONLY, 0600);
 	if (fd < 0)
-		fd = open(tmp, flags, 0600); /* tmpfs and some others refuse O_DIRECT */
-	if (fd < 0)
-		return errmsg(err, errlen, -errno, "cannot create %s: %s", tmp, strerror(errno));
+		return errmsg(err, errlen, fd, "cannot create %s/%s: %s", s->dir, tmp, strerror(-fd));
 	int r;
 	/* Header and bitmap in one aligned buffer (O_DIRECT wants 4 KiB alignment). */
 	size_t meta = (size_t)li->data_off;
@@ -412,10 +418,10 @@ static int write_state(struct snap_ctx *s, uint64_t id, const char *tmp, const s
 			return errmsg(err, errlen, r, "encrypting the state file: %s", strerror(-r));
 		data = sealed;
 	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int fd = dirfd_create(s->dfd, tmp, O_WRONLY, 0600);
 	if (fd < 0) {
 		free(sealed);
-		return errmsg(err, errlen, -errno, "cannot create %s: %s", tmp, strerror(errno));
+		return errmsg(err, errlen, fd, "cannot create %s/%s: %s", s->dir, tmp, strerror(-fd));
 	}
 	int r = pwrite_full(fd, data, len, 0);
 	free(sealed);
@@ -428,7 +434,7 @@ static int write_state(struct snap_ctx *s, uint64_t id, const char *tmp, const s
 }
 
 /* Files of layers no longer in the chain (after a full snapshot or compaction). */
-static void remove_unlisted(const struct chain *before, const struct chain *after, const char *dir)
+static void remove_unlisted(const struct chain *before, const struct chain *after, int dfd)
 {
 	for (int i = 0; i < before->nr_layers; i++) {
 		const struct chain_layer *o = &before->layers[i];
@@ -437,15 +443,11 @@ static void remove_unlisted(const struct chain *before, const struct chain *afte
 			mem_used |= !strcmp(after->layers[j].mem, o->mem);
 			state_used |= !strcmp(after->layers[j].state, o->state);
 		}
-		char p[4200];
-		if (!mem_used) {
-			snprintf(p, sizeof(p), "%s/%s", dir, o->mem);
-			unlink(p);
-		}
-		if (!state_used) {
-			snprintf(p, sizeof(p), "%s/%s", dir, o->state);
-			unlink(p);
-		}
+		/* Names from chain.json are plain names (chain_parse): only files beneath dfd go. */
+		if (!mem_used)
+			(void)dirfd_unlink(dfd, o->mem);
+		if (!state_used)
+			(void)dirfd_unlink(dfd, o->state);
 	}
 }
 
@@ -620,13 +622,11 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	}
 
 	char mem_name[CHAIN_NAME_MAX], state_name[CHAIN_NAME_MAX];
-	char tmp_mem[4200], tmp_state[4200], fin_mem[4200], fin_state[4200];
+	char tmp_mem[CHAIN_NAME_MAX + 8], tmp_state[CHAIN_NAME_MAX + 8];
 	snprintf(mem_name, sizeof(mem_name), "mem-%06llu", (unsigned long long)id);
 	snprintf(state_name, sizeof(state_name), "state-%06llu", (unsigned long long)id);
-	snprintf(tmp_mem, sizeof(tmp_mem), "%s/.%s.tmp", s->dir, mem_name);
-	snprintf(tmp_state, sizeof(tmp_state), "%s/.%s.tmp", s->dir, state_name);
-	snprintf(fin_mem, sizeof(fin_mem), "%s/%s", s->dir, mem_name);
-	snprintf(fin_state, sizeof(fin_state), "%s/%s", s->dir, state_name);
+	snprintf(tmp_mem, sizeof(tmp_mem), ".%s.tmp", mem_name);
+	snprintf(tmp_state, sizeof(tmp_state), ".%s.tmp", state_name);
 
 	r = write_mem_layer(s, tmp_mem, &li, &g, err, errlen);
 	if (!g.staged && !was_paused) {
@@ -635,9 +635,9 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	}
 	if (!r)
 		r = write_state(s, id, tmp_state, &sb, err, errlen);
-	if (!r && (rename(tmp_mem, fin_mem) < 0 || rename(tmp_state, fin_state) < 0))
-		r = errmsg(err, errlen, -errno, "cannot rename the new layer into place: %s",
-			   strerror(errno));
+	if (!r && ((r = dirfd_rename(s->dfd, tmp_mem, mem_name)) ||
+		   (r = dirfd_rename(s->dfd, tmp_state, state_name))))
+		errmsg(err, errlen, r, "cannot rename the new layer into place: %s", strerror(-r));
 	if (!r) {
 		struct chain_layer *l = &nextp->layers[nextp->nr_layers++];
 		memset(l, 0, sizeof(*l));
@@ -652,12 +652,12 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		r = chain_commit(nextp, err, errlen); /* the commit point */
 	}
 	if (r) {
-		unlink(tmp_mem);
-		unlink(tmp_state);
+		(void)dirfd_unlink(s->dfd, tmp_mem);
+		(void)dirfd_unlink(s->dfd, tmp_state);
 		goto fail;
 	}
 	if (full && old_ok)
-		remove_unlisted(old, nextp, s->dir);
+		remove_unlisted(old, nextp, s->dfd);
 	s->chain = *nextp;
 	s->have_base = true;
 	st->layer_id = id;
@@ -676,7 +676,7 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		if (cr)
 			log_warn(vm->log, "snapshot: compaction failed (the chain is intact): %s", err);
 		else {
-			remove_unlisted(&before, &s->chain, s->dir);
+			remove_unlisted(&before, &s->chain, s->dfd);
 			st->compacted = true;
 		}
 	}

@@ -22,6 +22,7 @@ struct snap_ctx {
 	struct board *board;
 	char *config_json; /* how to rebuild this machine (saved in every state file) */
 	char dir[4096];
+	int dfd;	    /* `dir`, checked as ours: every file is written beneath it (dirfd_io.h) */
 	struct chain chain; /* what chain.json says; valid when have_base */
 	/* This process holds a base: it wrote a full layer or was restored from the latest one. */
 	bool have_base;

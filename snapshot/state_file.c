@@ -190,7 +190,8 @@ int state_read_file(const char *path, uint8_t **buf, size_t *len, char *err, siz
 {
 	*buf = NULL;
 	*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Never through a link: a chain names files inside itself only. */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errmsg(err, errlen, -errno, "cannot open state file %s: %s", path,
 			      strerror(errno));

@@ -262,10 +262,10 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int connect_once(const char *uds, char *err, size_t errlen)
+static int connect_once(const char *uds, int handshake_s, char *err, size_t errlen)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = 30};
+	struct timeval tv = {.tv_sec = handshake_s};
 	char line[64];
 	size_t n = 0;
 	int fd, ret;
@@ -292,6 +292,11 @@ static int connect_once(const char *uds, char *err, size_t errlen)
 		n += ret == 0;
 	}
 	line[n] = '\0';
+	if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
+		close(fd);
+		return errmsg(err, errlen, -ETIMEDOUT,
+			      "%s: no guest agent answered within %d s", uds, handshake_s);
+	}
 	if (ret < 0 && ret != -ENODATA && ret != -ECONNRESET) {
 		close(fd);
 		return errmsg(err, errlen, ret, "%s: handshake: %s", uds, strerror(-ret));
@@ -306,12 +311,13 @@ static int connect_once(const char *uds, char *err, size_t errlen)
 	return fd;
 }
 
-int agent_connect(const char *uds, double wait_s, char *err, size_t errlen)
+static int connect_retry(const char *uds, double wait_s, int handshake_s, char *err,
+			 size_t errlen)
 {
 	double deadline = now_s() + wait_s;
 
 	for (;;) {
-		int fd = connect_once(uds, err, errlen);
+		int fd = connect_once(uds, handshake_s, err, errlen);
 
 		if (fd >= 0 || now_s() >= deadline ||
 		    (fd != -ECONNREFUSED && fd != -ENOENT && fd != -ECONNRESET))
@@ -320,10 +326,15 @@ int agent_connect(const char *uds, double wait_s, char *err, size_t errlen)
 	}
 }
 
-int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char *err,
-	       size_t errlen)
+int agent_connect(const char *uds, double wait_s, char *err, size_t errlen)
 {
-	int fd = agent_connect(uds, wait_s, err, errlen), ret;
+	return connect_retry(uds, wait_s, 30, err, errlen);
+}
+
+static int call_with(const char *uds, double wait_s, int handshake_s, json_t *req,
+		     json_t **reply, char *err, size_t errlen)
+{
+	int fd = connect_retry(uds, wait_s, handshake_s, err, errlen), ret;
 	json_t *r = NULL;
 
 	if (fd < 0)
@@ -351,6 +362,12 @@ int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char
 fail:
 	close(fd);
 	return ret;
+}
+
+int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char *err,
+	       size_t errlen)
+{
+	return call_with(uds, wait_s, 30, req, reply, err, errlen);
 }
 
 /* --- exec/attach streaming ------------------------------------------------------------------ */
@@ -502,7 +519,11 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 	explicit_bzero(seed64, sizeof(seed64));
 	if (!req)
 		return errmsg(err, errlen, -EINVAL, "identity: bad token");
-	fd = agent_call(vsock_uds, 0, req, &reply, err, errlen);
+	/*
+	 * A fork waits for this: an agent that is there answers at once, a guest without one
+	 * (its vsock driver never came up) must not hold the fork for long.
+	 */
+	fd = call_with(vsock_uds, 0, AGENT_IDENTITY_HANDSHAKE_S, req, &reply, err, errlen);
 	json_decref(req);
 	if (fd < 0)
 		return fd;

@@ -53,7 +53,9 @@ int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char
 int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t errlen);
 
 /* The identity event after restore/fork: fresh 32-byte RNG seed and the host's clock, plus the
- * broker epoch/token. 0 or -errno with a one-line err. */
+ * broker epoch/token. 0 or -errno with a one-line err (after at most
+ * AGENT_IDENTITY_HANDSHAKE_S seconds when no agent answers). */
+#define AGENT_IDENTITY_HANDSHAKE_S 10
 int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, char *err,
 			size_t errlen);
 

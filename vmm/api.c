@@ -467,12 +467,20 @@ static void route_snapshot_put(const struct api_backend *be, json_t *body,
 			     "compacted", r.compacted, "staged", r.staged));
 }
 
-/* PUT /fork {"count": N}: N clones of this sandbox from a snapshot taken now. */
+/*
+ * PUT /fork {"count": N, "identity": true}: N clones of this sandbox from a snapshot taken
+ * now, each given a fresh identity (RNG seed, clock) before the reply says it runs.
+ */
 static void route_fork_put(const struct api_backend *be, json_t *body, struct api_response *resp)
 {
-	static const char *const names[] = { "count", NULL };
+	static const char *const names[] = { "count", "identity", NULL };
 	if (only_fields(body, names, resp) < 0)
 		return;
+	json_t *ident = json_object_get(body, "identity");
+	if (ident && !json_is_boolean(ident)) {
+		reply_fault(resp, 400, "field 'identity' must be true or false");
+		return;
+	}
 	json_t *count = json_object_get(body, "count");
 	if (!json_is_integer(count) || json_integer_value(count) < 1 ||
 	    json_integer_value(count) > API_MAX_FORKS) {
@@ -490,7 +498,7 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 		return;
 	}
 	char err[256] = "";
-	int rc = be->fork(be->opaque, n, clones, err, sizeof(err));
+	int rc = be->fork(be->opaque, n, !ident || json_is_true(ident), clones, err, sizeof(err));
 	if (rc < 0) {
 		free(clones);
 		reply_snapshot_error(resp, rc, err);
@@ -498,12 +506,13 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 	}
 	json_t *arr = json_array();
 	for (int i = 0; i < n; i++)
-		json_array_append_new(arr, json_pack("{s:i,s:I,s:s,s:s,s:s,s:s}", "pid", clones[i].pid,
-						     "cid", (json_int_t)clones[i].cid, "api_sock",
-						     clones[i].api_sock, "vsock_uds",
+		json_array_append_new(arr, json_pack("{s:i,s:I,s:s,s:s,s:s,s:s,s:s}", "pid",
+						     clones[i].pid, "cid", (json_int_t)clones[i].cid,
+						     "api_sock", clones[i].api_sock, "vsock_uds",
 						     clones[i].vsock_uds, "snapshot_dir",
 						     clones[i].snapshot_dir, "console",
-						     clones[i].console));
+						     clones[i].console, "identity",
+						     clones[i].identity));
 	free(clones);
 	reply_json(resp, 200, json_pack("{s:o}", "clones", arr));
 }

@@ -39,6 +39,7 @@ struct api_clone {
 	char vsock_uds[108];
 	char snapshot_dir[4096];
 	char console[4200];
+	char identity[256]; /* "sent", or why the clone did not get a fresh identity */
 };
 
 /*
@@ -63,7 +64,9 @@ struct api_backend {
 	int (*snapshot)(void *opaque, bool full, const char *dir, struct api_snapshot_result *out,
 			char *err, size_t errlen);
 	/* Snapshot, then start `count` clones restored from it. */
-	int (*fork)(void *opaque, int count, struct api_clone *out, char *err, size_t errlen);
+	/* `identity`: each clone gets a fresh RNG seed and clock before this returns. */
+	int (*fork)(void *opaque, int count, bool identity, struct api_clone *out, char *err,
+		    size_t errlen);
 };
 
 struct api_response {

@@ -11,6 +11,7 @@
 #include "board_state.h"
 #include "chain.h"
 #include "commands.h"
+#include "dirfd_io.h"
 #include "errmsg.h"
 #include "keyfile.h"
 #include "keyprov.h"
@@ -30,11 +31,16 @@ static const char restore_usage[] =
 	"  --layer ID          restore this layer instead of the latest\n"
 	"  --api-sock PATH     serve the control API on this Unix socket\n"
 	"  --console FILE      serial console to FILE instead of stdout\n"
-	"  --vsock-uds PATH    host side of vsock (default: the one saved); a clone needs its own\n"
+	"  --console-max SIZE  as for cove run (default 64M)\n"
+	"  --disk PATH[,ro]    the host file for each disk the snapshot has, in order (as in cove\n"
+	"                      run; size and ro must match the saved disk). For a disk that was\n"
+	"                      under an overlay give its base; its frozen layers are in DIR and\n"
+	"                      its new top goes into the snapshot directory\n"
+	"  --vsock-uds PATH    host side of vsock: required when the snapshot has a vsock device\n"
 	"  --vsock-cid N       the guest's new context id (the guest re-reads it)\n"
 	"  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
 	"                      latest layer, continuing its chain incrementally)\n"
-	"  --snapshot-interval T, --snapshot-keep N   as for cove run\n"
+	"  --snapshot-interval T, --snapshot-keep N, --snapshot-root DIR   as for cove run\n"
 	"  --key SPEC          key provider for an encrypted chain (default: the one DIR/keys names;\n"
 	"                      PKCS#11 PINs come from COVE_PKCS11_PIN or pin-file=)\n"
 	"  --verify            encrypted chain: authenticate every stored page before the guest\n"
@@ -48,17 +54,20 @@ static const char restore_usage[] =
 struct restore_opts {
 	const char *dir;
 	uint64_t layer; /* 0: latest */
-	const char *api_sock, *console, *vsock_uds, *snap_dir;
+	const char *api_sock, *console, *vsock_uds, *snap_dir, *snap_root;
 	uint64_t vsock_cid, interval_ms;
 	int keep;
 	int ready_fd;
 	enum log_level level;
 	const char *key;
 	bool verify;
+	int nr_disks;
+	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */
+	uint64_t console_max;
 };
 
 enum { O_LAYER = 256, O_API, O_CONSOLE, O_UDS, O_CID, O_SDIR, O_SINT, O_SKEEP, O_READY, O_LOG,
-       O_KEY, O_VERIFY };
+       O_KEY, O_VERIFY, O_DISK, O_SROOT, O_CMAX };
 
 static const struct option long_opts[] = {
 	{ "layer", required_argument, NULL, O_LAYER },
@@ -73,6 +82,9 @@ static const struct option long_opts[] = {
 	{ "log-level", required_argument, NULL, O_LOG },
 	{ "key", required_argument, NULL, O_KEY },
 	{ "verify", no_argument, NULL, O_VERIFY },
+	{ "disk", required_argument, NULL, O_DISK },
+	{ "snapshot-root", required_argument, NULL, O_SROOT },
+	{ "console-max", required_argument, NULL, O_CMAX },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -127,6 +139,15 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 				return -EINVAL;
 			o->snap_dir = optarg;
 			break;
+		case O_CMAX:
+			if (opt_console_max(optarg, &o->console_max, err, errlen))
+				return -EINVAL;
+			break;
+		case O_SROOT:
+			if (opt_snapshot_root(optarg, err, errlen))
+				return -EINVAL;
+			o->snap_root = optarg;
+			break;
 		case O_SINT:
 			if (opt_snapshot_interval(optarg, &o->interval_ms, err, errlen))
 				return -EINVAL;
@@ -151,6 +172,13 @@ static int parse_opts(int argc, char **argv, struct restore_opts *o, char *err, 
 			break;
 		case O_VERIFY:
 			o->verify = true;
+			break;
+		case O_DISK:
+			if (o->nr_disks >= RUN_MAX_DISKS)
+				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks", RUN_MAX_DISKS);
+			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
+				return -EINVAL;
+			o->nr_disks++;
 			break;
 		case ':':
 			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);
@@ -188,6 +216,70 @@ struct plan {
 	size_t nsecs;
 	struct machine_config mc;
 };
+
+/*
+ * Host paths come from the host: each saved disk from --disk (by index, size and ro), frozen
+ * overlay layers by their plain names inside DIR, the vsock socket from --vsock-uds. The state
+ * file only says what the machine had.
+ */
+static int plan_host_paths(struct plan *p, const struct restore_opts *o, char *err, size_t errlen)
+{
+	struct machine_config *mc = &p->mc;
+	for (int i = 0; i < mc->nr_disks; i++) {
+		bool ovl = mc->disks[i].overlay[0];
+		if (i >= o->nr_disks)
+			return errmsg(err, errlen, -EINVAL,
+				      "the snapshot has disk %d (/dev/vd%c, %llu bytes%s): give its "
+				      "host file with --disk PATH%s",
+				      i, 'a' + i, (unsigned long long)mc->disk_size[i],
+				      mc->disks[i].read_only ? ", read-only"
+				      : ovl		     ? ", the base under an overlay"
+							     : "",
+				      mc->disks[i].read_only ? ",ro" : "");
+		const struct disk_opt *h = &o->disks[i];
+		if (h->overlay[0])
+			return errmsg(err, errlen, -EINVAL,
+				      "--disk %s: restore does not take overlay= (a disk's frozen "
+				      "layers are in %s, its new top goes into the snapshot directory)",
+				      h->path, o->dir);
+		if (h->read_only != mc->disks[i].read_only)
+			return errmsg(err, errlen, -EINVAL, "--disk %s: disk %d was saved %s, give it %s",
+				      h->path, i, mc->disks[i].read_only ? "read-only" : "writable",
+				      mc->disks[i].read_only ? "with ,ro" : "without ,ro");
+		uint64_t size;
+		int r = machine_disk_size(h->path, &size);
+		if (r)
+			return errmsg(err, errlen, r, "--disk %s: %s", h->path, strerror(-r));
+		if (size != mc->disk_size[i])
+			return errmsg(err, errlen, -EINVAL,
+				      "--disk %s: %llu bytes, but disk %d of the snapshot has %llu",
+				      h->path, (unsigned long long)size, i,
+				      (unsigned long long)mc->disk_size[i]);
+		snprintf(mc->disks[i].path, sizeof(mc->disks[i].path), "%s", h->path);
+		for (int k = 0; k < mc->chains[i].n; k++) {
+			char *lp = mc->chains[i].paths[k];
+			char name[256]; /* a plain name (machine_config_parse): at most 255 bytes */
+			size_t nl = strlen(lp);
+			if (nl >= sizeof(name))
+				return errmsg(err, errlen, -EINVAL, "disk %d: layer name too long", i);
+			memcpy(name, lp, nl + 1);
+			if (snprintf(lp, sizeof(mc->chains[i].paths[k]), "%s/%s", o->dir, name) >=
+			    (int)sizeof(mc->chains[i].paths[k]))
+				return errmsg(err, errlen, -ENAMETOOLONG, "%s: path too long", o->dir);
+		}
+	}
+	if (o->nr_disks > mc->nr_disks)
+		return errmsg(err, errlen, -EINVAL, "--disk %s: the snapshot has only %d disk(s)",
+			      o->disks[mc->nr_disks].path, mc->nr_disks);
+	if (mc->vsock_cid && !o->vsock_uds)
+		return errmsg(err, errlen, -EINVAL,
+			      "the snapshot has a vsock device (CID %llu): give its host socket with "
+			      "--vsock-uds PATH",
+			      (unsigned long long)mc->vsock_cid);
+	if (!mc->vsock_cid && o->vsock_uds)
+		return errmsg(err, errlen, -EINVAL, "--vsock-uds: the snapshot has no vsock device");
+	return 0;
+}
 
 static int plan_load(struct plan *p, const struct restore_opts *o, char *err, size_t errlen)
 {
@@ -256,6 +348,9 @@ static int plan_load(struct plan *p, const struct restore_opts *o, char *err, si
 		return r;
 	if (p->mc.mem_size != p->chain.ram_size)
 		return errmsg(err, errlen, -EINVAL, "%s: RAM size differs from the chain's", path);
+	r = plan_host_paths(p, o, err, errlen);
+	if (r)
+		return r;
 	p->ls = calloc(1, sizeof(*p->ls));
 	if (!p->ls)
 		return -ENOMEM;
@@ -296,10 +391,6 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 	char err[512];
 	uint64_t t0 = now_us();
 	if (o->vsock_uds) {
-		if (!p->mc.vsock_cid) {
-			log_err(&sb->log, "--vsock-uds: the snapshot has no vsock device");
-			return 1;
-		}
 		snprintf(p->mc.vsock_uds, sizeof(p->mc.vsock_uds), "%s", o->vsock_uds);
 		if (o->vsock_cid)
 			p->mc.vsock_cid = o->vsock_cid;
@@ -317,10 +408,12 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 	 * still be writing theirs).
 	 */
 	const char *topdir = sdir ? sdir : o->dir;
-	if (sdir && mkdir(sdir, 0700) < 0 && errno != EEXIST) {
-		log_err(&sb->log, "cannot create %s: %s", sdir, strerror(errno));
+	int tdfd = dirfd_open_dir(topdir, sdir != NULL, err, sizeof(err));
+	if (tdfd < 0) {
+		log_err(&sb->log, "%s", err);
 		return 1;
 	}
+	close(tdfd);
 	for (int i = 0; i < p->mc.nr_disks; i++) {
 		if (!p->mc.disks[i].overlay[0])
 			continue;
@@ -401,6 +494,7 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 	if (p->ls)
 		layer_set_close(p->ls);
 	sb->ready_fd = o->ready_fd;
+	sb->snap_root = o->snap_root;
 	return sandbox_serve(sb, o->api_sock);
 }
 
@@ -432,7 +526,7 @@ int cmd_restore(int argc, char **argv)
 		goto out;
 	}
 	struct lazy_mem lm = { .uffd = -1, .stop_efd = -1 };
-	if (sandbox_init(sb, o.console, o.level) == 0)
+	if (sandbox_init(sb, o.console, o.console_max, o.level) == 0)
 		status = restore_and_serve(sb, p, &o, &lm);
 	/* The lazy thread may be blocked serving RAM the vCPUs touch: stop it after them. */
 	lazy_mem_stop(&lm);

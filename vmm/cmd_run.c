@@ -35,6 +35,7 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	if (boot_load(&sb->vm, &spec))
 		return 1;
 	sb->snap_key = o->snapshot_key;
+	sb->snap_root = o->snapshot_root;
 	if (o->snapshot_dir &&
 	    sandbox_snapshots(sb, o->snapshot_dir, o->snapshot_interval_ms, o->snapshot_keep))
 		return 1;
@@ -60,7 +61,7 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	}
 	int status = 1;
-	if (sandbox_init(sb, o.console, o.log_level) == 0)
+	if (sandbox_init(sb, o.console, o.console_max, o.log_level) == 0)
 		status = boot_and_serve(sb, &o);
 	sandbox_destroy(sb);
 	free(sb);

@@ -27,13 +27,18 @@ const char run_usage[] =
 	"  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
 	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
 	"                      guest; guest connections to host port P go to PATH_P\n"
-	"  --console FILE      write the serial console to FILE instead of stdout\n"
+	"  --console FILE      write the serial console to FILE instead of stdout (created 0600;\n"
+	"                      never through a symbolic link)\n"
+	"  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
+	"                      default 64M), with one log line\n"
 	"  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
 	"  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
 	"                      the API's PUT /snapshot/create may omit the paths\n"
 	"  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
 	"                      incremental; needs --snapshot-dir\n"
 	"  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
+	"  --snapshot-root DIR the API's snapshot_dir may name DIR/NAME (NAME a plain name); without\n"
+	"                      it the API may name only --snapshot-dir\n"
 	"  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
 	"                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
@@ -84,7 +89,7 @@ int parse_mem_size(const char *s, uint64_t *out)
 
 enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
        OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
-       OPT_SNAP_KEY };
+       OPT_SNAP_KEY, OPT_SNAP_ROOT, OPT_CONSOLE_MAX };
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
@@ -177,6 +182,21 @@ int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
 	return 0;
 }
 
+int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	if (parse_mem_size(arg, out) || *out == 0 || *out > (1ULL << 40))
+		return errmsg(err, errlen, -EINVAL,
+			      "--console-max: '%s' is not a size from 1B to 1T (e.g. 64M, 100B)", arg);
+	return 0;
+}
+
+int opt_snapshot_root(const char *arg, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > 3500)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-root: path must be 1 to 3500 bytes");
+	return 0;
+}
+
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen)
 {
 	if (parse_duration_ms(arg, ms) || *ms < 10 || *ms > 86400000ULL)
@@ -223,6 +243,7 @@ static const struct option run_long_opts[] = {
 	{ "vcpus", required_argument, NULL, OPT_VCPUS },
 	{ "api-sock", required_argument, NULL, OPT_API },
 	{ "console", required_argument, NULL, OPT_CONSOLE },
+	{ "console-max", required_argument, NULL, OPT_CONSOLE_MAX },
 	{ "log-level", required_argument, NULL, OPT_LOG },
 	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
 	{ "disk", required_argument, NULL, OPT_DISK },
@@ -232,6 +253,7 @@ static const struct option run_long_opts[] = {
 	{ "snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL },
 	{ "snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP },
 	{ "snapshot-key", required_argument, NULL, OPT_SNAP_KEY },
+	{ "snapshot-root", required_argument, NULL, OPT_SNAP_ROOT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -268,6 +290,10 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		case OPT_CONSOLE:
 			o->console = optarg;
+			break;
+		case OPT_CONSOLE_MAX:
+			if (opt_console_max(optarg, &o->console_max, err, errlen))
+				return -EINVAL;
 			break;
 		case OPT_DIRTY:
 			o->track_dirty = true;
@@ -323,6 +349,11 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			if (opt_key_spec("--snapshot-key", optarg, err, errlen))
 				return -EINVAL;
 			o->snapshot_key = optarg;
+			break;
+		case OPT_SNAP_ROOT:
+			if (opt_snapshot_root(optarg, err, errlen))
+				return -EINVAL;
+			o->snapshot_root = optarg;
 			break;
 		case OPT_SNAP_KEEP:
 			if (opt_snapshot_keep(optarg, &o->snapshot_keep, err, errlen))

@@ -10,6 +10,7 @@
 
 #define RUN_DEFAULT_MEM (256ULL << 20)
 #define RUN_MAX_DISKS 8
+#define RUN_DEFAULT_CONSOLE_MAX (64ULL << 20)
 #define RUN_DISK_PATH_MAX 4096
 
 /* One --disk PATH[,ro|,overlay=OVL]: the guest sees them as /dev/vda, /dev/vdb... in order. */
@@ -25,6 +26,7 @@ struct run_opts {
 	const char *cmdline;
 	const char *api_sock;
 	const char *console;
+	uint64_t console_max; /* bytes of guest console output kept; 0: the default */
 	uint64_t mem_size;
 	int vcpus;
 	bool track_dirty;
@@ -37,6 +39,7 @@ struct run_opts {
 	uint64_t snapshot_interval_ms; /* 0: only on request */
 	int snapshot_keep;	       /* 0: the default */
 	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
+	const char *snapshot_root;     /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */
 };
 
 /*
@@ -54,6 +57,8 @@ int parse_duration_ms(const char *s, uint64_t *out);
 int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_vsock_uds(const char *arg, char *err, size_t errlen);
 int opt_snapshot_dir(const char *arg, char *err, size_t errlen);
+int opt_snapshot_root(const char *arg, char *err, size_t errlen);
+int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen);
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);

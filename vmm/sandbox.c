@@ -4,18 +4,23 @@
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_client.h"
+#include "dirfd_io.h"
 #include "errmsg.h"
 #include "keyprov.h"
 #include "overlay.h"
@@ -69,17 +74,24 @@ static void on_stdin(void *opaque, uint32_t events)
 	evloop_del(&c->vm.loop, STDIN_FILENO);
 }
 
-int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level level)
+int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_max,
+		 enum log_level level)
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->sig_fd = sb->timer_fd = sb->ready_fd = -1;
 	sb->log = (struct logger){ .level = level, .out = stderr };
 	sb->log_level = level;
 	sb->console_path = console_path;
+	sb->console_max = console_max ? console_max : RUN_DEFAULT_CONSOLE_MAX;
+	/*
+	 * Guest output is the guest's: the file is private (0600), never opened through a link
+	 * someone planted at its name, and not inherited by the clones this process spawns.
+	 */
 	if (!console_path)
-		sb->console_fd = dup(STDOUT_FILENO);
+		sb->console_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 	else
-		sb->console_fd = open(console_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		sb->console_fd = open(console_path,
+				      O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (sb->console_fd < 0) {
 		int e = errno;
 		log_err(&sb->log, "cannot open console %s: %s", console_path ? console_path : "stdout",
@@ -122,10 +134,19 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	r = board_create(&sb->board, &sb->vm, sb->console_fd);
 	if (r)
 		return r;
+	sb->board.com1.out_max = sb->console_max;
 	sb->board_created = true;
 	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->chains, mc->nr_disks);
 	if (r)
 		return r;
+	/* Restore matches the host's --disk to the saved one by index and this size. */
+	for (int i = 0; i < mc->nr_disks; i++) {
+		r = machine_disk_size(mc->disks[i].path, &sb->mc.disk_size[i]);
+		if (r) {
+			log_err(&sb->log, "disk %d (%s): %s", i, mc->disks[i].path, strerror(-r));
+			return r;
+		}
+	}
 	if (mc->vsock_cid) {
 		r = board_add_vsock(&sb->board, &sb->vm, mc->vsock_cid, mc->vsock_uds);
 		if (r)
@@ -134,6 +155,42 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	/* What a snapshot records so restore can build the same machine. */
 	sb->config_json = machine_config_to_json(&sb->mc);
 	return sb->config_json ? 0 : -ENOMEM;
+}
+
+/*
+ * A frozen overlay layer must live inside the chain directory, where restore finds it by name:
+ * one elsewhere (the overlay the host named at `cove run`, or a layer of the chain this
+ * sandbox was restored from) gets a hard link (data and map) in the directory. Frozen layers
+ * never change, so a link is as good as a copy.
+ */
+static int adopt_layer(struct sandbox *sb, int disk, int k, uint64_t layer_id, char *path,
+		       size_t cap, char *err, size_t errlen)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	struct stat in_dir, src;
+	if (dirfd_plain_name(base) && stat(path, &src) == 0 &&
+	    fstatat(sb->snap.dfd, base, &in_dir, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    in_dir.st_dev == src.st_dev && in_dir.st_ino == src.st_ino)
+		return 0;
+	char name[64], map_src[4200], map_name[80];
+	snprintf(name, sizeof(name), "disk%d-%06llu-l%d.ovl", disk, (unsigned long long)layer_id, k);
+	snprintf(map_name, sizeof(map_name), "%s%s", name, OVERLAY_MAP_SUFFIX);
+	if (snprintf(map_src, sizeof(map_src), "%s%s", path, OVERLAY_MAP_SUFFIX) >=
+		    (int)sizeof(map_src) ||
+	    strlen(sb->snap.dir) + 1 + strlen(name) >= cap)
+		return errmsg(err, errlen, -ENAMETOOLONG, "disk %d: overlay path too long", disk);
+	const char *srcs[2] = { path, map_src }, *dsts[2] = { name, map_name };
+	for (int j = 0; j < 2; j++) {
+		(void)dirfd_unlink(sb->snap.dfd, dsts[j]); /* a name of ours a failed snapshot left */
+		if (linkat(AT_FDCWD, srcs[j], sb->snap.dfd, dsts[j], 0) < 0)
+			return errmsg(err, errlen, -errno,
+				      "disk %d: cannot link its frozen overlay layer %s into %s (it "
+				      "must be on the same filesystem): %s",
+				      disk, srcs[j], sb->snap.dir, strerror(errno));
+	}
+	snprintf(path, cap, "%s/%s", sb->snap.dir, name);
+	return 0;
 }
 
 /*
@@ -179,6 +236,13 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 				 top);
 		}
 	}
+	for (int i = 0; i < sb->board.nr_disks; i++)
+		for (int k = 0; k < mc->chains[i].n; k++) {
+			int r = adopt_layer(sb, i, k, layer_id, mc->chains[i].paths[k],
+					    sizeof(mc->chains[i].paths[k]), err, errlen);
+			if (r)
+				return r;
+		}
 	*config_json = machine_config_to_json(mc);
 	return *config_json ? 0 : -ENOMEM;
 }
@@ -232,11 +296,45 @@ static void log_snapshot(struct sandbox *sb, const struct snap_stats *st)
 		 (unsigned long long)st->write_us, st->compacted ? ", chain compacted" : "");
 }
 
+/*
+ * An API client names only directories the command line allowed: the sandbox's own
+ * (--snapshot-dir) or ROOT/NAME under --snapshot-root. Anything else could point a Full
+ * snapshot at a directory whose chain.json lists files it would then remove.
+ */
+static int api_dir_allowed(struct sandbox *sb, const char *dir, char *err, size_t errlen)
+{
+	size_t n = sb->snap_root ? strlen(sb->snap_root) : 0;
+	while (n > 1 && sb->snap_root[n - 1] == '/')
+		n--;
+	if (n && !strncmp(dir, sb->snap_root, n) && dir[n] == '/' && dirfd_plain_name(dir + n + 1))
+		return 0;
+	const char *own = sb->snap_ready ? sb->snap.dir : NULL;
+	if (own && sb->snap_root)
+		return errmsg(err, errlen, -EINVAL,
+			      "snapshot_dir '%.200s' is not allowed: give %s or NAME under %s", dir,
+			      own, sb->snap_root);
+	if (own)
+		return errmsg(err, errlen, -EINVAL,
+			      "snapshot_dir '%.200s' is not allowed: this sandbox snapshots only into "
+			      "its --snapshot-dir %s (or start it with --snapshot-root)",
+			      dir, own);
+	if (sb->snap_root)
+		return errmsg(err, errlen, -EINVAL,
+			      "snapshot_dir '%.200s' is not allowed: give NAME under %s", dir,
+			      sb->snap_root);
+	return errmsg(err, errlen, -EINVAL,
+		      "snapshot_dir '%.200s' is not allowed: start cove with --snapshot-dir or "
+		      "--snapshot-root to snapshot through the API",
+		      dir);
+}
+
 static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snapshot_result *out,
 		       char *err, size_t errlen)
 {
 	struct sandbox *sb = sandbox_of(opaque);
 	if (dir && (!sb->snap_ready || strcmp(dir, sb->snap.dir))) {
+		if (api_dir_allowed(sb, dir, err, errlen))
+			return -EINVAL;
 		int r = sandbox_snapshots(sb, dir, sb->snap_interval_ms, sb->snap_keep);
 		if (r)
 			return errmsg(err, errlen, r, "cannot use snapshot directory %s", dir);
@@ -311,7 +409,8 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	snprintf(layer_s, sizeof(layer_s), "%llu", (unsigned long long)layer);
 	snprintf(cid_s, sizeof(cid_s), "%llu", (unsigned long long)c->cid);
 	snprintf(ready_s, sizeof(ready_s), "%d", pfd[1]);
-	const char *argv[24];
+	const char *argv[24 + 2 * RUN_MAX_DISKS];
+	char disk_arg[RUN_MAX_DISKS][RUN_DISK_PATH_MAX + 4];
 	int n = 0;
 	argv[n++] = "cove";
 	argv[n++] = "restore";
@@ -322,8 +421,23 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	argv[n++] = c->snapshot_dir;
 	argv[n++] = "--console";
 	argv[n++] = c->console;
+	char cmax[24];
+	snprintf(cmax, sizeof(cmax), "%lluB", (unsigned long long)sb->console_max);
+	argv[n++] = "--console-max";
+	argv[n++] = cmax;
 	argv[n++] = "--ready-fd";
 	argv[n++] = ready_s;
+	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain. */
+	for (int i = 0; i < sb->mc.nr_disks; i++) {
+		snprintf(disk_arg[i], sizeof(disk_arg[i]), "%s%s", sb->mc.disks[i].path,
+			 sb->mc.disks[i].read_only ? ",ro" : "");
+		argv[n++] = "--disk";
+		argv[n++] = disk_arg[i];
+	}
+	if (sb->snap_root) {
+		argv[n++] = "--snapshot-root";
+		argv[n++] = sb->snap_root;
+	}
 	if (c->api_sock[0]) {
 		argv[n++] = "--api-sock";
 		argv[n++] = c->api_sock;
@@ -341,6 +455,8 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	/* The ready pipe's write end stays open in the child (only it lacks CLOEXEC there). */
 	posix_spawn_file_actions_adddup2(&fa, pfd[1], pfd[1]);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+	/* A clone's console is its own file: the parent's stdout (maybe its console) stays ours. */
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
 	posix_spawnattr_init(&at);
 	sigset_t none, def;
 	sigemptyset(&none);
@@ -416,7 +532,52 @@ static void reap_clones(struct sandbox *sb)
 	sb->nr_clones = kept;
 }
 
-static int be_fork(void *opaque, int count, struct api_clone *out, char *err, size_t errlen)
+/*
+ * A clone must not go on with its parent's RNG state and clock: through the clone's guest
+ * agent it gets a fresh seed, the host's clock and a new random broker token at epoch 0 (the
+ * parent's grant is void; the host re-grants through cove-broker). The one place both
+ * PUT /fork and `cove fork` (which calls PUT /fork) do this; the result goes in the reply.
+ */
+static void clone_identity(const struct api_clone *c, bool want, char *out, size_t cap)
+{
+	if (!want) {
+		snprintf(out, cap, "not requested");
+		return;
+	}
+	if (!c->vsock_uds[0]) {
+		snprintf(out, cap, "not delivered: the sandbox has no vsock device, so no guest agent "
+				   "to take a new RNG seed and clock");
+		return;
+	}
+	uint8_t tok[16];
+	char hex[33], err[200];
+	if (getrandom(tok, sizeof(tok), 0) != sizeof(tok)) {
+		snprintf(out, cap, "not delivered: no randomness for a token");
+		return;
+	}
+	for (int b = 0; b < 16; b++)
+		snprintf(hex + 2 * b, 3, "%02x", tok[b]);
+	if (agent_send_identity(c->vsock_uds, 0, hex, err, sizeof(err)))
+		snprintf(out, cap, "not delivered: %s", err);
+	else
+		snprintf(out, cap, "sent");
+	explicit_bzero(hex, sizeof(hex));
+}
+
+struct identity_job {
+	struct api_clone *c;
+	bool want, threaded;
+};
+
+static void *identity_thread(void *arg)
+{
+	struct identity_job *j = arg;
+	clone_identity(j->c, j->want, j->c->identity, sizeof(j->c->identity));
+	return NULL;
+}
+
+static int be_fork(void *opaque, int count, bool identity, struct api_clone *out, char *err,
+		   size_t errlen)
 {
 	struct sandbox *sb = sandbox_of(opaque);
 	reap_clones(sb);
@@ -456,6 +617,24 @@ static int be_fork(void *opaque, int count, struct api_clone *out, char *err, si
 			r = w;
 			errmsg(err, errlen, w, "%s", e2);
 		}
+	}
+	/*
+	 * Ready means with a fresh identity: reported only after each clone got (or missed) it.
+	 * Clones are reached in parallel, so N agentless guests cost one handshake deadline.
+	 */
+	pthread_t th[API_MAX_FORKS];
+	struct identity_job jobs[API_MAX_FORKS];
+	for (int k = 0; !r && k < started; k++) {
+		jobs[k] = (struct identity_job){ &out[k], identity, false };
+		jobs[k].threaded = pthread_create(&th[k], NULL, identity_thread, &jobs[k]) == 0;
+		if (!jobs[k].threaded)
+			identity_thread(&jobs[k]);
+	}
+	for (int k = 0; !r && k < started; k++) {
+		if (jobs[k].threaded)
+			pthread_join(th[k], NULL);
+		if (strcmp(out[k].identity, "sent"))
+			log_warn(&sb->log, "fork: clone %d: identity %s", out[k].pid, out[k].identity);
 	}
 	sb->forks++;
 	return r;

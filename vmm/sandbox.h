@@ -28,10 +28,12 @@ struct sandbox {
 	int snap_keep;
 	const char *snap_key; /* key provider spec for encrypted snapshots, or NULL */
 	bool snap_key_from_dir; /* encrypted, provider named by DIR/keys (a restored chain) */
+	const char *snap_root; /* --snapshot-root: the API may name ROOT/NAME; NULL: only snap.dir */
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;
 	const char *console_path;
+	uint64_t console_max;
 	enum log_level log_level;
 	int forks;	     /* PUT /fork calls so far: names clones */
 	int ready_fd;	     /* restore --ready-fd: "ok\n" once running, -1 without */
@@ -41,8 +43,12 @@ struct sandbox {
 	int nr_clones;
 };
 
-/* Opens the console (path or stdout) and the signalfd. 0 or -errno. */
-int sandbox_init(struct sandbox *sb, const char *console_path, enum log_level level);
+/*
+ * Opens the console (path: created 0600, never through a link; or stdout), capped at
+ * console_max bytes (0: RUN_DEFAULT_CONSOLE_MAX), and the signalfd. 0 or -errno.
+ */
+int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_max,
+		 enum log_level level);
 /* Creates the VM and its devices as `mc` describes (RAM from a layer file when mem_fd >= 0). */
 int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty,
 		  int mem_fd, uint64_t mem_off);

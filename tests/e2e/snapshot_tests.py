@@ -138,7 +138,9 @@ def test_vsock_listener_after_restore():
         check(status == 200, f"snapshot: {status} {body}")
     finally:
         kill(p)
-    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2],
+    # Restore takes host paths from its command line only: the disk and the vsock socket.
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2,
+                          "--disk", bt.VSOCK_DISK + ",ro"],
                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         s = None
@@ -214,6 +216,22 @@ def test_fork_three_diverge():
         check(len(set(lines)) == 3, f"clones produced the same random bytes: {lines}")
         check(p.poll() is None, "the original died")
         print(f"    3 clones in {dt:.2f} s (snapshot + restore + identity), last rng: {lines}")
+        # PUT /fork itself gives each clone its identity before replying (same code as cove
+        # fork): two API clones print different random bytes (a line printed in the
+        # milliseconds between restore and the identity event may still match: compare later ones).
+        status, body = api(sock, "PUT", "/fork", {"count": 2})
+        check(status == 200, f"PUT /fork: {status} {body}")
+        api_clones = body["clones"]
+        clones += api_clones
+        check(all(c.get("identity") == "sent" for c in api_clones),
+              f"PUT /fork identity: {api_clones}")
+        firsts = []
+        for c in api_clones:
+            text = wait_file(c["console"], lambda t: len(re.findall(r"rng \d+ [0-9a-f]{16}", t)) >= 2,
+                             60, f"API clone {c['pid']} to go on")
+            firsts.append(re.findall(r"rng \d+ ([0-9a-f]{16})", text)[-1])
+        check(len(set(firsts)) == 2, f"PUT /fork clones printed the same random bytes: {firsts}")
+        print(f"    PUT /fork: 2 clones with identity sent, last rng: {firsts}")
     finally:
         for c in clones:
             try:
@@ -262,7 +280,9 @@ def test_snapshot_disk_agrees_with_memory():
         kill(p)
     tops = [f for f in os.listdir(d) if f.endswith(".ovl")]
     check(tops, f"no new overlay top in {d}: {os.listdir(d)}")
-    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2], stdin=subprocess.DEVNULL,
+    # The base comes from the host; the frozen overlay layers are files inside the chain.
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--disk", base],
+                         stdin=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     try:
         text = wait_file(con2, lambda t: "LS:" in t, 120, "the restored guest to list /root", r)

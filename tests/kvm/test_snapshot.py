@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Snapshots on this machine's /dev/kvm with the test guests: full and incremental layers, restore
 in a new process, exactness of the incremental layer, kill -9 during a write, bad files, fork."""
+import glob
+import hashlib
 import json
 import os
 import re
@@ -221,6 +223,11 @@ def test_fork(d):
         try:
             for c in body["clones"]:
                 check(os.path.exists(c["api_sock"]), f"clone has no API socket: {c}")
+                # The parent's console (its stdout pipe here) and sockets do not leak in.
+                fds = {os.readlink(f"/proc/{c['pid']}/fd/{fd}")
+                       for fd in os.listdir(f"/proc/{c['pid']}/fd")}
+                parent = {os.readlink(f"/proc/{vm.proc.pid}/fd/1")}
+                check(not (fds & parent), f"clone {c['pid']} holds the parent's console: {fds}")
                 end = time.monotonic() + 20
                 out = b""
                 while b"tick" not in out and time.monotonic() < end:
@@ -243,11 +250,68 @@ def test_fork(d):
                         os.unlink(f)
 
 
+def kill_clones(clones):
+    for c in clones:
+        try:
+            os.kill(c["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_fork_identity(d):
+    """A clone's fresh identity (RNG seed, clock) is part of the fork: PUT /fork and cove fork
+    (which calls it) report per clone whether it was delivered, and never pretend for a guest
+    without an agent."""
+    uds = d + "-v.sock"
+    with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 1\n")
+        status, body = vm.request("PUT", "/fork", {"count": 2}, timeout=60)
+        check(status == 200, f"fork: {status} {body}")
+        kill_clones(body["clones"])
+        for c in body["clones"]:
+            check(c["identity"].startswith("not delivered") and "no vsock device" in c["identity"],
+                  f"PUT /fork clone identity: {c}")
+        r = subprocess.run([COVE, "fork", vm.sock, "-n", "1"], capture_output=True, text=True,
+                           timeout=60)
+        clones = json.loads(r.stdout)["clones"]
+        kill_clones(clones)
+        check(r.returncode == 1 and r.stderr.count("\n") == 1 and "no vsock device" in r.stderr,
+              f"cove fork without an agent: {r.returncode} {r.stderr!r}")
+        check(clones[0]["identity"] == body["clones"][0]["identity"],
+              f"cove fork and PUT /fork differ: {clones[0]} vs {body['clones'][0]}")
+        r = subprocess.run([COVE, "fork", vm.sock, "--no-identity"], capture_output=True,
+                           text=True, timeout=60)
+        clones = json.loads(r.stdout)["clones"]
+        kill_clones(clones)
+        check(r.returncode == 0 and clones[0]["identity"] == "not requested",
+              f"cove fork --no-identity: {r.returncode} {r.stderr!r} {clones}")
+        status, reply = vm.request("PUT", "/fork", {"count": 1, "identity": "yes"})
+        check(status == 400 and "identity" in reply["fault_message"], f"{status} {reply}")
+    # A vsock device but no agent in the guest: said so, after a bounded wait.
+    with Vm(guest("counter"), extra=["--snapshot-dir", d + "-2", "--vsock-cid", "9",
+                                     "--vsock-uds", uds]) as vm:
+        vm.wait_output("tick 1\n")
+        t0 = time.monotonic()
+        status, body = vm.request("PUT", "/fork", {"count": 2}, timeout=60)
+        dt = time.monotonic() - t0
+        check(status == 200, f"fork: {status} {body}")
+        kill_clones(body["clones"])
+        for c in body["clones"]:
+            check(c["identity"].startswith("not delivered") and "no guest agent" in c["identity"],
+                  f"clone identity with vsock but no agent: {c}")
+        check(dt < 25, f"two agentless clones took {dt:.1f} s (deadlines not in parallel?)")
+    for f in glob.glob(d + "-*"):
+        if os.path.isdir(f):
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            os.unlink(f)
+
+
 def test_api_errors(d):
     with Vm(guest("counter")) as vm:
         vm.wait_output("tick 1\n")
         for body, want in [({"snapshot_type": "Full"}, "no snapshot directory"),
-                           ({"snapshot_type": "Diff", "snapshot_dir": d}, "take a Full"),
+                           ({"snapshot_type": "Diff", "snapshot_dir": d}, "is not allowed"),
                            ({"snapshot_type": "Half"}, "snapshot_type"),
                            ({"snapshot_type": "Full", "mem_file_path": "/x"}, "mem_file_path"),
                            ({"snapshot_type": "Full", "bogus": 1}, "unknown field")]:
@@ -258,9 +322,55 @@ def test_api_errors(d):
         vm.wait_output("tick 3\n")
 
 
+def sums(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f), "rb") as fh:
+            out[f] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def test_api_dir_confined(d):
+    """The API's snapshot_dir names only --snapshot-dir or ROOT/NAME under --snapshot-root: a
+    Full snapshot pointed at another sandbox's chain would remove the files it lists."""
+    victim = d + "-victim"
+    own = d + "-own"
+    root = d + "-root"
+    os.mkdir(root, 0o700)
+    try:
+        with Vm(guest("counter"), extra=["--snapshot-dir", victim]) as vm:
+            vm.wait_output("tick 1\n")
+            snapshot(vm, "Full")
+            vm.stop(signal.SIGKILL)
+        before = sums(victim)
+        with Vm(guest("counter"), extra=["--snapshot-dir", own, "--snapshot-root", root]) as vm:
+            vm.wait_output("tick 1\n")
+            for bad in (victim, root, root + "/../" + os.path.basename(victim), root + "/a/b",
+                        root + "/.hidden", own + "/x", "/tmp"):
+                for kind in ("Full", "Diff"):
+                    status, reply = vm.request("PUT", "/snapshot/create",
+                                               {"snapshot_type": kind, "snapshot_dir": bad})
+                    msg = (reply or {}).get("fault_message", "")
+                    check(status == 400 and "is not allowed" in msg and "\n" not in msg,
+                          f"snapshot_dir {bad}: {status} {reply}")
+            check(sums(victim) == before, "the other sandbox's chain changed")
+            check(not os.path.exists(os.path.join(root, "a")), "a directory appeared under root")
+            # Its own directory and ROOT/NAME work.
+            for good in (own, os.path.join(root, "named")):
+                status, reply = vm.request("PUT", "/snapshot/create",
+                                           {"snapshot_type": "Full", "snapshot_dir": good})
+                check(status == 200, f"snapshot_dir {good}: {status} {reply}")
+            check(os.path.exists(os.path.join(root, "named", "chain.json")), "no chain under root")
+            check(vm.alive(), "refused snapshot requests stopped the VM")
+    finally:
+        for x in (victim, own, root):
+            shutil.rmtree(x, ignore_errors=True)
+
+
 def run_all():
     for t in (test_restore_continues, test_incremental_exact, test_kill_during_write,
-              test_bad_files, test_fork, test_api_errors):
+              test_bad_files, test_fork, test_fork_identity, test_api_errors,
+              test_api_dir_confined):
         d = tempfile.mkdtemp(prefix="cove-snap-")
         try:
             t0 = time.monotonic()
@@ -272,7 +382,11 @@ def run_all():
             shutil.rmtree(d, ignore_errors=True)
             for f in os.listdir(os.path.dirname(d)):
                 if f.startswith(os.path.basename(d) + ".fork"):
-                    shutil.rmtree(os.path.join(os.path.dirname(d), f), ignore_errors=True)
+                    p = os.path.join(os.path.dirname(d), f)
+                    if os.path.isdir(p):
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        os.unlink(p)
 
 
 if __name__ == "__main__":

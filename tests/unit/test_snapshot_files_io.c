@@ -18,6 +18,7 @@
 
 #include "byteorder.h"
 #include "chain.h"
+#include "dirfd_io.h"
 #include "layer_write.h"
 #include "mem_layer.h"
 #include "state_file.h"
@@ -613,6 +614,52 @@ static void test_layer_write_einval(void **state)
 	free(buf);
 }
 
+/* Writes beneath a directory fd never go through a link; names from a chain are plain. */
+static void test_dirfd_io(void **state)
+{
+	struct fx *f = *state;
+	char canary[160], link[160], err[256];
+	snprintf(canary, sizeof(canary), "%s/canary", f->dir);
+	snprintf(link, sizeof(link), "%s/.mem-000001.tmp", f->dir);
+	FILE *c = fopen(canary, "w");
+	assert_non_null(c);
+	fputs("keep me\n", c);
+	fclose(c);
+	assert_int_equal(symlink(canary, link), 0);
+	int dfd = dirfd_open_dir(f->dir, false, err, sizeof(err));
+	assert_true(dfd >= 0);
+	/* Reading through the link is refused; creating replaces the link by a file of ours. */
+	assert_int_equal(dirfd_open(dfd, ".mem-000001.tmp", O_RDONLY), -ELOOP);
+	int fd = dirfd_create(dfd, ".mem-000001.tmp", O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "x", 1), 1);
+	close(fd);
+	struct stat st;
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(stat(canary, &st), 0);
+	assert_int_equal(st.st_size, 8);
+	assert_int_equal(dirfd_rename(dfd, ".mem-000001.tmp", "mem-000001"), 0);
+	assert_int_equal(dirfd_create(dfd, "../escape", O_WRONLY, 0600), -EINVAL);
+	assert_int_equal(dirfd_create(dfd, "..", O_WRONLY, 0600), -EINVAL);
+	assert_int_equal(dirfd_unlink(dfd, "mem-000001"), 0);
+	close(dfd);
+	/* Names a chain may use. */
+	assert_true(dirfd_plain_name("mem-000001"));
+	assert_false(dirfd_plain_name(""));
+	assert_false(dirfd_plain_name(".."));
+	assert_false(dirfd_plain_name(".mem-000001.tmp"));
+	assert_false(dirfd_plain_name("/etc/shadow"));
+	assert_false(dirfd_plain_name("a/b"));
+	assert_false(dirfd_plain_name("a b"));
+	/* A directory others may write to is refused, in one line naming it. */
+	assert_int_equal(chmod(f->dir, 0777), 0);
+	assert_int_equal(dirfd_open_dir(f->dir, false, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "writable by others"));
+	assert_null(strchr(err, '\n'));
+	assert_int_equal(chmod(f->dir, 0700), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -622,6 +669,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_layer_write_small_buffer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_layer_write_large_buffer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_layer_write_einval, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_dirfd_io, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
