@@ -269,20 +269,41 @@ out:
 	return r;
 }
 
-/* Unwrap k's data key with prov (or the stored provider) and check it is this chain's. */
+/*
+ * The provider always comes from the host; the keys file only records which one wrapped the
+ * key. A record that differs from the host's provider is refused before anything runs: a
+ * chain cannot pick the command or module that unwraps it (snapshot/CRYPTO.md).
+ */
+static int check_prov(const struct keys *k, const struct keyprov *prov, char *err, size_t errlen)
+{
+	if (!prov)
+		return errmsg(err, errlen, -EINVAL,
+			      "an encrypted chain needs its key provider from the host (--key); "
+			      "the chain's keys file never chooses it");
+	/* The recorded config is not printed: it is the chain's text, not the host's. */
+	if (k->type != keyprov_get_type(prov))
+		return errmsg(err, errlen, -EKEYREJECTED,
+			      "the chain's keys file records a %s key provider, the host gave %s: "
+			      "give the provider that wrapped it, or rekey the chain",
+			      keyprov_type_name(k->type),
+			      keyprov_type_name(keyprov_get_type(prov)));
+	if (strcmp(k->config, keyprov_config(prov)) != 0)
+		return errmsg(err, errlen, -EKEYREJECTED,
+			      "the chain's keys file records another %s key provider than the "
+			      "host's: give the provider that wrapped it, or rekey the chain",
+			      keyprov_type_name(k->type));
+	return 0;
+}
+
+/* Unwrap k's data key with the host's provider and check it is this chain's. */
 static int unwrap_keys(const struct keys *k, struct keyprov *prov, struct snap_key **key_out,
 		       char *err, size_t errlen)
 {
-	struct keyprov *own = NULL;
 	struct snap_key *key = NULL;
 	uint8_t kcv[KCV_LEN];
-	int r;
-	if (!prov) {
-		r = keyprov_new(k->type, k->config, &own, err, errlen);
-		if (r)
-			return r;
-		prov = own;
-	}
+	int r = check_prov(k, prov, err, errlen);
+	if (r)
+		return r;
 	r = keyprov_unwrap(prov, k->wrapped, k->wrapped_len, &key, err, errlen);
 	if (r)
 		goto out;
@@ -299,7 +320,6 @@ static int unwrap_keys(const struct keys *k, struct keyprov *prov, struct snap_k
 	key = NULL;
 out:
 	crypto_key_free(key);
-	keyprov_free(own);
 	return r;
 }
 

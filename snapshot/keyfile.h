@@ -33,23 +33,28 @@ int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_
 		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
 
 /*
- * Read DIR/keys and unwrap its data key with prov, or when prov is NULL with the provider the
- * file names. 0; -ENOENT (no keys file), -EINVAL (corrupt, truncated, wrong magic/version,
- * oversize field: err says which), -EKEYREJECTED (the provider refused: err is the revocation
+ * Read DIR/keys and unwrap its data key with prov, the host's provider (required: a provider
+ * is never built from the file). The provider the file records must be prov (same type and
+ * config), else -EKEYREJECTED before prov runs. 0; -ENOENT (no keys file), -EINVAL (prov
+ * NULL; corrupt, truncated, wrong magic/version, oversize field: err says which),
+ * -EKEYREJECTED (another provider recorded, or the provider refused: err is the revocation
  * line), -EBADMSG (the unwrapped key is not this chain's), -errno.
  */
 int keyfile_open(const char *dir, struct keyprov *prov, struct snap_key **key_out,
 		 uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
 
 /*
- * Rewrap DIR/keys' data key: unwrap with old_prov (NULL: the stored provider), wrap with
- * new_prov, replace the file atomically. Data files are never touched; chain id and data key
+ * Rewrap DIR/keys' data key: unwrap with old_prov (required, checked as in keyfile_open), wrap
+ * with new_prov, replace the file atomically. Data files are never touched; chain id and data key
  * stay the same. 0 or -errno as keyfile_open.
  */
 int keyfile_rekey(const char *dir, struct keyprov *old_prov, struct keyprov *new_prov, char *err,
 		  size_t errlen);
 
-/* Describe DIR/keys without unwrapping: provider type and config. 0 or -errno. */
+/*
+ * Describe DIR/keys without unwrapping: the provider type and config it records (untrusted
+ * text from the file: never run it, print it only for diagnostics). 0 or -errno.
+ */
 int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, size_t config_len,
 		     uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
 

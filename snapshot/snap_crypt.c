@@ -19,12 +19,15 @@ int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov
 		    char *err, size_t errlen)
 {
 	memset(sc, 0, sizeof(*sc));
+	if (!prov)
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: an encrypted chain needs its key provider from the host", dir);
 	char path[4200];
 	struct stat st;
 	snprintf(path, sizeof(path), "%s/%s", dir, KEYFILE_NAME);
 	int r;
 	if (stat(path, &st) < 0 && errno == ENOENT) {
-		if (!create || !prov)
+		if (!create)
 			return errmsg(err, errlen, -ENOENT, "%s has no keys file", dir);
 		r = keyfile_create(dir, prov, &sc->key, sc->chain_id, err, errlen);
 	} else {

@@ -18,7 +18,8 @@ struct snap_crypt {
 };
 
 /*
- * Opens DIR/keys through `prov` (NULL: the provider the keys file names) or, with `create`
+ * Opens DIR/keys through `prov`, the host's provider (required; the keys file only records
+ * which provider it expects, see keyfile_open) or, with `create`
  * and no keys file yet, makes a new data key wrapped by `prov`. 0 or -errno; a provider that
  * refuses gives -EKEYREJECTED and one line naming it in `err`.
  */

@@ -91,6 +91,9 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 
 int snap_ctx_encrypt(struct snap_ctx *s, struct keyprov *prov, char *err, size_t errlen)
 {
+	if (!prov)
+		return errmsg(err, errlen, -EINVAL,
+			      "encrypted snapshots need a key provider from the host");
 	struct chain c;
 	char e2[8];
 	int r = chain_load(s->dir, &c, e2, sizeof(e2));

@@ -35,8 +35,9 @@ static const char restore_usage[] =
 	"  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
 	"                      latest layer, continuing its chain incrementally)\n"
 	"  --snapshot-interval T, --snapshot-keep N   as for cove run\n"
-	"  --key SPEC          key provider for an encrypted chain (default: the one DIR/keys names;\n"
-	"                      PKCS#11 PINs come from COVE_PKCS11_PIN or pin-file=)\n"
+	"  --key SPEC          key provider of an encrypted chain (required for one: it must be\n"
+	"                      the provider DIR/keys records; PKCS#11 PINs come from\n"
+	"                      COVE_PKCS11_PIN or pin-file=)\n"
 	"  --verify            encrypted chain: authenticate every stored page before the guest\n"
 	"                      runs (otherwise each page is checked when first touched, and a bad\n"
 	"                      one stops the VM)\n"
@@ -213,12 +214,20 @@ static int plan_load(struct plan *p, const struct restore_opts *o, char *err, si
 	p->encrypted = access(path, F_OK) == 0;
 	if (p->encrypted) {
 		struct keyprov *prov = NULL;
-		if (o->key && keyprov_new_spec(o->key, &prov, err, errlen))
+		/*
+		 * The provider comes from the host, never from DIR/keys: a chain that could name
+		 * its provider would run a command or load a module of its choosing.
+		 */
+		if (!o->key)
+			return errmsg(err, errlen, -EINVAL,
+				      "%s is an encrypted chain: give its key provider with --key "
+				      "(the chain's keys file never chooses it)",
+				      o->dir);
+		if (keyprov_new_spec(o->key, &prov, err, errlen))
 			return -EINVAL;
 		/* The one place a revoked or deleted KEK shows: the provider refuses to unwrap. */
 		r = snap_crypt_open(&p->crypt, o->dir, prov, 0, err, errlen);
-		if (prov)
-			keyprov_free(prov);
+		keyprov_free(prov);
 		if (r)
 			return r;
 		if (memcmp(p->crypt.chain_id, p->chain.chain_id, 16))
@@ -363,26 +372,9 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 	}
 	board_resume_restored(&sb->board, &sb->log);
 	if (sdir) {
-		char spec[4200];
-		if (p->encrypted) {
-			/* Same directory: its keys file; a new one (a clone): the same kind of KEK. */
-			bool same = !strcmp(sdir, o->dir);
+		/* Encrypted: the host's --key (plan_load required it), for this chain or a clone's. */
+		if (p->encrypted)
 			sb->snap_key = o->key;
-			sb->snap_key_from_dir = same && !o->key;
-			if (!same && !o->key) {
-				enum keyprov_type t;
-				char cfg[4096];
-				uint8_t cid[16];
-				if (keyfile_describe(o->dir, &t, cfg, sizeof(cfg), cid, err, sizeof(err))) {
-					log_err(&sb->log, "%s", err);
-					return 1;
-				}
-				snprintf(spec, sizeof(spec), "%s:%s",
-					 t == KEYPROV_PKCS11 ? "pkcs11" : "key-cmd",
-					 t == KEYPROV_PKCS11 && !strncmp(cfg, "pkcs11:", 7) ? cfg + 7 : cfg);
-				sb->snap_key = spec;
-			}
-		}
 		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))
 			return 1;
 		sb->snap.ram_lazy = p->encrypted;

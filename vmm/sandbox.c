@@ -195,14 +195,12 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 		log_err(&sb->log, "%s", err);
 		return r;
 	}
-	if (sb->snap_key || sb->snap_key_from_dir) {
+	if (sb->snap_key) {
+		/* The provider comes from the host (command line), never from the chain's keys file. */
 		struct keyprov *prov = NULL;
-		if (sb->snap_key && keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err)) == 0)
+		r = keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err));
+		if (!r)
 			r = snap_ctx_encrypt(&sb->snap, prov, err, sizeof(err));
-		else if (sb->snap_key)
-			r = -EINVAL;
-		else
-			r = snap_ctx_encrypt(&sb->snap, NULL, err, sizeof(err));
 		if (r) {
 			if (prov && !sb->snap.prov)
 				keyprov_free(prov);
@@ -327,6 +325,11 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	if (c->api_sock[0]) {
 		argv[n++] = "--api-sock";
 		argv[n++] = c->api_sock;
+	}
+	if (sb->snap.encrypted) {
+		/* The parent's host-side provider: a clone never takes one from the chain. */
+		argv[n++] = "--key";
+		argv[n++] = sb->snap_key;
 	}
 	if (sb->mc.vsock_cid) {
 		argv[n++] = "--vsock-uds";

@@ -26,8 +26,8 @@ struct sandbox {
 	struct snap_ctx snap;
 	bool snap_ready;
 	int snap_keep;
-	const char *snap_key; /* key provider spec for encrypted snapshots, or NULL */
-	bool snap_key_from_dir; /* encrypted, provider named by DIR/keys (a restored chain) */
+	/* Key provider spec for encrypted snapshots (from the command line), or NULL. */
+	const char *snap_key;
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;
@@ -48,7 +48,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 		  int mem_fd, uint64_t mem_off);
 /*
  * Sets the snapshot directory (and interval/keep); may be called before sandbox_serve.
- * Snapshots are encrypted when sb->snap_key (a provider spec) or snap_key_from_dir is set.
+ * Snapshots are encrypted when sb->snap_key (the host's provider spec) is set.
  */
 int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep);
 /* Serves until the VM stops; returns the process exit status. */
