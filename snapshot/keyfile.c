@@ -1,8 +1,11 @@
 /* A snapshot chain's "keys" file (wrapped data key, chain id, provider) and layer id counter. */
 #include "keyfile.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +136,13 @@ static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *pa
 	if (memcmp(buf, MAGIC, 8) != 0)
 		return errmsg(err, errlen, -EINVAL, "%s: not a cove keys file (bad magic)", path);
 	uint32_t ver = get_le32(buf + 8);
+	if (ver == 1)
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "%s: keys file version 1 is from a cove without per-layer salts; this "
+		    "cove reads version %d only (restore the chain with the cove that "
+		    "wrote it)",
+		    path, KEYFILE_VERSION);
 	if (ver != KEYFILE_VERSION)
 		return errmsg(err, errlen, -EINVAL,
 			      "%s: unsupported version %u (this cove reads %d)", path, ver,
@@ -229,6 +239,8 @@ static int wrap_into(struct keys *k, struct keyprov *prov, const struct snap_key
 			    errlen);
 }
 
+static int seq_init(const char *dir, char *err, size_t errlen);
+
 int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_out,
 		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen)
 {
@@ -255,6 +267,10 @@ int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_
 	if (r)
 		goto out;
 	r = wrap_into(k, prov, key, err, errlen);
+	if (r)
+		goto out;
+	/* The counter first: a keys file never exists without one (a missing one is refused). */
+	r = seq_init(dir, err, errlen);
 	if (r)
 		goto out;
 	r = store(dir, k, 1, err, errlen);
@@ -378,43 +394,142 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
 }
 
 /* DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE); replaced atomically under flock of DIR. */
-int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen)
+static int seq_write(const char *dir, uint64_t next)
+{
+	uint8_t buf[SEQ_LEN];
+	put_le64(buf, next);
+	put_le32(buf + 8, overlay_crc32(0, buf, 8));
+	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+}
+
+/* 1 and the counter, 0 when DIR/layer-seq does not exist, -errno (err set) when unusable. */
+static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
 {
 	char path[PATH_MAX_LEN];
 	uint8_t buf[SEQ_LEN + 1];
-	uint64_t next = 0;
 	int r = path_in(path, dir, SEQ_NAME);
 	if (r)
 		return errmsg(err, errlen, r, "%s: path too long", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	}
+	ssize_t n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8))
+		return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
+	*next = get_le64(buf);
+	return 1;
+}
+
+/* A new chain's counter (ids start at 1: 0 means "no parent"); one left by a crash is kept. */
+static int seq_init(const char *dir, char *err, size_t errlen)
+{
+	uint64_t next = 0;
+	int r = seq_read(dir, &next, err, errlen);
+	if (r < 0)
+		return r;
+	if (r == 1 && next >= 1)
+		return 0;
+	r = seq_write(dir, 1);
+	return r ? errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r))
+		 : 0;
+}
+
+/* Parses digits at *p (at least one) and advances; 0 or -1. */
+static int take_id(const char **p, uint64_t *id)
+{
+	if (!isdigit((unsigned char)**p))
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(*p, &end, 10);
+	if (errno)
+		return -1;
+	*id = v;
+	*p = end;
+	return 0;
+}
+
+/*
+ * The layer id a chain file's name carries: mem-N, state-N (and their .NAME.tmp), diskK-N.ovl
+ * (and .map, .map.tmp). 1 with *id, or 0 for other names.
+ */
+int keyfile_name_layer_id(const char *name, uint64_t *id)
+{
+	const char *p = name;
+	uint64_t k;
+	bool tmp = *p == '.';
+	if (tmp)
+		p++;
+	if (!strncmp(p, "mem-", 4) || !strncmp(p, "state-", 6)) {
+		p += *p == 'm' ? 4 : 6;
+		if (take_id(&p, id))
+			return 0;
+		return tmp ? !strcmp(p, ".tmp") : !*p;
+	}
+	if (tmp || strncmp(p, "disk", 4))
+		return 0;
+	p += 4;
+	if (take_id(&p, &k) || *p++ != '-' || take_id(&p, id))
+		return 0;
+	return !strcmp(p, ".ovl") || !strcmp(p, ".ovl.map") || !strcmp(p, ".ovl.map.tmp");
+}
+
+/* The chain must not hold a layer whose id is at or above the counter: ids would repeat. */
+static int seq_check_dir(const char *dir, uint64_t next, char *err, size_t errlen)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	struct dirent *e;
+	int r = 0;
+	while (!r && (e = readdir(d))) {
+		uint64_t id;
+		if (keyfile_name_layer_id(e->d_name, &id) && id >= next)
+			r = errmsg(
+			    err, errlen, -ESTALE,
+			    "%s/%s: the layer id counter (next %llu) is not above layer %llu "
+			    "the chain holds (rolled back or copied): refusing to continue this "
+			    "encrypted chain; restore it with --snapshot-dir into a new directory",
+			    dir, SEQ_NAME, (unsigned long long)next, (unsigned long long)id);
+	}
+	closedir(d);
+	return r;
+}
+
+int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen)
+{
+	uint64_t next = 0;
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	int r;
 	if (flock(dfd, LOCK_EX)) {
 		r = errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno));
 		goto out;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, buf, sizeof(buf));
-		close(fd);
-		if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8)) {
-			r = errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
-			goto out;
-		}
-		next = get_le64(buf);
-	} else if (errno != ENOENT) {
-		r = errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	r = seq_read(dir, &next, err, errlen);
+	if (r == 0)
+		r = errmsg(err, errlen, -ESTALE,
+			   "%s/%s is missing: refusing to continue this encrypted chain (its layer "
+			   "ids could repeat); restore it with --snapshot-dir into a new directory",
+			   dir, SEQ_NAME);
+	if (r < 0)
 		goto out;
-	}
+	r = seq_check_dir(dir, next, err, errlen);
+	if (r)
+		goto out;
 	if (next > CRYPTO_LAYER_MAX) {
 		r = errmsg(err, errlen, -ERANGE, "%s: layer ids exhausted", dir);
 		goto out;
 	}
-	put_le64(buf, next + 1);
-	put_le32(buf + 8, overlay_crc32(0, buf, 8));
-	r = replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+	/* Durable before the id is handed out: no file with this id exists before the counter. */
+	r = seq_write(dir, next + 1);
 	if (r) {
-		r = errmsg(err, errlen, r, "cannot write %s: %s", path, strerror(-r));
+		r = errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r));
 		goto out;
 	}
 	*id = next;

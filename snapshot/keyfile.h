@@ -21,7 +21,7 @@
  */
 
 #define KEYFILE_NAME	"keys"
-#define KEYFILE_VERSION 1
+#define KEYFILE_VERSION 2 /* 2: layers carry salts, layer-seq is created with the file */
 #define KEYFILE_MAX	(64u << 10)
 
 /*
@@ -59,10 +59,15 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
 		     uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
 
 /*
- * Hand out the next layer id of DIR's chain (0, 1, 2, ...), durably: DIR/layer-seq is updated
- * and fsync'ed (under flock) before the id is returned, so an id is never handed out twice even
- * if the writer then crashes. -ERANGE once ids pass CRYPTO_LAYER_MAX.
+ * Hand out the next layer id of DIR's chain (1, 2, ...; keyfile_create starts the counter),
+ * durably: DIR/layer-seq is updated and fsync'ed (under flock) before the id is returned, so
+ * an id is never handed out twice even if the writer then crashes. Refused with -ESTALE and
+ * one line when DIR/layer-seq is missing, or when DIR holds a layer file (see
+ * keyfile_name_layer_id) whose id is not below the counter: a rolled-back or copied counter.
+ * -EINVAL when corrupt, -ERANGE once ids pass CRYPTO_LAYER_MAX.
  */
 int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen);
+/* The layer id in a chain file's name (mem-N, state-N, diskK-N.ovl[.map], temporaries): 1/0. */
+int keyfile_name_layer_id(const char *name, uint64_t *id);
 
 #endif

@@ -84,7 +84,18 @@ int snap_crypt_check_layer(struct snap_crypt *sc, const struct mem_layer *l)
 	if (crypto_open_blob(sc->cc, sc->chain_id, "cove-layer-meta", l->info.meta,
 			     MEM_LAYER_META_LEN, got))
 		return -EBADMSG;
-	return CRYPTO_memcmp(want, got, 32) ? -EBADMSG : 0;
+	if (CRYPTO_memcmp(want, got, 32))
+		return -EBADMSG;
+	/* The salt was in the digest: register the layer's subkey for its pages. */
+	return crypto_ctx_add_layer(sc->cc, l->info.layer_id, l->info.salt) ? -EBADMSG : 0;
+}
+
+int snap_crypt_new_layer(struct snap_crypt *sc, uint64_t layer_id, uint8_t salt[CRYPTO_SALT_LEN])
+{
+	int r = crypto_random(salt, CRYPTO_SALT_LEN);
+	if (!r)
+		r = crypto_ctx_add_layer(sc->cc, layer_id, salt);
+	return r;
 }
 
 static void state_domain(char *buf, size_t cap, uint64_t layer_id)

@@ -30,8 +30,17 @@ void snap_crypt_close(struct snap_crypt *sc);
 /* Seals the SHA-256 of header bytes [0, MEM_LAYER_META_OFF) and both bitmaps into li->meta. */
 int snap_crypt_seal_meta(struct snap_crypt *sc, const uint8_t *hdr, const uint8_t *bitmaps,
 			 size_t bitmaps_len, uint8_t meta[MEM_LAYER_META_LEN]);
-/* Checks an open encrypted layer's header and bitmaps against its sealed digest. 0 or -EBADMSG. */
+/*
+ * Checks an open encrypted layer's header (salt included) and bitmaps against its sealed
+ * digest, then registers the layer's subkey in sc->cc. 0 or -EBADMSG.
+ */
 int snap_crypt_check_layer(struct snap_crypt *sc, const struct mem_layer *l);
+/*
+ * A layer about to be written: a fresh random salt (stored in the layer's header) and its
+ * subkey registered in sc->cc, so its pages never share a (key, nonce) pair with any other
+ * layer, even one that got the same id. 0 or -errno.
+ */
+int snap_crypt_new_layer(struct snap_crypt *sc, uint64_t layer_id, uint8_t salt[CRYPTO_SALT_LEN]);
 
 /* Encrypted state file: "COVESENC", version u32, 0 u32, layer id u64, then a sealed blob. */
 #define STATE_ENC_MAGIC "COVESENC"

@@ -366,6 +366,15 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 		bms *= 2;
 	}
 	li->bitmap_crc = state_crc32(0, hb + li->bitmap_off, bms);
+	/* A fresh salt per layer, in the header before the digest covers it (CRYPTO.md). */
+	if (s->encrypted) {
+		r = snap_crypt_new_layer(&s->crypt, li->layer_id, li->salt);
+		if (r) {
+			errmsg(err, errlen, r, "encrypting the layer: %s", strerror(-r));
+			free(hb);
+			goto out;
+		}
+	}
 	mem_layer_header_build(li, hb);
 	if (s->encrypted) {
 		r = seal_pages(s, li, g, fd);

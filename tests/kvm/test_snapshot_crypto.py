@@ -248,6 +248,52 @@ def test_keys_file_cannot_name_provider(tmp):
     print("ok the restored sandbox snapshots with the host's provider")
 
 
+def test_counter_rollback(tmp):
+    """Issue 12 item 5: every layer has its own salt; a rolled-back or deleted layer-seq is
+    refused with one line (the sandbox keeps running); the honest counter works again."""
+    d = os.path.join(tmp, "chain")
+    kek = os.path.join(tmp, "kek.pem")
+    sh(f"'{KEYCMD}' --genkey '{kek}'")
+    spec = f"key-cmd:'{KEYCMD}' '{kek}'"
+    stamped_snapshot(d, spec)
+    salts = []
+    for path in layer_files(d):
+        with open(path, "rb") as f:
+            salts.append(f.read(128)[112:128])
+    check(len(set(salts)) == len(salts) and all(x != bytes(16) for x in salts),
+          f"layer salts are not distinct and non-zero: {[x.hex() for x in salts]}")
+    seq = os.path.join(d, "layer-seq")
+    with open(seq, "rb") as f:
+        honest = f.read()
+    nxt = struct.unpack_from("<Q", honest)[0]
+    ids = [l["id"] for l in chain(d)["layers"]]
+    check(nxt > max(ids), f"counter {nxt} is not above the chain's layers {ids}")
+    rolled = struct.pack("<Q", 1)
+    rolled += struct.pack("<I", zlib.crc32(rolled))
+    with Vm(None, restore=d, extra=["--key", spec]) as r:
+        r.send_input(b"n")
+        r.wait_output(f"stamped round 3 pages {COUNT}\n")
+        for what, content in (("rolled back", rolled), ("deleted", None)):
+            if content is None:
+                os.unlink(seq)
+            else:
+                with open(seq, "wb") as f:
+                    f.write(content)
+            status, body = r.request("PUT", "/snapshot/create", {"snapshot_type": "Diff"},
+                                     timeout=60)
+            msg = body.get("fault_message", "") if isinstance(body, dict) else str(body)
+            check(status != 200 and ("is not above layer" in msg or "is missing" in msg)
+                  and "\n" not in msg, f"{what} counter: {status} {body}")
+            check(r.alive(), f"a {what} counter stopped the sandbox")
+            check(chain(d)["layers"][-1]["id"] == ids[-1], f"{what}: the chain moved on")
+            print(f"ok {what} layer-seq: {msg}")
+        with open(seq, "wb") as f:
+            f.write(honest)
+        snap(r, "Diff")
+    check(len(chain(d)["layers"]) == 3, f"honest counter: {chain(d)}")
+    print("ok honest counter: the chain continues")
+
+
 def test_fork_encrypted(tmp):
     """Clones of an encrypted sandbox restore with the parent's host-side --snapshot-key."""
     d = os.path.join(tmp, "chain")
@@ -307,7 +353,7 @@ def test_pkcs11(tmp):
 
 def run_all():
     for t in (test_key_cmd, test_lazy_tamper_stops_vm, test_keys_file_cannot_name_provider,
-              test_fork_encrypted, test_pkcs11):
+              test_counter_rollback, test_fork_encrypted, test_pkcs11):
         tmp = tempfile.mkdtemp(prefix="cove-crypt-")
         try:
             t0 = time.monotonic()

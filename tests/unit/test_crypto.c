@@ -23,12 +23,31 @@ struct fx {
 	uint8_t out[PAGE];
 };
 
+/* A fixed, non-zero salt per layer id, so two contexts agree. */
+static void salt_of(uint64_t layer, uint8_t salt[CRYPTO_SALT_LEN])
+{
+	for (int i = 0; i < CRYPTO_SALT_LEN; i++)
+		salt[i] = (uint8_t)(layer * 37 + (uint64_t)i + 1);
+}
+
+/* Registers the layers the tests use (pages are never sealed under the data key itself). */
+static void add_layers(struct crypto_ctx *cc)
+{
+	static const uint64_t ids[] = {1, 2, 3, 4, 5, 9};
+	uint8_t salt[CRYPTO_SALT_LEN];
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		salt_of(ids[i], salt);
+		assert_int_equal(crypto_ctx_add_layer(cc, ids[i], salt), 0);
+	}
+}
+
 static int setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 	assert_non_null(f);
 	assert_int_equal(crypto_key_generate(&f->key), 0);
 	assert_int_equal(crypto_ctx_new(f->key, &f->cc), 0);
+	add_layers(f->cc);
 	assert_int_equal(crypto_random(f->chain, sizeof(f->chain)), 0);
 	for (int p = 0; p < 2; p++)
 		for (int i = 0; i < PAGE; i++)
@@ -121,6 +140,7 @@ static void test_round_trip(void **state)
 	/* a second context on the same key (another thread) reads what the first wrote */
 	struct crypto_ctx *cc2;
 	assert_int_equal(crypto_ctx_new(f->key, &cc2), 0);
+	add_layers(cc2);
 	assert_int_equal(
 	    crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out, f->tag[0]), 0);
 	assert_memory_equal(f->out, f->plain[0], PAGE);
@@ -153,6 +173,7 @@ static void test_aad_binding(void **state)
 	struct crypto_ctx *cc2;
 	assert_int_equal(crypto_key_generate(&k2), 0);
 	assert_int_equal(crypto_ctx_new(k2, &cc2), 0);
+	add_layers(cc2); /* same salts, another data key: other subkeys */
 	assert_int_equal(
 	    crypto_open_page(cc2, f->chain, 3, 0, f->cipher[0], PAGE, f->out, f->tag[0]), -EBADMSG);
 	crypto_ctx_free(cc2);
@@ -241,6 +262,7 @@ static void test_key_import_and_lock(void **state)
 	assert_int_equal(crypto_key_import(crypto_key_bytes(f->key), &k2), 0);
 	assert_memory_equal(crypto_key_bytes(k2), crypto_key_bytes(f->key), CRYPTO_KEY_LEN);
 	assert_int_equal(crypto_ctx_new(k2, &cc2), 0);
+	add_layers(cc2);
 	assert_int_equal(
 	    crypto_open_page(cc2, f->chain, 3, 1, f->cipher[1], PAGE, f->out, f->tag[1]), 0);
 	assert_memory_equal(f->out, f->plain[1], PAGE);
@@ -257,6 +279,56 @@ static void test_key_import_and_lock(void **state)
 	crypto_ctx_free(NULL);
 }
 
+/*
+ * Issue 12 item 5: a layer id sealed twice under one data key (a rolled-back counter, two
+ * copies of a chain) still never repeats a (key, nonce) pair: each layer's random salt gives
+ * it its own subkey. Pages are never sealed under the data key or an unregistered layer.
+ */
+static void test_salt_separates_layers(void **state)
+{
+	struct fx *f = *state;
+	uint8_t sa[CRYPTO_SALT_LEN], sb[CRYPTO_SALT_LEN], zero[CRYPTO_SALT_LEN] = {0};
+	uint8_t ka[CRYPTO_KEY_LEN], kb[CRYPTO_KEY_LEN];
+	uint8_t ca[PAGE], cb[PAGE], ta[CRYPTO_TAG_LEN], tb[CRYPTO_TAG_LEN];
+	struct crypto_ctx *a, *b;
+	assert_int_equal(crypto_random(sa, sizeof(sa)), 0);
+	assert_int_equal(crypto_random(sb, sizeof(sb)), 0);
+	assert_int_equal(crypto_ctx_new(f->key, &a), 0);
+	assert_int_equal(crypto_ctx_new(f->key, &b), 0);
+	/* unregistered: refused, never sealed under the data key */
+	assert_int_equal(crypto_seal_page(a, f->chain, 7, 0, f->plain[0], PAGE, ca, ta), -ENOKEY);
+	assert_int_equal(crypto_ctx_add_layer(a, 7, zero), -EINVAL);
+	assert_int_equal(crypto_ctx_add_layer(a, 7, sa), 0);
+	assert_int_equal(crypto_ctx_add_layer(b, 7, sb), 0);
+	/* the same id, index and data under the same data key: different bytes and tags */
+	assert_int_equal(crypto_seal_page(a, f->chain, 7, 0, f->plain[0], PAGE, ca, ta), 0);
+	assert_int_equal(crypto_seal_page(b, f->chain, 7, 0, f->plain[0], PAGE, cb, tb), 0);
+	assert_memory_not_equal(ca, cb, PAGE);
+	assert_memory_not_equal(ta, tb, CRYPTO_TAG_LEN);
+	/* the keystreams differ: XOR of the two ciphertexts is not zero anywhere near all */
+	size_t same = 0;
+	for (size_t i = 0; i < PAGE; i++)
+		same += ca[i] == cb[i];
+	assert_true(same < PAGE / 64);
+	/* subkeys differ from each other and from the data key */
+	assert_int_equal(crypto_layer_key(f->key, 7, sa, ka), 0);
+	assert_int_equal(crypto_layer_key(f->key, 7, sb, kb), 0);
+	assert_memory_not_equal(ka, kb, CRYPTO_KEY_LEN);
+	assert_memory_not_equal(ka, crypto_key_bytes(f->key), CRYPTO_KEY_LEN);
+	/* each opens only under its own salt */
+	assert_int_equal(crypto_open_page(a, f->chain, 7, 0, cb, PAGE, f->out, tb), -EBADMSG);
+	assert_int_equal(crypto_open_page(b, f->chain, 7, 0, cb, PAGE, f->out, tb), 0);
+	assert_memory_equal(f->out, f->plain[0], PAGE);
+	/* a duplicate context carries the registered layers (the lazy restore thread) */
+	struct crypto_ctx *d;
+	assert_int_equal(crypto_ctx_dup(a, &d), 0);
+	assert_int_equal(crypto_open_page(d, f->chain, 7, 0, ca, PAGE, f->out, ta), 0);
+	assert_memory_equal(f->out, f->plain[0], PAGE);
+	crypto_ctx_free(d);
+	crypto_ctx_free(a);
+	crypto_ctx_free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -268,6 +340,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tamper, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_blob, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_key_import_and_lock, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_salt_separates_layers, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

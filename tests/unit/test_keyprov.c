@@ -408,9 +408,14 @@ static void test_keyfile_corrupt(void **state)
 	b[0] = 'X';
 	expect_bad(dir, kp, b, len, -EINVAL, "not a cove keys file (bad magic)");
 	memcpy(b, orig, len);
-	put_le32(b + 8, 2);
+	put_le32(b + 8, 3);
 	fix_crc(b, len);
-	expect_bad(dir, kp, b, len, -EINVAL, "unsupported version 2 (this cove reads 1)");
+	expect_bad(dir, kp, b, len, -EINVAL, "unsupported version 3 (this cove reads 2)");
+	memcpy(b, orig, len);
+	put_le32(b + 8, 1);
+	fix_crc(b, len);
+	expect_bad(dir, kp, b, len, -EINVAL,
+		   "keys file version 1 is from a cove without per-layer salts");
 	memcpy(b, orig, len);
 	put_le32(b + 32, KEYPROV_CONFIG_MAX + 1);
 	expect_bad(dir, kp, b, len, -EINVAL, "provider config length 4097 (1..4096)");
@@ -513,13 +518,25 @@ static void test_layer_ids(void **state)
 	struct env *e = E(state);
 	char dir[128], path[160], err[512];
 	uint64_t id;
+	uint8_t cid[16];
+	struct snap_key *k;
 	new_chain(e, dir, sizeof(dir));
-	for (uint64_t want = 0; want < 5; want++) {
+	/* no keys file, no counter: refused, never "start again at 0" */
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -ESTALE);
+	assert_non_null(strstr(err, "layer-seq is missing"));
+	struct keyprov *kp = prov(KEYPROV_CMD, "f() { cat; }; f");
+	assert_int_equal(keyfile_create(dir, kp, &k, cid, err, sizeof(err)), 0);
+	crypto_key_free(k);
+	keyprov_free(kp);
+	for (uint64_t want = 1; want < 5; want++) {
 		assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
 		assert_int_equal(id, want);
 	}
 	snprintf(path, sizeof(path), "%s/layer-seq", dir);
-	uint8_t b[12];
+	uint8_t b[12], saved[12];
+	size_t len;
+	read_all(path, saved, sizeof(saved), &len);
+	assert_int_equal(len, 12);
 	put_le64(b, CRYPTO_LAYER_MAX);
 	put_le32(b + 8, overlay_crc32(0, b, 8));
 	write_all(path, b, sizeof(b));
@@ -530,6 +547,62 @@ static void test_layer_ids(void **state)
 	write_all(path, b, sizeof(b));
 	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "corrupt layer id counter"));
+	write_all(path, saved, sizeof(saved)); /* next = 5 */
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
+	assert_int_equal(id, 5);
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
+	assert_int_equal(id, 6);
+}
+
+/*
+ * Issue 12 item 5: a counter rolled back below a layer the chain holds, or deleted, is refused
+ * (ids, and with them nonces, would repeat), and the counter is not moved by the refusal.
+ */
+static void test_layer_ids_rollback(void **state)
+{
+	struct env *e = E(state);
+	char dir[160], path[200], err[512];
+	uint64_t id;
+	uint8_t cid[16], saved[12], now[12];
+	size_t len;
+	struct snap_key *k;
+	new_chain(e, dir, sizeof(dir));
+	struct keyprov *kp = prov(KEYPROV_CMD, "f() { cat; }; f");
+	assert_int_equal(keyfile_create(dir, kp, &k, cid, err, sizeof(err)), 0);
+	crypto_key_free(k);
+	keyprov_free(kp);
+	snprintf(path, sizeof(path), "%s/layer-seq", dir);
+	read_all(path, saved, sizeof(saved), &len); /* next = 1 */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
+	assert_int_equal(id, 3);
+	static const char *const names[] = {"mem-000003", "state-000003", ".mem-000003.tmp",
+					    "disk0-000003.ovl", "disk1-000003.ovl.map"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char f[260];
+		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
+		write_all(f, "x", 1);
+		write_all(path, saved, sizeof(saved)); /* rolled back to next = 1 */
+		assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -ESTALE);
+		if (!strstr(err, "is not above layer 3"))
+			fail_msg("%s: %s", names[i], err);
+		read_all(path, now, sizeof(now), &len);
+		assert_memory_equal(now, saved, sizeof(saved));
+		unlink(f);
+	}
+	/* names that carry no layer id of this chain are ignored */
+	uint64_t x;
+	assert_int_equal(keyfile_name_layer_id("disk0-r000009-123.ovl", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("mem-", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("mem-12x", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("chain.json", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("state-000042", &x), 1);
+	assert_int_equal(x, 42);
+	/* deleted counter: refused with one line */
+	unlink(path);
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -ESTALE);
+	assert_non_null(strstr(err, "layer-seq is missing"));
+	assert_int_equal(access(path, F_OK), -1);
 }
 
 /* Seal one page with the chain's key into DIR/layer-0; returns its bytes for comparison. */
@@ -541,8 +614,10 @@ static void seal_data_file(const char *dir, const struct snap_key *k, const uint
 	char path[160];
 	for (int i = 0; i < PAGE; i++)
 		plain[i] = (uint8_t)(i ^ 0x5a);
+	static const uint8_t salt[CRYPTO_SALT_LEN] = {1, 2, 3};
 	assert_int_equal(crypto_ctx_new(k, &cc), 0);
-	assert_int_equal(crypto_seal_page(cc, id, 0, 7, plain, PAGE, file, file + PAGE), 0);
+	assert_int_equal(crypto_ctx_add_layer(cc, 1, salt), 0);
+	assert_int_equal(crypto_seal_page(cc, id, 1, 7, plain, PAGE, file, file + PAGE), 0);
 	crypto_ctx_free(cc);
 	snprintf(path, sizeof(path), "%s/layer-0", dir);
 	write_all(path, file, PAGE + 16);
@@ -565,8 +640,10 @@ static void check_chain(const char *dir, struct keyprov *kp, const uint8_t *file
 	read_all(path, now, sizeof(now), &len);
 	assert_int_equal(len, PAGE + 16);
 	assert_memory_equal(now, file, PAGE + 16);
+	static const uint8_t salt[CRYPTO_SALT_LEN] = {1, 2, 3};
 	assert_int_equal(crypto_ctx_new(k, &cc), 0);
-	assert_int_equal(crypto_open_page(cc, id, 0, 7, now, PAGE, out, now + PAGE), 0);
+	assert_int_equal(crypto_ctx_add_layer(cc, 1, salt), 0);
+	assert_int_equal(crypto_open_page(cc, id, 1, 7, now, PAGE, out, now + PAGE), 0);
 	assert_int_equal(out[3], 3 ^ 0x5a);
 	crypto_ctx_free(cc);
 	crypto_key_free(k);
@@ -826,6 +903,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_keyfile_corrupt),
 	    cmocka_unit_test(test_keyfile_provider_from_host),
 	    cmocka_unit_test(test_layer_ids),
+	    cmocka_unit_test(test_layer_ids_rollback),
 	    cmocka_unit_test(test_rekey_cmd),
 	};
 	const struct CMUnitTest p11_tests[] = {
