@@ -206,12 +206,14 @@ int crypto_ctx_add_layer(struct crypto_ctx *cc, uint64_t layer_id,
 	/* An all-zero salt is what a layer written before salts existed holds: never accept it. */
 	if (!memcmp(salt, zero, CRYPTO_SALT_LEN))
 		return -EINVAL;
-	struct layer_ctx *e = NULL;
+	/* Known (id, salt): it becomes the one pages of this id use. */
 	for (size_t i = 0; i < cc->nr_layers; i++)
-		if (cc->layers[i].layer_id == layer_id)
-			e = &cc->layers[i];
-	if (e && !memcmp(e->salt, salt, CRYPTO_SALT_LEN))
-		return 0;
+		if (cc->layers[i].layer_id == layer_id &&
+		    !memcmp(cc->layers[i].salt, salt, CRYPTO_SALT_LEN)) {
+			cc->last = i;
+			return 0;
+		}
+	struct layer_ctx *e = NULL;
 	uint8_t sub[CRYPTO_KEY_LEN];
 	EVP_CIPHER_CTX *enc, *dec;
 	int r = crypto_layer_key(cc->dk, layer_id, salt, sub);
@@ -220,14 +222,14 @@ int crypto_ctx_add_layer(struct crypto_ctx *cc, uint64_t layer_id,
 	OPENSSL_cleanse(sub, sizeof(sub));
 	if (r)
 		return r;
-	if (!e && cc->nr_layers == CTX_LAYERS_MAX) {
+	if (cc->nr_layers == CTX_LAYERS_MAX) {
 		/* Forget the oldest: a writer never seals under an old layer id again. */
 		EVP_CIPHER_CTX_free(cc->layers[0].enc);
 		EVP_CIPHER_CTX_free(cc->layers[0].dec);
 		memmove(cc->layers, cc->layers + 1, (cc->nr_layers - 1) * sizeof(*cc->layers));
 		cc->nr_layers--;
 	}
-	if (!e && cc->nr_layers == cc->cap_layers) {
+	if (cc->nr_layers == cc->cap_layers) {
 		size_t cap = cc->cap_layers ? cc->cap_layers * 2 : 16;
 		struct layer_ctx *n = realloc(cc->layers, cap * sizeof(*n));
 		if (!n) {
@@ -238,12 +240,7 @@ int crypto_ctx_add_layer(struct crypto_ctx *cc, uint64_t layer_id,
 		cc->layers = n;
 		cc->cap_layers = cap;
 	}
-	if (e) {
-		EVP_CIPHER_CTX_free(e->enc);
-		EVP_CIPHER_CTX_free(e->dec);
-	} else {
-		e = &cc->layers[cc->nr_layers++];
-	}
+	e = &cc->layers[cc->nr_layers++];
 	e->layer_id = layer_id;
 	memcpy(e->salt, salt, CRYPTO_SALT_LEN);
 	e->enc = enc;

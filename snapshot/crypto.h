@@ -62,8 +62,9 @@ void crypto_ctx_free(struct crypto_ctx *cc);
 
 /*
  * Registers a layer: derives its subkey from the data key and its salt (never all zeros:
- * -EINVAL) and keys a context pair for it. Registering an id again with another salt replaces
- * it. A context remembers up to 1024 layers, forgetting the oldest. 0, -ERANGE, -EINVAL, -EIO.
+ * -EINVAL) and keys a context pair for it. Pages of layer_id then use the (id, salt) registered
+ * or re-registered last (two disk layers may share an id, never a salt). A context remembers up
+ * to 1024 layers, forgetting the oldest. 0, -ERANGE, -EINVAL, -EIO, -ENOMEM.
  */
 int crypto_ctx_add_layer(struct crypto_ctx *cc, uint64_t layer_id,
 			 const uint8_t salt[CRYPTO_SALT_LEN]);

@@ -5,8 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include "crypto.h"
 #include "mem_layer.h"
+#include "overlay.h"
 
 struct keyprov;
 
@@ -52,5 +55,21 @@ int snap_crypt_seal_state(struct snap_crypt *sc, uint64_t layer_id, const uint8_
 int snap_crypt_open_state(struct snap_crypt *sc, uint64_t layer_id, const uint8_t *in, size_t len,
 			  uint8_t **out, size_t *out_len, char *err, size_t errlen);
 int snap_state_is_encrypted(const uint8_t *buf, size_t len);
+
+/*
+ * The sealer of one chain's disk overlay layers (devices/overlay.h): chunks sealed like pages
+ * (subkey from the layer's salt, nonce from layer id and chunk index), maps authenticated by a
+ * sealed SHA-256 of their header and bitmap ("cove-overlay-map" blob). It holds its own
+ * context (a copy of the data key) behind a mutex, so vCPU threads may use it while the
+ * snapshot writer uses the chain's context.
+ */
+struct snap_sealer {
+	struct overlay_sealer ops;
+	struct crypto_ctx *cc;
+	uint8_t chain_id[CRYPTO_CHAIN_ID_LEN];
+	pthread_mutex_t lock;
+};
+int snap_sealer_new(const struct snap_crypt *sc, struct snap_sealer **out);
+void snap_sealer_free(struct snap_sealer *s);
 
 #endif

@@ -19,8 +19,10 @@
 #include "layer_restore.h"
 #include "machine_config.h"
 #include "options.h"
+#include "overlay.h"
 #include "sandbox.h"
 #include "state_file.h"
+#include "virtio_blk.h"
 
 static const char restore_usage[] =
 	"usage: cove restore DIR [options]\n"
@@ -38,9 +40,10 @@ static const char restore_usage[] =
 	"  --key SPEC          key provider of an encrypted chain (required for one: it must be\n"
 	"                      the provider DIR/keys records; PKCS#11 PINs come from\n"
 	"                      COVE_PKCS11_PIN or pin-file=)\n"
-	"  --verify            encrypted chain: authenticate every stored page before the guest\n"
-	"                      runs (otherwise each page is checked when first touched, and a bad\n"
-	"                      one stops the VM)\n"
+	"  --verify            encrypted chain: authenticate every stored page and sealed disk\n"
+	"                      chunk before the guest runs (otherwise each page is checked when\n"
+	"                      first touched, and a bad one stops the VM; a bad disk chunk is an\n"
+	"                      I/O error to the guest)\n"
 	"  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
 	"\n"
@@ -299,6 +302,44 @@ static void plan_free(struct plan *p)
 	free(p->state);
 }
 
+/*
+ * Frozen disk layers of an encrypted chain are sealed: authenticate every map (and with
+ * --verify every chunk) before the guest runs; a layer in clear there, or a sealed one in a
+ * plain chain, is refused. One line in err.
+ */
+static int check_disk_layers(struct sandbox *sb, struct plan *p, const struct restore_opts *o,
+			     char *err, size_t errlen)
+{
+	for (int i = 0; i < sb->board.nr_disks; i++) {
+		struct overlay *ov = sb->board.disks[i] ? sb->board.disks[i]->ov : NULL;
+		int sealed, plain;
+		if (!ov)
+			continue;
+		overlay_count_sealed(ov, &sealed, &plain);
+		if (p->encrypted && plain)
+			return errmsg(
+			    err, errlen, -EBADMSG,
+			    "disk %d: %d frozen overlay layer(s) in clear in an encrypted "
+			    "chain (altered, or not this chain's)",
+			    i, plain);
+		if (!p->encrypted && sealed)
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "disk %d: sealed overlay layers in a chain that is not encrypted", i);
+		if (!sealed)
+			continue;
+		const struct overlay_sealer *s = sandbox_sealer(sb, &p->crypt);
+		if (!s)
+			return errmsg(err, errlen, -ENOMEM, "cannot set up sealing of disk layers");
+		int r = overlay_attach_sealer(ov, s, err, errlen);
+		if (!r && o->verify)
+			r = overlay_verify_sealed(ov, err, errlen);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct restore_opts *o,
 			     struct lazy_mem *lm)
 {
@@ -365,6 +406,10 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 			return 1;
 		}
 	}
+	if (check_disk_layers(sb, p, o, err, sizeof(err))) {
+		log_err(&sb->log, "%s", err);
+		return 1;
+	}
 	if (kvm_state_restore(&sb->vm, p->secs, p->nsecs, err, sizeof(err)) ||
 	    board_restore(&sb->board, p->secs, p->nsecs, err, sizeof(err))) {
 		log_err(&sb->log, "%s", err);
@@ -372,7 +417,7 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 	}
 	board_resume_restored(&sb->board, &sb->log);
 	if (sdir) {
-		/* Encrypted: the host's --key (plan_load required it), for this chain or a clone's. */
+		/* Encrypted: the host's --key (plan_load required it), for this or a new chain. */
 		if (p->encrypted)
 			sb->snap_key = o->key;
 		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))

@@ -136,17 +136,40 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	return sb->config_json ? 0 : -ENOMEM;
 }
 
+const struct overlay_sealer *sandbox_sealer(struct sandbox *sb, const struct snap_crypt *sc)
+{
+	for (int i = 0; i < sb->nr_sealers; i++)
+		if (!memcmp(sb->sealers[i]->chain_id, sc->chain_id, sizeof(sc->chain_id)))
+			return &sb->sealers[i]->ops;
+	if (sb->nr_sealers == SANDBOX_MAX_SEALERS ||
+	    snap_sealer_new(sc, &sb->sealers[sb->nr_sealers]))
+		return NULL;
+	return &sb->sealers[sb->nr_sealers++]->ops;
+}
+
 /*
  * In the snapshot's pause: each overlay disk whose top holds data freezes it and goes on in a
  * new top in the snapshot directory, so the saved disk (base + frozen layers) is exactly the
- * disk the saved memory knows.
+ * disk the saved memory knows. In an encrypted chain the frozen layer is sealed as it freezes
+ * (snapshot/CRYPTO.md): only the live top is ever in clear.
  */
 static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json, char *err,
 			    size_t errlen)
 {
 	struct sandbox *sb = opaque;
 	struct machine_config *mc = &sb->mc;
+	const struct overlay_sealer *sealer = NULL;
+	if (sb->snap.encrypted) {
+		sealer = sandbox_sealer(sb, &sb->snap.crypt);
+		if (!sealer)
+			return errmsg(err, errlen, -ENOMEM, "cannot set up sealing of disk layers");
+	}
 	for (int i = 0; i < sb->board.nr_disks; i++) {
+		struct overlay *sov = sb->board.disks[i] ? sb->board.disks[i]->ov : NULL;
+		if (sov) {
+			sov->sealer = sealer;
+			sov->seal_layer_id = layer_id;
+		}
 		if (!mc->disks[i].overlay[0])
 			continue;
 		struct disk_chain *ch = &mc->chains[i];
@@ -196,7 +219,8 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 		return r;
 	}
 	if (sb->snap_key) {
-		/* The provider comes from the host (command line), never from the chain's keys file. */
+		/* The provider comes from the host (command line), never from the chain's keys
+		 * file. */
 		struct keyprov *prov = NULL;
 		r = keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err));
 		if (!r)
@@ -535,6 +559,10 @@ void sandbox_destroy(struct sandbox *sb)
 		board_destroy(&sb->board);
 	if (sb->vm_created)
 		vm_destroy(&sb->vm);
+	/* After the disks: their frozen layers read through these. */
+	for (int i = 0; i < sb->nr_sealers; i++)
+		snap_sealer_free(sb->sealers[i]);
+	sb->nr_sealers = 0;
 	free(sb->config_json);
 	if (sb->timer_fd >= 0)
 		close(sb->timer_fd);

@@ -28,6 +28,13 @@ struct sandbox {
 	int snap_keep;
 	/* Key provider spec for encrypted snapshots (from the command line), or NULL. */
 	const char *snap_key;
+	/*
+	 * Sealers of disk overlay layers, one per encrypted chain this process froze or restored
+	 * layers of (a clone reads its parent's chain and seals into its own); freed last.
+	 */
+#define SANDBOX_MAX_SEALERS 8
+	struct snap_sealer *sealers[SANDBOX_MAX_SEALERS];
+	int nr_sealers;
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;
@@ -51,6 +58,11 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
  * Snapshots are encrypted when sb->snap_key (the host's provider spec) is set.
  */
 int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep);
+/*
+ * The sealer for disk overlay layers of the chain `sc` has open (created on first use, kept
+ * until sandbox_destroy). NULL when none can be made (too many chains, no memory).
+ */
+const struct overlay_sealer *sandbox_sealer(struct sandbox *sb, const struct snap_crypt *sc);
 /* Serves until the VM stops; returns the process exit status. */
 int sandbox_serve(struct sandbox *sb, const char *api_sock);
 void sandbox_destroy(struct sandbox *sb);
