@@ -105,6 +105,7 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	if (sealed) {
 		out->layer_id = get_le64(buf + 48);
 		out->salt = buf + 56;
+		out->chain_id = buf + 72;
 		out->mac = buf + OVERLAY_MAP_MAC_OFF;
 	}
 	return 0;
@@ -272,8 +273,8 @@ static int open_sealed_chunk(struct overlay *ov, const struct overlay_layer *l, 
 		r = full_pio(l->data_fd, false, tag, sizeof(tag),
 			     ov->disk_size + chunk * OVERLAY_TAG_LEN);
 	if (!r)
-		r = l->sealer->open(l->sealer->opaque, l->layer_id, l->salt, chunk, buf, clen, buf,
-				    tag);
+		r = l->sealer->open(l->sealer->opaque, l->chain_id, l->layer_id, l->salt, chunk,
+				    buf, clen, buf, tag);
 	if (r)
 		memset(buf, 0, clen);
 	return r;
@@ -667,6 +668,7 @@ static int sealed_layer_info(struct overlay *ov, struct overlay_layer *l,
 	l->sealed = true;
 	l->layer_id = info->layer_id;
 	memcpy(l->salt, info->salt, OVERLAY_SALT_LEN);
+	memcpy(l->chain_id, info->chain_id, OVERLAY_CHAIN_ID_LEN);
 	memcpy(l->hdr, mbuf, OVERLAY_MAP_MAC_OFF);
 	memcpy(l->mac, info->mac, OVERLAY_MAC_LEN);
 	struct stat st;
@@ -812,8 +814,9 @@ static int seal_top(struct overlay *ov, const char *tmp, const uint8_t salt[OVER
 		uint8_t tag[OVERLAY_TAG_LEN];
 		r = full_pio(ov->data_fd, false, ov->chunk_buf, clen, c * ov->chunk_size);
 		if (!r)
-			r = ov->sealer->seal(ov->sealer->opaque, ov->seal_layer_id, salt, c,
-					     ov->chunk_buf, clen, ov->chunk_buf, tag);
+			r = ov->sealer->seal(ov->sealer->opaque, ov->sealer->chain_id,
+					     ov->seal_layer_id, salt, c, ov->chunk_buf, clen,
+					     ov->chunk_buf, tag);
 		if (!r)
 			r = full_pio(fd, true, ov->chunk_buf, clen, c * ov->chunk_size);
 		if (!r)
@@ -849,10 +852,11 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 	put_le32(buf + 44, ov->parent_crc);
 	put_le64(buf + 48, ov->seal_layer_id);
 	memcpy(buf + 56, salt, OVERLAY_SALT_LEN);
+	memcpy(buf + 72, ov->sealer->chain_id, OVERLAY_CHAIN_ID_LEN);
 	memcpy(buf + OVERLAY_MAP_HDR_SEALED, ov->bitmap, ov->bitmap_bytes);
-	int r = ov->sealer->seal_map(ov->sealer->opaque, buf, OVERLAY_MAP_MAC_OFF,
-				     buf + OVERLAY_MAP_HDR_SEALED, ov->bitmap_bytes,
-				     buf + OVERLAY_MAP_MAC_OFF);
+	int r = ov->sealer->seal_map(ov->sealer->opaque, ov->sealer->chain_id, buf,
+				     OVERLAY_MAP_MAC_OFF, buf + OVERLAY_MAP_HDR_SEALED,
+				     ov->bitmap_bytes, buf + OVERLAY_MAP_MAC_OFF);
 	if (r) {
 		free(buf);
 		return r;
@@ -1004,8 +1008,11 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 				   .layer_id = sealed ? ov->seal_layer_id : 0,
 				   .sealer = ov->sealer,
 				   .map_path = t.map_path};
-	if (sealed)
+	if (sealed) {
 		memcpy(ov->layers[ov->nr_layers - 1].salt, salt, sizeof(salt));
+		memcpy(ov->layers[ov->nr_layers - 1].chain_id, ov->sealer->chain_id,
+		       OVERLAY_CHAIN_ID_LEN);
+	}
 	goto out;
 fail_sealed:
 	if (sealed_fd >= 0) {
@@ -1027,8 +1034,8 @@ int overlay_attach_sealer(struct overlay *ov, const struct overlay_sealer *s, ch
 		struct overlay_layer *l = &ov->layers[i];
 		if (!l->sealed || l->sealer)
 			continue;
-		int r = s->check_map(s->opaque, l->hdr, sizeof(l->hdr), l->bitmap, ov->bitmap_bytes,
-				     l->mac);
+		int r = s->check_map(s->opaque, l->chain_id, l->hdr, sizeof(l->hdr), l->bitmap,
+				     ov->bitmap_bytes, l->mac);
 		if (r)
 			return errmsg(err, errlen, -EBADMSG,
 				      "overlay map %s failed authentication (altered, or not this "

@@ -17,8 +17,9 @@
 /* flags: a frozen layer of an encrypted chain: chunks sealed, map authenticated (version 3) */
 #define OVERLAY_MAP_SEALED	   2u
 #define OVERLAY_MAP_VERSION_SEALED 3
-#define OVERLAY_MAP_HDR_SEALED	   136 /* version 3 */
-#define OVERLAY_MAP_MAC_OFF	   72 /* version 3: the map's sealed digest, OVERLAY_MAC_LEN bytes */
+#define OVERLAY_MAP_HDR_SEALED	   152 /* version 3 */
+#define OVERLAY_MAP_MAC_OFF	   88 /* version 3: the map's sealed digest, OVERLAY_MAC_LEN bytes */
+#define OVERLAY_CHAIN_ID_LEN	   16
 #define OVERLAY_MAC_LEN		   60
 #define OVERLAY_SALT_LEN	   16
 #define OVERLAY_TAG_LEN		   16
@@ -42,28 +43,34 @@ struct overlay_map_info {
 	size_t bitmap_bytes;
 	/* Sealed (version 3) only. */
 	uint64_t layer_id;
-	const uint8_t *salt; /* OVERLAY_SALT_LEN bytes in the buffer */
-	const uint8_t *mac;  /* OVERLAY_MAC_LEN bytes in the buffer */
+	const uint8_t *salt;	 /* OVERLAY_SALT_LEN bytes in the buffer */
+	const uint8_t *chain_id; /* the chain that sealed it, OVERLAY_CHAIN_ID_LEN bytes */
+	const uint8_t *mac;	 /* OVERLAY_MAC_LEN bytes in the buffer */
 };
 
 /*
  * Sealing of frozen layers in an encrypted snapshot chain (devices/OVERLAY.md, snapshot/
  * CRYPTO.md), given by the snapshot code so this layer needs no key: each chunk is sealed
- * under (layer id, salt, chunk index) with a 16-byte tag; a map is authenticated by a sealed
- * digest of its bytes [0, OVERLAY_MAP_MAC_OFF) and its bitmap. The functions may be called from
- * any thread (the implementation locks). 0, -EBADMSG (not authentic), -errno.
+ * under (chain id, layer id, salt, chunk index) with a 16-byte tag; a map is authenticated by a
+ * sealed digest of its bytes [0, OVERLAY_MAP_MAC_OFF) and its bitmap. `chain_id` is the chain
+ * this sealer seals into; a layer sealed by another chain of the same data key (the chain a
+ * sandbox was restored from) is opened with the chain id its map records. The functions may
+ * be called from any thread (the implementation locks). 0, -EBADMSG (not authentic), -errno.
  */
 struct overlay_sealer {
 	void *opaque;
-	int (*seal)(void *opaque, uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN],
-		    uint64_t chunk, const void *in, size_t len, void *out,
-		    uint8_t tag[OVERLAY_TAG_LEN]);
-	int (*open)(void *opaque, uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN],
-		    uint64_t chunk, const void *in, size_t len, void *out,
-		    const uint8_t tag[OVERLAY_TAG_LEN]);
-	int (*seal_map)(void *opaque, const uint8_t *hdr, size_t hdr_len, const uint8_t *bitmap,
+	uint8_t chain_id[OVERLAY_CHAIN_ID_LEN];
+	int (*seal)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN], uint64_t layer_id,
+		    const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk, const void *in,
+		    size_t len, void *out, uint8_t tag[OVERLAY_TAG_LEN]);
+	int (*open)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN], uint64_t layer_id,
+		    const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk, const void *in,
+		    size_t len, void *out, const uint8_t tag[OVERLAY_TAG_LEN]);
+	int (*seal_map)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			const uint8_t *hdr, size_t hdr_len, const uint8_t *bitmap,
 			size_t bitmap_len, uint8_t mac[OVERLAY_MAC_LEN]);
-	int (*check_map)(void *opaque, const uint8_t *hdr, size_t hdr_len, const uint8_t *bitmap,
+	int (*check_map)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			 const uint8_t *hdr, size_t hdr_len, const uint8_t *bitmap,
 			 size_t bitmap_len, const uint8_t mac[OVERLAY_MAC_LEN]);
 };
 
@@ -79,6 +86,7 @@ struct overlay_layer {
 	bool sealed;
 	uint64_t layer_id;
 	uint8_t salt[OVERLAY_SALT_LEN];
+	uint8_t chain_id[OVERLAY_CHAIN_ID_LEN];
 	uint8_t hdr[OVERLAY_MAP_MAC_OFF];
 	uint8_t mac[OVERLAY_MAC_LEN];
 	const struct overlay_sealer *sealer; /* NULL: not authenticated yet */

@@ -244,6 +244,13 @@ static int seq_init(const char *dir, char *err, size_t errlen);
 int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_out,
 		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen)
 {
+	return keyfile_create_with_key(dir, prov, NULL, key_out, chain_id, err, errlen);
+}
+
+int keyfile_create_with_key(const char *dir, struct keyprov *prov, const struct snap_key *key_in,
+			    struct snap_key **key_out, uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
+			    char *err, size_t errlen)
+{
 	struct keys *k = calloc(1, sizeof(*k));
 	struct snap_key *key = NULL;
 	char path[PATH_MAX_LEN];
@@ -254,7 +261,7 @@ int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_
 		r = errmsg(err, errlen, -EEXIST, "%s already exists", path);
 		goto out;
 	}
-	r = crypto_key_generate(&key);
+	r = key_in ? crypto_key_import(crypto_key_bytes(key_in), &key) : crypto_key_generate(&key);
 	if (r) {
 		r = errmsg(err, errlen, r, "cannot generate a data key: %s", strerror(-r));
 		goto out;

@@ -31,6 +31,14 @@
  */
 int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_out,
 		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen);
+/*
+ * The same with a given data key (NULL: a new one): a chain started by a restored sandbox
+ * keeps the data key of the chain it came from, whose disk layers it still reads (its own
+ * chain id and counter; per-layer salts keep every nonce unique, snapshot/CRYPTO.md).
+ */
+int keyfile_create_with_key(const char *dir, struct keyprov *prov, const struct snap_key *key_in,
+			    struct snap_key **key_out, uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
+			    char *err, size_t errlen);
 
 /*
  * Read DIR/keys and unwrap its data key with prov, the host's provider (required: a provider

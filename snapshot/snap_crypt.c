@@ -15,8 +15,8 @@
 #include "keyfile.h"
 #include "layer_restore.h"
 
-int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
-		    char *err, size_t errlen)
+int snap_crypt_open_key(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
+			const struct snap_key *inherit, char *err, size_t errlen)
 {
 	memset(sc, 0, sizeof(*sc));
 	if (!prov)
@@ -29,9 +29,21 @@ int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov
 	if (stat(path, &st) < 0 && errno == ENOENT) {
 		if (!create)
 			return errmsg(err, errlen, -ENOENT, "%s has no keys file", dir);
-		r = keyfile_create(dir, prov, &sc->key, sc->chain_id, err, errlen);
+		r = keyfile_create_with_key(dir, prov, inherit, &sc->key, sc->chain_id, err,
+					    errlen);
 	} else {
 		r = keyfile_open(dir, prov, &sc->key, sc->chain_id, err, errlen);
+		/* Its disk layers would be sealed under another key than the ones it shares. */
+		if (!r && inherit &&
+		    CRYPTO_memcmp(crypto_key_bytes(inherit), crypto_key_bytes(sc->key),
+				  CRYPTO_KEY_LEN)) {
+			snap_crypt_close(sc);
+			return errmsg(
+			    err, errlen, -EEXIST,
+			    "%s holds another encrypted chain (another data key): use a new "
+			    "directory",
+			    dir);
+		}
 	}
 	if (r)
 		return r;
@@ -41,6 +53,12 @@ int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
 	}
 	return 0;
+}
+
+int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
+		    char *err, size_t errlen)
+{
+	return snap_crypt_open_key(sc, dir, prov, create, NULL, err, errlen);
 }
 
 void snap_crypt_close(struct snap_crypt *sc)
@@ -159,28 +177,28 @@ int snap_crypt_open_state(struct snap_crypt *sc, uint64_t layer_id, const uint8_
 	return 0;
 }
 
-static int sealer_seal(void *opaque, uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN],
-		       uint64_t chunk, const void *in, size_t len, void *out,
-		       uint8_t tag[OVERLAY_TAG_LEN])
+static int sealer_seal(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+		       uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk,
+		       const void *in, size_t len, void *out, uint8_t tag[OVERLAY_TAG_LEN])
 {
 	struct snap_sealer *s = opaque;
 	pthread_mutex_lock(&s->lock);
 	int r = crypto_ctx_add_layer(s->cc, layer_id, salt);
 	if (!r)
-		r = crypto_seal_page(s->cc, s->chain_id, layer_id, chunk, in, len, out, tag);
+		r = crypto_seal_page(s->cc, chain_id, layer_id, chunk, in, len, out, tag);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
-static int sealer_open(void *opaque, uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN],
-		       uint64_t chunk, const void *in, size_t len, void *out,
-		       const uint8_t tag[OVERLAY_TAG_LEN])
+static int sealer_open(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+		       uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk,
+		       const void *in, size_t len, void *out, const uint8_t tag[OVERLAY_TAG_LEN])
 {
 	struct snap_sealer *s = opaque;
 	pthread_mutex_lock(&s->lock);
 	int r = crypto_ctx_add_layer(s->cc, layer_id, salt);
 	if (!r)
-		r = crypto_open_page(s->cc, s->chain_id, layer_id, chunk, in, len, out, tag);
+		r = crypto_open_page(s->cc, chain_id, layer_id, chunk, in, len, out, tag);
 	pthread_mutex_unlock(&s->lock);
 	return r == -EINVAL || r == -ERANGE ? -EBADMSG : r;
 }
@@ -197,28 +215,30 @@ static int map_digest(const uint8_t *hdr, size_t hdr_len, const uint8_t *bm, siz
 	return ok && n == 32 ? 0 : -EIO;
 }
 
-static int sealer_seal_map(void *opaque, const uint8_t *hdr, size_t hdr_len, const uint8_t *bm,
-			   size_t bm_len, uint8_t mac[OVERLAY_MAC_LEN])
+static int sealer_seal_map(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			   const uint8_t *hdr, size_t hdr_len, const uint8_t *bm, size_t bm_len,
+			   uint8_t mac[OVERLAY_MAC_LEN])
 {
 	struct snap_sealer *s = opaque;
 	uint8_t d[32];
 	int r = map_digest(hdr, hdr_len, bm, bm_len, d);
 	pthread_mutex_lock(&s->lock);
 	if (!r)
-		r = crypto_seal_blob(s->cc, s->chain_id, "cove-overlay-map", d, sizeof(d), mac);
+		r = crypto_seal_blob(s->cc, chain_id, "cove-overlay-map", d, sizeof(d), mac);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
-static int sealer_check_map(void *opaque, const uint8_t *hdr, size_t hdr_len, const uint8_t *bm,
-			    size_t bm_len, const uint8_t mac[OVERLAY_MAC_LEN])
+static int sealer_check_map(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			    const uint8_t *hdr, size_t hdr_len, const uint8_t *bm, size_t bm_len,
+			    const uint8_t mac[OVERLAY_MAC_LEN])
 {
 	struct snap_sealer *s = opaque;
 	uint8_t want[32], got[32];
 	if (map_digest(hdr, hdr_len, bm, bm_len, want))
 		return -EIO;
 	pthread_mutex_lock(&s->lock);
-	int r = crypto_open_blob(s->cc, s->chain_id, "cove-overlay-map", mac, OVERLAY_MAC_LEN, got);
+	int r = crypto_open_blob(s->cc, chain_id, "cove-overlay-map", mac, OVERLAY_MAC_LEN, got);
 	pthread_mutex_unlock(&s->lock);
 	if (r || CRYPTO_memcmp(want, got, 32))
 		return -EBADMSG;
@@ -228,7 +248,8 @@ static int sealer_check_map(void *opaque, const uint8_t *hdr, size_t hdr_len, co
 int snap_sealer_new(const struct snap_crypt *sc, struct snap_sealer **out)
 {
 	_Static_assert(CRYPTO_BLOB_OVERHEAD + 32 == OVERLAY_MAC_LEN, "map MAC is a sealed digest");
-	_Static_assert(CRYPTO_SALT_LEN == OVERLAY_SALT_LEN && CRYPTO_TAG_LEN == OVERLAY_TAG_LEN,
+	_Static_assert(CRYPTO_SALT_LEN == OVERLAY_SALT_LEN && CRYPTO_TAG_LEN == OVERLAY_TAG_LEN &&
+			   CRYPTO_CHAIN_ID_LEN == OVERLAY_CHAIN_ID_LEN,
 		       "overlay sealing sizes");
 	struct snap_sealer *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -245,6 +266,7 @@ int snap_sealer_new(const struct snap_crypt *sc, struct snap_sealer **out)
 					 .open = sealer_open,
 					 .seal_map = sealer_seal_map,
 					 .check_map = sealer_check_map};
+	memcpy(s->ops.chain_id, sc->chain_id, sizeof(s->ops.chain_id));
 	*out = s;
 	return 0;
 }

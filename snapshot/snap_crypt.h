@@ -28,6 +28,12 @@ struct snap_crypt {
  */
 int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
 		    char *err, size_t errlen);
+/*
+ * The same; a chain it creates gets `inherit` as its data key (NULL: a new one), and an existing
+ * one must hold that key (-EEXIST otherwise): see keyfile_create_with_key.
+ */
+int snap_crypt_open_key(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
+			const struct snap_key *inherit, char *err, size_t errlen);
 void snap_crypt_close(struct snap_crypt *sc);
 
 /* Seals the SHA-256 of header bytes [0, MEM_LAYER_META_OFF) and both bitmaps into li->meta. */

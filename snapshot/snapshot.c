@@ -512,7 +512,8 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		 * even if a write died half way, so ids come from the keys file's durable counter.
 		 */
 		if (!s->crypt.key) {
-			r = snap_crypt_open(&s->crypt, s->dir, s->prov, 1, err, errlen);
+			r = snap_crypt_open_key(&s->crypt, s->dir, s->prov, 1, s->inherit_key, err,
+						errlen);
 			if (r)
 				goto resume;
 		}

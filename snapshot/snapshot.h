@@ -34,6 +34,8 @@ struct snap_ctx {
 	bool encrypted;
 	struct keyprov *prov;	 /* owned; the host's provider (never one DIR/keys names) */
 	struct snap_crypt crypt; /* data key, opened at the first snapshot */
+	/* A new chain's data key (borrowed; NULL: a new key): see keyfile_create_with_key. */
+	const struct snap_key *inherit_key;
 	uint64_t *stored_bm;	 /* scratch: pages with data, for encrypted layers */
 	/* RAM is filled lazily (userfaultfd): a full snapshot must read every page, not the memfd's. */
 	bool ram_lazy;

@@ -416,6 +416,11 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 		return 1;
 	}
 	board_resume_restored(&sb->board, &sb->log);
+	/* Chains this sandbox writes keep this chain's data key: they share its disk layers. */
+	if (p->encrypted && sandbox_keep_data_key(sb, p->crypt.key)) {
+		log_err(&sb->log, "out of memory");
+		return 1;
+	}
 	if (sdir) {
 		/* Encrypted: the host's --key (plan_load required it), for this or a new chain. */
 		if (p->encrypted)

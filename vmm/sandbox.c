@@ -136,6 +136,16 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	return sb->config_json ? 0 : -ENOMEM;
 }
 
+int sandbox_keep_data_key(struct sandbox *sb, const struct snap_key *key)
+{
+	if (sb->data_key)
+		return 0;
+	int r = crypto_key_import(crypto_key_bytes(key), &sb->data_key);
+	if (!r && sb->snap_ready)
+		sb->snap.inherit_key = sb->data_key;
+	return r;
+}
+
 const struct overlay_sealer *sandbox_sealer(struct sandbox *sb, const struct snap_crypt *sc)
 {
 	for (int i = 0; i < sb->nr_sealers; i++)
@@ -161,7 +171,7 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 	const struct overlay_sealer *sealer = NULL;
 	if (sb->snap.encrypted) {
 		sealer = sandbox_sealer(sb, &sb->snap.crypt);
-		if (!sealer)
+		if (!sealer || sandbox_keep_data_key(sb, sb->snap.crypt.key))
 			return errmsg(err, errlen, -ENOMEM, "cannot set up sealing of disk layers");
 	}
 	for (int i = 0; i < sb->board.nr_disks; i++) {
@@ -235,6 +245,7 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	}
 	if (keep)
 		sb->snap.keep = keep;
+	sb->snap.inherit_key = sb->data_key;
 	sb->snap.prepare = prepare_snapshot;
 	sb->snap.prepare_opaque = sb;
 	sb->snap_keep = keep;
@@ -563,6 +574,8 @@ void sandbox_destroy(struct sandbox *sb)
 	for (int i = 0; i < sb->nr_sealers; i++)
 		snap_sealer_free(sb->sealers[i]);
 	sb->nr_sealers = 0;
+	crypto_key_free(sb->data_key);
+	sb->data_key = NULL;
 	free(sb->config_json);
 	if (sb->timer_fd >= 0)
 		close(sb->timer_fd);

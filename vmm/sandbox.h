@@ -35,6 +35,12 @@ struct sandbox {
 #define SANDBOX_MAX_SEALERS 8
 	struct snap_sealer *sealers[SANDBOX_MAX_SEALERS];
 	int nr_sealers;
+	/*
+	 * The data key of the first encrypted chain this process restored or wrote (a locked
+	 * copy): every chain it writes later keeps it, so the disk layers it shares with that
+	 * chain stay readable from each of them.
+	 */
+	struct snap_key *data_key;
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;
@@ -63,6 +69,8 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
  * until sandbox_destroy). NULL when none can be made (too many chains, no memory).
  */
 const struct overlay_sealer *sandbox_sealer(struct sandbox *sb, const struct snap_crypt *sc);
+/* Keeps a copy of key as sb->data_key unless one is kept already. 0 or -errno. */
+int sandbox_keep_data_key(struct sandbox *sb, const struct snap_key *key);
 /* Serves until the VM stops; returns the process exit status. */
 int sandbox_serve(struct sandbox *sb, const char *api_sock);
 void sandbox_destroy(struct sandbox *sb);

@@ -368,9 +368,9 @@ def test_sealed_disk_layers(tmp):
         f.write(b)
     # The map: clear a chunk's bit (it would read the base), both CRCs made right again.
     bad = bytearray(m)
-    bad[136] &= ~1
-    struct.pack_into("<I", bad, 32, zlib.crc32(bytes(bad[136:])))
-    struct.pack_into("<I", bad, 132, zlib.crc32(bytes(bad[:132])))
+    bad[152] &= ~1
+    struct.pack_into("<I", bad, 32, zlib.crc32(bytes(bad[152:])))
+    struct.pack_into("<I", bad, 148, zlib.crc32(bytes(bad[:148])))
     with open(ovl + ".map", "wb") as f:
         f.write(bytes(bad))
     line = expect_fail(d, "failed authentication", key=spec)
@@ -382,12 +382,18 @@ def test_sealed_disk_layers(tmp):
 
 
 def test_fork_encrypted(tmp):
-    """Clones of an encrypted sandbox restore with the parent's host-side --snapshot-key."""
+    """Clones of an encrypted sandbox restore with the parent's host-side --snapshot-key; the
+    parent's sealed disk layer stays readable from the clone's own chain (same data key)."""
     d = os.path.join(tmp, "chain")
     kek = os.path.join(tmp, "kek.pem")
     sh(f"'{KEYCMD}' --genkey '{kek}'")
-    with Vm(guest("counter"), extra=["--snapshot-dir", d, "--snapshot-key",
-                                     f"key-cmd:'{KEYCMD}' '{kek}'"]) as vm:
+    spec = f"key-cmd:'{KEYCMD}' '{kek}'"
+    base, ovl = os.path.join(tmp, "base.img"), os.path.join(tmp, "disk.ovl")
+    with open(base, "wb") as f:
+        f.write(b"\x5a" * ODISK)
+    make_overlay(ovl, [1, 2])
+    with Vm(guest("counter"), extra=["--disk", f"{base},overlay={ovl}", "--snapshot-dir", d,
+                                     "--snapshot-key", spec]) as vm:
         vm.wait_output("tick 2\n")
         status, body = vm.request("PUT", "/fork", {"count": 1}, timeout=60)
         check(status == 200 and len(body["clones"]) == 1, f"fork: {status} {body}")
@@ -403,15 +409,24 @@ def test_fork_encrypted(tmp):
             with open(f"/proc/{c['pid']}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
             check(b"--key" in argv, f"the clone has no host-side --key: {argv}")
+            # The clone's own chain (new chain id, the parent's data key).
+            cv = Vm.__new__(Vm)
+            cv.sock = c["api_sock"]
+            status, body2 = cv.request("PUT", "/snapshot/create", {"snapshot_type": "Full"},
+                                       timeout=60)
+            check(status == 200, f"clone snapshot: {status} {body2}")
         finally:
             try:
                 os.kill(c["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            shutil.rmtree(c["snapshot_dir"], ignore_errors=True)
-            if os.path.exists(c["console"]):
-                os.unlink(c["console"])
-    print("ok fork of an encrypted sandbox")
+        check(not files_holding(tmp, SECRET), "plaintext disk data after the fork")
+        with Vm(None, restore=c["snapshot_dir"], extra=["--key", spec, "--verify"]) as r:
+            r.wait_output("tick")
+        shutil.rmtree(c["snapshot_dir"], ignore_errors=True)
+        if os.path.exists(c["console"]):
+            os.unlink(c["console"])
+    print("ok fork of an encrypted sandbox; the clone's chain reads the parent's sealed layer")
 
 
 def test_pkcs11(tmp):
