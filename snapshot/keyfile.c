@@ -507,6 +507,33 @@ static int seq_check_dir(const char *dir, uint64_t next, char *err, size_t errle
 	return r;
 }
 
+/* Under the flock of DIR: the counter, checked (missing, corrupt, behind a layer: refused). */
+static int seq_checked(const char *dir, uint64_t *next, char *err, size_t errlen)
+{
+	int r = seq_read(dir, next, err, errlen);
+	if (r == 0)
+		r = errmsg(err, errlen, -ESTALE,
+			   "%s/%s is missing: refusing to continue this encrypted chain (its layer "
+			   "ids could repeat); restore it with --snapshot-dir into a new directory",
+			   dir, SEQ_NAME);
+	if (r < 0)
+		return r;
+	return seq_check_dir(dir, *next, err, errlen);
+}
+
+int keyfile_check_layer_ids(const char *dir, char *err, size_t errlen)
+{
+	uint64_t next = 0;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	int r = flock(dfd, LOCK_SH)
+		    ? errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno))
+		    : seq_checked(dir, &next, err, errlen);
+	close(dfd);
+	return r;
+}
+
 int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen)
 {
 	uint64_t next = 0;
@@ -518,15 +545,7 @@ int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errle
 		r = errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno));
 		goto out;
 	}
-	r = seq_read(dir, &next, err, errlen);
-	if (r == 0)
-		r = errmsg(err, errlen, -ESTALE,
-			   "%s/%s is missing: refusing to continue this encrypted chain (its layer "
-			   "ids could repeat); restore it with --snapshot-dir into a new directory",
-			   dir, SEQ_NAME);
-	if (r < 0)
-		goto out;
-	r = seq_check_dir(dir, next, err, errlen);
+	r = seq_checked(dir, &next, err, errlen);
 	if (r)
 		goto out;
 	if (next > CRYPTO_LAYER_MAX) {

@@ -75,6 +75,8 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
  * -EINVAL when corrupt, -ERANGE once ids pass CRYPTO_LAYER_MAX.
  */
 int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen);
+/* The checks of keyfile_next_layer_id without taking an id (restore, before the guest runs). */
+int keyfile_check_layer_ids(const char *dir, char *err, size_t errlen);
 /* The layer id in a chain file's name (mem-N, state-N, diskK-N.ovl[.map], temporaries): 1/0. */
 int keyfile_name_layer_id(const char *name, uint64_t *id);
 

@@ -236,6 +236,12 @@ static int plan_load(struct plan *p, const struct restore_opts *o, char *err, si
 		if (memcmp(p->crypt.chain_id, p->chain.chain_id, 16))
 			return errmsg(err, errlen, -EINVAL,
 				      "%s/keys belongs to another chain than chain.json", o->dir);
+		/* Continuing DIR takes layer ids from its counter: refuse a bad one now, not later.
+		 */
+		bool continues =
+		    o->snap_dir ? !strcmp(o->snap_dir, o->dir) : p->idx == p->chain.nr_layers - 1;
+		if (continues && (r = keyfile_check_layer_ids(o->dir, err, errlen)))
+			return r;
 	}
 	snprintf(path, sizeof(path), "%s/%s", o->dir, p->chain.layers[p->idx].state);
 	r = state_read_file(path, &p->state, &p->state_len, err, errlen);

@@ -270,6 +270,16 @@ def test_counter_rollback(tmp):
     check(nxt > max(ids), f"counter {nxt} is not above the chain's layers {ids}")
     rolled = struct.pack("<Q", 1)
     rolled += struct.pack("<I", zlib.crc32(rolled))
+    # Restoring in place (it would continue the chain) is refused before the guest runs.
+    with open(seq, "wb") as f:
+        f.write(rolled)
+    line = expect_fail(d, "is not above layer", key=spec)
+    print(f"ok restore with a rolled-back layer-seq: {line}")
+    os.unlink(seq)
+    line = expect_fail(d, "layer-seq is missing", key=spec)
+    print(f"ok restore with a deleted layer-seq: {line}")
+    with open(seq, "wb") as f:
+        f.write(honest)
     with Vm(None, restore=d, extra=["--key", spec]) as r:
         r.send_input(b"n")
         r.wait_output(f"stamped round 3 pages {COUNT}\n")
@@ -375,6 +385,20 @@ def test_sealed_disk_layers(tmp):
         f.write(bytes(bad))
     line = expect_fail(d, "failed authentication", key=spec)
     print(f"ok tampered disk map: {line}")
+    # A downgrade: the sealed layer replaced by a frozen layer in clear (valid CRCs).
+    with open(ovl, "rb") as f:
+        sealed_data = f.read()
+    make_overlay(ovl, [0])
+    with open(ovl + ".map", "r+b") as f:
+        h = bytearray(f.read(52))
+        struct.pack_into("<I", h, 36, 1)  # frozen
+        struct.pack_into("<I", h, 48, zlib.crc32(bytes(h[:48])))
+        f.seek(0)
+        f.write(h)
+    line = expect_fail(d, "in clear in an encrypted chain", key=spec)
+    print(f"ok clear disk layer in an encrypted chain: {line}")
+    with open(ovl, "wb") as f:
+        f.write(sealed_data)
     with open(ovl + ".map", "wb") as f:
         f.write(m)
     with Vm(None, restore=d, extra=["--key", spec]) as r:
