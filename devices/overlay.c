@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,10 +42,13 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	if (memcmp(buf, OVERLAY_MAP_MAGIC, 8))
 		return errmsg(err, errlen, -EINVAL, "not a cove overlay map (bad magic)");
 	uint32_t version = get_le32(buf + 8);
-	if (version != 1 && version != OVERLAY_MAP_VERSION)
-		return errmsg(err, errlen, -EINVAL, "unsupported version %u (this cove reads 1..%d)",
-			    version, OVERLAY_MAP_VERSION);
-	size_t hdr = version == 1 ? OVERLAY_MAP_HDR_V1 : OVERLAY_MAP_HDR_SIZE;
+	if (version != 1 && version != OVERLAY_MAP_VERSION && version != OVERLAY_MAP_VERSION_SEALED)
+		return errmsg(err, errlen, -EINVAL,
+			      "unsupported version %u (this cove reads 1..%d)", version,
+			      OVERLAY_MAP_VERSION_SEALED);
+	size_t hdr = version == 1		      ? OVERLAY_MAP_HDR_V1
+		     : version == OVERLAY_MAP_VERSION ? OVERLAY_MAP_HDR_SIZE
+						      : OVERLAY_MAP_HDR_SEALED;
 	if (len < hdr)
 		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
 			    len, hdr);
@@ -59,8 +63,12 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 		depth = get_le32(buf + 40);
 		parent = get_le32(buf + 44);
 	}
-	if (flags & ~OVERLAY_MAP_FROZEN)
+	bool sealed = version == OVERLAY_MAP_VERSION_SEALED;
+	if (flags & ~(OVERLAY_MAP_FROZEN | (sealed ? OVERLAY_MAP_SEALED : 0)))
 		return errmsg(err, errlen, -EINVAL, "unknown flags 0x%x", flags);
+	if (sealed && flags != (OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED))
+		return errmsg(err, errlen, -EINVAL,
+			      "a version 3 map must be a sealed frozen layer");
 	if (depth >= OVERLAY_CHAIN_MAX)
 		return errmsg(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap", depth,
 			    OVERLAY_CHAIN_MAX);
@@ -95,6 +103,12 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 					 .nr_chunks = nr,
 					 .bitmap = bm,
 					 .bitmap_bytes = bytes};
+	if (sealed) {
+		out->layer_id = get_le64(buf + 48);
+		out->salt = buf + 56;
+		out->chain_id = buf + 72;
+		out->mac = buf + OVERLAY_MAP_MAC_OFF;
+	}
 	return 0;
 }
 
@@ -218,15 +232,82 @@ static uint64_t chunk_len(const struct overlay *ov, uint64_t chunk)
 	return left < ov->chunk_size ? left : ov->chunk_size;
 }
 
+#define SRC_TOP	 (-1)
+#define SRC_BASE (-2)
+
 /* Where a chunk's current data lives: the top, the newest frozen layer holding it, or the base. */
 static int chunk_src(const struct overlay *ov, uint64_t chunk)
 {
 	if (overlay_chunk_allocated(ov, chunk))
-		return ov->data_fd;
+		return SRC_TOP;
 	for (int i = ov->nr_layers - 1; i >= 0; i--)
 		if ((ov->layers[i].bitmap[chunk / 8] >> (chunk % 8)) & 1)
-			return ov->layers[i].data_fd;
-	return ov->base_fd;
+			return i;
+	return SRC_BASE;
+}
+
+static int src_fd(const struct overlay *ov, int src)
+{
+	return src == SRC_TOP	 ? ov->data_fd
+	       : src == SRC_BASE ? ov->base_fd
+				 : ov->layers[src].data_fd;
+}
+
+static bool src_sealed(const struct overlay *ov, int src)
+{
+	return src >= 0 && ov->layers[src].sealed;
+}
+
+/*
+ * A whole chunk of a sealed layer, authenticated and decrypted into buf: the ciphertext at the
+ * chunk's offset, its tag after the disk's bytes. A bad tag is an I/O error, never data.
+ */
+static int open_sealed_chunk(struct overlay *ov, const struct overlay_layer *l, uint64_t chunk,
+			     uint8_t *buf)
+{
+	uint64_t clen = chunk_len(ov, chunk);
+	uint8_t tag[OVERLAY_TAG_LEN];
+	if (!l->sealer)
+		return -EACCES;
+	int r = full_pio(l->data_fd, false, buf, clen, chunk * ov->chunk_size);
+	if (!r)
+		r = full_pio(l->data_fd, false, tag, sizeof(tag),
+			     ov->disk_size + chunk * OVERLAY_TAG_LEN);
+	if (!r)
+		r = l->sealer->open(l->sealer->opaque, l->chain_id, l->layer_id, l->salt, chunk,
+				    buf, clen, buf, tag);
+	if (r)
+		memset(buf, 0, clen);
+	return r;
+}
+
+/* Reads the chunk bytes [cstart + in_chunk, + n) from `src` into the iovecs. */
+static int read_from(struct overlay *ov, int src, uint64_t chunk, uint64_t in_chunk,
+		     struct iovec *v, int k, uint64_t n)
+{
+	if (!src_sealed(ov, src))
+		return full_piov(src_fd(ov, src), false, v, k, n,
+				 chunk * ov->chunk_size + in_chunk);
+	if (!ov->open_buf) {
+		ov->open_buf = malloc(ov->chunk_size);
+		if (!ov->open_buf)
+			return -ENOMEM;
+	}
+	int r = open_sealed_chunk(ov, &ov->layers[src], chunk, ov->open_buf);
+	const uint8_t *p = ov->open_buf + in_chunk;
+	for (int i = 0; !r && i < k; i++) {
+		memcpy(v[i].iov_base, p, v[i].iov_len);
+		p += v[i].iov_len;
+	}
+	return r;
+}
+
+/* A whole chunk as it reads now (a frozen layer, sealed or not, or the base) into buf. */
+static int read_whole(struct overlay *ov, int src, uint64_t chunk, uint8_t *buf)
+{
+	if (src_sealed(ov, src))
+		return open_sealed_chunk(ov, &ov->layers[src], chunk, buf);
+	return full_pio(src_fd(ov, src), false, buf, chunk_len(ov, chunk), chunk * ov->chunk_size);
 }
 
 static int check_range(const struct overlay *ov, uint64_t off, const struct iovec *iov, int niov,
@@ -263,7 +344,7 @@ static int rw(struct overlay *ov, bool write, uint64_t off, const struct iovec *
 		}
 		bool alloc = overlay_chunk_allocated(ov, chunk);
 		if (!write) {
-			r = full_piov(chunk_src(ov, chunk), false, tmp, k, n, off);
+			r = read_from(ov, chunk_src(ov, chunk), chunk, in_chunk, tmp, k, n);
 		} else if (alloc || n == clen) {
 			/* A whole chunk needs nothing from the base. */
 			r = full_piov(ov->data_fd, true, tmp, k, n, off);
@@ -274,7 +355,7 @@ static int rw(struct overlay *ov, bool write, uint64_t off, const struct iovec *
 			 * Copy-up: the chunk as it reads now (frozen layer or base) + new bytes,
 			 * written whole so the chunk is complete.
 			 */
-			r = full_pio(chunk_src(ov, chunk), false, ov->chunk_buf, clen, cstart);
+			r = read_whole(ov, chunk_src(ov, chunk), chunk, ov->chunk_buf);
 			if (!r) {
 				uint8_t *dst = ov->chunk_buf + in_chunk;
 				for (int i = 0; i < k; i++) {
@@ -345,30 +426,39 @@ int overlay_write_zeroes(struct overlay *ov, uint64_t off, uint64_t len, bool un
 	return 0;
 }
 
-/* Replaces the map file atomically: temp file, fsync, rename, fsync of the directory. */
-static int write_map(struct overlay *ov, uint32_t *crc)
+/* fsync of the directory holding path (a rename in it is durable after this). */
+static int fsync_parent(const char *path)
 {
-	uint8_t *buf;
-	size_t len;
-	int r = overlay_map_build(ov, &buf, &len);
-	if (r)
-		return r;
-	if (crc)
-		*crc = overlay_crc32(0, buf, len);
-	/* Beneath the map's directory, never through a link planted there (dirfd_io.h). */
-	char name[256], tmp[261];
-	int dfd = dirfd_open_parent(ov->map_path, name, sizeof(name));
-	if (dfd < 0) {
-		r = dfd;
-		goto out;
+	char *dir = strdup(path);
+	if (!dir)
+		return -ENOMEM;
+	int r = 0;
+	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) < 0)
+			r = -errno;
+		close(dfd);
 	}
+	free(dir);
+	return r;
+}
+
+/* Replaces a map file with buf atomically: temp file, fsync, rename, fsync of the directory;
+ * beneath the map's directory, never through a link planted there (dirfd_io.h). */
+static int write_map_buf(const char *map_path, const uint8_t *buf, size_t len)
+{
+	char name[256], tmp[261];
+	int dfd = dirfd_open_parent(map_path, name, sizeof(name));
+	if (dfd < 0)
+		return dfd;
 	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+	int r;
 	int fd = dirfd_create(dfd, tmp, O_WRONLY, 0600);
 	if (fd < 0) {
 		r = fd;
 		goto out;
 	}
-	r = full_pio(fd, true, buf, len, 0);
+	r = full_pio(fd, true, (void *)buf, len, 0);
 	if (!r && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && !r)
@@ -381,8 +471,21 @@ static int write_map(struct overlay *ov, uint32_t *crc)
 	}
 	r = dirfd_sync(dfd);
 out:
-	if (dfd >= 0)
-		close(dfd);
+	close(dfd);
+	return r;
+}
+
+/* Replaces the top's map file (see write_map_buf); *crc: the CRC-32 of what was written. */
+static int write_map(struct overlay *ov, uint32_t *crc)
+{
+	uint8_t *buf;
+	size_t len;
+	int r = overlay_map_build(ov, &buf, &len);
+	if (r)
+		return r;
+	if (crc)
+		*crc = overlay_crc32(0, buf, len);
+	r = write_map_buf(ov->map_path, buf, len);
 	free(buf);
 	return r;
 }
@@ -548,6 +651,37 @@ static int open_data(const struct overlay *ov, const char *path, bool rw, char *
 	return fd;
 }
 
+/*
+ * Records a frozen layer's map path and, for a sealed layer, what authenticating and reading it
+ * needs; a sealed layer's data file must also hold its tags. 0 or -errno with a message.
+ */
+static int sealed_layer_info(struct overlay *ov, struct overlay_layer *l,
+			     const struct overlay_map_info *info, const uint8_t *mbuf, char *err,
+			     size_t errlen)
+{
+	l->map_path = strdup(ov->map_path);
+	if (!l->map_path)
+		return -ENOMEM;
+	if (!(info->flags & OVERLAY_MAP_SEALED))
+		return 0;
+	if (info->layer_id > 0xfffffffeULL)
+		return errmsg(err, errlen, -EINVAL, "overlay map %s: layer id %llu out of range",
+			      l->map_path, (unsigned long long)info->layer_id);
+	l->sealed = true;
+	l->layer_id = info->layer_id;
+	memcpy(l->salt, info->salt, OVERLAY_SALT_LEN);
+	memcpy(l->chain_id, info->chain_id, OVERLAY_CHAIN_ID_LEN);
+	memcpy(l->hdr, mbuf, OVERLAY_MAP_MAC_OFF);
+	memcpy(l->mac, info->mac, OVERLAY_MAC_LEN);
+	struct stat st;
+	if (fstat(l->data_fd, &st) < 0 ||
+	    (uint64_t)st.st_size < ov->disk_size + info->nr_chunks * OVERLAY_TAG_LEN)
+		return errmsg(err, errlen, -EINVAL,
+			      "overlay map %s: its data file is too short to hold a sealed layer",
+			      l->map_path);
+	return 0;
+}
+
 int overlay_open_chain(struct overlay *ov, const char *base, const char *const *paths, int n,
 		       uint32_t chunk_size, char *err, size_t errlen)
 {
@@ -628,7 +762,11 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 			ov->parent_crc = parent;
 		} else {
 			parent = overlay_crc32(0, mbuf, mlen);
-			ov->layers[ov->nr_layers++] = (struct overlay_layer){fd, bm, parent};
+			struct overlay_layer *l = &ov->layers[ov->nr_layers++];
+			*l = (struct overlay_layer){.data_fd = fd, .bitmap = bm, .map_crc = parent};
+			r = sealed_layer_info(ov, l, &info, mbuf, err, errlen);
+			if (r)
+				goto fail;
 		}
 	}
 	ov->chunk_buf = malloc(ov->chunk_size);
@@ -653,6 +791,114 @@ int overlay_open(struct overlay *ov, const char *base, const char *path, uint32_
 	return overlay_open_chain(ov, base, &path, 1, chunk_size, err, errlen);
 }
 
+/* The top's data file path: its map path without ".map". malloc'd, or NULL. */
+static char *top_data_path(const struct overlay *ov)
+{
+	return strndup(ov->map_path, strlen(ov->map_path) - strlen(OVERLAY_MAP_SUFFIX));
+}
+
+/*
+ * Seals the top's allocated chunks into `tmp` (created, never followed): ciphertext at each
+ * chunk's own offset, its tag at disk size + chunk * 16. Synced; the fd, or -errno.
+ */
+static int seal_top(struct overlay *ov, const char *tmp, const uint8_t salt[OVERLAY_SALT_LEN])
+{
+	(void)unlink(tmp); /* a leftover of a crash mid-freeze: nothing refers to it */
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	uint64_t size = ov->disk_size + ov->nr_chunks * OVERLAY_TAG_LEN;
+	int r = ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
+	for (uint64_t c = 0; !r && c < ov->nr_chunks; c++) {
+		if (!overlay_chunk_allocated(ov, c))
+			continue;
+		uint64_t clen = chunk_len(ov, c);
+		uint8_t tag[OVERLAY_TAG_LEN];
+		r = full_pio(ov->data_fd, false, ov->chunk_buf, clen, c * ov->chunk_size);
+		if (!r)
+			r = ov->sealer->seal(ov->sealer->opaque, ov->sealer->chain_id,
+					     ov->seal_layer_id, salt, c, ov->chunk_buf, clen,
+					     ov->chunk_buf, tag);
+		if (!r)
+			r = full_pio(fd, true, ov->chunk_buf, clen, c * ov->chunk_size);
+		if (!r)
+			r = full_pio(fd, true, tag, sizeof(tag),
+				     ov->disk_size + c * OVERLAY_TAG_LEN);
+	}
+	if (!r && fsync(fd) < 0)
+		r = -errno;
+	if (r) {
+		close(fd);
+		unlink(tmp);
+		return r;
+	}
+	return fd;
+}
+
+/* The version 3 map of the top as a sealed frozen layer: layer id, salt, sealed digest. */
+static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY_SALT_LEN],
+			    uint8_t **bufp, size_t *lenp)
+{
+	size_t len = OVERLAY_MAP_HDR_SEALED + ov->bitmap_bytes;
+	uint8_t *buf = calloc(1, len);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
+	put_le32(buf + 8, OVERLAY_MAP_VERSION_SEALED);
+	put_le32(buf + 12, ov->chunk_size);
+	put_le64(buf + 16, ov->disk_size);
+	put_le64(buf + 24, ov->nr_chunks);
+	put_le32(buf + 32, overlay_crc32(0, ov->bitmap, ov->bitmap_bytes));
+	put_le32(buf + 36, OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED);
+	put_le32(buf + 40, ov->depth);
+	put_le32(buf + 44, ov->parent_crc);
+	put_le64(buf + 48, ov->seal_layer_id);
+	memcpy(buf + 56, salt, OVERLAY_SALT_LEN);
+	memcpy(buf + 72, ov->sealer->chain_id, OVERLAY_CHAIN_ID_LEN);
+	memcpy(buf + OVERLAY_MAP_HDR_SEALED, ov->bitmap, ov->bitmap_bytes);
+	int r = ov->sealer->seal_map(ov->sealer->opaque, ov->sealer->chain_id, buf,
+				     OVERLAY_MAP_MAC_OFF, buf + OVERLAY_MAP_HDR_SEALED,
+				     ov->bitmap_bytes, buf + OVERLAY_MAP_MAC_OFF);
+	if (r) {
+		free(buf);
+		return r;
+	}
+	put_le32(buf + OVERLAY_MAP_HDR_SEALED - 4,
+		 overlay_crc32(0, buf, OVERLAY_MAP_HDR_SEALED - 4));
+	*bufp = buf;
+	*lenp = len;
+	return 0;
+}
+
+/* What freezing needs to switch tops and, on failure, switch back. */
+struct saved_top {
+	int data_fd;
+	uint8_t *bitmap;
+	char *map_path;
+	uint32_t depth, parent_crc;
+};
+
+/* Makes the frozen top writable again after a failed freeze; the next flush fixes its map. */
+static void restore_top(struct overlay *ov, const struct saved_top *t, bool remove_new,
+			const char *path, const char *mpath)
+{
+	if (ov->data_fd >= 0)
+		close(ov->data_fd);
+	if (remove_new) {
+		unlink(path);
+		unlink(mpath);
+	}
+	free(ov->bitmap);
+	free(ov->map_path);
+	ov->data_fd = t->data_fd;
+	ov->bitmap = t->bitmap;
+	ov->map_path = t->map_path;
+	ov->depth = t->depth;
+	ov->parent_crc = t->parent_crc;
+	ov->frozen = false;
+	ov->map_dirty = true;
+}
+
 int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errlen)
 {
 	if (ov->nr_layers + 1 >= OVERLAY_CHAIN_MAX)
@@ -673,45 +919,166 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 		free(mpath);
 		return r;
 	}
-	/* Data is durable; the map now says "frozen" and is never rewritten. */
+	bool sealed = ov->sealer != NULL;
+	uint8_t salt[OVERLAY_SALT_LEN] = {0}, *mbuf = NULL;
+	size_t mlen = 0;
+	char *dpath = NULL, *tmp = NULL;
+	int sealed_fd = -1;
 	ov->frozen = true;
-	uint32_t crc;
-	r = write_map(ov, &crc);
+	if (sealed) {
+		/* The sealed copy first: the plain data stays the top until everything is in place.
+		 */
+		dpath = top_data_path(ov);
+		tmp = dpath ? malloc(strlen(dpath) + sizeof(".seal.tmp")) : NULL;
+		if (!tmp) {
+			r = -ENOMEM;
+		} else {
+			sprintf(tmp, "%s.seal.tmp", dpath);
+			static const uint8_t zero[OVERLAY_SALT_LEN];
+			if (getrandom(salt, sizeof(salt), 0) != (ssize_t)sizeof(salt) ||
+			    !memcmp(salt, zero, sizeof(salt)))
+				r = -EIO;
+		}
+		if (!r) {
+			sealed_fd = seal_top(ov, tmp, salt);
+			r = sealed_fd < 0 ? sealed_fd : 0;
+		}
+		if (!r)
+			r = build_sealed_map(ov, salt, &mbuf, &mlen);
+	} else {
+		r = overlay_map_build(ov, &mbuf, &mlen);
+		/* Data is durable; the map now says "frozen" and is never rewritten. */
+		if (!r)
+			r = write_map_buf(ov->map_path, mbuf, mlen);
+	}
 	if (r) {
 		ov->frozen = false;
-		free(mpath);
-		return errmsg(err, errlen, r, "overlay map %s: %s", ov->map_path, strerror(-r));
+		if (sealed_fd >= 0) {
+			close(sealed_fd);
+			unlink(tmp);
+		}
+		errmsg(err, errlen, r, "overlay: cannot %s the layer %s: %s",
+		       sealed ? "seal" : "freeze", ov->map_path, strerror(-r));
+		goto out;
 	}
 	ov->map_dirty = false;
-	struct overlay_layer old = {ov->data_fd, ov->bitmap, crc};
-	char *old_mpath = ov->map_path;
-	uint32_t old_depth = ov->depth, old_parent = ov->parent_crc;
+	uint32_t crc = overlay_crc32(0, mbuf, mlen);
+	struct saved_top t = {ov->data_fd, ov->bitmap, ov->map_path, ov->depth, ov->parent_crc};
 	ov->data_fd = -1;
 	ov->bitmap = NULL;
 	ov->map_path = mpath;
-	ov->depth = old_depth + 1;
+	mpath = NULL;
+	ov->depth = t.depth + 1;
 	ov->parent_crc = crc;
 	ov->frozen = false;
 	r = create_top(ov, path, ov->chunk_size, err, errlen);
 	if (r) {
 		if (r == -ENOMEM)
 			errmsg(err, errlen, r, "overlay: out of memory");
-		if (ov->data_fd >= 0)
-			close(ov->data_fd);
-		free(ov->bitmap);
-		free(ov->map_path);
 		/* The old top stays writable; the next flush rewrites its map unfrozen. */
-		ov->data_fd = old.data_fd;
-		ov->bitmap = old.bitmap;
-		ov->map_path = old_mpath;
-		ov->depth = old_depth;
-		ov->parent_crc = old_parent;
-		ov->map_dirty = true;
-		return r;
+		restore_top(ov, &t, false, path, NULL);
+		goto fail_sealed;
 	}
-	ov->layers[ov->nr_layers++] = old;
-	free(old_mpath);
+	if (sealed) {
+		/*
+		 * The new top exists; now the sealed map, then the sealed data replaces the plain
+		 * data (whose inode goes when its fd closes). A failure undoes the new top.
+		 */
+		r = write_map_buf(t.map_path, mbuf, mlen);
+		if (!r && rename(tmp, dpath) < 0)
+			r = -errno;
+		if (!r)
+			r = fsync_parent(dpath);
+		if (r) {
+			errmsg(err, errlen, r, "overlay: cannot seal the layer %s: %s", t.map_path,
+			       strerror(-r));
+			char *npath = ov->map_path;
+			ov->map_path = NULL;
+			restore_top(ov, &t, true, path, npath);
+			free(npath);
+			goto fail_sealed;
+		}
+		close(t.data_fd);
+		t.data_fd = sealed_fd;
+		sealed_fd = -1;
+	}
+	ov->layers[ov->nr_layers++] =
+	    (struct overlay_layer){.data_fd = t.data_fd,
+				   .bitmap = t.bitmap,
+				   .map_crc = crc,
+				   .sealed = sealed,
+				   .layer_id = sealed ? ov->seal_layer_id : 0,
+				   .sealer = ov->sealer,
+				   .map_path = t.map_path};
+	if (sealed) {
+		memcpy(ov->layers[ov->nr_layers - 1].salt, salt, sizeof(salt));
+		memcpy(ov->layers[ov->nr_layers - 1].chain_id, ov->sealer->chain_id,
+		       OVERLAY_CHAIN_ID_LEN);
+	}
+	goto out;
+fail_sealed:
+	if (sealed_fd >= 0) {
+		close(sealed_fd);
+		unlink(tmp);
+	}
+out:
+	free(mpath);
+	free(mbuf);
+	free(dpath);
+	free(tmp);
+	return r;
+}
+
+int overlay_attach_sealer(struct overlay *ov, const struct overlay_sealer *s, char *err,
+			  size_t errlen)
+{
+	for (int i = 0; i < ov->nr_layers; i++) {
+		struct overlay_layer *l = &ov->layers[i];
+		if (!l->sealed || l->sealer)
+			continue;
+		int r = s->check_map(s->opaque, l->chain_id, l->hdr, sizeof(l->hdr), l->bitmap,
+				     ov->bitmap_bytes, l->mac);
+		if (r)
+			return errmsg(err, errlen, -EBADMSG,
+				      "overlay map %s failed authentication (altered, or not this "
+				      "chain's)",
+				      l->map_path ? l->map_path : "?");
+		l->sealer = s;
+	}
 	return 0;
+}
+
+void overlay_count_sealed(const struct overlay *ov, int *sealed, int *plain)
+{
+	*sealed = *plain = 0;
+	for (int i = 0; i < ov->nr_layers; i++)
+		(*(ov->layers[i].sealed ? sealed : plain))++;
+}
+
+int overlay_verify_sealed(struct overlay *ov, char *err, size_t errlen)
+{
+	uint8_t *buf = malloc(ov->chunk_size);
+	if (!buf)
+		return errmsg(err, errlen, -ENOMEM, "overlay: out of memory");
+	int r = 0;
+	for (int i = 0; i < ov->nr_layers && !r; i++) {
+		const struct overlay_layer *l = &ov->layers[i];
+		for (uint64_t c = 0; l->sealed && c < ov->nr_chunks && !r; c++) {
+			if (!((l->bitmap[c / 8] >> (c % 8)) & 1))
+				continue;
+			r = open_sealed_chunk(ov, l, c, buf);
+			const char *mp = l->map_path ? l->map_path : "?";
+			int plen =
+			    (int)(strlen(mp) > 4 ? strlen(mp) - 4 : strlen(mp)); /* no ".map" */
+			if (r)
+				errmsg(err, errlen, r,
+				       "overlay layer %.*s: chunk %llu failed authentication%s",
+				       plen, mp, (unsigned long long)c,
+				       r == -EBADMSG ? " (altered data or tag)" : "");
+		}
+	}
+	free(buf);
+	return r;
 }
 
 int overlay_close(struct overlay *ov)
@@ -727,8 +1094,11 @@ int overlay_close(struct overlay *ov)
 	for (int i = 0; i < ov->nr_layers; i++) {
 		close(ov->layers[i].data_fd);
 		free(ov->layers[i].bitmap);
+		free(ov->layers[i].map_path);
 	}
 	ov->nr_layers = 0;
+	free(ov->open_buf);
+	ov->open_buf = NULL;
 	free(ov->bitmap);
 	free(ov->map_path);
 	free(ov->chunk_buf);

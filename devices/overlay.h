@@ -14,6 +14,15 @@
 #define OVERLAY_MAP_HDR_SIZE  52 /* version 2 */
 #define OVERLAY_MAP_HDR_V1    40
 #define OVERLAY_MAP_FROZEN    1u /* flags: a read-only layer with a newer layer on top */
+/* flags: a frozen layer of an encrypted chain: chunks sealed, map authenticated (version 3) */
+#define OVERLAY_MAP_SEALED	   2u
+#define OVERLAY_MAP_VERSION_SEALED 3
+#define OVERLAY_MAP_HDR_SEALED	   152 /* version 3 */
+#define OVERLAY_MAP_MAC_OFF	   88 /* version 3: the map's sealed digest, OVERLAY_MAC_LEN bytes */
+#define OVERLAY_CHAIN_ID_LEN	   16
+#define OVERLAY_MAC_LEN		   60
+#define OVERLAY_SALT_LEN	   16
+#define OVERLAY_TAG_LEN		   16
 #define OVERLAY_CHAIN_MAX     16 /* layers in a chain, the writable top included */
 #define OVERLAY_CHUNK_DEFAULT (64u << 10)
 #define OVERLAY_CHUNK_MIN     (4u << 10)
@@ -24,7 +33,7 @@
 
 struct overlay_map_info {
 	uint32_t version;
-	uint32_t flags;	     /* OVERLAY_MAP_FROZEN */
+	uint32_t flags;	     /* OVERLAY_MAP_FROZEN, OVERLAY_MAP_SEALED */
 	uint32_t depth;	     /* layers below this one (0: directly on the base) */
 	uint32_t parent_crc; /* CRC-32 of the whole map file of the layer below (0 at depth 0) */
 	uint32_t chunk_size;
@@ -32,6 +41,37 @@ struct overlay_map_info {
 	uint64_t nr_chunks;
 	const uint8_t *bitmap; /* points into the parsed buffer */
 	size_t bitmap_bytes;
+	/* Sealed (version 3) only. */
+	uint64_t layer_id;
+	const uint8_t *salt;	 /* OVERLAY_SALT_LEN bytes in the buffer */
+	const uint8_t *chain_id; /* the chain that sealed it, OVERLAY_CHAIN_ID_LEN bytes */
+	const uint8_t *mac;	 /* OVERLAY_MAC_LEN bytes in the buffer */
+};
+
+/*
+ * Sealing of frozen layers in an encrypted snapshot chain (devices/OVERLAY.md, snapshot/
+ * CRYPTO.md), given by the snapshot code so this layer needs no key: each chunk is sealed
+ * under (chain id, layer id, salt, chunk index) with a 16-byte tag; a map is authenticated by a
+ * sealed digest of its bytes [0, OVERLAY_MAP_MAC_OFF) and its bitmap. `chain_id` is the chain
+ * this sealer seals into; a layer sealed by another chain of the same data key (the chain a
+ * sandbox was restored from) is opened with the chain id its map records. The functions may
+ * be called from any thread (the implementation locks). 0, -EBADMSG (not authentic), -errno.
+ */
+struct overlay_sealer {
+	void *opaque;
+	uint8_t chain_id[OVERLAY_CHAIN_ID_LEN];
+	int (*seal)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN], uint64_t layer_id,
+		    const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk, const void *in,
+		    size_t len, void *out, uint8_t tag[OVERLAY_TAG_LEN]);
+	int (*open)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN], uint64_t layer_id,
+		    const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk, const void *in,
+		    size_t len, void *out, const uint8_t tag[OVERLAY_TAG_LEN]);
+	int (*seal_map)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			const uint8_t *hdr, size_t hdr_len, const uint8_t *bitmap,
+			size_t bitmap_len, uint8_t mac[OVERLAY_MAC_LEN]);
+	int (*check_map)(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			 const uint8_t *hdr, size_t hdr_len, const uint8_t *bitmap,
+			 size_t bitmap_len, const uint8_t mac[OVERLAY_MAC_LEN]);
 };
 
 /* A frozen (read-only) layer below the writable top. */
@@ -39,6 +79,18 @@ struct overlay_layer {
 	int data_fd;
 	uint8_t *bitmap;
 	uint32_t map_crc; /* CRC-32 of its whole map file: the next layer's parent_crc */
+	/*
+	 * Sealed layers: chunks are ciphertext (tags after the disk's bytes in the data file).
+	 * Until a sealer has authenticated the map (overlay_attach_sealer), nothing is read.
+	 */
+	bool sealed;
+	uint64_t layer_id;
+	uint8_t salt[OVERLAY_SALT_LEN];
+	uint8_t chain_id[OVERLAY_CHAIN_ID_LEN];
+	uint8_t hdr[OVERLAY_MAP_MAC_OFF];
+	uint8_t mac[OVERLAY_MAC_LEN];
+	const struct overlay_sealer *sealer; /* NULL: not authenticated yet */
+	char *map_path;
 };
 
 struct overlay {
@@ -61,6 +113,13 @@ struct overlay {
 	/* Frozen layers below the top, oldest (directly on the base) first. */
 	int nr_layers;
 	struct overlay_layer layers[OVERLAY_CHAIN_MAX - 1];
+	/*
+	 * Set by the owner before overlay_freeze when the snapshot chain is encrypted: the top is
+	 * sealed as it freezes, under this sealer and layer id. NULL: frozen in clear.
+	 */
+	const struct overlay_sealer *sealer;
+	uint64_t seal_layer_id;
+	uint8_t *open_buf; /* one chunk, for reading sealed chunks */
 };
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32), continuing from `crc` (0 to start). */
@@ -92,10 +151,26 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 /*
  * Flushes the top (data synced, map written with the frozen flag), keeps it as a read-only
  * layer, and starts a new empty top at `path` (`path`.map must not exist) whose reads fall
- * through to the frozen layers and the base. On failure the old top stays the writable top.
- * 0, or -errno with a message in `err`.
+ * through to the frozen layers and the base. With ov->sealer set the frozen layer is sealed
+ * first: its chunks are encrypted into a new data file that replaces the plain one, and its
+ * map (version 3) carries the layer id, a fresh random salt and a sealed digest. On failure
+ * the old top stays the writable top. 0, or -errno with a message in `err`.
  */
 int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errlen);
+/*
+ * Authenticates every sealed frozen layer not yet authenticated with `s` (its map's sealed
+ * digest) and lets its chunks be read through `s`. 0, or -EBADMSG with a one-line message
+ * naming the map. Reads from a sealed layer no sealer has authenticated fail with -EACCES.
+ */
+int overlay_attach_sealer(struct overlay *ov, const struct overlay_sealer *s, char *err,
+			  size_t errlen);
+/* Frozen layers that are sealed and that are in clear. */
+void overlay_count_sealed(const struct overlay *ov, int *sealed, int *plain);
+/*
+ * Opens every chunk of every sealed layer (restore --verify). 0, or -EBADMSG / -EACCES /
+ * -errno with a message naming the layer and chunk.
+ */
+int overlay_verify_sealed(struct overlay *ov, char *err, size_t errlen);
 /* True when the top layer holds the chunk (frozen layers are not consulted). */
 bool overlay_chunk_allocated(const struct overlay *ov, uint64_t chunk);
 /* Reads/writes `len` bytes at disk offset `off` from/into the iovecs. 0 or -errno. */

@@ -7,8 +7,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 #define PAGE_AAD_LABEL "cove-page-v1"
@@ -16,6 +19,8 @@
 #define LABEL_LEN      12
 #define BLOB_LAYER     0xffffffffu
 #define DOMAIN_MAX     255
+#define LAYER_KDF_INFO "cove-layer-key-v2"
+#define CTX_LAYERS_MAX 1024 /* beyond this the oldest layer is forgotten (writers move on) */
 
 struct snap_key {
 	uint8_t bytes[CRYPTO_KEY_LEN];
@@ -23,9 +28,21 @@ struct snap_key {
 	int locked;
 };
 
-struct crypto_ctx {
+/* A layer's subkey, keyed once in both directions. */
+struct layer_ctx {
+	uint64_t layer_id;
+	uint8_t salt[CRYPTO_SALT_LEN];
 	EVP_CIPHER_CTX *enc;
 	EVP_CIPHER_CTX *dec;
+};
+
+struct crypto_ctx {
+	EVP_CIPHER_CTX *enc; /* the data key: blobs */
+	EVP_CIPHER_CTX *dec;
+	struct snap_key *dk; /* a locked copy of the data key, for layer subkeys */
+	struct layer_ctx *layers;
+	size_t nr_layers, cap_layers;
+	size_t last; /* the entry the previous page used */
 };
 
 void crypto_cleanse(void *buf, size_t len)
@@ -110,34 +127,155 @@ void crypto_ctx_free(struct crypto_ctx *cc)
 		return;
 	EVP_CIPHER_CTX_free(cc->enc);
 	EVP_CIPHER_CTX_free(cc->dec);
+	for (size_t i = 0; i < cc->nr_layers; i++) {
+		EVP_CIPHER_CTX_free(cc->layers[i].enc);
+		EVP_CIPHER_CTX_free(cc->layers[i].dec);
+	}
+	free(cc->layers);
+	crypto_key_free(cc->dk);
 	free(cc);
 }
 
 /* Key both directions once; per page only the IV changes, so the key schedule is reused. */
+static int key_pair(const uint8_t *key, EVP_CIPHER_CTX **enc, EVP_CIPHER_CTX **dec)
+{
+	EVP_CIPHER *aes = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+	if (!aes)
+		return -EIO;
+	*enc = EVP_CIPHER_CTX_new();
+	*dec = EVP_CIPHER_CTX_new();
+	int ok = *enc && *dec && EVP_EncryptInit_ex2(*enc, aes, key, NULL, NULL) == 1 &&
+		 EVP_DecryptInit_ex2(*dec, aes, key, NULL, NULL) == 1;
+	EVP_CIPHER_free(aes);
+	if (ok)
+		return 0;
+	EVP_CIPHER_CTX_free(*enc);
+	EVP_CIPHER_CTX_free(*dec);
+	*enc = *dec = NULL;
+	return -EIO;
+}
+
 int crypto_ctx_new(const struct snap_key *key, struct crypto_ctx **out)
 {
 	struct crypto_ctx *cc = calloc(1, sizeof(*cc));
 	if (!cc)
 		return -ENOMEM;
-	int r = -EIO;
-	EVP_CIPHER *aes = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
-	if (!aes)
-		goto fail;
-	cc->enc = EVP_CIPHER_CTX_new();
-	cc->dec = EVP_CIPHER_CTX_new();
-	if (!cc->enc || !cc->dec)
-		goto fail_cipher;
-	if (EVP_EncryptInit_ex2(cc->enc, aes, key->bytes, NULL, NULL) != 1 ||
-	    EVP_DecryptInit_ex2(cc->dec, aes, key->bytes, NULL, NULL) != 1)
-		goto fail_cipher;
-	EVP_CIPHER_free(aes);
+	int r = crypto_key_import(key->bytes, &cc->dk);
+	if (!r)
+		r = key_pair(key->bytes, &cc->enc, &cc->dec);
+	if (r) {
+		crypto_ctx_free(cc);
+		return r;
+	}
 	*out = cc;
 	return 0;
-fail_cipher:
-	EVP_CIPHER_free(aes);
-fail:
-	crypto_ctx_free(cc);
-	return r;
+}
+
+static void put_le64(uint8_t *p, uint64_t v);
+
+int crypto_layer_key(const struct snap_key *key, uint64_t layer_id,
+		     const uint8_t salt[CRYPTO_SALT_LEN], uint8_t out[CRYPTO_KEY_LEN])
+{
+	uint8_t info[sizeof(LAYER_KDF_INFO) - 1 + 8];
+	memcpy(info, LAYER_KDF_INFO, sizeof(LAYER_KDF_INFO) - 1);
+	put_le64(info + sizeof(LAYER_KDF_INFO) - 1, layer_id);
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+	EVP_KDF_CTX *kc = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+	EVP_KDF_free(kdf);
+	if (!kc)
+		return -EIO;
+	OSSL_PARAM params[] = {
+	    OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+	    OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)key->bytes,
+					      CRYPTO_KEY_LEN),
+	    OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)salt, CRYPTO_SALT_LEN),
+	    OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, sizeof(info)),
+	    OSSL_PARAM_construct_end(),
+	};
+	int ok = EVP_KDF_derive(kc, out, CRYPTO_KEY_LEN, params) == 1;
+	EVP_KDF_CTX_free(kc);
+	return ok ? 0 : -EIO;
+}
+
+int crypto_ctx_add_layer(struct crypto_ctx *cc, uint64_t layer_id,
+			 const uint8_t salt[CRYPTO_SALT_LEN])
+{
+	static const uint8_t zero[CRYPTO_SALT_LEN];
+	if (layer_id > CRYPTO_LAYER_MAX)
+		return -ERANGE;
+	/* An all-zero salt is what a layer written before salts existed holds: never accept it. */
+	if (!memcmp(salt, zero, CRYPTO_SALT_LEN))
+		return -EINVAL;
+	/* Known (id, salt): it becomes the one pages of this id use. */
+	for (size_t i = 0; i < cc->nr_layers; i++)
+		if (cc->layers[i].layer_id == layer_id &&
+		    !memcmp(cc->layers[i].salt, salt, CRYPTO_SALT_LEN)) {
+			cc->last = i;
+			return 0;
+		}
+	struct layer_ctx *e = NULL;
+	uint8_t sub[CRYPTO_KEY_LEN];
+	EVP_CIPHER_CTX *enc, *dec;
+	int r = crypto_layer_key(cc->dk, layer_id, salt, sub);
+	if (!r)
+		r = key_pair(sub, &enc, &dec);
+	OPENSSL_cleanse(sub, sizeof(sub));
+	if (r)
+		return r;
+	if (cc->nr_layers == CTX_LAYERS_MAX) {
+		/* Forget the oldest: a writer never seals under an old layer id again. */
+		EVP_CIPHER_CTX_free(cc->layers[0].enc);
+		EVP_CIPHER_CTX_free(cc->layers[0].dec);
+		memmove(cc->layers, cc->layers + 1, (cc->nr_layers - 1) * sizeof(*cc->layers));
+		cc->nr_layers--;
+	}
+	if (cc->nr_layers == cc->cap_layers) {
+		size_t cap = cc->cap_layers ? cc->cap_layers * 2 : 16;
+		struct layer_ctx *n = realloc(cc->layers, cap * sizeof(*n));
+		if (!n) {
+			EVP_CIPHER_CTX_free(enc);
+			EVP_CIPHER_CTX_free(dec);
+			return -ENOMEM;
+		}
+		cc->layers = n;
+		cc->cap_layers = cap;
+	}
+	e = &cc->layers[cc->nr_layers++];
+	e->layer_id = layer_id;
+	memcpy(e->salt, salt, CRYPTO_SALT_LEN);
+	e->enc = enc;
+	e->dec = dec;
+	cc->last = (size_t)(e - cc->layers);
+	return 0;
+}
+
+int crypto_ctx_dup(const struct crypto_ctx *cc, struct crypto_ctx **out)
+{
+	struct crypto_ctx *n = NULL;
+	int r = crypto_ctx_new(cc->dk, &n);
+	if (r)
+		return r;
+	for (size_t i = 0; !r && i < cc->nr_layers; i++)
+		r = crypto_ctx_add_layer(n, cc->layers[i].layer_id, cc->layers[i].salt);
+	if (r) {
+		crypto_ctx_free(n);
+		return r;
+	}
+	*out = n;
+	return 0;
+}
+
+/* The registered layer's contexts, or NULL: pages are never sealed under the data key itself. */
+static struct layer_ctx *layer_of(struct crypto_ctx *cc, uint64_t layer_id)
+{
+	if (cc->last < cc->nr_layers && cc->layers[cc->last].layer_id == layer_id)
+		return &cc->layers[cc->last];
+	for (size_t i = cc->nr_layers; i-- > 0;)
+		if (cc->layers[i].layer_id == layer_id) {
+			cc->last = i;
+			return &cc->layers[i];
+		}
+	return NULL;
 }
 
 static void put_be32(uint8_t *p, uint32_t v)
@@ -228,8 +366,11 @@ int crypto_seal_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_
 	int r = crypto_page_nonce(layer_id, index, nonce);
 	if (r)
 		return r;
+	struct layer_ctx *l = layer_of(cc, layer_id);
+	if (!l)
+		return -ENOKEY;
 	page_aad(aad, chain_id, layer_id, index, len);
-	return gcm_seal(cc->enc, nonce, aad, sizeof(aad), plain, len, out, tag);
+	return gcm_seal(l->enc, nonce, aad, sizeof(aad), plain, len, out, tag);
 }
 
 int crypto_open_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
@@ -242,8 +383,13 @@ int crypto_open_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_
 	int r = crypto_page_nonce(layer_id, index, nonce);
 	if (r)
 		return r;
+	struct layer_ctx *l = layer_of(cc, layer_id);
+	if (!l) {
+		memset(out, 0, len);
+		return -ENOKEY;
+	}
 	page_aad(aad, chain_id, layer_id, index, len);
-	return gcm_open(cc->dec, nonce, aad, sizeof(aad), cipher, len, out, tag);
+	return gcm_open(l->dec, nonce, aad, sizeof(aad), cipher, len, out, tag);
 }
 
 /* "cove-blob-v1" || chain_id || domain length (1 byte) || domain || plaintext length (u64 LE) */

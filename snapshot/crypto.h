@@ -7,19 +7,21 @@
 
 /*
  * One random 256-bit data key encrypts one snapshot chain. Every 4 KiB memory page and every
- * disk overlay chunk is sealed on its own with AES-256-GCM:
+ * disk overlay chunk is sealed on its own with AES-256-GCM under its layer's subkey:
  *
- *   nonce (96 bits) = layer_id (32 bits, big-endian) || index (64 bits, big-endian)
- *   AAD             = "cove-page-v1" || chain_id (16) || layer_id (u64 LE) || index (u64 LE)
- *                     || len (u64 LE)
+ *   subkey (256 bits) = HKDF-SHA256(data key, salt = the layer's random 16-byte salt,
+ *                                   info = "cove-layer-key-v2" || layer_id (u64 LE))
+ *   nonce (96 bits)   = layer_id (32 bits, big-endian) || index (64 bits, big-endian)
+ *   AAD               = "cove-page-v1" || chain_id (16) || layer_id (u64 LE) || index (u64 LE)
+ *                       || len (u64 LE)
  *
- * The nonce never repeats under one key as long as each (layer_id, index) pair is sealed at
- * most once: a layer id is used for one layer of one chain, ever (memory and disk layers share
- * one layer id space; a crashed or aborted write burns its id: allocate ids with
- * keyfile_next_layer_id(), which persists the counter before the id is handed out), and a layer
- * seals each index at most once. Layer ids 0..CRYPTO_LAYER_MAX are valid; larger ids are
- * rejected (-ERANGE). Layer id 0xffffffff is reserved for blobs. The AAD binds chain, layer,
- * index and length, so a page moved to another index, layer or chain fails to open.
+ * A layer's salt is drawn fresh when the layer is written and stored in its header, so even a
+ * layer id handed out twice (a rolled-back counter, two copies of one chain) gives two subkeys:
+ * a (subkey, nonce) pair repeats only if a 128-bit random salt does. A layer seals each index
+ * at most once. Register a layer (crypto_ctx_add_layer) before sealing or opening its pages;
+ * pages are never sealed under the data key itself (-ENOKEY for an unregistered layer). Layer
+ * ids 0..CRYPTO_LAYER_MAX are valid; larger ids are rejected (-ERANGE). The AAD binds chain,
+ * layer, index and length, so a page moved to another index, layer or chain fails to open.
  *
  * State files and other small records use crypto_seal_blob: nonce = 0xffffffff || 64 random
  * bits (never equal to a page nonce), AAD = "cove-blob-v1" || chain_id || domain string.
@@ -31,6 +33,7 @@
 #define CRYPTO_TAG_LEN	    16
 #define CRYPTO_NONCE_LEN    12
 #define CRYPTO_CHAIN_ID_LEN 16
+#define CRYPTO_SALT_LEN	    16 /* per layer, random */
 #define CRYPTO_LAYER_MAX    0xfffffffeULL
 #define CRYPTO_PAGE_MAX_LEN (16u << 20) /* one sealed page/chunk, at most */
 #define CRYPTO_BLOB_MAX_LEN (256u << 20)
@@ -57,12 +60,27 @@ void crypto_key_free(struct snap_key *key);
 int crypto_ctx_new(const struct snap_key *key, struct crypto_ctx **out);
 void crypto_ctx_free(struct crypto_ctx *cc);
 
+/*
+ * Registers a layer: derives its subkey from the data key and its salt (never all zeros:
+ * -EINVAL) and keys a context pair for it. Pages of layer_id then use the (id, salt) registered
+ * or re-registered last (two disk layers may share an id, never a salt). A context remembers up
+ * to 1024 layers, forgetting the oldest. 0, -ERANGE, -EINVAL, -EIO, -ENOMEM.
+ */
+int crypto_ctx_add_layer(struct crypto_ctx *cc, uint64_t layer_id,
+			 const uint8_t salt[CRYPTO_SALT_LEN]);
+/* A new context (for another thread) with the same data key and registered layers. */
+int crypto_ctx_dup(const struct crypto_ctx *cc, struct crypto_ctx **out);
+/* The subkey of (layer_id, salt) under key (exposed for tests). 0 or -EIO. */
+int crypto_layer_key(const struct snap_key *key, uint64_t layer_id,
+		     const uint8_t salt[CRYPTO_SALT_LEN], uint8_t out[CRYPTO_KEY_LEN]);
+
 /* The page nonce for (layer_id, index); -ERANGE when layer_id > CRYPTO_LAYER_MAX. */
 int crypto_page_nonce(uint64_t layer_id, uint64_t index, uint8_t nonce[CRYPTO_NONCE_LEN]);
 
 /*
  * Seal len bytes (1..CRYPTO_PAGE_MAX_LEN) of plain into out (len bytes, may equal plain) and
- * tag. 0, -ERANGE (layer id too large), -EINVAL (len), -EIO (OpenSSL failure).
+ * tag, under the layer's subkey. 0, -ENOKEY (layer not registered), -ERANGE (layer id too
+ * large), -EINVAL (len), -EIO (OpenSSL failure).
  */
 int crypto_seal_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
 		     uint64_t layer_id, uint64_t index, const void *plain, size_t len, void *out,
@@ -70,7 +88,7 @@ int crypto_seal_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_
 /*
  * Open what crypto_seal_page sealed with the same chain_id, layer_id, index and len. out (may
  * equal cipher) is zeroed on failure. 0, -EBADMSG (tag mismatch: tampered, wrong place, wrong
- * key), -ERANGE, -EINVAL, -EIO.
+ * key or salt), -ENOKEY, -ERANGE, -EINVAL, -EIO.
  */
 int crypto_open_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
 		     uint64_t layer_id, uint64_t index, const void *cipher, size_t len, void *out,

@@ -1,8 +1,11 @@
 /* A snapshot chain's "keys" file (wrapped data key, chain id, provider) and layer id counter. */
 #include "keyfile.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +136,13 @@ static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *pa
 	if (memcmp(buf, MAGIC, 8) != 0)
 		return errmsg(err, errlen, -EINVAL, "%s: not a cove keys file (bad magic)", path);
 	uint32_t ver = get_le32(buf + 8);
+	if (ver == 1)
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "%s: keys file version 1 is from a cove without per-layer salts; this "
+		    "cove reads version %d only (restore the chain with the cove that "
+		    "wrote it)",
+		    path, KEYFILE_VERSION);
 	if (ver != KEYFILE_VERSION)
 		return errmsg(err, errlen, -EINVAL,
 			      "%s: unsupported version %u (this cove reads %d)", path, ver,
@@ -229,8 +239,17 @@ static int wrap_into(struct keys *k, struct keyprov *prov, const struct snap_key
 			    errlen);
 }
 
+static int seq_init(const char *dir, char *err, size_t errlen);
+
 int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_out,
 		   uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err, size_t errlen)
+{
+	return keyfile_create_with_key(dir, prov, NULL, key_out, chain_id, err, errlen);
+}
+
+int keyfile_create_with_key(const char *dir, struct keyprov *prov, const struct snap_key *key_in,
+			    struct snap_key **key_out, uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
+			    char *err, size_t errlen)
 {
 	struct keys *k = calloc(1, sizeof(*k));
 	struct snap_key *key = NULL;
@@ -242,7 +261,7 @@ int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_
 		r = errmsg(err, errlen, -EEXIST, "%s already exists", path);
 		goto out;
 	}
-	r = crypto_key_generate(&key);
+	r = key_in ? crypto_key_import(crypto_key_bytes(key_in), &key) : crypto_key_generate(&key);
 	if (r) {
 		r = errmsg(err, errlen, r, "cannot generate a data key: %s", strerror(-r));
 		goto out;
@@ -257,6 +276,10 @@ int keyfile_create(const char *dir, struct keyprov *prov, struct snap_key **key_
 	r = wrap_into(k, prov, key, err, errlen);
 	if (r)
 		goto out;
+	/* The counter first: a keys file never exists without one (a missing one is refused). */
+	r = seq_init(dir, err, errlen);
+	if (r)
+		goto out;
 	r = store(dir, k, 1, err, errlen);
 	if (r)
 		goto out;
@@ -269,20 +292,41 @@ out:
 	return r;
 }
 
-/* Unwrap k's data key with prov (or the stored provider) and check it is this chain's. */
+/*
+ * The provider always comes from the host; the keys file only records which one wrapped the
+ * key. A record that differs from the host's provider is refused before anything runs: a
+ * chain cannot pick the command or module that unwraps it (snapshot/CRYPTO.md).
+ */
+static int check_prov(const struct keys *k, const struct keyprov *prov, char *err, size_t errlen)
+{
+	if (!prov)
+		return errmsg(err, errlen, -EINVAL,
+			      "an encrypted chain needs its key provider from the host (--key); "
+			      "the chain's keys file never chooses it");
+	/* The recorded config is not printed: it is the chain's text, not the host's. */
+	if (k->type != keyprov_get_type(prov))
+		return errmsg(err, errlen, -EKEYREJECTED,
+			      "the chain's keys file records a %s key provider, the host gave %s: "
+			      "give the provider that wrapped it, or rekey the chain",
+			      keyprov_type_name(k->type),
+			      keyprov_type_name(keyprov_get_type(prov)));
+	if (strcmp(k->config, keyprov_config(prov)) != 0)
+		return errmsg(err, errlen, -EKEYREJECTED,
+			      "the chain's keys file records another %s key provider than the "
+			      "host's: give the provider that wrapped it, or rekey the chain",
+			      keyprov_type_name(k->type));
+	return 0;
+}
+
+/* Unwrap k's data key with the host's provider and check it is this chain's. */
 static int unwrap_keys(const struct keys *k, struct keyprov *prov, struct snap_key **key_out,
 		       char *err, size_t errlen)
 {
-	struct keyprov *own = NULL;
 	struct snap_key *key = NULL;
 	uint8_t kcv[KCV_LEN];
-	int r;
-	if (!prov) {
-		r = keyprov_new(k->type, k->config, &own, err, errlen);
-		if (r)
-			return r;
-		prov = own;
-	}
+	int r = check_prov(k, prov, err, errlen);
+	if (r)
+		return r;
 	r = keyprov_unwrap(prov, k->wrapped, k->wrapped_len, &key, err, errlen);
 	if (r)
 		goto out;
@@ -299,7 +343,6 @@ static int unwrap_keys(const struct keys *k, struct keyprov *prov, struct snap_k
 	key = NULL;
 out:
 	crypto_key_free(key);
-	keyprov_free(own);
 	return r;
 }
 
@@ -358,43 +401,161 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
 }
 
 /* DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE); replaced atomically under flock of DIR. */
-int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen)
+static int seq_write(const char *dir, uint64_t next)
+{
+	uint8_t buf[SEQ_LEN];
+	put_le64(buf, next);
+	put_le32(buf + 8, overlay_crc32(0, buf, 8));
+	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+}
+
+/* 1 and the counter, 0 when DIR/layer-seq does not exist, -errno (err set) when unusable. */
+static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
 {
 	char path[PATH_MAX_LEN];
 	uint8_t buf[SEQ_LEN + 1];
-	uint64_t next = 0;
 	int r = path_in(path, dir, SEQ_NAME);
 	if (r)
 		return errmsg(err, errlen, r, "%s: path too long", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	}
+	ssize_t n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8))
+		return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
+	*next = get_le64(buf);
+	return 1;
+}
+
+/* A new chain's counter (ids start at 1: 0 means "no parent"); one left by a crash is kept. */
+static int seq_init(const char *dir, char *err, size_t errlen)
+{
+	uint64_t next = 0;
+	int r = seq_read(dir, &next, err, errlen);
+	if (r < 0)
+		return r;
+	if (r == 1 && next >= 1)
+		return 0;
+	r = seq_write(dir, 1);
+	return r ? errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r))
+		 : 0;
+}
+
+/* Parses digits at *p (at least one) and advances; 0 or -1. */
+static int take_id(const char **p, uint64_t *id)
+{
+	if (!isdigit((unsigned char)**p))
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(*p, &end, 10);
+	if (errno)
+		return -1;
+	*id = v;
+	*p = end;
+	return 0;
+}
+
+/*
+ * The layer id a chain file's name carries: mem-N, state-N (and their .NAME.tmp), diskK-N.ovl
+ * (and .map, .map.tmp). 1 with *id, or 0 for other names.
+ */
+int keyfile_name_layer_id(const char *name, uint64_t *id)
+{
+	const char *p = name;
+	uint64_t k;
+	bool tmp = *p == '.';
+	if (tmp)
+		p++;
+	if (!strncmp(p, "mem-", 4) || !strncmp(p, "state-", 6)) {
+		p += *p == 'm' ? 4 : 6;
+		if (take_id(&p, id))
+			return 0;
+		return tmp ? !strcmp(p, ".tmp") : !*p;
+	}
+	if (tmp || strncmp(p, "disk", 4))
+		return 0;
+	p += 4;
+	if (take_id(&p, &k) || *p++ != '-' || take_id(&p, id))
+		return 0;
+	return !strcmp(p, ".ovl") || !strcmp(p, ".ovl.map") || !strcmp(p, ".ovl.map.tmp");
+}
+
+/* The chain must not hold a layer whose id is at or above the counter: ids would repeat. */
+static int seq_check_dir(const char *dir, uint64_t next, char *err, size_t errlen)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	struct dirent *e;
+	int r = 0;
+	while (!r && (e = readdir(d))) {
+		uint64_t id;
+		if (keyfile_name_layer_id(e->d_name, &id) && id >= next)
+			r = errmsg(
+			    err, errlen, -ESTALE,
+			    "%s/%s: the layer id counter (next %llu) is not above layer %llu "
+			    "the chain holds (rolled back or copied): refusing to continue this "
+			    "encrypted chain; restore it with --snapshot-dir into a new directory",
+			    dir, SEQ_NAME, (unsigned long long)next, (unsigned long long)id);
+	}
+	closedir(d);
+	return r;
+}
+
+/* Under the flock of DIR: the counter, checked (missing, corrupt, behind a layer: refused). */
+static int seq_checked(const char *dir, uint64_t *next, char *err, size_t errlen)
+{
+	int r = seq_read(dir, next, err, errlen);
+	if (r == 0)
+		r = errmsg(err, errlen, -ESTALE,
+			   "%s/%s is missing: refusing to continue this encrypted chain (its layer "
+			   "ids could repeat); restore it with --snapshot-dir into a new directory",
+			   dir, SEQ_NAME);
+	if (r < 0)
+		return r;
+	return seq_check_dir(dir, *next, err, errlen);
+}
+
+int keyfile_check_layer_ids(const char *dir, char *err, size_t errlen)
+{
+	uint64_t next = 0;
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	int r = flock(dfd, LOCK_SH)
+		    ? errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno))
+		    : seq_checked(dir, &next, err, errlen);
+	close(dfd);
+	return r;
+}
+
+int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen)
+{
+	uint64_t next = 0;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	int r;
 	if (flock(dfd, LOCK_EX)) {
 		r = errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno));
 		goto out;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, buf, sizeof(buf));
-		close(fd);
-		if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8)) {
-			r = errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
-			goto out;
-		}
-		next = get_le64(buf);
-	} else if (errno != ENOENT) {
-		r = errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	r = seq_checked(dir, &next, err, errlen);
+	if (r)
 		goto out;
-	}
 	if (next > CRYPTO_LAYER_MAX) {
 		r = errmsg(err, errlen, -ERANGE, "%s: layer ids exhausted", dir);
 		goto out;
 	}
-	put_le64(buf, next + 1);
-	put_le32(buf + 8, overlay_crc32(0, buf, 8));
-	r = replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+	/* Durable before the id is handed out: no file with this id exists before the counter. */
+	r = seq_write(dir, next + 1);
 	if (r) {
-		r = errmsg(err, errlen, r, "cannot write %s: %s", path, strerror(-r));
+		r = errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r));
 		goto out;
 	}
 	*id = next;

@@ -106,7 +106,7 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	lm->vm = vm;
 	lm->uffd = lm->stop_efd = -1;
 	memcpy(lm->chain_id, sc->chain_id, 16);
-	int r = crypto_ctx_new(sc->key, &lm->cc);
+	int r = crypto_ctx_dup(sc->cc, &lm->cc); /* with the layers plan_load registered */
 	if (r)
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
 	lm->cipher = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);

@@ -60,6 +60,7 @@ void mem_layer_header_build(const struct mem_layer_info *li, uint8_t hdr[MEM_LAY
 	memcpy(hdr + 88, li->chain_id, 16);
 	put_le32(hdr + 104, li->flags);
 	put_le32(hdr + 108, li->bitmap_crc);
+	memcpy(hdr + MEM_LAYER_SALT_OFF, li->salt, sizeof(li->salt));
 	memcpy(hdr + MEM_LAYER_META_OFF, li->meta, MEM_LAYER_META_LEN);
 	put_le32(hdr + MEM_LAYER_HDR - 4, state_crc32(0, hdr, MEM_LAYER_HDR - 4));
 }
@@ -98,6 +99,7 @@ int mem_layer_header_parse(const uint8_t *hdr, size_t len, struct mem_layer_info
 	li->stored = get_le64(hdr + 80);
 	memcpy(li->chain_id, hdr + 88, 16);
 	li->bitmap_crc = get_le32(hdr + 108);
+	memcpy(li->salt, hdr + MEM_LAYER_SALT_OFF, sizeof(li->salt));
 	memcpy(li->meta, hdr + MEM_LAYER_META_OFF, MEM_LAYER_META_LEN);
 	if (li->present > li->nr_pages || li->stored > li->present)
 		return errmsg(err, errlen, -EINVAL, "memory layer page counts are invalid");

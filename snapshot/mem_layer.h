@@ -18,6 +18,11 @@
  * sealed SHA-256 of the header and both bitmaps, so neither can be altered unnoticed.
  */
 #define MEM_LAYER_ENCRYPTED 2u
+/*
+ * Encrypted layers: the layer's random 16-byte salt (its pages' subkey, snapshot/CRYPTO.md),
+ * inside the bytes the sealed digest covers. Zero in plain layers.
+ */
+#define MEM_LAYER_SALT_OFF 112
 #define MEM_LAYER_META_OFF 128
 #define MEM_LAYER_META_LEN 60 /* crypto_seal_blob of 32 bytes */
 
@@ -26,7 +31,8 @@
  *   [0, 4096)      header: magic[8], version u32, page size u32, layer id u64, parent id u64,
  *                  RAM bytes u64, pages u64, bitmap offset u64, bitmap bytes u64, data offset
  *                  u64, pages present u64, pages stored u64, chain id[16], flags u32, bitmap
- *                  CRC-32 u32, ..., header CRC-32 u32 at 4092 (over bytes 0..4091)
+ *                  CRC-32 u32, salt[16] (encrypted), sealed digest (encrypted), ...,
+ *                  header CRC-32 u32 at 4092 (over bytes 0..4091)
  *   bitmap         bit p set = the layer holds RAM page p
  *   data           page p at data offset + p * 4096; a held page that is all zeros is a hole
  * The file is exactly data offset + pages * 4096 bytes long, so it can be mapped as RAM.
@@ -42,6 +48,7 @@ struct mem_layer_info {
 	/* Encrypted layers only. */
 	uint64_t stored_off; /* the second bitmap, bitmap_len bytes */
 	uint64_t tag_off;
+	uint8_t salt[16];
 	uint8_t meta[MEM_LAYER_META_LEN];
 };
 

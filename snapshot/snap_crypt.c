@@ -15,20 +15,35 @@
 #include "keyfile.h"
 #include "layer_restore.h"
 
-int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
-		    char *err, size_t errlen)
+int snap_crypt_open_key(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
+			const struct snap_key *inherit, char *err, size_t errlen)
 {
 	memset(sc, 0, sizeof(*sc));
+	if (!prov)
+		return errmsg(err, errlen, -EINVAL,
+			      "%s: an encrypted chain needs its key provider from the host", dir);
 	char path[4200];
 	struct stat st;
 	snprintf(path, sizeof(path), "%s/%s", dir, KEYFILE_NAME);
 	int r;
 	if (stat(path, &st) < 0 && errno == ENOENT) {
-		if (!create || !prov)
+		if (!create)
 			return errmsg(err, errlen, -ENOENT, "%s has no keys file", dir);
-		r = keyfile_create(dir, prov, &sc->key, sc->chain_id, err, errlen);
+		r = keyfile_create_with_key(dir, prov, inherit, &sc->key, sc->chain_id, err,
+					    errlen);
 	} else {
 		r = keyfile_open(dir, prov, &sc->key, sc->chain_id, err, errlen);
+		/* Its disk layers would be sealed under another key than the ones it shares. */
+		if (!r && inherit &&
+		    CRYPTO_memcmp(crypto_key_bytes(inherit), crypto_key_bytes(sc->key),
+				  CRYPTO_KEY_LEN)) {
+			snap_crypt_close(sc);
+			return errmsg(
+			    err, errlen, -EEXIST,
+			    "%s holds another encrypted chain (another data key): use a new "
+			    "directory",
+			    dir);
+		}
 	}
 	if (r)
 		return r;
@@ -38,6 +53,12 @@ int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
 	}
 	return 0;
+}
+
+int snap_crypt_open(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
+		    char *err, size_t errlen)
+{
+	return snap_crypt_open_key(sc, dir, prov, create, NULL, err, errlen);
 }
 
 void snap_crypt_close(struct snap_crypt *sc)
@@ -81,7 +102,18 @@ int snap_crypt_check_layer(struct snap_crypt *sc, const struct mem_layer *l)
 	if (crypto_open_blob(sc->cc, sc->chain_id, "cove-layer-meta", l->info.meta,
 			     MEM_LAYER_META_LEN, got))
 		return -EBADMSG;
-	return CRYPTO_memcmp(want, got, 32) ? -EBADMSG : 0;
+	if (CRYPTO_memcmp(want, got, 32))
+		return -EBADMSG;
+	/* The salt was in the digest: register the layer's subkey for its pages. */
+	return crypto_ctx_add_layer(sc->cc, l->info.layer_id, l->info.salt) ? -EBADMSG : 0;
+}
+
+int snap_crypt_new_layer(struct snap_crypt *sc, uint64_t layer_id, uint8_t salt[CRYPTO_SALT_LEN])
+{
+	int r = crypto_random(salt, CRYPTO_SALT_LEN);
+	if (!r)
+		r = crypto_ctx_add_layer(sc->cc, layer_id, salt);
+	return r;
 }
 
 static void state_domain(char *buf, size_t cap, uint64_t layer_id)
@@ -143,4 +175,107 @@ int snap_crypt_open_state(struct snap_crypt *sc, uint64_t layer_id, const uint8_
 	*out = p;
 	*out_len = plen;
 	return 0;
+}
+
+static int sealer_seal(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+		       uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk,
+		       const void *in, size_t len, void *out, uint8_t tag[OVERLAY_TAG_LEN])
+{
+	struct snap_sealer *s = opaque;
+	pthread_mutex_lock(&s->lock);
+	int r = crypto_ctx_add_layer(s->cc, layer_id, salt);
+	if (!r)
+		r = crypto_seal_page(s->cc, chain_id, layer_id, chunk, in, len, out, tag);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+static int sealer_open(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+		       uint64_t layer_id, const uint8_t salt[OVERLAY_SALT_LEN], uint64_t chunk,
+		       const void *in, size_t len, void *out, const uint8_t tag[OVERLAY_TAG_LEN])
+{
+	struct snap_sealer *s = opaque;
+	pthread_mutex_lock(&s->lock);
+	int r = crypto_ctx_add_layer(s->cc, layer_id, salt);
+	if (!r)
+		r = crypto_open_page(s->cc, chain_id, layer_id, chunk, in, len, out, tag);
+	pthread_mutex_unlock(&s->lock);
+	return r == -EINVAL || r == -ERANGE ? -EBADMSG : r;
+}
+
+static int map_digest(const uint8_t *hdr, size_t hdr_len, const uint8_t *bm, size_t bm_len,
+		      uint8_t out[32])
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	unsigned int n = 0;
+	int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+		 EVP_DigestUpdate(md, hdr, hdr_len) && EVP_DigestUpdate(md, bm, bm_len) &&
+		 EVP_DigestFinal_ex(md, out, &n);
+	EVP_MD_CTX_free(md);
+	return ok && n == 32 ? 0 : -EIO;
+}
+
+static int sealer_seal_map(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			   const uint8_t *hdr, size_t hdr_len, const uint8_t *bm, size_t bm_len,
+			   uint8_t mac[OVERLAY_MAC_LEN])
+{
+	struct snap_sealer *s = opaque;
+	uint8_t d[32];
+	int r = map_digest(hdr, hdr_len, bm, bm_len, d);
+	pthread_mutex_lock(&s->lock);
+	if (!r)
+		r = crypto_seal_blob(s->cc, chain_id, "cove-overlay-map", d, sizeof(d), mac);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+static int sealer_check_map(void *opaque, const uint8_t chain_id[OVERLAY_CHAIN_ID_LEN],
+			    const uint8_t *hdr, size_t hdr_len, const uint8_t *bm, size_t bm_len,
+			    const uint8_t mac[OVERLAY_MAC_LEN])
+{
+	struct snap_sealer *s = opaque;
+	uint8_t want[32], got[32];
+	if (map_digest(hdr, hdr_len, bm, bm_len, want))
+		return -EIO;
+	pthread_mutex_lock(&s->lock);
+	int r = crypto_open_blob(s->cc, chain_id, "cove-overlay-map", mac, OVERLAY_MAC_LEN, got);
+	pthread_mutex_unlock(&s->lock);
+	if (r || CRYPTO_memcmp(want, got, 32))
+		return -EBADMSG;
+	return 0;
+}
+
+int snap_sealer_new(const struct snap_crypt *sc, struct snap_sealer **out)
+{
+	_Static_assert(CRYPTO_BLOB_OVERHEAD + 32 == OVERLAY_MAC_LEN, "map MAC is a sealed digest");
+	_Static_assert(CRYPTO_SALT_LEN == OVERLAY_SALT_LEN && CRYPTO_TAG_LEN == OVERLAY_TAG_LEN &&
+			   CRYPTO_CHAIN_ID_LEN == OVERLAY_CHAIN_ID_LEN,
+		       "overlay sealing sizes");
+	struct snap_sealer *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	int r = crypto_ctx_new(sc->key, &s->cc);
+	if (r) {
+		free(s);
+		return r;
+	}
+	memcpy(s->chain_id, sc->chain_id, sizeof(s->chain_id));
+	pthread_mutex_init(&s->lock, NULL);
+	s->ops = (struct overlay_sealer){.opaque = s,
+					 .seal = sealer_seal,
+					 .open = sealer_open,
+					 .seal_map = sealer_seal_map,
+					 .check_map = sealer_check_map};
+	memcpy(s->ops.chain_id, sc->chain_id, sizeof(s->ops.chain_id));
+	*out = s;
+	return 0;
+}
+
+void snap_sealer_free(struct snap_sealer *s)
+{
+	if (!s)
+		return;
+	crypto_ctx_free(s->cc);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
 }

@@ -95,6 +95,9 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 
 int snap_ctx_encrypt(struct snap_ctx *s, struct keyprov *prov, char *err, size_t errlen)
 {
+	if (!prov)
+		return errmsg(err, errlen, -EINVAL,
+			      "encrypted snapshots need a key provider from the host");
 	struct chain c;
 	char e2[8];
 	int r = chain_load(s->dir, &c, e2, sizeof(e2));
@@ -369,6 +372,15 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 		bms *= 2;
 	}
 	li->bitmap_crc = state_crc32(0, hb + li->bitmap_off, bms);
+	/* A fresh salt per layer, in the header before the digest covers it (CRYPTO.md). */
+	if (s->encrypted) {
+		r = snap_crypt_new_layer(&s->crypt, li->layer_id, li->salt);
+		if (r) {
+			errmsg(err, errlen, r, "encrypting the layer: %s", strerror(-r));
+			free(hb);
+			goto out;
+		}
+	}
 	mem_layer_header_build(li, hb);
 	if (s->encrypted) {
 		r = seal_pages(s, li, g, fd);
@@ -502,7 +514,8 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		 * even if a write died half way, so ids come from the keys file's durable counter.
 		 */
 		if (!s->crypt.key) {
-			r = snap_crypt_open(&s->crypt, s->dir, s->prov, 1, err, errlen);
+			r = snap_crypt_open_key(&s->crypt, s->dir, s->prov, 1, s->inherit_key, err,
+						errlen);
 			if (r)
 				goto resume;
 		}

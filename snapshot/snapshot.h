@@ -33,8 +33,10 @@ struct snap_ctx {
 	uint64_t *bitmap; /* scratch: one bit per RAM page */
 	/* Encryption (snapshot/CRYPTO.md): on when a key provider is set. */
 	bool encrypted;
-	struct keyprov *prov;	 /* owned; NULL: the one DIR/keys names */
+	struct keyprov *prov;	 /* owned; the host's provider (never one DIR/keys names) */
 	struct snap_crypt crypt; /* data key, opened at the first snapshot */
+	/* A new chain's data key (borrowed; NULL: a new key): see keyfile_create_with_key. */
+	const struct snap_key *inherit_key;
 	uint64_t *stored_bm;	 /* scratch: pages with data, for encrypted layers */
 	/* RAM is filled lazily (userfaultfd): a full snapshot must read every page, not the memfd's. */
 	bool ram_lazy;
@@ -71,8 +73,8 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 void snap_ctx_adopt_chain(struct snap_ctx *s, const struct chain *c);
 void snap_ctx_free(struct snap_ctx *s);
 /*
- * Encrypts every layer and state file from now on, under a data key wrapped by `prov` (taken
- * over by the context; NULL = the provider DIR/keys already names).  A directory holding a plain
+ * Encrypts every layer and state file from now on, under a data key wrapped by `prov` (the
+ * host's provider, required; taken over by the context).  A directory holding a plain
  * chain is refused. 0 or -errno with a message.
  */
 int snap_ctx_encrypt(struct snap_ctx *s, struct keyprov *prov, char *err, size_t errlen);

@@ -11,10 +11,12 @@ static void usage(FILE *out)
 {
 	fprintf(
 	    out,
-	    "usage: cove rekey DIR [--from-key-cmd CMD | --from-pkcs11 CONFIG]\n"
+	    "usage: cove rekey DIR (--from-key-cmd CMD | --from-pkcs11 CONFIG)\n"
 	    "                      (--to-key-cmd CMD | --to-pkcs11 CONFIG)\n"
-	    "Unwrap the data key in DIR/keys with the old key provider (default: the one the\n"
-	    "file names) and wrap it with the new one. Layer and state files are not rewritten.\n"
+	    "Unwrap the data key in DIR/keys with the old key provider (it must be the one the "
+	    "file\n"
+	    "records; the file never chooses it) and wrap it with the new one. Layer and state\n"
+	    "files are not rewritten.\n"
 	    "CONFIG: pkcs11:token=LABEL;object=LABEL[;module=PATH][;pin-file=PATH]\n"
 	    "        (PIN from $COVE_PKCS11_PIN or pin-file; see snapshot/CRYPTO.md)\n");
 }
@@ -75,11 +77,17 @@ int cmd_rekey(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* The old provider comes from the host too: DIR/keys must never name what runs. */
+	if (!from) {
+		fprintf(stderr, "cove rekey: the old key provider is required (--from-key-cmd or "
+				"--from-pkcs11); the chain's keys file never chooses it\n");
+		return 2;
+	}
 	const char *dir = argv[optind];
 	char err[512];
 	struct keyprov *old = NULL, *new = NULL;
 	int status = 1;
-	if (from && keyprov_new(from_t, from, &old, err, sizeof(err))) {
+	if (keyprov_new(from_t, from, &old, err, sizeof(err))) {
 		fprintf(stderr, "cove rekey: --from: %s\n", err);
 		return 2;
 	}

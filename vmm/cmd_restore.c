@@ -20,8 +20,10 @@
 #include "layer_restore.h"
 #include "machine_config.h"
 #include "options.h"
+#include "overlay.h"
 #include "sandbox.h"
 #include "state_file.h"
+#include "virtio_blk.h"
 
 static const char restore_usage[] =
 	"usage: cove restore DIR [options]\n"
@@ -41,11 +43,13 @@ static const char restore_usage[] =
 	"  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
 	"                      latest layer, continuing its chain incrementally)\n"
 	"  --snapshot-interval T, --snapshot-keep N, --snapshot-root DIR   as for cove run\n"
-	"  --key SPEC          key provider for an encrypted chain (default: the one DIR/keys names;\n"
-	"                      PKCS#11 PINs come from COVE_PKCS11_PIN or pin-file=)\n"
-	"  --verify            encrypted chain: authenticate every stored page before the guest\n"
-	"                      runs (otherwise each page is checked when first touched, and a bad\n"
-	"                      one stops the VM)\n"
+	"  --key SPEC          key provider of an encrypted chain (required for one: it must be\n"
+	"                      the provider DIR/keys records; PKCS#11 PINs come from\n"
+	"                      COVE_PKCS11_PIN or pin-file=)\n"
+	"  --verify            encrypted chain: authenticate every stored page and sealed disk\n"
+	"                      chunk before the guest runs (otherwise each page is checked when\n"
+	"                      first touched, and a bad one stops the VM; a bad disk chunk is an\n"
+	"                      I/O error to the guest)\n"
 	"  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
 	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
 	"\n"
@@ -305,17 +309,31 @@ static int plan_load(struct plan *p, const struct restore_opts *o, char *err, si
 	p->encrypted = access(path, F_OK) == 0;
 	if (p->encrypted) {
 		struct keyprov *prov = NULL;
-		if (o->key && keyprov_new_spec(o->key, &prov, err, errlen))
+		/*
+		 * The provider comes from the host, never from DIR/keys: a chain that could name
+		 * its provider would run a command or load a module of its choosing.
+		 */
+		if (!o->key)
+			return errmsg(err, errlen, -EINVAL,
+				      "%s is an encrypted chain: give its key provider with --key "
+				      "(the chain's keys file never chooses it)",
+				      o->dir);
+		if (keyprov_new_spec(o->key, &prov, err, errlen))
 			return -EINVAL;
 		/* The one place a revoked or deleted KEK shows: the provider refuses to unwrap. */
 		r = snap_crypt_open(&p->crypt, o->dir, prov, 0, err, errlen);
-		if (prov)
-			keyprov_free(prov);
+		keyprov_free(prov);
 		if (r)
 			return r;
 		if (memcmp(p->crypt.chain_id, p->chain.chain_id, 16))
 			return errmsg(err, errlen, -EINVAL,
 				      "%s/keys belongs to another chain than chain.json", o->dir);
+		/* Continuing DIR takes layer ids from its counter: refuse a bad one now, not later.
+		 */
+		bool continues =
+		    o->snap_dir ? !strcmp(o->snap_dir, o->dir) : p->idx == p->chain.nr_layers - 1;
+		if (continues && (r = keyfile_check_layer_ids(o->dir, err, errlen)))
+			return r;
 	}
 	snprintf(path, sizeof(path), "%s/%s", o->dir, p->chain.layers[p->idx].state);
 	r = state_read_file(path, &p->state, &p->state_len, err, errlen);
@@ -385,6 +403,44 @@ static void plan_free(struct plan *p)
 	free(p->state);
 }
 
+/*
+ * Frozen disk layers of an encrypted chain are sealed: authenticate every map (and with
+ * --verify every chunk) before the guest runs; a layer in clear there, or a sealed one in a
+ * plain chain, is refused. One line in err.
+ */
+static int check_disk_layers(struct sandbox *sb, struct plan *p, const struct restore_opts *o,
+			     char *err, size_t errlen)
+{
+	for (int i = 0; i < sb->board.nr_disks; i++) {
+		struct overlay *ov = sb->board.disks[i] ? sb->board.disks[i]->ov : NULL;
+		int sealed, plain;
+		if (!ov)
+			continue;
+		overlay_count_sealed(ov, &sealed, &plain);
+		if (p->encrypted && plain)
+			return errmsg(
+			    err, errlen, -EBADMSG,
+			    "disk %d: %d frozen overlay layer(s) in clear in an encrypted "
+			    "chain (altered, or not this chain's)",
+			    i, plain);
+		if (!p->encrypted && sealed)
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "disk %d: sealed overlay layers in a chain that is not encrypted", i);
+		if (!sealed)
+			continue;
+		const struct overlay_sealer *s = sandbox_sealer(sb, &p->crypt);
+		if (!s)
+			return errmsg(err, errlen, -ENOMEM, "cannot set up sealing of disk layers");
+		int r = overlay_attach_sealer(ov, s, err, errlen);
+		if (!r && o->verify)
+			r = overlay_verify_sealed(ov, err, errlen);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct restore_opts *o,
 			     struct lazy_mem *lm)
 {
@@ -449,33 +505,25 @@ static int restore_and_serve(struct sandbox *sb, struct plan *p, const struct re
 			return 1;
 		}
 	}
+	if (check_disk_layers(sb, p, o, err, sizeof(err))) {
+		log_err(&sb->log, "%s", err);
+		return 1;
+	}
 	if (kvm_state_restore(&sb->vm, p->secs, p->nsecs, err, sizeof(err)) ||
 	    board_restore(&sb->board, p->secs, p->nsecs, err, sizeof(err))) {
 		log_err(&sb->log, "%s", err);
 		return 1;
 	}
 	board_resume_restored(&sb->board, &sb->log);
+	/* Chains this sandbox writes keep this chain's data key: they share its disk layers. */
+	if (p->encrypted && sandbox_keep_data_key(sb, p->crypt.key)) {
+		log_err(&sb->log, "out of memory");
+		return 1;
+	}
 	if (sdir) {
-		char spec[4200];
-		if (p->encrypted) {
-			/* Same directory: its keys file; a new one (a clone): the same kind of KEK. */
-			bool same = !strcmp(sdir, o->dir);
+		/* Encrypted: the host's --key (plan_load required it), for this or a new chain. */
+		if (p->encrypted)
 			sb->snap_key = o->key;
-			sb->snap_key_from_dir = same && !o->key;
-			if (!same && !o->key) {
-				enum keyprov_type t;
-				char cfg[4096];
-				uint8_t cid[16];
-				if (keyfile_describe(o->dir, &t, cfg, sizeof(cfg), cid, err, sizeof(err))) {
-					log_err(&sb->log, "%s", err);
-					return 1;
-				}
-				snprintf(spec, sizeof(spec), "%s:%s",
-					 t == KEYPROV_PKCS11 ? "pkcs11" : "key-cmd",
-					 t == KEYPROV_PKCS11 && !strncmp(cfg, "pkcs11:", 7) ? cfg + 7 : cfg);
-				sb->snap_key = spec;
-			}
-		}
 		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))
 			return 1;
 		sb->snap.ram_lazy = p->encrypted;

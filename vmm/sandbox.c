@@ -157,6 +157,27 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	return sb->config_json ? 0 : -ENOMEM;
 }
 
+int sandbox_keep_data_key(struct sandbox *sb, const struct snap_key *key)
+{
+	if (sb->data_key)
+		return 0;
+	int r = crypto_key_import(crypto_key_bytes(key), &sb->data_key);
+	if (!r && sb->snap_ready)
+		sb->snap.inherit_key = sb->data_key;
+	return r;
+}
+
+const struct overlay_sealer *sandbox_sealer(struct sandbox *sb, const struct snap_crypt *sc)
+{
+	for (int i = 0; i < sb->nr_sealers; i++)
+		if (!memcmp(sb->sealers[i]->chain_id, sc->chain_id, sizeof(sc->chain_id)))
+			return &sb->sealers[i]->ops;
+	if (sb->nr_sealers == SANDBOX_MAX_SEALERS ||
+	    snap_sealer_new(sc, &sb->sealers[sb->nr_sealers]))
+		return NULL;
+	return &sb->sealers[sb->nr_sealers++]->ops;
+}
+
 /*
  * A frozen overlay layer must live inside the chain directory, where restore finds it by name:
  * one elsewhere (the overlay the host named at `cove run`, or a layer of the chain this
@@ -196,14 +217,26 @@ static int adopt_layer(struct sandbox *sb, int disk, int k, uint64_t layer_id, c
 /*
  * In the snapshot's pause: each overlay disk whose top holds data freezes it and goes on in a
  * new top in the snapshot directory, so the saved disk (base + frozen layers) is exactly the
- * disk the saved memory knows.
+ * disk the saved memory knows. In an encrypted chain the frozen layer is sealed as it freezes
+ * (snapshot/CRYPTO.md): only the live top is ever in clear.
  */
 static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json, char *err,
 			    size_t errlen)
 {
 	struct sandbox *sb = opaque;
 	struct machine_config *mc = &sb->mc;
+	const struct overlay_sealer *sealer = NULL;
+	if (sb->snap.encrypted) {
+		sealer = sandbox_sealer(sb, &sb->snap.crypt);
+		if (!sealer || sandbox_keep_data_key(sb, sb->snap.crypt.key))
+			return errmsg(err, errlen, -ENOMEM, "cannot set up sealing of disk layers");
+	}
 	for (int i = 0; i < sb->board.nr_disks; i++) {
+		struct overlay *sov = sb->board.disks[i] ? sb->board.disks[i]->ov : NULL;
+		if (sov) {
+			sov->sealer = sealer;
+			sov->seal_layer_id = layer_id;
+		}
 		if (!mc->disks[i].overlay[0])
 			continue;
 		struct disk_chain *ch = &mc->chains[i];
@@ -259,14 +292,13 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 		log_err(&sb->log, "%s", err);
 		return r;
 	}
-	if (sb->snap_key || sb->snap_key_from_dir) {
+	if (sb->snap_key) {
+		/* The provider comes from the host (command line), never from the chain's keys
+		 * file. */
 		struct keyprov *prov = NULL;
-		if (sb->snap_key && keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err)) == 0)
+		r = keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err));
+		if (!r)
 			r = snap_ctx_encrypt(&sb->snap, prov, err, sizeof(err));
-		else if (sb->snap_key)
-			r = -EINVAL;
-		else
-			r = snap_ctx_encrypt(&sb->snap, NULL, err, sizeof(err));
 		if (r) {
 			if (prov && !sb->snap.prov)
 				keyprov_free(prov);
@@ -277,6 +309,7 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	}
 	if (keep)
 		sb->snap.keep = keep;
+	sb->snap.inherit_key = sb->data_key;
 	sb->snap.prepare = prepare_snapshot;
 	sb->snap.prepare_opaque = sb;
 	sb->snap_keep = keep;
@@ -441,6 +474,11 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	if (c->api_sock[0]) {
 		argv[n++] = "--api-sock";
 		argv[n++] = c->api_sock;
+	}
+	if (sb->snap.encrypted) {
+		/* The parent's host-side provider: a clone never takes one from the chain. */
+		argv[n++] = "--key";
+		argv[n++] = sb->snap_key;
 	}
 	if (sb->mc.vsock_cid) {
 		argv[n++] = "--vsock-uds";
@@ -711,6 +749,12 @@ void sandbox_destroy(struct sandbox *sb)
 		board_destroy(&sb->board);
 	if (sb->vm_created)
 		vm_destroy(&sb->vm);
+	/* After the disks: their frozen layers read through these. */
+	for (int i = 0; i < sb->nr_sealers; i++)
+		snap_sealer_free(sb->sealers[i]);
+	sb->nr_sealers = 0;
+	crypto_key_free(sb->data_key);
+	sb->data_key = NULL;
 	free(sb->config_json);
 	if (sb->timer_fd >= 0)
 		close(sb->timer_fd);

@@ -26,9 +26,22 @@ struct sandbox {
 	struct snap_ctx snap;
 	bool snap_ready;
 	int snap_keep;
-	const char *snap_key; /* key provider spec for encrypted snapshots, or NULL */
-	bool snap_key_from_dir; /* encrypted, provider named by DIR/keys (a restored chain) */
 	const char *snap_root; /* --snapshot-root: the API may name ROOT/NAME; NULL: only snap.dir */
+	/* Key provider spec for encrypted snapshots (from the command line), or NULL. */
+	const char *snap_key;
+	/*
+	 * Sealers of disk overlay layers, one per encrypted chain this process froze or restored
+	 * layers of (a clone reads its parent's chain and seals into its own); freed last.
+	 */
+#define SANDBOX_MAX_SEALERS 8
+	struct snap_sealer *sealers[SANDBOX_MAX_SEALERS];
+	int nr_sealers;
+	/*
+	 * The data key of the first encrypted chain this process restored or wrote (a locked
+	 * copy): every chain it writes later keeps it, so the disk layers it shares with that
+	 * chain stay readable from each of them.
+	 */
+	struct snap_key *data_key;
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;
@@ -54,9 +67,16 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 		  int mem_fd, uint64_t mem_off);
 /*
  * Sets the snapshot directory (and interval/keep); may be called before sandbox_serve.
- * Snapshots are encrypted when sb->snap_key (a provider spec) or snap_key_from_dir is set.
+ * Snapshots are encrypted when sb->snap_key (the host's provider spec) is set.
  */
 int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep);
+/*
+ * The sealer for disk overlay layers of the chain `sc` has open (created on first use, kept
+ * until sandbox_destroy). NULL when none can be made (too many chains, no memory).
+ */
+const struct overlay_sealer *sandbox_sealer(struct sandbox *sb, const struct snap_crypt *sc);
+/* Keeps a copy of key as sb->data_key unless one is kept already. 0 or -errno. */
+int sandbox_keep_data_key(struct sandbox *sb, const struct snap_key *key);
 /* Serves until the VM stops; returns the process exit status. */
 int sandbox_serve(struct sandbox *sb, const char *api_sock);
 void sandbox_destroy(struct sandbox *sb);

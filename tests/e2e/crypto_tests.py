@@ -102,13 +102,17 @@ def test_encrypted_snapshots_pkcs11():
         return False
     check(holds_mark(plain), "control: the plain layer lacks the kernel banner; the check is void")
     check(not holds_mark(d), "an encrypted layer holds the guest kernel banner in clear")
-    c = restore_counts(d, con2, env)
+    k1, k2 = "pkcs11:token=cove;object=kek1", "pkcs11:token=cove;object=kek2"
+    # The provider comes from the host: without --key the chain is refused.
+    line = restore_fails(d, "give its key provider with --key", env)
+    print(f"    no --key: {line}")
+    c = restore_counts(d, con2, env, ["--key", k1])
     print(f"    encrypted chain of {len(layers(d))} layers; lazy restore counts {c[0]}..{c[-1]}")
 
     # Rekey to kek2 and delete kek1: the chain still restores.
-    sh([bt.COVE, "rekey", d, "--to-pkcs11", "pkcs11:token=cove;object=kek2"], env)
+    sh([bt.COVE, "rekey", d, "--from-pkcs11", k1, "--to-pkcs11", k2], env)
     p11(env, "--delete-object", "--type", "secrkey", "--label", "kek1")
-    c = restore_counts(d, con2, env)
+    c = restore_counts(d, con2, env, ["--key", k2])
     print(f"    rekeyed to kek2, kek1 deleted: restore counts {c[0]}..{c[-1]}")
 
     # One flipped byte in a stored page of the newest layer: --verify refuses before the guest runs.
@@ -127,13 +131,13 @@ def test_encrypted_snapshots_pkcs11():
         b = f.read(1)
         f.seek(data_off + page * 4096 + 7)
         f.write(bytes([b[0] ^ 0x20]))
-    line = restore_fails(d, "failed authentication", env, ["--verify"])
+    line = restore_fails(d, "failed authentication", env, ["--key", k2, "--verify"])
     print(f"    tampered page: {line}")
     os.replace(lay + ".orig", lay)
 
     # Delete kek2: the KEK is gone, restore says so in one line.
     p11(env, "--delete-object", "--type", "secrkey", "--label", "kek2")
-    line = restore_fails(d, "the KEK may be revoked", env)
+    line = restore_fails(d, "the KEK may be revoked", env, ["--key", k2])
     print(f"    revoked: {line}")
     fresh(tmp, d, plain, con, con2, sock, con + ".plain", sock + ".plain")
 

@@ -19,6 +19,7 @@
 #include "keyfile.h"
 #include "keyprov.h"
 #include "overlay.h"
+#include "snap_crypt.h"
 
 #define SOFTHSM_MODULE "/usr/lib/softhsm/libsofthsm2.so"
 #define PAGE	       4096
@@ -332,8 +333,8 @@ static void test_keyfile_create_open(void **state)
 	int r = keyfile_create(dir, kp, &k1, id1, err, sizeof(err));
 	if (r)
 		fail_msg("%s", err);
-	/* NULL: the provider the file names */
-	r = keyfile_open(dir, NULL, &k2, id2, err, sizeof(err));
+	/* the host's provider, the one the file records */
+	r = keyfile_open(dir, kp, &k2, id2, err, sizeof(err));
 	if (r)
 		fail_msg("%s", err);
 	assert_memory_equal(crypto_key_bytes(k1), crypto_key_bytes(k2), CRYPTO_KEY_LEN);
@@ -358,8 +359,10 @@ static void test_keyfile_create_open(void **state)
 	assert_null(memmem(buf, len, crypto_key_bytes(k1), CRYPTO_KEY_LEN));
 	crypto_key_free(k1);
 	keyprov_free(kp);
+	struct keyprov *kp2 = prov(KEYPROV_CMD, e->cmd_a);
 	snprintf(path, sizeof(path), "%s/nochain", e->dir);
-	assert_int_equal(keyfile_open(path, NULL, &k2, id2, err, sizeof(err)), -ENOENT);
+	assert_int_equal(keyfile_open(path, kp2, &k2, id2, err, sizeof(err)), -ENOENT);
+	keyprov_free(kp2);
 }
 
 /* Rewrite a keys file's CRC after editing it, so the checks behind the CRC are reached. */
@@ -368,15 +371,15 @@ static void fix_crc(uint8_t *buf, size_t len)
 	put_le32(buf + len - 4, overlay_crc32(0, buf, len - 4));
 }
 
-static void expect_bad(const char *dir, const uint8_t *buf, size_t len, int code,
-		       const char *needle)
+static void expect_bad(const char *dir, struct keyprov *kp, const uint8_t *buf, size_t len,
+		       int code, const char *needle)
 {
 	char path[160], err[512] = "";
 	uint8_t id[16];
 	struct snap_key *k = NULL;
 	snprintf(path, sizeof(path), "%s/keys", dir);
 	write_all(path, buf, len);
-	int r = keyfile_open(dir, NULL, &k, id, err, sizeof(err));
+	int r = keyfile_open(dir, kp, &k, id, err, sizeof(err));
 	if (r != code || !strstr(err, needle))
 		fail_msg("want %d '%s', got %d '%s'", code, needle, r, err);
 	assert_null(k);
@@ -393,57 +396,121 @@ static void test_keyfile_corrupt(void **state)
 	struct keyprov *kp = prov(KEYPROV_CMD, "f() { cat; }; f");
 	assert_int_equal(keyfile_create(dir, kp, &k, id, err, sizeof(err)), 0);
 	crypto_key_free(k);
-	keyprov_free(kp);
 	snprintf(path, sizeof(path), "%s/keys", dir);
 	read_all(path, orig, sizeof(orig), &len);
 	assert_int_equal(len, 56 + strlen("f() { cat; }; f") + 32 + 4);
 
 	static const size_t cuts[] = {0, 7, 55, 59, 80};
 	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
-		expect_bad(dir, orig, cuts[i], -EINVAL, "truncated");
-	expect_bad(dir, orig, len - 1, -EINVAL, "truncated");
+		expect_bad(dir, kp, orig, cuts[i], -EINVAL, "truncated");
+	expect_bad(dir, kp, orig, len - 1, -EINVAL, "truncated");
 	memcpy(b, orig, len);
 	b[0] = 'X';
-	expect_bad(dir, b, len, -EINVAL, "not a cove keys file (bad magic)");
+	expect_bad(dir, kp, b, len, -EINVAL, "not a cove keys file (bad magic)");
 	memcpy(b, orig, len);
-	put_le32(b + 8, 2);
+	put_le32(b + 8, 3);
 	fix_crc(b, len);
-	expect_bad(dir, b, len, -EINVAL, "unsupported version 2 (this cove reads 1)");
+	expect_bad(dir, kp, b, len, -EINVAL, "unsupported version 3 (this cove reads 2)");
+	memcpy(b, orig, len);
+	put_le32(b + 8, 1);
+	fix_crc(b, len);
+	expect_bad(dir, kp, b, len, -EINVAL,
+		   "keys file version 1 is from a cove without per-layer salts");
 	memcpy(b, orig, len);
 	put_le32(b + 32, KEYPROV_CONFIG_MAX + 1);
-	expect_bad(dir, b, len, -EINVAL, "provider config length 4097 (1..4096)");
+	expect_bad(dir, kp, b, len, -EINVAL, "provider config length 4097 (1..4096)");
 	memcpy(b, orig, len);
 	put_le32(b + 36, 0xffffffffu);
-	expect_bad(dir, b, len, -EINVAL, "wrapped key length 4294967295 (1..4096)");
+	expect_bad(dir, kp, b, len, -EINVAL, "wrapped key length 4294967295 (1..4096)");
 	memcpy(b, orig, len);
 	put_le32(b + 36, 0);
-	expect_bad(dir, b, len, -EINVAL, "wrapped key length 0");
+	expect_bad(dir, kp, b, len, -EINVAL, "wrapped key length 0");
 	memcpy(b, orig, len);
 	put_le32(b + 28, 9);
 	fix_crc(b, len);
-	expect_bad(dir, b, len, -EINVAL, "unknown key provider type 9");
+	expect_bad(dir, kp, b, len, -EINVAL, "unknown key provider type 9");
 	for (size_t at = 8; at < len; at += 7) { /* any flipped byte: the CRC or a field check */
 		memcpy(b, orig, len);
 		b[at] ^= 0x20;
-		expect_bad(dir, b, len, -EINVAL, "");
+		expect_bad(dir, kp, b, len, -EINVAL, "");
 	}
 	memcpy(b, orig, len);
 	b[len - 10] ^= 1; /* inside the wrapped key */
-	expect_bad(dir, b, len, -EINVAL, "checksum mismatch (corrupt)");
+	expect_bad(dir, kp, b, len, -EINVAL, "checksum mismatch (corrupt)");
 	memcpy(b, orig, len);
 	b[len] = 0;
-	expect_bad(dir, b, len + 1, -EINVAL, "1 trailing bytes");
+	expect_bad(dir, kp, b, len + 1, -EINVAL, "1 trailing bytes");
 	memset(b, 0, sizeof(b));
 	memcpy(b, orig, len);
-	expect_bad(dir, b, KEYFILE_MAX + 1, -EINVAL, "larger than 65536 bytes");
+	expect_bad(dir, kp, b, KEYFILE_MAX + 1, -EINVAL, "larger than 65536 bytes");
 	/* a wrapped key that unwraps (CRC fixed) but to another key: caught by the check value */
 	memcpy(b, orig, len);
 	b[len - 10] ^= 1;
 	fix_crc(b, len);
-	expect_bad(dir, b, len, -EBADMSG, "does not belong to this chain");
+	expect_bad(dir, kp, b, len, -EBADMSG, "does not belong to this chain");
 	write_all(path, orig, len);
-	assert_int_equal(keyfile_open(dir, NULL, &k, id, err, sizeof(err)), 0);
+	assert_int_equal(keyfile_open(dir, kp, &k, id, err, sizeof(err)), 0);
 	crypto_key_free(k);
+	keyprov_free(kp);
+}
+
+/*
+ * Issue 12 item 1: a keys file rewritten (valid CRC) to name a key command that touches a
+ * canary must never run it: not without a host provider, not with the honest one, not on rekey.
+ */
+static void test_keyfile_provider_from_host(void **state)
+{
+	struct env *e = E(state);
+	char dir[128], path[160], canary[160], evil[1800], err[512];
+	uint8_t id[16], orig[KEYFILE_MAX], b[KEYFILE_MAX];
+	size_t len;
+	struct snap_key *k = NULL;
+	new_chain(e, dir, sizeof(dir));
+	struct keyprov *a = prov(KEYPROV_CMD, e->cmd_a), *bp = prov(KEYPROV_CMD, e->cmd_b);
+	assert_int_equal(keyfile_create(dir, a, &k, id, err, sizeof(err)), 0);
+	crypto_key_free(k);
+	k = NULL;
+	snprintf(path, sizeof(path), "%s/keys", dir);
+	snprintf(canary, sizeof(canary), "%s/canary", dir);
+	read_all(path, orig, sizeof(orig), &len);
+	/* same wrapped key, the config replaced by a command that would leave a marker */
+	snprintf(evil, sizeof(evil), "touch '%s'; %s", canary, e->cmd_a);
+	uint32_t cl = get_le32(orig + 32), wl = get_le32(orig + 36);
+	size_t el = strlen(evil);
+	memcpy(b, orig, 56);
+	put_le32(b + 32, (uint32_t)el);
+	memcpy(b + 56, evil, el);
+	memcpy(b + 56 + el, orig + 56 + cl, wl);
+	size_t blen = 56 + el + wl + 4;
+	fix_crc(b, blen);
+	write_all(path, b, blen);
+	enum keyprov_type t;
+	char config[KEYPROV_CONFIG_MAX + 1];
+	assert_int_equal(keyfile_describe(dir, &t, config, sizeof(config), id, err, sizeof(err)),
+			 0);
+	assert_string_equal(config, evil); /* the file is well-formed: only policy stops it */
+	assert_int_equal(keyfile_open(dir, NULL, &k, id, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "needs its key provider from the host"));
+	assert_int_equal(keyfile_open(dir, a, &k, id, err, sizeof(err)), -EKEYREJECTED);
+	assert_non_null(strstr(err, "records another key-cmd key provider"));
+	assert_null(k);
+	assert_int_equal(keyfile_rekey(dir, NULL, bp, err, sizeof(err)), -EINVAL);
+	assert_int_equal(keyfile_rekey(dir, a, bp, err, sizeof(err)), -EKEYREJECTED);
+	struct snap_crypt sc;
+	assert_int_equal(snap_crypt_open(&sc, dir, NULL, 1, err, sizeof(err)), -EINVAL);
+	assert_int_equal(access(canary, F_OK), -1);
+	/* the file is unchanged by the refusals; the honest file opens with the honest provider */
+	uint8_t now[KEYFILE_MAX];
+	size_t nlen;
+	read_all(path, now, sizeof(now), &nlen);
+	assert_int_equal(nlen, blen);
+	assert_memory_equal(now, b, blen);
+	write_all(path, orig, len);
+	assert_int_equal(keyfile_open(dir, a, &k, id, err, sizeof(err)), 0);
+	crypto_key_free(k);
+	assert_int_equal(access(canary, F_OK), -1);
+	keyprov_free(a);
+	keyprov_free(bp);
 }
 
 static void test_layer_ids(void **state)
@@ -451,13 +518,25 @@ static void test_layer_ids(void **state)
 	struct env *e = E(state);
 	char dir[128], path[160], err[512];
 	uint64_t id;
+	uint8_t cid[16];
+	struct snap_key *k;
 	new_chain(e, dir, sizeof(dir));
-	for (uint64_t want = 0; want < 5; want++) {
+	/* no keys file, no counter: refused, never "start again at 0" */
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -ESTALE);
+	assert_non_null(strstr(err, "layer-seq is missing"));
+	struct keyprov *kp = prov(KEYPROV_CMD, "f() { cat; }; f");
+	assert_int_equal(keyfile_create(dir, kp, &k, cid, err, sizeof(err)), 0);
+	crypto_key_free(k);
+	keyprov_free(kp);
+	for (uint64_t want = 1; want < 5; want++) {
 		assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
 		assert_int_equal(id, want);
 	}
 	snprintf(path, sizeof(path), "%s/layer-seq", dir);
-	uint8_t b[12];
+	uint8_t b[12], saved[12];
+	size_t len;
+	read_all(path, saved, sizeof(saved), &len);
+	assert_int_equal(len, 12);
 	put_le64(b, CRYPTO_LAYER_MAX);
 	put_le32(b + 8, overlay_crc32(0, b, 8));
 	write_all(path, b, sizeof(b));
@@ -468,6 +547,62 @@ static void test_layer_ids(void **state)
 	write_all(path, b, sizeof(b));
 	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "corrupt layer id counter"));
+	write_all(path, saved, sizeof(saved)); /* next = 5 */
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
+	assert_int_equal(id, 5);
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
+	assert_int_equal(id, 6);
+}
+
+/*
+ * Issue 12 item 5: a counter rolled back below a layer the chain holds, or deleted, is refused
+ * (ids, and with them nonces, would repeat), and the counter is not moved by the refusal.
+ */
+static void test_layer_ids_rollback(void **state)
+{
+	struct env *e = E(state);
+	char dir[160], path[200], err[512];
+	uint64_t id;
+	uint8_t cid[16], saved[12], now[12];
+	size_t len;
+	struct snap_key *k;
+	new_chain(e, dir, sizeof(dir));
+	struct keyprov *kp = prov(KEYPROV_CMD, "f() { cat; }; f");
+	assert_int_equal(keyfile_create(dir, kp, &k, cid, err, sizeof(err)), 0);
+	crypto_key_free(k);
+	keyprov_free(kp);
+	snprintf(path, sizeof(path), "%s/layer-seq", dir);
+	read_all(path, saved, sizeof(saved), &len); /* next = 1 */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
+	assert_int_equal(id, 3);
+	static const char *const names[] = {"mem-000003", "state-000003", ".mem-000003.tmp",
+					    "disk0-000003.ovl", "disk1-000003.ovl.map"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char f[260];
+		snprintf(f, sizeof(f), "%s/%s", dir, names[i]);
+		write_all(f, "x", 1);
+		write_all(path, saved, sizeof(saved)); /* rolled back to next = 1 */
+		assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -ESTALE);
+		if (!strstr(err, "is not above layer 3"))
+			fail_msg("%s: %s", names[i], err);
+		read_all(path, now, sizeof(now), &len);
+		assert_memory_equal(now, saved, sizeof(saved));
+		unlink(f);
+	}
+	/* names that carry no layer id of this chain are ignored */
+	uint64_t x;
+	assert_int_equal(keyfile_name_layer_id("disk0-r000009-123.ovl", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("mem-", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("mem-12x", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("chain.json", &x), 0);
+	assert_int_equal(keyfile_name_layer_id("state-000042", &x), 1);
+	assert_int_equal(x, 42);
+	/* deleted counter: refused with one line */
+	unlink(path);
+	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), -ESTALE);
+	assert_non_null(strstr(err, "layer-seq is missing"));
+	assert_int_equal(access(path, F_OK), -1);
 }
 
 /* Seal one page with the chain's key into DIR/layer-0; returns its bytes for comparison. */
@@ -479,22 +614,25 @@ static void seal_data_file(const char *dir, const struct snap_key *k, const uint
 	char path[160];
 	for (int i = 0; i < PAGE; i++)
 		plain[i] = (uint8_t)(i ^ 0x5a);
+	static const uint8_t salt[CRYPTO_SALT_LEN] = {1, 2, 3};
 	assert_int_equal(crypto_ctx_new(k, &cc), 0);
-	assert_int_equal(crypto_seal_page(cc, id, 0, 7, plain, PAGE, file, file + PAGE), 0);
+	assert_int_equal(crypto_ctx_add_layer(cc, 1, salt), 0);
+	assert_int_equal(crypto_seal_page(cc, id, 1, 7, plain, PAGE, file, file + PAGE), 0);
 	crypto_ctx_free(cc);
 	snprintf(path, sizeof(path), "%s/layer-0", dir);
 	write_all(path, file, PAGE + 16);
 }
 
-/* Open DIR with the stored provider; the data file must still be byte-identical and open. */
-static void check_chain(const char *dir, const uint8_t *file, const uint8_t *id_want)
+/* Open DIR with provider kp; the data file must still be byte-identical and open. */
+static void check_chain(const char *dir, struct keyprov *kp, const uint8_t *file,
+			const uint8_t *id_want)
 {
 	struct snap_key *k;
 	struct crypto_ctx *cc;
 	uint8_t id[16], now[PAGE + 16], out[PAGE];
 	size_t len;
 	char err[512], path[160];
-	int r = keyfile_open(dir, NULL, &k, id, err, sizeof(err));
+	int r = keyfile_open(dir, kp, &k, id, err, sizeof(err));
 	if (r)
 		fail_msg("keyfile_open: %s", err);
 	assert_memory_equal(id, id_want, 16);
@@ -502,8 +640,10 @@ static void check_chain(const char *dir, const uint8_t *file, const uint8_t *id_
 	read_all(path, now, sizeof(now), &len);
 	assert_int_equal(len, PAGE + 16);
 	assert_memory_equal(now, file, PAGE + 16);
+	static const uint8_t salt[CRYPTO_SALT_LEN] = {1, 2, 3};
 	assert_int_equal(crypto_ctx_new(k, &cc), 0);
-	assert_int_equal(crypto_open_page(cc, id, 0, 7, now, PAGE, out, now + PAGE), 0);
+	assert_int_equal(crypto_ctx_add_layer(cc, 1, salt), 0);
+	assert_int_equal(crypto_open_page(cc, id, 1, 7, now, PAGE, out, now + PAGE), 0);
 	assert_int_equal(out[3], 3 ^ 0x5a);
 	crypto_ctx_free(cc);
 	crypto_key_free(k);
@@ -520,10 +660,12 @@ static void test_rekey_cmd(void **state)
 	assert_int_equal(keyfile_create(dir, a, &k, id, err, sizeof(err)), 0);
 	seal_data_file(dir, k, id, file);
 	crypto_key_free(k);
-	int r = keyfile_rekey(dir, NULL, b, err, sizeof(err));
+	/* the old provider comes from the caller, never from the file */
+	assert_int_equal(keyfile_rekey(dir, NULL, b, err, sizeof(err)), -EINVAL);
+	int r = keyfile_rekey(dir, a, b, err, sizeof(err));
 	if (r)
 		fail_msg("rekey: %s", err);
-	check_chain(dir, file, id);
+	check_chain(dir, b, file, id);
 	/* the old KEK can no longer open it: it holds the new wrapping */
 	assert_int_equal(keyfile_open(dir, a, &k, id, err, sizeof(err)), -EKEYREJECTED);
 	keyprov_free(a);
@@ -628,14 +770,14 @@ static void test_rekey_cmd_p11(void **state)
 			 0);
 	assert_int_equal(t, KEYPROV_PKCS11);
 	assert_string_equal(config, e->p11_kek2);
-	check_chain(dir, file, id);
-	r = keyfile_rekey(dir, NULL, a, err, sizeof(err));
+	check_chain(dir, p, file, id);
+	r = keyfile_rekey(dir, p, a, err, sizeof(err));
 	if (r)
 		fail_msg("rekey back: %s", err);
 	assert_int_equal(keyfile_describe(dir, &t, config, sizeof(config), id, err, sizeof(err)),
 			 0);
 	assert_int_equal(t, KEYPROV_CMD);
-	check_chain(dir, file, id);
+	check_chain(dir, a, file, id);
 	keyprov_free(a);
 	keyprov_free(p);
 }
@@ -655,18 +797,18 @@ static void test_p11_revoke(void **state)
 	struct keyprov *p = prov(KEYPROV_PKCS11, cfg);
 	assert_int_equal(keyfile_create(dir, p, &k, id, err, sizeof(err)), 0);
 	crypto_key_free(k);
-	assert_int_equal(keyfile_open(dir, NULL, &k, id, err, sizeof(err)), 0);
+	assert_int_equal(keyfile_open(dir, p, &k, id, err, sizeof(err)), 0);
 	crypto_key_free(k);
 	sh("pkcs11-tool --module %s --login --pin 1234 --token-label cove --delete-object "
 	   "--type secrkey --label kek3 >/dev/null 2>&1",
 	   SOFTHSM_MODULE);
 	k = NULL;
-	assert_int_equal(keyfile_open(dir, NULL, &k, id, err, sizeof(err)), -EKEYREJECTED);
+	assert_int_equal(keyfile_open(dir, p, &k, id, err, sizeof(err)), -EKEYREJECTED);
 	assert_null(k);
 	print_message("%s\n", err);
 	assert_string_equal(err, "key provider refused to unwrap the data key: no AES key object "
 				 "labelled 'kek3' on token 'cove'; the KEK may be revoked");
-	assert_int_equal(keyfile_rekey(dir, NULL, p, err, sizeof(err)), -EKEYREJECTED);
+	assert_int_equal(keyfile_rekey(dir, p, p, err, sizeof(err)), -EKEYREJECTED);
 	keyprov_free(p);
 }
 
@@ -685,14 +827,28 @@ static void test_cli_rekey(void **state)
 	assert_int_equal(keyfile_create(dir, a, &k, id, err, sizeof(err)), 0);
 	seal_data_file(dir, k, id, file);
 	crypto_key_free(k);
-	sh("'%s' rekey '%s' --to-pkcs11 'pkcs11:token=cove;object=kek2' >/dev/null", cove, dir);
-	check_chain(dir, file, id);
+	/* without --from: refused (exit 2), nothing runs, the file is unchanged */
+	char cmd0[1024];
+	snprintf(cmd0, sizeof(cmd0),
+		 "'%s' rekey '%s' --to-pkcs11 'pkcs11:token=cove;object=kek2' "
+		 "2>/dev/null",
+		 cove, dir);
+	int st0 = system(cmd0);
+	assert_true(WIFEXITED(st0) && WEXITSTATUS(st0) == 2);
+	check_chain(dir, a, file, id);
+	sh("'%s' rekey '%s' --from-key-cmd \"%s\" --to-pkcs11 'pkcs11:token=cove;object=kek2' "
+	   ">/dev/null",
+	   cove, dir, e->cmd_a);
+	struct keyprov *p2 = prov(KEYPROV_PKCS11, "pkcs11:token=cove;object=kek2");
+	check_chain(dir, p2, file, id);
 	sh("'%s' rekey '%s' --from-pkcs11 'pkcs11:token=cove;object=kek2' --to-key-cmd \"%s\" "
 	   ">/dev/null",
 	   cove, dir, e->cmd_a);
-	check_chain(dir, file, id);
-	/* a provider that refuses: exit status 1 and the revocation line on stderr */
-	char out[256], cmd[1024];
+	check_chain(dir, a, file, id);
+	/* a provider other than the recorded one: refused before it runs (it would print) */
+	char out[256], cmd[2400];
+	uint8_t msg[512];
+	size_t len;
 	snprintf(out, sizeof(out), "%s/rekey.err", e->dir);
 	snprintf(cmd, sizeof(cmd),
 		 "'%s' rekey '%s' --from-key-cmd 'f() { echo gone >&2; exit 1; }; f' "
@@ -700,14 +856,31 @@ static void test_cli_rekey(void **state)
 		 cove, dir, out);
 	int st = system(cmd);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
-	uint8_t msg[512];
-	size_t len;
 	read_all(out, msg, sizeof(msg) - 1, &len);
 	msg[len] = 0;
-	assert_string_equal((char *)msg,
-			    "cove rekey: key provider refused to unwrap the data key: key-cmd "
-			    "unwrap exited with status 1: gone; the KEK may be revoked\n");
-	check_chain(dir, file, id); /* untouched */
+	assert_string_equal(
+	    (char *)msg,
+	    "cove rekey: the chain's keys file records another key-cmd key provider "
+	    "than the host's: give the provider that wrapped it, or rekey the chain\n");
+	/* the recorded provider refusing (its KEK gone): exit 1 and the revocation line */
+	char moved[160];
+	snprintf(moved, sizeof(moved), "%s.gone", e->kek_a);
+	assert_int_equal(rename(e->kek_a, moved), 0);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "'%s' rekey '%s' --from-key-cmd \"%s\" --to-pkcs11 'pkcs11:token=cove;object=kek2' "
+	    "2>'%s'",
+	    cove, dir, e->cmd_a, out);
+	st = system(cmd);
+	assert_int_equal(rename(moved, e->kek_a), 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	read_all(out, msg, sizeof(msg) - 1, &len);
+	msg[len] = 0;
+	assert_non_null(
+	    strstr((char *)msg, "cove rekey: key provider refused to unwrap the data key"));
+	assert_non_null(strstr((char *)msg, "; the KEK may be revoked\n"));
+	check_chain(dir, a, file, id); /* untouched */
+	keyprov_free(p2);
 	keyprov_free(a);
 }
 
@@ -728,7 +901,9 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_spec_and_config),
 	    cmocka_unit_test(test_keyfile_create_open),
 	    cmocka_unit_test(test_keyfile_corrupt),
+	    cmocka_unit_test(test_keyfile_provider_from_host),
 	    cmocka_unit_test(test_layer_ids),
+	    cmocka_unit_test(test_layer_ids_rollback),
 	    cmocka_unit_test(test_rekey_cmd),
 	};
 	const struct CMUnitTest p11_tests[] = {

@@ -248,9 +248,9 @@ static void test_bad_maps(void **state)
 	assert_non_null(strstr(err, "magic"));
 
 	memcpy(bad, good, len);
-	bad[8] = 3; /* version */
+	bad[8] = 4; /* version */
 	assert_int_equal(open_with_map(f, bad, len, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "unsupported version 3"));
+	assert_non_null(strstr(err, "unsupported version 4"));
 
 	memcpy(bad, good, len);
 	bad[20] ^= 1; /* disk size, header CRC not updated */
