@@ -362,7 +362,7 @@ def test_sealed_disk_layers(tmp):
         m = f.read()
     check(struct.unpack_from("<I", m, 8)[0] == 3 and struct.unpack_from("<I", m, 36)[0] == 3,
           f"the frozen map is not sealed: {m[:48]!r}")
-    with Vm(None, restore=d, extra=["--key", spec, "--verify"]) as r:
+    with Vm(None, restore=d, extra=["--key", spec, "--verify", "--disk", base]) as r:
         r.wait_output("tick")
     print("ok sealed disk layer: no plaintext; restore --verify authenticates it")
     # One flipped byte in a sealed chunk: --verify refuses before the guest runs.
@@ -371,7 +371,7 @@ def test_sealed_disk_layers(tmp):
         b = f.read(1)
         f.seek(3 * OCHUNK + 4005)
         f.write(bytes([b[0] ^ 1]))
-    line = expect_fail(d, "chunk 3 failed authentication", key=spec, extra=["--verify"])
+    line = expect_fail(d, "chunk 3 failed authentication", key=spec, extra=["--verify", "--disk", base])
     print(f"ok tampered disk chunk: {line}")
     with open(ovl, "r+b") as f:
         f.seek(3 * OCHUNK + 4005)
@@ -383,7 +383,7 @@ def test_sealed_disk_layers(tmp):
     struct.pack_into("<I", bad, 148, zlib.crc32(bytes(bad[:148])))
     with open(ovl + ".map", "wb") as f:
         f.write(bytes(bad))
-    line = expect_fail(d, "failed authentication", key=spec)
+    line = expect_fail(d, "failed authentication", key=spec, extra=["--disk", base])
     print(f"ok tampered disk map: {line}")
     # A downgrade: the sealed layer replaced by a frozen layer in clear (valid CRCs).
     with open(ovl, "rb") as f:
@@ -395,13 +395,13 @@ def test_sealed_disk_layers(tmp):
         struct.pack_into("<I", h, 48, zlib.crc32(bytes(h[:48])))
         f.seek(0)
         f.write(h)
-    line = expect_fail(d, "in clear in an encrypted chain", key=spec)
+    line = expect_fail(d, "in clear in an encrypted chain", key=spec, extra=["--disk", base])
     print(f"ok clear disk layer in an encrypted chain: {line}")
     with open(ovl, "wb") as f:
         f.write(sealed_data)
     with open(ovl + ".map", "wb") as f:
         f.write(m)
-    with Vm(None, restore=d, extra=["--key", spec]) as r:
+    with Vm(None, restore=d, extra=["--key", spec, "--disk", base]) as r:
         r.wait_output("tick")
 
 
@@ -445,7 +445,7 @@ def test_fork_encrypted(tmp):
             except ProcessLookupError:
                 pass
         check(not files_holding(tmp, SECRET), "plaintext disk data after the fork")
-        with Vm(None, restore=c["snapshot_dir"], extra=["--key", spec, "--verify"]) as r:
+        with Vm(None, restore=c["snapshot_dir"], extra=["--key", spec, "--verify", "--disk", base]) as r:
             r.wait_output("tick")
         shutil.rmtree(c["snapshot_dir"], ignore_errors=True)
         if os.path.exists(c["console"]):
