@@ -319,9 +319,18 @@ static int connect_retry(const char *uds, double wait_s, int handshake_s, char *
 	for (;;) {
 		int fd = connect_once(uds, handshake_s, err, errlen);
 
+		/*
+		 * A handshake that timed out is tried again too: a CONNECT that reaches a guest
+		 * still handling its post-restore transport reset can be dropped unanswered.
+		 */
 		if (fd >= 0 || now_s() >= deadline ||
-		    (fd != -ECONNREFUSED && fd != -ENOENT && fd != -ECONNRESET))
+		    (fd != -ECONNREFUSED && fd != -ENOENT && fd != -ECONNRESET &&
+		     fd != -ETIMEDOUT)) {
+			if (fd == -ETIMEDOUT && wait_s > handshake_s)
+				errmsg(err, errlen, fd, "%s: no guest agent answered within %.0f s", uds,
+				       wait_s);
 			return fd;
+		}
 		usleep(200 * 1000);
 	}
 }
@@ -523,7 +532,8 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 	 * A fork waits for this: an agent that is there answers at once, a guest without one
 	 * (its vsock driver never came up) must not hold the fork for long.
 	 */
-	fd = call_with(vsock_uds, 0, AGENT_IDENTITY_HANDSHAKE_S, req, &reply, err, errlen);
+	fd = call_with(vsock_uds, AGENT_IDENTITY_WAIT_S, AGENT_IDENTITY_HANDSHAKE_S, req, &reply, err,
+		       errlen);
 	json_decref(req);
 	if (fd < 0)
 		return fd;

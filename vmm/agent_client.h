@@ -53,9 +53,11 @@ int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char
 int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t errlen);
 
 /* The identity event after restore/fork: fresh 32-byte RNG seed and the host's clock, plus the
- * broker epoch/token. 0 or -errno with a one-line err (after at most
- * AGENT_IDENTITY_HANDSHAKE_S seconds when no agent answers). */
-#define AGENT_IDENTITY_HANDSHAKE_S 10
+ * broker epoch/token. 0 or -errno with a one-line err (after about AGENT_IDENTITY_WAIT_S
+ * seconds when no agent answers: CONNECT is tried again every AGENT_IDENTITY_HANDSHAKE_S
+ * seconds, since one that reaches a guest still handling its restore can go unanswered). */
+#define AGENT_IDENTITY_WAIT_S	   10
+#define AGENT_IDENTITY_HANDSHAKE_S 2
 int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, char *err,
 			size_t errlen);
 

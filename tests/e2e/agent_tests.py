@@ -226,8 +226,10 @@ def test_agent_exec():
         # A guest-chosen command name cannot drive the host's terminal through cove ps.
         gtmp = sb.sh("mktemp -d")[1].strip()
         evil = f"{gtmp}/sl\x1b]0;owned\x07\x1b[2J\u009b"  # ESC, BEL, OSC, CSI, C1 CSI
-        rc, _, err = sb.sh(f"ln -s \"$(command -v sleep)\" '{evil}'")
-        bt.check(rc == 0, f"guest symlink: {err!r}")
+        # A script, not a symlink: busybox's `command -v sleep` names the applet, not a path.
+        rc, _, err = sb.sh(f"printf '#!/bin/sh\\nexec sleep \"$@\"\\n' > '{evil}' && "
+                           f"chmod +x '{evil}'")
+        bt.check(rc == 0, f"guest script: {err!r}")
         r = sb.cove("exec", "--detach", sb.name, "--", evil, "30")
         bt.check(r.returncode == 0, f"detach {evil!r}: {r.stderr!r}")
         r = sb.cove("ps", sb.name)
