@@ -496,7 +496,8 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 
 /* --- identity ---------------------------------------------------------------------------- */
 
-int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, char *err,
+int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
+			char *err,
 			size_t errlen)
 {
 	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -532,8 +533,7 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 	 * A fork waits for this: an agent that is there answers at once, a guest without one
 	 * (its vsock driver never came up) must not hold the fork for long.
 	 */
-	fd = call_with(vsock_uds, AGENT_IDENTITY_WAIT_S, AGENT_IDENTITY_HANDSHAKE_S, req, &reply, err,
-		       errlen);
+	fd = call_with(vsock_uds, wait_s, AGENT_IDENTITY_HANDSHAKE_S, req, &reply, err, errlen);
 	json_decref(req);
 	if (fd < 0)
 		return fd;

@@ -1,4 +1,5 @@
-/* Host side of the cove-init agent protocol (guest/init/AGENT.md): framing, sandbox names, calls. */
+/* Host side of the cove-init agent protocol (guest/init/AGENT.md): framing, sandbox names, calls.
+ */
 #ifndef COVE_AGENT_CLIENT_H
 #define COVE_AGENT_CLIENT_H
 
@@ -7,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AGENT_PORT 1024
-#define AGENT_MSG_MAX (1u << 20)  /* a JSON message: 4-byte BE length + at most 1 MiB */
+#define AGENT_PORT     1024
+#define AGENT_MSG_MAX  (1u << 20) /* a JSON message: 4-byte BE length + at most 1 MiB */
 #define AGENT_DATA_MAX (1u << 20) /* a typed data frame's payload */
 #define AGENT_PATH_MAX 108	  /* sun_path */
 
@@ -53,13 +54,14 @@ int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char
 int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t errlen);
 
 /* The identity event after restore/fork: fresh 32-byte RNG seed and the host's clock, plus the
- * broker epoch/token. 0 or -errno with a one-line err (after about AGENT_IDENTITY_WAIT_S
- * seconds when no agent answers: CONNECT is tried again every AGENT_IDENTITY_HANDSHAKE_S
- * seconds, since one that reaches a guest still handling its restore can go unanswered). */
+ * broker epoch/token. 0 or -errno with a one-line err. CONNECT is tried again every
+ * AGENT_IDENTITY_HANDSHAKE_S seconds for up to wait_s seconds (a fork uses
+ * AGENT_IDENTITY_WAIT_S): one that reaches a guest still handling its restore can go
+ * unanswered. */
 #define AGENT_IDENTITY_WAIT_S	   10
 #define AGENT_IDENTITY_HANDSHAKE_S 2
-int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, char *err,
-			size_t errlen);
+int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
+			char *err, size_t errlen);
 
 /* Subcommands (one file each). */
 int cmd_exec(int argc, char **argv);

@@ -595,7 +595,7 @@ static void clone_identity(const struct api_clone *c, bool want, char *out, size
 	}
 	for (int b = 0; b < 16; b++)
 		snprintf(hex + 2 * b, 3, "%02x", tok[b]);
-	if (agent_send_identity(c->vsock_uds, 0, hex, err, sizeof(err)))
+	if (agent_send_identity(c->vsock_uds, 0, hex, AGENT_IDENTITY_WAIT_S, err, sizeof(err)))
 		snprintf(out, cap, "not delivered: %s", err);
 	else
 		snprintf(out, cap, "sent");

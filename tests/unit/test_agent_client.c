@@ -180,7 +180,7 @@ static void test_connect_refused(void **state)
 		close(c);
 		_exit(0);
 	}
-	assert_int_equal(agent_send_identity(sun.sun_path, 1, "00ff", err, sizeof(err)),
+	assert_int_equal(agent_send_identity(sun.sun_path, 1, "00ff", 0, err, sizeof(err)),
 			 -ECONNREFUSED);
 	assert_non_null(strstr(err, "not listening"));
 	close(lfd);
@@ -210,7 +210,7 @@ static void test_identity_real_agent(void **state)
 	}
 	for (int i = 0; i < 100 && access(uds, F_OK) < 0; i++)
 		usleep(20000);
-	assert_int_equal(agent_send_identity(uds, 42, "00112233445566778899aabbccddeeff", err,
+	assert_int_equal(agent_send_identity(uds, 42, "00112233445566778899aabbccddeeff", 0, err,
 					     sizeof(err)), 0);
 	req = json_pack("{s:s}", "op", "status");
 	fd = agent_call(uds, 0, req, &reply, err, sizeof(err));
@@ -220,7 +220,7 @@ static void test_identity_real_agent(void **state)
 	close(fd);
 	json_decref(reply);
 	json_decref(req);
-	assert_int_equal(agent_send_identity(uds, 43, "not hex", err, sizeof(err)), -EREMOTEIO);
+	assert_int_equal(agent_send_identity(uds, 43, "not hex", 0, err, sizeof(err)), -EREMOTEIO);
 	assert_non_null(strstr(err, "token"));
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
