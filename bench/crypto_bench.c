@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "crypto.h"
+#include "snapshot/crypto.h"
 
 #define PAGE	   4096
 #define NPAGE_COLD 16384 /* 64 MiB: larger than the caches, like a real layer */

@@ -965,7 +965,7 @@ def main():
     if fs_of(a.work)[1] == "tmpfs":
         log("warning: %s is tmpfs: writes measure RAM, not a disk" % a.work)
     work = tempfile.mkdtemp(prefix="cove-snapbench-", dir=a.work)
-    # A private copy: others rebuild build/vmm/cove while we run, and a fork clone is spawned
+    # A private copy: others rebuild build/cli/cove while we run, and a fork clone is spawned
     # from /proc/self/exe, which is gone once the file is replaced.
     a.cove_src = a.cove
     a.cove = os.path.join(work, "cove")

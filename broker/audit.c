@@ -5,7 +5,7 @@
  * outside the log. Secrets never enter a record: only names, the method, the (sanitized) URL,
  * the decision and its reason. */
 #include "audit.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>

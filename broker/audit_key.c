@@ -1,6 +1,6 @@
 /* The audit log's MAC key file: created once with a random key, read back, never in the log. */
 #include "audit.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 #include "request.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
 #include "broker.h"
 #include "b64.h"
 #include "dest.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 #include "fetch.h"
 #include "frame.h"
 #include "helper.h"

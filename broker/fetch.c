@@ -2,7 +2,7 @@
  * headers, decoded content (so the scrubber sees plain bytes). */
 #include "fetch.h"
 #include "dest.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 #include "wipe_alloc.h"
 
 #include <curl/curl.h>

@@ -1,7 +1,7 @@
 /* Credential helper: build its input, run it without a shell under a timeout, parse its output.
  * The output buffer holding the secret is wiped before it is freed. */
 #include "helper.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>

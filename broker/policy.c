@@ -1,7 +1,7 @@
 /* Policy file parsing (jansson) and request matching: scheme, host, port, path, method, TTL,
  * max uses and a sliding one-minute rate window. */
 #include "policy.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <ctype.h>
 #include <errno.h>

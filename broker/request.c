@@ -1,7 +1,7 @@
 /* Guest request validation: JSON shape, types, sizes, header syntax and the body encoding. */
 #include "request.h"
 #include "b64.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <ctype.h>
 #include <errno.h>

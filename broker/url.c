@@ -1,6 +1,6 @@
 /* URL parsing for policy checks: libcurl's CURLU so the checked URL is the one curl requests. */
 #include "url.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

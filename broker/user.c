@@ -1,6 +1,6 @@
 /* Dropping the broker from root to its own user after it opened its files and sockets. */
 #include "user.h"
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <errno.h>
 #include <grp.h>

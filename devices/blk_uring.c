@@ -1,5 +1,5 @@
 /* io_uring block back end: batched submits, short-transfer and -EAGAIN retry, fsync in the ring. */
-#include "blk_uring.h"
+#include "devices/blk_uring.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,15 +1,15 @@
 /* The x86 board: COM1, the i8042 and the CMOS clock on the port bus; the only file that names them. */
-#include "board.h"
+#include "devices/board.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "options.h"
-#include "virtio_blk.h"
-#include "virtio_vsock.h"
-#include "vm.h"
+#include "devices/disk_spec.h"
+#include "devices/virtio_blk.h"
+#include "devices/virtio_vsock.h"
+#include "vmm/vm.h"
 
 /*
  * ISA interrupt lines free on this board (COM1 = 4, i8042 = 1, PIT = 0/2,

@@ -2,13 +2,13 @@
 #ifndef COVE_BOARD_H
 #define COVE_BOARD_H
 
-#include "cmos_rtc.h"
-#include "i8042.h"
-#include "serial.h"
-#include "virtio_mmio.h"
+#include "devices/cmos_rtc.h"
+#include "devices/disk_spec.h"
+#include "devices/i8042.h"
+#include "devices/serial.h"
+#include "devices/virtio_mmio.h"
 
 struct vm;
-struct disk_opt;
 
 #define BOARD_MAX_DISKS 8
 #define BOARD_MAX_VIRTIO 9

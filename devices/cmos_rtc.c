@@ -1,13 +1,13 @@
 /* MC146818 CMOS clock: without one, Linux spins up to a second waiting for the update flag to
  * clear. */
-#include "cmos_rtc.h"
+#include "devices/cmos_rtc.h"
 
 #include <errno.h>
 #include <string.h>
 #include <time.h>
 
-#include "errmsg.h"
-#include "vm.h"
+#include "common/errmsg.h"
+#include "vmm/vm.h"
 
 #define REG_SECONDS 0x00
 #define REG_MINUTES 0x02

@@ -1,11 +1,11 @@
 /* i8042 keyboard controller: reset line, controller commands, and a key buffer for Ctrl-Alt-Del. */
-#include "i8042.h"
+#include "devices/i8042.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "errmsg.h"
-#include "vm.h"
+#include "common/errmsg.h"
+#include "vmm/vm.h"
 
 #define ST_OBF	    0x01 /* output buffer full */
 #define ST_SYS	    0x04 /* system flag: self test passed */

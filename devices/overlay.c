@@ -1,5 +1,5 @@
 /* Copy-on-write overlay: chunk map, copy-up, synchronous I/O, and the crash-safe map update. */
-#include "overlay.h"
+#include "devices/overlay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "byteorder.h"
-#include "dirfd_io.h"
-#include "errmsg.h"
+#include "common/byteorder.h"
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
 
 uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len)
 {

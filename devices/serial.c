@@ -1,12 +1,12 @@
 /* 16550A UART on COM1: enough of the chip for Linux's 8250 driver and for polled test guests. */
-#include "serial.h"
+#include "devices/serial.h"
 
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "errmsg.h"
-#include "vm.h"
+#include "common/errmsg.h"
+#include "vmm/vm.h"
 
 /* Register offsets (DLAB=0 unless noted). */
 #define UART_RBR_THR 0

@@ -2,7 +2,7 @@
  * virtio-blk: chains become back-end reads/writes/flushes/discards/write-zeroes; guest errors
  * fail requests.
  */
-#include "virtio_blk.h"
+#include "devices/virtio_blk.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#include "vm.h"
+#include "vmm/vm.h"
 
 #define VIRTIO_ID_BLOCK 2
 

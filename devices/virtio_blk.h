@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "blk_uring.h"
-#include "overlay.h"
-#include "virtio_mmio.h"
+#include "devices/blk_uring.h"
+#include "devices/overlay.h"
+#include "devices/virtio_mmio.h"
 
 #define VIRTIO_BLK_ID_BYTES 20
 

@@ -1,7 +1,7 @@
 /* virtio-mmio v2 transport: registers, negotiation, KVM eventfd wiring, once for all devices. */
-#include "virtio_mmio.h"
+#include "devices/virtio_mmio.h"
 
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,8 +10,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "kvm_util.h"
-#include "vm.h"
+#include "vmm/kvm_util.h"
+#include "vmm/vm.h"
 
 #define REG_MAGIC		0x000
 #define REG_VERSION		0x004

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "virtqueue.h"
+#include "devices/virtqueue.h"
 
 struct vm;
 struct virtio_mmio;

@@ -1,5 +1,5 @@
 /* virtio-vsock: guest stream connections to host Unix sockets (Firecracker's hybrid protocol). */
-#include "virtio_vsock.h"
+#include "devices/virtio_vsock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "vm.h"
+#include "vmm/vm.h"
 
 #define VIRTIO_ID_VSOCK	 19
 #define RXQ		 0

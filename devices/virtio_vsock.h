@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <sys/un.h>
 
-#include "virtio_mmio.h"
-#include "vsock_conn.h"
+#include "devices/virtio_mmio.h"
+#include "devices/vsock_conn.h"
 
 #define VSOCK_RST_QUEUE 256
 #define VSOCK_MIN_CID	3

@@ -1,5 +1,5 @@
 /* Split virtqueue: walks the chains the guest offers and fills the used ring, trusting nothing. */
-#include "virtqueue.h"
+#include "devices/virtqueue.h"
 
 #include <errno.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "guest_mem.h"
+#include "vmm/guest_mem.h"
 
 #define VIRTQ_MAX_SIZE 256
 /* A chain never has more data segments than the largest queue has descriptors. */

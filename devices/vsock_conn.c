@@ -1,8 +1,8 @@
 /* virtio-vsock header codec, guest packet checks, credit accounting and the connection state
  * machine. */
-#include "vsock_conn.h"
+#include "devices/vsock_conn.h"
 
-#include "byteorder.h"
+#include "common/byteorder.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* A snapshot chain directory: chain.json lists the layers (full base, then increments) and is the commit point. */
-#include "chain.h"
+#include "snapshot/chain.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -12,9 +12,9 @@
 
 #include <jansson.h>
 
-#include "dirfd_io.h"
-#include "errmsg.h"
-#include "file_io.h"
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
+#include "common/file_io.h"
 
 void chain_id_hex(const uint8_t id[16], char out[33])
 {

@@ -1,5 +1,5 @@
 /* Chain compaction: merges a base and its increments into one new full layer, so chains stay short. */
-#include "compact.h"
+#include "snapshot/compact.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,12 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "file_io.h"
-#include "dirfd_io.h"
-#include "errmsg.h"
-#include "layer_restore.h"
-#include "mem_layer.h"
-#include "state_file.h"
+#include "common/file_io.h"
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
+#include "snapshot/layer_restore.h"
+#include "snapshot/mem_layer.h"
+#include "snapshot/state_file.h"
 
 #define RUN_MAX (256u)
 

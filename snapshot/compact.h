@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "chain.h"
+#include "snapshot/chain.h"
 
 /*
  * Writes a new full layer equal to the chain's latest memory (base data copied extent by

@@ -1,5 +1,5 @@
 /* AES-256-GCM over OpenSSL 3 EVP for snapshot pages and blobs; locked data keys. */
-#include "crypto.h"
+#include "snapshot/crypto.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* A snapshot chain's "keys" file (wrapped data key, chain id, provider) and layer id counter. */
-#include "keyfile.h"
+#include "snapshot/keyfile.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -17,9 +17,9 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "byteorder.h"
-#include "errmsg.h"
-#include "overlay.h"
+#include "common/byteorder.h"
+#include "common/errmsg.h"
+#include "devices/overlay.h"
 
 #define MAGIC	     "COVEKEYS"
 #define HDR_LEN	     56

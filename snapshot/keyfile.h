@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "crypto.h"
-#include "keyprov.h"
+#include "snapshot/crypto.h"
+#include "snapshot/keyprov.h"
 
 /*
  * DIR/keys, little-endian (see snapshot/CRYPTO.md):

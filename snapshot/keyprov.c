@@ -1,11 +1,11 @@
 /* Key providers: config parsing and the wrap/unwrap front end over the two backends. */
-#include "keyprov.h"
+#include "snapshot/keyprov.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 struct keyprov {
 	enum keyprov_type type;

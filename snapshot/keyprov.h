@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "crypto.h"
+#include "snapshot/crypto.h"
 
 /*
  * Two providers:

@@ -1,5 +1,5 @@
 /* The key-cmd provider: a user command wraps/unwraps base64 on stdin to base64 on stdout. */
-#include "keyprov.h"
+#include "snapshot/keyprov.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 
 #include <openssl/evp.h>
 
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #define STDOUT_MAX (KEYPROV_WRAPPED_MAX * 2 + 64) /* base64 of the largest blob, with newlines */
 #define STDERR_MAX 1024

@@ -1,5 +1,5 @@
 /* The PKCS#11 provider: AES-GCM wrap/unwrap of the data key inside a token (dlopen'ed module). */
-#include "keyprov.h"
+#include "snapshot/keyprov.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -10,7 +10,7 @@
 
 #include <p11-kit-1/p11-kit/pkcs11.h> /* p11-kit's header; its directory is not on our path */
 
-#include "errmsg.h"
+#include "common/errmsg.h"
 
 #define WRAP_VERSION 1
 #define IV_LEN	     12

@@ -1,6 +1,6 @@
 /* Saves and restores what KVM holds for a VM: every vCPU's registers and the irqchip, PIT and
  * clock. */
-#include "kvm_state.h"
+#include "snapshot/kvm_state.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -8,9 +8,9 @@
 #include <string.h>
 #include <linux/kvm.h>
 
-#include "errmsg.h"
-#include "kvm_util.h"
-#include "vm.h"
+#include "common/errmsg.h"
+#include "vmm/kvm_util.h"
+#include "vmm/vm.h"
 
 #define MAX_MSRS 256
 

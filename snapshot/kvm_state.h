@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "state_file.h"
+#include "snapshot/state_file.h"
 
 struct vm;
 

@@ -1,13 +1,13 @@
 /* Opening a chain's memory layers for restore: validation, then RAM = base mapped privately + increments copied in. */
-#include "layer_restore.h"
+#include "snapshot/layer_restore.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "file_io.h"
-#include "errmsg.h"
+#include "common/file_io.h"
+#include "common/errmsg.h"
 
 int layer_set_open(struct layer_set *ls, const struct chain *c, int upto, char *err,
 		   size_t errlen)

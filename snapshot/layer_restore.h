@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chain.h"
-#include "mem_layer.h"
+#include "snapshot/chain.h"
+#include "snapshot/mem_layer.h"
 
 struct layer_set {
 	int nr;

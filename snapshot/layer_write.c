@@ -1,5 +1,5 @@
 /* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered buffers) or a pwrite loop. */
-#include "layer_write.h"
+#include "snapshot/layer_write.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 #include <liburing.h>
 
-#include "file_io.h"
+#include "common/file_io.h"
 
 #define QUEUE_DEPTH 64
 /* The kernel caps one registered buffer at 1 GiB. */

@@ -1,5 +1,5 @@
 /* Lazy restore of encrypted layers: a userfaultfd thread decrypts each page the first time anything touches it. */
-#include "lazy_mem.h"
+#include "snapshot/lazy_mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +12,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "file_io.h"
-#include "errmsg.h"
-#include "vm.h"
+#include "common/file_io.h"
+#include "common/errmsg.h"
+#include "vmm/vm.h"
 
 /* Reads page p of layer l (ciphertext and tag) and authenticates it into `plain`. */
 static int open_page(struct crypto_ctx *cc, const uint8_t chain_id[16], const struct mem_layer *l,

@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "layer_restore.h"
-#include "snap_crypt.h"
+#include "snapshot/layer_restore.h"
+#include "snapshot/snap_crypt.h"
 
 struct vm;
 

@@ -1,5 +1,5 @@
 /* Memory layer files: a checksummed header, a bitmap of the pages the layer holds, then the pages at their own offsets (sparse). */
-#include "mem_layer.h"
+#include "snapshot/mem_layer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,10 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "byteorder.h"
-#include "errmsg.h"
-#include "file_io.h"
-#include "state_file.h"
+#include "common/byteorder.h"
+#include "common/errmsg.h"
+#include "common/file_io.h"
+#include "snapshot/state_file.h"
 
 /* 1 TiB of RAM, as guest_mem allows. */
 #define MAX_RAM (1ULL << 40)

@@ -1,5 +1,5 @@
 /* Encryption of snapshot layers: the chain's data key, sealed layer metadata, sealed state files. */
-#include "snap_crypt.h"
+#include "snapshot/snap_crypt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,11 +9,11 @@
 
 #include <openssl/evp.h>
 
-#include "file_io.h"
-#include "byteorder.h"
-#include "errmsg.h"
-#include "keyfile.h"
-#include "layer_restore.h"
+#include "common/file_io.h"
+#include "common/byteorder.h"
+#include "common/errmsg.h"
+#include "snapshot/keyfile.h"
+#include "snapshot/layer_restore.h"
 
 int snap_crypt_open_key(struct snap_crypt *sc, const char *dir, struct keyprov *prov, int create,
 			const struct snap_key *inherit, char *err, size_t errlen)

@@ -7,9 +7,9 @@
 
 #include <pthread.h>
 
-#include "crypto.h"
-#include "mem_layer.h"
-#include "overlay.h"
+#include "snapshot/crypto.h"
+#include "snapshot/mem_layer.h"
+#include "devices/overlay.h"
 
 struct keyprov;
 

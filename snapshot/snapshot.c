@@ -1,5 +1,5 @@
 /* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, atomic commit. */
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,19 +12,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dirfd_io.h"
-#include "file_io.h"
-#include "board_state.h"
-#include "compact.h"
-#include "dirty_log.h"
-#include "errmsg.h"
-#include "keyfile.h"
-#include "keyprov.h"
-#include "kvm_state.h"
-#include "mem_layer.h"
-#include "snap_crypt.h"
-#include "state_file.h"
-#include "vm.h"
+#include "common/dirfd_io.h"
+#include "common/file_io.h"
+#include "snapshot/board_state.h"
+#include "snapshot/compact.h"
+#include "vmm/dirty_log.h"
+#include "common/errmsg.h"
+#include "snapshot/keyfile.h"
+#include "snapshot/keyprov.h"
+#include "snapshot/kvm_state.h"
+#include "snapshot/mem_layer.h"
+#include "snapshot/snap_crypt.h"
+#include "snapshot/state_file.h"
+#include "vmm/vm.h"
 
 static uint64_t now_us(void)
 {

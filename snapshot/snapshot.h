@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "chain.h"
-#include "layer_write.h"
-#include "snap_crypt.h"
+#include "snapshot/chain.h"
+#include "snapshot/layer_write.h"
+#include "snapshot/snap_crypt.h"
 
 struct vm;
 struct board;

@@ -1,5 +1,5 @@
 /* Snapshot state file: a checksummed header over typed sections (TLV); writer and bounds-checked reader. */
-#include "state_file.h"
+#include "snapshot/state_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,9 +10,9 @@
 
 #include <zlib.h>
 
-#include "byteorder.h"
-#include "errmsg.h"
-#include "file_io.h"
+#include "common/byteorder.h"
+#include "common/errmsg.h"
+#include "common/file_io.h"
 
 /*
  * Header (32 bytes, little-endian): magic[8], version u32, header size u32, body length u64,

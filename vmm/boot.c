@@ -1,14 +1,14 @@
 /* Boot set-up: load kernel and initrd into RAM, write boot tables, set the boot vCPU's registers. */
-#include "boot.h"
+#include "vmm/boot.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader.h"
-#include "mptable.h"
-#include "vm.h"
-#include "x86_boot.h"
+#include "vmm/loader.h"
+#include "vmm/mptable.h"
+#include "vmm/vm.h"
+#include "vmm/x86_boot.h"
 
 /* Linux reads an initrd only below this address unless told otherwise. */
 #define INITRD_ADDR_MAX 0x37ffffffULL

@@ -1,5 +1,5 @@
 /* Address-range buses: sorted, non-overlapping ranges looked up by binary search. */
-#include "bus.h"
+#include "vmm/bus.h"
 
 #include <errno.h>
 #include <string.h>

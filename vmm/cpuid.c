@@ -1,5 +1,5 @@
 /* CPUID: start from KVM_GET_SUPPORTED_CPUID and patch the fields that differ per vCPU. */
-#include "cpuid.h"
+#include "vmm/cpuid.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* The epoll event loop: a fixed table of fd handlers dispatched from one thread. */
-#include "evloop.h"
+#include "vmm/evloop.h"
 
 #include <errno.h>
 #include <string.h>

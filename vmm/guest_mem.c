@@ -1,5 +1,5 @@
 /* Guest physical memory: memfd-backed RAM split into KVM slots around the 32-bit MMIO hole. */
-#include "guest_mem.h"
+#include "vmm/guest_mem.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Checked KVM ioctls: a failure logs one line naming the ioctl and the errno text. */
-#include "kvm_util.h"
+#include "vmm/kvm_util.h"
 
 int kvm_ioctl_checked(struct logger *log, int fd, unsigned long req, const char *name, void *arg)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
-#include "log.h"
+#include "common/log.h"
 
 /* Returns the ioctl's non-negative result or -errno (no retry: KVM_RUN's EINTR matters). */
 static inline int kvm_ioctl_raw(int fd, unsigned long req, void *arg)

@@ -1,5 +1,5 @@
 /* Kernel image loading: validate ELF64 headers and segments before a single byte reaches guest RAM. */
-#include "loader.h"
+#include "vmm/loader.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "byteorder.h"
-#include "errmsg.h"
-#include "x86_boot.h"
+#include "common/byteorder.h"
+#include "common/errmsg.h"
+#include "vmm/x86_boot.h"
 
 #define LOADER_MAX_PHDRS 64
 

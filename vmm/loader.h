@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guest_mem.h"
+#include "vmm/guest_mem.h"
 
 #define LOADER_MAX_FILE (512ULL << 20)
 

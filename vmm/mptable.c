@@ -1,10 +1,10 @@
 /* Intel MP spec 1.4 table: CPUs, one ISA bus, the IOAPIC and its ISA IRQ routing, LINT0/LINT1. */
-#include "mptable.h"
+#include "vmm/mptable.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "x86_boot.h"
+#include "vmm/x86_boot.h"
 
 #define APIC_DEFAULT_BASE 0xfee00000u
 #define IOAPIC_DEFAULT_BASE 0xfec00000u

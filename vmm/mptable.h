@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "guest_mem.h"
+#include "vmm/guest_mem.h"
 
 #define MPTABLE_MAX_CPUS 254
 

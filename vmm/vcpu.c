@@ -1,5 +1,5 @@
 /* vCPU threads: run KVM_RUN, hand port/MMIO exits to the buses, park in the pause gate, report fatal exits. */
-#include "vcpu.h"
+#include "vmm/vcpu.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -9,8 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cpuid.h"
-#include "kvm_util.h"
+#include "vmm/cpuid.h"
+#include "vmm/kvm_util.h"
 
 static const char *const exit_names[] = {
 	[KVM_EXIT_UNKNOWN] = "KVM_EXIT_UNKNOWN",

@@ -2,7 +2,7 @@
 #ifndef COVE_VCPU_H
 #define COVE_VCPU_H
 
-#include "vm.h"
+#include "vmm/vm.h"
 
 int vcpu_create(struct vm *vm, struct vcpu *v, int id);
 void vcpu_destroy(struct vcpu *v);

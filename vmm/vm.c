@@ -1,5 +1,5 @@
 /* VM lifecycle: create the KVM VM (irqchip, PIT, memory slots, vCPUs), pause/resume, stop. */
-#include "vm.h"
+#include "vmm/vm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,10 +12,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cpuid.h"
-#include "dirty_log.h"
-#include "kvm_util.h"
-#include "vcpu.h"
+#include "vmm/cpuid.h"
+#include "vmm/dirty_log.h"
+#include "vmm/kvm_util.h"
+#include "vmm/vcpu.h"
 
 /* Below the 4 GiB boundary, out of RAM's way: the TSS and identity map Intel's VMX needs. */
 #define KVM_TSS_ADDR 0xfffbd000ULL

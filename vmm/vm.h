@@ -7,10 +7,10 @@
 #include <stdint.h>
 #include <linux/kvm.h>
 
-#include "bus.h"
-#include "evloop.h"
-#include "guest_mem.h"
-#include "log.h"
+#include "vmm/bus.h"
+#include "vmm/evloop.h"
+#include "vmm/guest_mem.h"
+#include "common/log.h"
 
 #define VM_MAX_VCPUS 64
 

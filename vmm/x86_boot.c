@@ -1,13 +1,13 @@
 /* x86 boot state: GDT, identity-mapped page tables, boot_params zero page and 64-bit entry registers. */
-#include "x86_boot.h"
+#include "vmm/x86_boot.h"
 
 #include <asm/bootparam.h>
 #include <errno.h>
 #include <string.h>
 
-#include "kvm_util.h"
-#include "loader.h"
-#include "vm.h"
+#include "vmm/kvm_util.h"
+#include "vmm/loader.h"
+#include "vmm/vm.h"
 
 #define PTE_P 0x1ULL
 #define PTE_RW 0x2ULL

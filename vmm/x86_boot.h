@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "guest_mem.h"
+#include "vmm/guest_mem.h"
 
 /* Guest-physical layout below 1 MiB (the same places Firecracker uses). */
 #define BOOT_GDT_ADDR 0x500ULL

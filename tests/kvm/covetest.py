@@ -12,7 +12,7 @@ import tempfile
 import time
 
 SKIP = 77
-COVE = os.environ.get("COVE", "build/vmm/cove")
+COVE = os.environ.get("COVE", "build/cli/cove")
 GUESTS = os.environ.get("GUESTS", "build/tests/guests")
 
 

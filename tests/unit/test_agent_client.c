@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent_client.h"
+#include "sandbox/agent_client.h"
 
 #define EXITP(s, st) agent_exit_parse(s, strlen(s), st)
 

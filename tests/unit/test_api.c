@@ -20,8 +20,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "api.h"
-#include "evloop.h"
+#include "sandbox/api.h"
+#include "vmm/evloop.h"
 
 struct fake_vm {
 	const char *state;

@@ -11,14 +11,14 @@
 
 #include <elf.h>
 
-#include "bus.h"
-#include "guest_mem.h"
-#include "i8042.h"
-#include "loader.h"
-#include "mptable.h"
-#include "options.h"
-#include "x86_boot.h"
-#include "serial.h"
+#include "vmm/bus.h"
+#include "vmm/guest_mem.h"
+#include "devices/i8042.h"
+#include "vmm/loader.h"
+#include "vmm/mptable.h"
+#include "sandbox/options.h"
+#include "vmm/x86_boot.h"
+#include "devices/serial.h"
 
 /* ---- options ---- */
 

@@ -14,10 +14,10 @@
 
 #include <cmocka.h>
 
-#include "byteorder.h"
-#include "crypto.h"
-#include "overlay.h"
-#include "snap_crypt.h"
+#include "common/byteorder.h"
+#include "snapshot/crypto.h"
+#include "devices/overlay.h"
+#include "snapshot/snap_crypt.h"
 
 #define PAGE 4096
 

@@ -15,14 +15,14 @@
 
 #include <cmocka.h>
 
-#include "board_state.h"
-#include "cmos_rtc.h"
-#include "guest_mem.h"
-#include "i8042.h"
-#include "serial.h"
-#include "virtio_blk.h"
-#include "virtio_mmio.h"
-#include "virtio_vsock.h"
+#include "snapshot/board_state.h"
+#include "devices/cmos_rtc.h"
+#include "vmm/guest_mem.h"
+#include "devices/i8042.h"
+#include "devices/serial.h"
+#include "devices/virtio_blk.h"
+#include "devices/virtio_mmio.h"
+#include "devices/virtio_vsock.h"
 
 #define ITERATIONS 4000
 #define MEM_SIZE   (4ULL << 20)

@@ -14,12 +14,12 @@
 
 #include <cmocka.h>
 
-#include "byteorder.h"
-#include "crypto.h"
-#include "keyfile.h"
-#include "keyprov.h"
-#include "overlay.h"
-#include "snap_crypt.h"
+#include "common/byteorder.h"
+#include "snapshot/crypto.h"
+#include "snapshot/keyfile.h"
+#include "snapshot/keyprov.h"
+#include "devices/overlay.h"
+#include "snapshot/snap_crypt.h"
 
 #define SOFTHSM_MODULE "/usr/lib/softhsm/libsofthsm2.so"
 #define PAGE	       4096

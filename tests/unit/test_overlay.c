@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "blk_uring.h"
-#include "overlay.h"
+#include "devices/blk_uring.h"
+#include "devices/overlay.h"
 
 #define CHUNK	  (64u << 10)
 #define DISK_SIZE (4 * CHUNK + 12288) /* a short last chunk */

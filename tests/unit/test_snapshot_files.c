@@ -13,11 +13,11 @@
 
 #include <cmocka.h>
 
-#include "byteorder.h"
-#include "chain.h"
-#include "machine_config.h"
-#include "mem_layer.h"
-#include "state_file.h"
+#include "common/byteorder.h"
+#include "snapshot/chain.h"
+#include "sandbox/machine_config.h"
+#include "snapshot/mem_layer.h"
+#include "snapshot/state_file.h"
 
 #define MUTATIONS 4000
 

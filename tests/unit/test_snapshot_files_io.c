@@ -16,12 +16,12 @@
 
 #include <cmocka.h>
 
-#include "byteorder.h"
-#include "chain.h"
-#include "dirfd_io.h"
-#include "layer_write.h"
-#include "mem_layer.h"
-#include "state_file.h"
+#include "common/byteorder.h"
+#include "snapshot/chain.h"
+#include "common/dirfd_io.h"
+#include "snapshot/layer_write.h"
+#include "snapshot/mem_layer.h"
+#include "snapshot/state_file.h"
 
 struct fx {
 	char dir[64];

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "term_safe.h"
+#include "common/term_safe.h"
 
 static const char *safe(const char *s)
 {

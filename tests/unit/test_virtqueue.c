@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "guest_mem.h"
-#include "virtio_blk.h"
-#include "virtio_mmio.h"
-#include "virtqueue.h"
+#include "vmm/guest_mem.h"
+#include "devices/virtio_blk.h"
+#include "devices/virtio_mmio.h"
+#include "devices/virtqueue.h"
 
 #define MEM_SIZE (4ULL << 20)
 #define DESC	 0x1000ULL

@@ -18,9 +18,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "guest_mem.h"
-#include "virtio_vsock.h"
-#include "vsock_conn.h"
+#include "vmm/guest_mem.h"
+#include "devices/virtio_vsock.h"
+#include "devices/vsock_conn.h"
 
 #define CID 7
 

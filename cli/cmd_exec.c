@@ -1,0 +1,164 @@
+/* `cove exec SANDBOX [options] -- CMD...`: runs a command in a sandbox via cove-init's agent. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "sandbox/agent_client.h"
+
+static const char exec_usage[] =
+	"usage: cove exec SANDBOX [--tty] [--env K=V]... [--cwd DIR] [--user USER] [--no-stdin]\n"
+	"                 [--detach] [--wait SECS] -- CMD [ARG]...\n"
+	"Runs CMD in the sandbox (SANDBOX: its vsock socket path, or a name in the state dir) and\n"
+	"exits with its status (128 + N if killed by signal N). stdin, stdout and stderr are\n"
+	"streamed; SIGINT/TERM/HUP/QUIT/USR1/USR2 are passed on to the command's process group.\n"
+	"  -t, --tty        run on a pseudo-terminal (the local terminal goes raw)\n"
+	"  -e, --env K=V    add to the environment (repeatable)\n"
+	"  -w, --cwd DIR    working directory (default: the user's home)\n"
+	"  -u, --user USER  name or uid from the guest's /etc/passwd (default root)\n"
+	"  -n, --no-stdin   the command's stdin is /dev/null\n"
+	"  -d, --detach     start it, print the session id and return; see cove attach\n"
+	"      --wait SECS  keep trying to reach the agent while the guest boots (default 0)\n";
+
+int cmd_exec(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"tty", no_argument, NULL, 't'},       {"env", required_argument, NULL, 'e'},
+		{"cwd", required_argument, NULL, 'w'}, {"user", required_argument, NULL, 'u'},
+		{"no-stdin", no_argument, NULL, 'n'},  {"detach", no_argument, NULL, 'd'},
+		{"wait", required_argument, NULL, 'W'}, {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	char uds[AGENT_PATH_MAX], err[512];
+	const char *cwd = NULL, *user = NULL, *sandbox;
+	bool tty = false, no_stdin = false, detach = false;
+	double wait_s = 0;
+	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL;
+	int c, fd, ret = 2;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "te:w:u:ndh", opts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			tty = true;
+			break;
+		case 'e':
+			if (!strchr(optarg, '=') || optarg[0] == '=') {
+				fprintf(stderr, "cove exec: --env '%s': want KEY=VALUE\n", optarg);
+				ret = 2;
+				goto out;
+			}
+			json_array_append_new(env, json_string(optarg));
+			break;
+		case 'w':
+			cwd = optarg;
+			break;
+		case 'u':
+			user = optarg;
+			break;
+		case 'n':
+			no_stdin = true;
+			break;
+		case 'd':
+			detach = true;
+			break;
+		case 'W': {
+			char *end;
+
+			wait_s = strtod(optarg, &end);
+			if (*end || wait_s < 0 || wait_s > 3600) {
+				fprintf(stderr, "cove exec: --wait '%s': want seconds 0..3600\n", optarg);
+				ret = 2;
+				goto out;
+			}
+			break;
+		}
+		case 'h':
+			fputs(exec_usage, stdout);
+			ret = 0;
+			goto out;
+		default:
+			fputs(exec_usage, stderr);
+			ret = 2;
+			goto out;
+		}
+	}
+	/* getopt permutes: SANDBOX may come before or after the options; "--" ends them. */
+	if (optind >= argc) {
+		fprintf(stderr, "cove exec: missing SANDBOX (try 'cove exec --help')\n");
+		ret = 2;
+		goto out;
+	}
+	sandbox = argv[optind++];
+	if (optind >= argc) {
+		fprintf(stderr, "cove exec: missing command after '--' (try 'cove exec --help')\n");
+		ret = 2;
+		goto out;
+	}
+	for (int i = optind; i < argc; i++)
+		json_array_append_new(args, json_string(argv[i]));
+	if (tty && getenv("TERM"))
+		json_array_append_new(env, json_pack("s++", "TERM", "=", getenv("TERM")));
+
+	/* With --wait the socket itself may not exist yet: cove run creates it while starting. */
+	for (double waited = 0;; waited += 0.2) {
+		ret = agent_resolve(sandbox, uds, sizeof(uds), err, sizeof(err));
+		if (ret == 0 || ret != -ENOENT || waited >= wait_s)
+			break;
+		usleep(200 * 1000);
+	}
+	if (ret < 0) {
+		fprintf(stderr, "cove exec: %s\n", err);
+		ret = 1;
+		goto out;
+	}
+	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty",
+			tty, "stdin", !no_stdin && !detach);
+	if (!req) {
+		fprintf(stderr, "cove exec: bad argument (not UTF-8?)\n");
+		ret = 2;
+		goto out;
+	}
+	if (detach)
+		json_object_set_new(req, "detach", json_true());
+	if (cwd)
+		json_object_set_new(req, "cwd", json_string(cwd));
+	if (user)
+		json_object_set_new(req, "user", json_string(user));
+	if (tty) {
+		struct winsize ws;
+
+		if (ioctl(0, TIOCGWINSZ, &ws) == 0) {
+			json_object_set_new(req, "rows", json_integer(ws.ws_row));
+			json_object_set_new(req, "cols", json_integer(ws.ws_col));
+		}
+	}
+	fd = agent_call(uds, wait_s, req, &reply, err, sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "cove exec: %s\n", err);
+		/* A command that could not start: 127 as a shell says, 1 for anything else. */
+		ret = fd == -EREMOTEIO && strncmp(err, "exec ", 5) == 0 ? 127 : 1;
+		goto out;
+	}
+	if (detach) {
+		printf("%s\n", json_string_value(json_object_get(reply, "session")));
+		close(fd);
+		ret = 0;
+		goto out;
+	}
+	ret = agent_session_stream(fd, tty, !no_stdin, err, sizeof(err));
+	close(fd);
+	if (ret < 0) {
+		fprintf(stderr, "cove exec: %s\n", err);
+		ret = 1;
+	}
+out:
+	json_decref(reply);
+	json_decref(req);
+	json_decref(args);
+	json_decref(env);
+	return ret;
+}

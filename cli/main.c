@@ -1,0 +1,59 @@
+/* cove: a thin dispatcher from the first argument to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "sandbox/agent_client.h" /* cmd_exec, cmd_attach, cmd_cp, cmd_forward, cmd_ps */
+#include "cli/commands.h"
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+};
+
+static const struct command commands[] = {
+	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
+	{ "snapshot", cmd_snapshot, "snapshot a running sandbox (full or incremental)" },
+	{ "restore", cmd_restore, "start a sandbox from a snapshot chain (memory mapped lazily)" },
+	{ "fork", cmd_fork, "start N clones of a running sandbox" },
+	{ "doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here" },
+	{ "rekey", cmd_rekey, "rewrap a snapshot chain's data key under a new key-encryption key" },
+	{ "exec", cmd_exec, "run a command in a sandbox (cove-init agent over vsock)" },
+	{ "attach", cmd_attach, "reconnect to a running exec session" },
+	{ "cp", cmd_cp, "copy a file into or out of a sandbox (SANDBOX:/path)" },
+	{ "forward", cmd_forward, "forward 127.0.0.1:HOSTPORT to a TCP port in a sandbox" },
+	{ "ps", cmd_ps, "list registered sandboxes, or one sandbox's exec sessions" },
+	{ "version", cmd_version, "print the cove version" },
+};
+
+#define NR_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: cove COMMAND [options]   (cove COMMAND --help for details)\n\n");
+	for (size_t i = 0; i < NR_COMMANDS; i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* no core dump of guest RAM, no same-uid ptrace */
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0)
+		return cmd_version(1, argv + 1);
+	for (size_t i = 0; i < NR_COMMANDS; i++) {
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].fn(argc - 1, argv + 1);
+	}
+	fprintf(stderr, "cove: unknown command '%s' (try 'cove --help')\n", argv[1]);
+	return 2;
+}

@@ -1,0 +1,543 @@
+/* Host side of the cove-init agent protocol: framing, sandbox names, sessions, identity events. */
+#include "sandbox/agent_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/errmsg.h"
+#include "common/term_safe.h"
+
+#define CHUNK 65536
+
+int agent_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len)
+{
+	uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+
+	if (n > max)
+		return -EMSGSIZE;
+	*len = n;
+	return 0;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+int agent_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	char safe[4 * JSON_ERROR_TEXT_LENGTH];
+
+	if (!j) /* jansson quotes the guest's bytes */
+		return errmsg(err, errlen, -EINVAL, "bad JSON from the agent: %s",
+			      term_safe(jerr.text, safe, sizeof(safe)));
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return errmsg(err, errlen, -EINVAL, "bad message from the agent: not an object");
+	}
+	*out = j;
+	return 0;
+}
+
+/* {"exit_code":N,"signal":S} -> N, or 128 + S for a command killed by a signal. */
+int agent_exit_parse(const char *buf, size_t len, int *status)
+{
+	json_t *j, *code, *sig;
+	int ret = agent_msg_parse(buf, len, &j, NULL, 0);
+
+	if (ret < 0)
+		return ret;
+	code = json_object_get(j, "exit_code");
+	sig = json_object_get(j, "signal");
+	ret = -EINVAL;
+	if (json_is_integer(sig) && json_integer_value(sig) > 0 && json_integer_value(sig) < 128) {
+		*status = 128 + (int)json_integer_value(sig);
+		ret = 0;
+	} else if (json_is_integer(code) && json_integer_value(code) >= 0 &&
+		   json_integer_value(code) <= 255) {
+		*status = (int)json_integer_value(code);
+		ret = 0;
+	}
+	json_decref(j);
+	return ret;
+}
+
+/* The hybrid vsock handshake's answer: "OK <port>" (without the newline). */
+int agent_connect_reply_parse(const char *line, char *err, size_t errlen)
+{
+	char *end;
+
+	if (strncmp(line, "OK ", 3) != 0)
+		return errmsg(err, errlen, -ECONNREFUSED, "the guest agent is not listening (%.40s)",
+			      line[0] ? line : "connection closed");
+	errno = 0;
+	strtoul(line + 3, &end, 10);
+	if (end == line + 3 || *end || errno)
+		return errmsg(err, errlen, -EPROTO, "bad vsock handshake reply '%.40s'", line);
+	return 0;
+}
+
+int agent_state_dir(char *buf, size_t len)
+{
+	const char *d = getenv("COVE_STATE_DIR"), *rt = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (d && *d)
+		n = snprintf(buf, len, "%s", d);
+	else if (rt && *rt)
+		n = snprintf(buf, len, "%s/cove", rt);
+	else
+		n = snprintf(buf, len, "/run/cove");
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* A path (has a '/') names the vsock socket itself; anything else is a name in the state dir. */
+int agent_resolve(const char *sandbox, char *uds, size_t len, char *err, size_t errlen)
+{
+	char dir[AGENT_PATH_MAX];
+	struct stat st;
+	int n;
+
+	if (!sandbox[0])
+		return errmsg(err, errlen, -EINVAL, "empty sandbox name");
+	if (strchr(sandbox, '/')) {
+		n = snprintf(uds, len, "%s", sandbox);
+	} else {
+		if (strcmp(sandbox, ".") == 0 || strcmp(sandbox, "..") == 0)
+			return errmsg(err, errlen, -EINVAL, "bad sandbox name '%s'", sandbox);
+		if (agent_state_dir(dir, sizeof(dir)) < 0)
+			return errmsg(err, errlen, -ENAMETOOLONG, "state directory path too long");
+		n = snprintf(uds, len, "%s/%s/vsock.sock", dir, sandbox);
+	}
+	if (n < 0 || (size_t)n >= len || (size_t)n >= AGENT_PATH_MAX)
+		return errmsg(err, errlen, -ENAMETOOLONG, "%s: socket path too long", sandbox);
+	if (stat(uds, &st) < 0)
+		return errmsg(err, errlen, -ENOENT, "no sandbox '%s' (%s: %s)", sandbox, uds,
+			      strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return errmsg(err, errlen, -ENOTSOCK, "%s is not a socket", uds);
+	return 0;
+}
+
+int agent_read_full(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return got ? -EPIPE : -ENODATA;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+int agent_write_full(int fd, const void *buf, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL);
+
+		if (r < 0 && errno == ENOTSOCK)
+			r = write(fd, (const char *)buf + done, n - done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int agent_msg_read(int fd, json_t **out, char *err, size_t errlen)
+{
+	uint8_t hdr[4];
+	uint32_t len;
+	char *buf;
+	int ret = agent_read_full(fd, hdr, sizeof(hdr));
+
+	if (ret < 0)
+		return errmsg(err, errlen, ret, "agent: %s",
+			      ret == -ENODATA ? "connection closed" : strerror(-ret));
+	if (agent_len_parse(hdr, AGENT_MSG_MAX, &len) < 0)
+		return errmsg(err, errlen, -EMSGSIZE, "agent: message over %u bytes", AGENT_MSG_MAX);
+	buf = malloc(len ? len : 1);
+	if (!buf)
+		return errmsg(err, errlen, -ENOMEM, "out of memory");
+	ret = agent_read_full(fd, buf, len);
+	if (ret < 0) {
+		free(buf);
+		return errmsg(err, errlen, -EPIPE, "agent: truncated message");
+	}
+	ret = agent_msg_parse(buf, len, out, err, errlen);
+	free(buf);
+	return ret;
+}
+
+int agent_msg_write(int fd, json_t *obj)
+{
+	char *s = json_dumps(obj, JSON_COMPACT);
+	uint8_t hdr[4];
+	size_t len;
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	len = strlen(s);
+	if (len > AGENT_MSG_MAX) {
+		free(s);
+		return -EMSGSIZE;
+	}
+	put_be32(hdr, (uint32_t)len);
+	ret = agent_write_full(fd, hdr, sizeof(hdr));
+	if (ret == 0)
+		ret = agent_write_full(fd, s, len);
+	free(s);
+	return ret;
+}
+
+int agent_data_write(int fd, uint8_t type, const void *buf, size_t len)
+{
+	uint8_t hdr[5];
+	int ret;
+
+	if (len > AGENT_DATA_MAX)
+		return -EMSGSIZE;
+	hdr[0] = type;
+	put_be32(hdr + 1, (uint32_t)len);
+	ret = agent_write_full(fd, hdr, sizeof(hdr));
+	if (ret == 0 && len)
+		ret = agent_write_full(fd, buf, len);
+	return ret;
+}
+
+int agent_data_read(int fd, uint8_t *type, void *buf, size_t cap, size_t *len)
+{
+	uint8_t hdr[5];
+	uint32_t n;
+	int ret = agent_read_full(fd, hdr, sizeof(hdr));
+
+	if (ret < 0)
+		return ret;
+	if (agent_len_parse(hdr + 1, cap < AGENT_DATA_MAX ? (uint32_t)cap : AGENT_DATA_MAX, &n) < 0)
+		return -EMSGSIZE;
+	ret = agent_read_full(fd, buf, n);
+	if (ret < 0)
+		return ret == -ENODATA ? -EPIPE : ret;
+	*type = hdr[0];
+	*len = n;
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int connect_once(const char *uds, int handshake_s, char *err, size_t errlen)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = handshake_s};
+	char line[64];
+	size_t n = 0;
+	int fd, ret;
+
+	if (strlen(uds) >= sizeof(sun.sun_path))
+		return errmsg(err, errlen, -ENAMETOOLONG, "%s: path too long", uds);
+	strcpy(sun.sun_path, uds);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		ret = -errno;
+		close(fd);
+		return errmsg(err, errlen, ret, "%s: %s", uds, strerror(-ret));
+	}
+	/* Only the handshake has a deadline: a session may be silent for hours. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	snprintf(line, sizeof(line), "CONNECT %d\n", AGENT_PORT);
+	ret = agent_write_full(fd, line, strlen(line));
+	while (ret == 0 && n < sizeof(line) - 1) {
+		ret = agent_read_full(fd, line + n, 1);
+		if (ret == 0 && line[n] == '\n')
+			break;
+		n += ret == 0;
+	}
+	line[n] = '\0';
+	if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
+		close(fd);
+		return errmsg(err, errlen, -ETIMEDOUT,
+			      "%s: no guest agent answered within %d s", uds, handshake_s);
+	}
+	if (ret < 0 && ret != -ENODATA && ret != -ECONNRESET) {
+		close(fd);
+		return errmsg(err, errlen, ret, "%s: handshake: %s", uds, strerror(-ret));
+	}
+	ret = agent_connect_reply_parse(line, err, errlen);
+	if (ret < 0) {
+		close(fd);
+		return ret;
+	}
+	tv.tv_sec = 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static int connect_retry(const char *uds, double wait_s, int handshake_s, char *err,
+			 size_t errlen)
+{
+	double deadline = now_s() + wait_s;
+
+	for (;;) {
+		int fd = connect_once(uds, handshake_s, err, errlen);
+
+		/*
+		 * A handshake that timed out is tried again too: a CONNECT that reaches a guest
+		 * still handling its post-restore transport reset can be dropped unanswered.
+		 */
+		if (fd >= 0 || now_s() >= deadline ||
+		    (fd != -ECONNREFUSED && fd != -ENOENT && fd != -ECONNRESET &&
+		     fd != -ETIMEDOUT)) {
+			if (fd == -ETIMEDOUT && wait_s > handshake_s)
+				errmsg(err, errlen, fd, "%s: no guest agent answered within %.0f s", uds,
+				       wait_s);
+			return fd;
+		}
+		usleep(200 * 1000);
+	}
+}
+
+int agent_connect(const char *uds, double wait_s, char *err, size_t errlen)
+{
+	return connect_retry(uds, wait_s, 30, err, errlen);
+}
+
+static int call_with(const char *uds, double wait_s, int handshake_s, json_t *req,
+		     json_t **reply, char *err, size_t errlen)
+{
+	int fd = connect_retry(uds, wait_s, handshake_s, err, errlen), ret;
+	json_t *r = NULL;
+
+	if (fd < 0)
+		return fd;
+	ret = agent_msg_write(fd, req);
+	if (ret < 0) {
+		errmsg(err, errlen, ret, "agent: send: %s", strerror(-ret));
+		goto fail;
+	}
+	ret = agent_msg_read(fd, &r, err, errlen);
+	if (ret < 0)
+		goto fail;
+	if (!json_is_true(json_object_get(r, "ok"))) {
+		const char *e = json_string_value(json_object_get(r, "error"));
+		char safe[1024];
+
+		/* Every command prints this: the guest's text must not drive the terminal. */
+		ret = errmsg(err, errlen, -EREMOTEIO, "%s",
+			     e ? term_safe(e, safe, sizeof(safe)) : "the agent refused the request");
+		json_decref(r);
+		goto fail;
+	}
+	*reply = r;
+	return fd;
+fail:
+	close(fd);
+	return ret;
+}
+
+int agent_call(const char *uds, double wait_s, json_t *req, json_t **reply, char *err,
+	       size_t errlen)
+{
+	return call_with(uds, wait_s, 30, req, reply, err, errlen);
+}
+
+/* --- exec/attach streaming ------------------------------------------------------------------ */
+
+static int send_winsize(int fd)
+{
+	struct winsize ws;
+	uint8_t b[4];
+
+	if (ioctl(0, TIOCGWINSZ, &ws) < 0)
+		return 0;
+	b[0] = (uint8_t)(ws.ws_row >> 8);
+	b[1] = (uint8_t)ws.ws_row;
+	b[2] = (uint8_t)(ws.ws_col >> 8);
+	b[3] = (uint8_t)ws.ws_col;
+	return agent_data_write(fd, AGENT_WINSZ, b, sizeof(b));
+}
+
+int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t errlen)
+{
+	struct termios saved;
+	bool raw = false, out_ok = true, err_ok = true, in_open = send_stdin;
+	sigset_t mask, old;
+	uint8_t *buf = malloc(CHUNK > AGENT_DATA_MAX ? CHUNK : AGENT_DATA_MAX);
+	int sfd, ret = -EPIPE;
+
+	if (!buf)
+		return errmsg(err, errlen, -ENOMEM, "out of memory");
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
+	sigaddset(&mask, SIGWINCH);
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
+	sigprocmask(SIG_BLOCK, &mask, &old);
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	if (tty && isatty(0) && tcgetattr(0, &saved) == 0) {
+		struct termios t = saved;
+
+		cfmakeraw(&t);
+		raw = tcsetattr(0, TCSANOW, &t) == 0;
+		send_winsize(fd);
+	}
+	for (;;) {
+		struct pollfd p[3] = {{.fd = fd, .events = POLLIN},
+				      {.fd = in_open ? 0 : -1, .events = POLLIN},
+				      {.fd = sfd, .events = POLLIN}};
+		uint8_t type;
+		size_t len;
+
+		if (poll(p, 3, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = errmsg(err, errlen, -errno, "poll: %s", strerror(errno));
+			break;
+		}
+		if (p[2].revents) {
+			struct signalfd_siginfo si;
+
+			if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+				if (si.ssi_signo == SIGWINCH) {
+					if (tty)
+						send_winsize(fd);
+				} else {
+					uint8_t b[4];
+
+					b[0] = b[1] = b[2] = 0;
+					b[3] = (uint8_t)si.ssi_signo;
+					agent_data_write(fd, AGENT_SIGNAL, b, sizeof(b));
+				}
+			}
+		}
+		if (p[1].revents) {
+			ssize_t n = read(0, buf, CHUNK);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n > 0) {
+				agent_data_write(fd, AGENT_STDIN, buf, (size_t)n);
+			} else {
+				in_open = false;
+				agent_data_write(fd, AGENT_CLOSE, NULL, 0);
+			}
+		}
+		if (!p[0].revents)
+			continue;
+		ret = agent_data_read(fd, &type, buf, AGENT_DATA_MAX, &len);
+		if (ret < 0) {
+			ret = errmsg(err, errlen, ret == -EMSGSIZE ? -EMSGSIZE : -EPIPE,
+				     ret == -EMSGSIZE ? "agent: data frame too large"
+						      : "connection to the agent lost before the "
+							"command ended");
+			break;
+		}
+		if (type == AGENT_STDOUT && out_ok) {
+			out_ok = agent_write_full(1, buf, len) == 0;
+		} else if (type == AGENT_STDERR && err_ok) {
+			err_ok = agent_write_full(2, buf, len) == 0;
+		} else if (type == AGENT_EXIT) {
+			int status;
+
+			ret = agent_exit_parse((const char *)buf, len, &status);
+			ret = ret < 0 ? errmsg(err, errlen, -EPROTO, "agent: bad exit frame") : status;
+			break;
+		}
+	}
+	if (raw)
+		tcsetattr(0, TCSANOW, &saved);
+	if (sfd >= 0)
+		close(sfd);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	free(buf);
+	return ret;
+}
+
+/* --- identity ---------------------------------------------------------------------------- */
+
+int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
+			char *err,
+			size_t errlen)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	unsigned char seed[33]; /* a multiple of 3: base64 without padding */
+	char seed64[45];
+	struct timespec now;
+	json_t *req, *reply = NULL;
+	size_t o = 0;
+	int fd;
+
+	if (epoch > (uint64_t)INT64_MAX)
+		return errmsg(err, errlen, -EINVAL, "identity: epoch out of range");
+	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+		return errmsg(err, errlen, -EIO, "identity: getrandom: %s", strerror(errno));
+	for (size_t i = 0; i < sizeof(seed); i += 3) {
+		uint32_t v = (uint32_t)seed[i] << 16 | (uint32_t)seed[i + 1] << 8 | seed[i + 2];
+
+		seed64[o++] = tab[v >> 18];
+		seed64[o++] = tab[(v >> 12) & 63];
+		seed64[o++] = tab[(v >> 6) & 63];
+		seed64[o++] = tab[v & 63];
+	}
+	seed64[o] = '\0';
+	explicit_bzero(seed, sizeof(seed));
+	clock_gettime(CLOCK_REALTIME, &now);
+	req = json_pack("{s:s,s:I,s:s,s:s,s:I}", "op", "identity", "epoch", (json_int_t)epoch,
+			"token", token_hex, "seed_b64", seed64, "time_ns",
+			(json_int_t)now.tv_sec * 1000000000 + now.tv_nsec);
+	explicit_bzero(seed64, sizeof(seed64));
+	if (!req)
+		return errmsg(err, errlen, -EINVAL, "identity: bad token");
+	/*
+	 * A fork waits for this: an agent that is there answers at once, a guest without one
+	 * (its vsock driver never came up) must not hold the fork for long.
+	 */
+	fd = call_with(vsock_uds, wait_s, AGENT_IDENTITY_HANDSHAKE_S, req, &reply, err, errlen);
+	json_decref(req);
+	if (fd < 0)
+		return fd;
+	json_decref(reply);
+	close(fd);
+	return 0;
+}

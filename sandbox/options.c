@@ -1,0 +1,386 @@
+/* Command-line options of `cove run`, parsed into a struct with one clear message per mistake. */
+#include "sandbox/options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errmsg.h"
+#include "vmm/guest_mem.h"
+#include "vmm/vm.h"
+
+const char run_usage[] =
+	"usage: cove run --kernel FILE [options]\n"
+	"Boot one microVM and run it until the guest stops.\n"
+	"\n"
+	"  --kernel FILE       guest kernel: ELF (entered in 64-bit mode at its entry) or flat binary\n"
+	"  --initrd FILE       initial ramdisk\n"
+	"  --cmdline TEXT      kernel command line (at most 4095 bytes)\n"
+	"  --mem SIZE          guest RAM, e.g. 256M, 4G (bare number = MiB; default 256M)\n"
+	"  --vcpus N           number of vCPUs (1..64, default 1)\n"
+	"  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
+	"  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
+	"  --disk BASE,overlay=OVL  BASE read-only under a copy-on-write overlay (OVL + OVL.map,\n"
+	"                      created when absent)\n"
+	"  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
+	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
+	"                      guest; guest connections to host port P go to PATH_P\n"
+	"  --console FILE      write the serial console to FILE instead of stdout (created 0600;\n"
+	"                      never through a symbolic link)\n"
+	"  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
+	"                      default 64M), with one log line\n"
+	"  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
+	"  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
+	"                      the API's PUT /snapshot/create may omit the paths\n"
+	"  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
+	"                      incremental; needs --snapshot-dir\n"
+	"  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
+	"  --snapshot-root DIR the API's snapshot_dir may name DIR/NAME (NAME a plain name); without\n"
+	"                      it the API may name only --snapshot-dir\n"
+	"  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
+	"                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
+	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
+	"  -h, --help          show this help\n"
+	"\n"
+	"Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
+	"1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
+
+int parse_mem_size(const char *s, uint64_t *out)
+{
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	unsigned shift;
+	switch (*end) {
+	case '\0':
+	case 'M':
+	case 'm':
+		shift = 20;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		break;
+	case 'B':
+	case 'b':
+		shift = 0;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (*end && end[1] != '\0' && !((end[1] == 'i' || end[1] == 'B') && end[2] == '\0') &&
+	    !(end[1] == 'i' && end[2] == 'B' && end[3] == '\0'))
+		return -EINVAL;
+	if (v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
+       OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
+       OPT_SNAP_KEY, OPT_SNAP_ROOT, OPT_CONSOLE_MAX };
+
+int parse_duration_ms(const char *s, uint64_t *out)
+{
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	uint64_t mul;
+	if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "s") || !*end)
+		mul = 1000;
+	else if (!strcmp(end, "m"))
+		mul = 60000;
+	else if (!strcmp(end, "h"))
+		mul = 3600000;
+	else
+		return -EINVAL;
+	if (v > UINT64_MAX / mul)
+		return -ERANGE;
+	*out = v * mul;
+	return 0;
+}
+
+int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
+{
+	memset(d, 0, sizeof(*d));
+	const char *comma = strchr(s, ',');
+	size_t plen = comma ? (size_t)(comma - s) : strlen(s);
+	if (plen == 0)
+		return errmsg(err, errlen, -EINVAL, "--disk: '%s' has no path (use PATH[,ro])", s);
+	if (plen >= sizeof(d->path))
+		return errmsg(err, errlen, -EINVAL, "--disk: path is longer than %d bytes", RUN_DISK_PATH_MAX - 1);
+	memcpy(d->path, s, plen);
+	while (comma) {
+		const char *opt = comma + 1;
+		comma = strchr(opt, ',');
+		size_t olen = comma ? (size_t)(comma - opt) : strlen(opt);
+		if (olen == 2 && !strncmp(opt, "ro", 2)) {
+			d->read_only = true;
+		} else if (olen >= 8 && !strncmp(opt, "overlay=", 8)) {
+			if (olen == 8)
+				return errmsg(err, errlen, -EINVAL, "--disk: overlay= needs a path in '%s'", s);
+			if (olen - 8 >= sizeof(d->overlay))
+				return errmsg(err, errlen, -EINVAL, "--disk: overlay path is longer than %d bytes",
+					    RUN_DISK_PATH_MAX - 1);
+			memcpy(d->overlay, opt + 8, olen - 8);
+		} else {
+			return errmsg(err, errlen, -EINVAL, "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
+				    (int)olen, opt, s);
+		}
+	}
+	if (d->read_only && d->overlay[0])
+		return errmsg(err, errlen, -EINVAL, "--disk: ro and overlay= do not go together in '%s'", s);
+	return 0;
+}
+
+/*
+ * Checks of the options `cove run` and `cove restore` share; each returns 0 or -EINVAL with a
+ * one-line message naming the option.
+ */
+int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(arg, &end, 10);
+	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
+	if (errno || end == arg || *end || *arg == '-' || v < 3 || v >= UINT32_MAX)
+		return errmsg(err, errlen, -EINVAL,
+			      "--vsock-cid: '%s' is not a number from 3 to 4294967294", arg);
+	*out = v;
+	return 0;
+}
+
+int opt_vsock_uds(const char *arg, char *err, size_t errlen)
+{
+	/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
+	if (!*arg || strlen(arg) > 96)
+		return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
+	return 0;
+}
+
+int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > 3800)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
+	return 0;
+}
+
+int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	if (parse_mem_size(arg, out) || *out == 0 || *out > (1ULL << 40))
+		return errmsg(err, errlen, -EINVAL,
+			      "--console-max: '%s' is not a size from 1B to 1T (e.g. 64M, 100B)", arg);
+	return 0;
+}
+
+int opt_snapshot_root(const char *arg, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > 3500)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-root: path must be 1 to 3500 bytes");
+	return 0;
+}
+
+int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen)
+{
+	if (parse_duration_ms(arg, ms) || *ms < 10 || *ms > 86400000ULL)
+		return errmsg(err, errlen, -EINVAL,
+			      "--snapshot-interval: '%s' is not a duration from 10ms to 24h "
+			      "(e.g. 60s, 500ms, 5m)",
+			      arg);
+	return 0;
+}
+
+int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < 1 || v > 200)
+		return errmsg(err, errlen, -EINVAL,
+			      "--snapshot-keep: '%s' is not a number from 1 to 200", arg);
+	*keep = (int)v;
+	return 0;
+}
+
+int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen)
+{
+	if (strncmp(arg, "key-cmd:", 8) && strncmp(arg, "pkcs11:", 7))
+		return errmsg(err, errlen, -EINVAL, "%s: '%s' is not key-cmd:COMMAND or pkcs11:...",
+			      opt, arg);
+	return 0;
+}
+
+int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen)
+{
+	if (log_level_parse(arg, level))
+		return errmsg(err, errlen, -EINVAL,
+			      "--log-level: '%s' is not one of error, warn, info, debug", arg);
+	return 0;
+}
+
+static const struct option run_long_opts[] = {
+	{ "kernel", required_argument, NULL, OPT_KERNEL },
+	{ "initrd", required_argument, NULL, OPT_INITRD },
+	{ "cmdline", required_argument, NULL, OPT_CMDLINE },
+	{ "mem", required_argument, NULL, OPT_MEM },
+	{ "vcpus", required_argument, NULL, OPT_VCPUS },
+	{ "api-sock", required_argument, NULL, OPT_API },
+	{ "console", required_argument, NULL, OPT_CONSOLE },
+	{ "console-max", required_argument, NULL, OPT_CONSOLE_MAX },
+	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
+	{ "disk", required_argument, NULL, OPT_DISK },
+	{ "vsock-cid", required_argument, NULL, OPT_VSOCK_CID },
+	{ "vsock-uds", required_argument, NULL, OPT_VSOCK_UDS },
+	{ "snapshot-dir", required_argument, NULL, OPT_SNAP_DIR },
+	{ "snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL },
+	{ "snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP },
+	{ "snapshot-key", required_argument, NULL, OPT_SNAP_KEY },
+	{ "snapshot-root", required_argument, NULL, OPT_SNAP_ROOT },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen)
+{
+	memset(o, 0, sizeof(*o));
+	o->mem_size = RUN_DEFAULT_MEM;
+	o->vcpus = 1;
+	o->log_level = LOG_WARN;
+	o->cmdline = "";
+
+	/* getopt keeps its position in globals: restart it so parsing is repeatable. */
+	optind = 0;
+	opterr = 0;
+	for (;;) {
+		int c = getopt_long(argc, argv, ":h", run_long_opts, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case 'h':
+			return 1;
+		case OPT_KERNEL:
+			o->kernel = optarg;
+			break;
+		case OPT_INITRD:
+			o->initrd = optarg;
+			break;
+		case OPT_CMDLINE:
+			o->cmdline = optarg;
+			break;
+		case OPT_API:
+			o->api_sock = optarg;
+			break;
+		case OPT_CONSOLE:
+			o->console = optarg;
+			break;
+		case OPT_CONSOLE_MAX:
+			if (opt_console_max(optarg, &o->console_max, err, errlen))
+				return -EINVAL;
+			break;
+		case OPT_DIRTY:
+			o->track_dirty = true;
+			break;
+		case OPT_DISK:
+			if (o->nr_disks >= RUN_MAX_DISKS)
+				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks", RUN_MAX_DISKS);
+			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
+				return -EINVAL;
+			o->nr_disks++;
+			break;
+		case OPT_VSOCK_CID:
+			if (opt_vsock_cid(optarg, &o->vsock_cid, err, errlen))
+				return -EINVAL;
+			break;
+		case OPT_VSOCK_UDS:
+			if (opt_vsock_uds(optarg, err, errlen))
+				return -EINVAL;
+			o->vsock_uds = optarg;
+			break;
+		case OPT_MEM: {
+			int r = parse_mem_size(optarg, &o->mem_size);
+			if (r)
+				return errmsg(err, errlen, -EINVAL, "--mem: '%s' is not a size like 256M or 4G",
+					    optarg);
+			if (o->mem_size < MEM_MIN_SIZE || o->mem_size > MEM_MAX_SIZE ||
+			    o->mem_size % PAGE_SIZE)
+				return errmsg(err, errlen, -EINVAL,
+					    "--mem: %s is out of range (2M..1T, a multiple of 4K)",
+					    optarg);
+			break;
+		}
+		case OPT_VCPUS: {
+			char *end;
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1 || v > VM_MAX_VCPUS)
+				return errmsg(err, errlen, -EINVAL, "--vcpus: '%s' is not a number from 1 to %d",
+					    optarg, VM_MAX_VCPUS);
+			o->vcpus = (int)v;
+			break;
+		}
+		case OPT_SNAP_DIR:
+			if (opt_snapshot_dir(optarg, err, errlen))
+				return -EINVAL;
+			o->snapshot_dir = optarg;
+			break;
+		case OPT_SNAP_INTERVAL:
+			if (opt_snapshot_interval(optarg, &o->snapshot_interval_ms, err, errlen))
+				return -EINVAL;
+			break;
+		case OPT_SNAP_KEY:
+			if (opt_key_spec("--snapshot-key", optarg, err, errlen))
+				return -EINVAL;
+			o->snapshot_key = optarg;
+			break;
+		case OPT_SNAP_ROOT:
+			if (opt_snapshot_root(optarg, err, errlen))
+				return -EINVAL;
+			o->snapshot_root = optarg;
+			break;
+		case OPT_SNAP_KEEP:
+			if (opt_snapshot_keep(optarg, &o->snapshot_keep, err, errlen))
+				return -EINVAL;
+			break;
+		case OPT_LOG:
+			if (opt_log_level(optarg, &o->log_level, err, errlen))
+				return -EINVAL;
+			break;
+		case ':':
+			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);
+		case '?':
+		default:
+			return errmsg(err, errlen, -EINVAL, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return errmsg(err, errlen, -EINVAL, "unexpected argument '%s'", argv[optind]);
+	if (!o->kernel)
+		return errmsg(err, errlen, -EINVAL, "--kernel FILE is required");
+	if (strlen(o->cmdline) >= 4096)
+		return errmsg(err, errlen, -EINVAL, "--cmdline is longer than 4095 bytes");
+	if (!o->vsock_cid != !o->vsock_uds)
+		return errmsg(err, errlen, -EINVAL, "--vsock-cid and --vsock-uds go together");
+	if (o->snapshot_key && !o->snapshot_dir)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-key needs --snapshot-dir");
+	if (o->snapshot_interval_ms && !o->snapshot_dir)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-interval needs --snapshot-dir");
+	return 0;
+}

@@ -1,0 +1,61 @@
+/* Command-line options of `cove run`: pure parsing, so it can be tested without a VM. */
+#ifndef COVE_OPTIONS_H
+#define COVE_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/log.h"
+#include "devices/disk_spec.h"
+
+#define RUN_DEFAULT_MEM (256ULL << 20)
+#define RUN_DEFAULT_CONSOLE_MAX (64ULL << 20)
+
+
+struct run_opts {
+	const char *kernel;
+	const char *initrd;
+	const char *cmdline;
+	const char *api_sock;
+	const char *console;
+	uint64_t console_max; /* bytes of guest console output kept; 0: the default */
+	uint64_t mem_size;
+	int vcpus;
+	bool track_dirty;
+	enum log_level log_level;
+	int nr_disks;
+	struct disk_opt disks[RUN_MAX_DISKS];
+	uint64_t vsock_cid;   /* 0: no vsock device */
+	const char *vsock_uds; /* host Unix socket (Firecracker's hybrid vsock) */
+	const char *snapshot_dir;      /* chain directory for snapshots, or NULL */
+	uint64_t snapshot_interval_ms; /* 0: only on request */
+	int snapshot_keep;	       /* 0: the default */
+	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
+	const char *snapshot_root;     /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */
+};
+
+/*
+ * Returns 0 when options are good, 1 when --help was asked for, or -EINVAL
+ * with a one-line message in `err`.
+ */
+int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
+/* "256M", "4G", "1024K", "65536B"; a bare number is MiB (as QEMU's -m). -EINVAL or -ERANGE. */
+int parse_mem_size(const char *s, uint64_t *out);
+/* "PATH[,ro]" or "PATH,overlay=OVL"; -EINVAL with a one-line message in `err`. */
+int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
+/* "60s", "500ms", "5m", "1h"; a bare number is seconds. -EINVAL or -ERANGE. */
+int parse_duration_ms(const char *s, uint64_t *out);
+/* Options `cove run` and `cove restore` share: 0, or -EINVAL with a message naming the option. */
+int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen);
+int opt_vsock_uds(const char *arg, char *err, size_t errlen);
+int opt_snapshot_dir(const char *arg, char *err, size_t errlen);
+int opt_snapshot_root(const char *arg, char *err, size_t errlen);
+int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen);
+int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen);
+int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
+int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);
+int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen);
+extern const char run_usage[];
+
+#endif
