@@ -225,11 +225,22 @@ def test_fork_three_diverge():
         clones += api_clones
         check(all(c.get("identity") == "sent" for c in api_clones),
               f"PUT /fork identity: {api_clones}")
+        # Lines already on a clone's console when PUT /fork answered may predate its identity
+        # (a CONNECT can be retried); compare the second line printed after the answer.
+        offsets = {}
+        for c in api_clones:
+            try:
+                with open(c["console"], "rb") as f:
+                    offsets[c["pid"]] = len(f.read().decode(errors="replace"))
+            except FileNotFoundError:
+                offsets[c["pid"]] = 0
         firsts = []
         for c in api_clones:
-            text = wait_file(c["console"], lambda t: len(re.findall(r"rng \d+ [0-9a-f]{16}", t)) >= 2,
+            off = offsets[c["pid"]]
+            text = wait_file(c["console"],
+                             lambda t: len(re.findall(r"rng \d+ [0-9a-f]{16}\r?\n", t[off:])) >= 2,
                              60, f"API clone {c['pid']} to go on")
-            firsts.append(re.findall(r"rng \d+ ([0-9a-f]{16})", text)[-1])
+            firsts.append(re.findall(r"rng \d+ ([0-9a-f]{16})\r?\n", text[off:])[1])
         check(len(set(firsts)) == 2, f"PUT /fork clones printed the same random bytes: {firsts}")
         print(f"    PUT /fork: 2 clones with identity sent, last rng: {firsts}")
     finally:
