@@ -205,6 +205,21 @@ def smaps_rss(pid):
     return total, guest_rss
 
 
+def run_each(tests, prefix):
+    """Runs each test(tmpdir) in a fresh temp dir (removed after), printing its time; a
+    failure names the test."""
+    for t in tests:
+        tmp = tempfile.mkdtemp(prefix=prefix)
+        try:
+            t0 = time.monotonic()
+            t(tmp)
+            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+        except Failure as e:
+            raise Failure(f"{t.__name__}: {e}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(test):
     """Runs test(); prints PASS/FAIL; exits 0/1 (77 when skipped inside)."""
     require_kvm()

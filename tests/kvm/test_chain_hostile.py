@@ -14,7 +14,7 @@ import tempfile
 import time
 import zlib
 
-from covetest import COVE, Failure, Vm, check, guest, main, run_cove
+from covetest import COVE, Failure, Vm, check, guest, main, run_cove, run_each
 
 SEC_CONFIG = 1
 
@@ -330,16 +330,9 @@ def test_console_file(tmp):
 
 
 def run_all():
-    for t in [globals()[n] for n in os.environ.get("ONLY", "test_machine_paths test_frozen_layers test_symlinked_temps test_console_file").split()]:
-        tmp = tempfile.mkdtemp(prefix="cove-hostile-")
-        try:
-            t0 = time.monotonic()
-            t(tmp)
-            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            raise Failure(f"{t.__name__}: {e}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    names = os.environ.get("ONLY", "test_machine_paths test_frozen_layers test_symlinked_temps "
+                                   "test_console_file").split()
+    run_each([globals()[n] for n in names], "cove-hostile-")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import threading
 import time
 import zlib
 
-from covetest import COVE, Failure, Vm, check, guest, main, run_cove
+from covetest import COVE, Failure, Vm, check, guest, main, run_cove, run_each
 
 PAGE = 4096
 HDR = 4096
@@ -368,25 +368,9 @@ def test_api_dir_confined(d):
 
 
 def run_all():
-    for t in (test_restore_continues, test_incremental_exact, test_kill_during_write,
+    run_each((test_restore_continues, test_incremental_exact, test_kill_during_write,
               test_bad_files, test_fork, test_fork_identity, test_api_errors,
-              test_api_dir_confined):
-        d = tempfile.mkdtemp(prefix="cove-snap-")
-        try:
-            t0 = time.monotonic()
-            t(d)
-            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            raise Failure(f"{t.__name__}: {e}")
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-            for f in os.listdir(os.path.dirname(d)):
-                if f.startswith(os.path.basename(d) + ".fork"):
-                    p = os.path.join(os.path.dirname(d), f)
-                    if os.path.isdir(p):
-                        shutil.rmtree(p, ignore_errors=True)
-                    else:
-                        os.unlink(p)
+              test_api_dir_confined), "cove-snap-")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import tempfile
 import time
 import zlib
 
-from covetest import COVE, Failure, Vm, check, guest, main, run_cove
+from covetest import COVE, Failure, Vm, check, guest, main, run_cove, run_each
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYCMD = os.path.join(HERE, "..", "..", "tools", "key-cmd-openssl")
@@ -478,17 +478,9 @@ def test_pkcs11(tmp):
 
 
 def run_all():
-    for t in (test_key_cmd, test_lazy_tamper_stops_vm, test_keys_file_cannot_name_provider,
-              test_counter_rollback, test_sealed_disk_layers, test_fork_encrypted, test_pkcs11):
-        tmp = tempfile.mkdtemp(prefix="cove-crypt-")
-        try:
-            t0 = time.monotonic()
-            t(tmp)
-            print(f"ok {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            raise Failure(f"{t.__name__}: {e}")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    run_each((test_key_cmd, test_lazy_tamper_stops_vm, test_keys_file_cannot_name_provider,
+              test_counter_rollback, test_sealed_disk_layers, test_fork_encrypted, test_pkcs11),
+             "cove-crypt-")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include "file_helpers.h"
 
 #include "common/byteorder.h"
 #include "snapshot/crypto.h"
@@ -343,31 +344,10 @@ static void test_salt_separates_layers(void **state)
 #define ODISK  (4 * OCHUNK + 12288)
 static const char SECRET[] = "cove-secret-disk-pattern-7f3a";
 
-static void file_put(const char *path, const void *buf, size_t len)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, buf, len), (ssize_t)len);
-	close(fd);
-}
-
-static uint8_t *file_get(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
-	struct stat st;
-	assert_int_equal(fstat(fd, &st), 0);
-	uint8_t *buf = malloc((size_t)st.st_size + 1);
-	assert_int_equal(read(fd, buf, (size_t)st.st_size), st.st_size);
-	close(fd);
-	*len = (size_t)st.st_size;
-	return buf;
-}
-
 static bool file_holds(const char *path, const char *needle)
 {
 	size_t len;
-	uint8_t *b = file_get(path, &len);
+	uint8_t *b = read_file(path, &len);
 	bool hit = memmem(b, len, needle, strlen(needle)) != NULL;
 	free(b);
 	return hit;
@@ -408,7 +388,7 @@ static void test_sealed_overlay(void **state)
 	uint8_t *want = malloc(ODISK), *got = malloc(ODISK);
 	for (size_t i = 0; i < ODISK; i++)
 		want[i] = (uint8_t)(i * 7 + 3);
-	file_put(base, want, ODISK);
+	write_file(base, want, ODISK);
 	struct snap_crypt sc = {.key = f->key, .cc = f->cc};
 	memcpy(sc.chain_id, f->chain, sizeof(sc.chain_id));
 	struct snap_sealer *sealer;
@@ -430,7 +410,7 @@ static void test_sealed_overlay(void **state)
 	assert_false(file_holds(l0, SECRET));
 	assert_false(file_holds(l0map, SECRET));
 	size_t mlen;
-	uint8_t *map = file_get(l0map, &mlen);
+	uint8_t *map = read_file(l0map, &mlen);
 	struct overlay_map_info info;
 	assert_int_equal(overlay_map_parse(map, mlen, &info, err, sizeof(err)), 0);
 	assert_int_equal(info.version, 3);
@@ -486,7 +466,7 @@ static void test_sealed_overlay(void **state)
 		 overlay_crc32(0, bad + OVERLAY_MAP_HDR_SEALED, mlen - OVERLAY_MAP_HDR_SEALED));
 	put_le32(bad + OVERLAY_MAP_HDR_SEALED - 4,
 		 overlay_crc32(0, bad, OVERLAY_MAP_HDR_SEALED - 4));
-	file_put(l0map, bad, mlen);
+	write_file(l0map, bad, mlen);
 	assert_int_equal(overlay_open_chain(&ov, base, chain, 2, 0, err, sizeof(err)), 0);
 	assert_int_equal(overlay_attach_sealer(&ov, &sealer->ops, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "failed authentication"));
@@ -495,7 +475,7 @@ static void test_sealed_overlay(void **state)
 	unlink(top2);
 	unlink(top2map);
 	/* another chain's key cannot authenticate it either */
-	file_put(l0map, map, mlen);
+	write_file(l0map, map, mlen);
 	struct snap_key *k2;
 	struct snap_crypt sc2 = {0};
 	struct snap_sealer *other;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include "file_helpers.h"
 
 #include "devices/blk_uring.h"
 #include "devices/overlay.h"
@@ -32,27 +33,6 @@ struct fx {
 static uint8_t base_byte(uint64_t off)
 {
 	return (uint8_t)(off * 7 + 3);
-}
-
-static void write_file(const char *path, const void *buf, size_t len)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, buf, len), (ssize_t)len);
-	close(fd);
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
-	struct stat st;
-	assert_int_equal(fstat(fd, &st), 0);
-	uint8_t *buf = malloc((size_t)st.st_size + 1);
-	assert_int_equal(read(fd, buf, (size_t)st.st_size), st.st_size);
-	close(fd);
-	*len = (size_t)st.st_size;
-	return buf;
 }
 
 static int setup(void **state)
