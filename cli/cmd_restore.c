@@ -411,8 +411,9 @@ static void plan_free(struct plan *p)
 static int check_disk_layers(struct sandbox *sb, struct plan *p, const struct restore_opts *o,
 			     char *err, size_t errlen)
 {
-	for (int i = 0; i < sb->board.nr_disks; i++) {
-		struct overlay *ov = sb->board.disks[i] ? sb->board.disks[i]->ov : NULL;
+	for (int i = 0; i < board_count(&sb->board, &virtio_blk_type); i++) {
+		struct virtio_blk *disk = board_nth(&sb->board, &virtio_blk_type, i);
+		struct overlay *ov = disk ? disk->ov : NULL;
 		int sealed, plain;
 		if (!ov)
 			continue;
