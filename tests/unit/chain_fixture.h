@@ -146,4 +146,29 @@ static inline void fx_rmdir(const char *dir)
 	rmdir(dir);
 }
 
+/* A test's fixture: a 3-layer chain in a fresh directory (cmocka state). */
+struct chain_fx {
+	char dir[64];
+	struct chain c;
+};
+
+static inline int fx_setup(void **state, const char *name)
+{
+	struct chain_fx *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -1;
+	fx_mkdtemp(f->dir, sizeof(f->dir), name);
+	fx_make_chain(&f->c, f->dir, 3);
+	*state = f;
+	return 0;
+}
+
+static inline int fx_teardown(void **state)
+{
+	struct chain_fx *f = *state;
+	fx_rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
 #endif

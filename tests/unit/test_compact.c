@@ -16,28 +16,14 @@
 #include "snapshot/compact.h"
 #include "snapshot/restore.h"
 
-struct fx {
-	char dir[64];
-	struct chain c;
-};
-
 static int setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-	if (!f)
-		return -1;
-	fx_mkdtemp(f->dir, sizeof(f->dir), "compact");
-	fx_make_chain(&f->c, f->dir, 3);
-	*state = f;
-	return 0;
+	return fx_setup(state, "compact");
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-	fx_rmdir(f->dir);
-	free(f);
-	return 0;
+	return fx_teardown(state);
 }
 
 static bool exists(const char *dir, const char *name)
@@ -73,7 +59,7 @@ static void expect_ram(const char *dir, int upto)
 
 static void test_compact_chain(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	char err[512] = "";
 	struct chain c = f->c;
 	assert_int_equal(chain_compact(&c, err, sizeof(err)), 0);
@@ -98,7 +84,7 @@ static void test_compact_chain(void **state)
 
 static void test_compact_single_layer(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	char err[512] = "";
 	struct chain c = f->c;
 	c.nr_layers = 1;
@@ -110,7 +96,7 @@ static void test_compact_single_layer(void **state)
 /* A bad increment: compaction fails with one line, chain.json and *c stay as they were. */
 static void test_compact_bad_layer(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	fx_write_layer(&f->c, 2, 1); /* chain.json says parent 2 */
 	char err[512] = "";
 	struct chain c = f->c;

@@ -18,28 +18,14 @@
 #include "snapshot/restore.h"
 #include "vmm/vm.h"
 
-struct fx {
-	char dir[64];
-	struct chain c;
-};
-
 static int setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-	if (!f)
-		return -1;
-	fx_mkdtemp(f->dir, sizeof(f->dir), "restore");
-	fx_make_chain(&f->c, f->dir, 3);
-	*state = f;
-	return 0;
+	return fx_setup(state, "restore");
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-	fx_rmdir(f->dir);
-	free(f);
-	return 0;
+	return fx_teardown(state);
 }
 
 /* Open then validate, as restore does; the error (if any) is one line naming `needle`. */
@@ -67,7 +53,7 @@ static void expect_refused(const struct snap_restore_args *a, int want, const ch
 
 static void test_good_chain(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	struct snap_restore_args a = {.dir = f->dir};
 	struct snap_restore sr;
 	char err[512];
@@ -107,7 +93,7 @@ static void test_good_chain(void **state)
 
 static void test_pick_layer(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	struct snap_restore_args a = {.dir = f->dir, .layer = 2};
 	struct snap_restore sr;
 	char err[512];
@@ -122,7 +108,7 @@ static void test_pick_layer(void **state)
 
 static void test_no_chain(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	char empty[80];
 	snprintf(empty, sizeof(empty), "%s/none", f->dir);
 	assert_int_equal(mkdir(empty, 0700), 0);
@@ -134,7 +120,7 @@ static void test_no_chain(void **state)
 /* A layer whose header names another parent than chain.json is refused by validate. */
 static void test_bad_parent(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	fx_write_layer(&f->c, 2, 1); /* chain.json says parent 2 */
 	struct snap_restore_args a = {.dir = f->dir};
 	expect_refused(&a, -EINVAL, "parent does not match chain.json");
@@ -149,7 +135,7 @@ static void test_bad_parent(void **state)
 /* A layer of another chain (another chain id) is refused. */
 static void test_foreign_layer(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	struct chain other = f->c;
 	other.chain_id[0] ^= 1;
 	fx_write_layer(&other, 1, 1);
@@ -159,7 +145,7 @@ static void test_foreign_layer(void **state)
 
 static void test_missing_or_short_layer(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	char path[200];
 	snprintf(path, sizeof(path), "%s/mem-1", f->dir);
 	assert_int_equal(truncate(path, 8192), 0);
@@ -176,7 +162,7 @@ static void test_missing_or_short_layer(void **state)
 /* A damaged state file, or one without a machine description, is refused by open. */
 static void test_bad_state(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	char path[200];
 	snprintf(path, sizeof(path), "%s/state-2", f->dir);
 	uint8_t b = 0xff;
@@ -201,7 +187,7 @@ static void test_bad_state(void **state)
 /* A keys file makes the chain encrypted: the host must name the provider, never the chain. */
 static void test_encrypted_needs_key(void **state)
 {
-	struct fx *f = *state;
+	struct chain_fx *f = *state;
 	char path[200];
 	snprintf(path, sizeof(path), "%s/%s", f->dir, KEYFILE_NAME);
 	fx_write(path, "{}", 2, 0, true);
