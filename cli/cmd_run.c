@@ -21,6 +21,8 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	memcpy(mc->disks, o->disks, sizeof(mc->disks));
 	if (o->vsock_uds)
 		snprintf(mc->vsock_uds, sizeof(mc->vsock_uds), "%s", o->vsock_uds);
+	mc->nr_devs = o->nr_devs;
+	memcpy(mc->devs, o->devs, sizeof(mc->devs));
 	int r = sandbox_build(sb, mc, o->track_dirty, -1, 0);
 	free(mc);
 	if (r)
@@ -48,7 +50,7 @@ int cmd_run(int argc, char **argv)
 	char err[256];
 	int r = run_opts_parse(argc, argv, &o, err, sizeof(err));
 	if (r == 1) {
-		fputs(run_usage, stdout);
+		run_usage_print(stdout);
 		return 0;
 	}
 	if (r) {

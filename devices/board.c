@@ -1,4 +1,4 @@
-/* The x86 board: COM1, the i8042 and the CMOS clock on the port bus; the only file that names them. */
+/* The x86 board: COM1, the i8042 and the CMOS clock on the port bus, then table devices in virtio-mmio slots. */
 #include "devices/board.h"
 
 #include <errno.h>
@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "devices/disk_spec.h"
-#include "devices/virtio_blk.h"
-#include "devices/virtio_vsock.h"
 #include "vmm/vm.h"
 
 /*
@@ -20,9 +17,7 @@ static const uint32_t virtio_irqs[BOARD_MAX_VIRTIO] = { 5, 6, 7, 9, 10, 11, 12, 
 
 int board_create(struct board *b, struct vm *vm, int console_fd)
 {
-	b->nr_disks = 0;
 	b->nr_virtio = 0;
-	b->vsock = NULL;
 	int r = serial_create(&b->com1, vm, console_fd);
 	if (r) {
 		log_err(vm->log, "cannot register serial port: %d", r);
@@ -46,54 +41,47 @@ int board_create(struct board *b, struct vm *vm, int console_fd)
 	return 0;
 }
 
-int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks,
-		    const struct disk_chain *chains, int n)
+int board_add(struct board *b, struct vm *vm, const struct device_type *t, const void *cfg)
 {
-	for (int i = 0; i < n; i++) {
-		if (b->nr_disks >= BOARD_MAX_DISKS || b->nr_virtio >= BOARD_MAX_VIRTIO)
-			return -ENOSPC;
-		struct virtio_blk *blk = calloc(1, sizeof(*blk));
-		if (!blk)
-			return -ENOMEM;
-		int slot = b->nr_virtio;
-		char serial[VIRTIO_BLK_ID_BYTES + 1];
-		snprintf(serial, sizeof(serial), "cove-vd%c", 'a' + b->nr_disks);
-		const char *layers[BOARD_DISK_LAYERS];
-		int nl = chains ? chains[i].n : 0;
-		for (int k = 0; k < nl && k < BOARD_DISK_LAYERS; k++)
-			layers[k] = chains[i].paths[k];
-		int r = virtio_blk_create(blk, vm, disks[i].path, disks[i].read_only,
-					  disks[i].overlay[0] ? disks[i].overlay : NULL, layers, nl,
-					  VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
-					  virtio_irqs[slot], serial);
-		if (r) {
-			free(blk);
-			return r;
-		}
-		b->disks[b->nr_disks++] = blk;
-		b->virtio[b->nr_virtio++] = &blk->mmio;
+	if (b->nr_virtio >= BOARD_MAX_VIRTIO)
+		return -ENOSPC;
+	void *dev = calloc(1, t->size);
+	if (!dev)
+		return -ENOMEM;
+	int slot = b->nr_virtio;
+	struct device_host h = {
+		.vm = vm,
+		.mem = &vm->mem,
+		.log = vm->log,
+		.mmio_base = VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
+		.irq = virtio_irqs[slot],
+		.index = board_count(b, t),
+	};
+	int r = t->create(dev, &h, cfg);
+	if (r) {
+		free(dev);
+		return r;
 	}
+	b->devs[slot] = (struct board_dev){ .type = t, .dev = dev };
+	b->virtio[slot] = t->mmio(dev);
+	b->nr_virtio++;
 	return 0;
 }
 
-int board_add_vsock(struct board *b, struct vm *vm, uint64_t cid, const char *uds_path)
+int board_count(const struct board *b, const struct device_type *t)
 {
-	if (b->vsock || b->nr_virtio >= BOARD_MAX_VIRTIO)
-		return -ENOSPC;
-	struct virtio_vsock *v = calloc(1, sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	int slot = b->nr_virtio;
-	int r = virtio_vsock_create(v, vm, &vm->mem, cid, uds_path,
-				    VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
-				    virtio_irqs[slot]);
-	if (r) {
-		free(v);
-		return r;
-	}
-	b->vsock = v;
-	b->virtio[b->nr_virtio++] = &v->mmio;
-	return 0;
+	int n = 0;
+	for (int i = 0; i < b->nr_virtio; i++)
+		n += b->devs[i].type == t;
+	return n;
+}
+
+void *board_nth(const struct board *b, const struct device_type *t, int i)
+{
+	for (int k = 0; k < b->nr_virtio; k++)
+		if (b->devs[k].type == t && i-- == 0)
+			return b->devs[k].dev;
+	return NULL;
 }
 
 int board_cmdline(const struct board *b, const char *base, char *out, size_t cap)
@@ -107,16 +95,11 @@ int board_cmdline(const struct board *b, const char *base, char *out, size_t cap
 
 void board_destroy(struct board *b)
 {
-	if (b->vsock) {
-		virtio_vsock_destroy(b->vsock);
-		free(b->vsock);
-		b->vsock = NULL;
+	for (int i = b->nr_virtio - 1; i >= 0; i--) {
+		b->devs[i].type->destroy(b->devs[i].dev);
+		free(b->devs[i].dev);
 	}
-	for (int i = b->nr_disks - 1; i >= 0; i--) {
-		virtio_blk_destroy(b->disks[i]);
-		free(b->disks[i]);
-	}
-	b->nr_disks = b->nr_virtio = 0;
+	b->nr_virtio = 0;
 	cmos_rtc_destroy(&b->rtc);
 	i8042_destroy(&b->kbd);
 	serial_destroy(&b->com1);

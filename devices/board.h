@@ -3,6 +3,7 @@
 #define COVE_BOARD_H
 
 #include "devices/cmos_rtc.h"
+#include "devices/device.h"
 #include "devices/disk_spec.h"
 #include "devices/i8042.h"
 #include "devices/serial.h"
@@ -13,17 +14,19 @@ struct vm;
 #define BOARD_MAX_DISKS 8
 #define BOARD_MAX_VIRTIO 9
 
-struct virtio_blk;
-struct virtio_vsock;
+/* One device on the board: its type (the table in device.h) and the object the board allocated. */
+struct board_dev {
+	const struct device_type *type;
+	void *dev;
+};
 
 struct board {
 	struct serial com1;
 	struct i8042 kbd;
 	struct cmos_rtc rtc;
-	struct virtio_blk *disks[BOARD_MAX_DISKS];
-	int nr_disks;
-	struct virtio_vsock *vsock; /* NULL without --vsock-cid */
-	struct virtio_mmio *virtio[BOARD_MAX_VIRTIO]; /* in slot order: base and IRQ follow from it */
+	/* Table devices in slot order: base and IRQ follow from the slot; virtio[i] is devs[i]'s. */
+	struct board_dev devs[BOARD_MAX_VIRTIO];
+	struct virtio_mmio *virtio[BOARD_MAX_VIRTIO];
 	int nr_virtio;
 };
 
@@ -37,13 +40,13 @@ struct disk_chain {
 };
 
 /*
- * Adds one virtio-blk per disk, in order (the guest names them vda, vdb...); `chains` (NULL or
- * n entries) lists frozen overlay layers under each disk's overlay. 0 or -errno.
+ * Adds a device of type `t` configured by `cfg` (the type's config struct) in the next
+ * virtio-mmio slot. 0 or -errno (-ENOSPC when the slots are taken).
  */
-int board_add_disks(struct board *b, struct vm *vm, const struct disk_opt *disks,
-		    const struct disk_chain *chains, int n);
-/* Adds the virtio-vsock device serving `uds_path` for guest `cid`. 0 or -errno. */
-int board_add_vsock(struct board *b, struct vm *vm, uint64_t cid, const char *uds_path);
+int board_add(struct board *b, struct vm *vm, const struct device_type *t, const void *cfg);
+/* How many devices of type `t` the board has; the object of the i-th of them (or NULL). */
+int board_count(const struct board *b, const struct device_type *t);
+void *board_nth(const struct board *b, const struct device_type *t, int i);
 /*
  * Copies `base` into `out` and appends the virtio_mmio.device= words the guest
  * kernel needs to find the virtio devices.  0, or -E2BIG past 4095 bytes.

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "devices/board.h"
 #include "vmm/vm.h"
 
 #define VIRTIO_ID_BLOCK 2
@@ -690,3 +691,42 @@ int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, 
 	pthread_mutex_unlock(&blk->mmio.lock);
 	return r;
 }
+
+static int blk_type_create(void *dev, const struct device_host *h, const void *cfg)
+{
+	const struct virtio_blk_cfg *c = cfg;
+	char serial[VIRTIO_BLK_ID_BYTES + 1];
+	snprintf(serial, sizeof(serial), "cove-vd%c", 'a' + h->index);
+	const char *layers[BOARD_DISK_LAYERS];
+	int nl = c->chain ? c->chain->n : 0;
+	for (int k = 0; k < nl && k < BOARD_DISK_LAYERS; k++)
+		layers[k] = c->chain->paths[k];
+	return virtio_blk_create(dev, h->vm, c->disk->path, c->disk->read_only,
+				 c->disk->overlay[0] ? c->disk->overlay : NULL, layers, nl,
+				 h->mmio_base, h->irq, serial);
+}
+
+static void blk_type_destroy(void *dev)
+{
+	virtio_blk_destroy(dev);
+}
+
+static void blk_type_quiesce(void *dev)
+{
+	virtio_blk_quiesce(dev);
+}
+
+static struct virtio_mmio *blk_type_mmio(void *dev)
+{
+	return &((struct virtio_blk *)dev)->mmio;
+}
+
+/* Disks keep their --disk option and "disks" machine config keys (restore matches host paths). */
+const struct device_type virtio_blk_type = {
+	.name = "virtio-blk",
+	.size = sizeof(struct virtio_blk),
+	.create = blk_type_create,
+	.destroy = blk_type_destroy,
+	.mmio = blk_type_mmio,
+	.quiesce = blk_type_quiesce,
+};

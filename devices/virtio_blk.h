@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "devices/blk_uring.h"
+#include "devices/device.h"
+#include "devices/disk_spec.h"
 #include "devices/overlay.h"
 #include "devices/virtio_mmio.h"
 
@@ -67,4 +69,12 @@ void virtio_blk_quiesce(struct virtio_blk *blk);
  */
 int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, char *err,
 		      size_t errlen);
+
+/* Device table entry: board_add(b, vm, &virtio_blk_type, &(struct virtio_blk_cfg){...}). */
+extern const struct device_type virtio_blk_type;
+struct disk_chain;
+struct virtio_blk_cfg {
+	const struct disk_opt *disk;
+	const struct disk_chain *chain; /* frozen overlay layers under its top, or NULL */
+};
 #endif

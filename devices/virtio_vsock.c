@@ -875,3 +875,43 @@ out:
 	pthread_mutex_unlock(&t->lock);
 	return r;
 }
+
+static int vsock_type_create(void *dev, const struct device_host *h, const void *cfg)
+{
+	const struct virtio_vsock_cfg *c = cfg;
+	return virtio_vsock_create(dev, h->vm, h->mem, c->cid, c->uds_path, h->mmio_base, h->irq);
+}
+
+static void vsock_type_destroy(void *dev)
+{
+	virtio_vsock_destroy(dev);
+}
+
+static struct virtio_mmio *vsock_type_mmio(void *dev)
+{
+	return &((struct virtio_vsock *)dev)->mmio;
+}
+
+static void vsock_type_save_mmio(void *dev, struct virtio_mmio_state *st)
+{
+	virtio_vsock_save(dev, st);
+}
+
+static void vsock_type_resumed(void *dev, struct logger *log)
+{
+	int r = virtio_vsock_restored(dev);
+	if (r)
+		log_warn(log, "vsock: could not tell the guest its connections were reset: %s",
+			 strerror(-r));
+}
+
+/* vsock keeps its --vsock-cid/--vsock-uds options and "vsock" machine config key. */
+const struct device_type virtio_vsock_type = {
+	.name = "virtio-vsock",
+	.size = sizeof(struct virtio_vsock),
+	.create = vsock_type_create,
+	.destroy = vsock_type_destroy,
+	.mmio = vsock_type_mmio,
+	.save_mmio = vsock_type_save_mmio,
+	.resumed = vsock_type_resumed,
+};

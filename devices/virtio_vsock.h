@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/un.h>
 
+#include "devices/device.h"
 #include "devices/virtio_mmio.h"
 #include "devices/vsock_conn.h"
 
@@ -63,4 +64,11 @@ void virtio_vsock_save(struct virtio_vsock *v, struct virtio_mmio_state *st);
  */
 int virtio_vsock_restored(struct virtio_vsock *v);
 
+
+/* Device table entry: board_add(b, vm, &virtio_vsock_type, &(struct virtio_vsock_cfg){...}). */
+extern const struct device_type virtio_vsock_type;
+struct virtio_vsock_cfg {
+	uint64_t cid;
+	const char *uds_path;
+};
 #endif

@@ -41,6 +41,18 @@ char *machine_config_to_json(const struct machine_config *mc)
 				 (json_int_t)mc->mem_size, "vcpus", mc->vcpus, "disks", disks);
 	if (root && mc->vsock_cid)
 		json_object_set_new(root, "vsock", json_pack("{s:I}", "cid", (json_int_t)mc->vsock_cid));
+	/* Written only when there are some, so a machine without them reads as before. */
+	if (root && mc->nr_devs) {
+		json_t *devs = json_array();
+		for (int i = 0; i < mc->nr_devs; i++) {
+			const struct device_type *t = mc->devs[i].type;
+			json_t *d = t->spec_to_json(mc->devs[i].cfg);
+			if (d)
+				json_object_set_new(d, "type", json_string(t->name));
+			json_array_append_new(devs, d);
+		}
+		json_object_set_new(root, "devices", devs);
+	}
 	char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
 	json_decref(root);
 	return s;
@@ -55,6 +67,32 @@ static int copy_str(json_t *v, char *out, size_t cap, bool allow_empty)
 	if (n >= cap || (!allow_empty && n == 0) || n != json_string_length(v))
 		return -EINVAL;
 	memcpy(out, s, n + 1);
+	return 0;
+}
+
+/* "devices": [{"type": NAME, ...its spec}]: absent in machines without table devices. */
+static int parse_devices(json_t *devs, struct machine_config *mc, char *err, size_t errlen)
+{
+	if (!devs)
+		return 0;
+	if (!json_is_array(devs) || json_array_size(devs) > BOARD_MAX_VIRTIO)
+		return errmsg(err, errlen, -EINVAL, "state file: \"devices\" is not a short array");
+	size_t i;
+	json_t *d;
+	json_array_foreach(devs, i, d)
+	{
+		json_t *name = json_object_get(d, "type");
+		const struct device_type *t =
+			json_is_string(name) ? device_type_find(json_string_value(name)) : NULL;
+		if (!json_is_object(d) || !t || !t->spec_from_json)
+			return errmsg(err, errlen, -EINVAL, "state file: device %zu has no known type",
+				      i);
+		char why[160] = "";
+		mc->devs[i].type = t;
+		if (t->spec_from_json(d, mc->devs[i].cfg, why, sizeof(why)))
+			return errmsg(err, errlen, -EINVAL, "state file: %s: %s", t->name, why);
+		mc->nr_devs++;
+	}
 	return 0;
 }
 
@@ -141,7 +179,7 @@ int machine_config_parse(const char *json, size_t len, struct machine_config *mc
 		}
 		mc->vsock_cid = (uint64_t)json_integer_value(cid);
 	}
-	r = 0;
+	r = parse_devices(json_object_get(root, "devices"), mc, err, errlen);
 out:
 	json_decref(root);
 	return r;

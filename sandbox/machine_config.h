@@ -25,6 +25,9 @@ struct machine_config {
 	struct disk_chain chains[RUN_MAX_DISKS]; /* frozen overlay layers under each disk's top */
 	uint64_t vsock_cid; /* 0: none */
 	char vsock_uds[108];
+	/* Table devices configured by their own option and spec hooks ("devices" in the JSON). */
+	int nr_devs;
+	struct device_spec devs[BOARD_MAX_VIRTIO];
 };
 
 /*

@@ -11,7 +11,7 @@
 #include "vmm/guest_mem.h"
 #include "vmm/vm.h"
 
-const char run_usage[] =
+static const char run_usage[] =
 	"usage: cove run --kernel FILE [options]\n"
 	"Boot one microVM and run it until the guest stops.\n"
 	"\n"
@@ -27,6 +27,7 @@ const char run_usage[] =
 	"  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
 	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
 	"                      guest; guest connections to host port P go to PATH_P\n"
+	"%s"
 	"  --console FILE      write the serial console to FILE instead of stdout (created 0600;\n"
 	"                      never through a symbolic link)\n"
 	"  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
@@ -86,6 +87,20 @@ int parse_mem_size(const char *s, uint64_t *out)
 	*out = (uint64_t)v << shift;
 	return 0;
 }
+
+void run_usage_print(FILE *f)
+{
+	/* Device options sit after the built-in devices' own. */
+	char devs[2048] = "";
+	size_t len = 0;
+	for (int i = 0; device_types[i]; i++)
+		if (device_types[i]->opt_help && len < sizeof(devs))
+			len += (size_t)snprintf(devs + len, sizeof(devs) - len, "%s",
+						device_types[i]->opt_help);
+	fprintf(f, run_usage, devs);
+}
+
+enum { OPT_DEVICE = 1024 }; /* + index in device_types */
 
 enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
        OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
@@ -235,7 +250,7 @@ int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errl
 	return 0;
 }
 
-static const struct option run_long_opts[] = {
+static const struct option run_builtin_opts[] = {
 	{ "kernel", required_argument, NULL, OPT_KERNEL },
 	{ "initrd", required_argument, NULL, OPT_INITRD },
 	{ "cmdline", required_argument, NULL, OPT_CMDLINE },
@@ -255,8 +270,39 @@ static const struct option run_long_opts[] = {
 	{ "snapshot-key", required_argument, NULL, OPT_SNAP_KEY },
 	{ "snapshot-root", required_argument, NULL, OPT_SNAP_ROOT },
 	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
 };
+
+#define NR_BUILTIN (sizeof(run_builtin_opts) / sizeof(run_builtin_opts[0]))
+#define MAX_DEVICE_TYPES 32
+
+/* The built-in options, then one per device type that has one (--OPT or --OPT=ARG). */
+static void run_long_opts(struct option *out)
+{
+	size_t n = NR_BUILTIN;
+	memcpy(out, run_builtin_opts, sizeof(run_builtin_opts));
+	for (int i = 0; device_types[i] && i < MAX_DEVICE_TYPES; i++)
+		if (device_types[i]->opt_name)
+			out[n++] = (struct option){ device_types[i]->opt_name, optional_argument, NULL,
+						    OPT_DEVICE + i };
+	out[n] = (struct option){ NULL, 0, NULL, 0 };
+}
+
+static int parse_device_opt(int i, const char *arg, struct run_opts *o, char *err,
+			    size_t errlen)
+{
+	const struct device_type *t = device_types[i];
+	if (o->nr_devs >= BOARD_MAX_VIRTIO)
+		return errmsg(err, errlen, -EINVAL, "--%s: at most %d virtio devices", t->opt_name,
+			      BOARD_MAX_VIRTIO);
+	struct device_spec *d = &o->devs[o->nr_devs];
+	memset(d, 0, sizeof(*d));
+	d->type = t;
+	char why[200] = "";
+	if (t->opt_parse(arg, d->cfg, why, sizeof(why)))
+		return errmsg(err, errlen, -EINVAL, "--%s: %s", t->opt_name, why);
+	o->nr_devs++;
+	return 0;
+}
 
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen)
 {
@@ -266,13 +312,20 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	o->log_level = LOG_WARN;
 	o->cmdline = "";
 
+	struct option long_opts[NR_BUILTIN + MAX_DEVICE_TYPES + 1];
+	run_long_opts(long_opts);
 	/* getopt keeps its position in globals: restart it so parsing is repeatable. */
 	optind = 0;
 	opterr = 0;
 	for (;;) {
-		int c = getopt_long(argc, argv, ":h", run_long_opts, NULL);
+		int c = getopt_long(argc, argv, ":h", long_opts, NULL);
 		if (c == -1)
 			break;
+		if (c >= OPT_DEVICE) {
+			if (parse_device_opt(c - OPT_DEVICE, optarg, o, err, errlen))
+				return -EINVAL;
+			continue;
+		}
 		switch (c) {
 		case 'h':
 			return 1;

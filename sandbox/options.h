@@ -5,8 +5,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/log.h"
+#include "devices/board.h"
 #include "devices/disk_spec.h"
 
 #define RUN_DEFAULT_MEM (256ULL << 20)
@@ -33,6 +35,9 @@ struct run_opts {
 	int snapshot_keep;	       /* 0: the default */
 	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
 	const char *snapshot_root;     /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */
+	/* Table devices added by their own option (device_type.opt_name), in command-line order. */
+	int nr_devs;
+	struct device_spec devs[BOARD_MAX_VIRTIO];
 };
 
 /*
@@ -56,6 +61,7 @@ int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errle
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);
 int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen);
-extern const char run_usage[];
+/* Prints `cove run --help`, device options included. */
+void run_usage_print(FILE *f);
 
 #endif

@@ -25,6 +25,7 @@
 #include "snapshot/keyprov.h"
 #include "devices/overlay.h"
 #include "devices/virtio_blk.h"
+#include "devices/virtio_vsock.h"
 #include "sandbox/vm_api.h"
 
 extern char **environ;
@@ -136,9 +137,13 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 		return r;
 	sb->board.com1.out_max = sb->console_max;
 	sb->board_created = true;
-	r = board_add_disks(&sb->board, &sb->vm, mc->disks, mc->chains, mc->nr_disks);
-	if (r)
-		return r;
+	/* Slots in this order (disks, vsock, then the rest), as snapshots record them. */
+	for (int i = 0; i < mc->nr_disks; i++) {
+		struct virtio_blk_cfg bc = { .disk = &mc->disks[i], .chain = &mc->chains[i] };
+		r = board_add(&sb->board, &sb->vm, &virtio_blk_type, &bc);
+		if (r)
+			return r;
+	}
 	/* Restore matches the host's --disk to the saved one by index and this size. */
 	for (int i = 0; i < mc->nr_disks; i++) {
 		r = machine_disk_size(mc->disks[i].path, &sb->mc.disk_size[i]);
@@ -148,9 +153,17 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 		}
 	}
 	if (mc->vsock_cid) {
-		r = board_add_vsock(&sb->board, &sb->vm, mc->vsock_cid, mc->vsock_uds);
+		struct virtio_vsock_cfg vc = { .cid = mc->vsock_cid, .uds_path = mc->vsock_uds };
+		r = board_add(&sb->board, &sb->vm, &virtio_vsock_type, &vc);
 		if (r)
 			return r;
+	}
+	for (int i = 0; i < mc->nr_devs; i++) {
+		r = board_add(&sb->board, &sb->vm, mc->devs[i].type, mc->devs[i].cfg);
+		if (r) {
+			log_err(&sb->log, "%s: %s", mc->devs[i].type->name, strerror(-r));
+			return r;
+		}
 	}
 	/* What a snapshot records so restore can build the same machine. */
 	sb->config_json = machine_config_to_json(&sb->mc);
@@ -231,8 +244,10 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 		if (!sealer || sandbox_keep_data_key(sb, sb->snap.crypt.key))
 			return errmsg(err, errlen, -ENOMEM, "cannot set up sealing of disk layers");
 	}
-	for (int i = 0; i < sb->board.nr_disks; i++) {
-		struct overlay *sov = sb->board.disks[i] ? sb->board.disks[i]->ov : NULL;
+	int nr_disks = board_count(&sb->board, &virtio_blk_type);
+	for (int i = 0; i < nr_disks; i++) {
+		struct virtio_blk *disk = board_nth(&sb->board, &virtio_blk_type, i);
+		struct overlay *sov = disk->ov;
 		if (sov) {
 			sov->sealer = sealer;
 			sov->seal_layer_id = layer_id;
@@ -251,7 +266,7 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 				       i, ch->n);
 			/* Only if the top is empty can this snapshot go on without a new layer. */
 			bool has_data = false;
-			struct overlay *ov = sb->board.disks[i]->ov;
+			struct overlay *ov = disk->ov;
 			for (size_t k = 0; ov && k < ov->bitmap_bytes && !has_data; k++)
 				has_data = ov->bitmap[k] != 0;
 			if (has_data)
@@ -259,7 +274,7 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 			continue;
 		}
 		int frozen;
-		int r = virtio_blk_freeze(sb->board.disks[i], top, &frozen, err, errlen);
+		int r = virtio_blk_freeze(disk, top, &frozen, err, errlen);
 		if (r)
 			return r;
 		if (frozen) {
@@ -269,7 +284,7 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 				 top);
 		}
 	}
-	for (int i = 0; i < sb->board.nr_disks; i++)
+	for (int i = 0; i < nr_disks; i++)
 		for (int k = 0; k < mc->chains[i].n; k++) {
 			int r = adopt_layer(sb, i, k, layer_id, mc->chains[i].paths[k],
 					    sizeof(mc->chains[i].paths[k]), err, errlen);

@@ -6,21 +6,18 @@
 
 #include "common/errmsg.h"
 #include "common/log.h"
-#include "devices/virtio_blk.h"
-#include "devices/virtio_vsock.h"
 
-/* Section instance numbers: fixed for the legacy devices, 16 + slot for virtio-mmio. */
-enum { DEV_SERIAL = 0, DEV_I8042 = 1, DEV_RTC = 2, DEV_VIRTIO = 16 };
-
-static bool is_vsock(const struct board *b, int slot)
-{
-	return b->vsock && b->virtio[slot] == &b->vsock->mmio;
-}
+/*
+ * Section instance numbers: fixed for the legacy devices, 16 + slot for a virtio-mmio transport,
+ * 48 + slot for a table device's own state (device_type.state_size).
+ */
+enum { DEV_SERIAL = 0, DEV_I8042 = 1, DEV_RTC = 2, DEV_VIRTIO = 16, DEV_OWN = 48 };
 
 void board_quiesce(struct board *b)
 {
-	for (int i = 0; i < b->nr_disks; i++)
-		virtio_blk_quiesce(b->disks[i]);
+	for (int i = 0; i < b->nr_virtio; i++)
+		if (b->devs[i].type->quiesce)
+			b->devs[i].type->quiesce(b->devs[i].dev);
 }
 
 void board_save(struct board *b, struct state_buf *buf)
@@ -35,12 +32,19 @@ void board_save(struct board *b, struct state_buf *buf)
 	state_put(buf, SEC_DEVICE, DEV_I8042, &ks, sizeof(ks));
 	state_put(buf, SEC_DEVICE, DEV_RTC, &rs, sizeof(rs));
 	for (int i = 0; i < b->nr_virtio; i++) {
+		const struct device_type *t = b->devs[i].type;
 		struct virtio_mmio_state ms;
-		if (is_vsock(b, i))
-			virtio_vsock_save(b->vsock, &ms);
+		if (t->save_mmio)
+			t->save_mmio(b->devs[i].dev, &ms);
 		else
 			virtio_mmio_save(b->virtio[i], &ms);
 		state_put(buf, SEC_DEVICE, DEV_VIRTIO + (uint32_t)i, &ms, sizeof(ms));
+		if (t->state_size) {
+			_Alignas(8) unsigned char own[DEVICE_STATE_MAX];
+			memset(own, 0, sizeof(own));
+			t->save(b->devs[i].dev, own);
+			state_put(buf, SEC_DEVICE, DEV_OWN + (uint32_t)i, own, t->state_size);
+		}
 	}
 }
 
@@ -91,6 +95,17 @@ static int board_restore_devices(struct board *b, const struct state_section_ref
 		r = virtio_mmio_restore(b->virtio[i], &ms, err, errlen);
 		if (r)
 			return r;
+		const struct device_type *t = b->devs[i].type;
+		if (!t->state_size)
+			continue;
+		if (!(p = dev_section(s, n, DEV_OWN + (uint32_t)i, t->state_size, t->name, err,
+				      errlen)))
+			return -EINVAL;
+		_Alignas(8) unsigned char own[DEVICE_STATE_MAX];
+		memcpy(own, p, t->state_size);
+		r = t->restore(b->devs[i].dev, own, err, errlen);
+		if (r)
+			return r;
 	}
 	return 0;
 }
@@ -107,13 +122,9 @@ int board_restore(struct board *b, const struct state_section_ref *s, size_t n, 
 
 void board_resume_restored(struct board *b, struct logger *log)
 {
-	if (b->vsock) {
-		int r = virtio_vsock_restored(b->vsock);
-		if (r)
-			log_warn(log,
-				 "vsock: could not tell the guest its connections were reset: %s",
-				 strerror(-r));
-	}
+	for (int i = 0; i < b->nr_virtio; i++)
+		if (b->devs[i].type->resumed)
+			b->devs[i].type->resumed(b->devs[i].dev, log);
 	for (int i = 0; i < b->nr_virtio; i++)
 		virtio_mmio_kick_all(b->virtio[i]);
 }

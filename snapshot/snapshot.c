@@ -463,9 +463,288 @@ static void remove_unlisted(const struct chain *before, const struct chain *afte
 	}
 }
 
-int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err, size_t errlen)
+/* One snapshot being taken: what the before-pause, paused and commit steps hand on. */
+struct take {
+	bool full;
+	bool was_paused; /* paused by its owner before the snapshot: stays paused */
+	bool paused;	 /* paused by us and not yet resumed */
+	bool collected;	 /* the dirty log was read into s->bitmap: merge it back on failure */
+	uint64_t id;
+	const struct chain_layer *prev; /* the parent layer (Diff) */
+	struct chain *next;		/* chain.json after this layer (heap: ~45 KiB) */
+	struct chain *old;		/* Full: the chain it replaces, whose files go after */
+	bool old_ok;
+	struct state_buf sb;
+	struct stage g;
+	struct mem_layer_info li;
+	uint64_t t0, t_resumed;
+};
+
+/*
+ * The layer id to write: one past the parent's, or (encrypted) from the keys file's durable
+ * counter, opening the data key at the first snapshot.
+ */
+static int take_layer_id(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	t->id = s->have_base && t->prev ? t->prev->id + 1 : 1;
+	if (!s->encrypted)
+		return 0;
+	/*
+	 * Nonces come from (layer id, page): an id must never seal twice under this key, even if
+	 * a write died half way, so ids come from the keys file's durable counter.
+	 */
+	int r;
+	if (!s->crypt.key) {
+		r = snap_crypt_open_key(&s->crypt, s->dir, s->prov, 1, s->inherit_key, err, errlen);
+		if (r)
+			return r;
+	}
+	r = keyfile_next_layer_id(s->dir, &t->id, err, errlen);
+	if (!r && t->id == 0) /* 0 means "no parent" in a chain: skip it */
+		r = keyfile_next_layer_id(s->dir, &t->id, err, errlen);
+	if (r)
+		return r;
+	if (t->full)
+		memcpy(t->next->chain_id, s->crypt.chain_id, 16);
+	return 0;
+}
+
+/*
+ * Before the pause: the next chain, the layer id (key provider calls included) and a staging
+ * buffer sized from what is dirty now (plus a margin for what the guest writes before the
+ * pause), faulted in. The VM runs throughout.
+ */
+static int take_before_pause(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
 {
 	struct vm *vm = s->vm;
+	t->next = malloc(sizeof(*t->next));
+	if (!t->next)
+		return -ENOMEM;
+	if (t->full) {
+		memset(t->next, 0, sizeof(*t->next));
+		snprintf(t->next->dir, sizeof(t->next->dir), "%s", s->dir);
+		if (getrandom(t->next->chain_id, sizeof(t->next->chain_id), 0) !=
+		    sizeof(t->next->chain_id))
+			return errmsg(err, errlen, -EIO, "no randomness for a chain id");
+		t->next->ram_size = vm->mem.size;
+	} else {
+		*t->next = s->chain;
+	}
+	t->prev = chain_latest(&s->chain);
+	int r = take_layer_id(s, t, err, errlen);
+	if (r)
+		return r;
+	/*
+	 * A full layer starts a new chain: ids keep growing past the old chain's so file names
+	 * never clash, and the old chain's files go once the new chain.json is in place.
+	 */
+	if (t->full) {
+		char e2[8];
+		t->old = malloc(sizeof(*t->old));
+		if (!t->old)
+			return -ENOMEM;
+		t->old_ok = chain_load(s->dir, t->old, e2, sizeof(e2)) == 0;
+		if (!s->encrypted && t->old_ok && chain_latest(t->old) &&
+		    chain_latest(t->old)->id >= t->id)
+			t->id = chain_latest(t->old)->id + 1;
+	}
+	int64_t cnt = -1;
+	if (t->full) {
+		mark_all_pages(s);
+		cnt = 0;
+		for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++)
+			cnt += __builtin_popcountll(s->bitmap[w]);
+	} else {
+		cnt = dirty_log_count(vm);
+	}
+	if (cnt > 0 && (uint64_t)cnt * PAGE_SIZE <= s->stage_max)
+		(void)stage_reserve(&t->g, (size_t)cnt * PAGE_SIZE * 5 / 4 + HUGE_PAGE_SIZE, true);
+	return 0;
+}
+
+/* Paused: the state file (machine description, vCPUs, devices), after the owner's prepare. */
+static int take_state(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	state_buf_init(&t->sb);
+	board_quiesce(s->board);
+	if (s->prepare) {
+		char *cfg = NULL;
+		int r = s->prepare(s->prepare_opaque, t->id, &cfg, err, errlen);
+		if (r)
+			return r;
+		if (cfg) {
+			free(s->config_json);
+			s->config_json = cfg;
+		}
+	}
+	state_put(&t->sb, SEC_CONFIG, 0, s->config_json, strlen(s->config_json));
+	int r = kvm_state_save(s->vm, &t->sb);
+	if (r)
+		return errmsg(err, errlen, r, "cannot read the vCPU state: %s", strerror(-r));
+	board_save(s->board, &t->sb);
+	r = state_finish(&t->sb);
+	if (r)
+		return errmsg(err, errlen, r, "cannot build the state file: %s", strerror(-r));
+	return 0;
+}
+
+/* Paused: which pages the layer holds (Full: all, and KVM logs writes from now on). */
+static int take_dirty(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	int r;
+	if (t->full) {
+		/* From here on KVM logs writes, so the next snapshot can be a Diff of this one. */
+		r = dirty_log_start(s->vm);
+		if (!r)
+			r = dirty_log_collect(s->vm,
+					      s->bitmap); /* discarded: this layer has it all */
+		if (r)
+			return errmsg(err, errlen, r, "cannot start dirty page tracking: %s",
+				      strerror(-r));
+		mark_all_pages(s);
+		return 0;
+	}
+	r = dirty_log_collect(s->vm, s->bitmap);
+	if (r)
+		return errmsg(err, errlen, r, "cannot read the dirty page log: %s", strerror(-r));
+	t->collected = true;
+	return 0;
+}
+
+/*
+ * Paused: state, dirty pages and their staging. The VM runs again on return when the pages
+ * were staged; otherwise it stays paused until they are written from guest RAM.
+ */
+static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	struct vm *vm = s->vm;
+	t->t0 = now_us();
+	int r = vm_pause(vm);
+	if (r)
+		return errmsg(err, errlen, r, "cannot pause the VM: it is not running");
+	t->paused = !t->was_paused;
+	r = take_state(s, t, err, errlen);
+	if (r)
+		return r;
+	uint64_t t_q = now_us();
+	r = take_dirty(s, t, err, errlen);
+	if (r)
+		return r;
+	struct mem_layer_info *li = &t->li;
+	li->flags = (t->full ? MEM_LAYER_FULL : 0) | (s->encrypted ? MEM_LAYER_ENCRYPTED : 0);
+	mem_layer_layout(li, vm->mem.size);
+	li->layer_id = t->id;
+	li->parent_id = t->full ? 0 : t->prev->id;
+	memcpy(li->chain_id, t->next->chain_id, 16);
+	uint64_t t_c = now_us();
+	r = stage_pages(s, li, &t->g);
+	log_debug(vm->log,
+		  "snapshot pause: quiesce+prepare %llu us, state+dirty log %llu us, "
+		  "staging %llu us",
+		  (unsigned long long)(t_q - t->t0), (unsigned long long)(t_c - t_q),
+		  (unsigned long long)(now_us() - t_c));
+	if (r)
+		return errmsg(err, errlen, r, "cannot stage pages: %s", strerror(-r));
+	li->present = t->g.present;
+	li->stored = t->g.stored;
+	t->t_resumed = now_us();
+	if (t->g.staged && t->paused) {
+		vm_resume(vm);
+		t->paused = false;
+		t->t_resumed = now_us();
+	}
+	return 0;
+}
+
+/*
+ * Commit: the layer and state files under temporary names, synced, renamed into place, then
+ * chain.json replaced (the commit point). Resumes a VM still paused once its pages are out.
+ * On failure the temporary files go and nothing saved before changes.
+ */
+static int take_commit(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	char mem_name[CHAIN_NAME_MAX], state_name[CHAIN_NAME_MAX];
+	char tmp_mem[CHAIN_NAME_MAX + 8], tmp_state[CHAIN_NAME_MAX + 8];
+	snprintf(mem_name, sizeof(mem_name), "mem-%06llu", (unsigned long long)t->id);
+	snprintf(state_name, sizeof(state_name), "state-%06llu", (unsigned long long)t->id);
+	snprintf(tmp_mem, sizeof(tmp_mem), ".%s.tmp", mem_name);
+	snprintf(tmp_state, sizeof(tmp_state), ".%s.tmp", state_name);
+
+	int r = write_mem_layer(s, tmp_mem, &t->li, &t->g, err, errlen);
+	if (t->paused) {
+		vm_resume(s->vm);
+		t->paused = false;
+		t->t_resumed = now_us();
+	}
+	if (!r)
+		r = write_state(s, t->id, tmp_state, &t->sb, err, errlen);
+	if (!r && ((r = dirfd_rename(s->dfd, tmp_mem, mem_name)) ||
+		   (r = dirfd_rename(s->dfd, tmp_state, state_name))))
+		errmsg(err, errlen, r, "cannot rename the new layer into place: %s", strerror(-r));
+	if (!r) {
+		struct chain_layer *l = &t->next->layers[t->next->nr_layers++];
+		memset(l, 0, sizeof(*l));
+		l->id = t->id;
+		l->parent = t->li.parent_id;
+		l->full = t->full;
+		snprintf(l->mem, sizeof(l->mem), "%s", mem_name);
+		snprintf(l->state, sizeof(l->state), "%s", state_name);
+		l->present = t->g.present;
+		l->stored = t->g.stored;
+		l->created_ns = realtime_ns();
+		r = chain_commit(t->next, err, errlen); /* the commit point */
+	}
+	if (r) {
+		(void)dirfd_unlink(s->dfd, tmp_mem);
+		(void)dirfd_unlink(s->dfd, tmp_state);
+		return r;
+	}
+	if (t->full && t->old_ok)
+		remove_unlisted(t->old, t->next, s->dfd);
+	s->chain = *t->next;
+	s->have_base = true;
+	return 0;
+}
+
+/* After the commit: past `keep` layers a plain chain is compacted; a failure keeps it intact. */
+static void take_compact(struct snap_ctx *s, struct snap_stats *st, char *err, size_t errlen)
+{
+	/* Encrypted chains are not compacted yet (it means re-sealing every page): see README. */
+	if (s->chain.nr_layers <= s->keep || s->encrypted)
+		return;
+	struct chain before = s->chain;
+	int cr = chain_compact(&s->chain, err, errlen);
+	if (cr) {
+		log_warn(s->vm->log, "snapshot: compaction failed (the chain is intact): %s", err);
+	} else {
+		remove_unlisted(&before, &s->chain, s->dfd);
+		st->compacted = true;
+	}
+}
+
+static void take_free(struct take *t)
+{
+	stage_free(&t->g);
+	state_buf_free(&t->sb);
+	free(t->old);
+	free(t->next);
+}
+
+/* Undoes a failed snapshot: the VM runs again and the pages collected go back to the dirty set. */
+static void take_unwind(struct snap_ctx *s, struct take *t)
+{
+	if (t->paused)
+		vm_resume(s->vm);
+	if (t->collected)
+		dirty_log_merge_back(s->vm, s->bitmap);
+	/* A failed full snapshot may have dropped the dirty log: only a new full one is safe now.
+	 */
+	if (t->full)
+		s->have_base = false;
+}
+
+int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err, size_t errlen)
+{
 	memset(st, 0, sizeof(*st));
 	if (!full && !s->have_base)
 		return errmsg(err, errlen, -ENOENT,
@@ -478,240 +757,27 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		full = true;
 	if (!full && s->chain.nr_layers >= CHAIN_MAX_LAYERS)
 		return errmsg(err, errlen, -E2BIG, "chain is full (%d layers)", CHAIN_MAX_LAYERS);
-	struct state_buf sb = { 0 };
-	struct stage g = { 0 };
-	struct chain *nextp = NULL;
-	bool collected = false;
-	struct chain *old = NULL;
-	bool old_ok = false;
-	bool was_paused = vm_get_state(vm) == VM_PAUSED;
-	int r;
-	uint64_t t0 = 0;
-
-	/* Heap: a chain is ~45 KiB. */
-	nextp = malloc(sizeof(*nextp));
-	if (!nextp) {
-		r = -ENOMEM;
-		goto resume;
-	}
-	if (full)
-		memset(nextp, 0, sizeof(*nextp));
-	else
-		*nextp = s->chain;
-	if (full) {
-		snprintf(nextp->dir, sizeof(nextp->dir), "%s", s->dir);
-		if (getrandom(nextp->chain_id, sizeof(nextp->chain_id), 0) != sizeof(nextp->chain_id)) {
-			r = errmsg(err, errlen, -EIO, "no randomness for a chain id");
-			goto resume;
-		}
-		nextp->ram_size = vm->mem.size;
-	}
-	const struct chain_layer *prev = chain_latest(&s->chain);
-	uint64_t id = s->have_base && prev ? prev->id + 1 : 1;
-	if (s->encrypted) {
-		/*
-		 * Nonces come from (layer id, page): an id must never seal twice under this key,
-		 * even if a write died half way, so ids come from the keys file's durable counter.
-		 */
-		if (!s->crypt.key) {
-			r = snap_crypt_open_key(&s->crypt, s->dir, s->prov, 1, s->inherit_key, err,
-						errlen);
-			if (r)
-				goto resume;
-		}
-		r = keyfile_next_layer_id(s->dir, &id, err, errlen);
-		if (!r && id == 0) /* 0 means "no parent" in a chain: skip it */
-			r = keyfile_next_layer_id(s->dir, &id, err, errlen);
-		if (r)
-			goto resume;
-		if (full)
-			memcpy(nextp->chain_id, s->crypt.chain_id, 16);
-	}
-	/*
-	 * A full layer starts a new chain: ids keep growing past the old chain's so file names
-	 * never clash, and the old chain's files go once the new chain.json is in place.
-	 */
-	if (full) {
-		char e2[8];
-		old = malloc(sizeof(*old));
-		if (!old) {
-			r = -ENOMEM;
-			goto resume;
-		}
-		old_ok = chain_load(s->dir, old, e2, sizeof(e2)) == 0;
-		if (!s->encrypted && old_ok && chain_latest(old) && chain_latest(old)->id >= id)
-			id = chain_latest(old)->id + 1;
-	}
-
-	/*
-	 * Size the staging buffer from what is dirty now (plus a margin for what the guest writes
-	 * before the pause) and fault it in, all before the pause.
-	 */
-	int64_t cnt = -1;
-	if (full) {
-		mark_all_pages(s);
-		cnt = 0;
-		for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++)
-			cnt += __builtin_popcountll(s->bitmap[w]);
-	} else {
-		cnt = dirty_log_count(vm);
-	}
-	if (cnt > 0 && (uint64_t)cnt * PAGE_SIZE <= s->stage_max)
-		(void)stage_reserve(&g, (size_t)cnt * PAGE_SIZE * 5 / 4 + HUGE_PAGE_SIZE, true);
-	/* Everything above (key provider calls included) happens before the pause. */
-	t0 = now_us();
-	r = vm_pause(vm);
-	if (r) {
-		errmsg(err, errlen, r, "cannot pause the VM: it is not running");
-		goto fail;
-	}
-	state_buf_init(&sb);
-	board_quiesce(s->board);
-	if (s->prepare) {
-		char *cfg = NULL;
-		r = s->prepare(s->prepare_opaque, id, &cfg, err, errlen);
-		if (r)
-			goto resume;
-		if (cfg) {
-			free(s->config_json);
-			s->config_json = cfg;
-		}
-	}
-	state_put(&sb, SEC_CONFIG, 0, s->config_json, strlen(s->config_json));
-	uint64_t t_q = now_us();
-	r = kvm_state_save(vm, &sb);
-	if (r) {
-		errmsg(err, errlen, r, "cannot read the vCPU state: %s", strerror(-r));
-		goto resume;
-	}
-	board_save(s->board, &sb);
-	r = state_finish(&sb);
-	if (r) {
-		errmsg(err, errlen, r, "cannot build the state file: %s", strerror(-r));
-		goto resume;
-	}
-
-	if (full) {
-		/* From here on KVM logs writes, so the next snapshot can be a Diff of this one. */
-		r = dirty_log_start(vm);
-		if (!r)
-			r = dirty_log_collect(vm, s->bitmap); /* discarded: this layer has it all */
-		if (r) {
-			errmsg(err, errlen, r, "cannot start dirty page tracking: %s", strerror(-r));
-			goto resume;
-		}
-		mark_all_pages(s);
-	} else {
-		r = dirty_log_collect(vm, s->bitmap);
-		if (r) {
-			errmsg(err, errlen, r, "cannot read the dirty page log: %s", strerror(-r));
-			goto resume;
-		}
-		collected = true;
-	}
-	struct mem_layer_info li = { 0 };
-	li.flags = (full ? MEM_LAYER_FULL : 0) | (s->encrypted ? MEM_LAYER_ENCRYPTED : 0);
-	mem_layer_layout(&li, vm->mem.size);
-	li.layer_id = id;
-	li.parent_id = full ? 0 : prev->id;
-	memcpy(li.chain_id, nextp->chain_id, 16);
-	uint64_t t_c = now_us();
-	r = stage_pages(s, &li, &g);
-	log_debug(vm->log, "snapshot pause: quiesce+prepare %llu us, state+dirty log %llu us, "
-		  "staging %llu us",
-		  (unsigned long long)(t_q - t0), (unsigned long long)(t_c - t_q),
-		  (unsigned long long)(now_us() - t_c));
-	if (r) {
-		errmsg(err, errlen, r, "cannot stage pages: %s", strerror(-r));
-		goto resume;
-	}
-	li.present = g.present;
-	li.stored = g.stored;
-
-	uint64_t t_resumed = now_us();
-	if (g.staged && !was_paused) {
-		vm_resume(vm);
-		t_resumed = now_us();
-	}
-
-	char mem_name[CHAIN_NAME_MAX], state_name[CHAIN_NAME_MAX];
-	char tmp_mem[CHAIN_NAME_MAX + 8], tmp_state[CHAIN_NAME_MAX + 8];
-	snprintf(mem_name, sizeof(mem_name), "mem-%06llu", (unsigned long long)id);
-	snprintf(state_name, sizeof(state_name), "state-%06llu", (unsigned long long)id);
-	snprintf(tmp_mem, sizeof(tmp_mem), ".%s.tmp", mem_name);
-	snprintf(tmp_state, sizeof(tmp_state), ".%s.tmp", state_name);
-
-	r = write_mem_layer(s, tmp_mem, &li, &g, err, errlen);
-	if (!g.staged && !was_paused) {
-		vm_resume(vm);
-		t_resumed = now_us();
-	}
+	struct take t = {.full = full, .was_paused = vm_get_state(s->vm) == VM_PAUSED};
+	int r = take_before_pause(s, &t, err, errlen);
 	if (!r)
-		r = write_state(s, id, tmp_state, &sb, err, errlen);
-	if (!r && ((r = dirfd_rename(s->dfd, tmp_mem, mem_name)) ||
-		   (r = dirfd_rename(s->dfd, tmp_state, state_name))))
-		errmsg(err, errlen, r, "cannot rename the new layer into place: %s", strerror(-r));
-	if (!r) {
-		struct chain_layer *l = &nextp->layers[nextp->nr_layers++];
-		memset(l, 0, sizeof(*l));
-		l->id = id;
-		l->parent = li.parent_id;
-		l->full = full;
-		snprintf(l->mem, sizeof(l->mem), "%s", mem_name);
-		snprintf(l->state, sizeof(l->state), "%s", state_name);
-		l->present = g.present;
-		l->stored = g.stored;
-		l->created_ns = realtime_ns();
-		r = chain_commit(nextp, err, errlen); /* the commit point */
-	}
+		r = take_paused(s, &t, err, errlen);
+	if (!r)
+		r = take_commit(s, &t, err, errlen);
 	if (r) {
-		(void)dirfd_unlink(s->dfd, tmp_mem);
-		(void)dirfd_unlink(s->dfd, tmp_state);
-		goto fail;
+		take_unwind(s, &t);
+		take_free(&t);
+		return r;
 	}
-	if (full && old_ok)
-		remove_unlisted(old, nextp, s->dfd);
-	s->chain = *nextp;
-	s->have_base = true;
-	st->layer_id = id;
+	st->layer_id = t.id;
 	st->full = full;
-	st->pages = g.present;
-	st->stored = g.stored;
-	st->bytes = g.stored * PAGE_SIZE;
-	st->staged = g.staged;
-	st->pause_us = t_resumed - t0;
-	uint64_t t_end = now_us();
-	st->write_us = t_end - t_resumed;
-	/* Encrypted chains are not compacted yet (it means re-sealing every page): see README. */
-	if (s->chain.nr_layers > s->keep && !s->encrypted) {
-		struct chain before = s->chain;
-		int cr = chain_compact(&s->chain, err, errlen);
-		if (cr)
-			log_warn(vm->log, "snapshot: compaction failed (the chain is intact): %s", err);
-		else {
-			remove_unlisted(&before, &s->chain, s->dfd);
-			st->compacted = true;
-		}
-	}
-	st->total_us = now_us() - t0;
-	stage_free(&g);
-	state_buf_free(&sb);
-	free(old);
-	free(nextp);
+	st->pages = t.g.present;
+	st->stored = t.g.stored;
+	st->bytes = t.g.stored * PAGE_SIZE;
+	st->staged = t.g.staged;
+	st->pause_us = t.t_resumed - t.t0;
+	st->write_us = now_us() - t.t_resumed;
+	take_compact(s, st, err, errlen);
+	st->total_us = now_us() - t.t0;
+	take_free(&t);
 	return 0;
-
-resume:
-	if (!was_paused)
-		vm_resume(vm);
-fail:
-	if (collected)
-		dirty_log_merge_back(vm, s->bitmap);
-	/* A failed full snapshot already dropped the dirty log: only a new full one is safe now. */
-	if (full)
-		s->have_base = false;
-	stage_free(&g);
-	state_buf_free(&sb);
-	free(old);
-	free(nextp);
-	return r;
 }

@@ -48,7 +48,7 @@ def cmdline_for(cmd=None, extra=""):
 
 
 def boot(kernel, cmd=None, vcpus=1, mem="256M", extra="", initrd=INITRD, timeout=BOOT_TIMEOUT,
-         disks=()):
+         disks=(), cove_args=()):
     """Runs cove to completion; returns (rc, console text, stderr text, seconds)."""
     args = [COVE, "run", "--kernel", kernel, "--mem", mem, "--vcpus", str(vcpus),
             "--cmdline", cmdline_for(cmd, extra)]
@@ -56,6 +56,7 @@ def boot(kernel, cmd=None, vcpus=1, mem="256M", extra="", initrd=INITRD, timeout
         args += ["--initrd", initrd]
     for d in disks:
         args += ["--disk", d]
+    args += list(cove_args)
     t0 = time.monotonic()
     try:
         r = subprocess.run(args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -503,6 +504,22 @@ def test_vsock_bad_options():
               f"{args}: rc={r.returncode} {r.stderr!r}")
 
 
+# --- virtio-rng (cove run --rng): a device added through the device table alone ---
+def test_virtio_rng():
+    cmd = ("echo rng=$(cat /sys/class/misc/hw_random/rng_current); "
+           "a=$(head -c 32 /dev/hwrng | od -An -tx1 | tr -d ' \\n'); "
+           "b=$(head -c 32 /dev/hwrng | od -An -tx1 | tr -d ' \\n'); "
+           "echo a=$a; echo b=$b; [ ${#a} -eq 64 ] && [ \"$a\" != \"$b\" ] && echo rng-differ")
+    rc, out, err, _ = boot(BZIMAGE, cmd, cove_args=["--rng"])
+    check(rc == 0, f"cove exited {rc}; stderr {err.strip()!r}; console tail {out[-1500:]!r}")
+    m = re.search(r"rng=(\S+)", out)
+    check(m and m.group(1).startswith("virtio_rng"),
+          f"rng_current does not name virtio_rng: {out[-800:]!r}")
+    check("rng-differ" in out, f"two reads of /dev/hwrng did not differ: {out[-800:]!r}")
+    rc, _, err, _ = boot(BZIMAGE, "true", cove_args=["--rng=0"], timeout=20)
+    check(rc == 2 and "--rng" in err, f"--rng=0: exit {rc}, stderr {err.strip()!r}")
+
+
 TESTS = [
     test_bzimage_command_exit_code,
     test_vmlinux_pvh_command,
@@ -526,6 +543,7 @@ TESTS = [
     test_vsock_host_to_guest,
     test_vsock_guest_to_host,
     test_vsock_parallel_streams,
+    test_virtio_rng,
 ]
 
 

@@ -1,0 +1,75 @@
+/* Restore, snapshot side: open a chain layer, validate its memory layers, apply RAM and state. */
+#ifndef COVE_SNAPSHOT_RESTORE_H
+#define COVE_SNAPSHOT_RESTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snapshot/chain.h"
+#include "snapshot/layer_restore.h"
+#include "snapshot/lazy_mem.h"
+#include "snapshot/snap_crypt.h"
+#include "snapshot/state_file.h"
+
+struct vm;
+struct board;
+
+/* What the host says about the restore; nothing here comes from the chain. */
+struct snap_restore_args {
+	const char *dir;      /* the chain directory */
+	uint64_t layer;	      /* 0: the latest */
+	const char *key;      /* key provider spec of an encrypted chain, or NULL */
+	bool verify;	      /* encrypted: authenticate every stored page before the guest runs */
+	const char *snap_dir; /* where the restored sandbox's snapshots go, or NULL */
+};
+
+/* One opened layer of a chain: everything restore reads from the chain directory. */
+struct snap_restore {
+	struct chain chain;
+	int idx;	      /* the restored layer's index in chain.layers */
+	struct layer_set *ls; /* memory layers 0..idx (snap_restore_validate opens them) */
+	bool encrypted;
+	struct snap_crypt crypt;
+	uint8_t *state; /* the layer's state file, decrypted */
+	size_t state_len;
+	struct state_section_ref *secs;
+	size_t nsecs;
+	const struct state_section_ref *config; /* the machine description (SEC_CONFIG) */
+};
+
+/*
+ * Open: loads chain.json, picks the layer, opens the key of an encrypted chain (the provider
+ * from the host, never from the chain), reads, decrypts and parses the layer's state file.
+ * 0 or -errno with one line in `err`; snap_restore_close frees a failed open too.
+ */
+int snap_restore_open(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
+		      size_t errlen);
+/*
+ * Validate: opens memory layers 0..idx, checks each against chain.json and its parent, its
+ * encryption against the chain's and (encrypted) authenticates its header and bitmap, and
+ * with --verify every stored page. 0 or -errno with one line in `err`.
+ */
+int snap_restore_validate(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
+			  size_t errlen);
+void snap_restore_close(struct snap_restore *sr);
+
+/* True when the layer restored is the chain's latest (its chain can go on from it). */
+bool snap_restore_is_latest(const struct snap_restore *sr);
+/*
+ * The file RAM is mapped from: the base layer's data (plain chain; the mapping is private), or
+ * fd -1 for an encrypted chain (ciphertext cannot be mapped: fresh RAM that userfaultfd fills).
+ */
+void snap_restore_ram_backing(const struct snap_restore *sr, int *fd, uint64_t *off);
+/*
+ * Apply RAM to a VM built on snap_restore_ram_backing: a plain chain's increments are copied
+ * over the mapped base (pages_copied says how many); an encrypted chain's pages are served on
+ * first touch by `lm`'s thread, which takes the layers. 0 or -errno with one line in `err`.
+ */
+int snap_restore_apply_ram(struct snap_restore *sr, struct vm *vm, struct lazy_mem *lm,
+			   uint64_t *pages_copied, char *err, size_t errlen);
+/* Apply the saved vCPU, VM and device state. 0 or -errno with one line in `err`. */
+int snap_restore_apply_state(const struct snap_restore *sr, struct vm *vm, struct board *board,
+			     char *err, size_t errlen);
+
+#endif
