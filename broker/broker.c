@@ -1,7 +1,7 @@
 /* The request pipeline: parse, epoch, policy, destination, helper, libcurl, scrub, audit, reply.
  * The secret lives only on this stack frame and in wiped buffers for the request's duration. */
 #include "broker.h"
-#include "b64.h"
+#include "common/base64.h"
 #include "dest.h"
 #include "common/errmsg.h"
 #include "fetch.h"

@@ -1,6 +1,6 @@
 /* Guest request validation: JSON shape, types, sizes, header syntax and the body encoding. */
 #include "request.h"
-#include "b64.h"
+#include "common/base64.h"
 #include "common/errmsg.h"
 
 #include <ctype.h>

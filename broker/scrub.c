@@ -2,7 +2,7 @@
  * percent- or JSON-escaped, replaced by "[REDACTED]". The broker buffers whole responses, so no
  * pattern can straddle a chunk boundary. */
 #include "scrub.h"
-#include "b64.h"
+#include "common/base64.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -98,14 +98,14 @@ static int copy_in(const char *uds, const char *local, const char *gpath, char *
 			snprintf(err, errlen, "%.300s: changed size while being copied", local);
 			goto out;
 		}
-		ret = agent_write_full(fd, buf, (size_t)n);
+		ret = wire_write_full(fd, buf, (size_t)n);
 		if (ret < 0) {
 			snprintf(err, errlen, "agent: send: %s", strerror(-ret));
 			goto out;
 		}
 		done += (unsigned long long)n;
 	}
-	ret = agent_msg_read(fd, &reply, err, errlen);
+	ret = wire_msg_read(fd, &reply, err, errlen);
 	if (ret == 0 && !json_is_true(json_object_get(reply, "ok"))) {
 		const char *e = json_string_value(json_object_get(reply, "error"));
 
@@ -185,13 +185,13 @@ static int copy_out(const char *uds, const char *gpath, const char *local, char 
 	while (done < size) {
 		size_t want = size - done < CP_CHUNK ? (size_t)(size - done) : CP_CHUNK;
 
-		ret = agent_read_full(fd, buf, want);
+		ret = wire_read_full(fd, buf, want);
 		if (ret < 0) {
 			snprintf(err, errlen, "agent: connection lost after %llu of %llu bytes",
 				 done, size);
 			goto out;
 		}
-		ret = agent_write_full(out, buf, want);
+		ret = wire_write_full(out, buf, want);
 		if (ret < 0) {
 			snprintf(err, errlen, "%.300s: %s", to_stdout ? "stdout" : target,
 				 strerror(-ret));

@@ -51,7 +51,7 @@ static void fwd_splice(int a, int b)
 			n = read(from, buf, FWD_CHUNK);
 			if (n < 0 && errno == EINTR)
 				continue;
-			if (n <= 0 || agent_write_full(to, buf, (size_t)n) < 0) {
+			if (n <= 0 || wire_write_full(to, buf, (size_t)n) < 0) {
 				*open = false;
 				shutdown(to, SHUT_WR);
 				if (n < 0)

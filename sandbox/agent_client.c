@@ -18,51 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base64.h"
 #include "common/errmsg.h"
 #include "common/term_safe.h"
 
 #define CHUNK 65536
 
-int agent_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len)
-{
-	uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-
-	if (n > max)
-		return -EMSGSIZE;
-	*len = n;
-	return 0;
-}
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-int agent_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t errlen)
-{
-	json_error_t jerr;
-	json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-	char safe[4 * JSON_ERROR_TEXT_LENGTH];
-
-	if (!j) /* jansson quotes the guest's bytes */
-		return errmsg(err, errlen, -EINVAL, "bad JSON from the agent: %s",
-			      term_safe(jerr.text, safe, sizeof(safe)));
-	if (!json_is_object(j)) {
-		json_decref(j);
-		return errmsg(err, errlen, -EINVAL, "bad message from the agent: not an object");
-	}
-	*out = j;
-	return 0;
-}
-
 /* {"exit_code":N,"signal":S} -> N, or 128 + S for a command killed by a signal. */
 int agent_exit_parse(const char *buf, size_t len, int *status)
 {
 	json_t *j, *code, *sig;
-	int ret = agent_msg_parse(buf, len, &j, NULL, 0);
+	int ret = wire_msg_parse(buf, len, &j, NULL, 0);
 
 	if (ret < 0)
 		return ret;
@@ -138,122 +104,6 @@ int agent_resolve(const char *sandbox, char *uds, size_t len, char *err, size_t 
 	return 0;
 }
 
-int agent_read_full(int fd, void *buf, size_t n)
-{
-	size_t got = 0;
-
-	while (got < n) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return got ? -EPIPE : -ENODATA;
-		got += (size_t)r;
-	}
-	return 0;
-}
-
-int agent_write_full(int fd, const void *buf, size_t n)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL);
-
-		if (r < 0 && errno == ENOTSOCK)
-			r = write(fd, (const char *)buf + done, n - done);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
-int agent_msg_read(int fd, json_t **out, char *err, size_t errlen)
-{
-	uint8_t hdr[4];
-	uint32_t len;
-	char *buf;
-	int ret = agent_read_full(fd, hdr, sizeof(hdr));
-
-	if (ret < 0)
-		return errmsg(err, errlen, ret, "agent: %s",
-			      ret == -ENODATA ? "connection closed" : strerror(-ret));
-	if (agent_len_parse(hdr, AGENT_MSG_MAX, &len) < 0)
-		return errmsg(err, errlen, -EMSGSIZE, "agent: message over %u bytes", AGENT_MSG_MAX);
-	buf = malloc(len ? len : 1);
-	if (!buf)
-		return errmsg(err, errlen, -ENOMEM, "out of memory");
-	ret = agent_read_full(fd, buf, len);
-	if (ret < 0) {
-		free(buf);
-		return errmsg(err, errlen, -EPIPE, "agent: truncated message");
-	}
-	ret = agent_msg_parse(buf, len, out, err, errlen);
-	free(buf);
-	return ret;
-}
-
-int agent_msg_write(int fd, json_t *obj)
-{
-	char *s = json_dumps(obj, JSON_COMPACT);
-	uint8_t hdr[4];
-	size_t len;
-	int ret;
-
-	if (!s)
-		return -ENOMEM;
-	len = strlen(s);
-	if (len > AGENT_MSG_MAX) {
-		free(s);
-		return -EMSGSIZE;
-	}
-	put_be32(hdr, (uint32_t)len);
-	ret = agent_write_full(fd, hdr, sizeof(hdr));
-	if (ret == 0)
-		ret = agent_write_full(fd, s, len);
-	free(s);
-	return ret;
-}
-
-int agent_data_write(int fd, uint8_t type, const void *buf, size_t len)
-{
-	uint8_t hdr[5];
-	int ret;
-
-	if (len > AGENT_DATA_MAX)
-		return -EMSGSIZE;
-	hdr[0] = type;
-	put_be32(hdr + 1, (uint32_t)len);
-	ret = agent_write_full(fd, hdr, sizeof(hdr));
-	if (ret == 0 && len)
-		ret = agent_write_full(fd, buf, len);
-	return ret;
-}
-
-int agent_data_read(int fd, uint8_t *type, void *buf, size_t cap, size_t *len)
-{
-	uint8_t hdr[5];
-	uint32_t n;
-	int ret = agent_read_full(fd, hdr, sizeof(hdr));
-
-	if (ret < 0)
-		return ret;
-	if (agent_len_parse(hdr + 1, cap < AGENT_DATA_MAX ? (uint32_t)cap : AGENT_DATA_MAX, &n) < 0)
-		return -EMSGSIZE;
-	ret = agent_read_full(fd, buf, n);
-	if (ret < 0)
-		return ret == -ENODATA ? -EPIPE : ret;
-	*type = hdr[0];
-	*len = n;
-	return 0;
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -284,9 +134,9 @@ static int connect_once(const char *uds, int handshake_s, char *err, size_t errl
 	/* Only the handshake has a deadline: a session may be silent for hours. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	snprintf(line, sizeof(line), "CONNECT %d\n", AGENT_PORT);
-	ret = agent_write_full(fd, line, strlen(line));
+	ret = wire_write_full(fd, line, strlen(line));
 	while (ret == 0 && n < sizeof(line) - 1) {
-		ret = agent_read_full(fd, line + n, 1);
+		ret = wire_read_full(fd, line + n, 1);
 		if (ret == 0 && line[n] == '\n')
 			break;
 		n += ret == 0;
@@ -348,12 +198,12 @@ static int call_with(const char *uds, double wait_s, int handshake_s, json_t *re
 
 	if (fd < 0)
 		return fd;
-	ret = agent_msg_write(fd, req);
+	ret = wire_msg_write(fd, req);
 	if (ret < 0) {
 		errmsg(err, errlen, ret, "agent: send: %s", strerror(-ret));
 		goto fail;
 	}
-	ret = agent_msg_read(fd, &r, err, errlen);
+	ret = wire_msg_read(fd, &r, err, errlen);
 	if (ret < 0)
 		goto fail;
 	if (!json_is_true(json_object_get(r, "ok"))) {
@@ -392,7 +242,7 @@ static int send_winsize(int fd)
 	b[1] = (uint8_t)ws.ws_row;
 	b[2] = (uint8_t)(ws.ws_col >> 8);
 	b[3] = (uint8_t)ws.ws_col;
-	return agent_data_write(fd, AGENT_WINSZ, b, sizeof(b));
+	return wire_data_write(fd, WIRE_WINSZ, b, sizeof(b));
 }
 
 int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t errlen)
@@ -400,7 +250,7 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 	struct termios saved;
 	bool raw = false, out_ok = true, err_ok = true, in_open = send_stdin;
 	sigset_t mask, old;
-	uint8_t *buf = malloc(CHUNK > AGENT_DATA_MAX ? CHUNK : AGENT_DATA_MAX);
+	uint8_t *buf = malloc(CHUNK > WIRE_DATA_MAX ? CHUNK : WIRE_DATA_MAX);
 	int sfd, ret = -EPIPE;
 
 	if (!buf)
@@ -447,7 +297,7 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 
 					b[0] = b[1] = b[2] = 0;
 					b[3] = (uint8_t)si.ssi_signo;
-					agent_data_write(fd, AGENT_SIGNAL, b, sizeof(b));
+					wire_data_write(fd, WIRE_SIGNAL, b, sizeof(b));
 				}
 			}
 		}
@@ -457,15 +307,15 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n > 0) {
-				agent_data_write(fd, AGENT_STDIN, buf, (size_t)n);
+				wire_data_write(fd, WIRE_STDIN, buf, (size_t)n);
 			} else {
 				in_open = false;
-				agent_data_write(fd, AGENT_CLOSE, NULL, 0);
+				wire_data_write(fd, WIRE_CLOSE, NULL, 0);
 			}
 		}
 		if (!p[0].revents)
 			continue;
-		ret = agent_data_read(fd, &type, buf, AGENT_DATA_MAX, &len);
+		ret = wire_data_read(fd, &type, buf, WIRE_DATA_MAX, &len);
 		if (ret < 0) {
 			ret = errmsg(err, errlen, ret == -EMSGSIZE ? -EMSGSIZE : -EPIPE,
 				     ret == -EMSGSIZE ? "agent: data frame too large"
@@ -473,11 +323,11 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 							"command ended");
 			break;
 		}
-		if (type == AGENT_STDOUT && out_ok) {
-			out_ok = agent_write_full(1, buf, len) == 0;
-		} else if (type == AGENT_STDERR && err_ok) {
-			err_ok = agent_write_full(2, buf, len) == 0;
-		} else if (type == AGENT_EXIT) {
+		if (type == WIRE_STDOUT && out_ok) {
+			out_ok = wire_write_full(1, buf, len) == 0;
+		} else if (type == WIRE_STDERR && err_ok) {
+			err_ok = wire_write_full(2, buf, len) == 0;
+		} else if (type == WIRE_EXIT) {
 			int status;
 
 			ret = agent_exit_parse((const char *)buf, len, &status);
@@ -497,30 +347,19 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 /* --- identity ---------------------------------------------------------------------------- */
 
 int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
-			char *err,
-			size_t errlen)
+			char *err, size_t errlen)
 {
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 	unsigned char seed[33]; /* a multiple of 3: base64 without padding */
 	char seed64[45];
 	struct timespec now;
 	json_t *req, *reply = NULL;
-	size_t o = 0;
 	int fd;
 
 	if (epoch > (uint64_t)INT64_MAX)
 		return errmsg(err, errlen, -EINVAL, "identity: epoch out of range");
 	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
 		return errmsg(err, errlen, -EIO, "identity: getrandom: %s", strerror(errno));
-	for (size_t i = 0; i < sizeof(seed); i += 3) {
-		uint32_t v = (uint32_t)seed[i] << 16 | (uint32_t)seed[i + 1] << 8 | seed[i + 2];
-
-		seed64[o++] = tab[v >> 18];
-		seed64[o++] = tab[(v >> 12) & 63];
-		seed64[o++] = tab[(v >> 6) & 63];
-		seed64[o++] = tab[v & 63];
-	}
-	seed64[o] = '\0';
+	b64_encode(seed, sizeof(seed), seed64);
 	explicit_bzero(seed, sizeof(seed));
 	clock_gettime(CLOCK_REALTIME, &now);
 	req = json_pack("{s:s,s:I,s:s,s:s,s:I}", "op", "identity", "epoch", (json_int_t)epoch,

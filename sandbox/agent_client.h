@@ -8,37 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AGENT_PORT     1024
-#define AGENT_MSG_MAX  (1u << 20) /* a JSON message: 4-byte BE length + at most 1 MiB */
-#define AGENT_DATA_MAX (1u << 20) /* a typed data frame's payload */
-#define AGENT_PATH_MAX 108	  /* sun_path */
+#include "proto/agent_wire.h" /* the framing: wire_*, WIRE_*, AGENT_PORT */
 
-/* Typed data frames after exec/attach: 1 type byte + 4-byte BE length + payload. */
-enum agent_frame {
-	AGENT_STDIN = 'i',
-	AGENT_CLOSE = 'c',
-	AGENT_SIGNAL = 's',
-	AGENT_WINSZ = 'w',
-	AGENT_STDOUT = 'o',
-	AGENT_STDERR = 'e',
-	AGENT_EXIT = 'x',
-};
+#define AGENT_PATH_MAX 108 /* sun_path */
 
 /* Pure helpers (unit-tested). */
-int agent_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len);
-int agent_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t errlen);
 int agent_exit_parse(const char *buf, size_t len, int *status);
 int agent_connect_reply_parse(const char *line, char *err, size_t errlen);
 int agent_state_dir(char *buf, size_t len);
 int agent_resolve(const char *sandbox, char *uds, size_t len, char *err, size_t errlen);
-
-/* I/O over a connected stream. */
-int agent_read_full(int fd, void *buf, size_t n);
-int agent_write_full(int fd, const void *buf, size_t n);
-int agent_msg_read(int fd, json_t **out, char *err, size_t errlen);
-int agent_msg_write(int fd, json_t *obj);
-int agent_data_write(int fd, uint8_t type, const void *buf, size_t len);
-int agent_data_read(int fd, uint8_t *type, void *buf, size_t cap, size_t *len);
 
 /* Connects to the agent through the sandbox's vsock Unix socket (hybrid "CONNECT 1024"),
  * retrying for up to wait_s seconds while the guest is not listening yet. Returns an fd. */

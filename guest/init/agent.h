@@ -10,11 +10,10 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#define AGENT_PORT 1024	       /* vsock port the agent listens on */
+#include "proto/agent_wire.h"
+
 #define BROKER_PORT 1025       /* host port (CID 2) of cove-broker */
 #define BROKER_SOCK "/run/cove/broker.sock"
-#define WIRE_MSG_MAX (1u << 20) /* a JSON message is at most 1 MiB */
-#define WIRE_DATA_MAX (1u << 20) /* a typed data frame carries at most 1 MiB */
 #define AGENT_CHUNK 65536	 /* what the agent reads from a child at once */
 #define AGENT_FILE_MAX (1ull << 30) /* put/get move at most 1 GiB */
 #define AGENT_SESSIONS_MAX 128
@@ -23,36 +22,15 @@
 #define EXEC_ARG_LEN_MAX 4096
 #define TOKEN_HEX_MAX 128
 
-/* Typed data frames after an exec/attach handshake: 1 type byte + 4-byte BE length + payload. */
-enum wire_type {
-	WIRE_STDIN = 'i',  /* host -> agent: bytes for the command's stdin */
-	WIRE_CLOSE = 'c',  /* host -> agent: stdin ends */
-	WIRE_SIGNAL = 's', /* host -> agent: 4-byte BE signal number for the command's group */
-	WIRE_WINSZ = 'w',  /* host -> agent: 2-byte BE rows, 2-byte BE cols (tty sessions) */
-	WIRE_STDOUT = 'o', /* agent -> host: stdout (or the tty's output) */
-	WIRE_STDERR = 'e', /* agent -> host: stderr */
-	WIRE_EXIT = 'x',   /* agent -> host: JSON {"exit_code":N,"signal":S}; nothing follows */
-};
-
-/* agent_wire.c: framing, pure parsers (unit-tested), base64. */
-int wire_read_full(int fd, void *buf, size_t n);
-int wire_write_full(int fd, const void *buf, size_t n);
-int wire_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len);
-int wire_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t errlen);
-int wire_msg_read(int fd, json_t **out, char *err, size_t errlen);
-int wire_msg_write(int fd, json_t *obj);
+/* agent_req.c: replies, peer and request checks (unit-tested); the framing is proto/agent_wire. */
 int wire_reply_ok(int fd);
 int wire_reply_error(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int wire_data_write(int fd, uint8_t type, const void *buf, size_t len);
-int wire_data_read(int fd, uint8_t *type, void *buf, size_t cap, size_t *len);
 /* Whether the agent may serve the peer of an accepted connection: only the host (a vsock peer
  * with CID 2), never a guest process (vsock loopback, CID 1 or the guest's own CID). In test
  * mode (unix_peer) the agent listens on a Unix socket and its peers are the test's. */
 bool wire_peer_allowed(const struct sockaddr *sa, socklen_t len, bool unix_peer);
-size_t b64_encoded_len(size_t n);
-void b64_encode(const unsigned char *in, size_t n, char *out);
 
-/* An exec request, validated (agent_wire.c). Strings point into the JSON message. */
+/* An exec request, validated (agent_req.c). Strings point into the JSON message. */
 struct exec_req {
 	const char *argv[EXEC_ARGS_MAX + 1];
 	const char *env[EXEC_ARGS_MAX + 1];

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base64.h"
 #include "cove-init.h"
 
 static int is_space(char c)
@@ -65,52 +66,6 @@ char *cmdline_next(char *args, char **param, char **val)
 	return skip_spaces(args);
 }
 
-static int base64_value(char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+' || c == '-')
-		return 62;
-	if (c == '/' || c == '_')
-		return 63;
-	return -1;
-}
-
-/* Standard or URL-safe alphabet, padding optional. Returns 0 or -EINVAL / -ENOSPC. */
-int base64_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *out_len)
-{
-	unsigned int acc = 0;
-	int bits = 0;
-	size_t n = 0, i;
-
-	while (len > 0 && in[len - 1] == '=')
-		len--;
-	for (i = 0; i < len; i++) {
-		int v = base64_value(in[i]);
-
-		if (v < 0)
-			return -EINVAL;
-		acc = (acc << 6) | (unsigned int)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (n == cap)
-				return -ENOSPC;
-			out[n++] = (unsigned char)(acc >> bits);
-			acc &= (1u << bits) - 1;
-		}
-	}
-	/* A lone sixth-bit group cannot come from any input; leftover bits must be zero. */
-	if (bits >= 6 || acc != 0)
-		return -EINVAL;
-	*out_len = n;
-	return 0;
-}
-
 static int decode_cmd(const char *val, struct init_config *cfg)
 {
 	size_t len = strlen(val), n;
@@ -118,7 +73,7 @@ static int decode_cmd(const char *val, struct init_config *cfg)
 
 	if (!cmd)
 		return -ENOMEM;
-	if (base64_decode(val, len, (unsigned char *)cmd, len, &n) < 0 || n == 0 ||
+	if (b64_decode_loose(val, len, (uint8_t *)cmd, len, &n) < 0 || n == 0 ||
 	    memchr(cmd, '\0', n)) {
 		free(cmd);
 		return -EINVAL;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/base64.h"
 #include "cove-init.h"
 
 #define HEADERS_MAX 64
@@ -134,7 +135,7 @@ int main(int argc, char **argv)
 		json_array_append_new(jh, json_string(headers[i]));
 	json_object_set_new(req, "headers", jh);
 	if (data) {
-		b64 = malloc(b64_encoded_len(data_len) + 1);
+		b64 = malloc(b64_enc_len(data_len) + 1);
 		if (!b64) {
 			fprintf(stderr, "cove-fetch: out of memory\n");
 			return 1;
@@ -181,7 +182,7 @@ int main(int argc, char **argv)
 		size_t blen = strlen(body64), n = 0;
 		unsigned char *body = malloc(blen / 4 * 3 + 3);
 
-		if (!body || base64_decode(body64, blen, body, blen / 4 * 3 + 3, &n) < 0) {
+		if (!body || b64_decode_loose(body64, blen, body, blen / 4 * 3 + 3, &n) < 0) {
 			fprintf(stderr, "cove-fetch: reply: bad body_b64\n");
 			return 1;
 		}

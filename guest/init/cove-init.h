@@ -27,7 +27,6 @@ struct init_config {
 
 /* cmdline.c: pure functions over a buffer, so they can be unit-tested and fuzzed. */
 char *cmdline_next(char *args, char **param, char **val);
-int base64_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *out_len);
 int cmdline_parse(char *buf, struct init_config *cfg);
 void init_config_free(struct init_config *cfg);
 

@@ -11,6 +11,7 @@
 #include <linux/random.h>
 
 #include "agent.h"
+#include "common/base64.h"
 #include "cove-init.h"
 
 #define SEED_MIN 32
@@ -68,7 +69,7 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 	if (!token || strlen(token) == 0 || strlen(token) > TOKEN_HEX_MAX || !is_hex(token))
 		return wire_reply_error(fd, "identity: \"token\" must be 1..%d hex digits",
 					TOKEN_HEX_MAX);
-	if (!seed64 || base64_decode(seed64, strlen(seed64), seed, sizeof(seed), &seed_len) < 0 ||
+	if (!seed64 || b64_decode_loose(seed64, strlen(seed64), seed, sizeof(seed), &seed_len) < 0 ||
 	    seed_len < SEED_MIN)
 		return wire_reply_error(fd, "identity: \"seed_b64\" must be %d..%d bytes of base64",
 					SEED_MIN, SEED_MAX);

@@ -27,9 +27,9 @@ static void test_len_parse(void **state)
 	uint32_t n;
 
 	(void)state;
-	assert_int_equal(agent_len_parse(max, AGENT_MSG_MAX, &n), 0);
-	assert_int_equal(n, AGENT_MSG_MAX);
-	assert_int_equal(agent_len_parse(over, AGENT_MSG_MAX, &n), -EMSGSIZE);
+	assert_int_equal(wire_len_parse(max, WIRE_MSG_MAX, &n), 0);
+	assert_int_equal(n, WIRE_MSG_MAX);
+	assert_int_equal(wire_len_parse(over, WIRE_MSG_MAX, &n), -EMSGSIZE);
 }
 
 static void test_msg_parse(void **state)
@@ -42,11 +42,11 @@ static void test_msg_parse(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = '\0';
-		assert_int_equal(agent_msg_parse(bad[i], strlen(bad[i]), &j, err, sizeof(err)),
+		assert_int_equal(wire_msg_parse(bad[i], strlen(bad[i]), &j, err, sizeof(err)),
 				 -EINVAL);
 		assert_true(err[0] && !strchr(err, '\n'));
 	}
-	assert_int_equal(agent_msg_parse("{\"ok\":true}", 11, &j, err, sizeof(err)), 0);
+	assert_int_equal(wire_msg_parse("{\"ok\":true}", 11, &j, err, sizeof(err)), 0);
 	assert_true(json_is_true(json_object_get(j, "ok")));
 	json_decref(j);
 }
@@ -85,7 +85,7 @@ static void test_connect_reply(void **state)
 /* Framed reads over a real socket pair: oversize, truncated, and a good round trip. */
 static void test_msg_read_caps(void **state)
 {
-	uint8_t over[4] = {0x7f, 0xff, 0xff, 0xff}, five[5] = {AGENT_STDOUT, 0x00, 0x10, 0x00, 0x01};
+	uint8_t over[4] = {0x7f, 0xff, 0xff, 0xff}, five[5] = {WIRE_STDOUT, 0x00, 0x10, 0x00, 0x01};
 	char err[256], buf[8];
 	json_t *j = NULL, *req = json_pack("{s:s}", "op", "status");
 	int sv[2];
@@ -95,24 +95,24 @@ static void test_msg_read_caps(void **state)
 	(void)state;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	assert_int_equal(write(sv[0], over, 4), 4);
-	assert_int_equal(agent_msg_read(sv[1], &j, err, sizeof(err)), -EMSGSIZE);
+	assert_int_equal(wire_msg_read(sv[1], &j, err, sizeof(err)), -EMSGSIZE);
 	assert_non_null(strstr(err, "over"));
-	assert_int_equal(agent_msg_write(sv[0], req), 0);
-	assert_int_equal(agent_msg_read(sv[1], &j, err, sizeof(err)), 0);
+	assert_int_equal(wire_msg_write(sv[0], req), 0);
+	assert_int_equal(wire_msg_read(sv[1], &j, err, sizeof(err)), 0);
 	assert_true(json_equal(j, req));
 	json_decref(j);
 	json_decref(req);
 	assert_int_equal(write(sv[0], five, 5), 5);
-	assert_int_equal(agent_data_read(sv[1], &type, buf, SIZE_MAX, &len), -EMSGSIZE);
+	assert_int_equal(wire_data_read(sv[1], &type, buf, SIZE_MAX, &len), -EMSGSIZE);
 	close(sv[1]);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	assert_int_equal(agent_data_write(sv[0], AGENT_STDERR, "abc", 3), 0);
-	assert_int_equal(agent_data_read(sv[1], &type, buf, sizeof(buf), &len), 0);
-	assert_int_equal(type, AGENT_STDERR);
+	assert_int_equal(wire_data_write(sv[0], WIRE_STDERR, "abc", 3), 0);
+	assert_int_equal(wire_data_read(sv[1], &type, buf, sizeof(buf), &len), 0);
+	assert_int_equal(type, WIRE_STDERR);
 	assert_int_equal(len, 3);
 	assert_int_equal(write(sv[0], "\x00\x00\x00\x05{\"a\"", 8), 8);
 	close(sv[0]);
-	assert_int_equal(agent_msg_read(sv[1], &j, err, sizeof(err)), -EPIPE);
+	assert_int_equal(wire_msg_read(sv[1], &j, err, sizeof(err)), -EPIPE);
 	close(sv[1]);
 }
 

@@ -17,6 +17,7 @@
 #include <linux/vm_sockets.h>
 
 #include "agent.h"
+#include "common/base64.h"
 #include "cove-init.h"
 
 void init_log(const char *fmt, ...)
@@ -210,8 +211,8 @@ static void test_b64(void **state)
 		in[i] = (unsigned char)(i * 37 + 11);
 	for (size_t len = 0; len <= sizeof(in); len++) {
 		b64_encode(in, len, enc);
-		assert_int_equal(strlen(enc), b64_encoded_len(len));
-		assert_int_equal(base64_decode(enc, strlen(enc), back, sizeof(back), &n), 0);
+		assert_int_equal(strlen(enc), b64_enc_len(len));
+		assert_int_equal(b64_decode_loose(enc, strlen(enc), back, sizeof(back), &n), 0);
 		assert_int_equal(n, len);
 		assert_memory_equal(in, back, len);
 	}

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "b64.h"
+#include "common/base64.h"
 #include "dest.h"
 #include "fetch.h"
 #include "policy.h"

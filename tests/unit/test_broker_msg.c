@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "audit.h"
-#include "b64.h"
+#include "common/base64.h"
 #include "broker.h"
 #include "frame.h"
 #include "helper.h"

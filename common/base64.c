@@ -1,7 +1,8 @@
-/* Base64 encode/decode: strict, bounds-checked, no allocation. */
-#include "b64.h"
+/* Base64 encode/decode: strict or lenient, bounds-checked, no allocation. */
+#include "common/base64.h"
 
 #include <errno.h>
+#include <stdbool.h>
 
 static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -21,23 +22,18 @@ void b64_encode(const uint8_t *in, size_t n, char *out)
 		out[o++] = alphabet[v >> 6 & 63];
 		out[o++] = alphabet[v & 63];
 	}
-	if (n - i == 1) {
-		uint32_t v = (uint32_t)in[i] << 16;
+	if (i < n) {
+		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
 		out[o++] = alphabet[v >> 18 & 63];
 		out[o++] = alphabet[v >> 12 & 63];
-		out[o++] = '=';
-		out[o++] = '=';
-	} else if (n - i == 2) {
-		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-		out[o++] = alphabet[v >> 18 & 63];
-		out[o++] = alphabet[v >> 12 & 63];
-		out[o++] = alphabet[v >> 6 & 63];
+		out[o++] = i + 1 < n ? alphabet[v >> 6 & 63] : '=';
 		out[o++] = '=';
 	}
 	out[o] = '\0';
 }
 
-static int b64_val(char c)
+/* A character's 6-bit value, or -1; url also takes base64url's '-' and '_'. */
+static int b64_val(char c, bool url)
 {
 	if (c >= 'A' && c <= 'Z')
 		return c - 'A';
@@ -45,9 +41,9 @@ static int b64_val(char c)
 		return c - 'a' + 26;
 	if (c >= '0' && c <= '9')
 		return c - '0' + 52;
-	if (c == '+')
+	if (c == '+' || (url && c == '-'))
 		return 62;
-	if (c == '/')
+	if (c == '/' || (url && c == '_'))
 		return 63;
 	return -1;
 }
@@ -59,8 +55,8 @@ int b64_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
 	if (n % 4)
 		return -EINVAL;
 	for (i = 0; i < n; i += 4) {
-		int a = b64_val(in[i]), b = b64_val(in[i + 1]);
-		int c = b64_val(in[i + 2]), d = b64_val(in[i + 3]);
+		int a = b64_val(in[i], false), b = b64_val(in[i + 1], false);
+		int c = b64_val(in[i + 2], false), d = b64_val(in[i + 3], false);
 		int last = i + 4 == n;
 
 		if (a < 0 || b < 0)
@@ -79,5 +75,35 @@ int b64_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
 		out[o++] = (uint8_t)((c & 3) << 6 | d);
 	}
 	*outlen = o;
+	return 0;
+}
+
+int b64_decode_loose(const char *in, size_t len, uint8_t *out, size_t cap, size_t *out_len)
+{
+	unsigned int acc = 0;
+	int bits = 0;
+	size_t n = 0, i;
+
+	while (len > 0 && in[len - 1] == '=')
+		len--;
+	for (i = 0; i < len; i++) {
+		int v = b64_val(in[i], true);
+
+		if (v < 0)
+			return -EINVAL;
+		acc = (acc << 6) | (unsigned int)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (n == cap)
+				return -ENOSPC;
+			out[n++] = (uint8_t)(acc >> bits);
+			acc &= (1u << bits) - 1;
+		}
+	}
+	/* A lone sixth-bit group cannot come from any input; leftover bits must be zero. */
+	if (bits >= 6 || acc != 0)
+		return -EINVAL;
+	*out_len = n;
 	return 0;
 }
