@@ -3,18 +3,8 @@
  * mutations and targeted out-of-range values), each followed by guest port/MMIO access on the
  * restored device, so an unchecked field shows up as an ASan report or a failed assertion.
  */
-#include <errno.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include <cmocka.h>
-
+#include "helpers.h"
 #include "snapshot/board_state.h"
 #include "devices/cmos_rtc.h"
 #include "vmm/guest_mem.h"
@@ -27,15 +17,6 @@
 #define ITERATIONS 4000
 #define MEM_SIZE   (4ULL << 20)
 #define RING_AREA  0x40000ULL /* guest RAM the rings and buffers of the fuzzed queues sit in */
-
-/* xorshift64*: fixed seed, so a failure replays exactly. */
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 2685821657736338717ULL;
-}
 
 /* One to four edits: a random byte, a flipped bit, a boundary byte, or a wide random word. */
 static void mutate(uint8_t *buf, size_t len, uint64_t *seed)
@@ -290,10 +271,7 @@ static void offer_chains(struct vfix *f, uint64_t *seed)
 				if (rnd(seed) % 8 == 0)
 					flags = (uint16_t)(rnd(seed) % 8),
 					next = (uint16_t)rnd(seed);
-				memcpy(desc + 16 * (i + k), &addr, 8);
-				memcpy(desc + 16 * (i + k) + 8, &len, 4);
-				memcpy(desc + 16 * (i + k) + 12, &flags, 2);
-				memcpy(desc + 16 * (i + k) + 14, &next, 2);
+				write_desc(desc + 16 * (i + k), addr, len, flags, next);
 				if (!k) {
 					uint32_t hdr[4] = {(uint32_t)(rnd(seed) % 16), 0,
 							   (uint32_t)(rnd(seed) % 4096), 0};

@@ -1,21 +1,12 @@
-/* Unit tests of the snapshot files on disk: state file reads, memory layer opens, chain.json commit/load, extent writes (io_uring and pwrite). */
+/* Unit tests of the snapshot files on disk: state file reads, memory layer opens, chain.json
+ * commit/load, extent writes (io_uring and pwrite). */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cmocka.h>
-
+#include "helpers.h"
 #include "common/byteorder.h"
 #include "snapshot/chain.h"
 #include "common/dirfd_io.h"
@@ -62,14 +53,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545F4914F6CDD1DULL;
-}
-
 static void write_file(const char *path, const void *buf, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -109,14 +92,6 @@ static uint8_t *read_all(const char *path, size_t *len)
 	close(fd);
 	*len = got;
 	return p;
-}
-
-static void assert_one_line_error(const char *err, const char *needle)
-{
-	assert_true(err[0] != '\0');
-	assert_null(strchr(err, '\n'));
-	if (needle && !strstr(err, needle))
-		fail_msg("error \"%s\" does not mention \"%s\"", err, needle);
 }
 
 /* ---- state file ---- */
@@ -538,10 +513,8 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 	assert_memory_equal(a, want, file_len);
 
 	int r = write_with(pb, WRITE_URING, buf, buf_len, ext, n, &pr);
-	if (r == -ENOSYS || r == -EPERM) {
-		print_message("io_uring unavailable (%s): WRITE_URING not compared\n",
-			      strerror(-r));
-	} else {
+	bool compared = false;
+	if (r != -ENOSYS && r != -EPERM) {
 		assert_int_equal(r, 0);
 		assert_true(pr.calls > 0);
 		assert_int_equal(pr.done, total);
@@ -551,6 +524,7 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 		assert_int_equal(lb, file_len);
 		assert_memory_equal(b, a, file_len);
 		free(b);
+		compared = true;
 	}
 	free(a);
 	unlink(pa);
@@ -558,6 +532,12 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 	free(want);
 	free(ext);
 	free(buf);
+	if (!compared) {
+		/* The pwrite half passed; report the io_uring half as skipped, not as passed. */
+		print_message("io_uring unavailable (%s): WRITE_URING not compared\n",
+			      strerror(-r));
+		skip();
+	}
 }
 
 /* Two buffer sizes: 2 MiB, and 16 MiB (16 pieces of 1 MiB for the big extent, 300 extents). */

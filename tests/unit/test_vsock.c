@@ -1,23 +1,14 @@
 /* Unit tests: vsock header codec and checks, credit accounting, connection state machine, CONNECT
  * line. */
-#include <errno.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
 
-#include <cmocka.h>
 #include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <unistd.h>
 
+#include "helpers.h"
 #include "vmm/guest_mem.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_conn.h"
@@ -208,11 +199,7 @@ static void wr(struct vdev *d, uint64_t off, uint32_t val)
 static void put_desc(struct vdev *d, int q, int i, uint64_t addr, uint32_t len, uint16_t flags,
 		     uint16_t next)
 {
-	uint8_t *p = gp(d, DESC(q) + 16ULL * i, 16);
-	memcpy(p, &addr, 8);
-	memcpy(p + 8, &len, 4);
-	memcpy(p + 12, &flags, 2);
-	memcpy(p + 14, &next, 2);
+	write_desc(gp(d, DESC(q) + 16ULL * i, 16), addr, len, flags, next);
 }
 
 static void make_avail(struct vdev *d, int q, uint16_t head)

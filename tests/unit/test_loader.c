@@ -1,0 +1,210 @@
+/* Unit tests for vmm/loader and the x86 zero page: ELF, bzImage and PVH-note kernels. */
+#include <elf.h>
+
+#include "helpers.h"
+#include "vmm/guest_mem.h"
+#include "vmm/loader.h"
+#include "vmm/x86_boot.h"
+
+struct elf_img {
+	Elf64_Ehdr eh;
+	Elf64_Phdr ph[2];
+	uint8_t code[64];
+};
+
+static void make_elf(struct elf_img *img)
+{
+	memset(img, 0, sizeof(*img));
+	memcpy(img->eh.e_ident, ELFMAG, SELFMAG);
+	img->eh.e_ident[EI_CLASS] = ELFCLASS64;
+	img->eh.e_ident[EI_DATA] = ELFDATA2LSB;
+	img->eh.e_type = ET_EXEC;
+	img->eh.e_machine = EM_X86_64;
+	img->eh.e_entry = 0x100010;
+	img->eh.e_phoff = offsetof(struct elf_img, ph);
+	img->eh.e_phentsize = sizeof(Elf64_Phdr);
+	img->eh.e_phnum = 2;
+	img->ph[0] = (Elf64_Phdr){.p_type = PT_LOAD,
+				  .p_offset = offsetof(struct elf_img, code),
+				  .p_paddr = 0x100000,
+				  .p_filesz = sizeof(img->code),
+				  .p_memsz = 0x2000};
+	img->ph[1] = (Elf64_Phdr){.p_type = PT_NOTE, .p_offset = 0, .p_filesz = 4};
+	memset(img->code, 0x90, sizeof(img->code));
+}
+
+static void test_loader_elf(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	struct elf_img img;
+	char err[256];
+	struct kernel_image k;
+	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
+	make_elf(&img);
+	memset(m.host + 0x100000 + 64, 0x55, 64); /* bss must come out zeroed */
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, sizeof(img), &k, err, sizeof(err)),
+			 0);
+	assert_int_equal(k.kind, KERNEL_ELF);
+	assert_int_equal(k.entry, 0x100010);
+	assert_int_equal(k.pvh_entry, 0);
+	assert_int_equal(k.load_end, 0x102000);
+	assert_int_equal(m.host[0x100000], 0x90);
+	assert_int_equal(m.host[0x100000 + 64], 0);
+	guest_mem_destroy(&m);
+}
+
+static void test_loader_rejects(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	struct elf_img img;
+	char err[256];
+	struct kernel_image k;
+	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
+#define EXPECT_REJECT(mutate, word)                                                                \
+	do {                                                                                       \
+		make_elf(&img);                                                                    \
+		mutate;                                                                            \
+		err[0] = 0;                                                                        \
+		assert_int_equal(                                                                  \
+		    loader_load_image(&m, (uint8_t *)&img, sizeof(img), &k, err, sizeof(err)),     \
+		    -ENOEXEC);                                                                     \
+		assert_non_null(strstr(err, word));                                                \
+	} while (0)
+	EXPECT_REJECT(img.eh.e_machine = EM_386, "x86-64");
+	EXPECT_REJECT(img.eh.e_ident[EI_CLASS] = ELFCLASS32, "64-bit");
+	EXPECT_REJECT(img.eh.e_type = ET_DYN, "executable");
+	EXPECT_REJECT(img.eh.e_phnum = 1000, "program header");
+	EXPECT_REJECT(img.eh.e_phoff = UINT64_MAX - 8, "outside the file");
+	EXPECT_REJECT(img.ph[0].p_offset = UINT64_MAX - 10, "outside the file");
+	EXPECT_REJECT(img.ph[0].p_filesz = 0x3000, "exceeds");
+	EXPECT_REJECT(img.ph[0].p_paddr = 0x1000, "not in guest RAM");
+	EXPECT_REJECT(img.ph[0].p_paddr = (16ULL << 20) - 0x1000, "not in guest RAM");
+	EXPECT_REJECT(img.ph[0].p_paddr = UINT64_MAX - 0x10, "not in guest RAM");
+	EXPECT_REJECT(img.eh.e_entry = 0x900000, "entry");
+	EXPECT_REJECT(img.ph[0].p_type = PT_NULL, "no loadable");
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 20, &k, err, sizeof(err)),
+			 -ENOEXEC);
+	assert_non_null(strstr(err, "truncated"));
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 0, &k, err, sizeof(err)), -ENOEXEC);
+	/* Not ELF: loaded flat at 1 MiB. */
+	uint8_t flat[16] = {0xf4};
+	assert_int_equal(loader_load_image(&m, flat, sizeof(flat), &k, err, sizeof(err)), 0);
+	assert_int_equal(k.kind, KERNEL_FLAT);
+	assert_int_equal(k.entry, 0x100000);
+	assert_int_equal(m.host[0x100000], 0xf4);
+	guest_mem_destroy(&m);
+}
+
+/* A minimal bzImage: setup sectors plus `payload` bytes of protected-mode code. */
+static uint8_t *make_bzimage(size_t payload, size_t *len)
+{
+	const unsigned setup_sects = 4;
+	*len = (setup_sects + 1) * 512 + payload;
+	uint8_t *b = calloc(1, *len);
+	b[0x1f1] = setup_sects;
+	uint32_t syssize = (uint32_t)(payload / 16);
+	memcpy(b + 0x1f4, &syssize, 4);
+	b[0x1fe] = 0x55;
+	b[0x1ff] = 0xaa;
+	b[0x201] = 0x66; /* header runs to 0x268 */
+	memcpy(b + 0x202, "HdrS", 4);
+	uint16_t version = 0x020f, xlf = 1;
+	memcpy(b + 0x206, &version, 2);
+	memcpy(b + 0x236, &xlf, 2);
+	uint64_t pref = 0x1000000;
+	uint32_t init_size = 0x200000;
+	memcpy(b + 0x258, &pref, 8);
+	memcpy(b + 0x260, &init_size, 4);
+	memset(b + (setup_sects + 1) * 512, 0xcc, payload);
+	return b;
+}
+
+static void test_loader_bzimage(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	struct kernel_image k;
+	char err[256];
+	size_t len;
+	assert_int_equal(guest_mem_create(&m, 64ULL << 20), 0);
+	uint8_t *b = make_bzimage(4096, &len);
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), 0);
+	assert_int_equal(k.kind, KERNEL_BZIMAGE);
+	assert_int_equal(k.entry, 0x100200);
+	assert_int_equal(k.load_end, 0x1200000);
+	assert_int_equal(k.setup_hdr_len, 0x268 - 0x1f1);
+	assert_int_equal(m.host[0x100000], 0xcc);
+	/* The zero page carries the kernel's own header plus what the loader sets. */
+	assert_int_equal(x86_boot_write_zero_page(&m, "console=ttyS0", &k), 0);
+	const uint8_t *zp = m.host + BOOT_ZERO_PAGE_ADDR;
+	assert_memory_equal(zp + 0x202, "HdrS", 4);
+	assert_int_equal(zp[0x210], 0xff); /* type_of_loader */
+	uint32_t cl;
+	memcpy(&cl, zp + 0x228, 4);
+	assert_int_equal(cl, BOOT_CMDLINE_ADDR);
+	assert_string_equal((const char *)m.host + BOOT_CMDLINE_ADDR, "console=ttyS0");
+	/* Truncated payload, old protocol, no 64-bit entry, no room to decompress. */
+	assert_int_equal(loader_load_image(&m, b, len - 64, &k, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "truncated"));
+	uint16_t old = 0x0206;
+	memcpy(b + 0x206, &old, 2);
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "2.12"));
+	free(b);
+	b = make_bzimage(4096, &len);
+	b[0x236] = 0;
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -ENOEXEC);
+	assert_non_null(strstr(err, "64-bit"));
+	free(b);
+	b = make_bzimage(4096, &len);
+	uint32_t huge = 0x7000000;
+	memcpy(b + 0x260, &huge, 4);
+	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -EFBIG);
+	free(b);
+	guest_mem_destroy(&m);
+}
+
+static void test_loader_pvh_note(void **state)
+{
+	(void)state;
+	struct guest_mem m;
+	struct kernel_image k;
+	char err[256];
+	struct {
+		struct elf_img img;
+		uint32_t note[6];
+	} e;
+	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
+	make_elf(&e.img);
+	/* namesz 4, descsz 8, type 18 (PHYS32_ENTRY), "Xen\0", 8-byte entry */
+	uint32_t note[6] = {4, 8, 18, 0x006e6558, 0x100004, 0};
+	memcpy(e.note, note, sizeof(note));
+	e.img.ph[1] = (Elf64_Phdr){
+	    .p_type = PT_NOTE, .p_offset = offsetof(__typeof__(e), note), .p_filesz = sizeof(note)};
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)), 0);
+	assert_int_equal(k.pvh_entry, 0x100004);
+	/* A note whose descriptor runs past its segment is ignored, not read out of bounds. */
+	e.note[1] = 4096;
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)), 0);
+	assert_int_equal(k.pvh_entry, 0);
+	/* A PVH entry outside RAM is refused. */
+	e.note[1] = 8;
+	e.note[4] = 0x40000000;
+	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)),
+			 -ENOEXEC);
+	assert_non_null(strstr(err, "PVH"));
+	guest_mem_destroy(&m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_loader_elf),
+	    cmocka_unit_test(test_loader_rejects),
+	    cmocka_unit_test(test_loader_bzimage),
+	    cmocka_unit_test(test_loader_pvh_note),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,183 @@
+/* Unit tests for sandbox/options: cove run's flags, --disk specs, memory sizes. */
+#include "helpers.h"
+#include "sandbox/options.h"
+
+static int parse(struct run_opts *o, char *err, size_t errlen, int argc, ...)
+{
+	char *argv[32];
+	va_list ap;
+	va_start(ap, argc);
+	argv[0] = "run";
+	for (int i = 1; i < argc; i++)
+		argv[i] = va_arg(ap, char *);
+	va_end(ap);
+	argv[argc] = NULL;
+	return run_opts_parse(argc, argv, o, err, errlen);
+}
+
+static void test_options_defaults(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	char err[256] = "";
+	assert_int_equal(parse(&o, err, sizeof(err), 3, "--kernel", "k"), 0);
+	assert_string_equal(o.kernel, "k");
+	assert_int_equal(o.mem_size, 256ULL << 20);
+	assert_int_equal(o.vcpus, 1);
+	assert_string_equal(o.cmdline, "");
+	assert_null(o.api_sock);
+	assert_null(o.console);
+	assert_int_equal(o.log_level, LOG_WARN);
+	assert_false(o.track_dirty);
+	assert_int_equal(parse(&o, err, sizeof(err), 4, "--kernel", "k", "--track-dirty-pages"), 0);
+	assert_true(o.track_dirty);
+}
+
+static void test_options_all(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	char err[256] = "";
+	assert_int_equal(parse(&o, err, sizeof(err), 17, "--kernel", "k", "--initrd", "i",
+			       "--cmdline", "console=ttyS0", "--mem", "4G", "--vcpus", "4",
+			       "--api-sock", "/tmp/s", "--console", "/tmp/c", "--log-level",
+			       "debug"),
+			 0);
+	assert_string_equal(o.initrd, "i");
+	assert_string_equal(o.cmdline, "console=ttyS0");
+	assert_int_equal(o.mem_size, 4ULL << 30);
+	assert_int_equal(o.vcpus, 4);
+	assert_string_equal(o.api_sock, "/tmp/s");
+	assert_string_equal(o.console, "/tmp/c");
+	assert_int_equal(o.log_level, LOG_DEBUG);
+	/* Parsing twice gives the same result: getopt state is reset. */
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k2", "--vcpus", "2"), 0);
+	assert_string_equal(o.kernel, "k2");
+	assert_int_equal(o.vcpus, 2);
+}
+
+static void test_options_errors(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	char err[256];
+	assert_int_equal(parse(&o, err, sizeof(err), 1), -EINVAL);
+	assert_non_null(strstr(err, "--kernel"));
+	assert_int_equal(parse(&o, err, sizeof(err), 4, "--kernel", "k", "--what"), -EINVAL);
+	assert_non_null(strstr(err, "--what"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--mem", "12Q"), -EINVAL);
+	assert_non_null(strstr(err, "12Q"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--mem", "1M"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vcpus", "65"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vcpus", "-1"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vcpus", "2x"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--log-level", "x"),
+			 -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 2, "--kernel"), -EINVAL);
+	assert_non_null(strstr(err, "needs a value"));
+	assert_int_equal(parse(&o, err, sizeof(err), 4, "--kernel", "k", "extra"), -EINVAL);
+	assert_non_null(strstr(err, "extra"));
+	assert_int_equal(parse(&o, err, sizeof(err), 2, "--help"), 1);
+	char *longline = malloc(5000);
+	memset(longline, 'a', 4999);
+	longline[4999] = 0;
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--cmdline", longline),
+			 -EINVAL);
+	free(longline);
+}
+
+static void test_options_disks(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	char err[256];
+	assert_int_equal(parse(&o, err, sizeof(err), 7, "--kernel", "k", "--disk", "/a/root.ext4",
+			       "--disk", "b.img,ro"),
+			 0);
+	assert_int_equal(o.nr_disks, 2);
+	assert_string_equal(o.disks[0].path, "/a/root.ext4");
+	assert_false(o.disks[0].read_only);
+	assert_string_equal(o.disks[1].path, "b.img");
+	assert_true(o.disks[1].read_only);
+
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", ",ro"), -EINVAL);
+	assert_non_null(strstr(err, "no path"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", ""), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,rw"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "unknown option 'rw'"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,ro,"),
+			 -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,roo"),
+			 -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,overlay=b"),
+			 0);
+	assert_string_equal(o.disks[0].path, "a");
+	assert_string_equal(o.disks[0].overlay, "b");
+	assert_false(o.disks[0].read_only);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,overlay="),
+			 -EINVAL);
+	assert_non_null(strstr(err, "needs a path"));
+	assert_int_equal(
+	    parse(&o, err, sizeof(err), 5, "--kernel", "k", "--disk", "a,ro,overlay=b"), -EINVAL);
+	assert_non_null(strstr(err, "do not go together"));
+	assert_null(strchr(err, '\n'));
+
+	/* At most 8. */
+	char *argv[32] = {"run", "--kernel", "k"};
+	int argc = 3;
+	for (int i = 0; i < 9; i++) {
+		argv[argc++] = "--disk";
+		argv[argc++] = "d.img";
+	}
+	argv[argc] = NULL;
+	assert_int_equal(run_opts_parse(argc, argv, &o, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "at most 8"));
+	assert_int_equal(run_opts_parse(argc - 2, argv, &o, err, sizeof(err)), 0);
+	assert_int_equal(o.nr_disks, 8);
+
+	struct disk_opt d;
+	char *longpath = malloc(RUN_DISK_PATH_MAX + 10);
+	memset(longpath, 'p', RUN_DISK_PATH_MAX + 9);
+	longpath[RUN_DISK_PATH_MAX + 9] = 0;
+	assert_int_equal(parse_disk_opt(longpath, &d, err, sizeof(err)), -EINVAL);
+	free(longpath);
+	assert_int_equal(parse_disk_opt("x,overlay=y", &d, err, sizeof(err)), 0);
+	assert_string_equal(d.overlay, "y");
+	assert_int_equal(parse_disk_opt("x", &d, err, sizeof(err)), 0);
+	assert_string_equal(d.overlay, "");
+}
+
+static void test_mem_size(void **state)
+{
+	(void)state;
+	uint64_t v;
+	assert_int_equal(parse_mem_size("256", &v), 0);
+	assert_int_equal(v, 256ULL << 20);
+	assert_int_equal(parse_mem_size("256M", &v), 0);
+	assert_int_equal(v, 256ULL << 20);
+	assert_int_equal(parse_mem_size("2G", &v), 0);
+	assert_int_equal(v, 2ULL << 30);
+	assert_int_equal(parse_mem_size("2GiB", &v), 0);
+	assert_int_equal(v, 2ULL << 30);
+	assert_int_equal(parse_mem_size("4096K", &v), 0);
+	assert_int_equal(v, 4ULL << 20);
+	assert_int_equal(parse_mem_size("8192B", &v), 0);
+	assert_int_equal(v, 8192);
+	assert_int_equal(parse_mem_size("", &v), -EINVAL);
+	assert_int_equal(parse_mem_size("-1G", &v), -EINVAL);
+	assert_int_equal(parse_mem_size("G", &v), -EINVAL);
+	assert_int_equal(parse_mem_size("1GG", &v), -EINVAL);
+	assert_int_equal(parse_mem_size("99999999999999999999G", &v), -EINVAL);
+	assert_int_equal(parse_mem_size("99999999999G", &v), -ERANGE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_options_defaults), cmocka_unit_test(test_options_all),
+	    cmocka_unit_test(test_options_errors),   cmocka_unit_test(test_options_disks),
+	    cmocka_unit_test(test_mem_size),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
