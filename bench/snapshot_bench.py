@@ -485,14 +485,14 @@ def evict(d):
                 os.close(fd)
 
 
-def timed_restore(a, d, stamper, next_round=3):
+def timed_restore(a, d, stamper, next_round=3, extra=()):
     """exec -> "ok\n" on --ready-fd; -> first console byte (counter: its next tick; stamper:
-    we send a byte once ready and it prints its next round)."""
+    we send a byte once ready and it prints its next round). `extra`: more restore options."""
     rfd, wfd = os.pipe()
     res = {}
     try:
-        vm = Cove([a.cove, "restore", d, "--ready-fd", str(wfd), "--log-level", "info"],
-                 pass_fds=(wfd,))
+        vm = Cove([a.cove, "restore", d, "--ready-fd", str(wfd), "--log-level", "info",
+                   *extra], pass_fds=(wfd,))
     except OSError as e:
         os.close(rfd)
         os.close(wfd)
@@ -819,7 +819,9 @@ def bench_encrypt(a, work, errors):
         for mode in ("plain", "encrypted"):
             name = "enc-%s-%d" % (mode, i)
             argv, d, sock = stamper_argv(a, work, name, "4G", count, rounds + 1)
-            if mode == "encrypted":
+            # An encrypted chain restores only with its key provider given again (--key).
+            key = ["--key", spec] if mode == "encrypted" else []
+            if key:
                 argv += ["--snapshot-key", spec]
             try:
                 with Cove(argv, api_sock=sock) as vm:
@@ -830,7 +832,7 @@ def bench_encrypt(a, work, errors):
                     vm.kill()
                 for _ in range(a.encrypt_restores):
                     evict(d)
-                    restores[mode].append(timed_restore(a, d, True, rounds + 1))
+                    restores[mode].append(timed_restore(a, d, True, rounds + 1, key))
             except BenchError as e:
                 errors.append("encrypt %s: %s" % (name, e))
             finally:
@@ -906,7 +908,7 @@ def must_show(doc):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cove", default=os.path.join(REPO_ROOT, "build", "vmm", "cove"))
+    ap.add_argument("--cove", default=os.path.join(REPO_ROOT, "build", "cli", "cove"))
     ap.add_argument("--guests", default=os.path.join(REPO_ROOT, "build", "tests", "guests"))
     ap.add_argument("--work", default="/var/tmp",
                     help="parent of the scratch directory (a real disk, not tmpfs)")
