@@ -18,7 +18,10 @@ import tempfile
 import threading
 import time
 
-from covetest import Failure, check, vsock_connect
+# covetest.py sits beside this file in the KVM box (/work) and in tests/lib in the tree (for
+# `agent_tests.py --local` run by hand; meson sets PYTHONPATH).
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from covetest import Failure, check, vsock_connect  # noqa: E402
 
 COVE = os.environ.get("COVE", "/work/cove")
 KDIR = os.environ.get("KERNEL_DIR", "/work/kernel")
