@@ -5,7 +5,6 @@ Time is taken from just before exec of the VMM to the moment cove-init's ready l
 the VMM's stdout. Runs alternate between the VMMs so drift hits both. Writes /work/out/boot.json.
 """
 import base64
-import json
 import os
 import re
 import select
@@ -14,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from box_vmm import qemu_microvm
+from box_vmm import qemu_microvm, write_results
 
 RUNS = int(os.environ.get("BENCH_RUNS", "7"))
 COVE = "/work/cove"
@@ -100,11 +99,7 @@ def main():
         c, q = entry["cove"]["ready_ms"], entry["qemu"]["ready_ms"]
         entry["ratio_cove_over_qemu"] = round(c["median"] / q["median"], 3) if c and q else None
         out["results"][kname] = entry
-    os.makedirs("/work/out", exist_ok=True)
-    with open("/work/out/boot.json", "w") as f:
-        json.dump(out, f, indent=1)
-    print(json.dumps({k: v["ratio_cove_over_qemu"] for k, v in out["results"].items()}))
-    return 0
+    return write_results("boot", out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 
-from box_vmm import qemu_microvm
+from box_vmm import qemu_microvm, write_results
 
 RUNS = int(os.environ.get("BENCH_RUNS", "1"))
 COVE = "/work/cove"
@@ -154,11 +154,7 @@ def main():
             print(f"{vmm} run {i}: {r}", file=sys.stderr, flush=True)
     out = summarize(raw, RUNS)
     out["raw"] = raw
-    os.makedirs("/work/out", exist_ok=True)
-    with open("/work/out/disk.json", "w") as f:
-        json.dump(out, f, indent=1)
-    print(json.dumps({k: v["ratio_cove_over_qemu"] for k, v in out["results"].items()}))
-    return 0
+    return write_results("disk", out)
 
 
 if __name__ == "__main__":

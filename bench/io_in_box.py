@@ -29,7 +29,10 @@ import sys
 import threading
 import time
 
-from box_vmm import qemu_microvm
+# covetest.py sits beside this file in the KVM box (/work) and in tests/lib in the tree.
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from box_vmm import qemu_microvm, write_results  # noqa: E402
+from covetest import recv_exact, vsock_connect  # noqa: E402
 
 RUNS = int(os.environ.get("BENCH_RUNS", "1"))
 PINGS = int(os.environ.get("BENCH_PINGS", "2000"))
@@ -134,36 +137,8 @@ class Console:
                 self.cv.wait(0.5)
 
 
-def recv_exact(s, n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        if not c:
-            raise ConnectionError(f"EOF after {len(b)} of {n} bytes")
-        b += c
-    return b
-
-
 def connect_cove(deadline):
-    while time.monotonic() < deadline:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(30)
-        try:
-            s.connect(UDS)
-            s.sendall(f"CONNECT {PORT}\n".encode())
-            line = b""
-            while not line.endswith(b"\n"):
-                c = s.recv(1)
-                if not c:
-                    break
-                line += c
-            if line.startswith(b"OK "):
-                return s
-        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, socket.timeout):
-            pass
-        s.close()
-        time.sleep(0.2)
-    raise TimeoutError("no OK from cove's vsock socket")
+    return vsock_connect(UDS, PORT, deadline)[0]
 
 
 def connect_qemu(deadline):
@@ -344,11 +319,7 @@ def main():
             print(f"{vmm} run {i}: {json.dumps(r)}", file=sys.stderr, flush=True)
     out = summarize(raw, RUNS, notes)
     out["raw"] = raw
-    os.makedirs("/work/out", exist_ok=True)
-    with open("/work/out/io.json", "w") as f:
-        json.dump(out, f, indent=1)
-    print(json.dumps({k: v.get("ratio_cove_over_qemu") for k, v in out["results"].items()}))
-    return 0
+    return write_results("io", out)
 
 
 if __name__ == "__main__":

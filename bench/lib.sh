@@ -11,14 +11,16 @@ bench_prepare() {
 }
 
 # QEMU and the firmware microvm loads (it resolves bios-microvm.bin to qboot.rom), plus the
-# in-box helper module with QEMU's base command line. Paths hold no spaces: use unquoted.
+# in-box helper module with QEMU's base command line and the shared test library (vsock
+# CONNECT handshake), both beside the *_in_box.py scripts. Paths hold no spaces: use unquoted.
 QEMU_BOX_ADDS="--add /usr/bin/qemu-system-x86_64:/work/qemu/qemu-system-x86_64
 	--add /usr/share/qemu/qboot.rom:/work/qemu/share/bios-microvm.bin
 	--add /usr/share/qemu/qboot.rom:/work/qemu/share/qboot.rom
 	--add /usr/share/qemu/linuxboot_dma.bin:/work/qemu/share/linuxboot_dma.bin
 	--add /usr/share/qemu/pvh.bin:/work/qemu/share/pvh.bin
 	--add /usr/share/qemu/kvmvapic.bin:/work/qemu/share/kvmvapic.bin
-	--add bench/box_vmm.py:/work/box_vmm.py"
+	--add bench/box_vmm.py:/work/box_vmm.py
+	--add tests/lib/covetest.py:/work/covetest.py"
 
 # bench_rounds NAME RUNS: calls `one_round DIR` (defined by the caller) until RUNS rounds
 # succeeded or 2*RUNS were tried. The box (nested SVM under QEMU TCG) now and then goes idle

@@ -16,7 +16,6 @@ See bench/README.md, section "Snapshots".
 
 import argparse
 import datetime
-import http.client
 import json
 import os
 import platform
@@ -24,12 +23,14 @@ import re
 import select
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
+from covetest import http_json  # noqa: E402
 
 SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(SCRIPT_DIR)
@@ -54,18 +55,6 @@ class BenchError(Exception):
 
 # --------------------------------------------------------------------------
 # processes, console, API
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
 
 
 class Cove:
@@ -147,25 +136,21 @@ class Cove:
         self.proc.stdin.flush()
 
     def request(self, method, path, body=None, timeout=120):
-        conn = UnixHTTPConnection(self.api_sock, timeout)
-        try:
-            hdrs = {}
-            data = None
-            if body is not None:
-                data = json.dumps(body)
-                hdrs["Content-Type"] = "application/json"
-            conn.request(method, path, body=data, headers=hdrs)
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, (json.loads(raw) if raw else None)
-        finally:
-            conn.close()
+        return http_json(self.api_sock, method, path, body, timeout=timeout)
 
     def snapshot(self, kind):
         status, body = self.request("PUT", "/snapshot/create", {"snapshot_type": kind})
         if status != 200:
             raise BenchError("%s snapshot: HTTP %s %s" % (kind, status, body))
         return body
+
+    def stamp_round(self, r, count):
+        """Lets a stamper guest write round r (round 1 runs on its own) and snapshots it: a
+        Full layer after round 1, a Diff after the others. Returns the snapshot reply."""
+        if r > 1:
+            self.send(b"n")
+        self.read_until("stamped round %d pages %d\n" % (r, count), 60)
+        return self.snapshot("Full" if r == 1 else "Diff")
 
     def kill(self):
         """SIGKILL (what a crash looks like; snapshots must not depend on a clean exit)."""
@@ -451,10 +436,7 @@ def bench_must_diff(a, work):
     try:
         with Cove(argv, api_sock=sock) as vm:
             for r in range(1, rounds + 1):
-                if r > 1:
-                    vm.send(b"n")
-                vm.read_until("stamped round %d pages %d\n" % (r, count), 60)
-                reply = vm.snapshot("Full" if r == 1 else "Diff")
+                reply = vm.stamp_round(r, count)
                 s = layer_sample(reply, d)
                 if r == 1:
                     full = s
@@ -503,14 +485,14 @@ def evict(d):
                 os.close(fd)
 
 
-def timed_restore(a, d, stamper, next_round=3):
+def timed_restore(a, d, stamper, next_round=3, extra=()):
     """exec -> "ok\n" on --ready-fd; -> first console byte (counter: its next tick; stamper:
-    we send a byte once ready and it prints its next round)."""
+    we send a byte once ready and it prints its next round). `extra`: more restore options."""
     rfd, wfd = os.pipe()
     res = {}
     try:
-        vm = Cove([a.cove, "restore", d, "--ready-fd", str(wfd), "--log-level", "info"],
-                 pass_fds=(wfd,))
+        vm = Cove([a.cove, "restore", d, "--ready-fd", str(wfd), "--log-level", "info",
+                   *extra], pass_fds=(wfd,))
     except OSError as e:
         os.close(rfd)
         os.close(wfd)
@@ -837,21 +819,20 @@ def bench_encrypt(a, work, errors):
         for mode in ("plain", "encrypted"):
             name = "enc-%s-%d" % (mode, i)
             argv, d, sock = stamper_argv(a, work, name, "4G", count, rounds + 1)
-            if mode == "encrypted":
+            # An encrypted chain restores only with its key provider given again (--key).
+            key = ["--key", spec] if mode == "encrypted" else []
+            if key:
                 argv += ["--snapshot-key", spec]
             try:
                 with Cove(argv, api_sock=sock) as vm:
                     for rnd in range(1, rounds + 1):
-                        if rnd > 1:
-                            vm.send(b"n")
-                        vm.read_until("stamped round %d pages %d\n" % (rnd, count), 60)
-                        reply = vm.snapshot("Full" if rnd == 1 else "Diff")
+                        reply = vm.stamp_round(rnd, count)
                         if rnd > 1:
                             rows[mode].append({k: reply[k] for k in LAYER_KEYS})
                     vm.kill()
                 for _ in range(a.encrypt_restores):
                     evict(d)
-                    restores[mode].append(timed_restore(a, d, True, rounds + 1))
+                    restores[mode].append(timed_restore(a, d, True, rounds + 1, key))
             except BenchError as e:
                 errors.append("encrypt %s: %s" % (name, e))
             finally:
@@ -927,7 +908,7 @@ def must_show(doc):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cove", default=os.path.join(REPO_ROOT, "build", "vmm", "cove"))
+    ap.add_argument("--cove", default=os.path.join(REPO_ROOT, "build", "cli", "cove"))
     ap.add_argument("--guests", default=os.path.join(REPO_ROOT, "build", "tests", "guests"))
     ap.add_argument("--work", default="/var/tmp",
                     help="parent of the scratch directory (a real disk, not tmpfs)")

@@ -11,7 +11,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import struct
 import subprocess
@@ -20,17 +19,16 @@ import tempfile
 import threading
 import time
 
+# The broker's wire: framed JSON on its Unix sockets.
+from covetest import Tally, frame, recv_msg
+from covetest import connect_unix as connect
+from covetest import framed_call as call
+
 BROKER, HELPER = sys.argv[1], sys.argv[2]
 SECRET = "s3cr3t-" + secrets.token_hex(12)
 USERNAME = "bot-user"
 seen = []  # (method, path, Authorization, body) per request the server saw
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+check = Tally()  # a failed check is printed and counted; the run goes on
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -75,39 +73,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self.reply("DELETE")
-
-
-def frame(obj):
-    data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-    return struct.pack(">I", len(data)) + data
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise EOFError("closed after %d of %d bytes" % (len(buf), n))
-        buf += chunk
-    return buf
-
-
-def recv_msg(s):
-    (n,) = struct.unpack(">I", recv_exact(s, 4))
-    return json.loads(recv_exact(s, n))
-
-
-def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(path)
-    return s
-
-
-def call(path, obj):
-    with connect(path) as s:
-        s.sendall(frame(obj))
-        return recv_msg(s)
 
 
 def scan_memory(pid, needles):
@@ -255,6 +220,16 @@ def main():
             m.update(kw)
             return call(listen, m)
 
+        def req_beside(slow):
+            """req() while `slow` waits for its reply; returns (reply, its seconds, slow's
+            reply)."""
+            t0 = time.monotonic()
+            r = req()
+            fast = time.monotonic() - t0
+            r2 = recv_msg(slow)
+            slow.close()
+            return r, fast, r2
+
         # Allowed: the server sees the secret, the guest does not.
         n0 = len(seen)
         r = req(headers=["Accept: text/plain", "X-Trace: 1"])
@@ -347,11 +322,7 @@ def main():
         slow = connect(listen)
         slow.sendall(frame(dict(ident, credential="demo", method="GET", url=base + "/v1/slow")))
         time.sleep(0.3)
-        t0 = time.monotonic()
-        r = req()
-        fast = time.monotonic() - t0
-        r2 = recv_msg(slow)
-        slow.close()
+        r, fast, r2 = req_beside(slow)
         check(r.get("status") == 200 and fast < 1.5 and r2.get("status") == 200,
               "a slow upstream does not block another connection (%.2f s)" % fast)
         # Credential helpers run concurrently too, and one that hangs is killed at its deadline.
@@ -361,11 +332,7 @@ def main():
         t_hang = time.monotonic()
         hang.sendall(frame(dict(ident, credential="hang", method="GET", url=base + "/v1/h")))
         time.sleep(0.2)
-        t0 = time.monotonic()
-        r = req()
-        fast = time.monotonic() - t0
-        r2 = recv_msg(slow)
-        slow.close()
+        r, fast, r2 = req_beside(slow)
         check(r.get("status") == 200 and fast < 1.5 and r2.get("status") == 200 and
               seen[-1][2] == "Bearer slow-secret-value",
               "a slow helper does not block another connection (%.2f s)" % fast)
@@ -510,7 +477,7 @@ def main():
         v = subprocess.run([BROKER, "verify-audit", "--key", key, audit], stdout=subprocess.PIPE)
         check(v.returncode == 0 and b"OK, %d records" % (len(lines) + 1) in v.stdout,
               "restarted broker continues the chain: " + v.stdout.decode().strip())
-        if failures:
+        if check.failures:
             errlog.seek(0)
             print("broker stderr:\n" + errlog.read())
     finally:
@@ -521,8 +488,8 @@ def main():
             httpd.shutdown()
         subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, stderr=subprocess.DEVNULL)
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d checks failed" % len(failures) if failures else "all checks passed")
-    return 1 if failures else 0
+    print("%d checks failed" % len(check.failures) if check.failures else "all checks passed")
+    return check.status()
 
 
 if __name__ == "__main__":

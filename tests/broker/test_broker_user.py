@@ -10,23 +10,18 @@ import http.server
 import json
 import os
 import pwd
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from covetest import Tally
+from covetest import framed_call as call  # framed JSON
+
 BROKER = sys.argv[1]
-failures = []
+check = Tally()  # a failed check is printed and counted; the run goes on
 seen = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -39,28 +34,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "2")
         self.end_headers()
         self.wfile.write(b"ok")
-
-
-def call(path, obj):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(30)
-        s.connect(path)
-        data = json.dumps(obj).encode()
-        s.sendall(struct.pack(">I", len(data)) + data)
-        hdr = b""
-        while len(hdr) < 4:
-            c = s.recv(4 - len(hdr))
-            if not c:
-                raise EOFError("broker closed the connection")
-            hdr += c
-        (n,) = struct.unpack(">I", hdr)
-        body = b""
-        while len(body) < n:
-            c = s.recv(n - len(body))
-            if not c:
-                raise EOFError("broker closed the connection")
-            body += c
-        return json.loads(body)
 
 
 def wait_for(path, p):
@@ -159,7 +132,7 @@ def main():
               "--user refused without root: " + r.stderr.strip())
         if not root:
             print("skip: not root, --user drop not exercised")
-            return 1 if failures else 0
+            return check.status()
         for args, why in ((["--user", "nobody"], "go together"),
                           (["--user", "root", "--client", "nobody"], "neither root"),
                           (["--user", "nobody", "--client", "nobody"], "neither root"),
@@ -199,7 +172,7 @@ def main():
                 p.wait()
         httpd.shutdown()
         subprocess.run(["rm", "-rf", tmp])
-    return 1 if failures else 0
+    return check.status()
 
 
 if __name__ == "__main__":

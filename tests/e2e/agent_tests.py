@@ -15,7 +15,6 @@ import secrets
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ import threading
 import time
 
 import box_tests as bt
+from covetest import (Failure, check, connect_unix, frame, framed_call, http_json, recv_msg,
+                      vsock_handshake)
 
 STATE = os.environ.get("AGENT_TEST_STATE", "/tmp/cove-state")
 LOCAL = "--local" in sys.argv
@@ -59,7 +60,7 @@ class Sandbox:
         t0 = time.monotonic()
         try:
             r = self.cove("exec", "--wait", AGENT_WAIT, name, "--", "true", timeout=300)
-            bt.check(r.returncode == 0, f"agent never answered: rc={r.returncode} "
+            check(r.returncode == 0, f"agent never answered: rc={r.returncode} "
                      f"{r.stderr!r}; console {self.console()[-1500:]!r}")
         except BaseException:
             self.p.kill()
@@ -72,7 +73,7 @@ class Sandbox:
             return subprocess.run([COVE] + list(args), input=input, capture_output=True,
                                   timeout=timeout, env=ENV, **kw)
         except subprocess.TimeoutExpired:
-            raise bt.Failure(f"cove {' '.join(args)[:200]} timed out; console "
+            raise Failure(f"cove {' '.join(args)[:200]} timed out; console "
                              f"{self.console()[-1500:]!r}")
 
     def sh(self, script, **kw):
@@ -90,33 +91,17 @@ class Sandbox:
         self.p.wait()
         text = self.console()
         # Under build-asan the agent itself is instrumented (test mode): any report fails.
-        bt.check("Sanitizer" not in text, f"agent sanitizer report: {text[-3000:]}")
+        check("Sanitizer" not in text, f"agent sanitizer report: {text[-3000:]}")
         return text
 
 
 def agent_call(uds, msg):
     """One request to the agent the raw way (hybrid CONNECT, then a framed JSON message)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(60)
-    s.connect(uds)
-    s.sendall(b"CONNECT 1024\n")
-    line = b""
-    while not line.endswith(b"\n"):
-        b = s.recv(1)
-        bt.check(b, "agent closed during the handshake")
-        line += b
-    bt.check(line.startswith(b"OK "), f"handshake reply {line!r}")
-    data = json.dumps(msg).encode()
-    s.sendall(struct.pack(">I", len(data)) + data)
-    hdr = b""
-    while len(hdr) < 4:
-        hdr += s.recv(4 - len(hdr))
-    (n,) = struct.unpack(">I", hdr)
-    body = b""
-    while len(body) < n:
-        body += s.recv(n - len(body))
-    s.close()
-    return json.loads(body)
+    with connect_unix(uds, 60) as s:
+        line = vsock_handshake(s, 1024)
+        check(line.startswith(b"OK "), f"handshake reply {line!r}")
+        s.sendall(frame(msg))
+        return recv_msg(s)
 
 
 def identity(uds, epoch, token, time_ns=None, seed=None):
@@ -133,36 +118,36 @@ def test_agent_exec():
             t = time.monotonic()
             r = sb.cove("exec", sb.name, "--", "true")
             lat.append(time.monotonic() - t)
-            bt.check(r.returncode == 0, f"exec true: rc={r.returncode} {r.stderr!r}")
+            check(r.returncode == 0, f"exec true: rc={r.returncode} {r.stderr!r}")
         lat.sort()
         print(f"    cove exec -- true: median {lat[5] * 1000:.0f} ms, max {lat[-1] * 1000:.0f} ms (10 runs)")
         r = sb.cove("exec", sb.name, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
-        bt.check((r.returncode, r.stdout, r.stderr) == (7, b"out\n", b"err\n"),
+        check((r.returncode, r.stdout, r.stderr) == (7, b"out\n", b"err\n"),
                  f"exit/streams: rc={r.returncode} out={r.stdout!r} err={r.stderr!r}")
         data = os.urandom(1 << 20)
         r = sb.cove("exec", sb.name, "--", "sha256sum", input=data)
-        bt.check(r.returncode == 0 and r.stdout.decode().startswith(hashlib.sha256(data).hexdigest()),
+        check(r.returncode == 0 and r.stdout.decode().startswith(hashlib.sha256(data).hexdigest()),
                  f"stdin 1 MiB: rc={r.returncode} {r.stdout[:80]!r} {r.stderr!r}")
         rc, out, err = sb.sh("kill -TERM $$")
-        bt.check(rc == 143, f"killed by SIGTERM: rc={rc}, want 143")
+        check(rc == 143, f"killed by SIGTERM: rc={rc}, want 143")
         r = sb.cove("exec", sb.name, "--", "/no/such/cmd")
         err = r.stderr.decode()
-        bt.check(r.returncode == 127 and "exec /no/such/cmd: No such file" in err and
+        check(r.returncode == 127 and "exec /no/such/cmd: No such file" in err and
                  err.count("\n") == 1, f"missing command: rc={r.returncode} {err!r}")
         r = sb.cove("exec", sb.name, "--", "/no/such/\x1b]0;owned\x07")
-        bt.check(r.returncode == 127 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
+        check(r.returncode == 127 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
                  b"\\x1b]0;owned\\x07" in r.stderr, f"exec error with control bytes: {r.stderr!r}")
         r = sb.cove("exec", "--env", "GREETING=hi there", "--cwd", "/tmp", "--user", "1000",
                     sb.name, "--", "sh", "-c", 'echo "$GREETING|$(pwd)|$(id -u)|$HOME"')
         # uid 1000 has no /etc/passwd entry in the guest: HOME=/ (the host's may have one).
-        bt.check(re.fullmatch(rb"hi there\|/tmp\|1000\|/.*\n", r.stdout) and
+        check(re.fullmatch(rb"hi there\|/tmp\|1000\|/.*\n", r.stdout) and
                  (LOCAL or r.stdout.endswith(b"|/\n")), f"env/cwd/user: {r.stdout!r} {r.stderr!r}")
         r = sb.cove("exec", "--tty", sb.name, "--", "sh", "-c", "tty; test -t 0 && echo ISATTY")
         out = r.stdout.decode()
-        bt.check(r.returncode == 0 and "/dev/pts/" in out and "ISATTY" in out,
+        check(r.returncode == 0 and "/dev/pts/" in out and "ISATTY" in out,
                  f"tty: rc={r.returncode} {out!r} {r.stderr!r}")
         r = sb.cove("exec", "usage-without-command")
-        bt.check(r.returncode == 2 and r.stderr.count(b"\n") == 1, f"usage error: {r.stderr!r}")
+        check(r.returncode == 2 and r.stderr.count(b"\n") == 1, f"usage error: {r.stderr!r}")
 
         # Two at once: the short one finishes while the long one still runs.
         t0 = time.monotonic()
@@ -171,57 +156,57 @@ def test_agent_exec():
         time.sleep(0.5)
         rc, out, _ = sb.sh("echo fast")
         t_fast = time.monotonic() - t0
-        bt.check(rc == 0 and out == "fast\n" and slow.poll() is None,
+        check(rc == 0 and out == "fast\n" and slow.poll() is None,
                  f"concurrent exec: fast rc={rc} {out!r} after {t_fast:.1f}s, slow done={slow.poll()}")
-        bt.check(slow.wait(60) == 0 and slow.stdout.read() == b"slow\n", "concurrent exec: slow one")
+        check(slow.wait(60) == 0 and slow.stdout.read() == b"slow\n", "concurrent exec: slow one")
         print(f"    second exec answered in {t_fast:.1f} s while the first ran")
 
         # Signals reach the command's process group.
         p = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c",
                               'trap "echo got-INT; exit 9" INT; echo ready; '
                               'while :; do sleep 0.2; done'], stdout=subprocess.PIPE, env=ENV)
-        bt.check(p.stdout.readline() == b"ready\n", "signal test did not start")
+        check(p.stdout.readline() == b"ready\n", "signal test did not start")
         p.send_signal(signal.SIGINT)
-        bt.check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(), f"SIGINT forwarded: rc={p.returncode}")
+        check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(), f"SIGINT forwarded: rc={p.returncode}")
 
         # ... also while 200 KB of stdin wait for a command that never reads them.
         p = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c",
                               'trap "echo got-INT; exit 9" INT; echo ready; '
                               'while :; do sleep 0.2; done'], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, env=ENV)
-        bt.check(p.stdout.readline() == b"ready\n", "stdin signal test did not start")
+        check(p.stdout.readline() == b"ready\n", "stdin signal test did not start")
         p.stdin.write(os.urandom(200 * 1024))
         p.stdin.flush()
         time.sleep(1)
         p.send_signal(signal.SIGINT)
-        bt.check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(),
+        check(p.wait(60) == 9 and b"got-INT" in p.stdout.read(),
                  f"SIGINT behind unread stdin: rc={p.returncode}")
 
         # Detach, then attach: the buffered output and the status arrive.
         r = sb.cove("exec", "--detach", sb.name, "--", "sh", "-c", "echo early; sleep 1; echo late; exit 4")
         sid = r.stdout.decode().strip()
-        bt.check(r.returncode == 0 and re.fullmatch(r"s\d+", sid), f"detach: {r.stdout!r} {r.stderr!r}")
+        check(r.returncode == 0 and re.fullmatch(r"s\d+", sid), f"detach: {r.stdout!r} {r.stderr!r}")
         r = sb.cove("ps", sb.name)
-        bt.check(sid in r.stdout.decode(), f"cove ps SANDBOX lists {sid}: {r.stdout!r}")
+        check(sid in r.stdout.decode(), f"cove ps SANDBOX lists {sid}: {r.stdout!r}")
         r = sb.cove("attach", sb.name, sid)
-        bt.check(r.returncode == 4 and r.stdout == b"early\nlate\n",
+        check(r.returncode == 4 and r.stdout == b"early\nlate\n",
                  f"attach: rc={r.returncode} {r.stdout!r} {r.stderr!r}")
 
         # A dropped host connection kills nothing: the command goes on, attach picks it up.
         p = subprocess.Popen([COVE, "exec", sb.name, "--", "sh", "-c",
                               "echo one; sleep 2; echo two; exit 6"], stdout=subprocess.PIPE, env=ENV)
-        bt.check(p.stdout.readline() == b"one\n", "drop test did not start")
+        check(p.stdout.readline() == b"one\n", "drop test did not start")
         p.kill()
         p.wait()
         r = sb.cove("ps", sb.name)
         m = re.search(r"^(s\d+)\s+\d+\s+running\s+no\s+sh", r.stdout.decode(), re.M)
-        bt.check(m, f"session still running after the host dropped: {r.stdout!r}")
+        check(m, f"session still running after the host dropped: {r.stdout!r}")
         r = sb.cove("attach", sb.name, m.group(1))
-        bt.check(r.returncode == 6 and r.stdout == b"two\n",
+        check(r.returncode == 6 and r.stdout == b"two\n",
                  f"attach after drop: rc={r.returncode} {r.stdout!r} {r.stderr!r}")
 
         r = sb.cove("ps")
-        bt.check(re.search(rf"^{sb.name}\s+\d+\s+running", r.stdout.decode(), re.M),
+        check(re.search(rf"^{sb.name}\s+\d+\s+running", r.stdout.decode(), re.M),
                  f"cove ps: {r.stdout!r} {r.stderr!r}")
         # A guest-chosen command name cannot drive the host's terminal through cove ps.
         gtmp = sb.sh("mktemp -d")[1].strip()
@@ -229,22 +214,22 @@ def test_agent_exec():
         # A script, not a symlink: busybox's `command -v sleep` names the applet, not a path.
         rc, _, err = sb.sh(f"printf '#!/bin/sh\\nexec sleep \"$@\"\\n' > '{evil}' && "
                            f"chmod +x '{evil}'")
-        bt.check(rc == 0, f"guest script: {err!r}")
+        check(rc == 0, f"guest script: {err!r}")
         r = sb.cove("exec", "--detach", sb.name, "--", evil, "30")
-        bt.check(r.returncode == 0, f"detach {evil!r}: {r.stderr!r}")
+        check(r.returncode == 0, f"detach {evil!r}: {r.stderr!r}")
         r = sb.cove("ps", sb.name)
-        bt.check(r.returncode == 0 and b"\x1b" not in r.stdout and b"\x07" not in r.stdout and
+        check(r.returncode == 0 and b"\x1b" not in r.stdout and b"\x07" not in r.stdout and
                  b"\xc2\x9b" not in r.stdout and
                  b"sl\\x1b]0;owned\\x07\\x1b[2J\\u009b" in r.stdout,
                  f"cove ps shows a guest argv0 raw: {r.stdout!r}")
         m = re.search(rb"^s\d+\s+(\d+)\s+running\s+no\s+\S*owned", r.stdout, re.M)
-        bt.check(m, f"cove ps: no running session for {evil!r}: {r.stdout!r}")
+        check(m, f"cove ps: no running session for {evil!r}: {r.stdout!r}")
         sb.sh(f"kill {int(m.group(1))}; rm -rf {gtmp}")
         r = sb.cove("exec", "nosuchbox", "--", "true")
-        bt.check(r.returncode == 1 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
+        check(r.returncode == 1 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
     finally:
         console = sb.close()
-    bt.check("cove-init: ready" in console or LOCAL, f"console: {console[-800:]!r}")
+    check("cove-init: ready" in console or LOCAL, f"console: {console[-800:]!r}")
 
 
 def free_port():
@@ -272,20 +257,20 @@ def test_agent_cp_forward():
         t0 = time.monotonic()
         r = sb.cove("cp", src, f"{sb.name}:{gdir}/guest.bin")
         dt = time.monotonic() - t0
-        bt.check(r.returncode == 0, f"cp in: rc={r.returncode} {r.stderr!r}")
+        check(r.returncode == 0, f"cp in: rc={r.returncode} {r.stderr!r}")
         rc, out, _ = sb.sh(f"sha256sum {gdir}/guest.bin; stat -c %a {gdir}/guest.bin")
-        bt.check(out.split()[0] == want and out.split()[2] == "640", f"guest copy: {out!r}")
+        check(out.split()[0] == want and out.split()[2] == "640", f"guest copy: {out!r}")
         back = os.path.join(tmp, "out.bin")
         r = sb.cove("cp", f"{sb.name}:{gdir}/guest.bin", back)
-        bt.check(r.returncode == 0, f"cp out: rc={r.returncode} {r.stderr!r}")
+        check(r.returncode == 0, f"cp out: rc={r.returncode} {r.stderr!r}")
         with open(back, "rb") as f:
-            bt.check(hashlib.sha256(f.read()).hexdigest() == want, "cp out: sha256 differs")
+            check(hashlib.sha256(f.read()).hexdigest() == want, "cp out: sha256 differs")
         print(f"    cp in {len(data) / 1e6:.1f} MB in {dt:.2f} s; sha256 matches both ways")
         # The guest picks the mode of a file copied out: never setuid/setgid/sticky on the host,
         # and the umask applies (here 022: a guest's 6777 becomes 0755).
         rc, out, err = sb.sh(f"echo suid > {gdir}/suid.bin && chmod 6777 {gdir}/suid.bin && "
                              f"stat -c %a {gdir}/suid.bin")
-        bt.check(rc == 0 and out.strip() == "6777", f"guest chmod 6777: {out!r} {err!r}")
+        check(rc == 0 and out.strip() == "6777", f"guest chmod 6777: {out!r} {err!r}")
         for name in ("suid.out", "suid.out2"):
             back2 = os.path.join(tmp, name)
             if name == "suid.out2":  # an existing file is replaced with the same rule
@@ -294,14 +279,14 @@ def test_agent_cp_forward():
                 os.chmod(back2, 0o600)
             r = sb.cove("cp", f"{sb.name}:{gdir}/suid.bin", back2, preexec_fn=lambda: os.umask(0o022))
             mode = os.stat(back2).st_mode & 0o7777
-            bt.check(r.returncode == 0 and mode == 0o755,
+            check(r.returncode == 0 and mode == 0o755,
                      f"cp out of a 6777 file: rc={r.returncode} mode {mode:o}, want 755 {r.stderr!r}")
         # Guest and path text in errors reaches the terminal with control bytes made visible.
         r = sb.cove("cp", f"{sb.name}:/no/such/\x1b]0;owned\x07\x1b[2J", back)
-        bt.check(r.returncode == 1 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
+        check(r.returncode == 1 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and
                  b"\\x1b]0;owned\\x07" in r.stderr, f"cp error with control bytes: {r.stderr!r}")
         r = sb.cove("cp", f"{sb.name}:/no/such/file", back)
-        bt.check(r.returncode == 1 and b"No such file" in r.stderr and r.stderr.count(b"\n") == 1,
+        check(r.returncode == 1 and b"No such file" in r.stderr and r.stderr.count(b"\n") == 1,
                  f"cp of a missing file: {r.stderr!r}")
 
         # Port forward: busybox httpd on the guest's loopback, fetched from the host.
@@ -311,20 +296,20 @@ def test_agent_cp_forward():
                              f"cp {gdir}/guest.bin {www}/big.bin && "
                              f"(busybox httpd -f -p 127.0.0.1:{gport} -h {www} >/dev/null 2>&1 &"
                              f" echo $! > {gdir}/httpd.pid) && sleep 0.5 && echo started")
-        bt.check(rc == 0 and "started" in out, f"httpd: rc={rc} {out!r} {err!r}")
+        check(rc == 0 and "started" in out, f"httpd: rc={rc} {out!r} {err!r}")
         fwd = subprocess.Popen([COVE, "forward", sb.name, f"0:{gport}"], stderr=subprocess.PIPE,
                                env=ENV)
         line = fwd.stderr.readline().decode()
         m = re.search(rf"127\.0\.0\.1:(\d+) -> guest port {gport}", line)
-        bt.check(m, f"forward did not start: {line!r}")
+        check(m, f"forward did not start: {line!r}")
         import urllib.request
         base = f"http://127.0.0.1:{m.group(1)}"
         body = urllib.request.urlopen(base + "/index.html", timeout=60).read()
-        bt.check(body == b"hello-from-guest\n", f"forwarded GET: {body!r}")
+        check(body == b"hello-from-guest\n", f"forwarded GET: {body!r}")
         t0 = time.monotonic()
         big = urllib.request.urlopen(base + "/big.bin", timeout=120).read()
         dt = time.monotonic() - t0
-        bt.check(hashlib.sha256(big).hexdigest() == want, "forwarded 3 MB: sha256 differs")
+        check(hashlib.sha256(big).hexdigest() == want, "forwarded 3 MB: sha256 differs")
         # Several connections at once.
         results = []
 
@@ -335,7 +320,7 @@ def test_agent_cp_forward():
             t.start()
         for t in ths:
             t.join(120)
-        bt.check(results == [b"hello-from-guest\n"] * 4, f"4 parallel GETs: {results!r}")
+        check(results == [b"hello-from-guest\n"] * 4, f"4 parallel GETs: {results!r}")
         print(f"    forwarded HTTP GET of {len(big) / 1e6:.1f} MB in {dt:.2f} s")
     finally:
         if fwd:
@@ -350,17 +335,17 @@ def test_agent_identity():
     sb = Sandbox("agentid")
     try:
         r = agent_call(sb.uds, {"op": "status"})
-        bt.check(r.get("ok") is True and r.get("epoch") == 0, f"status before identity: {r}")
+        check(r.get("ok") is True and r.get("epoch") == 0, f"status before identity: {r}")
         rc, before, _ = sb.sh("date +%s; head -c 16 /dev/urandom | od -An -tx1")
         target = 2_000_000_000  # 2033-05-18
         r = identity(sb.uds, 5, "ab" * 16, time_ns=target * 10**9)
-        bt.check(r == {"ok": True}, f"identity reply: {r}")
+        check(r == {"ok": True}, f"identity reply: {r}")
         rc, after, _ = sb.sh("date +%s")
         got = int(after.split()[0])
         if not LOCAL:
-            bt.check(abs(got - target) < 120, f"guest clock after identity: {got}, want ~{target}")
+            check(abs(got - target) < 120, f"guest clock after identity: {got}, want ~{target}")
         r = agent_call(sb.uds, {"op": "status"})
-        bt.check(r.get("epoch") == 5 and "token" not in r, f"status after identity: {r}")
+        check(r.get("epoch") == 5 and "token" not in r, f"status after identity: {r}")
         for bad, why in (({"seed_b64": base64.b64encode(b"short").decode()}, "seed_b64"),
                          ({"token": "not-hex"}, "token"), ({"epoch": -1}, "epoch"),
                          ({"time_ns": "soon"}, "time_ns")):
@@ -368,26 +353,26 @@ def test_agent_identity():
                    "seed_b64": base64.b64encode(os.urandom(32)).decode(), "time_ns": time.time_ns()}
             msg.update(bad)
             r = agent_call(sb.uds, msg)
-            bt.check(r.get("ok") is False and why in r.get("error", ""), f"bad identity {bad}: {r}")
-        bt.check(agent_call(sb.uds, {"op": "status"}).get("epoch") == 5, "bad identity changed the epoch")
+            check(r.get("ok") is False and why in r.get("error", ""), f"bad identity {bad}: {r}")
+        check(agent_call(sb.uds, {"op": "status"}).get("epoch") == 5, "bad identity changed the epoch")
         r = agent_call(sb.uds, {"op": "nope"})
-        bt.check(r.get("ok") is False and "unknown op" in r.get("error", ""), f"unknown op: {r}")
+        check(r.get("ok") is False and "unknown op" in r.get("error", ""), f"unknown op: {r}")
         print(f"    guest clock {before.split()[0]} -> {got} (asked {target})")
         if not LOCAL:
             # PID 1 restarts an agent that died; the new one starts without an identity.
             sb.sh("for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = cove-agent ] && "
                   "kill -9 ${p#/proc/}; done")
             r = sb.cove("exec", "--wait", "30", sb.name, "--", "echo", "back")
-            bt.check(r.returncode == 0 and r.stdout == b"back\n",
+            check(r.returncode == 0 and r.stdout == b"back\n",
                      f"agent not restarted: rc={r.returncode} {r.stderr!r}")
-            bt.check(agent_call(sb.uds, {"op": "status"}).get("epoch") == 0,
+            check(agent_call(sb.uds, {"op": "status"}).get("epoch") == 0,
                      "restarted agent kept an epoch")
     finally:
         console = sb.close()
     if not LOCAL:
-        bt.check("identity: epoch 5, clock set, RNG reseeded with 32 bytes" in console,
+        check("identity: epoch 5, clock set, RNG reseeded with 32 bytes" in console,
                  f"no identity line on the console: {console[-800:]!r}")
-        bt.check("agent ended (status 137), restarting it" in console,
+        check("agent ended (status 137), restarting it" in console,
                  f"no agent restart line on the console: {console[-800:]!r}")
 
 
@@ -404,18 +389,18 @@ def test_agent_refuses_guest_peers():
                              "for cid in 1 3; do /mnt/vsock_guest connect $cid 1024 16 "
                              ">/tmp/peer.$cid; echo CID$cid=$?; "
                              "grep -a 'vsock_guest:' /tmp/peer.$cid; done; umount /mnt")
-        bt.check(rc == 0, f"guest script: rc={rc} {err!r}")
+        check(rc == 0, f"guest script: rc={rc} {err!r}")
         # The agent is still there for the host.
         r = agent_call(sb.uds, {"op": "status"})
-        bt.check(r.get("ok") is True, f"agent status after the guest's attempts: {r}")
+        check(r.get("ok") is True, f"agent status after the guest's attempts: {r}")
     finally:
         console = sb.close()
     for cid in (1, 3):
         m = re.search(rf"CID{cid}=(\d+)", out)
-        bt.check(m, f"no result for CID {cid}: {out!r}")
+        check(m, f"no result for CID {cid}: {out!r}")
         refused_by_kernel = m.group(1) == "5"  # vsock_guest: connect failed
         refused_by_agent = f"agent: refused a connection from vsock CID {cid}" in console
-        bt.check(refused_by_kernel or refused_by_agent,
+        check(refused_by_kernel or refused_by_agent,
                  f"a guest process reached the agent over vsock CID {cid}: {out!r}; "
                  f"console {console[-800:]!r}")
         print(f"    guest -> CID {cid} port 1024: "
@@ -442,23 +427,6 @@ class Recorder(http.server.BaseHTTPRequestHandler):
     do_POST = do_GET
 
 
-def ctl_call(path, obj):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(path)
-    data = json.dumps(obj).encode()
-    s.sendall(struct.pack(">I", len(data)) + data)
-    buf = b""
-    while len(buf) < 4:
-        buf += s.recv(4 - len(buf))
-    (n,) = struct.unpack(">I", buf)
-    body = b""
-    while len(body) < n:
-        body += s.recv(n - len(body))
-    s.close()
-    return json.loads(body)
-
-
 def secret_store(tmp, secret):
     """A real pass store with a throwaway GPG key; returns (helper argv, env, how)."""
     env = dict(ENV, GNUPGHOME=os.path.join(tmp, "gnupg"),
@@ -474,13 +442,13 @@ def secret_store(tmp, secret):
     run(["pass", "init", fpr])
     run(["pass", "insert", "-m", "cove/demo"], input=f"{secret}\nusername: bot\n".encode())
     got = run([HELPER, "cove/demo", "get"], input=b"protocol=http\n\n").stdout.decode()
-    bt.check(got.startswith(f"password={secret}\n"), "git-credential-pass does not answer")
+    check(got.startswith(f"password={secret}\n"), "git-credential-pass does not answer")
     return [HELPER, "cove/demo"], env
 
 
 def test_agent_broker_fetch():
     if not os.path.exists(BROKER):
-        raise bt.Failure(f"{BROKER} missing (cove-broker not built?)")
+        raise Failure(f"{BROKER} missing (cove-broker not built?)")
     if LOCAL and not (shutil.which("pass") and shutil.which("gpg")):
         print("    SKIP: pass or gpg missing (apt-get install pass gnupg)")
         return
@@ -545,13 +513,13 @@ def test_agent_broker_fetch():
 
         # Before any grant the guest has epoch 0 and no token: refused.
         rc, out, err = fetch_in_guest("--credential", "demo", url)
-        bt.check(rc == 1 and "denied: stale epoch" in err, f"before grant: rc={rc} {err!r}")
-        g = ctl_call(ctl, {"op": "grant"})
-        bt.check(g.get("ok") is True, f"grant: {g}")
-        bt.check(identity(uds, g["epoch"], g["token"]) == {"ok": True}, "identity after grant")
+        check(rc == 1 and "denied: stale epoch" in err, f"before grant: rc={rc} {err!r}")
+        g = framed_call(ctl, {"op": "grant"})
+        check(g.get("ok") is True, f"grant: {g}")
+        check(identity(uds, g["epoch"], g["token"]) == {"ok": True}, "identity after grant")
         rc, out, err = fetch_in_guest("--credential", "demo", "-H", "Accept: text/plain", url)
-        bt.check(rc == 0 and out == "hello from the test server\n", f"allowed fetch: rc={rc} {out!r} {err!r}")
-        bt.check(Recorder.seen and Recorder.seen[-1] == ("GET", "/v1/hello", "Bearer " + secret),
+        check(rc == 0 and out == "hello from the test server\n", f"allowed fetch: rc={rc} {out!r} {err!r}")
+        check(Recorder.seen and Recorder.seen[-1] == ("GET", "/v1/hello", "Bearer " + secret),
                  f"server saw {Recorder.seen[-1:]!r}")
         print(f"    epoch {g['epoch']}: server saw 'Authorization: Bearer <secret>'")
         n = len(Recorder.seen)
@@ -561,23 +529,23 @@ def test_agent_broker_fetch():
                 (["--credential", "demo", f"http://127.0.0.1:{port}/admin"], "path not allowed"),
                 (["--credential", "nope", url], "unknown credential")):
             rc, out, err = fetch_in_guest(*args)
-            bt.check(rc == 1 and f"denied: {reason}" in err and out == "",
+            check(rc == 1 and f"denied: {reason}" in err and out == "",
                      f"{reason}: rc={rc} {err!r}")
         rc, _, err = fetch_in_guest("--credential", "ratey", url)
-        bt.check(rc == 0, f"ratey first: {err!r}")
+        check(rc == 0, f"ratey first: {err!r}")
         rc, _, err = fetch_in_guest("--credential", "ratey", url)
-        bt.check(rc == 1 and "denied: over rate" in err, f"over rate: rc={rc} {err!r}")
+        check(rc == 1 and "denied: over rate" in err, f"over rate: rc={rc} {err!r}")
         time.sleep(1.5)
         rc, _, err = fetch_in_guest("--credential", "short", url)
-        bt.check(rc == 1 and "denied: expired" in err, f"expired: rc={rc} {err!r}")
-        bt.check(len(Recorder.seen) == n + 1, "a denied request reached the server")
+        check(rc == 1 and "denied: expired" in err, f"expired: rc={rc} {err!r}")
+        check(len(Recorder.seen) == n + 1, "a denied request reached the server")
         # Re-grant without telling the guest (as after a restore): its epoch is stale.
-        g2 = ctl_call(ctl, {"op": "grant"})
+        g2 = framed_call(ctl, {"op": "grant"})
         rc, _, err = fetch_in_guest("--credential", "demo", url)
-        bt.check(rc == 1 and "denied: stale epoch" in err, f"stale epoch: rc={rc} {err!r}")
-        bt.check(identity(uds, g2["epoch"], g2["token"]) == {"ok": True}, "identity after re-grant")
+        check(rc == 1 and "denied: stale epoch" in err, f"stale epoch: rc={rc} {err!r}")
+        check(identity(uds, g2["epoch"], g2["token"]) == {"ok": True}, "identity after re-grant")
         rc, out, err = fetch_in_guest("--credential", "demo", url)
-        bt.check(rc == 0, f"after the new identity: rc={rc} {err!r}")
+        check(rc == 0, f"after the new identity: rc={rc} {err!r}")
         print("    cove exec cove-fetch round trips (s): " + " ".join(f"{t:.1f}" for t in times))
         t0 = time.monotonic()
 
@@ -585,22 +553,22 @@ def test_agent_broker_fetch():
             # Snapshots (a full one, then an incremental one), taken before the greps below
             # put the secret into the guest's memory as a search pattern: no memory layer,
             # state file or disk overlay layer may hold it.
-            from snapshot_tests import api
             sb.sh("sync")
             for kind in ("Full", "Diff"):
-                status, body = api(api_sock, "PUT", "/snapshot/create", {"snapshot_type": kind})
-                bt.check(status == 200, f"{kind} snapshot: {status} {body}")
+                status, body = http_json(api_sock, "PUT", "/snapshot/create",
+                                         {"snapshot_type": kind}, timeout=120)
+                check(status == 200, f"{kind} snapshot: {status} {body}")
         # The secret is nowhere in the guest: no process environment, no file, no disk block.
         rc, out, err = sb.sh(f"grep -l {secret} /proc/[0-9]*/environ 2>/dev/null; "
                              "ls /proc/[0-9]*/environ | wc -l")
-        bt.check("/proc/" not in out and int(out.split()[-1]) > 2, f"environ grep: {out!r} {err!r}")
+        check("/proc/" not in out and int(out.split()[-1]) > 2, f"environ grep: {out!r} {err!r}")
         # Every regular file of every file system the guest can write (grep -r would follow the
         # applet symlinks into busybox hundreds of times).
         dirs = "/tmp" if LOCAL else "/ /tmp /run /dev/shm"
         rc, out, err = sb.sh(f"for d in {dirs}; do find $d -xdev -type f; done > /tmp/files.lst; "
                              f"xargs grep -l {secret} < /tmp/files.lst 2>/dev/null; "
                              "echo searched $(wc -l < /tmp/files.lst)")
-        bt.check(re.fullmatch(r"searched \d+\n", out), f"file grep found the secret: {out!r}")
+        check(re.fullmatch(r"searched \d+\n", out), f"file grep found the secret: {out!r}")
         print(f"    searched {out.split()[1]} guest files")
         print(f"    guest environ and file greps: {time.monotonic() - t0:.1f} s")
         if not LOCAL:
@@ -617,10 +585,10 @@ def test_agent_broker_fetch():
                     if path.startswith(os.path.join(tmp, "gnupg")):
                         continue
                     with open(path, "rb") as fh:
-                        bt.check(secret.encode() not in fh.read(), f"the secret is in {path}")
+                        check(secret.encode() not in fh.read(), f"the secret is in {path}")
                     searched.append(f)
             layers = [f for f in searched if f.startswith("mem-")]
-            bt.check(len(layers) >= 2 and any(f.endswith(".ovl") or f.endswith(".map")
+            check(len(layers) >= 2 and any(f.endswith(".ovl") or f.endswith(".map")
                                               for f in searched),
                      f"expected memory layers and overlay files to search, got {searched}")
             print(f"    no secret in {len(searched)} files: memory layers {layers}, state "
@@ -634,10 +602,10 @@ def test_agent_broker_fetch():
         reasons = [json.loads(l)["reason"] for l in raw.splitlines()]
         for reason in ("stale epoch", "host not allowed", "method not allowed", "path not allowed",
                        "unknown credential", "over rate", "expired"):
-            bt.check(reason in reasons, f"audit log lacks '{reason}': {reasons}")
-        bt.check(secret.encode() not in raw, "audit log holds the secret")
+            check(reason in reasons, f"audit log lacks '{reason}': {reasons}")
+        check(secret.encode() not in raw, "audit log holds the secret")
         v = subprocess.run([BROKER, "verify-audit", audit], capture_output=True, text=True)
-        bt.check(v.returncode == 0, f"verify-audit: {v.stdout!r} {v.stderr!r}")
+        check(v.returncode == 0, f"verify-audit: {v.stdout!r} {v.stderr!r}")
         print(f"    audit: {len(reasons)} records, {v.stdout.strip()}")
     finally:
         if sb:
@@ -668,7 +636,7 @@ if __name__ == "__main__":
         try:
             t()
             print(f"PASS {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
-        except bt.Failure as e:
+        except Failure as e:
             failed += 1
             print(f"FAIL {t.__name__}: {e}", flush=True)
     sys.exit(1 if failed else 0)

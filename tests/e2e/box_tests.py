@@ -2,7 +2,9 @@
 """e2e suite, run inside the KVM box: cove boots our Linux guest and cove-init runs commands.
 
 Layout inside the box (tests/e2e/run puts it there): /work/cove, /work/kernel/{bzImage,vmlinux},
-/work/rootfs/initramfs.cpio.gz, /work/rootfs/rootfs.ext4. Prints one PASS/FAIL line per test and 'N passed, N failed'.
+/work/rootfs/initramfs.cpio.gz, /work/rootfs/rootfs.ext4, and beside this file the other
+*_tests.py modules and covetest.py (tests/lib, the shared test library). Prints one PASS/FAIL
+line per test and 'N passed, N failed'.
 """
 import base64
 import hashlib
@@ -16,6 +18,11 @@ import tempfile
 import threading
 import time
 
+# covetest.py sits beside this file in the KVM box (/work) and in tests/lib in the tree (for
+# `agent_tests.py --local` run by hand; meson sets PYTHONPATH).
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from covetest import Failure, check, vsock_connect  # noqa: E402
+
 COVE = os.environ.get("COVE", "/work/cove")
 KDIR = os.environ.get("KERNEL_DIR", "/work/kernel")
 INITRD = os.environ.get("INITRD", "/work/rootfs/initramfs.cpio.gz")
@@ -27,15 +34,6 @@ VMLINUX = os.path.join(KDIR, "vmlinux")
 BOOT_TIMEOUT = float(os.environ.get("E2E_BOOT_TIMEOUT", "240"))
 BASE_CMDLINE = "console=ttyS0 reboot=k panic=-1 quiet"
 READY = re.compile(r"cove-init: ready (\d+\.\d+)")
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
 
 
 def cmdline_for(cmd=None, extra=""):
@@ -336,26 +334,7 @@ def vsock_finish(p, out, timeout=VSOCK_TIMEOUT):
 
 def vsock_host_connect(p, port, deadline):
     """Connects through the hybrid socket until the guest accepts; returns (socket, OK line)."""
-    while True:
-        check(p.poll() is None, "cove exited before the guest listened")
-        check(time.monotonic() < deadline, f"guest port {port} never accepted a connection")
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(60)
-        try:
-            s.connect(VSOCK_UDS)
-            s.sendall(f"CONNECT {port}\n".encode())
-            line = b""
-            while not line.endswith(b"\n"):
-                b = s.recv(1)
-                if not b:
-                    break
-                line += b
-            if line.startswith(b"OK "):
-                return s, line.decode().strip()
-        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, socket.timeout):
-            pass
-        s.close()
-        time.sleep(0.5)
+    return vsock_connect(VSOCK_UDS, port, deadline, proc=p, pause=0.5, timeout=60)
 
 
 def test_vsock_host_to_guest():

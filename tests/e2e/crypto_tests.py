@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import box_tests as bt
-from box_tests import check
+from covetest import check, http_json
 from snapshot_tests import COUNTER, counts, fresh, kill, layers, wait_file
 
 SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
@@ -88,8 +88,8 @@ def test_encrypted_snapshots_pkcs11():
     try:
         wait_file(con + ".plain", lambda t: len(counts(t)) >= 3, bt.BOOT_TIMEOUT,
                   "the plain control guest to count", p)
-        from snapshot_tests import api
-        status, body = api(sock + ".plain", "PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        status, body = http_json(sock + ".plain", "PUT", "/snapshot/create",
+                                 {"snapshot_type": "Full"}, timeout=120)
         check(status == 200, f"plain control snapshot: {status} {body}")
     finally:
         kill(p)
@@ -129,7 +129,7 @@ def test_encrypted_snapshots_pkcs11():
                      if byte >> b & 1), None)
         if page is not None:
             break
-    bt.check(page is not None, f"no layer of {d} stores a page")
+    check(page is not None, f"no layer of {d} stores a page")
     shutil.copy2(lay, lay + ".orig")
     with open(lay, "r+b") as f:
         f.seek(data_off + page * 4096 + 7)

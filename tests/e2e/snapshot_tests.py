@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import box_tests as bt
-from box_tests import check
+from covetest import Failure, check, http_json, vsock_connect
 
 COUNT = re.compile(r"count (\d+)\r?\n")
 COUNTER = "i=0; while :; do i=$((i+1)); echo \"count $i\"; sleep 0.2; done"
@@ -32,7 +32,7 @@ def wait_file(path, pred, timeout, what, proc=None):
     if os.path.exists(path):
         with open(path, "rb") as f:
             tail = f.read()[-1500:].decode(errors="replace")
-    raise bt.Failure(f"timed out waiting for {what}; tail {tail!r}")
+    raise Failure(f"timed out waiting for {what}; tail {tail!r}")
 
 
 def layers(d):
@@ -55,24 +55,6 @@ def kill(p):
     if p.poll() is None:
         p.kill()
     p.wait()
-
-
-def api(sock, method, path, body=None, timeout=120):
-    import http.client
-
-    class Conn(http.client.HTTPConnection):
-        def connect(self):
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(timeout)
-            self.sock.connect(sock)
-
-    c = Conn("localhost", timeout=timeout)
-    c.request(method, path, body=json.dumps(body) if body is not None else None,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
 
 
 def counts(text):
@@ -134,7 +116,8 @@ def test_vsock_listener_after_restore():
     try:
         wait_file(con1, lambda t: "LISTENING" in t, bt.BOOT_TIMEOUT, "the guest listener", p)
         time.sleep(3)  # the listener is up well before this
-        status, body = api(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        status, body = http_json(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"},
+                                 timeout=120)
         check(status == 200, f"snapshot: {status} {body}")
     finally:
         kill(p)
@@ -143,28 +126,7 @@ def test_vsock_listener_after_restore():
                           "--disk", bt.VSOCK_DISK + ",ro"],
                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        s = None
-        end = time.monotonic() + 60
-        while time.monotonic() < end and s is None:
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.settimeout(30)
-            try:
-                c.connect(uds2)
-                c.sendall(b"CONNECT 5000\n")
-                line = b""
-                while not line.endswith(b"\n"):
-                    ch = c.recv(1)
-                    if not ch:
-                        break
-                    line += ch
-                if line.startswith(b"OK "):
-                    s = c
-                    break
-            except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, socket.timeout):
-                pass
-            c.close()
-            time.sleep(0.3)
-        check(s is not None, "the restored guest's listener never accepted")
+        s, _ = vsock_connect(uds2, 5000, time.monotonic() + 60, proc=r, pause=0.3)
         s.sendall(b"hello-after-restore\n")
         s.shutdown(socket.SHUT_WR)
         s.settimeout(30)
@@ -219,7 +181,7 @@ def test_fork_three_diverge():
         # PUT /fork itself gives each clone its identity before replying (same code as cove
         # fork): two API clones print different random bytes (a line printed in the
         # milliseconds between restore and the identity event may still match: compare later ones).
-        status, body = api(sock, "PUT", "/fork", {"count": 2})
+        status, body = http_json(sock, "PUT", "/fork", {"count": 2}, timeout=120)
         check(status == 200, f"PUT /fork: {status} {body}")
         api_clones = body["clones"]
         clones += api_clones
@@ -281,7 +243,8 @@ def test_snapshot_disk_agrees_with_memory():
     try:
         wait_file(con1, lambda t: "WROTE-A" in t and len(counts(t)) >= 2, bt.BOOT_TIMEOUT,
                   "the guest to write /root/a", p)
-        status, body = api(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"})
+        status, body = http_json(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"},
+                                 timeout=120)
         check(status == 200, f"snapshot: {status} {body}")
         with open(con1) as f:
             at_snap = counts(f.read())[-1]

@@ -66,7 +66,7 @@ def test():
         # its page-directory entry, which dirties the page directory (0xb000) once more.
         regions1 = {p >> 9 for p in stamped(1)}
         extra = {0xB} if any(p >> 9 not in regions1 for p in s2) else set()
-        check(extra <= got, f"round 2: page directory not reported after entering a new 2 MiB page")
+        check(extra <= got, "round 2: page directory not reported after entering a new 2 MiB page")
         check(got - s2 - extra <= DOCUMENTED,
               f"round 2: unexpected dirty pages {fmt(got - s2 - extra - DOCUMENTED)}")
 

@@ -50,11 +50,8 @@ def test_table_device_restores(tmp):
     d = os.path.join(tmp, "chain")
     with Vm(guest("counter"), mem="2M", extra=["--snapshot-dir", d, "--rng=4096"]) as vm:
         vm.wait_output("tick 2\n")
-        check(vm.request("PATCH", "/vm", {"state": "Paused"})[0] == 204, "pause")
-        vm.read_console(0.3)
-        last = int(re.findall(rb"tick (\d+)\n", vm.out)[-1])
-        status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": "Full"})
-        check(status == 200, f"snapshot: {status} {body}")
+        last = vm.pause_at_tick()
+        vm.snapshot("Full")
         vm.stop(signal.SIGKILL)
     with open(os.path.join(d, "state-000001"), "rb") as f:
         check(b'"devices":[{"rate":4096,"burst":4096,"type":"virtio-rng"}]' in f.read(),

@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """Pause and resume over the API socket while a guest runs: no progress while paused, progress after."""
 import re
-import time
 
 from covetest import Vm, check, guest, main
 

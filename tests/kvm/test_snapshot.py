@@ -15,16 +15,10 @@ import threading
 import time
 import zlib
 
-from covetest import COVE, Failure, Vm, check, guest, main, run_cove, run_each
+from covetest import COVE, Vm, check, guest, main, run_cove, run_each, wait_file_bytes
 
 PAGE = 4096
 HDR = 4096
-
-
-def snapshot(vm, kind, timeout=120):
-    status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": kind}, timeout=timeout)
-    check(status == 200, f"{kind} snapshot: {status} {body}")
-    return body
 
 
 def chain(d):
@@ -54,20 +48,12 @@ class Layer:
             return f.read(PAGE)
 
 
-def last_tick(text):
-    ticks = re.findall(rb"tick (\d+)\n", text)
-    return int(ticks[-1]) if ticks else None
-
-
 def test_restore_continues(d):
     """Paused counter: the restored process's first tick is exactly the next one."""
     with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
         vm.wait_output("tick 3\n")
-        status, _ = vm.request("PATCH", "/vm", {"state": "Paused"})
-        check(status == 204, f"pause: {status}")
-        vm.read_console(0.3)
-        t = last_tick(vm.out)
-        body = snapshot(vm, "Full")
+        t = vm.pause_at_tick()
+        body = vm.snapshot("Full")
         check(body["layer_id"] == 1 and body["stored_pages"] > 0, f"full layer: {body}")
         vm.stop(signal.SIGKILL)
     with Vm(None, restore=d) as r:
@@ -84,10 +70,10 @@ def test_incremental_exact(d):
     cmdline = f"stamp_base={base:#x} stamp_count={count} stamp_stride={stride} rounds=3"
     with Vm(guest("stamper"), extra=["--cmdline", cmdline, "--snapshot-dir", d]) as vm:
         vm.wait_output("stamped round 1 pages 100\n")
-        full = snapshot(vm, "Full")
+        full = vm.snapshot("Full")
         vm.send_input(b"n")
         vm.wait_output("stamped round 2 pages 100\n")
-        diff = snapshot(vm, "Diff")
+        diff = vm.snapshot("Diff")
         check(diff["snapshot_type"] == "Diff" and diff["layer_id"] == 2, f"diff: {diff}")
         c = chain(d)
         check([l["id"] for l in c["layers"]] == [1, 2], f"chain: {c}")
@@ -116,7 +102,7 @@ def test_kill_during_write(d):
     cmdline = f"stamp_base={0x1000000:#x} stamp_count={count} stamp_stride=1 rounds=3"
     with Vm(guest("stamper"), mem="1G", extra=["--cmdline", cmdline, "--snapshot-dir", d]) as vm:
         vm.wait_output(f"stamped round 1 pages {count}\n", timeout=60)
-        snapshot(vm, "Full")
+        vm.snapshot("Full")
         vm.send_input(b"n")
         vm.wait_output(f"stamped round 2 pages {count}\n", timeout=60)
         before = chain(d)
@@ -157,7 +143,7 @@ def expect_restore_fails(d, what, want):
 def test_bad_files(d):
     with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
         vm.wait_output("tick 2\n")
-        snapshot(vm, "Full")
+        vm.snapshot("Full")
         vm.stop(signal.SIGKILL)
     c = chain(d)
     mem = os.path.join(d, c["layers"][0]["mem"])
@@ -228,12 +214,7 @@ def test_fork(d):
                        for fd in os.listdir(f"/proc/{c['pid']}/fd")}
                 parent = {os.readlink(f"/proc/{vm.proc.pid}/fd/1")}
                 check(not (fds & parent), f"clone {c['pid']} holds the parent's console: {fds}")
-                end = time.monotonic() + 20
-                out = b""
-                while b"tick" not in out and time.monotonic() < end:
-                    time.sleep(0.05)
-                    with open(c["console"], "rb") as f:
-                        out = f.read()
+                out = wait_file_bytes(c["console"], b"tick", 20)
                 check(b"tick" in out, f"clone {c['pid']} printed nothing in 20 s: {out[-200:]!r}")
             check(vm.alive(), "the parent died")
             print(f"fork of 2 clones: {dt * 1000:.1f} ms")
@@ -340,7 +321,7 @@ def test_api_dir_confined(d):
     try:
         with Vm(guest("counter"), extra=["--snapshot-dir", victim]) as vm:
             vm.wait_output("tick 1\n")
-            snapshot(vm, "Full")
+            vm.snapshot("Full")
             vm.stop(signal.SIGKILL)
         before = sums(victim)
         with Vm(guest("counter"), extra=["--snapshot-dir", own, "--snapshot-root", root]) as vm:

@@ -4,16 +4,13 @@ providers, restore continues, no plaintext in the layers, revoked KEK refused wi
 rekey, tampered ciphertext/header refused before the guest runs or stopping the VM at the touch."""
 import json
 import os
-import re
 import shutil
 import signal
 import struct
 import subprocess
-import tempfile
-import time
 import zlib
 
-from covetest import COVE, Failure, Vm, check, guest, main, run_cove, run_each
+from covetest import COVE, Vm, check, guest, main, run_cove, run_each, wait_file_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYCMD = os.path.join(HERE, "..", "..", "tools", "key-cmd-openssl")
@@ -32,12 +29,6 @@ def chain(d):
         return json.load(f)
 
 
-def snap(vm, kind):
-    status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": kind}, timeout=120)
-    check(status == 200, f"{kind}: {status} {body}")
-    return body
-
-
 def stamped_snapshot(d, key_spec, env=None):
     """A stamper guest: Full after round 1, Diff after round 2, then killed."""
     cmdline = f"stamp_base={BASE:#x} stamp_count={COUNT} stamp_stride={STRIDE} rounds=3"
@@ -47,10 +38,10 @@ def stamped_snapshot(d, key_spec, env=None):
         with Vm(guest("stamper"), extra=["--cmdline", cmdline, "--snapshot-dir", d,
                                          "--snapshot-key", key_spec]) as vm:
             vm.wait_output(f"stamped round 1 pages {COUNT}\n")
-            snap(vm, "Full")
+            vm.snapshot("Full")
             vm.send_input(b"n")
             vm.wait_output(f"stamped round 2 pages {COUNT}\n")
-            snap(vm, "Diff")
+            vm.snapshot("Diff")
             vm.stop(signal.SIGKILL)
     finally:
         os.environ.clear()
@@ -181,7 +172,7 @@ def test_lazy_tamper_stops_vm(tmp):
     spec = f"key-cmd:'{KEYCMD}' '{kek}'"
     with Vm(guest("counter"), extra=["--snapshot-dir", d, "--snapshot-key", spec]) as vm:
         vm.wait_output("tick 2\n")
-        snap(vm, "Full")
+        vm.snapshot("Full")
         vm.stop(signal.SIGKILL)
     lay = layer_files(d)[0]
     with open(lay, "rb") as f:
@@ -242,7 +233,7 @@ def test_keys_file_cannot_name_provider(tmp):
     with Vm(None, restore=d, extra=["--key", spec]) as r:
         r.send_input(b"n")
         r.wait_output(f"stamped round 3 pages {COUNT}\n")
-        snap(r, "Diff")
+        r.snapshot("Diff")
     check(len(chain(d)["layers"]) == 3, f"chain after the restored snapshot: {chain(d)}")
     check(not os.path.exists(marker), "a key command from the chain ran")
     print("ok the restored sandbox snapshots with the host's provider")
@@ -299,7 +290,7 @@ def test_counter_rollback(tmp):
             print(f"ok {what} layer-seq: {msg}")
         with open(seq, "wb") as f:
             f.write(honest)
-        snap(r, "Diff")
+        r.snapshot("Diff")
     check(len(chain(d)["layers"]) == 3, f"honest counter: {chain(d)}")
     print("ok honest counter: the chain continues")
 
@@ -338,23 +329,29 @@ def files_holding(d, needle):
     return hits
 
 
+def sealed_disk_setup(tmp, chunks):
+    """A key-cmd KEK, a base image and an overlay on it holding SECRET in `chunks`; returns
+    (--snapshot-key spec, base path, overlay path)."""
+    kek = os.path.join(tmp, "kek.pem")
+    sh(f"'{KEYCMD}' --genkey '{kek}'")
+    base, ovl = os.path.join(tmp, "base.img"), os.path.join(tmp, "disk.ovl")
+    with open(base, "wb") as f:
+        f.write(b"\x5a" * ODISK)
+    make_overlay(ovl, chunks)
+    return f"key-cmd:'{KEYCMD}' '{kek}'", base, ovl
+
+
 def test_sealed_disk_layers(tmp):
     """Issue 12 item 4: an encrypted snapshot seals the frozen overlay layer (data and map);
     no plaintext remains; restore authenticates the map (a flipped byte: one line) and
     --verify every chunk (a flipped data byte: one line)."""
     d = os.path.join(tmp, "chain")
-    kek = os.path.join(tmp, "kek.pem")
-    sh(f"'{KEYCMD}' --genkey '{kek}'")
-    spec = f"key-cmd:'{KEYCMD}' '{kek}'"
-    base, ovl = os.path.join(tmp, "base.img"), os.path.join(tmp, "disk.ovl")
-    with open(base, "wb") as f:
-        f.write(b"\x5a" * ODISK)
-    make_overlay(ovl, [0, 3, 15])
+    spec, base, ovl = sealed_disk_setup(tmp, [0, 3, 15])
     check(files_holding(tmp, SECRET) == [ovl], "control: the pattern is not where it should be")
     with Vm(guest("counter"), extra=["--disk", f"{base},overlay={ovl}", "--snapshot-dir", d,
                                      "--snapshot-key", spec]) as vm:
         vm.wait_output("tick 2\n")
-        snap(vm, "Full")
+        vm.snapshot("Full")
         vm.stop(signal.SIGKILL)
     hits = files_holding(tmp, SECRET)
     check(not hits, f"plaintext disk data after an encrypted snapshot: {hits}")
@@ -409,13 +406,7 @@ def test_fork_encrypted(tmp):
     """Clones of an encrypted sandbox restore with the parent's host-side --snapshot-key; the
     parent's sealed disk layer stays readable from the clone's own chain (same data key)."""
     d = os.path.join(tmp, "chain")
-    kek = os.path.join(tmp, "kek.pem")
-    sh(f"'{KEYCMD}' --genkey '{kek}'")
-    spec = f"key-cmd:'{KEYCMD}' '{kek}'"
-    base, ovl = os.path.join(tmp, "base.img"), os.path.join(tmp, "disk.ovl")
-    with open(base, "wb") as f:
-        f.write(b"\x5a" * ODISK)
-    make_overlay(ovl, [1, 2])
+    spec, base, ovl = sealed_disk_setup(tmp, [1, 2])
     with Vm(guest("counter"), extra=["--disk", f"{base},overlay={ovl}", "--snapshot-dir", d,
                                      "--snapshot-key", spec]) as vm:
         vm.wait_output("tick 2\n")
@@ -423,12 +414,7 @@ def test_fork_encrypted(tmp):
         check(status == 200 and len(body["clones"]) == 1, f"fork: {status} {body}")
         c = body["clones"][0]
         try:
-            end = time.monotonic() + 20
-            out = b""
-            while b"tick" not in out and time.monotonic() < end:
-                time.sleep(0.05)
-                with open(c["console"], "rb") as f:
-                    out = f.read()
+            out = wait_file_bytes(c["console"], b"tick", 20)
             check(b"tick" in out, f"the encrypted clone printed nothing: {out[-200:]!r}")
             with open(f"/proc/{c['pid']}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")

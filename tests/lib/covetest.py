@@ -1,11 +1,18 @@
-"""Helpers for the kvm suite: run cove on test guests, read its console, talk to its API socket."""
+"""The Python test library shared by the kvm, e2e, broker and bench tests: check/Failure, cove
+on a test guest (Vm), HTTP over a Unix socket, the hybrid vsock CONNECT handshake, framed JSON.
+
+Standard library only: it is also copied into the KVM box beside box_tests.py and the bench
+*_in_box.py scripts (tests/e2e/run, bench/lib.sh), which import it from /work.
+"""
 import http.client
 import json
 import os
+import re
 import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,6 +44,22 @@ class Failure(Exception):
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
+
+
+class Tally:
+    """Soft checks for scripts that go on after a failed check: each call prints ok/FAIL and
+    remembers what failed; the script exits with status()."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, cond, what):
+        print(("ok   " if cond else "FAIL ") + what, flush=True)
+        if not cond:
+            self.failures.append(what)
+
+    def status(self):
+        return 1 if self.failures else 0
 
 
 def run_cove(args, timeout=30, stdin=None):
@@ -110,18 +133,21 @@ class Vm:
         self.proc.stdin.flush()
 
     def request(self, method, path, body=None, headers=None, timeout=10):
-        conn = UnixHTTPConnection(self.sock, timeout=timeout)
-        try:
-            hdrs = dict(headers or {})
-            if body is not None and not isinstance(body, (bytes, str)):
-                body = json.dumps(body)
-                hdrs.setdefault("Content-Type", "application/json")
-            conn.request(method, path, body=body, headers=hdrs)
-            resp = conn.getresponse()
-            data = resp.read()
-            return resp.status, (json.loads(data) if data else None)
-        finally:
-            conn.close()
+        return http_json(self.sock, method, path, body, headers=headers, timeout=timeout)
+
+    def snapshot(self, kind, timeout=120):
+        """PUT /snapshot/create of `kind` (Full, Diff); the reply's body (200 or Failure)."""
+        status, body = self.request("PUT", "/snapshot/create", {"snapshot_type": kind},
+                                    timeout=timeout)
+        check(status == 200, f"{kind} snapshot: {status} {body}")
+        return body
+
+    def pause_at_tick(self):
+        """Pauses a counter guest; returns the last tick it printed (the next one comes after
+        resume or restore)."""
+        check(self.request("PATCH", "/vm", {"state": "Paused"})[0] == 204, "pause")
+        self.read_console(0.3)
+        return last_tick(self.out)
 
     def raw(self, data, timeout=5):
         """Sends raw bytes on a fresh connection; returns whatever comes back before close/timeout."""
@@ -174,6 +200,26 @@ class Vm:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def last_tick(console):
+    """The number of the last "tick N" line a counter guest printed (None before the first)."""
+    ticks = re.findall(rb"tick (\d+)\n", console)
+    return int(ticks[-1]) if ticks else None
+
+
+def wait_file_bytes(path, needle, timeout):
+    """Polls a file (a clone's console) until it holds `needle` or `timeout` passes; returns
+    what it held last."""
+    end = time.monotonic() + timeout
+    out = b""
+    while needle not in out and time.monotonic() < end:
+        time.sleep(0.05)
+        with open(path, "rb") as f:
+            out = f.read()
+    return out
+
+
+# --- HTTP over a Unix socket (cove's API) ---------------------------------------------------
+
 class UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path, timeout=10):
         super().__init__("localhost", timeout=timeout)
@@ -184,6 +230,94 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         s.settimeout(self.timeout)
         s.connect(self.unix_path)
         self.sock = s
+
+
+def http_json(sock, method, path, body=None, headers=None, timeout=10):
+    """One HTTP request on the Unix socket `sock`; a body that is not bytes or str goes as
+    JSON. Returns (status, decoded JSON reply or None)."""
+    conn = UnixHTTPConnection(sock, timeout=timeout)
+    try:
+        hdrs = dict(headers or {})
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+            hdrs.setdefault("Content-Type", "application/json")
+        conn.request(method, path, body=body, headers=hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, (json.loads(data) if data else None)
+    finally:
+        conn.close()
+
+
+# --- vsock through cove's hybrid Unix socket (Firecracker's protocol) ------------------------
+
+def vsock_handshake(s, port):
+    """Sends "CONNECT port" on a connected socket; returns the reply line (b"OK <n>" when the
+    guest accepted, anything else or b"" when it did not)."""
+    s.sendall(f"CONNECT {port}\n".encode())
+    line = b""
+    while not line.endswith(b"\n"):
+        c = s.recv(1)
+        if not c:
+            break
+        line += c
+    return line
+
+
+def vsock_connect(uds, port, deadline, proc=None, pause=0.2, timeout=30):
+    """Connects to guest `port` through cove's socket `uds`, again every `pause` seconds until
+    the guest accepts; returns (socket, OK line). Failure when monotonic time passes
+    `deadline` or `proc` (cove) exits first."""
+    while True:
+        check(proc is None or proc.poll() is None, "cove exited before the guest listened")
+        check(time.monotonic() < deadline, f"guest port {port} never accepted a connection")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(uds)
+            line = vsock_handshake(s, port)
+            if line.startswith(b"OK "):
+                return s, line.decode().strip()
+        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, socket.timeout):
+            pass
+        s.close()
+        time.sleep(pause)
+
+
+# --- framed JSON (4-byte big-endian length, then JSON): cove-init's agent, cove-broker -------
+
+def frame(obj):
+    data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def recv_msg(s):
+    (n,) = struct.unpack(">I", recv_exact(s, 4))
+    return json.loads(recv_exact(s, n))
+
+
+def connect_unix(path, timeout=30):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    return s
+
+
+def framed_call(path, obj, timeout=30):
+    """One framed request and its reply on a fresh connection to the Unix socket `path`."""
+    with connect_unix(path, timeout) as s:
+        s.sendall(frame(obj))
+        return recv_msg(s)
 
 
 def smaps_rss(pid):
