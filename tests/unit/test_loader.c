@@ -40,8 +40,10 @@ struct loader_fx {
 	char err[256];
 };
 
-static int setup_ram(void **state, uint64_t size)
+/* The cmocka prestate is the RAM size. */
+static int setup(void **state)
 {
+	uint64_t size = *(const uint64_t *)*state;
 	struct loader_fx *f = calloc(1, sizeof(*f));
 	if (!f || guest_mem_create(&f->m, size)) {
 		free(f);
@@ -49,16 +51,6 @@ static int setup_ram(void **state, uint64_t size)
 	}
 	*state = f;
 	return 0;
-}
-
-static int setup_16m(void **state)
-{
-	return setup_ram(state, 16ULL << 20);
-}
-
-static int setup_64m(void **state)
-{
-	return setup_ram(state, 64ULL << 20);
 }
 
 static int teardown(void **state)
@@ -223,11 +215,12 @@ static void test_loader_pvh_note(void **state)
 
 int main(void)
 {
+	uint64_t ram = 16ULL << 20, bz_ram = 64ULL << 20;
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_loader_elf, setup_16m, teardown),
-	    cmocka_unit_test_setup_teardown(test_loader_rejects, setup_16m, teardown),
-	    cmocka_unit_test_setup_teardown(test_loader_bzimage, setup_64m, teardown),
-	    cmocka_unit_test_setup_teardown(test_loader_pvh_note, setup_16m, teardown),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_elf, setup, teardown, &ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_rejects, setup, teardown, &ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_bzimage, setup, teardown, &bz_ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_pvh_note, setup, teardown, &ram),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
