@@ -585,6 +585,7 @@ static void test_layer_write_einval(void **state)
 	};
 	char p[160];
 	snprintf(p, sizeof(p), "%s/einval.layer", f->dir);
+	int no_uring = 0;
 	for (int m = WRITE_URING; m <= WRITE_PWRITE; m++) {
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 			struct progress pr;
@@ -600,8 +601,10 @@ static void test_layer_write_einval(void **state)
 		const struct write_extent edge[] = {{0, buf_len, 0}, {100, buf_len - 7, 7}};
 		struct progress pr;
 		int r = write_with(p, (enum write_method)m, buf, buf_len, edge, 2, &pr);
-		if (r == -ENOSYS || r == -EPERM)
+		if (m == WRITE_URING && (r == -ENOSYS || r == -EPERM)) {
+			no_uring = r;
 			continue;
+		}
 		assert_int_equal(r, 0);
 		assert_int_equal(pr.done, 7);
 		/* No extents at all. */
@@ -610,6 +613,12 @@ static void test_layer_write_einval(void **state)
 	}
 	unlink(p);
 	free(buf);
+	if (no_uring) {
+		/* The refusals and the pwrite edges passed; the io_uring edges were not run. */
+		print_message("io_uring unavailable (%s): WRITE_URING edges not checked\n",
+			      strerror(-no_uring));
+		skip();
+	}
 }
 
 /* Writes beneath a directory fd never go through a link; names from a chain are plain. */
