@@ -116,11 +116,13 @@ static void tamper(const struct lazy_fx *f, int k, uint64_t off)
 	close(fd);
 }
 
+/* A byte inside the ciphertext of page p in layer k's file. */
 static uint64_t data_off(const struct lazy_fx *f, int k, uint64_t p)
 {
 	return f->ls->layers[k].info.data_off + p * MEM_LAYER_PAGE + 100;
 }
 
+/* A byte inside the tag of page p in layer k's file. */
 static uint64_t tag_off(const struct lazy_fx *f, int k, uint64_t p)
 {
 	return f->ls->layers[k].info.tag_off + p * CRYPTO_TAG_LEN + 3;
@@ -232,6 +234,49 @@ static void test_fill_on_first_touch(void **state)
 	lazy_mem_stop(&lm); /* stopping twice is harmless */
 }
 
+struct toucher {
+	const struct vm *vm;
+	uint64_t page;
+	uint8_t seen_first, seen_last;
+};
+
+static void *touch_page(void *arg)
+{
+	struct toucher *t = arg;
+	const volatile uint8_t *pg = t->vm->mem.host + t->page * MEM_LAYER_PAGE;
+	t->seen_first = pg[0];
+	t->seen_last = pg[MEM_LAYER_PAGE - 1];
+	return NULL;
+}
+
+/*
+ * Several threads (vCPUs, device threads) faulting on one page at once all see the snapshot
+ * page: the copy that comes second finds the page there (EEXIST) and is not an error.
+ */
+static void test_concurrent_touch(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	struct lazy_mem lm;
+	start(f, &lm);
+	pthread_t th[4];
+	struct toucher t[4];
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct toucher){.vm = f->vm, .page = 10};
+		assert_int_equal(pthread_create(&th[i], NULL, touch_page, &t[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(t[i].seen_first, fx_expect(2, 10));
+		assert_int_equal(t[i].seen_last, fx_expect(2, 10));
+	}
+	lazy_mem_stop(&lm);
+	assert_in_range(lm.faults, 1, 4);
+	assert_int_equal(lm.zero_pages, 0);
+	assert_int_equal(lm.bad_pages, 0);
+	assert_false(f->vm->stop_requested);
+}
+
 /* A first write gets the snapshot page first, then lands on it. */
 static void test_write_first_touch(void **state)
 {
@@ -325,6 +370,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_verify_all_tampered, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fill_on_first_touch, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_write_first_touch, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_concurrent_touch, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_tampered_page_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unchecked_layers_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_fails_on_unmapped_ram, setup, teardown),
