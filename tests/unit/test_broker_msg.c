@@ -1,6 +1,7 @@
 /* Unit tests for cove-broker's message side: framing, guest request validation (bad length,
- * bad JSON, wrong types, huge), the credential-helper protocol, secret scrubbing, the audit hash
- * chain, and the full guest handler on malformed input. */
+ * bad JSON, wrong types, huge), the credential-helper protocol, secret scrubbing (and the
+ * encodings a server may echo a secret in), the audit hash chain, and the full guest handler on
+ * malformed input. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -304,6 +305,16 @@ static char *scrub_str(const struct scrubber *s, const char *in)
 	return out;
 }
 
+/* Expects in to be scrubbed to exactly want. */
+static void scrubs_to(const struct scrubber *s, const char *in, const char *want)
+{
+	char *out = scrub_str(s, in);
+
+	if (strcmp(out, want))
+		fail_msg("scrub(\"%s\") = \"%s\", want \"%s\"", in, out, want);
+	free(out);
+}
+
 static void test_scrub(void **state)
 {
 	const char *secret = "hunter2-Sup3rS3cret";
@@ -388,6 +399,76 @@ static void test_scrub_b64_cores(void **state)
 	scrub_free(&s);
 }
 
+/* The encodings a server may echo a secret in besides raw and standard base64. */
+static void test_scrub_encodings(void **state)
+{
+	const char *secret = "s3cr/t+K3y?~x=y&\"z\"";
+	struct scrubber s = {0};
+	char enc[128], in[256];
+	size_t i;
+
+	(void)state;
+	assert_int_equal(scrub_add(&s, secret, strlen(secret)), 0);
+	/* base64url, with and without padding. */
+	b64_encode((const uint8_t *)secret, strlen(secret), enc);
+	for (i = 0; enc[i]; i++)
+		enc[i] = enc[i] == '+' ? '-' : enc[i] == '/' ? '_' : enc[i];
+	assert_non_null(strpbrk(enc, "-_"));
+	snprintf(in, sizeof(in), "t=%s;", enc);
+	scrubs_to(&s, in, "t=[REDACTED];");
+	enc[strcspn(enc, "=")] = '\0';
+	snprintf(in, sizeof(in), "t=%s;", enc);
+	scrubs_to(&s, in, "t=[REDACTED];");
+	/* base64url of "Bearer <secret>" (the core inside a longer stream). */
+	snprintf(in, sizeof(in), "Bearer %s", secret);
+	b64_encode((const uint8_t *)in, strlen(in), enc);
+	for (i = 0; enc[i]; i++)
+		enc[i] = enc[i] == '+' ? '-' : enc[i] == '/' ? '_' : enc[i];
+	{
+		char *out = scrub_str(&s, enc);
+
+		assert_non_null(strstr(out, "[REDACTED]"));
+		assert_true(strlen(out) < strlen(enc) - strlen(secret) + 10);
+		free(out);
+	}
+	/* Percent-encoding: encodeURIComponent, every byte, lower-case hex, form '+'. */
+	scrubs_to(&s, "q=s3cr%2Ft%2BK3y%3F~x%3Dy%26%22z%22&", "q=[REDACTED]&");
+	scrubs_to(&s, "%73%33%63%72%2f%74%2b%4b%33%79%3f%7e%78%3d%79%26%22%7a%22", "[REDACTED]");
+	scrubs_to(&s, "<%73%33%63%72%2F%74%2B%4B%33%79%3F%7E%78%3D%79%26%22%7A%22>",
+		  "<[REDACTED]>");
+	/* JSON escapes: "\/", "\"", and \u forms (any case). */
+	scrubs_to(&s, "{\"t\":\"s3cr\\/t+K3y?~x=y&\\\"z\\\"\"}", "{\"t\":\"[REDACTED]\"}");
+	scrubs_to(&s,
+		  "\"\\u0073\\u0033cr\\u002Ft\\u002bK3y\\u003f~x\\u003dy\\u0026\\u0022z\\u0022\"",
+		  "\"[REDACTED]\"");
+	/* Hex, lower and upper case. */
+	scrubs_to(&s, "h=733363722f742b4b33793f7e783d7926227a22.", "h=[REDACTED].");
+	scrubs_to(&s, "h=733363722F742B4B33793F7E783D7926227A22.", "h=[REDACTED].");
+	/* Unrelated escapes are left alone. */
+	scrubs_to(&s, "a%20b \\u0041 %zz \\", "a%20b \\u0041 %zz \\");
+	scrub_free(&s);
+	/* A non-ASCII secret written as JSON \u escapes (BMP and a surrogate pair). */
+	assert_int_equal(scrub_add(&s, "p\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80q", 11), 0);
+	scrubs_to(&s, "x\"p\\u00e9\\u20AC\\ud83d\\ude00q\"", "x\"[REDACTED]\"");
+	scrub_free(&s);
+	/* A literal '%' or '+' in the secret is found raw and encoded. */
+	assert_int_equal(scrub_add(&s, "a%25b+c d", 9), 0);
+	scrubs_to(&s, "[a%25b+c d]", "[[REDACTED]]");
+	scrubs_to(&s, "[a%2525b%2Bc+d]", "[[REDACTED]]");
+	scrub_free(&s);
+}
+
+/* The record of a GET by credential "demo" the policy refused. */
+static struct audit_rec denied_get(uint64_t epoch, const char *url)
+{
+	return (struct audit_rec){.epoch = epoch,
+				  .credential = "demo",
+				  .method = "GET",
+				  .url = url,
+				  .decision = "deny",
+				  .reason = "host not allowed"};
+}
+
 static const char *tmp_audit(char *path)
 {
 	int fd = mkstemp(path);
@@ -447,12 +528,7 @@ static void test_audit_mac(void **state)
 	char dir[] = "/tmp/cbk-XXXXXX", kpath[64], lpath[64], other[64], why[256], err[256];
 	uint8_t key[AUDIT_KEY_LEN], key2[AUDIT_KEY_LEN], fake[AUDIT_KEY_LEN];
 	struct audit a;
-	struct audit_rec r = {.epoch = 2,
-			      .credential = "demo",
-			      .method = "GET",
-			      .url = "http://h/v1/x",
-			      .decision = "deny",
-			      .reason = "host not allowed"};
+	struct audit_rec r = denied_get(2, "http://h/v1/x");
 	struct stat st;
 	char *buf, *forged;
 	size_t len, flen, nrec;
@@ -542,12 +618,7 @@ static void test_audit_chain(void **state)
 {
 	char path[] = "/tmp/cba-XXXXXX", why[256], err[256], *buf, *copy, *l2, *l3;
 	struct audit a;
-	struct audit_rec r = {.epoch = 4,
-			      .credential = "demo",
-			      .method = "GET",
-			      .url = "http://h/v1/\x01\"q",
-			      .decision = "deny",
-			      .reason = "host not allowed"};
+	struct audit_rec r = denied_get(4, "http://h/v1/\x01\"q");
 	size_t len, nrec;
 	int i;
 
@@ -765,18 +836,13 @@ static void test_handle_fuzz(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_frame),
-	    cmocka_unit_test(test_b64),
-	    cmocka_unit_test(test_request_parse),
-	    cmocka_unit_test(test_request_huge),
+	    cmocka_unit_test(test_frame),	    cmocka_unit_test(test_b64),
+	    cmocka_unit_test(test_request_parse),   cmocka_unit_test(test_request_huge),
 
-	    cmocka_unit_test(test_helper_parse),
-	    cmocka_unit_test(test_helper_run),
-	    cmocka_unit_test(test_scrub),
-	    cmocka_unit_test(test_scrub_b64_cores),
-	    cmocka_unit_test(test_audit_chain),
-	    cmocka_unit_test(test_audit_mac),
-	    cmocka_unit_test(test_handle_malformed),
+	    cmocka_unit_test(test_helper_parse),    cmocka_unit_test(test_helper_run),
+	    cmocka_unit_test(test_scrub),	    cmocka_unit_test(test_scrub_b64_cores),
+	    cmocka_unit_test(test_scrub_encodings), cmocka_unit_test(test_audit_chain),
+	    cmocka_unit_test(test_audit_mac),	    cmocka_unit_test(test_handle_malformed),
 	    cmocka_unit_test(test_handle_fuzz),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

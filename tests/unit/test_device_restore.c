@@ -457,23 +457,30 @@ static void test_board_restore_line(void **state)
 	assert_int_equal(serial_create(&b->com1, NULL, -1), 0);
 	assert_int_equal(i8042_create(&b->kbd, NULL), 0);
 	assert_int_equal(cmos_rtc_create(&b->rtc, NULL), 0);
-	struct serial_state ss;
-	struct i8042_state ks;
-	struct cmos_rtc_state rs;
-	serial_save(&b->com1, &ss);
-	i8042_save(&b->kbd, &ks);
-	cmos_rtc_save(&b->rtc, &rs);
-	rs.index = 0xc8;
-	struct state_section_ref secs[] = {
-	    {SEC_DEVICE, 0, (const uint8_t *)&ss, sizeof(ss)},
-	    {SEC_DEVICE, 1, (const uint8_t *)&ks, sizeof(ks)},
-	    {SEC_DEVICE, 2, (const uint8_t *)&rs, sizeof(rs)},
-	};
+	/* The board's sections as a snapshot writes them (serial 0, i8042 1, CMOS RTC 2)... */
+	struct state_buf buf;
+	state_buf_init(&buf);
+	board_save(b, &buf);
+	assert_int_equal(state_finish(&buf), 0);
+	struct state_section_ref *secs;
+	size_t n;
 	char err[256];
-	assert_int_equal(board_restore(b, secs, 3, err, sizeof(err)), -EINVAL);
+	assert_int_equal(state_parse(buf.p, buf.len, &secs, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 3);
+	/* ...with the RTC's register index pointed past its RAM. */
+	struct state_section_ref *rtc = &secs[2];
+	assert_ptr_equal(state_find(secs, n, SEC_DEVICE, 2), rtc);
+	struct cmos_rtc_state rs;
+	assert_int_equal(rtc->len, sizeof(rs));
+	memcpy(&rs, rtc->payload, sizeof(rs));
+	rtc->payload = (const uint8_t *)&rs;
+	rs.index = 0xc8;
+	assert_int_equal(board_restore(b, secs, n, err, sizeof(err)), -EINVAL);
 	assert_string_equal(err, "state file: CMOS RTC: index 0xc8 is past the 128-byte RAM");
 	rs.index = 0x10;
-	assert_int_equal(board_restore(b, secs, 3, err, sizeof(err)), 0);
+	assert_int_equal(board_restore(b, secs, n, err, sizeof(err)), 0);
+	free(secs);
+	state_buf_free(&buf);
 	serial_destroy(&b->com1);
 	i8042_destroy(&b->kbd);
 	cmos_rtc_destroy(&b->rtc);

@@ -2,34 +2,42 @@
 #include "helpers.h"
 #include "vmm/guest_mem.h"
 
-static void test_mem_layout_small(void **state)
+/* RAM split around the MMIO hole: the slots (address, size, memfd offset) for each RAM size. */
+static void test_mem_layout(void **state)
 {
 	(void)state;
-	struct mem_slot s[MEM_MAX_SLOTS];
-	uint32_t n;
-	assert_int_equal(guest_mem_layout(256ULL << 20, s, &n), 0);
-	assert_int_equal(n, 1);
-	assert_int_equal(s[0].gpa, 0);
-	assert_int_equal(s[0].size, 256ULL << 20);
-	assert_int_equal(guest_mem_layout(MMIO_HOLE_START, s, &n), 0);
-	assert_int_equal(n, 1);
-}
-
-static void test_mem_layout_hole(void **state)
-{
-	(void)state;
-	struct mem_slot s[MEM_MAX_SLOTS];
-	uint32_t n;
-	assert_int_equal(guest_mem_layout(4ULL << 30, s, &n), 0);
-	assert_int_equal(n, 2);
-	assert_int_equal(s[0].gpa, 0);
-	assert_int_equal(s[0].size, MMIO_HOLE_START);
-	assert_int_equal(s[1].gpa, 1ULL << 32);
-	assert_int_equal(s[1].size, (4ULL << 30) - MMIO_HOLE_START);
-	assert_int_equal(s[1].file_off, MMIO_HOLE_START);
-	assert_int_equal(guest_mem_layout(0, s, &n), -EINVAL);
-	assert_int_equal(guest_mem_layout((256ULL << 20) + 1, s, &n), -EINVAL);
-	assert_int_equal(guest_mem_layout(MEM_MAX_SIZE + PAGE_SIZE, s, &n), -EINVAL);
+	static const struct {
+		uint64_t size;
+		int r;
+		uint32_t n;
+		struct mem_slot s[MEM_MAX_SLOTS];
+	} cases[] = {
+	    {256ULL << 20, 0, 1, {{.gpa = 0, .size = 256ULL << 20}}},
+	    {MMIO_HOLE_START, 0, 1, {{.gpa = 0, .size = MMIO_HOLE_START}}},
+	    {4ULL << 30,
+	     0,
+	     2,
+	     {{.gpa = 0, .size = MMIO_HOLE_START},
+	      {.gpa = 1ULL << 32,
+	       .size = (4ULL << 30) - MMIO_HOLE_START,
+	       .file_off = MMIO_HOLE_START}}},
+	    {0, -EINVAL, 0, {{0}}},
+	    {(256ULL << 20) + 1, -EINVAL, 0, {{0}}},
+	    {MEM_MAX_SIZE + PAGE_SIZE, -EINVAL, 0, {{0}}},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct mem_slot s[MEM_MAX_SLOTS];
+		uint32_t n;
+		assert_int_equal(guest_mem_layout(cases[i].size, s, &n), cases[i].r);
+		if (cases[i].r)
+			continue;
+		assert_int_equal(n, cases[i].n);
+		for (uint32_t k = 0; k < n; k++) {
+			assert_int_equal(s[k].gpa, cases[i].s[k].gpa);
+			assert_int_equal(s[k].size, cases[i].s[k].size);
+			assert_int_equal(s[k].file_off, cases[i].s[k].file_off);
+		}
+	}
 }
 
 static void test_mem_ptr_checks(void **state)
@@ -60,8 +68,7 @@ static void test_mem_ptr_checks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_mem_layout_small),
-	    cmocka_unit_test(test_mem_layout_hole),
+	    cmocka_unit_test(test_mem_layout),
 	    cmocka_unit_test(test_mem_ptr_checks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

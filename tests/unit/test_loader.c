@@ -33,44 +33,64 @@ static void make_elf(struct elf_img *img)
 	memset(img->code, 0x90, sizeof(img->code));
 }
 
+/* Each test's guest RAM (16 MiB, or 64 MiB for a bzImage's room to decompress) and results. */
+struct loader_fx {
+	struct guest_mem m;
+	struct kernel_image k;
+	char err[256];
+};
+
+/* The cmocka prestate is the RAM size. */
+static int setup(void **state)
+{
+	uint64_t size = *(const uint64_t *)*state;
+	struct loader_fx *f = calloc(1, sizeof(*f));
+	if (!f || guest_mem_create(&f->m, size)) {
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct loader_fx *f = *state;
+	guest_mem_destroy(&f->m);
+	free(f);
+	return 0;
+}
+
 static void test_loader_elf(void **state)
 {
-	(void)state;
-	struct guest_mem m;
+	struct loader_fx *f = *state;
 	struct elf_img img;
-	char err[256];
-	struct kernel_image k;
-	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
 	make_elf(&img);
-	memset(m.host + 0x100000 + 64, 0x55, 64); /* bss must come out zeroed */
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, sizeof(img), &k, err, sizeof(err)),
-			 0);
-	assert_int_equal(k.kind, KERNEL_ELF);
-	assert_int_equal(k.entry, 0x100010);
-	assert_int_equal(k.pvh_entry, 0);
-	assert_int_equal(k.load_end, 0x102000);
-	assert_int_equal(m.host[0x100000], 0x90);
-	assert_int_equal(m.host[0x100000 + 64], 0);
-	guest_mem_destroy(&m);
+	memset(f->m.host + 0x100000 + 64, 0x55, 64); /* bss must come out zeroed */
+	assert_int_equal(
+	    loader_load_image(&f->m, (uint8_t *)&img, sizeof(img), &f->k, f->err, sizeof(f->err)),
+	    0);
+	assert_int_equal(f->k.kind, KERNEL_ELF);
+	assert_int_equal(f->k.entry, 0x100010);
+	assert_int_equal(f->k.pvh_entry, 0);
+	assert_int_equal(f->k.load_end, 0x102000);
+	assert_int_equal(f->m.host[0x100000], 0x90);
+	assert_int_equal(f->m.host[0x100000 + 64], 0);
 }
 
 static void test_loader_rejects(void **state)
 {
-	(void)state;
-	struct guest_mem m;
+	struct loader_fx *f = *state;
 	struct elf_img img;
-	char err[256];
-	struct kernel_image k;
-	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
 #define EXPECT_REJECT(mutate, word)                                                                \
 	do {                                                                                       \
 		make_elf(&img);                                                                    \
 		mutate;                                                                            \
-		err[0] = 0;                                                                        \
-		assert_int_equal(                                                                  \
-		    loader_load_image(&m, (uint8_t *)&img, sizeof(img), &k, err, sizeof(err)),     \
-		    -ENOEXEC);                                                                     \
-		assert_non_null(strstr(err, word));                                                \
+		f->err[0] = 0;                                                                     \
+		assert_int_equal(loader_load_image(&f->m, (uint8_t *)&img, sizeof(img), &f->k,     \
+						   f->err, sizeof(f->err)),                        \
+				 -ENOEXEC);                                                        \
+		assert_non_null(strstr(f->err, word));                                             \
 	} while (0)
 	EXPECT_REJECT(img.eh.e_machine = EM_386, "x86-64");
 	EXPECT_REJECT(img.eh.e_ident[EI_CLASS] = ELFCLASS32, "64-bit");
@@ -84,17 +104,18 @@ static void test_loader_rejects(void **state)
 	EXPECT_REJECT(img.ph[0].p_paddr = UINT64_MAX - 0x10, "not in guest RAM");
 	EXPECT_REJECT(img.eh.e_entry = 0x900000, "entry");
 	EXPECT_REJECT(img.ph[0].p_type = PT_NULL, "no loadable");
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 20, &k, err, sizeof(err)),
-			 -ENOEXEC);
-	assert_non_null(strstr(err, "truncated"));
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&img, 0, &k, err, sizeof(err)), -ENOEXEC);
+	assert_int_equal(
+	    loader_load_image(&f->m, (uint8_t *)&img, 20, &f->k, f->err, sizeof(f->err)), -ENOEXEC);
+	assert_non_null(strstr(f->err, "truncated"));
+	assert_int_equal(
+	    loader_load_image(&f->m, (uint8_t *)&img, 0, &f->k, f->err, sizeof(f->err)), -ENOEXEC);
 	/* Not ELF: loaded flat at 1 MiB. */
 	uint8_t flat[16] = {0xf4};
-	assert_int_equal(loader_load_image(&m, flat, sizeof(flat), &k, err, sizeof(err)), 0);
-	assert_int_equal(k.kind, KERNEL_FLAT);
-	assert_int_equal(k.entry, 0x100000);
-	assert_int_equal(m.host[0x100000], 0xf4);
-	guest_mem_destroy(&m);
+	assert_int_equal(
+	    loader_load_image(&f->m, flat, sizeof(flat), &f->k, f->err, sizeof(f->err)), 0);
+	assert_int_equal(f->k.kind, KERNEL_FLAT);
+	assert_int_equal(f->k.entry, 0x100000);
+	assert_int_equal(f->m.host[0x100000], 0xf4);
 }
 
 /* A minimal bzImage: setup sectors plus `payload` bytes of protected-mode code. */
@@ -123,88 +144,83 @@ static uint8_t *make_bzimage(size_t payload, size_t *len)
 
 static void test_loader_bzimage(void **state)
 {
-	(void)state;
-	struct guest_mem m;
-	struct kernel_image k;
-	char err[256];
+	struct loader_fx *f = *state;
 	size_t len;
-	assert_int_equal(guest_mem_create(&m, 64ULL << 20), 0);
 	uint8_t *b = make_bzimage(4096, &len);
-	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), 0);
-	assert_int_equal(k.kind, KERNEL_BZIMAGE);
-	assert_int_equal(k.entry, 0x100200);
-	assert_int_equal(k.load_end, 0x1200000);
-	assert_int_equal(k.setup_hdr_len, 0x268 - 0x1f1);
-	assert_int_equal(m.host[0x100000], 0xcc);
+	assert_int_equal(loader_load_image(&f->m, b, len, &f->k, f->err, sizeof(f->err)), 0);
+	assert_int_equal(f->k.kind, KERNEL_BZIMAGE);
+	assert_int_equal(f->k.entry, 0x100200);
+	assert_int_equal(f->k.load_end, 0x1200000);
+	assert_int_equal(f->k.setup_hdr_len, 0x268 - 0x1f1);
+	assert_int_equal(f->m.host[0x100000], 0xcc);
 	/* The zero page carries the kernel's own header plus what the loader sets. */
-	assert_int_equal(x86_boot_write_zero_page(&m, "console=ttyS0", &k), 0);
-	const uint8_t *zp = m.host + BOOT_ZERO_PAGE_ADDR;
+	assert_int_equal(x86_boot_write_zero_page(&f->m, "console=ttyS0", &f->k), 0);
+	const uint8_t *zp = f->m.host + BOOT_ZERO_PAGE_ADDR;
 	assert_memory_equal(zp + 0x202, "HdrS", 4);
 	assert_int_equal(zp[0x210], 0xff); /* type_of_loader */
 	uint32_t cl;
 	memcpy(&cl, zp + 0x228, 4);
 	assert_int_equal(cl, BOOT_CMDLINE_ADDR);
-	assert_string_equal((const char *)m.host + BOOT_CMDLINE_ADDR, "console=ttyS0");
+	assert_string_equal((const char *)f->m.host + BOOT_CMDLINE_ADDR, "console=ttyS0");
 	/* Truncated payload, old protocol, no 64-bit entry, no room to decompress. */
-	assert_int_equal(loader_load_image(&m, b, len - 64, &k, err, sizeof(err)), -ENOEXEC);
-	assert_non_null(strstr(err, "truncated"));
+	assert_int_equal(loader_load_image(&f->m, b, len - 64, &f->k, f->err, sizeof(f->err)),
+			 -ENOEXEC);
+	assert_non_null(strstr(f->err, "truncated"));
 	uint16_t old = 0x0206;
 	memcpy(b + 0x206, &old, 2);
-	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -ENOEXEC);
-	assert_non_null(strstr(err, "2.12"));
+	assert_int_equal(loader_load_image(&f->m, b, len, &f->k, f->err, sizeof(f->err)), -ENOEXEC);
+	assert_non_null(strstr(f->err, "2.12"));
 	free(b);
 	b = make_bzimage(4096, &len);
 	b[0x236] = 0;
-	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -ENOEXEC);
-	assert_non_null(strstr(err, "64-bit"));
+	assert_int_equal(loader_load_image(&f->m, b, len, &f->k, f->err, sizeof(f->err)), -ENOEXEC);
+	assert_non_null(strstr(f->err, "64-bit"));
 	free(b);
 	b = make_bzimage(4096, &len);
 	uint32_t huge = 0x7000000;
 	memcpy(b + 0x260, &huge, 4);
-	assert_int_equal(loader_load_image(&m, b, len, &k, err, sizeof(err)), -EFBIG);
+	assert_int_equal(loader_load_image(&f->m, b, len, &f->k, f->err, sizeof(f->err)), -EFBIG);
 	free(b);
-	guest_mem_destroy(&m);
 }
 
 static void test_loader_pvh_note(void **state)
 {
-	(void)state;
-	struct guest_mem m;
-	struct kernel_image k;
-	char err[256];
+	struct loader_fx *f = *state;
 	struct {
 		struct elf_img img;
 		uint32_t note[6];
 	} e;
-	assert_int_equal(guest_mem_create(&m, 16ULL << 20), 0);
 	make_elf(&e.img);
 	/* namesz 4, descsz 8, type 18 (PHYS32_ENTRY), "Xen\0", 8-byte entry */
 	uint32_t note[6] = {4, 8, 18, 0x006e6558, 0x100004, 0};
 	memcpy(e.note, note, sizeof(note));
 	e.img.ph[1] = (Elf64_Phdr){
 	    .p_type = PT_NOTE, .p_offset = offsetof(__typeof__(e), note), .p_filesz = sizeof(note)};
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)), 0);
-	assert_int_equal(k.pvh_entry, 0x100004);
+	assert_int_equal(
+	    loader_load_image(&f->m, (uint8_t *)&e, sizeof(e), &f->k, f->err, sizeof(f->err)), 0);
+	assert_int_equal(f->k.pvh_entry, 0x100004);
 	/* A note whose descriptor runs past its segment is ignored, not read out of bounds. */
 	e.note[1] = 4096;
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)), 0);
-	assert_int_equal(k.pvh_entry, 0);
+	assert_int_equal(
+	    loader_load_image(&f->m, (uint8_t *)&e, sizeof(e), &f->k, f->err, sizeof(f->err)), 0);
+	assert_int_equal(f->k.pvh_entry, 0);
 	/* A PVH entry outside RAM is refused. */
 	e.note[1] = 8;
 	e.note[4] = 0x40000000;
-	assert_int_equal(loader_load_image(&m, (uint8_t *)&e, sizeof(e), &k, err, sizeof(err)),
-			 -ENOEXEC);
-	assert_non_null(strstr(err, "PVH"));
-	guest_mem_destroy(&m);
+	assert_int_equal(
+	    loader_load_image(&f->m, (uint8_t *)&e, sizeof(e), &f->k, f->err, sizeof(f->err)),
+	    -ENOEXEC);
+	assert_non_null(strstr(f->err, "PVH"));
 }
 
 int main(void)
 {
+	uint64_t ram = 16ULL << 20, bz_ram = 64ULL << 20;
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_loader_elf),
-	    cmocka_unit_test(test_loader_rejects),
-	    cmocka_unit_test(test_loader_bzimage),
-	    cmocka_unit_test(test_loader_pvh_note),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_elf, setup, teardown, &ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_rejects, setup, teardown, &ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_bzimage, setup, teardown, &bz_ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_pvh_note, setup, teardown, &ram),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -459,6 +459,35 @@ static int write_with(const char *path, enum write_method m, uint8_t *buf, size_
 	return r;
 }
 
+/* Extents over a staging buffer, with the bytes they hold and the file they make. */
+struct extent_job {
+	uint8_t *buf;
+	size_t buf_len;
+	const struct write_extent *ext;
+	size_t n;
+	uint64_t total, file_len;
+};
+
+/*
+ * Writes the job to `path` with method m; on success checks the progress calls and returns the
+ * file's bytes in *out (file_len of them). 0 or the writer's -errno.
+ */
+static int write_and_read(const char *path, enum write_method m, const struct extent_job *j,
+			  uint8_t **out)
+{
+	struct progress pr;
+	int r = write_with(path, m, j->buf, j->buf_len, j->ext, j->n, &pr);
+	if (r)
+		return r;
+	assert_true(pr.calls > 0);
+	assert_int_equal(pr.done, j->total);
+	assert_int_equal(pr.total, j->total);
+	size_t len;
+	*out = read_all(path, &len);
+	assert_int_equal(len, j->file_len);
+	return 0;
+}
+
 static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t seed)
 {
 	uint8_t *buf = malloc(buf_len);
@@ -502,26 +531,15 @@ static void run_extents(struct fx *f, size_t buf_len, size_t nscatter, uint64_t 
 	char pa[160], pb[160];
 	snprintf(pa, sizeof(pa), "%s/pwrite.layer", f->dir);
 	snprintf(pb, sizeof(pb), "%s/uring.layer", f->dir);
-	struct progress pr;
-	assert_int_equal(write_with(pa, WRITE_PWRITE, buf, buf_len, ext, n, &pr), 0);
-	assert_true(pr.calls > 0);
-	assert_int_equal(pr.done, total);
-	assert_int_equal(pr.total, total);
-	size_t la;
-	uint8_t *a = read_all(pa, &la);
-	assert_int_equal(la, file_len);
+	const struct extent_job job = {buf, buf_len, ext, n, total, file_len};
+	uint8_t *a = NULL, *b = NULL;
+	assert_int_equal(write_and_read(pa, WRITE_PWRITE, &job, &a), 0);
 	assert_memory_equal(a, want, file_len);
 
-	int r = write_with(pb, WRITE_URING, buf, buf_len, ext, n, &pr);
+	int r = write_and_read(pb, WRITE_URING, &job, &b);
 	bool compared = false;
 	if (r != -ENOSYS && r != -EPERM) {
 		assert_int_equal(r, 0);
-		assert_true(pr.calls > 0);
-		assert_int_equal(pr.done, total);
-		assert_int_equal(pr.total, total);
-		size_t lb;
-		uint8_t *b = read_all(pb, &lb);
-		assert_int_equal(lb, file_len);
 		assert_memory_equal(b, a, file_len);
 		free(b);
 		compared = true;
@@ -567,6 +585,7 @@ static void test_layer_write_einval(void **state)
 	};
 	char p[160];
 	snprintf(p, sizeof(p), "%s/einval.layer", f->dir);
+	int no_uring = 0;
 	for (int m = WRITE_URING; m <= WRITE_PWRITE; m++) {
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 			struct progress pr;
@@ -582,8 +601,10 @@ static void test_layer_write_einval(void **state)
 		const struct write_extent edge[] = {{0, buf_len, 0}, {100, buf_len - 7, 7}};
 		struct progress pr;
 		int r = write_with(p, (enum write_method)m, buf, buf_len, edge, 2, &pr);
-		if (r == -ENOSYS || r == -EPERM)
+		if (m == WRITE_URING && (r == -ENOSYS || r == -EPERM)) {
+			no_uring = r;
 			continue;
+		}
 		assert_int_equal(r, 0);
 		assert_int_equal(pr.done, 7);
 		/* No extents at all. */
@@ -592,6 +613,12 @@ static void test_layer_write_einval(void **state)
 	}
 	unlink(p);
 	free(buf);
+	if (no_uring) {
+		/* The refusals and the pwrite edges passed; the io_uring edges were not run. */
+		print_message("io_uring unavailable (%s): WRITE_URING edges not checked\n",
+			      strerror(-no_uring));
+		skip();
+	}
 }
 
 /* Writes beneath a directory fd never go through a link; names from a chain are plain. */

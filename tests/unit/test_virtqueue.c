@@ -76,6 +76,21 @@ static void offer(struct fixture *f, uint16_t head)
 	wr16(f, AVAIL + 2, (uint16_t)(idx + 1));
 }
 
+/*
+ * Pops the chain at `head`: three segments, the first (16 bytes) readable, `in_len` bytes the
+ * device may write, the last segment at `last_gpa`.
+ */
+static void pop_3_segments(struct fixture *f, uint16_t head, uint64_t in_len, uint64_t last_gpa)
+{
+	assert_int_equal(virtq_pop(&f->q, &f->c), 1);
+	assert_int_equal(f->c.head, head);
+	assert_int_equal(f->c.nr, 3);
+	assert_int_equal(f->c.nr_out, 1);
+	assert_int_equal(f->c.out_len, 16);
+	assert_int_equal(f->c.in_len, in_len);
+	assert_int_equal(f->c.seg[2].gpa, last_gpa);
+}
+
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -111,14 +126,8 @@ static void test_simple_chain(void **state)
 	set_desc(f, 7, DATA + 0x1000, 4096, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 2);
 	set_desc(f, 2, DATA + 0x3000, 1, VIRTQ_DESC_F_WRITE, 0);
 	offer(f, 3);
-	assert_int_equal(virtq_pop(&f->q, &f->c), 1);
-	assert_int_equal(f->c.head, 3);
-	assert_int_equal(f->c.nr, 3);
-	assert_int_equal(f->c.nr_out, 1);
-	assert_int_equal(f->c.out_len, 16);
-	assert_int_equal(f->c.in_len, 4097);
+	pop_3_segments(f, 3, 4097, DATA + 0x3000);
 	assert_true(f->c.seg[1].write);
-	assert_int_equal(f->c.seg[2].gpa, DATA + 0x3000);
 	assert_int_equal(virtq_pop(&f->q, &f->c), 0);
 
 	/* chain_read gathers the readable bytes across segments. */
@@ -226,12 +235,7 @@ static void test_indirect(void **state)
 	set_desc_at(f, IND, 1, DATA + 0x2000, 1, VIRTQ_DESC_F_WRITE, 0);
 	set_desc(f, 0, IND, 3 * 16, VIRTQ_DESC_F_INDIRECT, 0);
 	offer(f, 0);
-	assert_int_equal(virtq_pop(&f->q, &f->c), 1);
-	assert_int_equal(f->c.head, 0);
-	assert_int_equal(f->c.nr, 3);
-	assert_int_equal(f->c.nr_out, 1);
-	assert_int_equal(f->c.in_len, 513);
-	assert_int_equal(f->c.seg[2].gpa, DATA + 0x2000);
+	pop_3_segments(f, 0, 513, DATA + 0x2000);
 
 	/* not negotiated */
 	f->q.indirect = false;
