@@ -1,7 +1,7 @@
 /* The audit log's MAC key file: created once with a random key, read back, never in the log. */
 #include "audit.h"
 #include "common/errmsg.h"
-#include "request.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -182,7 +182,7 @@ static int unix_listen(const char *path)
 }
 
 /* The agent process: never returns unless it cannot listen at all. */
-int agent_run(const char *test_uds)
+int agent_run(const char *test_uds, struct logger *log)
 {
 	static struct agent ag; /* lives for the process; static only to stay off the stack */
 	sigset_t all;
@@ -200,21 +200,23 @@ int agent_run(const char *test_uds)
 	pthread_cond_init(&ag.child_cond, NULL);
 	ag.next_id = 1;
 	ag.test_uds = test_uds;
+	ag.log = log;
 
 	lfd = test_uds ? unix_listen(test_uds) : vsock_listen(AGENT_PORT);
 	if (lfd < 0) {
-		init_log("agent: listen on %s: %s", test_uds ? test_uds : "vsock port 1024",
+		init_err(log, "agent: listen on %s: %s", test_uds ? test_uds : "vsock port 1024",
 			 strerror(-lfd));
 		return 1;
 	}
 	ret = spawn_detached(reaper_thread, &ag);
 	if (ret < 0) {
-		init_log("agent: thread: %s", strerror(-ret));
+		init_err(log, "agent: thread: %s", strerror(-ret));
 		return 1;
 	}
 	ret = broker_proxy_start(&ag);
 	if (ret < 0)
-		init_log("agent: broker socket: %s (cove-fetch will not work)", strerror(-ret));
+		init_err(log, "agent: broker socket: %s (cove-fetch will not work)",
+			 strerror(-ret));
 	for (;;) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
@@ -230,11 +232,12 @@ int agent_run(const char *test_uds)
 		 * would own the sandbox and the operator's sessions. */
 		if (!wire_peer_allowed((struct sockaddr *)&peer, plen, test_uds != NULL)) {
 			if (peer.ss_family == AF_VSOCK)
-				init_log("agent: refused a connection from vsock CID %u: only the "
+				init_err(log,
+					 "agent: refused a connection from vsock CID %u: only the "
 					 "host (CID 2) may connect",
 					 ((struct sockaddr_vm *)&peer)->svm_cid);
 			else
-				init_log("agent: refused a connection from address family %u",
+				init_err(log, "agent: refused a connection from address family %u",
 					 peer.ss_family);
 			close(fd);
 			continue;
@@ -254,7 +257,7 @@ int agent_run(const char *test_uds)
 }
 
 /* The kernel creates lo down; up, it gets 127.0.0.1/8 (forwarded ports and local services). */
-static void loopback_up(void)
+static void loopback_up(struct logger *log)
 {
 	struct ifreq ifr;
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -266,24 +269,24 @@ static void loopback_up(void)
 	if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && !(ifr.ifr_flags & IFF_UP)) {
 		ifr.ifr_flags |= IFF_UP;
 		if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
-			init_log("lo up: %s", strerror(errno));
+			init_err(log, "lo up: %s", strerror(errno));
 	}
 	close(fd);
 }
 
 /* Called by PID 1 before it runs the command: the agent is a child process, not PID 1's threads,
  * so PID 1's own reaping (waitpid(-1)) and the agent's sessions never see each other's children. */
-pid_t agent_start(void)
+pid_t agent_start(struct logger *log)
 {
 	pid_t pid;
 
-	loopback_up();
+	loopback_up(log);
 	pid = fork();
 	if (pid < 0) {
-		init_log("agent: fork: %s", strerror(errno));
+		init_err(log, "agent: fork: %s", strerror(errno));
 		return -1;
 	}
 	if (pid == 0)
-		_exit(agent_run(NULL));
+		_exit(agent_run(NULL, log));
 	return pid;
 }
