@@ -6,24 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-int read_full(int fd, void *buf, size_t n)
-{
-	size_t got = 0;
-
-	while (got < n) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return got ? -EPIPE : -ENODATA;
-		got += (size_t)r;
-	}
-	return 0;
-}
-
 int write_full(int fd, const void *buf, size_t n)
 {
 	size_t done = 0;
@@ -60,4 +42,15 @@ ssize_t read_upto(int fd, void *buf, size_t cap)
 		got += (size_t)r;
 	}
 	return (ssize_t)got;
+}
+
+int read_full(int fd, void *buf, size_t n)
+{
+	ssize_t got = read_upto(fd, buf, n);
+
+	if (got < 0)
+		return (int)got;
+	if ((size_t)got < n)
+		return got ? -EPIPE : -ENODATA;
+	return 0;
 }
