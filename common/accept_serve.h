@@ -1,5 +1,4 @@
-/* A listening socket served one thread per connection: `cove forward` and cove-init's broker proxy.
- */
+/* One thread per accepted connection: `cove forward`, cove-init's agent and its broker proxy. */
 #ifndef COVE_ACCEPT_SERVE_H
 #define COVE_ACCEPT_SERVE_H
 

@@ -1,5 +1,4 @@
-/* Whole-buffer reads and writes on a stream fd: one loop for the agent wire, cove-init and the
- * broker. */
+/* Whole-buffer stream reads and writes: one loop for the agent wire, cove-init and the broker. */
 #include "common/fd_io.h"
 
 #include <errno.h>

@@ -1,5 +1,4 @@
-/* Whole-buffer reads and writes on a stream fd (socket, pipe or file): short transfers and EINTR
- * resumed. */
+/* Whole-buffer reads and writes on a socket, pipe or file: short transfers and EINTR resumed. */
 #ifndef COVE_FD_IO_H
 #define COVE_FD_IO_H
 

@@ -1,5 +1,4 @@
-/* Two connected streams spliced both ways: `cove forward` on the host, port forwarding in
- * cove-init. */
+/* Two streams spliced both ways: `cove forward` on the host, port forwarding in cove-init. */
 #ifndef COVE_SPLICE_H
 #define COVE_SPLICE_H
 

@@ -1,5 +1,4 @@
-/* common/fd_io: whole reads and writes across short transfers, EOF before and after the first byte.
- */
+/* common/fd_io: whole reads and writes across short transfers; EOF before or after a first byte. */
 #include "helpers.h"
 
 #include <sys/socket.h>

@@ -1,5 +1,4 @@
-/* common/splice and common/accept_serve: bytes both ways, half-closes passed on, one thread per
- * accepted connection. */
+/* common/splice, common/accept_serve: both ways, half-closes passed on, a thread per connection. */
 #include "helpers.h"
 
 #include <pthread.h>
