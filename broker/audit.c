@@ -6,6 +6,7 @@
  * the decision and its reason. */
 #include "audit.h"
 #include "common/errmsg.h"
+#include "common/fd_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,8 +138,8 @@ static void now_iso(char *buf, size_t cap)
 int audit_append(struct audit *a, const struct audit_rec *r)
 {
 	char ts[80], *line;
-	size_t len, off = 0;
-	int ret = 0;
+	size_t len;
+	int ret;
 
 	now_iso(ts, sizeof(ts));
 	line = audit_format(r, a->seq + 1, a->prev, ts, a->keyed ? a->key : NULL);
@@ -146,17 +147,7 @@ int audit_append(struct audit *a, const struct audit_rec *r)
 		return -ENOMEM;
 	len = strlen(line);
 	line[len] = '\n'; /* one write() per record keeps O_APPEND lines whole */
-	while (off < len + 1) {
-		ssize_t n = write(a->fd, line + off, len + 1 - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			break;
-		}
-		off += (size_t)n;
-	}
+	ret = write_full(a->fd, line, len + 1);
 	if (!ret && fsync(a->fd))
 		ret = -errno;
 	if (!ret) {
@@ -305,17 +296,14 @@ static int read_all(int fd, char **out, size_t *outlen)
 			buf = nb;
 			cap *= 2;
 		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
+		n = read_upto(fd, buf + len, cap - len);
 		if (n < 0) {
-			n = -errno;
 			free(buf);
 			return (int)n;
 		}
-		if (n == 0)
-			break;
 		len += (size_t)n;
+		if (len < cap)
+			break; /* end of file */
 	}
 	*out = buf;
 	*outlen = len;

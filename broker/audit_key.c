@@ -1,7 +1,8 @@
 /* The audit log's MAC key file: created once with a random key, read back, never in the log. */
 #include "audit.h"
 #include "common/errmsg.h"
-#include "request.h"
+#include "common/fd_io.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +18,7 @@
 static int key_create(const char *path, uint8_t key[AUDIT_KEY_LEN], char *err, size_t errlen)
 {
 	char hex[KEY_HEX + 2];
-	ssize_t n;
-	int fd, r = 0;
+	int fd, r;
 
 	if (RAND_bytes(key, AUDIT_KEY_LEN) != 1)
 		return errmsg(err, errlen, -EIO, "audit key %s: no random bytes", path);
@@ -27,9 +27,11 @@ static int key_create(const char *path, uint8_t key[AUDIT_KEY_LEN], char *err, s
 		return errmsg(err, errlen, -errno, "audit key %s: %s", path, strerror(errno));
 	hex_encode(key, AUDIT_KEY_LEN, hex);
 	hex[KEY_HEX] = '\n';
-	n = write(fd, hex, KEY_HEX + 1);
-	if (n != KEY_HEX + 1 || fsync(fd))
-		r = errmsg(err, errlen, n < 0 ? -errno : -EIO, "audit key %s: write failed", path);
+	r = write_full(fd, hex, KEY_HEX + 1);
+	if (!r && fsync(fd))
+		r = -errno;
+	if (r)
+		r = errmsg(err, errlen, r, "audit key %s: write failed", path);
 	OPENSSL_cleanse(hex, sizeof(hex));
 	if (close(fd) && !r)
 		r = errmsg(err, errlen, -errno, "audit key %s: %s", path, strerror(errno));
@@ -58,7 +60,7 @@ int audit_key_load(const char *path, bool create, uint8_t key[AUDIT_KEY_LEN], ch
 		return errmsg(err, errlen, -EPERM,
 			      "audit key %s: must be a regular file of ours with mode 0600", path);
 	}
-	n = read(fd, hex, sizeof(hex));
+	n = read_upto(fd, hex, sizeof(hex));
 	close(fd);
 	r = 0;
 	if (n < KEY_HEX || n > KEY_HEX + 1 || (n == KEY_HEX + 1 && hex[KEY_HEX] != '\n'))

@@ -4,6 +4,7 @@
 #include "common/base64.h"
 #include "dest.h"
 #include "common/errmsg.h"
+#include "common/hex.h"
 #include "fetch.h"
 #include "frame.h"
 #include "helper.h"
@@ -67,11 +68,10 @@ static void audit_write(struct broker *b, const struct breq *q, const char *url,
 	};
 	int r = audit_append(&b->audit, &rec);
 
-	if (r && b->log)
-		fprintf(b->log, "cove-broker: audit append failed: %s\n", strerror(-r));
-	if (b->log && (b->verbose || strcmp(decision, "allow")))
-		fprintf(b->log, "cove-broker: %s %s %s %s: %s (%d)\n", decision, rec.credential,
-			rec.method, rec.url, reason, status);
+	if (r)
+		broker_log(b, LOG_ERROR, "audit append failed: %s", strerror(-r));
+	broker_log(b, strcmp(decision, "allow") ? LOG_INFO : LOG_DEBUG, "%s %s %s %s: %s (%d)",
+		   decision, rec.credential, rec.method, rec.url, reason, status);
 }
 
 static int deny(struct broker *b, const struct breq *q, const char *reason, char **reply,
@@ -288,8 +288,7 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 	j->c = c;
 	r = helper_spawn(c, b->helper_timeout_ms, &j->hp, err, sizeof(err));
 	if (r) {
-		if (b->log)
-			fprintf(b->log, "cove-broker: credential %s: %s\n", c->name, err);
+		broker_log(b, LOG_WARN, "credential %s: %s", c->name, err);
 		r = deny(b, &j->q, "credential helper failed", reply, rlen);
 		goto done;
 	}
@@ -335,8 +334,7 @@ int broker_job_advance(struct broker *b, struct broker_job *j, char **reply, siz
 		return JOB_WAIT;
 	j->read_done = 1;
 	if (r) {
-		if (b->log)
-			fprintf(b->log, "cove-broker: credential %s: %s\n", j->c->name, err);
+		broker_log(b, LOG_WARN, "credential %s: %s", j->c->name, err);
 		r = deny(b, &j->q, "credential helper failed", reply, rlen);
 		goto done;
 	}
@@ -475,9 +473,7 @@ int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **r
 			b->have_token = true;
 			b->start_ns = broker_now_ns();
 			hex_encode(b->token, REQ_TOKEN_BYTES, hex);
-			if (b->log && b->verbose)
-				fprintf(b->log, "cove-broker: grant epoch %llu\n",
-					(unsigned long long)b->epoch);
+			broker_log(b, LOG_DEBUG, "grant epoch %llu", (unsigned long long)b->epoch);
 			r = dump_reply(json_pack("{sbsIss}", "ok", 1, "epoch", (json_int_t)b->epoch,
 						 "token", hex),
 				       reply, rlen);

@@ -5,9 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-
 #include "audit.h"
+#include "common/log.h"
 #include "policy.h"
 #include "request.h"
 
@@ -20,9 +19,13 @@ struct broker {
 	int64_t start_ns; /* CLOCK_MONOTONIC of start or the last grant (TTL origin) */
 	int helper_timeout_ms;
 	long fetch_timeout_s;
-	FILE *log; /* one line per request; never the secret */
-	bool verbose;
+	/* A line per denial, and per allowed request at LOG_DEBUG (-v); never the secret. NULL:
+	 * silent (tests). */
+	struct logger *log;
 };
+
+/* The broker's lines say "cove-broker: ..." within common/log's own prefix. */
+#define broker_log(b, lvl, fmt, ...) log_msg((b)->log, (lvl), "cove-broker: " fmt, ##__VA_ARGS__)
 
 int64_t broker_now_ns(void);
 

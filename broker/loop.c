@@ -371,9 +371,7 @@ static void accept_conns(struct loop *l, int lfd, int is_ctl)
 		if (fd < 0)
 			return;
 		if (l->nconns >= LOOP_MAX_CONNS) {
-			if (l->b->log)
-				fprintf(l->b->log, "cove-broker: %d connections: refusing one\n",
-					LOOP_MAX_CONNS);
+			broker_log(l->b, LOG_WARN, "%d connections: refusing one", LOOP_MAX_CONNS);
 			close(fd);
 			continue;
 		}

@@ -13,6 +13,7 @@
 #include "fetch.h"
 #include "user.h"
 #include "wipe_alloc.h"
+#include "common/hex.h"
 
 #include <curl/curl.h>
 #include <openssl/crypto.h>
@@ -77,49 +78,131 @@ static int cmd_check_policy(const char *path)
 	return 0;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
+/* Options that take a string (a path, a user name, the token): each sets one. */
+enum { S_POLICY, S_LISTEN, S_CTL, S_AUDIT, S_TOKEN, S_KEY, S_USER, S_CLIENT, S_COUNT };
+static const char *const str_opt_names[S_COUNT] = {"policy",	    "listen",	 "ctl",	 "audit",
+						   "initial-token", "audit-key", "user", "client"};
+/* Options that take a number. */
+enum { N_EPOCH, N_HELPER_MS, N_TIMEOUT_S, N_COUNT };
+static const char *const num_opt_names[N_COUNT] = {"initial-epoch", "helper-timeout-ms",
+						   "timeout-s"};
+enum { OPT_STR = 256, OPT_NUM = OPT_STR + S_COUNT };
+
+struct broker_args {
+	const char *str[S_COUNT];
+	bool verbose;
+	struct broker_user user, client; /* with --user/--client */
+};
+
+/* One numeric option into b: 0 or -EINVAL. Timeouts are 1..3600000. */
+static int set_number(struct broker *b, int which, const char *s)
 {
 	char *end;
 	unsigned long long v;
 
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-')
+	if (errno || end == s || *end || s[0] == '-' ||
+	    (which != N_EPOCH && (v == 0 || v > 3600000)))
 		return -EINVAL;
-	*out = v;
+	if (which == N_EPOCH)
+		b->epoch = v;
+	else if (which == N_HELPER_MS)
+		b->helper_timeout_ms = (int)v;
+	else
+		b->fetch_timeout_s = (long)v;
 	return 0;
+}
+
+/* --user and --client: both or neither, as root, two different users, neither of them root. */
+static int check_users(struct broker_args *a)
+{
+	char err[512];
+
+	if (!a->str[S_USER] && !a->str[S_CLIENT])
+		return 0;
+	if (geteuid() != 0) {
+		fprintf(stderr, "cove-broker: --user and --client need root (the broker opens "
+				"its files as root, then drops to --user)\n");
+		return -EPERM;
+	}
+	if (!a->str[S_USER] || !a->str[S_CLIENT]) {
+		fprintf(stderr, "cove-broker: --user and --client go together: the broker's "
+				"own user and the user whose cove connects to its sockets\n");
+		return -EINVAL;
+	}
+	if (broker_user_lookup(a->str[S_USER], &a->user, err, sizeof(err)) ||
+	    broker_user_lookup(a->str[S_CLIENT], &a->client, err, sizeof(err))) {
+		fprintf(stderr, "cove-broker: %s\n", err);
+		return -EINVAL;
+	}
+	if (a->user.uid == 0 || a->user.uid == a->client.uid) {
+		fprintf(stderr, "cove-broker: --user must be neither root nor the --client user\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The options into b and a: -1 to go on, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, struct broker *b, struct broker_args *a)
+{
+	struct option opts[S_COUNT + N_COUNT + 3];
+	size_t n = 0;
+	int opt;
+
+	for (int i = 0; i < S_COUNT; i++)
+		opts[n++] = (struct option){str_opt_names[i], required_argument, NULL, OPT_STR + i};
+	for (int i = 0; i < N_COUNT; i++)
+		opts[n++] = (struct option){num_opt_names[i], required_argument, NULL, OPT_NUM + i};
+	opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
+	opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+	opts[n] = (struct option){NULL, 0, NULL, 0};
+	while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+		if (opt >= OPT_STR && opt < OPT_NUM) {
+			a->str[opt - OPT_STR] = optarg;
+		} else if (opt >= OPT_NUM && opt < OPT_NUM + N_COUNT) {
+			if (set_number(b, opt - OPT_NUM, optarg)) {
+				fprintf(stderr, "cove-broker: bad number for --%s: %s\n",
+					num_opt_names[opt - OPT_NUM], optarg);
+				return 2;
+			}
+		} else if (opt == 'v') {
+			a->verbose = true;
+		} else {
+			usage(opt == 'h' ? stdout : stderr);
+			return opt == 'h' ? 0 : 2;
+		}
+	}
+	if (optind != argc || !a->str[S_POLICY] || !a->str[S_LISTEN] || !a->str[S_CTL] ||
+	    !a->str[S_AUDIT]) {
+		usage(stderr);
+		return 2;
+	}
+	if (check_users(a))
+		return 2;
+	if (a->str[S_TOKEN]) {
+		if (hex_decode(a->str[S_TOKEN], b->token, REQ_TOKEN_BYTES)) {
+			fprintf(stderr, "cove-broker: --initial-token must be %d hex digits\n",
+				2 * REQ_TOKEN_BYTES);
+			return 2;
+		}
+		b->have_token = true;
+	}
+	return -1;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"policy", required_argument, NULL, 'p'},
-	    {"listen", required_argument, NULL, 'l'},
-	    {"ctl", required_argument, NULL, 'c'},
-	    {"audit", required_argument, NULL, 'a'},
-	    {"initial-epoch", required_argument, NULL, 'e'},
-	    {"initial-token", required_argument, NULL, 't'},
-	    {"helper-timeout-ms", required_argument, NULL, 'H'},
-	    {"timeout-s", required_argument, NULL, 'T'},
-	    {"audit-key", required_argument, NULL, 'k'},
-	    {"user", required_argument, NULL, 'u'},
-	    {"client", required_argument, NULL, 'C'},
-	    {"verbose", no_argument, NULL, 'v'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
-	const char *policy = NULL, *listen_path = NULL, *ctl_path = NULL, *audit_path = NULL;
-	const char *token = NULL, *user_name = NULL, *client_name = NULL, *key_path = NULL;
-	char key_default[4096];
-	uint8_t key[AUDIT_KEY_LEN];
-	struct broker_user user, client;
+	struct broker_args a = {0};
 	struct broker b = {.helper_timeout_ms = HELPER_TIMEOUT_MS,
 			   .fetch_timeout_s = FETCH_TIMEOUT_S,
 			   .epoch = 1,
 			   .audit = {.fd = -1}};
-	char err[512];
-	uint64_t v;
-	int opt, gfd = -1, cfd = -1, r, rc = 1;
+	struct logger log = {.level = LOG_INFO, .out = stderr};
+	const char *policy, *listen_path, *ctl_path, *key_path;
+	char key_default[4096], err[512];
+	uint8_t key[AUDIT_KEY_LEN];
+	int gfd = -1, cfd = -1, r, rc = 1;
 
 	/* First of all: no core dump and no ptrace or /proc/PID/mem by other processes of the same
 	 * uid (the VMM, which parses guest input), while this process holds secrets. */
@@ -133,156 +216,72 @@ int main(int argc, char **argv)
 		return cmd_verify(argv[4], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "check-policy"))
 		return cmd_check_policy(argv[2]);
-	while ((opt = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'p':
-			policy = optarg;
-			break;
-		case 'l':
-			listen_path = optarg;
-			break;
-		case 'c':
-			ctl_path = optarg;
-			break;
-		case 'a':
-			audit_path = optarg;
-			break;
-		case 't':
-			token = optarg;
-			break;
-		case 'k':
-			key_path = optarg;
-			break;
-		case 'u':
-			user_name = optarg;
-			break;
-		case 'C':
-			client_name = optarg;
-			break;
-		case 'e':
-		case 'H':
-		case 'T':
-			if (parse_u64(optarg, &v) || (opt != 'e' && (v == 0 || v > 3600000))) {
-				fprintf(stderr, "cove-broker: bad number for --%s: %s\n",
-					opt == 'e'   ? "initial-epoch"
-					: opt == 'H' ? "helper-timeout-ms"
-						     : "timeout-s",
-					optarg);
-				return 2;
-			}
-			if (opt == 'e')
-				b.epoch = v;
-			else if (opt == 'H')
-				b.helper_timeout_ms = (int)v;
-			else
-				b.fetch_timeout_s = (long)v;
-			break;
-		case 'v':
-			b.verbose = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc || !policy || !listen_path || !ctl_path || !audit_path) {
-		usage(stderr);
-		return 2;
-	}
-	if (user_name || client_name) {
-		if (geteuid() != 0) {
-			fprintf(stderr,
-				"cove-broker: --user and --client need root (the broker opens "
-				"its files as root, then drops to --user)\n");
-			return 2;
-		}
-		if (!user_name || !client_name) {
-			fprintf(stderr,
-				"cove-broker: --user and --client go together: the broker's "
-				"own user and the user whose cove connects to its sockets\n");
-			return 2;
-		}
-		if (broker_user_lookup(user_name, &user, err, sizeof(err)) ||
-		    broker_user_lookup(client_name, &client, err, sizeof(err))) {
-			fprintf(stderr, "cove-broker: %s\n", err);
-			return 2;
-		}
-		if (user.uid == 0 || user.uid == client.uid) {
-			fprintf(stderr, "cove-broker: --user must be neither root nor the --client "
-					"user\n");
-			return 2;
-		}
-	}
-	if (token) {
-		if (hex_decode(token, b.token, REQ_TOKEN_BYTES)) {
-			fprintf(stderr, "cove-broker: --initial-token must be %d hex digits\n",
-				2 * REQ_TOKEN_BYTES);
-			return 2;
-		}
-		b.have_token = true;
-	}
-	b.log = stderr;
+	r = parse_args(argc, argv, &b, &a);
+	if (r >= 0)
+		return r;
+	policy = a.str[S_POLICY];
+	listen_path = a.str[S_LISTEN];
+	ctl_path = a.str[S_CTL];
+	key_path = a.str[S_KEY];
+	if (a.verbose)
+		log.level = LOG_DEBUG;
+	b.log = &log;
 	signal(SIGPIPE, SIG_IGN);
 	if (wipe_alloc_install()) {
-		fprintf(stderr,
-			"cove-broker: cannot install wiping allocators in OpenSSL/libcurl\n");
+		broker_log(&b, LOG_ERROR, "cannot install wiping allocators in OpenSSL/libcurl");
 		return 1;
 	}
 	if (policy_load(policy, &b.pol, err, sizeof(err))) {
-		fprintf(stderr, "cove-broker: %s\n", err);
+		broker_log(&b, LOG_ERROR, "%s", err);
 		goto out;
 	}
 	/* The MAC key lives beside the policy by default: outside the log and the sandbox. */
 	if (!key_path) {
 		if (snprintf(key_default, sizeof(key_default), "%s.audit-key", policy) >=
 		    (int)sizeof(key_default)) {
-			fprintf(stderr, "cove-broker: policy path too long\n");
+			broker_log(&b, LOG_ERROR, "policy path too long");
 			goto out;
 		}
 		key_path = key_default;
 	}
 	if (audit_key_load(key_path, true, key, err, sizeof(err))) {
-		fprintf(stderr, "cove-broker: %s\n", err);
+		broker_log(&b, LOG_ERROR, "%s", err);
 		goto out;
 	}
-	r = audit_open(&b.audit, audit_path, key, err, sizeof(err));
+	r = audit_open(&b.audit, a.str[S_AUDIT], key, err, sizeof(err));
 	OPENSSL_cleanse(key, sizeof(key));
 	if (r) {
-		fprintf(stderr, "cove-broker: %s\n", err);
+		broker_log(&b, LOG_ERROR, "%s", err);
 		goto out;
 	}
 	gfd = loop_listen_unix(listen_path);
 	if (gfd < 0) {
-		fprintf(stderr, "cove-broker: listen %s: %s\n", listen_path, strerror(-gfd));
+		broker_log(&b, LOG_ERROR, "listen %s: %s", listen_path, strerror(-gfd));
 		goto out;
 	}
 	cfd = loop_listen_unix(ctl_path);
 	if (cfd < 0) {
-		fprintf(stderr, "cove-broker: ctl %s: %s\n", ctl_path, strerror(-cfd));
+		broker_log(&b, LOG_ERROR, "ctl %s: %s", ctl_path, strerror(-cfd));
 		goto out;
 	}
-	if (user_name) {
+	if (a.str[S_USER]) {
 		/* The sockets belong to the client (mode 0600); everything is open: drop root. */
-		if (chown(listen_path, client.uid, client.gid) ||
-		    chown(ctl_path, client.uid, client.gid)) {
-			fprintf(stderr, "cove-broker: chown sockets to --client: %s\n",
-				strerror(errno));
+		if (chown(listen_path, a.client.uid, a.client.gid) ||
+		    chown(ctl_path, a.client.uid, a.client.gid)) {
+			broker_log(&b, LOG_ERROR, "chown sockets to --client: %s", strerror(errno));
 			goto out;
 		}
-		if (broker_user_drop(&user, err, sizeof(err))) {
-			fprintf(stderr, "cove-broker: --user %s: %s\n", user_name, err);
+		if (broker_user_drop(&a.user, err, sizeof(err))) {
+			broker_log(&b, LOG_ERROR, "--user %s: %s", a.str[S_USER], err);
 			goto out;
 		}
 	}
 	b.start_ns = broker_now_ns();
-	fprintf(stderr, "cove-broker: %zu credentials, epoch %llu, listening on %s\n", b.pol.ncreds,
-		(unsigned long long)b.epoch, listen_path);
+	broker_log(&b, LOG_INFO, "%zu credentials, epoch %llu, listening on %s", b.pol.ncreds,
+		   (unsigned long long)b.epoch, listen_path);
 	r = loop_run(&b, gfd, cfd);
 	if (r) {
-		fprintf(stderr, "cove-broker: event loop: %s\n", strerror(-r));
+		broker_log(&b, LOG_ERROR, "event loop: %s", strerror(-r));
 		goto out;
 	}
 	rc = 0;

@@ -2,6 +2,8 @@
  * max uses and a sliding one-minute rate window. */
 #include "policy.h"
 #include "common/errmsg.h"
+#include "common/fd_io.h"
+#include "common/hex.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -493,7 +495,7 @@ int policy_load(const char *path, struct policy *out, char *err, size_t errlen)
 {
 	struct stat st;
 	char *buf;
-	size_t got = 0;
+	ssize_t got;
 	int fd, r;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -509,15 +511,9 @@ int policy_load(const char *path, struct policy *out, char *err, size_t errlen)
 		close(fd);
 		return -ENOMEM;
 	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	got = read_upto(fd, buf, (size_t)st.st_size);
 	close(fd);
-	r = policy_parse(buf, got, out, err, errlen);
+	r = policy_parse(buf, got > 0 ? (size_t)got : 0, out, err, errlen);
 	free(buf);
 	return r;
 }
@@ -579,17 +575,6 @@ static bool list_has(const struct strlist *l, const char *s)
 	return false;
 }
 
-static int hexdigit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap, const char **why)
 {
 	const char *p = path;
@@ -618,7 +603,7 @@ int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap
 				continue;
 			}
 			if (c == '%') {
-				int hi = hexdigit(p[1]), lo = hi < 0 ? -1 : hexdigit(p[2]);
+				int hi = hex_digit(p[1]), lo = hi < 0 ? -1 : hex_digit(p[2]);
 
 				if (lo < 0) {
 					*why = "path has a bad '%' escape";

@@ -2,50 +2,13 @@
 #include "request.h"
 #include "common/base64.h"
 #include "common/errmsg.h"
+#include "common/hex.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-void hex_encode(const uint8_t *in, size_t n, char *out)
-{
-	static const char d[] = "0123456789abcdef";
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		out[2 * i] = d[in[i] >> 4];
-		out[2 * i + 1] = d[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = (char)tolower((unsigned char)c);
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
-int hex_decode(const char *in, uint8_t *out, size_t n)
-{
-	size_t i;
-
-	if (strlen(in) != 2 * n)
-		return -EINVAL;
-	for (i = 0; i < n; i++) {
-		int hi = hexval(in[2 * i]), lo = hexval(in[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
 
 /* "Name: value": a token name, a colon, printable value without CR/LF. */
 static int header_valid(const char *h)

@@ -30,8 +30,4 @@ struct breq {
 int breq_parse(const uint8_t *msg, size_t len, struct breq *out, char *err, size_t errlen);
 void breq_free(struct breq *r);
 
-/* Lower-case hex of n bytes into out (2n+1 bytes). Parse returns 0 or -EINVAL. */
-void hex_encode(const uint8_t *in, size_t n, char *out);
-int hex_decode(const char *in, uint8_t *out, size_t n);
-
 #endif

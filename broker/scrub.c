@@ -3,6 +3,7 @@
  * pattern can straddle a chunk boundary. */
 #include "scrub.h"
 #include "common/base64.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -135,17 +136,6 @@ int scrub_add(struct scrubber *s, const char *value, size_t len)
 	return r;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* n hex digits at b[0..n) (inside the buffer end e) as a number, or -1. */
 static long hexn(const char *b, const char *e, int n)
 {
@@ -155,7 +145,7 @@ static long hexn(const char *b, const char *e, int n)
 	if (e - b < n)
 		return -1;
 	for (i = 0; i < n; i++) {
-		d = hexval(b[i]);
+		d = hex_digit(b[i]);
 		if (d < 0)
 			return -1;
 		v = v << 4 | d;

@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandbox/agent_client.h"
+#include "common/errmsg.h"
+#include "common/fd_io.h"
 #include "common/term_safe.h"
+#include "sandbox/agent_client.h"
 
 #define CP_CHUNK    65536
 #define CP_FILE_MAX (1ull << 30) /* the agent's limit too */
@@ -48,6 +50,15 @@ static bool remote_split(const char *arg, char *uds, size_t udslen, const char *
 	return true;
 }
 
+/* Sends req (NULL: jansson refused the path) and reads the agent's first reply: the connection,
+ * or -errno with err set. */
+static int cp_call(const char *uds, json_t *req, json_t **reply, char *err, size_t errlen)
+{
+	if (!req)
+		return errmsg(err, errlen, -EINVAL, "bad path (not UTF-8?)");
+	return agent_call(uds, 0, req, reply, err, errlen);
+}
+
 static int copy_in(const char *uds, const char *local, const char *gpath, char *err, size_t errlen)
 {
 	char target[PATH_MAX + 1], *lcopy = strdup(local), *buf = malloc(CP_CHUNK);
@@ -73,12 +84,7 @@ static int copy_in(const char *uds, const char *local, const char *gpath, char *
 		 gpath[strlen(gpath) - 1] == '/' ? basename(lcopy) : "");
 	req = json_pack("{s:s,s:s,s:i,s:I}", "op", "put", "path", target, "mode",
 			(int)(st.st_mode & 07777), "size", (json_int_t)st.st_size);
-	if (!req) {
-		ret = -EINVAL;
-		snprintf(err, errlen, "bad path (not UTF-8?)");
-		goto out;
-	}
-	fd = agent_call(uds, 0, req, &reply, err, errlen);
+	fd = cp_call(uds, req, &reply, err, errlen);
 	if (fd < 0) {
 		ret = fd;
 		goto out;
@@ -89,21 +95,18 @@ static int copy_in(const char *uds, const char *local, const char *gpath, char *
 		size_t want = (unsigned long long)st.st_size - done < CP_CHUNK
 				  ? (size_t)((unsigned long long)st.st_size - done)
 				  : CP_CHUNK;
-		ssize_t n = read(in, buf, want);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
+		if (read_upto(in, buf, want) != (ssize_t)want) {
 			ret = -EIO;
 			snprintf(err, errlen, "%.300s: changed size while being copied", local);
 			goto out;
 		}
-		ret = wire_write_full(fd, buf, (size_t)n);
+		ret = write_full(fd, buf, want);
 		if (ret < 0) {
 			snprintf(err, errlen, "agent: send: %s", strerror(-ret));
 			goto out;
 		}
-		done += (unsigned long long)n;
+		done += want;
 	}
 	ret = wire_msg_read(fd, &reply, err, errlen);
 	if (ret == 0 && !json_is_true(json_object_get(reply, "ok"))) {
@@ -144,12 +147,7 @@ static int copy_out(const char *uds, const char *gpath, const char *local, char 
 	if (!to_stdout && stat(local, &st) == 0 && S_ISDIR(st.st_mode))
 		snprintf(target, sizeof(target), "%s/%s", local, basename(gcopy));
 	req = json_pack("{s:s,s:s}", "op", "get", "path", gpath);
-	if (!req) {
-		ret = -EINVAL;
-		snprintf(err, errlen, "bad path (not UTF-8?)");
-		goto out;
-	}
-	fd = agent_call(uds, 0, req, &reply, err, errlen);
+	fd = cp_call(uds, req, &reply, err, errlen);
 	if (fd < 0) {
 		ret = fd;
 		goto out;
@@ -185,13 +183,13 @@ static int copy_out(const char *uds, const char *gpath, const char *local, char 
 	while (done < size) {
 		size_t want = size - done < CP_CHUNK ? (size_t)(size - done) : CP_CHUNK;
 
-		ret = wire_read_full(fd, buf, want);
+		ret = read_full(fd, buf, want);
 		if (ret < 0) {
 			snprintf(err, errlen, "agent: connection lost after %llu of %llu bytes",
 				 done, size);
 			goto out;
 		}
-		ret = wire_write_full(out, buf, want);
+		ret = write_full(out, buf, want);
 		if (ret < 0) {
 			snprintf(err, errlen, "%.300s: %s", to_stdout ? "stdout" : target,
 				 strerror(-ret));

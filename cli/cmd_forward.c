@@ -2,8 +2,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,76 +9,38 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/accept_serve.h"
+#include "common/splice.h"
 #include "sandbox/agent_client.h"
-
-#define FWD_CHUNK 65536
 
 static const char forward_usage[] =
 	"usage: cove forward SANDBOX HOSTPORT:GUESTPORT\n"
 	"Listens on 127.0.0.1:HOSTPORT (0: any free port, printed) and carries each connection to\n"
 	"127.0.0.1:GUESTPORT inside the sandbox over vsock. Runs until interrupted.\n";
 
-struct fwd_conn {
+/* Where every connection goes; lives as long as the accept loop. */
+struct fwd_target {
 	char uds[AGENT_PATH_MAX];
 	int guest_port;
-	int fd;
 };
 
-/* Copies both ways until both directions ended; a half-close is passed on. */
-static void fwd_splice(int a, int b)
+/* One local connection: its own agent connection to the guest port, spliced with it. */
+static void fwd_serve(void *ctx, int fd)
 {
-	char *buf = malloc(FWD_CHUNK);
-	bool ab = true, ba = true;
-
-	while (buf && (ab || ba)) {
-		struct pollfd p[2] = {{.fd = ab ? a : -1, .events = POLLIN},
-				      {.fd = ba ? b : -1, .events = POLLIN}};
-
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		for (int i = 0; i < 2; i++) {
-			int from = i ? b : a, to = i ? a : b;
-			bool *open = i ? &ba : &ab;
-			ssize_t n;
-
-			if (!p[i].revents)
-				continue;
-			n = read(from, buf, FWD_CHUNK);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0 || wire_write_full(to, buf, (size_t)n) < 0) {
-				*open = false;
-				shutdown(to, SHUT_WR);
-				if (n < 0)
-					goto out;
-			}
-		}
-	}
-out:
-	free(buf);
-}
-
-static void *fwd_thread(void *arg)
-{
-	struct fwd_conn *c = arg;
-	json_t *req = json_pack("{s:s,s:i}", "op", "forward", "port", c->guest_port), *reply = NULL;
+	const struct fwd_target *t = ctx;
+	json_t *req = json_pack("{s:s,s:i}", "op", "forward", "port", t->guest_port), *reply = NULL;
 	char err[512];
-	int gfd = req ? agent_call(c->uds, 0, req, &reply, err, sizeof(err)) : -ENOMEM;
+	int gfd = req ? agent_call(t->uds, 0, req, &reply, err, sizeof(err)) : -ENOMEM;
 
 	json_decref(req);
 	if (gfd < 0) {
 		fprintf(stderr, "cove forward: %s\n", gfd == -ENOMEM ? "out of memory" : err);
 	} else {
 		json_decref(reply);
-		fwd_splice(c->fd, gfd);
+		fd_splice(fd, gfd);
 		close(gfd);
 	}
-	close(c->fd);
-	free(c);
-	return NULL;
+	close(fd);
 }
 
 static int parse_port(const char *s, const char *end, int min)
@@ -101,7 +61,8 @@ int cmd_forward(int argc, char **argv)
 {
 	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t slen = sizeof(sin);
-	char uds[AGENT_PATH_MAX], err[512];
+	struct fwd_target target;
+	char err[512];
 	const char *colon;
 	int host_port, guest_port, lfd, one = 1;
 
@@ -122,7 +83,7 @@ int cmd_forward(int argc, char **argv)
 			argv[2]);
 		return 2;
 	}
-	if (agent_resolve(argv[1], uds, sizeof(uds), err, sizeof(err)) < 0) {
+	if (agent_resolve(argv[1], target.uds, sizeof(target.uds), err, sizeof(err)) < 0) {
 		fprintf(stderr, "cove forward: %s\n", err);
 		return 1;
 	}
@@ -137,29 +98,6 @@ int cmd_forward(int argc, char **argv)
 	}
 	fprintf(stderr, "cove forward: 127.0.0.1:%d -> guest port %d\n", ntohs(sin.sin_port),
 		guest_port);
-	for (;;) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		struct fwd_conn *c;
-		pthread_t th;
-
-		if (fd < 0) {
-			if (errno != EINTR && errno != ECONNABORTED)
-				usleep(10000);
-			continue;
-		}
-		c = malloc(sizeof(*c));
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		snprintf(c->uds, sizeof(c->uds), "%s", uds);
-		c->guest_port = guest_port;
-		c->fd = fd;
-		if (pthread_create(&th, NULL, fwd_thread, c) != 0) {
-			close(fd);
-			free(c);
-			continue;
-		}
-		pthread_detach(th);
-	}
+	target.guest_port = guest_port;
+	accept_serve(lfd, fwd_serve, &target);
 }

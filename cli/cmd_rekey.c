@@ -1,5 +1,6 @@
 /* `cove rekey`: rewrap a snapshot chain's data key under a new KEK without touching its data. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,64 +22,67 @@ static void usage(FILE *out)
 	    "        (PIN from $COVE_PKCS11_PIN or pin-file; see snapshot/CRYPTO.md)\n");
 }
 
-/* One provider option: its type and config, or an error when given twice. */
-static int set_prov(enum keyprov_type *type, const char **config, enum keyprov_type t,
-		    const char *arg, const char *what)
+/* The four provider options: which end (the old or the new provider) and which kind. */
+static const struct prov_opt {
+	const char *name;
+	bool to;
+	enum keyprov_type type;
+} prov_opts[] = {
+    {"from-key-cmd", false, KEYPROV_CMD},
+    {"from-pkcs11", false, KEYPROV_PKCS11},
+    {"to-key-cmd", true, KEYPROV_CMD},
+    {"to-pkcs11", true, KEYPROV_PKCS11},
+};
+#define PROV_OPTS (sizeof(prov_opts) / sizeof(prov_opts[0]))
+
+/* One end of the rewrap: its provider's type and config (NULL until given). */
+struct prov_end {
+	enum keyprov_type type;
+	const char *config;
+};
+
+/* One provider option into its end: 0, or -1 when that end was given twice. */
+static int set_prov(struct prov_end *end, const struct prov_opt *o, const char *arg)
 {
-	if (*config) {
-		fprintf(stderr, "cove rekey: more than one %s key provider\n", what);
+	if (end->config) {
+		fprintf(stderr, "cove rekey: more than one %s key provider\n",
+			o->to ? "--to" : "--from");
 		return -1;
 	}
-	*type = t;
-	*config = arg;
+	end->type = o->type;
+	end->config = arg;
 	return 0;
 }
 
 int cmd_rekey(int argc, char **argv)
 {
-	enum { FROM_CMD = 1, FROM_P11, TO_CMD, TO_P11 };
-	static const struct option opts[] = {
-	    {"from-key-cmd", required_argument, NULL, FROM_CMD},
-	    {"from-pkcs11", required_argument, NULL, FROM_P11},
-	    {"to-key-cmd", required_argument, NULL, TO_CMD},
-	    {"to-pkcs11", required_argument, NULL, TO_P11},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
-	enum keyprov_type from_t = KEYPROV_CMD, to_t = KEYPROV_CMD;
-	const char *from = NULL, *to = NULL;
+	struct option opts[PROV_OPTS + 2];
+	struct prov_end ends[2] = {{KEYPROV_CMD, NULL}, {KEYPROV_CMD, NULL}}; /* from, to */
 	int c, bad = 0;
+
+	for (size_t i = 0; i < PROV_OPTS; i++)
+		opts[i] = (struct option){prov_opts[i].name, required_argument, NULL, (int)i + 1};
+	opts[PROV_OPTS] = (struct option){"help", no_argument, NULL, 'h'};
+	opts[PROV_OPTS + 1] = (struct option){NULL, 0, NULL, 0};
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case FROM_CMD:
-			bad |= set_prov(&from_t, &from, KEYPROV_CMD, optarg, "--from");
-			break;
-		case FROM_P11:
-			bad |= set_prov(&from_t, &from, KEYPROV_PKCS11, optarg, "--from");
-			break;
-		case TO_CMD:
-			bad |= set_prov(&to_t, &to, KEYPROV_CMD, optarg, "--to");
-			break;
-		case TO_P11:
-			bad |= set_prov(&to_t, &to, KEYPROV_PKCS11, optarg, "--to");
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
+		if (c >= 1 && c <= (int)PROV_OPTS) {
+			const struct prov_opt *o = &prov_opts[c - 1];
+
+			bad |= set_prov(&ends[o->to], o, optarg);
+			continue;
 		}
+		usage(c == 'h' ? stdout : stderr);
+		return c == 'h' ? 0 : 2;
 	}
 	if (bad)
 		return 2;
-	if (optind != argc - 1 || !to) {
+	if (optind != argc - 1 || !ends[1].config) {
 		usage(stderr);
 		return 2;
 	}
 	/* The old provider comes from the host too: DIR/keys must never name what runs. */
-	if (!from) {
+	if (!ends[0].config) {
 		fprintf(stderr, "cove rekey: the old key provider is required (--from-key-cmd or "
 				"--from-pkcs11); the chain's keys file never chooses it\n");
 		return 2;
@@ -87,11 +91,11 @@ int cmd_rekey(int argc, char **argv)
 	char err[512];
 	struct keyprov *old = NULL, *new = NULL;
 	int status = 1;
-	if (keyprov_new(from_t, from, &old, err, sizeof(err))) {
+	if (keyprov_new(ends[0].type, ends[0].config, &old, err, sizeof(err))) {
 		fprintf(stderr, "cove rekey: --from: %s\n", err);
 		return 2;
 	}
-	if (keyprov_new(to_t, to, &new, err, sizeof(err))) {
+	if (keyprov_new(ends[1].type, ends[1].config, &new, err, sizeof(err))) {
 		fprintf(stderr, "cove rekey: --to: %s\n", err);
 		status = 2;
 		goto out;
@@ -101,7 +105,7 @@ int cmd_rekey(int argc, char **argv)
 		goto out;
 	}
 	printf("rewrapped %s/%s under %s; no data file was rewritten\n", dir, KEYFILE_NAME,
-	       keyprov_type_name(to_t));
+	       keyprov_type_name(ends[1].type));
 	status = 0;
 out:
 	keyprov_free(old);

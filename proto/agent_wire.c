@@ -5,10 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "common/errmsg.h"
+#include "common/fd_io.h"
 #include "common/term_safe.h"
 
 int wire_len_parse(const uint8_t hdr[4], uint32_t max, uint32_t *len)
@@ -47,40 +46,15 @@ int wire_msg_parse(const char *buf, size_t len, json_t **out, char *err, size_t 
 	return 0;
 }
 
+/* The stream loops are common/fd_io's; these names stay for the wire's callers. */
 int wire_read_full(int fd, void *buf, size_t n)
 {
-	size_t got = 0;
-
-	while (got < n) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return got ? -EPIPE : -ENODATA;
-		got += (size_t)r;
-	}
-	return 0;
+	return read_full(fd, buf, n);
 }
 
 int wire_write_full(int fd, const void *buf, size_t n)
 {
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL);
-
-		if (r < 0 && errno == ENOTSOCK)
-			r = write(fd, (const char *)buf + done, n - done);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		done += (size_t)r;
-	}
-	return 0;
+	return write_full(fd, buf, n);
 }
 
 int wire_msg_read(int fd, json_t **out, char *err, size_t errlen)

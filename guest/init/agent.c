@@ -1,4 +1,5 @@
-/* agent.c: cove-init's guest agent process: vsock listener, a thread per connection, reaper. */
+/* agent.c: cove-init's guest agent process: vsock listener, a thread per host connection, reaper.
+ */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,12 +16,8 @@
 #include <linux/vm_sockets.h>
 
 #include "agent.h"
+#include "common/accept_serve.h"
 #include "cove-init.h"
-
-struct conn {
-	struct agent *ag;
-	int fd;
-};
 
 /* {"op":"status"}: the epoch (never the token) and the exec sessions. */
 static int status_handle(struct agent *ag, int fd)
@@ -59,46 +56,69 @@ static int test_handshake(int fd)
 	return wire_write_full(fd, "OK 1024\n", 8);
 }
 
-/* First message on a connection names the operation; the rest of the connection is its own. */
-static void *conn_thread(void *arg)
+/* The agent runs commands as root: a guest process reaching it (vsock loopback) would own the
+ * sandbox and the operator's sessions. Only the host may talk to it. */
+static bool peer_allowed(struct agent *ag, int fd)
 {
-	struct conn *c = arg;
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
+
+	if (getpeername(fd, (struct sockaddr *)&peer, &plen) < 0)
+		return false;
+	if (wire_peer_allowed((struct sockaddr *)&peer, plen, ag->test_uds != NULL))
+		return true;
+	if (peer.ss_family == AF_VSOCK)
+		init_err(ag->log,
+			 "agent: refused a connection from vsock CID %u: only the host (CID 2) may "
+			 "connect",
+			 ((struct sockaddr_vm *)&peer)->svm_cid);
+	else
+		init_err(ag->log, "agent: refused a connection from address family %u",
+			 peer.ss_family);
+	return false;
+}
+
+/* First message on a connection names the operation; the rest of the connection is its own. */
+static void conn_serve(void *ctx, int fd)
+{
+	struct agent *ag = ctx;
 	char err[256];
 	json_t *msg = NULL;
 	const char *op;
-	int ret = c->ag->test_uds ? test_handshake(c->fd) : 0;
+	int ret;
 
+	if (!peer_allowed(ag, fd))
+		goto out;
+	ret = ag->test_uds ? test_handshake(fd) : 0;
 	if (ret == 0)
-		ret = wire_msg_read(c->fd, &msg, err, sizeof(err));
+		ret = wire_msg_read(fd, &msg, err, sizeof(err));
 	if (ret < 0) {
 		if (ret == -EINVAL || ret == -EMSGSIZE)
-			wire_reply_error(c->fd, "%s", err);
+			wire_reply_error(fd, "%s", err);
 		goto out;
 	}
 	op = json_string_value(json_object_get(msg, "op"));
 	if (!op)
-		wire_reply_error(c->fd, "bad message: no \"op\"");
+		wire_reply_error(fd, "bad message: no \"op\"");
 	else if (strcmp(op, "exec") == 0)
-		exec_handle(c->ag, c->fd, msg);
+		exec_handle(ag, fd, msg);
 	else if (strcmp(op, "attach") == 0)
-		attach_handle(c->ag, c->fd, msg);
+		attach_handle(ag, fd, msg);
 	else if (strcmp(op, "put") == 0)
-		files_put(c->fd, msg);
+		files_put(fd, msg);
 	else if (strcmp(op, "get") == 0)
-		files_get(c->fd, msg);
+		files_get(fd, msg);
 	else if (strcmp(op, "forward") == 0)
-		forward_handle(c->fd, msg);
+		forward_handle(fd, msg);
 	else if (strcmp(op, "identity") == 0)
-		identity_handle(c->ag, c->fd, msg);
+		identity_handle(ag, fd, msg);
 	else if (strcmp(op, "status") == 0)
-		status_handle(c->ag, c->fd);
+		status_handle(ag, fd);
 	else
-		wire_reply_error(c->fd, "unknown op \"%.64s\"", op);
+		wire_reply_error(fd, "unknown op \"%.64s\"", op);
 out:
 	json_decref(msg);
-	close(c->fd);
-	free(c);
-	return NULL;
+	close(fd);
 }
 
 /* Reaps every child of the agent (it is a subreaper, so orphans of exec'd commands too). */
@@ -182,7 +202,7 @@ static int unix_listen(const char *path)
 }
 
 /* The agent process: never returns unless it cannot listen at all. */
-int agent_run(const char *test_uds)
+int agent_run(const char *test_uds, struct logger *log)
 {
 	static struct agent ag; /* lives for the process; static only to stay off the stack */
 	sigset_t all;
@@ -200,61 +220,28 @@ int agent_run(const char *test_uds)
 	pthread_cond_init(&ag.child_cond, NULL);
 	ag.next_id = 1;
 	ag.test_uds = test_uds;
+	ag.log = log;
 
 	lfd = test_uds ? unix_listen(test_uds) : vsock_listen(AGENT_PORT);
 	if (lfd < 0) {
-		init_log("agent: listen on %s: %s", test_uds ? test_uds : "vsock port 1024",
+		init_err(log, "agent: listen on %s: %s", test_uds ? test_uds : "vsock port 1024",
 			 strerror(-lfd));
 		return 1;
 	}
 	ret = spawn_detached(reaper_thread, &ag);
 	if (ret < 0) {
-		init_log("agent: thread: %s", strerror(-ret));
+		init_err(log, "agent: thread: %s", strerror(-ret));
 		return 1;
 	}
 	ret = broker_proxy_start(&ag);
 	if (ret < 0)
-		init_log("agent: broker socket: %s (cove-fetch will not work)", strerror(-ret));
-	for (;;) {
-		struct sockaddr_storage peer;
-		socklen_t plen = sizeof(peer);
-		int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
-		struct conn *c;
-
-		if (fd < 0) {
-			if (errno != EINTR && errno != ECONNABORTED)
-				usleep(10000); /* EMFILE and friends: do not spin */
-			continue;
-		}
-		/* The agent runs commands as root: a guest process reaching it (vsock loopback)
-		 * would own the sandbox and the operator's sessions. */
-		if (!wire_peer_allowed((struct sockaddr *)&peer, plen, test_uds != NULL)) {
-			if (peer.ss_family == AF_VSOCK)
-				init_log("agent: refused a connection from vsock CID %u: only the "
-					 "host (CID 2) may connect",
-					 ((struct sockaddr_vm *)&peer)->svm_cid);
-			else
-				init_log("agent: refused a connection from address family %u",
-					 peer.ss_family);
-			close(fd);
-			continue;
-		}
-		c = malloc(sizeof(*c));
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		c->ag = &ag;
-		c->fd = fd;
-		if (spawn_detached(conn_thread, c) < 0) {
-			free(c);
-			close(fd);
-		}
-	}
+		init_err(log, "agent: broker socket: %s (cove-fetch will not work)",
+			 strerror(-ret));
+	accept_serve(lfd, conn_serve, &ag);
 }
 
 /* The kernel creates lo down; up, it gets 127.0.0.1/8 (forwarded ports and local services). */
-static void loopback_up(void)
+static void loopback_up(struct logger *log)
 {
 	struct ifreq ifr;
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -266,24 +253,24 @@ static void loopback_up(void)
 	if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && !(ifr.ifr_flags & IFF_UP)) {
 		ifr.ifr_flags |= IFF_UP;
 		if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
-			init_log("lo up: %s", strerror(errno));
+			init_err(log, "lo up: %s", strerror(errno));
 	}
 	close(fd);
 }
 
 /* Called by PID 1 before it runs the command: the agent is a child process, not PID 1's threads,
  * so PID 1's own reaping (waitpid(-1)) and the agent's sessions never see each other's children. */
-pid_t agent_start(void)
+pid_t agent_start(struct logger *log)
 {
 	pid_t pid;
 
-	loopback_up();
+	loopback_up(log);
 	pid = fork();
 	if (pid < 0) {
-		init_log("agent: fork: %s", strerror(errno));
+		init_err(log, "agent: fork: %s", strerror(errno));
 		return -1;
 	}
 	if (pid == 0)
-		_exit(agent_run(NULL));
+		_exit(agent_run(NULL, log));
 	return pid;
 }

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "common/log.h"
 #include "proto/agent_wire.h"
 
 #define BROKER_PORT 1025       /* host port (CID 2) of cove-broker */
@@ -67,11 +68,12 @@ struct agent {
 	/* Test mode outside a VM (cove-init agent --unix PATH): listen on a Unix socket that speaks
 	 * cove's hybrid handshake itself, serve PATH.broker.sock, reach the broker at PATH_1025. */
 	const char *test_uds;
+	struct logger *log;
 };
 
 /* agent.c */
-pid_t agent_start(void);
-int agent_run(const char *test_uds);
+pid_t agent_start(struct logger *log);
+int agent_run(const char *test_uds, struct logger *log);
 
 /* agent_exec.c */
 int exec_handle(struct agent *ag, int fd, json_t *msg);

@@ -14,17 +14,11 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "chunk_queue.h"
 
 /* After the command exits, output still in flight gets this long of silence to arrive (a daemon
  * it left behind may hold the pipe open forever). */
 #define DRAIN_IDLE_MS 200
-
-struct chunk {
-	struct chunk *next;
-	uint8_t type;
-	uint32_t len;
-	uint8_t data[];
-};
 
 /* Everything below is guarded by agent.lock. */
 struct session {
@@ -37,8 +31,7 @@ struct session {
 	int in_fd;  /* stdin pipe or pty master (dup); -1 once closed */
 	int out_fd; /* stdout pipe or pty master */
 	int err_fd; /* stderr pipe; -1 for a tty */
-	struct chunk *qhead, *qtail;
-	size_t qbytes;
+	struct chunk_queue out; /* output waiting for a host to read it */
 	bool exited, out_done, delivered;
 	int wstatus;
 	unsigned attach_gen; /* bumped at each attach and detach */
@@ -57,12 +50,7 @@ static void session_put_locked(struct session *s)
 {
 	if (--s->refs > 0)
 		return;
-	while (s->qhead) {
-		struct chunk *c = s->qhead;
-
-		s->qhead = c->next;
-		free(c);
-	}
+	chunkq_clear(&s->out);
 	if (s->in_fd >= 0)
 		close(s->in_fd);
 	pthread_cond_destroy(&s->cond);
@@ -121,30 +109,11 @@ json_t *exec_sessions_json(struct agent *ag)
 
 /* --- output pump: child -> queue ------------------------------------------------------- */
 
+/* Nobody reading and the buffer full: the command blocks on its next write, as with a stopped
+ * terminal, rather than output being lost. */
 static void enqueue(struct session *s, uint8_t type, const void *buf, size_t len)
 {
-	struct chunk *c = malloc(sizeof(*c) + len);
-	struct agent *ag = s->ag;
-
-	if (!c)
-		return;
-	c->next = NULL;
-	c->type = type;
-	c->len = (uint32_t)len;
-	memcpy(c->data, buf, len);
-	pthread_mutex_lock(&ag->lock);
-	/* Nobody reading and the buffer full: the command blocks on its next write, as with a
-	 * stopped terminal, rather than output being lost. */
-	while (s->qbytes >= AGENT_QUEUE_MAX)
-		pthread_cond_wait(&s->cond, &ag->lock);
-	if (s->qtail)
-		s->qtail->next = c;
-	else
-		s->qhead = c;
-	s->qtail = c;
-	s->qbytes += len;
-	pthread_cond_broadcast(&s->cond);
-	pthread_mutex_unlock(&ag->lock);
+	chunkq_push(&s->out, &s->ag->lock, &s->cond, AGENT_QUEUE_MAX, type, buf, len);
 }
 
 static void *pump_thread(void *arg)
@@ -234,11 +203,11 @@ static void *writer_thread(void *arg)
 		struct chunk *c;
 		int ret;
 
-		while (s->attach_gen == w->gen && !s->qhead && !(s->out_done && s->exited))
+		while (s->attach_gen == w->gen && !s->out.head && !(s->out_done && s->exited))
 			pthread_cond_wait(&s->cond, &ag->lock);
 		if (s->attach_gen != w->gen)
 			break;
-		if (!s->qhead) {
+		if (!s->out.head) {
 			int wstatus = s->wstatus;
 
 			pthread_mutex_unlock(&ag->lock);
@@ -250,22 +219,14 @@ static void *writer_thread(void *arg)
 			}
 			break;
 		}
-		c = s->qhead;
-		s->qhead = c->next;
-		if (!s->qhead)
-			s->qtail = NULL;
-		s->qbytes -= c->len;
+		c = chunkq_pop_locked(&s->out);
 		pthread_cond_broadcast(&s->cond); /* room for the pump */
 		pthread_mutex_unlock(&ag->lock);
 		ret = wire_data_write(w->fd, c->type, c->data, c->len);
 		pthread_mutex_lock(&ag->lock);
 		if (ret < 0) {
 			/* The host went away: keep the chunk for whoever attaches next. */
-			c->next = s->qhead;
-			s->qhead = c;
-			if (!s->qtail)
-				s->qtail = c;
-			s->qbytes += c->len;
+			chunkq_unpop_locked(&s->out, c);
 			if (s->attach_gen == w->gen) {
 				s->attach_gen++;
 				s->attached_fd = -1;
@@ -288,8 +249,7 @@ static void *writer_thread(void *arg)
 struct stdin_feed {
 	struct session *s;
 	pthread_cond_t cond;
-	struct chunk *head, *tail;
-	size_t bytes;
+	struct chunk_queue q;
 	bool stop; /* the host connection ended */
 };
 
@@ -333,17 +293,13 @@ static void *stdin_thread(void *arg)
 		int fd;
 
 		pthread_mutex_lock(&ag->lock);
-		while (!f->head && !f->stop)
+		while (!f->q.head && !f->stop)
 			pthread_cond_wait(&f->cond, &ag->lock);
-		c = f->head;
+		c = chunkq_pop_locked(&f->q);
 		if (!c) {
 			pthread_mutex_unlock(&ag->lock);
 			break;
 		}
-		f->head = c->next;
-		if (!f->head)
-			f->tail = NULL;
-		f->bytes -= c->len;
 		pthread_cond_broadcast(&f->cond);
 		if (c->type == WIRE_CLOSE && !s->tty) {
 			if (s->in_fd >= 0)
@@ -369,26 +325,7 @@ static void *stdin_thread(void *arg)
 
 static void feed_push(struct stdin_feed *f, uint8_t type, const uint8_t *buf, size_t len)
 {
-	struct agent *ag = f->s->ag;
-	struct chunk *c = malloc(sizeof(*c) + len);
-
-	if (!c)
-		return;
-	c->next = NULL;
-	c->type = type;
-	c->len = (uint32_t)len;
-	memcpy(c->data, buf, len);
-	pthread_mutex_lock(&ag->lock);
-	while (f->bytes >= STDIN_QUEUE_MAX)
-		pthread_cond_wait(&f->cond, &ag->lock);
-	if (f->tail)
-		f->tail->next = c;
-	else
-		f->head = c;
-	f->tail = c;
-	f->bytes += len;
-	pthread_cond_broadcast(&f->cond);
-	pthread_mutex_unlock(&ag->lock);
+	chunkq_push(&f->q, &f->s->ag->lock, &f->cond, STDIN_QUEUE_MAX, type, buf, len);
 }
 
 static void handle_input(struct stdin_feed *f, uint8_t type, const uint8_t *buf, size_t len)
@@ -461,12 +398,7 @@ static void session_serve(struct session *s, int fd, unsigned gen)
 		pthread_join(in_th, NULL);
 	if (writer)
 		pthread_join(th, NULL);
-	while (f.head) {
-		struct chunk *c = f.head;
-
-		f.head = c->next;
-		free(c);
-	}
+	chunkq_clear(&f.q);
 	pthread_cond_destroy(&f.cond);
 	free(buf);
 	pthread_mutex_lock(&ag->lock);

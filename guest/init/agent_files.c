@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/fd_io.h"
 
 static int path_arg(json_t *msg, const char **path)
 {
@@ -137,16 +138,12 @@ int files_get(int fd, json_t *msg)
 		size_t want = (unsigned long long)st.st_size - done < AGENT_CHUNK
 				  ? (size_t)((unsigned long long)st.st_size - done)
 				  : AGENT_CHUNK;
-		ssize_t n = read(in, buf, want);
+		ssize_t n = read_upto(in, buf, want);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			memset(buf, 0, want);
-			n = (ssize_t)want;
-		}
-		ret = wire_write_full(fd, buf, (size_t)n);
-		done += (unsigned long long)n;
+		if (n < (ssize_t)want)
+			memset(buf + (n > 0 ? n : 0), 0, want - (size_t)(n > 0 ? n : 0));
+		ret = write_full(fd, buf, want);
+		done += want;
 	}
 	free(buf);
 	close(in);

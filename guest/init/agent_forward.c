@@ -2,50 +2,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "agent.h"
-
-/* Copies both ways until both directions have ended; a half-close is passed on as one. */
-static void splice_loop(int a, int b)
-{
-	char *buf = malloc(AGENT_CHUNK);
-	bool open_ab = true, open_ba = true; /* a->b and b->a still flowing */
-
-	while (buf && (open_ab || open_ba)) {
-		struct pollfd p[2] = {{.fd = open_ab ? a : -1, .events = POLLIN},
-				      {.fd = open_ba ? b : -1, .events = POLLIN}};
-
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		for (int i = 0; i < 2; i++) {
-			int from = i ? b : a, to = i ? a : b;
-			bool *open = i ? &open_ba : &open_ab;
-			ssize_t n;
-
-			if (!p[i].revents)
-				continue;
-			n = read(from, buf, AGENT_CHUNK);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0 || wire_write_full(to, buf, (size_t)n) < 0) {
-				*open = false;
-				shutdown(to, SHUT_WR);
-				if (n < 0)
-					goto out; /* reset: nothing more will come either way */
-			}
-		}
-	}
-out:
-	free(buf);
-}
+#include "common/splice.h"
 
 /* {"op":"forward","port":P} -> {"ok":true} -> raw bytes both ways. */
 int forward_handle(int fd, json_t *msg)
@@ -69,7 +31,7 @@ int forward_handle(int fd, json_t *msg)
 	}
 	ret = wire_reply_ok(fd);
 	if (ret == 0)
-		splice_loop(fd, tcp);
+		fd_splice(fd, tcp);
 	close(tcp);
 	return ret;
 }

@@ -11,10 +11,12 @@
 #include <linux/vm_sockets.h>
 
 #include "agent.h"
+#include "common/accept_serve.h"
 
-struct proxy_conn {
+/* What the accept thread needs. */
+struct proxy_listen {
 	struct agent *ag;
-	int fd;
+	int lfd;
 };
 
 static int broker_connect(struct agent *ag)
@@ -45,9 +47,9 @@ static int broker_connect(struct agent *ag)
 }
 
 /* One program connection: any number of request/reply pairs, each over the same vsock stream. */
-static void *proxy_thread(void *arg)
+static void proxy_serve(void *ctx, int fd)
 {
-	struct proxy_conn *c = arg;
+	struct agent *ag = ctx;
 	int vfd = -1;
 
 	for (;;) {
@@ -55,25 +57,25 @@ static void *proxy_thread(void *arg)
 		json_t *req = NULL, *reply = NULL;
 		char token[TOKEN_HEX_MAX + 1];
 		uint64_t epoch;
-		int ret = wire_msg_read(c->fd, &req, err, sizeof(err));
+		int ret = wire_msg_read(fd, &req, err, sizeof(err));
 
 		if (ret < 0) {
 			if (ret == -EINVAL || ret == -EMSGSIZE)
-				wire_reply_error(c->fd, "%s", err);
+				wire_reply_error(fd, "%s", err);
 			break;
 		}
 		/* Whatever the program put there is replaced: only cove-init knows the identity. */
-		pthread_mutex_lock(&c->ag->lock);
-		epoch = c->ag->epoch;
-		snprintf(token, sizeof(token), "%s", c->ag->token);
-		pthread_mutex_unlock(&c->ag->lock);
+		pthread_mutex_lock(&ag->lock);
+		epoch = ag->epoch;
+		snprintf(token, sizeof(token), "%s", ag->token);
+		pthread_mutex_unlock(&ag->lock);
 		json_object_set_new(req, "epoch", json_integer((json_int_t)epoch));
 		json_object_set_new(req, "token", json_string(token));
 		explicit_bzero(token, sizeof(token));
 		if (vfd < 0)
-			vfd = broker_connect(c->ag);
+			vfd = broker_connect(ag);
 		if (vfd < 0) {
-			ret = wire_reply_error(c->fd, "broker unreachable: %s", strerror(-vfd));
+			ret = wire_reply_error(fd, "broker unreachable: %s", strerror(-vfd));
 			json_decref(req);
 			if (ret < 0)
 				break;
@@ -86,59 +88,33 @@ static void *proxy_thread(void *arg)
 		if (ret < 0) {
 			close(vfd);
 			vfd = -1;
-			if (wire_reply_error(c->fd, "broker: %s", ret == -EINVAL ? err : strerror(-ret)) < 0)
+			if (wire_reply_error(fd, "broker: %s",
+					     ret == -EINVAL ? err : strerror(-ret)) < 0)
 				break;
 			continue;
 		}
-		ret = wire_msg_write(c->fd, reply);
+		ret = wire_msg_write(fd, reply);
 		json_decref(reply);
 		if (ret < 0)
 			break;
 	}
 	if (vfd >= 0)
 		close(vfd);
-	close(c->fd);
-	free(c);
-	return NULL;
+	close(fd);
 }
 
 static void *accept_thread(void *arg)
 {
-	struct agent *ag = ((struct proxy_conn *)arg)->ag;
-	int lfd = ((struct proxy_conn *)arg)->fd;
+	struct proxy_listen l = *(struct proxy_listen *)arg;
 
 	free(arg);
-	for (;;) {
-		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		struct proxy_conn *c;
-		pthread_t th;
-
-		if (fd < 0) {
-			if (errno != EINTR && errno != ECONNABORTED)
-				usleep(10000);
-			continue;
-		}
-		c = malloc(sizeof(*c));
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		c->ag = ag;
-		c->fd = fd;
-		if (pthread_create(&th, NULL, proxy_thread, c) != 0) {
-			close(fd);
-			free(c);
-			continue;
-		}
-		pthread_detach(th);
-	}
-	return NULL;
+	accept_serve(l.lfd, proxy_serve, l.ag);
 }
 
 int broker_proxy_start(struct agent *ag)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	struct proxy_conn *a;
+	struct proxy_listen *a;
 	pthread_t th;
 	int fd, ret;
 
@@ -165,7 +141,7 @@ int broker_proxy_start(struct agent *ag)
 		return -ENOMEM;
 	}
 	a->ag = ag;
-	a->fd = fd;
+	a->lfd = fd;
 	ret = pthread_create(&th, NULL, accept_thread, a);
 	if (ret != 0) {
 		free(a);

@@ -16,11 +16,6 @@ static int failures;
 		}                                                                                  \
 	} while (0)
 
-void init_log(const char *fmt, ...)
-{
-	(void)fmt;
-}
-
 static int parse(const char *text, struct init_config *cfg)
 {
 	static char buf[4096];

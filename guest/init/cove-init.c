@@ -1,7 +1,6 @@
 /* cove-init.c: the guest's PID 1: sets up the sandbox, runs its command, then ends the VM. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,30 +10,11 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/fd_io.h"
 #include "cove-init.h"
 
 /* x86 COMMAND_LINE_SIZE is 2048; leave room for a larger one. */
 #define CMDLINE_MAX 8192
-
-/* One write per line, so a line is not interleaved with kernel messages on the console. */
-void init_log(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	strcpy(buf, "cove-init: ");
-	n = (int)strlen(buf);
-	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	if (write(2, buf, (size_t)n) < 0) {
-		/* Nowhere left to report it. */
-	}
-}
 
 /* The kernel opens /dev/console as fds 0-2 only if the root file system had the node. */
 static void console_ensure_fds(void)
@@ -62,34 +42,26 @@ static void env_setup(void)
 }
 
 /* Reads /proc/cmdline into buf; an unreadable one counts as empty (interactive shell). */
-static void cmdline_read(char *buf, size_t size)
+static void cmdline_read(struct logger *log, char *buf, size_t size)
 {
 	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-	size_t len = 0;
+	ssize_t len = 0;
 
 	if (fd >= 0) {
-		for (;;) {
-			ssize_t n = read(fd, buf + len, size - 1 - len);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				break;
-			len += (size_t)n;
-		}
+		len = read_upto(fd, buf, size - 1);
 		close(fd);
 	} else {
-		init_log("/proc/cmdline: %s", strerror(errno));
+		init_err(log, "/proc/cmdline: %s", strerror(errno));
 	}
-	buf[len] = '\0';
+	buf[len > 0 ? len : 0] = '\0';
 }
 
-static void print_ready(void)
+static void print_ready(struct logger *log)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_BOOTTIME, &ts);
-	init_log("ready %lld.%03ld", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
+	init_info(log, "ready %lld.%03ld", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
 }
 
 /* cove.cmd= first, then the words after "--", else an interactive shell on the console. */
@@ -107,7 +79,7 @@ static int run_command(struct sup *sup, const struct init_config *cfg)
 		argv = cfg->argv;
 	err = sup_spawn(sup, argv, argv == sh_interactive);
 	if (err < 0) {
-		init_log("fork: %s", strerror(-err));
+		init_err(sup->log, "fork: %s", strerror(-err));
 		return 127;
 	}
 	return sup_wait(sup);
@@ -118,12 +90,12 @@ static int run_command(struct sup *sup, const struct init_config *cfg)
  * until the VMM kills it. RB_AUTOBOOT with reboot=k pulses the i8042 reset line, which cove
  * turns into a clean stop. PID 1 must never return: that would panic the kernel.
  */
-static void __attribute__((noreturn)) vm_stop(enum init_stop stop)
+static void __attribute__((noreturn)) vm_stop(struct logger *log, enum init_stop stop)
 {
 	sync();
-	init_log("%s", stop == INIT_STOP_HALT ? "power off" : "reboot");
+	init_info(log, "%s", stop == INIT_STOP_HALT ? "power off" : "reboot");
 	reboot(stop == INIT_STOP_HALT ? RB_POWER_OFF : RB_AUTOBOOT);
-	init_log("reboot: %s", strerror(errno));
+	init_err(log, "reboot: %s", strerror(errno));
 	for (;;)
 		pause();
 }
@@ -132,49 +104,50 @@ int main(int argc, char **argv)
 {
 	static char cmdline[CMDLINE_MAX];
 	struct init_config cfg;
+	struct logger log = {.level = LOG_INFO, .out = stderr};
 	struct sup sup;
 	int err, status, ret;
 
 	/* Only the agent, outside a VM, on a Unix socket: for tests of the host tools. */
 	if (argc == 4 && strcmp(argv[1], "agent") == 0 && strcmp(argv[2], "--unix") == 0)
-		return agent_run(argv[3]);
+		return agent_run(argv[3], &log);
 	if (getpid() != 1) {
 		fprintf(stderr, "cove-init: must run as PID 1 (it is the guest's init); "
 				"'cove-init agent --unix PATH' runs only the agent, for tests\n");
 		return 1;
 	}
 	umask(022);
-	mounts_setup();
+	mounts_setup(&log);
 	console_ensure_fds();
 	/* Ctrl-alt-del becomes SIGINT to us: an orderly stop instead of an instant reset. */
 	if (reboot(RB_DISABLE_CAD) < 0)
-		init_log("disable ctrl-alt-del: %s", strerror(errno));
+		init_err(&log, "disable ctrl-alt-del: %s", strerror(errno));
 	env_setup();
-	cmdline_read(cmdline, sizeof(cmdline));
+	cmdline_read(&log, cmdline, sizeof(cmdline));
 	err = cmdline_parse(cmdline, &cfg);
 	if (sethostname(cfg.hostname, strlen(cfg.hostname)) < 0)
-		init_log("sethostname %s: %s", cfg.hostname, strerror(errno));
-	ret = sup_init(&sup);
+		init_err(&log, "sethostname %s: %s", cfg.hostname, strerror(errno));
+	ret = sup_init(&sup, &log);
 	if (ret < 0) {
-		init_log("signal set-up: %s", strerror(-ret));
-		vm_stop(cfg.stop);
+		init_err(&log, "signal set-up: %s", strerror(-ret));
+		vm_stop(&log, cfg.stop);
 	}
 
 	/* The guest agent (exec, files, ports, identity, broker proxy) on vsock port 1024. */
-	sup.agent_pid = agent_start();
-	print_ready();
+	sup.agent_pid = agent_start(&log);
+	print_ready(&log);
 	if (err == -EINVAL) {
-		init_log("bad parameter %s", cfg.error);
+		init_err(&log, "bad parameter %s", cfg.error);
 		status = 127;
 	} else if (err < 0) {
-		init_log("kernel command line: %s", strerror(-err));
+		init_err(&log, "kernel command line: %s", strerror(-err));
 		status = 127;
 	} else {
 		status = run_command(&sup, &cfg);
 	}
-	init_log("exit %d", status);
+	init_info(&log, "exit %d", status);
 
 	sup_stop_all(&sup);
 	init_config_free(&cfg);
-	vm_stop(cfg.stop);
+	vm_stop(&log, cfg.stop);
 }

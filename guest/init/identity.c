@@ -12,6 +12,7 @@
 
 #include "agent.h"
 #include "common/base64.h"
+#include "common/hex.h"
 #include "cove-init.h"
 
 #define SEED_MIN 32
@@ -48,7 +49,7 @@ static int rng_add(const unsigned char *seed, size_t len)
 static bool is_hex(const char *s)
 {
 	for (; *s; s++)
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f') || (*s >= 'A' && *s <= 'F')))
+		if (hex_digit(*s) < 0)
 			return false;
 	return true;
 }
@@ -91,10 +92,10 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 	snprintf(ag->token, sizeof(ag->token), "%s", token);
 	pthread_mutex_unlock(&ag->lock);
 	if (ag->test_uds)
-		init_log("identity: epoch %llu (test mode: clock and RNG untouched)",
-			 (unsigned long long)json_integer_value(jepoch));
+		init_info(ag->log, "identity: epoch %llu (test mode: clock and RNG untouched)",
+			  (unsigned long long)json_integer_value(jepoch));
 	else
-		init_log("identity: epoch %llu, clock set, RNG reseeded with %zu bytes",
-			 (unsigned long long)json_integer_value(jepoch), seed_len);
+		init_info(ag->log, "identity: epoch %llu, clock set, RNG reseeded with %zu bytes",
+			  (unsigned long long)json_integer_value(jepoch), seed_len);
 	return wire_reply_ok(fd);
 }

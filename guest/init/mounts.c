@@ -44,20 +44,20 @@ static int is_mounted(const char *target)
 	return st.st_dev != pst.st_dev;
 }
 
-static void mount_one(const struct mount_spec *m)
+static void mount_one(struct logger *log, const struct mount_spec *m)
 {
 	if (is_mounted(m->target))
 		return;
 	/* A read-only root already has the directory, or the mount below says why not. */
 	if (mkdir(m->target, 0755) < 0 && errno != EEXIST && errno != EROFS)
-		init_log("mkdir %s: %s", m->target, strerror(errno));
+		init_err(log, "mkdir %s: %s", m->target, strerror(errno));
 	if (mount(m->source, m->target, m->fstype, m->flags, m->data) < 0 &&
 	    !(m->optional && errno == ENODEV))
-		init_log("mount %s on %s: %s", m->fstype, m->target, strerror(errno));
+		init_err(log, "mount %s on %s: %s", m->fstype, m->target, strerror(errno));
 }
 
 /* What programs expect to find in /dev beyond device nodes (bash process substitution, ...). */
-static void dev_links(void)
+static void dev_links(struct logger *log)
 {
 	static const char *const links[][2] = {
 	    {"/proc/self/fd", "/dev/fd"},
@@ -68,12 +68,12 @@ static void dev_links(void)
 
 	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
 		if (symlink(links[i][0], links[i][1]) < 0 && errno != EEXIST)
-			init_log("symlink %s: %s", links[i][1], strerror(errno));
+			init_err(log, "symlink %s: %s", links[i][1], strerror(errno));
 }
 
-void mounts_setup(void)
+void mounts_setup(struct logger *log)
 {
 	for (size_t i = 0; i < sizeof(mount_table) / sizeof(mount_table[0]); i++)
-		mount_one(&mount_table[i]);
-	dev_links();
+		mount_one(log, &mount_table[i]);
+	dev_links(log);
 }

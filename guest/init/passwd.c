@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/fd_io.h"
 
 #define PASSWD_MAX (1u << 20)
 
@@ -96,17 +97,9 @@ int passwd_lookup(const char *user, struct pw_ent *out)
 		return -ENOMEM;
 	}
 	if (fd >= 0) {
-		for (;;) {
-			ssize_t r = read(fd, buf + len, PASSWD_MAX - len);
+		ssize_t r = read_upto(fd, buf, PASSWD_MAX);
 
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0)
-				break;
-			len += (size_t)r;
-			if (len == PASSWD_MAX)
-				break;
-		}
+		len = r > 0 ? (size_t)r : 0;
 		close(fd);
 	}
 	ret = passwd_find(buf, len, user, out);

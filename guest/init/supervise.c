@@ -42,10 +42,11 @@ static int shell_status(int wstatus)
  * Signals to PID 1 that have no handler are dropped by the kernel, but blocked ones stay
  * pending, so a signalfd sees them. SIGINT is what ctrl-alt-del sends once CAD is disabled.
  */
-int sup_init(struct sup *s)
+int sup_init(struct sup *s, struct logger *log)
 {
 	sigset_t mask;
 
+	s->log = log;
 	s->main_pid = -1;
 	s->main_status = -1;
 	s->agent_pid = -1;
@@ -118,10 +119,10 @@ static void agent_died(struct sup *s, int wstatus)
 	s->agent_pid = -1;
 	if (s->main_status >= 0 || s->main_pid < 0)
 		return;
-	init_log("agent ended (status %d)%s", shell_status(wstatus),
+	init_err(s->log, "agent ended (status %d)%s", shell_status(wstatus),
 		 s->agent_restarts < AGENT_RESTARTS_MAX ? ", restarting it" : "");
 	if (s->agent_restarts++ < AGENT_RESTARTS_MAX)
-		s->agent_pid = agent_start();
+		s->agent_pid = agent_start(s->log);
 }
 
 /* Returns 1 while children remain, 0 once there are none. */
@@ -188,7 +189,8 @@ int sup_wait(struct sup *s)
 		if (sig != SIGTERM && sig != SIGINT && sig != SIGUSR1 && sig != SIGUSR2)
 			continue;
 		if (deadline < 0) {
-			init_log("stop requested (%s): terminating the command", strsignal(sig));
+			init_info(s->log, "stop requested (%s): terminating the command",
+				  strsignal(sig));
 			signal_main(s, SIGTERM);
 			deadline = now_ms() + STOP_GRACE_MS;
 		} else {

@@ -20,11 +20,6 @@
 #include "common/base64.h"
 #include "cove-init.h"
 
-void init_log(const char *fmt, ...)
-{
-	(void)fmt;
-}
-
 static json_t *parse(const char *s)
 {
 	char err[256];
