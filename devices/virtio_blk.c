@@ -108,12 +108,21 @@ static void config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
 	memcpy(data, (uint8_t *)&c + off, len);
 }
 
-/* Writes the status byte, returns the chain to the driver and marks what the device wrote. */
+/*
+ * Writes the status byte, returns the chain to the driver and marks what the device wrote. A
+ * chain without a device-writable last segment has no place for a status: the device must not
+ * write into memory the driver gave it to read, so it returns the chain with nothing written.
+ */
 static void finish(struct virtio_blk *blk, uint32_t q, const struct virtq_chain *c, uint8_t status,
 		   uint32_t data_written)
 {
 	struct virtio_mmio *t = &blk->mmio;
-	const struct virtq_seg *last = &c->seg[c->nr - 1];
+	const struct virtq_seg *last = c->nr ? &c->seg[c->nr - 1] : NULL;
+	if (!last || !last->write || !last->len) {
+		blk->errors++;
+		virtq_push(&t->queues[q], c->head, 0);
+		return;
+	}
 	uint64_t status_gpa = last->gpa + last->len - 1;
 	uint8_t *p = guest_mem_ptr(t->mem, status_gpa, 1);
 	if (p) {
@@ -491,7 +500,7 @@ static void dev_reset(void *dev)
 }
 
 static const struct virtio_dev_ops blk_ops_rw = {
-    .name = "virtio-blk",
+	.name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_DISCARD | VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC |
@@ -504,7 +513,7 @@ static const struct virtio_dev_ops blk_ops_rw = {
 };
 
 static const struct virtio_dev_ops blk_ops_ro = {
-    .name = "virtio-blk",
+	.name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_RO | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
@@ -520,7 +529,7 @@ static const struct virtio_dev_ops blk_ops_ro = {
  * WRITE_ZEROES is fine: zeros are written through the overlay (chunks become allocated).
  */
 static const struct virtio_dev_ops blk_ops_overlay = {
-    .name = "virtio-blk",
+	.name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,

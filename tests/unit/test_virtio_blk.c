@@ -430,14 +430,13 @@ static void test_blk_bad_chains(void **state)
 	bdesc(f, 2, B_BUFS, 1, VIRTQ_DESC_F_WRITE, 0);
 	run_chain(f, 0);
 	assert_int_equal(*status, S_OK);
-	/*
-	 * Nothing writable, so no status byte: the request fails and the chain goes back.
-	 * (The device still stores the status in the chain's last byte, although readable.)
-	 */
+	/* Nothing writable, so no status byte: the request fails and the chain goes back. */
+	*status = S_NONE;
 	bdesc(f, 0, B_HDRS, 16, VIRTQ_DESC_F_NEXT, 2);
 	bdesc(f, 2, B_BUFS, 1, 0, 0);
 	run_chain(f, 0);
-	assert_int_equal(last_used_len(f), 1);
+	assert_int_equal(last_used_len(f), 0);
+	assert_int_equal(*status, S_NONE);
 	assert_int_equal(f->blk.errors, 2);
 	assert_int_equal(f->blk.mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
 	/* a loop: the device stops and asks for a reset */
@@ -451,13 +450,56 @@ static void test_blk_bad_chains(void **state)
 	blkfix_free(f);
 }
 
+/*
+ * The device never writes into a descriptor the driver marked device-readable: a chain with no
+ * writable segment (a write whose "status" byte is readable, or a header alone) fails with
+ * nothing written, to guest memory or the image, and 0 bytes used; the device keeps serving.
+ */
+static void test_blk_status_not_writable(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	uint8_t *status = bp(f, B_BUFS, 1);
+	uint8_t *data = bp(f, B_DATA, 512);
+	/* header, data to write, then a readable last byte */
+	uint32_t hdr[4] = {T_OUT, 0, 0, 0};
+	memcpy(bp(f, B_HDRS, 16), hdr, 16);
+	memset(data, 0x5a, 512);
+	*status = S_NONE;
+	bdesc(f, 0, B_HDRS, 16, VIRTQ_DESC_F_NEXT, 1);
+	bdesc(f, 1, B_DATA, 512, VIRTQ_DESC_F_NEXT, 2);
+	bdesc(f, 2, B_BUFS, 1, 0, 0);
+	run_chain(f, 0);
+	assert_int_equal(*status, S_NONE);
+	assert_int_equal(last_used_len(f), 0);
+	/* a header alone: its last byte is the header's, which must stay as the driver wrote it */
+	hdr[0] = T_GET_ID;
+	memcpy(bp(f, B_HDRS, 16), hdr, 16);
+	bdesc(f, 0, B_HDRS, 16, 0, 0);
+	run_chain(f, 0);
+	assert_int_equal(((uint8_t *)bp(f, B_HDRS, 16))[15], 0);
+	assert_int_equal(last_used_len(f), 0);
+	assert_int_equal(f->blk.errors, 2);
+	assert_int_equal(f->blk.mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
+	/* the write never reached the image, and a well-formed request after them is served */
+	assert_int_equal(request(f, T_IN, 0, 512, true), S_OK);
+	for (int i = 0; i < 512; i++)
+		assert_int_equal(data[i], 0);
+	blkfix_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_blk_read_write),    cmocka_unit_test(test_blk_sector_bounds),
-	    cmocka_unit_test(test_blk_types),	      cmocka_unit_test(test_blk_read_only),
-	    cmocka_unit_test(test_blk_get_id),	      cmocka_unit_test(test_blk_bad_chains),
-	    cmocka_unit_test(test_blk_notify_budget), cmocka_unit_test(test_blk_reset_drains_reads),
+	    cmocka_unit_test(test_blk_read_write),
+	    cmocka_unit_test(test_blk_sector_bounds),
+	    cmocka_unit_test(test_blk_types),
+	    cmocka_unit_test(test_blk_read_only),
+	    cmocka_unit_test(test_blk_get_id),
+	    cmocka_unit_test(test_blk_bad_chains),
+	    cmocka_unit_test(test_blk_notify_budget),
+	    cmocka_unit_test(test_blk_reset_drains_reads),
+	    cmocka_unit_test(test_blk_status_not_writable),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
