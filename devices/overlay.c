@@ -12,20 +12,9 @@
 #include <unistd.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
-
-uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	crc = ~crc;
-	while (len--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
-	}
-	return ~crc;
-}
 
 static bool chunk_size_ok(uint32_t c)
 {
@@ -52,7 +41,7 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	if (len < hdr)
 		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
 			    len, hdr);
-	if (overlay_crc32(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
+	if (crc32_update(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
 		return errmsg(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
 	uint32_t chunk = get_le32(buf + 12);
 	uint64_t disk = get_le64(buf + 16);
@@ -90,7 +79,7 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 			    len < hdr + bytes ? "truncated" : "trailing bytes", len,
 			    (unsigned long long)(hdr + bytes));
 	const uint8_t *bm = buf + hdr;
-	if (overlay_crc32(0, bm, bytes) != get_le32(buf + 32))
+	if (crc32_update(0, bm, bytes) != get_le32(buf + 32))
 		return errmsg(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
 	if (nr % 8 && (bm[bytes - 1] >> (nr % 8)))
 		return errmsg(err, errlen, -EINVAL, "bits set past the last chunk");
@@ -124,11 +113,11 @@ int overlay_map_build(const struct overlay *ov, uint8_t **bufp, size_t *lenp)
 	put_le64(buf + 16, ov->disk_size);
 	put_le64(buf + 24, ov->nr_chunks);
 	memcpy(buf + OVERLAY_MAP_HDR_SIZE, ov->bitmap, ov->bitmap_bytes);
-	put_le32(buf + 32, overlay_crc32(0, ov->bitmap, ov->bitmap_bytes));
+	put_le32(buf + 32, crc32_update(0, ov->bitmap, ov->bitmap_bytes));
 	put_le32(buf + 36, ov->frozen ? OVERLAY_MAP_FROZEN : 0);
 	put_le32(buf + 40, ov->depth);
 	put_le32(buf + 44, ov->parent_crc);
-	put_le32(buf + 48, overlay_crc32(0, buf, 48));
+	put_le32(buf + 48, crc32_update(0, buf, 48));
 	*bufp = buf;
 	*lenp = len;
 	return 0;
@@ -484,7 +473,7 @@ static int write_map(struct overlay *ov, uint32_t *crc)
 	if (r)
 		return r;
 	if (crc)
-		*crc = overlay_crc32(0, buf, len);
+		*crc = crc32_update(0, buf, len);
 	r = write_map_buf(ov->map_path, buf, len);
 	free(buf);
 	return r;
@@ -761,7 +750,7 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 			ov->depth = (uint32_t)i;
 			ov->parent_crc = parent;
 		} else {
-			parent = overlay_crc32(0, mbuf, mlen);
+			parent = crc32_update(0, mbuf, mlen);
 			struct overlay_layer *l = &ov->layers[ov->nr_layers++];
 			*l = (struct overlay_layer){.data_fd = fd, .bitmap = bm, .map_crc = parent};
 			r = sealed_layer_info(ov, l, &info, mbuf, err, errlen);
@@ -848,7 +837,7 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 	put_le32(buf + 12, ov->chunk_size);
 	put_le64(buf + 16, ov->disk_size);
 	put_le64(buf + 24, ov->nr_chunks);
-	put_le32(buf + 32, overlay_crc32(0, ov->bitmap, ov->bitmap_bytes));
+	put_le32(buf + 32, crc32_update(0, ov->bitmap, ov->bitmap_bytes));
 	put_le32(buf + 36, OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED);
 	put_le32(buf + 40, ov->depth);
 	put_le32(buf + 44, ov->parent_crc);
@@ -864,7 +853,7 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 		return r;
 	}
 	put_le32(buf + OVERLAY_MAP_HDR_SEALED - 4,
-		 overlay_crc32(0, buf, OVERLAY_MAP_HDR_SEALED - 4));
+		 crc32_update(0, buf, OVERLAY_MAP_HDR_SEALED - 4));
 	*bufp = buf;
 	*lenp = len;
 	return 0;
@@ -962,7 +951,7 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 		goto out;
 	}
 	ov->map_dirty = false;
-	uint32_t crc = overlay_crc32(0, mbuf, mlen);
+	uint32_t crc = crc32_update(0, mbuf, mlen);
 	struct saved_top t = {ov->data_fd, ov->bitmap, ov->map_path, ov->depth, ov->parent_crc};
 	ov->data_fd = -1;
 	ov->bitmap = NULL;

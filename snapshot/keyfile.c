@@ -18,8 +18,8 @@
 #include <openssl/hmac.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "common/errmsg.h"
-#include "devices/overlay.h"
 
 #define MAGIC	     "COVEKEYS"
 #define HDR_LEN	     56
@@ -124,7 +124,7 @@ static size_t encode(const struct keys *k, uint8_t *buf)
 	memcpy(buf + HDR_LEN, k->config, cl);
 	memcpy(buf + HDR_LEN + cl, k->wrapped, k->wrapped_len);
 	size_t len = HDR_LEN + cl + k->wrapped_len;
-	put_le32(buf + len, overlay_crc32(0, buf, len));
+	put_le32(buf + len, crc32_update(0, buf, len));
 	return len + 4;
 }
 
@@ -160,7 +160,7 @@ static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *pa
 			      body + 4);
 	if (len > body + 4)
 		return errmsg(err, errlen, -EINVAL, "%s: %zu trailing bytes", path, len - body - 4);
-	if (get_le32(buf + body) != overlay_crc32(0, buf, body))
+	if (get_le32(buf + body) != crc32_update(0, buf, body))
 		return errmsg(err, errlen, -EINVAL, "%s: checksum mismatch (corrupt)", path);
 	uint32_t type = get_le32(buf + 28);
 	if (type != KEYPROV_CMD && type != KEYPROV_PKCS11)
@@ -405,7 +405,7 @@ static int seq_write(const char *dir, uint64_t next)
 {
 	uint8_t buf[SEQ_LEN];
 	put_le64(buf, next);
-	put_le32(buf + 8, overlay_crc32(0, buf, 8));
+	put_le32(buf + 8, crc32_update(0, buf, 8));
 	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
 }
 
@@ -425,7 +425,7 @@ static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
 	}
 	ssize_t n = read(fd, buf, sizeof(buf));
 	close(fd);
-	if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8))
+	if (n != SEQ_LEN || get_le32(buf + 8) != crc32_update(0, buf, 8))
 		return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
 	*next = get_le64(buf);
 	return 1;

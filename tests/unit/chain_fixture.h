@@ -12,6 +12,7 @@
 #include "snapshot/chain.h"
 #include "snapshot/mem_layer.h"
 #include "snapshot/state_file.h"
+#include "common/crc32.h"
 
 #define FX_PAGES 16 /* RAM of the fixture chain: 16 pages */
 
@@ -72,7 +73,7 @@ static inline void fx_write_layer(const struct chain *c, int k, uint64_t parent)
 		fx_write(path, page, sizeof(page), (off_t)(li.data_off + p * MEM_LAYER_PAGE),
 			 false);
 	}
-	li.bitmap_crc = state_crc32(0, bm, li.bitmap_len);
+	li.bitmap_crc = crc32_update(0, bm, li.bitmap_len);
 	mem_layer_header_build(&li, hdr);
 	fx_write(path, hdr, sizeof(hdr), 0, false);
 	fx_write(path, bm, li.bitmap_len, (off_t)li.bitmap_off, false);
