@@ -15,6 +15,7 @@
 #include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "common/file_io.h"
 
 static bool chunk_size_ok(uint32_t c)
 {
@@ -134,27 +135,7 @@ static void set_allocated(struct overlay *ov, uint64_t chunk)
 	ov->map_dirty = true;
 }
 
-/* Whole-buffer pread/pwrite: retries EINTR and short transfers; end of file is -EIO. */
-static int full_pio(int fd, bool write, void *buf, size_t len, uint64_t off)
-{
-	uint8_t *p = buf;
-	while (len) {
-		ssize_t r = write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			return -EIO;
-		p += r;
-		len -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
-/* Same for an iovec list, which it consumes. */
+/* Whole-buffer preadv/pwritev: retries EINTR and short transfers; consumes the iovec list. */
 static int full_piov(int fd, bool write, struct iovec *v, int n, uint64_t len, uint64_t off)
 {
 	while (len) {
@@ -258,10 +239,10 @@ static int open_sealed_chunk(struct overlay *ov, const struct overlay_layer *l, 
 	uint8_t tag[OVERLAY_TAG_LEN];
 	if (!l->sealer)
 		return -EACCES;
-	int r = full_pio(l->data_fd, false, buf, clen, chunk * ov->chunk_size);
+	int r = pread_full(l->data_fd, buf, clen, chunk * ov->chunk_size);
 	if (!r)
-		r = full_pio(l->data_fd, false, tag, sizeof(tag),
-			     ov->disk_size + chunk * OVERLAY_TAG_LEN);
+		r = pread_full(l->data_fd, tag, sizeof(tag),
+			       ov->disk_size + chunk * OVERLAY_TAG_LEN);
 	if (!r)
 		r = l->sealer->open(l->sealer->opaque, l->chain_id, l->layer_id, l->salt, chunk,
 				    buf, clen, buf, tag);
@@ -296,7 +277,7 @@ static int read_whole(struct overlay *ov, int src, uint64_t chunk, uint8_t *buf)
 {
 	if (src_sealed(ov, src))
 		return open_sealed_chunk(ov, &ov->layers[src], chunk, buf);
-	return full_pio(src_fd(ov, src), false, buf, chunk_len(ov, chunk), chunk * ov->chunk_size);
+	return pread_full(src_fd(ov, src), buf, chunk_len(ov, chunk), chunk * ov->chunk_size);
 }
 
 static int check_range(const struct overlay *ov, uint64_t off, const struct iovec *iov, int niov,
@@ -351,7 +332,7 @@ static int rw(struct overlay *ov, bool write, uint64_t off, const struct iovec *
 					memcpy(dst, tmp[i].iov_base, tmp[i].iov_len);
 					dst += tmp[i].iov_len;
 				}
-				r = full_pio(ov->data_fd, true, ov->chunk_buf, clen, cstart);
+				r = pwrite_full(ov->data_fd, ov->chunk_buf, clen, cstart);
 			}
 			if (!r) {
 				set_allocated(ov, chunk);
@@ -447,7 +428,7 @@ static int write_map_buf(const char *map_path, const uint8_t *buf, size_t len)
 		r = fd;
 		goto out;
 	}
-	r = full_pio(fd, true, (void *)buf, len, 0);
+	r = pwrite_full(fd, buf, len, 0);
 	if (!r && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && !r)
@@ -803,16 +784,15 @@ static int seal_top(struct overlay *ov, const char *tmp, const uint8_t salt[OVER
 			continue;
 		uint64_t clen = chunk_len(ov, c);
 		uint8_t tag[OVERLAY_TAG_LEN];
-		r = full_pio(ov->data_fd, false, ov->chunk_buf, clen, c * ov->chunk_size);
+		r = pread_full(ov->data_fd, ov->chunk_buf, clen, c * ov->chunk_size);
 		if (!r)
 			r = ov->sealer->seal(ov->sealer->opaque, ov->sealer->chain_id,
 					     ov->seal_layer_id, salt, c, ov->chunk_buf, clen,
 					     ov->chunk_buf, tag);
 		if (!r)
-			r = full_pio(fd, true, ov->chunk_buf, clen, c * ov->chunk_size);
+			r = pwrite_full(fd, ov->chunk_buf, clen, c * ov->chunk_size);
 		if (!r)
-			r = full_pio(fd, true, tag, sizeof(tag),
-				     ov->disk_size + c * OVERLAY_TAG_LEN);
+			r = pwrite_full(fd, tag, sizeof(tag), ov->disk_size + c * OVERLAY_TAG_LEN);
 	}
 	if (!r && fsync(fd) < 0)
 		r = -errno;

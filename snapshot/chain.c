@@ -150,19 +150,11 @@ int chain_load(const char *dir, struct chain *c, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	size_t got = 0;
-	for (;;) {
-		ssize_t k = read(fd, buf + got, CHAIN_MAX_BYTES + 1 - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		got += (size_t)k;
-		if (got > CHAIN_MAX_BYTES)
-			break;
-	}
+	int r = read_upto(fd, buf, CHAIN_MAX_BYTES + 1, &got);
 	close(fd);
-	int r;
-	if (got > CHAIN_MAX_BYTES)
+	if (r)
+		r = errmsg(err, errlen, r, "cannot read %s: %s", path, strerror(-r));
+	else if (got > CHAIN_MAX_BYTES)
 		r = errmsg(err, errlen, -EFBIG, "%s is larger than %u bytes", path, CHAIN_MAX_BYTES);
 	else
 		r = chain_parse(buf, got, c, err, errlen);

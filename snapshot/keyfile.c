@@ -20,6 +20,7 @@
 #include "common/byteorder.h"
 #include "common/crc32.h"
 #include "common/errmsg.h"
+#include "common/file_io.h"
 
 #define MAGIC	     "COVEKEYS"
 #define HDR_LEN	     56
@@ -59,21 +60,6 @@ static int path_in(char *buf, const char *dir, const char *name)
 	return n < 0 || n >= PATH_MAX_LEN ? -ENAMETOOLONG : 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -97,7 +83,7 @@ static int replace_file(const char *dir, const char *name, const void *buf, size
 	int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	r = write_all(fd, buf, len);
+	r = write_full(fd, buf, len);
 	if (!r && fsync(fd))
 		r = -errno;
 	if (close(fd) && !r)
@@ -192,23 +178,13 @@ static int load(const char *dir, struct keys *k, char *err, size_t errlen)
 		close(fd);
 		return -ENOMEM;
 	}
-	while (len <= KEYFILE_MAX) {
-		ssize_t n = read(fd, buf + len, KEYFILE_MAX + 1 - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	if (len > KEYFILE_MAX)
+	r = read_upto(fd, buf, KEYFILE_MAX + 1, &len);
+	if (r)
+		r = errmsg(err, errlen, r, "%s: %s", path, strerror(-r));
+	else if (len > KEYFILE_MAX)
 		r = errmsg(err, errlen, -EINVAL, "%s: larger than %u bytes", path, KEYFILE_MAX);
 	else
 		r = decode(buf, len, k, path, err, errlen);
-out:
 	free(buf);
 	close(fd);
 	return r;
