@@ -102,22 +102,28 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	return 0;
 }
 
+/* The header fields both map versions share: bytes 0..47 (magic to parent CRC). */
+static void put_map_fields(const struct overlay *ov, uint8_t *buf, uint32_t version, uint32_t flags)
+{
+	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
+	put_le32(buf + 8, version);
+	put_le32(buf + 12, ov->chunk_size);
+	put_le64(buf + 16, ov->disk_size);
+	put_le64(buf + 24, ov->nr_chunks);
+	put_le32(buf + 32, crc32_update(0, ov->bitmap, ov->bitmap_bytes));
+	put_le32(buf + 36, flags);
+	put_le32(buf + 40, ov->depth);
+	put_le32(buf + 44, ov->parent_crc);
+}
+
 int overlay_map_build(const struct overlay *ov, uint8_t **bufp, size_t *lenp)
 {
 	size_t len = OVERLAY_MAP_HDR_SIZE + ov->bitmap_bytes;
 	uint8_t *buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
-	put_le32(buf + 8, OVERLAY_MAP_VERSION);
-	put_le32(buf + 12, ov->chunk_size);
-	put_le64(buf + 16, ov->disk_size);
-	put_le64(buf + 24, ov->nr_chunks);
+	put_map_fields(ov, buf, OVERLAY_MAP_VERSION, ov->frozen ? OVERLAY_MAP_FROZEN : 0);
 	memcpy(buf + OVERLAY_MAP_HDR_SIZE, ov->bitmap, ov->bitmap_bytes);
-	put_le32(buf + 32, crc32_update(0, ov->bitmap, ov->bitmap_bytes));
-	put_le32(buf + 36, ov->frozen ? OVERLAY_MAP_FROZEN : 0);
-	put_le32(buf + 40, ov->depth);
-	put_le32(buf + 44, ov->parent_crc);
 	put_le32(buf + 48, crc32_update(0, buf, 48));
 	*bufp = buf;
 	*lenp = len;
@@ -812,15 +818,8 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 	uint8_t *buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
-	put_le32(buf + 8, OVERLAY_MAP_VERSION_SEALED);
-	put_le32(buf + 12, ov->chunk_size);
-	put_le64(buf + 16, ov->disk_size);
-	put_le64(buf + 24, ov->nr_chunks);
-	put_le32(buf + 32, crc32_update(0, ov->bitmap, ov->bitmap_bytes));
-	put_le32(buf + 36, OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED);
-	put_le32(buf + 40, ov->depth);
-	put_le32(buf + 44, ov->parent_crc);
+	put_map_fields(ov, buf, OVERLAY_MAP_VERSION_SEALED,
+		       OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED);
 	put_le64(buf + 48, ov->seal_layer_id);
 	memcpy(buf + 56, salt, OVERLAY_SALT_LEN);
 	memcpy(buf + 72, ov->sealer->chain_id, OVERLAY_CHAIN_ID_LEN);
