@@ -169,32 +169,42 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
  * Checks of the options `cove run` and `cove restore` share; each returns 0 or -EINVAL with a
  * one-line message naming the option.
  */
-int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
+/* A whole decimal number in [min, max] (no sign, no trailing text). */
+static int opt_number(const char *opt, const char *arg, uint64_t min, uint64_t max,
+		      uint64_t *out, char *err, size_t errlen)
 {
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(arg, &end, 10);
-	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
-	if (errno || end == arg || *end || *arg == '-' || v < 3 || v >= UINT32_MAX)
-		return errmsg(err, errlen, -EINVAL,
-			      "--vsock-cid: '%s' is not a number from 3 to 4294967294", arg);
+	if (errno || end == arg || *end || *arg == '-' || v < min || v > max)
+		return errmsg(err, errlen, -EINVAL, "%s: '%s' is not a number from %llu to %llu",
+			      opt, arg, (unsigned long long)min, (unsigned long long)max);
 	*out = v;
 	return 0;
+}
+
+static int opt_path(const char *opt, const char *arg, size_t max, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > max)
+		return errmsg(err, errlen, -EINVAL, "%s: path must be 1 to %zu bytes long", opt, max);
+	return 0;
+}
+
+int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
+	return opt_number("--vsock-cid", arg, 3, UINT32_MAX - 1ULL, out, err, errlen);
 }
 
 int opt_vsock_uds(const char *arg, char *err, size_t errlen)
 {
 	/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
-	if (!*arg || strlen(arg) > 96)
-		return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
-	return 0;
+	return opt_path("--vsock-uds", arg, 96, err, errlen);
 }
 
 int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
 {
-	if (!*arg || strlen(arg) > 3800)
-		return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
-	return 0;
+	return opt_path("--snapshot-dir", arg, 3800, err, errlen);
 }
 
 int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
@@ -207,9 +217,7 @@ int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
 
 int opt_snapshot_root(const char *arg, char *err, size_t errlen)
 {
-	if (!*arg || strlen(arg) > 3500)
-		return errmsg(err, errlen, -EINVAL, "--snapshot-root: path must be 1 to 3500 bytes");
-	return 0;
+	return opt_path("--snapshot-root", arg, 3500, err, errlen);
 }
 
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen)
@@ -224,14 +232,11 @@ int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errle
 
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v < 1 || v > 200)
-		return errmsg(err, errlen, -EINVAL,
-			      "--snapshot-keep: '%s' is not a number from 1 to 200", arg);
-	*keep = (int)v;
-	return 0;
+	uint64_t v;
+	int r = opt_number("--snapshot-keep", arg, 1, 200, &v, err, errlen);
+	if (!r)
+		*keep = (int)v;
+	return r;
 }
 
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen)
