@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "common/errmsg.h"
@@ -292,6 +293,57 @@ static void run_long_opts(struct option *out)
 	out[n] = (struct option){ NULL, 0, NULL, 0 };
 }
 
+static int check_snapshot_key(const char *arg, char *err, size_t errlen)
+{
+	return opt_key_spec("--snapshot-key", arg, err, errlen);
+}
+
+/* Options kept as given (after their check, if any) and options that parse into a number. */
+static const struct {
+	int code;
+	size_t off; /* of the const char * in struct run_opts */
+	int (*check)(const char *arg, char *err, size_t errlen);
+} string_opts[] = {
+    {OPT_KERNEL, offsetof(struct run_opts, kernel), NULL},
+    {OPT_INITRD, offsetof(struct run_opts, initrd), NULL},
+    {OPT_CMDLINE, offsetof(struct run_opts, cmdline), NULL},
+    {OPT_API, offsetof(struct run_opts, api_sock), NULL},
+    {OPT_CONSOLE, offsetof(struct run_opts, console), NULL},
+    {OPT_VSOCK_UDS, offsetof(struct run_opts, vsock_uds), opt_vsock_uds},
+    {OPT_SNAP_DIR, offsetof(struct run_opts, snapshot_dir), opt_snapshot_dir},
+    {OPT_SNAP_KEY, offsetof(struct run_opts, snapshot_key), check_snapshot_key},
+    {OPT_SNAP_ROOT, offsetof(struct run_opts, snapshot_root), opt_snapshot_root},
+};
+static const struct {
+	int code;
+	size_t off; /* of the uint64_t in struct run_opts */
+	int (*parse)(const char *arg, uint64_t *out, char *err, size_t errlen);
+} number_opts[] = {
+    {OPT_CONSOLE_MAX, offsetof(struct run_opts, console_max), opt_console_max},
+    {OPT_VSOCK_CID, offsetof(struct run_opts, vsock_cid), opt_vsock_cid},
+    {OPT_SNAP_INTERVAL, offsetof(struct run_opts, snapshot_interval_ms), opt_snapshot_interval},
+};
+
+/* 1 when option `c` is one of the tables' (taken), 0 when not, -EINVAL on a bad value. */
+static int parse_table_opt(int c, const char *arg, struct run_opts *o, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < sizeof(string_opts) / sizeof(string_opts[0]); i++) {
+		if (string_opts[i].code != c)
+			continue;
+		if (string_opts[i].check && string_opts[i].check(arg, err, errlen))
+			return -EINVAL;
+		*(const char **)((char *)o + string_opts[i].off) = arg;
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof(number_opts) / sizeof(number_opts[0]); i++)
+		if (number_opts[i].code == c)
+			return number_opts[i].parse(
+				   arg, (uint64_t *)((char *)o + number_opts[i].off), err, errlen)
+				   ? -EINVAL
+				   : 1;
+	return 0;
+}
+
 static int parse_device_opt(int i, const char *arg, struct run_opts *o, char *err,
 			    size_t errlen)
 {
@@ -331,28 +383,14 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 				return -EINVAL;
 			continue;
 		}
+		int taken = parse_table_opt(c, optarg, o, err, errlen);
+		if (taken < 0)
+			return taken;
+		if (taken)
+			continue;
 		switch (c) {
 		case 'h':
 			return 1;
-		case OPT_KERNEL:
-			o->kernel = optarg;
-			break;
-		case OPT_INITRD:
-			o->initrd = optarg;
-			break;
-		case OPT_CMDLINE:
-			o->cmdline = optarg;
-			break;
-		case OPT_API:
-			o->api_sock = optarg;
-			break;
-		case OPT_CONSOLE:
-			o->console = optarg;
-			break;
-		case OPT_CONSOLE_MAX:
-			if (opt_console_max(optarg, &o->console_max, err, errlen))
-				return -EINVAL;
-			break;
 		case OPT_DIRTY:
 			o->track_dirty = true;
 			break;
@@ -362,15 +400,6 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
 				return -EINVAL;
 			o->nr_disks++;
-			break;
-		case OPT_VSOCK_CID:
-			if (opt_vsock_cid(optarg, &o->vsock_cid, err, errlen))
-				return -EINVAL;
-			break;
-		case OPT_VSOCK_UDS:
-			if (opt_vsock_uds(optarg, err, errlen))
-				return -EINVAL;
-			o->vsock_uds = optarg;
 			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);
@@ -394,25 +423,6 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			o->vcpus = (int)v;
 			break;
 		}
-		case OPT_SNAP_DIR:
-			if (opt_snapshot_dir(optarg, err, errlen))
-				return -EINVAL;
-			o->snapshot_dir = optarg;
-			break;
-		case OPT_SNAP_INTERVAL:
-			if (opt_snapshot_interval(optarg, &o->snapshot_interval_ms, err, errlen))
-				return -EINVAL;
-			break;
-		case OPT_SNAP_KEY:
-			if (opt_key_spec("--snapshot-key", optarg, err, errlen))
-				return -EINVAL;
-			o->snapshot_key = optarg;
-			break;
-		case OPT_SNAP_ROOT:
-			if (opt_snapshot_root(optarg, err, errlen))
-				return -EINVAL;
-			o->snapshot_root = optarg;
-			break;
 		case OPT_SNAP_KEEP:
 			if (opt_snapshot_keep(optarg, &o->snapshot_keep, err, errlen))
 				return -EINVAL;
