@@ -49,14 +49,19 @@ static const char run_usage[] =
 	"Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
 	"1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
 
+/* The decimal number `s` starts with, and where its unit suffix begins. 0 or -EINVAL. */
+static int leading_number(const char *s, unsigned long long *v, char **end)
+{
+	errno = 0;
+	*v = strtoull(s, end, 10);
+	return errno || *end == s ? -EINVAL : 0;
+}
+
 int parse_mem_size(const char *s, uint64_t *out)
 {
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -EINVAL;
-	errno = 0;
 	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
+	unsigned long long v;
+	if (!s || !*s || *s == '-' || *s == '+' || leading_number(s, &v, &end))
 		return -EINVAL;
 	unsigned shift;
 	switch (*end) {
@@ -109,12 +114,9 @@ enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, O
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
 	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
+	unsigned long long v;
+	if (!s || *s < '0' || *s > '9' || leading_number(s, &v, &end))
 		return -EINVAL;
 	uint64_t mul;
 	if (!strcmp(end, "ms"))
