@@ -39,15 +39,15 @@ static void push(struct i8042 *k, uint8_t b)
 static void raise_irq(struct i8042 *k)
 {
 	if (k->len && (k->ctr & CTR_KBD_INT)) {
-		k->host->set_irq(k->host->ctx, I8042_IRQ, 1);
-		k->host->set_irq(k->host->ctx, I8042_IRQ, 0);
+		k->host->ops->set_irq(k->host->ctx, I8042_IRQ, 1);
+		k->host->ops->set_irq(k->host->ctx, I8042_IRQ, 0);
 	}
 }
 
 static void request_reset(struct i8042 *k)
 {
 	k->reset_requested = 1;
-	k->host->request_stop(k->host->ctx, 0, "guest requested reset via i8042");
+	k->host->ops->request_stop(k->host->ctx, 0, "guest requested reset via i8042");
 }
 
 void i8042_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len)

@@ -41,7 +41,7 @@ static void update_irq(struct serial *s)
 	    ((s->r.ier & IER_RDI) && s->rx_len) || ((s->r.ier & IER_THRI) && s->r.iir_thre_pending);
 	if (level != s->irq_level) {
 		s->irq_level = level;
-		s->host->set_irq(s->host->ctx, s->irq, level);
+		s->host->ops->set_irq(s->host->ctx, s->irq, level);
 	}
 }
 
@@ -71,7 +71,7 @@ static void watch_line(struct serial *s, uint8_t b)
 	s->line[s->line_len] = 0;
 	char *p = strstr(s->line, PANIC_PREFIX);
 	if (p)
-		s->host->note_panic(s->host->ctx, p);
+		s->host->ops->note_panic(s->host->ctx, p);
 	s->line_len = 0;
 }
 
@@ -214,7 +214,7 @@ void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t l
 	 * waits forever for an interrupt that never comes (seen with 2 vCPUs).
 	 */
 	if (off == UART_RBR_THR && !(s->r.lcr & LCR_DLAB) && s->irq_level) {
-		s->host->set_irq(s->host->ctx, s->irq, 0);
+		s->host->ops->set_irq(s->host->ctx, s->irq, 0);
 		s->irq_level = 0;
 	}
 	update_irq(s);

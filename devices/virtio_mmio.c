@@ -55,7 +55,7 @@ bool virtio_mmio_has_feature(const struct virtio_mmio *t, uint64_t f)
 
 void virtio_mmio_mark_dirty(struct virtio_mmio *t, uint64_t gpa, uint64_t len)
 {
-	t->host->mark_dirty(t->host->ctx, gpa, len);
+	t->host->ops->mark_dirty(t->host->ctx, gpa, len);
 }
 
 static void queue_mark_dirty(void *opaque, uint64_t gpa, uint64_t len)
@@ -349,7 +349,7 @@ static void on_notify(void *opaque, uint32_t events)
 
 static int ioeventfd(struct virtio_mmio *t, uint32_t q, bool assign)
 {
-	return t->host->ioeventfd(t->host->ctx, t->notify_efd[q], t->base + REG_QUEUE_NOTIFY, q,
+	return t->host->ops->ioeventfd(t->host->ctx, t->notify_efd[q], t->base + REG_QUEUE_NOTIFY, q,
 				  assign);
 }
 
@@ -380,7 +380,7 @@ int virtio_mmio_create(struct virtio_mmio *t, const struct vm_host *host, uint64
 		r = -errno;
 		goto fail;
 	}
-	r = host->irqfd(host->ctx, t->irq_efd, irq, true);
+	r = host->ops->irqfd(host->ctx, t->irq_efd, irq, true);
 	if (r < 0)
 		goto fail;
 	t->irqfd_registered = true;
@@ -424,7 +424,7 @@ void virtio_mmio_destroy(struct virtio_mmio *t)
 	}
 	if (t->irq_efd >= 0) {
 		if (t->irqfd_registered)
-			t->host->irqfd(t->host->ctx, t->irq_efd, t->irq, false);
+			t->host->ops->irqfd(t->host->ctx, t->irq_efd, t->irq, false);
 		t->irqfd_registered = false;
 		close(t->irq_efd);
 		t->irq_efd = -1;

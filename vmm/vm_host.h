@@ -10,16 +10,8 @@
 #include "vmm/evloop.h"
 #include "vmm/guest_mem.h"
 
-/*
- * vm_create fills one for the real machine (vm->host); unit tests fill one with fakes (real
- * buses and event loop, recording callbacks). Every field is set: devices never check.
- */
-struct vm_host {
-	struct logger *log;
-	const struct guest_mem *mem;
-	struct bus *pio, *mmio;
-	struct evloop *loop; /* device fds are watched here */
-	void *ctx;	     /* passed to every callback */
+/* What the machine does for a device; every entry is set (devices never check). */
+struct vm_host_ops {
 	/* Drives an interrupt line of the interrupt controller. 0 or -errno. */
 	int (*set_irq)(void *ctx, uint32_t irq, int level);
 	/* Guest pages the VMM wrote (device DMA), for snapshots. */
@@ -32,6 +24,19 @@ struct vm_host {
 	int (*irqfd)(void *ctx, int fd, uint32_t gsi, bool assign);
 	/* A 4-byte guest write of `datamatch` at `addr` signals `fd` (KVM ioeventfd). */
 	int (*ioeventfd)(void *ctx, int fd, uint64_t addr, uint32_t datamatch, bool assign);
+};
+
+/*
+ * vm_create fills one for the real machine (vm->host); unit tests fill one with fakes (real
+ * buses and event loop, recording callbacks).
+ */
+struct vm_host {
+	struct logger *log;
+	const struct guest_mem *mem;
+	struct bus *pio, *mmio;
+	struct evloop *loop; /* device fds are watched here */
+	const struct vm_host_ops *ops;
+	void *ctx; /* passed to every op */
 
 	/* Set by the board: the device that takes a Ctrl-Alt-Del request (the API's action). */
 	void *reset_dev;
