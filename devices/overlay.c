@@ -44,34 +44,36 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 			    len, hdr);
 	if (crc32_update(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
 		return errmsg(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
-	uint32_t chunk = get_le32(buf + 12);
-	uint64_t disk = get_le64(buf + 16);
-	uint64_t nr = get_le64(buf + 24);
-	uint32_t flags = 0, depth = 0, parent = 0;
+	/* The fields every version has; v1 maps have no flags, depth or parent. */
+	struct overlay_map_info m = {.version = version,
+				     .chunk_size = get_le32(buf + 12),
+				     .disk_size = get_le64(buf + 16),
+				     .nr_chunks = get_le64(buf + 24)};
 	if (version >= 2) {
-		flags = get_le32(buf + 36);
-		depth = get_le32(buf + 40);
-		parent = get_le32(buf + 44);
+		m.flags = get_le32(buf + 36);
+		m.depth = get_le32(buf + 40);
+		m.parent_crc = get_le32(buf + 44);
 	}
 	bool sealed = version == OVERLAY_MAP_VERSION_SEALED;
-	if (flags & ~(OVERLAY_MAP_FROZEN | (sealed ? OVERLAY_MAP_SEALED : 0)))
-		return errmsg(err, errlen, -EINVAL, "unknown flags 0x%x", flags);
-	if (sealed && flags != (OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED))
+	if (m.flags & ~(OVERLAY_MAP_FROZEN | (sealed ? OVERLAY_MAP_SEALED : 0)))
+		return errmsg(err, errlen, -EINVAL, "unknown flags 0x%x", m.flags);
+	if (sealed && m.flags != (OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED))
 		return errmsg(err, errlen, -EINVAL,
 			      "a version 3 map must be a sealed frozen layer");
-	if (depth >= OVERLAY_CHAIN_MAX)
-		return errmsg(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap", depth,
-			    OVERLAY_CHAIN_MAX);
-	if (depth == 0 && parent)
+	if (m.depth >= OVERLAY_CHAIN_MAX)
+		return errmsg(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap",
+			      m.depth, OVERLAY_CHAIN_MAX);
+	if (m.depth == 0 && m.parent_crc)
 		return errmsg(err, errlen, -EINVAL, "a layer on the base names a parent layer");
-	if (!chunk_size_ok(chunk))
-		return errmsg(err, errlen, -EINVAL, "bad chunk size %u", chunk);
-	if (disk == 0 || disk > OVERLAY_DISK_MAX)
-		return errmsg(err, errlen, -EINVAL, "bad disk size %llu", (unsigned long long)disk);
-	if (nr != (disk + chunk - 1) / chunk)
+	if (!chunk_size_ok(m.chunk_size))
+		return errmsg(err, errlen, -EINVAL, "bad chunk size %u", m.chunk_size);
+	if (m.disk_size == 0 || m.disk_size > OVERLAY_DISK_MAX)
+		return errmsg(err, errlen, -EINVAL, "bad disk size %llu",
+			      (unsigned long long)m.disk_size);
+	if (m.nr_chunks != (m.disk_size + m.chunk_size - 1) / m.chunk_size)
 		return errmsg(err, errlen, -EINVAL, "chunk count %llu does not match the disk size",
-			    (unsigned long long)nr);
-	uint64_t bytes = (nr + 7) / 8;
+			      (unsigned long long)m.nr_chunks);
+	uint64_t bytes = (m.nr_chunks + 7) / 8;
 	if (bytes > OVERLAY_BITMAP_MAX)
 		return errmsg(err, errlen, -EINVAL, "bitmap of %llu bytes is over the %u byte cap",
 			    (unsigned long long)bytes, OVERLAY_BITMAP_MAX);
@@ -82,23 +84,17 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	const uint8_t *bm = buf + hdr;
 	if (crc32_update(0, bm, bytes) != get_le32(buf + 32))
 		return errmsg(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
-	if (nr % 8 && (bm[bytes - 1] >> (nr % 8)))
+	if (m.nr_chunks % 8 && (bm[bytes - 1] >> (m.nr_chunks % 8)))
 		return errmsg(err, errlen, -EINVAL, "bits set past the last chunk");
-	*out = (struct overlay_map_info){.version = version,
-					 .flags = flags,
-					 .depth = depth,
-					 .parent_crc = parent,
-					 .chunk_size = chunk,
-					 .disk_size = disk,
-					 .nr_chunks = nr,
-					 .bitmap = bm,
-					 .bitmap_bytes = bytes};
+	m.bitmap = bm;
+	m.bitmap_bytes = bytes;
 	if (sealed) {
-		out->layer_id = get_le64(buf + 48);
-		out->salt = buf + 56;
-		out->chain_id = buf + 72;
-		out->mac = buf + OVERLAY_MAP_MAC_OFF;
+		m.layer_id = get_le64(buf + 48);
+		m.salt = buf + 56;
+		m.chain_id = buf + 72;
+		m.mac = buf + OVERLAY_MAP_MAC_OFF;
 	}
+	*out = m;
 	return 0;
 }
 

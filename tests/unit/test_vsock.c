@@ -18,15 +18,12 @@
 
 static struct vsock_hdr good(uint16_t op, uint32_t len)
 {
-	return (struct vsock_hdr){.src_cid = CID,
-				  .dst_cid = VSOCK_HOST_CID,
-				  .src_port = 1234,
-				  .dst_port = 5000,
-				  .len = len,
-				  .type = VSOCK_TYPE_STREAM,
-				  .op = op,
-				  .buf_alloc = 262144,
-				  .fwd_cnt = 0};
+	struct vsock_hdr h = {.src_cid = CID, .dst_cid = VSOCK_HOST_CID, .len = len, .op = op};
+	h.src_port = 1234;
+	h.dst_port = 5000;
+	h.type = VSOCK_TYPE_STREAM;
+	h.buf_alloc = 262144;
+	return h;
 }
 
 static void test_codec_roundtrip_le(void **s)
