@@ -71,7 +71,7 @@ struct virtio_mmio {
 	uint32_t interrupt_status;
 	uint32_t config_generation;
 	struct virtq queues[VIRTIO_MMIO_MAX_QUEUES];
-	uint32_t deferred; /* queues deferred since their last kick (bit q), for tests */
+	uint32_t deferred; /* queues the device deferred (bit q; a reset clears it), for tests */
 	uint64_t kicks, interrupts, deferrals; /* counters for logs and tests */
 };
 
