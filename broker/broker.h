@@ -25,7 +25,7 @@ struct broker {
 };
 
 /* The broker's lines say "cove-broker: ..." within common/log's own prefix. */
-#define broker_log(b, lvl, fmt, ...) log_msg((b)->log, (lvl), "cove-broker: " fmt, ##__VA_ARGS__)
+#define broker_log(b, lvl, fmt, ...) log_msg((b)->log, (lvl), fmt, ##__VA_ARGS__)
 
 int64_t broker_now_ns(void);
 

@@ -198,7 +198,7 @@ int main(int argc, char **argv)
 			   .fetch_timeout_s = FETCH_TIMEOUT_S,
 			   .epoch = 1,
 			   .audit = {.fd = -1}};
-	struct logger log = {.level = LOG_INFO, .out = stderr};
+	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove-broker"};
 	const char *policy, *listen_path, *ctl_path, *key_path;
 	char key_default[4096], err[512];
 	uint8_t key[AUDIT_KEY_LEN];

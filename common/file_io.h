@@ -1,4 +1,4 @@
-/* Whole-buffer positioned reads and writes for snapshot files (short transfers and EINTR resumed). */
+/* Whole-buffer reads and writes (short transfers and EINTR resumed): one loop for every layer. */
 #ifndef COVE_FILE_IO_H
 #define COVE_FILE_IO_H
 
@@ -9,5 +9,4 @@
 int pread_full(int fd, void *buf, size_t len, off_t off);
 /* Writes exactly len bytes at off. 0 or -errno (-EIO if the kernel wrote nothing). */
 int pwrite_full(int fd, const void *buf, size_t len, off_t off);
-
 #endif

@@ -1,4 +1,4 @@
-/* Leveled logging: one line per message, prefixed with "cove: <level>:". */
+/* Leveled logging: one line per message, prefixed with the program and (but at info) the level. */
 #include "common/log.h"
 
 #include <errno.h>
@@ -29,6 +29,9 @@ void log_msg(struct logger *log, enum log_level lvl, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	/* One fprintf per line so lines from different threads do not interleave. */
-	fprintf(out, "cove: %s: %s\n", level_names[lvl], line);
+	if (log->name && lvl == LOG_INFO)
+		fprintf(out, "%s: %s\n", log->name, line);
+	else
+		fprintf(out, "%s: %s: %s\n", log->name ? log->name : "cove", level_names[lvl], line);
 	fflush(out);
 }

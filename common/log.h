@@ -9,6 +9,9 @@ enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 struct logger {
 	enum log_level level;
 	FILE *out;
+	/* The program's name on each line: "NAME: msg" at info, "NAME: LEVEL: msg" otherwise.
+	 * NULL: "cove: LEVEL: msg" (the VMM's form). */
+	const char *name;
 };
 
 /* Parses "error|warn|info|debug"; returns 0 or -EINVAL. */

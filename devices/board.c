@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vmm/vm.h"
+#include "vmm/vm_host.h"
 
 /*
  * ISA interrupt lines free on this board (COM1 = 4, i8042 = 1, PIT = 0/2,
@@ -15,33 +15,34 @@
  */
 static const uint32_t virtio_irqs[BOARD_MAX_VIRTIO] = { 5, 6, 7, 9, 10, 11, 12, 14, 15 };
 
-int board_create(struct board *b, struct vm *vm, int console_fd)
+int board_create(struct board *b, struct vm_host *host, int console_fd)
 {
 	b->nr_virtio = 0;
-	int r = serial_create(&b->com1, vm, console_fd);
+	int r = serial_create(&b->com1, host, console_fd);
 	if (r) {
-		log_err(vm->log, "cannot register serial port: %d", r);
+		log_err(host->log, "cannot register serial port: %d", r);
 		return r;
 	}
-	r = i8042_create(&b->kbd, vm);
+	r = i8042_create(&b->kbd, host);
 	if (r) {
-		log_err(vm->log, "cannot register i8042: %d", r);
+		log_err(host->log, "cannot register i8042: %d", r);
 		serial_destroy(&b->com1);
 		return r;
 	}
-	r = cmos_rtc_create(&b->rtc, vm);
+	r = cmos_rtc_create(&b->rtc, host);
 	if (r) {
-		log_err(vm->log, "cannot register CMOS clock: %d", r);
+		log_err(host->log, "cannot register CMOS clock: %d", r);
 		i8042_destroy(&b->kbd);
 		serial_destroy(&b->com1);
 		return r;
 	}
-	vm->reset_dev = &b->kbd;
-	vm->send_ctrl_alt_del = i8042_send_ctrl_alt_del;
+	host->reset_dev = &b->kbd;
+	host->send_ctrl_alt_del = i8042_send_ctrl_alt_del;
 	return 0;
 }
 
-int board_add(struct board *b, struct vm *vm, const struct device_type *t, const void *cfg)
+int board_add(struct board *b, const struct vm_host *host, const struct device_type *t,
+	      const void *cfg)
 {
 	if (b->nr_virtio >= BOARD_MAX_VIRTIO)
 		return -ENOSPC;
@@ -50,12 +51,10 @@ int board_add(struct board *b, struct vm *vm, const struct device_type *t, const
 		return -ENOMEM;
 	int slot = b->nr_virtio;
 	struct device_host h = {
-		.vm = vm,
-		.mem = &vm->mem,
-		.log = vm->log,
-		.mmio_base = VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
-		.irq = virtio_irqs[slot],
-		.index = board_count(b, t),
+	    .host = host,
+	    .mmio_base = VIRTIO_MMIO_BASE + (uint64_t)slot * VIRTIO_MMIO_SIZE,
+	    .irq = virtio_irqs[slot],
+	    .index = board_count(b, t),
 	};
 	int r = t->create(dev, &h, cfg);
 	if (r) {

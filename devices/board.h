@@ -9,7 +9,7 @@
 #include "devices/serial.h"
 #include "devices/virtio_mmio.h"
 
-struct vm;
+struct vm_host;
 
 #define BOARD_MAX_DISKS 8
 #define BOARD_MAX_VIRTIO 9
@@ -31,7 +31,7 @@ struct board {
 };
 
 /* Creates and registers every board device; serial output goes to console_fd. */
-int board_create(struct board *b, struct vm *vm, int console_fd);
+int board_create(struct board *b, struct vm_host *host, int console_fd);
 /* Frozen overlay layers under one disk's top (snapshots), oldest first. */
 #define BOARD_DISK_LAYERS 15
 struct disk_chain {
@@ -43,7 +43,8 @@ struct disk_chain {
  * Adds a device of type `t` configured by `cfg` (the type's config struct) in the next
  * virtio-mmio slot. 0 or -errno (-ENOSPC when the slots are taken).
  */
-int board_add(struct board *b, struct vm *vm, const struct device_type *t, const void *cfg);
+int board_add(struct board *b, const struct vm_host *host, const struct device_type *t,
+	      const void *cfg);
 /* How many devices of type `t` the board has; the object of the i-th of them (or NULL). */
 int board_count(const struct board *b, const struct device_type *t);
 void *board_nth(const struct board *b, const struct device_type *t, int i);

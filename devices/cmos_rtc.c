@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "common/errmsg.h"
-#include "vmm/vm.h"
+#include "vmm/vm_host.h"
 
 #define REG_SECONDS 0x00
 #define REG_MINUTES 0x02
@@ -95,13 +95,11 @@ static const struct io_ops cmos_ops = {
     .write = cmos_rtc_io_write,
 };
 
-int cmos_rtc_create(struct cmos_rtc *c, struct vm *vm)
+int cmos_rtc_create(struct cmos_rtc *c, const struct vm_host *host)
 {
 	memset(c, 0, sizeof(*c));
 	pthread_mutex_init(&c->lock, NULL);
-	if (!vm)
-		return 0;
-	return bus_register(&vm->pio, CMOS_BASE, 2, &cmos_ops, c);
+	return bus_register(host->pio, CMOS_BASE, 2, &cmos_ops, c);
 }
 
 void cmos_rtc_destroy(struct cmos_rtc *c)

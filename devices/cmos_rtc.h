@@ -9,7 +9,7 @@
 #define CMOS_BASE 0x70
 #define CMOS_SIZE 128
 
-struct vm;
+struct vm_host;
 
 struct cmos_rtc {
 	pthread_mutex_t lock;
@@ -17,7 +17,7 @@ struct cmos_rtc {
 	uint8_t ram[CMOS_SIZE]; /* non-clock bytes the guest may store */
 };
 
-int cmos_rtc_create(struct cmos_rtc *c, struct vm *vm);
+int cmos_rtc_create(struct cmos_rtc *c, const struct vm_host *host);
 void cmos_rtc_destroy(struct cmos_rtc *c);
 
 /* Exposed for unit tests. Offsets: 0 = index port 0x70, 1 = data port 0x71. */

@@ -11,9 +11,7 @@
 
 #include "common/log.h"
 #include "devices/virtio_mmio.h"
-
-struct vm;
-struct guest_mem;
+#include "vmm/vm_host.h"
 
 /* A device's configuration, as its type parses it from an option or the machine config. */
 #define DEVICE_CFG_BYTES 64
@@ -22,14 +20,9 @@ struct device_spec {
 	_Alignas(8) unsigned char cfg[DEVICE_CFG_BYTES];
 };
 
-/*
- * What a device gets from the machine: where it sits and the few services it uses. vm is NULL in
- * unit tests (then nothing is registered and `mem` is the guest memory).
- */
+/* What a device gets from the machine: its services (real or a unit test's fakes) and its place. */
 struct device_host {
-	struct vm *vm;
-	const struct guest_mem *mem;
-	struct logger *log;
+	const struct vm_host *host;
 	uint64_t mmio_base;
 	uint32_t irq;
 	int index; /* devices of this type already on the board (vda, vdb...) */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/errmsg.h"
-#include "vmm/vm.h"
+#include "vmm/vm_host.h"
 
 #define ST_OBF	    0x01 /* output buffer full */
 #define ST_SYS	    0x04 /* system flag: self test passed */
@@ -38,17 +38,16 @@ static void push(struct i8042 *k, uint8_t b)
 /* Edge for the in-kernel PIC: pulse IRQ 1 when a byte becomes readable. */
 static void raise_irq(struct i8042 *k)
 {
-	if (k->vm && k->len && (k->ctr & CTR_KBD_INT)) {
-		vm_set_irq_line(k->vm, I8042_IRQ, 1);
-		vm_set_irq_line(k->vm, I8042_IRQ, 0);
+	if (k->len && (k->ctr & CTR_KBD_INT)) {
+		k->host->ops->set_irq(k->host->ctx, I8042_IRQ, 1);
+		k->host->ops->set_irq(k->host->ctx, I8042_IRQ, 0);
 	}
 }
 
 static void request_reset(struct i8042 *k)
 {
 	k->reset_requested = 1;
-	if (k->vm)
-		vm_request_stop(k->vm, 0, "guest requested reset via i8042");
+	k->host->ops->request_stop(k->host->ctx, 0, "guest requested reset via i8042");
 }
 
 void i8042_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len)
@@ -170,17 +169,15 @@ static const struct io_ops i8042_ops = {
     .write = i8042_io_write,
 };
 
-int i8042_create(struct i8042 *k, struct vm *vm)
+int i8042_create(struct i8042 *k, const struct vm_host *host)
 {
 	memset(k, 0, sizeof(*k));
 	pthread_mutex_init(&k->lock, NULL);
-	k->vm = vm;
+	k->host = host;
 	k->ctr = CTR_KBD_INT | CTR_SYS | CTR_XLATE;
 	k->outp = 0x01;
-	if (!vm)
-		return 0;
 	/* 0x60..0x64 as one range, as Firecracker does; 0x61 (speaker) reads as zero. */
-	return bus_register(&vm->pio, I8042_BASE, 5, &i8042_ops, k);
+	return bus_register(host->pio, I8042_BASE, 5, &i8042_ops, k);
 }
 
 void i8042_destroy(struct i8042 *k)

@@ -11,11 +11,11 @@
 #define I8042_IRQ  1
 #define I8042_BUF  16
 
-struct vm;
+struct vm_host;
 
 struct i8042 {
 	pthread_mutex_t lock;
-	struct vm *vm;
+	const struct vm_host *host;
 	uint8_t ctr;	     /* controller configuration byte */
 	uint8_t pending_cmd; /* command whose data byte is expected on port 0x60 */
 	uint8_t outp;	     /* output port */
@@ -25,12 +25,13 @@ struct i8042 {
 	int reset_requested;
 };
 
-int i8042_create(struct i8042 *k, struct vm *vm);
+/* Registers the controller on the host's port bus. */
+int i8042_create(struct i8042 *k, const struct vm_host *host);
 void i8042_destroy(struct i8042 *k);
 /* Queues the Ctrl-Alt-Del key presses and raises IRQ 1. Returns 0 or -ENOSPC. */
 int i8042_send_ctrl_alt_del(void *k);
 
-/* Exposed for unit tests (vm may be NULL). Offsets: 0 = data port 0x60, 4 = command/status 0x64. */
+/* Exposed for unit tests. Offsets: 0 = data port 0x60, 4 = command/status 0x64. */
 void i8042_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
 void i8042_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
 

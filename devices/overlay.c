@@ -12,20 +12,10 @@
 #include <unistd.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
-
-uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	crc = ~crc;
-	while (len--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
-	}
-	return ~crc;
-}
+#include "common/file_io.h"
 
 static bool chunk_size_ok(uint32_t c)
 {
@@ -52,36 +42,38 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	if (len < hdr)
 		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
 			    len, hdr);
-	if (overlay_crc32(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
+	if (crc32_update(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
 		return errmsg(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
-	uint32_t chunk = get_le32(buf + 12);
-	uint64_t disk = get_le64(buf + 16);
-	uint64_t nr = get_le64(buf + 24);
-	uint32_t flags = 0, depth = 0, parent = 0;
+	/* The fields every version has; v1 maps have no flags, depth or parent. */
+	struct overlay_map_info m = {.version = version,
+				     .chunk_size = get_le32(buf + 12),
+				     .disk_size = get_le64(buf + 16),
+				     .nr_chunks = get_le64(buf + 24)};
 	if (version >= 2) {
-		flags = get_le32(buf + 36);
-		depth = get_le32(buf + 40);
-		parent = get_le32(buf + 44);
+		m.flags = get_le32(buf + 36);
+		m.depth = get_le32(buf + 40);
+		m.parent_crc = get_le32(buf + 44);
 	}
 	bool sealed = version == OVERLAY_MAP_VERSION_SEALED;
-	if (flags & ~(OVERLAY_MAP_FROZEN | (sealed ? OVERLAY_MAP_SEALED : 0)))
-		return errmsg(err, errlen, -EINVAL, "unknown flags 0x%x", flags);
-	if (sealed && flags != (OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED))
+	if (m.flags & ~(OVERLAY_MAP_FROZEN | (sealed ? OVERLAY_MAP_SEALED : 0)))
+		return errmsg(err, errlen, -EINVAL, "unknown flags 0x%x", m.flags);
+	if (sealed && m.flags != (OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED))
 		return errmsg(err, errlen, -EINVAL,
 			      "a version 3 map must be a sealed frozen layer");
-	if (depth >= OVERLAY_CHAIN_MAX)
-		return errmsg(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap", depth,
-			    OVERLAY_CHAIN_MAX);
-	if (depth == 0 && parent)
+	if (m.depth >= OVERLAY_CHAIN_MAX)
+		return errmsg(err, errlen, -EINVAL, "layer depth %u is over the %d-layer cap",
+			      m.depth, OVERLAY_CHAIN_MAX);
+	if (m.depth == 0 && m.parent_crc)
 		return errmsg(err, errlen, -EINVAL, "a layer on the base names a parent layer");
-	if (!chunk_size_ok(chunk))
-		return errmsg(err, errlen, -EINVAL, "bad chunk size %u", chunk);
-	if (disk == 0 || disk > OVERLAY_DISK_MAX)
-		return errmsg(err, errlen, -EINVAL, "bad disk size %llu", (unsigned long long)disk);
-	if (nr != (disk + chunk - 1) / chunk)
+	if (!chunk_size_ok(m.chunk_size))
+		return errmsg(err, errlen, -EINVAL, "bad chunk size %u", m.chunk_size);
+	if (m.disk_size == 0 || m.disk_size > OVERLAY_DISK_MAX)
+		return errmsg(err, errlen, -EINVAL, "bad disk size %llu",
+			      (unsigned long long)m.disk_size);
+	if (m.nr_chunks != (m.disk_size + m.chunk_size - 1) / m.chunk_size)
 		return errmsg(err, errlen, -EINVAL, "chunk count %llu does not match the disk size",
-			    (unsigned long long)nr);
-	uint64_t bytes = (nr + 7) / 8;
+			      (unsigned long long)m.nr_chunks);
+	uint64_t bytes = (m.nr_chunks + 7) / 8;
 	if (bytes > OVERLAY_BITMAP_MAX)
 		return errmsg(err, errlen, -EINVAL, "bitmap of %llu bytes is over the %u byte cap",
 			    (unsigned long long)bytes, OVERLAY_BITMAP_MAX);
@@ -90,26 +82,34 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 			    len < hdr + bytes ? "truncated" : "trailing bytes", len,
 			    (unsigned long long)(hdr + bytes));
 	const uint8_t *bm = buf + hdr;
-	if (overlay_crc32(0, bm, bytes) != get_le32(buf + 32))
+	if (crc32_update(0, bm, bytes) != get_le32(buf + 32))
 		return errmsg(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
-	if (nr % 8 && (bm[bytes - 1] >> (nr % 8)))
+	if (m.nr_chunks % 8 && (bm[bytes - 1] >> (m.nr_chunks % 8)))
 		return errmsg(err, errlen, -EINVAL, "bits set past the last chunk");
-	*out = (struct overlay_map_info){.version = version,
-					 .flags = flags,
-					 .depth = depth,
-					 .parent_crc = parent,
-					 .chunk_size = chunk,
-					 .disk_size = disk,
-					 .nr_chunks = nr,
-					 .bitmap = bm,
-					 .bitmap_bytes = bytes};
+	m.bitmap = bm;
+	m.bitmap_bytes = bytes;
 	if (sealed) {
-		out->layer_id = get_le64(buf + 48);
-		out->salt = buf + 56;
-		out->chain_id = buf + 72;
-		out->mac = buf + OVERLAY_MAP_MAC_OFF;
+		m.layer_id = get_le64(buf + 48);
+		m.salt = buf + 56;
+		m.chain_id = buf + 72;
+		m.mac = buf + OVERLAY_MAP_MAC_OFF;
 	}
+	*out = m;
 	return 0;
+}
+
+/* The header fields both map versions share: bytes 0..47 (magic to parent CRC). */
+static void put_map_fields(const struct overlay *ov, uint8_t *buf, uint32_t version, uint32_t flags)
+{
+	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
+	put_le32(buf + 8, version);
+	put_le32(buf + 12, ov->chunk_size);
+	put_le64(buf + 16, ov->disk_size);
+	put_le64(buf + 24, ov->nr_chunks);
+	put_le32(buf + 32, crc32_update(0, ov->bitmap, ov->bitmap_bytes));
+	put_le32(buf + 36, flags);
+	put_le32(buf + 40, ov->depth);
+	put_le32(buf + 44, ov->parent_crc);
 }
 
 int overlay_map_build(const struct overlay *ov, uint8_t **bufp, size_t *lenp)
@@ -118,17 +118,9 @@ int overlay_map_build(const struct overlay *ov, uint8_t **bufp, size_t *lenp)
 	uint8_t *buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
-	put_le32(buf + 8, OVERLAY_MAP_VERSION);
-	put_le32(buf + 12, ov->chunk_size);
-	put_le64(buf + 16, ov->disk_size);
-	put_le64(buf + 24, ov->nr_chunks);
+	put_map_fields(ov, buf, OVERLAY_MAP_VERSION, ov->frozen ? OVERLAY_MAP_FROZEN : 0);
 	memcpy(buf + OVERLAY_MAP_HDR_SIZE, ov->bitmap, ov->bitmap_bytes);
-	put_le32(buf + 32, overlay_crc32(0, ov->bitmap, ov->bitmap_bytes));
-	put_le32(buf + 36, ov->frozen ? OVERLAY_MAP_FROZEN : 0);
-	put_le32(buf + 40, ov->depth);
-	put_le32(buf + 44, ov->parent_crc);
-	put_le32(buf + 48, overlay_crc32(0, buf, 48));
+	put_le32(buf + 48, crc32_update(0, buf, 48));
 	*bufp = buf;
 	*lenp = len;
 	return 0;
@@ -145,27 +137,7 @@ static void set_allocated(struct overlay *ov, uint64_t chunk)
 	ov->map_dirty = true;
 }
 
-/* Whole-buffer pread/pwrite: retries EINTR and short transfers; end of file is -EIO. */
-static int full_pio(int fd, bool write, void *buf, size_t len, uint64_t off)
-{
-	uint8_t *p = buf;
-	while (len) {
-		ssize_t r = write ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			return -EIO;
-		p += r;
-		len -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
-/* Same for an iovec list, which it consumes. */
+/* Whole-buffer preadv/pwritev: retries EINTR and short transfers; consumes the iovec list. */
 static int full_piov(int fd, bool write, struct iovec *v, int n, uint64_t len, uint64_t off)
 {
 	while (len) {
@@ -269,10 +241,10 @@ static int open_sealed_chunk(struct overlay *ov, const struct overlay_layer *l, 
 	uint8_t tag[OVERLAY_TAG_LEN];
 	if (!l->sealer)
 		return -EACCES;
-	int r = full_pio(l->data_fd, false, buf, clen, chunk * ov->chunk_size);
+	int r = pread_full(l->data_fd, buf, clen, chunk * ov->chunk_size);
 	if (!r)
-		r = full_pio(l->data_fd, false, tag, sizeof(tag),
-			     ov->disk_size + chunk * OVERLAY_TAG_LEN);
+		r = pread_full(l->data_fd, tag, sizeof(tag),
+			       ov->disk_size + chunk * OVERLAY_TAG_LEN);
 	if (!r)
 		r = l->sealer->open(l->sealer->opaque, l->chain_id, l->layer_id, l->salt, chunk,
 				    buf, clen, buf, tag);
@@ -307,7 +279,7 @@ static int read_whole(struct overlay *ov, int src, uint64_t chunk, uint8_t *buf)
 {
 	if (src_sealed(ov, src))
 		return open_sealed_chunk(ov, &ov->layers[src], chunk, buf);
-	return full_pio(src_fd(ov, src), false, buf, chunk_len(ov, chunk), chunk * ov->chunk_size);
+	return pread_full(src_fd(ov, src), buf, chunk_len(ov, chunk), chunk * ov->chunk_size);
 }
 
 static int check_range(const struct overlay *ov, uint64_t off, const struct iovec *iov, int niov,
@@ -362,7 +334,7 @@ static int rw(struct overlay *ov, bool write, uint64_t off, const struct iovec *
 					memcpy(dst, tmp[i].iov_base, tmp[i].iov_len);
 					dst += tmp[i].iov_len;
 				}
-				r = full_pio(ov->data_fd, true, ov->chunk_buf, clen, cstart);
+				r = pwrite_full(ov->data_fd, ov->chunk_buf, clen, cstart);
 			}
 			if (!r) {
 				set_allocated(ov, chunk);
@@ -458,7 +430,7 @@ static int write_map_buf(const char *map_path, const uint8_t *buf, size_t len)
 		r = fd;
 		goto out;
 	}
-	r = full_pio(fd, true, (void *)buf, len, 0);
+	r = pwrite_full(fd, buf, len, 0);
 	if (!r && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && !r)
@@ -484,7 +456,7 @@ static int write_map(struct overlay *ov, uint32_t *crc)
 	if (r)
 		return r;
 	if (crc)
-		*crc = overlay_crc32(0, buf, len);
+		*crc = crc32_update(0, buf, len);
 	r = write_map_buf(ov->map_path, buf, len);
 	free(buf);
 	return r;
@@ -761,7 +733,7 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 			ov->depth = (uint32_t)i;
 			ov->parent_crc = parent;
 		} else {
-			parent = overlay_crc32(0, mbuf, mlen);
+			parent = crc32_update(0, mbuf, mlen);
 			struct overlay_layer *l = &ov->layers[ov->nr_layers++];
 			*l = (struct overlay_layer){.data_fd = fd, .bitmap = bm, .map_crc = parent};
 			r = sealed_layer_info(ov, l, &info, mbuf, err, errlen);
@@ -814,16 +786,15 @@ static int seal_top(struct overlay *ov, const char *tmp, const uint8_t salt[OVER
 			continue;
 		uint64_t clen = chunk_len(ov, c);
 		uint8_t tag[OVERLAY_TAG_LEN];
-		r = full_pio(ov->data_fd, false, ov->chunk_buf, clen, c * ov->chunk_size);
+		r = pread_full(ov->data_fd, ov->chunk_buf, clen, c * ov->chunk_size);
 		if (!r)
 			r = ov->sealer->seal(ov->sealer->opaque, ov->sealer->chain_id,
 					     ov->seal_layer_id, salt, c, ov->chunk_buf, clen,
 					     ov->chunk_buf, tag);
 		if (!r)
-			r = full_pio(fd, true, ov->chunk_buf, clen, c * ov->chunk_size);
+			r = pwrite_full(fd, ov->chunk_buf, clen, c * ov->chunk_size);
 		if (!r)
-			r = full_pio(fd, true, tag, sizeof(tag),
-				     ov->disk_size + c * OVERLAY_TAG_LEN);
+			r = pwrite_full(fd, tag, sizeof(tag), ov->disk_size + c * OVERLAY_TAG_LEN);
 	}
 	if (!r && fsync(fd) < 0)
 		r = -errno;
@@ -843,15 +814,8 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 	uint8_t *buf = calloc(1, len);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, OVERLAY_MAP_MAGIC, 8);
-	put_le32(buf + 8, OVERLAY_MAP_VERSION_SEALED);
-	put_le32(buf + 12, ov->chunk_size);
-	put_le64(buf + 16, ov->disk_size);
-	put_le64(buf + 24, ov->nr_chunks);
-	put_le32(buf + 32, overlay_crc32(0, ov->bitmap, ov->bitmap_bytes));
-	put_le32(buf + 36, OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED);
-	put_le32(buf + 40, ov->depth);
-	put_le32(buf + 44, ov->parent_crc);
+	put_map_fields(ov, buf, OVERLAY_MAP_VERSION_SEALED,
+		       OVERLAY_MAP_FROZEN | OVERLAY_MAP_SEALED);
 	put_le64(buf + 48, ov->seal_layer_id);
 	memcpy(buf + 56, salt, OVERLAY_SALT_LEN);
 	memcpy(buf + 72, ov->sealer->chain_id, OVERLAY_CHAIN_ID_LEN);
@@ -864,7 +828,7 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 		return r;
 	}
 	put_le32(buf + OVERLAY_MAP_HDR_SEALED - 4,
-		 overlay_crc32(0, buf, OVERLAY_MAP_HDR_SEALED - 4));
+		 crc32_update(0, buf, OVERLAY_MAP_HDR_SEALED - 4));
 	*bufp = buf;
 	*lenp = len;
 	return 0;
@@ -962,7 +926,7 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 		goto out;
 	}
 	ov->map_dirty = false;
-	uint32_t crc = overlay_crc32(0, mbuf, mlen);
+	uint32_t crc = crc32_update(0, mbuf, mlen);
 	struct saved_top t = {ov->data_fd, ov->bitmap, ov->map_path, ov->depth, ov->parent_crc};
 	ov->data_fd = -1;
 	ov->bitmap = NULL;

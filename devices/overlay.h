@@ -122,8 +122,6 @@ struct overlay {
 	uint8_t *open_buf; /* one chunk, for reading sealed chunks */
 };
 
-/* CRC-32 (IEEE 802.3, as zlib's crc32), continuing from `crc` (0 to start). */
-uint32_t overlay_crc32(uint32_t crc, const void *buf, size_t len);
 /*
  * Checks a whole map file held in `buf` (untrusted): magic, version, chunk size, size caps,
  * exact length, CRCs, no bits past the last chunk. 0, or -EINVAL with a message in `err`.

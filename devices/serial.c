@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "common/errmsg.h"
-#include "vmm/vm.h"
+#include "vmm/vm_host.h"
 
 /* Register offsets (DLAB=0 unless noted). */
 #define UART_RBR_THR 0
@@ -41,8 +41,7 @@ static void update_irq(struct serial *s)
 	    ((s->r.ier & IER_RDI) && s->rx_len) || ((s->r.ier & IER_THRI) && s->r.iir_thre_pending);
 	if (level != s->irq_level) {
 		s->irq_level = level;
-		if (s->vm)
-			vm_set_irq_line(s->vm, s->irq, level);
+		s->host->ops->set_irq(s->host->ctx, s->irq, level);
 	}
 }
 
@@ -71,8 +70,8 @@ static void watch_line(struct serial *s, uint8_t b)
 	}
 	s->line[s->line_len] = 0;
 	char *p = strstr(s->line, PANIC_PREFIX);
-	if (p && s->vm)
-		vm_note_guest_panic(s->vm, p);
+	if (p)
+		s->host->ops->note_panic(s->host->ctx, p);
 	s->line_len = 0;
 }
 
@@ -88,9 +87,10 @@ static void tx_byte(struct serial *s, uint8_t b)
 		return;
 	/* A guest must not fill the host's disk through its console: past the cap, drop. */
 	if (s->out_max && s->out_bytes >= s->out_max) {
-		if (s->out_bytes++ == s->out_max && s->vm)
-			log_warn(s->vm->log, "console: reached its cap of %llu bytes (--console-max); "
-					     "further guest output is dropped",
+		if (s->out_bytes++ == s->out_max)
+			log_warn(s->host->log,
+				 "console: reached its cap of %llu bytes (--console-max); "
+				 "further guest output is dropped",
 				 (unsigned long long)s->out_max);
 		return;
 	}
@@ -213,8 +213,8 @@ void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t l
 	 * edge each time, or a driver that writes THR without reading IIR first
 	 * waits forever for an interrupt that never comes (seen with 2 vCPUs).
 	 */
-	if (off == UART_RBR_THR && !(s->r.lcr & LCR_DLAB) && s->irq_level && s->vm) {
-		vm_set_irq_line(s->vm, s->irq, 0);
+	if (off == UART_RBR_THR && !(s->r.lcr & LCR_DLAB) && s->irq_level) {
+		s->host->ops->set_irq(s->host->ctx, s->irq, 0);
 		s->irq_level = 0;
 	}
 	update_irq(s);
@@ -227,19 +227,17 @@ static const struct io_ops serial_ops = {
     .write = serial_io_write,
 };
 
-int serial_create(struct serial *s, struct vm *vm, int out_fd)
+int serial_create(struct serial *s, const struct vm_host *host, int out_fd)
 {
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_init(&s->lock, NULL);
-	s->vm = vm;
+	s->host = host;
 	s->out_fd = out_fd;
 	s->irq = SERIAL_COM1_IRQ;
 	s->r.lcr = 0x03;
 	s->r.mcr = 0x08;
 	s->r.dll = 0x0c; /* 9600 baud, as firmware would leave it */
-	if (!vm)
-		return 0;
-	return bus_register(&vm->pio, SERIAL_COM1_BASE, 8, &serial_ops, s);
+	return bus_register(host->pio, SERIAL_COM1_BASE, 8, &serial_ops, s);
 }
 
 void serial_destroy(struct serial *s)

@@ -10,7 +10,7 @@
 #define SERIAL_COM1_IRQ	 4
 #define SERIAL_RX_FIFO	 4096
 
-struct vm;
+struct vm_host;
 
 /* Plain register state: what a snapshot saves. */
 struct serial_regs {
@@ -19,7 +19,7 @@ struct serial_regs {
 
 struct serial {
 	pthread_mutex_t lock;
-	struct vm *vm;
+	const struct vm_host *host;
 	int out_fd;
 	uint32_t irq;
 	int irq_level;
@@ -33,15 +33,15 @@ struct serial {
 	size_t line_len;
 };
 
-/* Registers the UART on the VM's port bus; guest output goes to out_fd. */
-int serial_create(struct serial *s, struct vm *vm, int out_fd);
+/* Registers the UART on the host's port bus; guest output goes to out_fd. */
+int serial_create(struct serial *s, const struct vm_host *host, int out_fd);
 void serial_destroy(struct serial *s);
 /* Queues host input for the guest; returns how many bytes fit. */
 size_t serial_push_input(struct serial *s, const uint8_t *buf, size_t len);
 /* Free space in the receive FIFO. */
 size_t serial_rx_space(struct serial *s);
 
-/* Exposed for unit tests: register access without a VM (vm may be NULL: no IRQs). */
+/* Register access (what the bus calls); exposed for unit tests. */
 void serial_io_read(void *opaque, uint64_t off, uint8_t *data, uint32_t len);
 void serial_io_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t len);
 

@@ -11,7 +11,6 @@
 #include <sys/epoll.h>
 
 #include "devices/board.h"
-#include "vmm/vm.h"
 
 #define VIRTIO_ID_BLOCK 2
 
@@ -108,12 +107,21 @@ static void config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
 	memcpy(data, (uint8_t *)&c + off, len);
 }
 
-/* Writes the status byte, returns the chain to the driver and marks what the device wrote. */
+/*
+ * Writes the status byte, returns the chain to the driver and marks what the device wrote. A
+ * chain without a device-writable last segment has no place for a status: the device must not
+ * write into memory the driver gave it to read, so it returns the chain with nothing written.
+ */
 static void finish(struct virtio_blk *blk, uint32_t q, const struct virtq_chain *c, uint8_t status,
 		   uint32_t data_written)
 {
 	struct virtio_mmio *t = &blk->mmio;
-	const struct virtq_seg *last = &c->seg[c->nr - 1];
+	const struct virtq_seg *last = c->nr ? &c->seg[c->nr - 1] : NULL;
+	if (!last || !last->write || !last->len) {
+		blk->errors++;
+		virtq_push(&t->queues[q], c->head, 0);
+		return;
+	}
 	uint64_t status_gpa = last->gpa + last->len - 1;
 	uint8_t *p = guest_mem_ptr(t->mem, status_gpa, 1);
 	if (p) {
@@ -151,8 +159,8 @@ static void req_done(struct blk_io *io, int res)
 			     : res == -EOPNOTSUPP ? VIRTIO_BLK_S_UNSUPP /* no hole punching here */
 						  : VIRTIO_BLK_S_IOERR;
 		finish(blk, req->q, &req->chain, st, res ? 0 : req->used_len);
-		if (res && blk->vm)
-			log_debug(blk->vm->log, "%s: request failed: %s", blk->serial,
+		if (res)
+			log_debug(blk->host->log, "%s: request failed: %s", blk->serial,
 				  strerror(-res));
 	}
 	free(req);
@@ -269,9 +277,8 @@ static int overlay_step(struct virtio_blk *blk, struct blk_req *req, uint64_t *b
 	*budget -= n;
 	if (r) {
 		req->used_len = 0;
-		if (blk->vm)
-			log_debug(blk->vm->log, "%s: overlay request failed: %s", blk->serial,
-				  strerror(-r));
+		log_debug(blk->host->log, "%s: overlay request failed: %s", blk->serial,
+			  strerror(-r));
 		return VIRTIO_BLK_S_IOERR;
 	}
 	blk->ov_done = done + n;
@@ -491,7 +498,7 @@ static void dev_reset(void *dev)
 }
 
 static const struct virtio_dev_ops blk_ops_rw = {
-    .name = "virtio-blk",
+	.name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_DISCARD | VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC |
@@ -504,7 +511,7 @@ static const struct virtio_dev_ops blk_ops_rw = {
 };
 
 static const struct virtio_dev_ops blk_ops_ro = {
-    .name = "virtio-blk",
+	.name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_RO | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
@@ -520,7 +527,7 @@ static const struct virtio_dev_ops blk_ops_ro = {
  * WRITE_ZEROES is fine: zeros are written through the overlay (chunks become allocated).
  */
 static const struct virtio_dev_ops blk_ops_overlay = {
-    .name = "virtio-blk",
+	.name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
@@ -536,8 +543,8 @@ static void close_backend(struct virtio_blk *blk)
 	if (blk->ov) {
 		/* Writes the map one last time: a clean stop keeps even unflushed writes. */
 		int r = overlay_close(blk->ov);
-		if (r && blk->vm)
-			log_err(blk->vm->log, "%s: overlay: cannot save the map: %s", blk->serial,
+		if (r)
+			log_err(blk->host->log, "%s: overlay: cannot save the map: %s", blk->serial,
 				strerror(-r));
 		free(blk->ov);
 		blk->ov = NULL;
@@ -545,7 +552,7 @@ static void close_backend(struct virtio_blk *blk)
 	blk_uring_close(&blk->be);
 }
 
-static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
+static int open_overlay(struct virtio_blk *blk, struct logger *log, const char *path,
 			const char *overlay, const char *const *layers, int nr_layers)
 {
 	char err[512];
@@ -557,7 +564,7 @@ static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
 	if (nr_layers < 0 || nr_layers >= OVERLAY_CHAIN_MAX) {
 		free(blk->ov);
 		blk->ov = NULL;
-		log_err(vm->log, "disk %s: %d overlay layers is over the cap", path, nr_layers);
+		log_err(log, "disk %s: %d overlay layers is over the cap", path, nr_layers);
 		return -E2BIG;
 	}
 	for (int i = 0; i < nr_layers; i++)
@@ -565,7 +572,7 @@ static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
 	chain[nr_layers] = overlay;
 	int r = overlay_open_chain(blk->ov, path, chain, nr_layers + 1, 0, err, sizeof(err));
 	if (r) {
-		log_err(vm->log, "disk %s: %s", path, err);
+		log_err(log, "disk %s: %s", path, err);
 		free(blk->ov);
 		blk->ov = NULL;
 		return r;
@@ -574,28 +581,29 @@ static int open_overlay(struct virtio_blk *blk, struct vm *vm, const char *path,
 	return 0;
 }
 
-int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
-		      const char *overlay, const char *const *layers, int nr_layers, uint64_t base,
-		      uint32_t irq, const char *serial)
+int virtio_blk_create(struct virtio_blk *blk, const struct vm_host *host, const char *path,
+		      bool read_only, const char *overlay, const char *const *layers, int nr_layers,
+		      uint64_t base, uint32_t irq, const char *serial)
 {
 	memset(blk, 0, sizeof(*blk));
-	blk->vm = vm;
+	blk->host = host;
+	struct logger *log = host->log;
 	blk->read_only = read_only;
 	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
 	int r;
 	if (overlay) {
-		r = open_overlay(blk, vm, path, overlay, layers, nr_layers);
+		r = open_overlay(blk, log, path, overlay, layers, nr_layers);
 		if (r)
 			return r;
 	} else {
 		r = blk_uring_open(&blk->be, path, read_only);
 		if (r) {
-			log_err(vm->log, "disk %s: %s", path, strerror(-r));
+			log_err(log, "disk %s: %s", path, strerror(-r));
 			return r;
 		}
 		blk->capacity = blk->be.size / SECTOR_SIZE;
 	}
-	r = virtio_mmio_create(&blk->mmio, vm, &vm->mem, base, irq,
+	r = virtio_mmio_create(&blk->mmio, host, base, irq,
 			       overlay	   ? &blk_ops_overlay
 			       : read_only ? &blk_ops_ro
 					   : &blk_ops_rw,
@@ -603,19 +611,18 @@ int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, b
 	if (r)
 		goto fail_be;
 	if (overlay) {
-		log_info(vm->log, "disk %s: %llu sectors, copy-on-write overlay %s (%u KiB chunks)",
+		log_info(log, "disk %s: %llu sectors, copy-on-write overlay %s (%u KiB chunks)",
 			 path, (unsigned long long)blk->capacity, overlay,
 			 blk->ov->chunk_size >> 10);
 		return 0;
 	}
-	r = evloop_add(&vm->loop, blk->be.efd, EPOLLIN, on_completion, blk);
+	r = evloop_add(host->loop, blk->be.efd, EPOLLIN, on_completion, blk);
 	if (r) {
-		log_err(vm->log, "disk %s: cannot watch io_uring completions: %s", path,
-			strerror(-r));
+		log_err(log, "disk %s: cannot watch io_uring completions: %s", path, strerror(-r));
 		goto fail_mmio;
 	}
 	blk->watched = true;
-	log_info(vm->log, "disk %s: %llu sectors%s at 0x%llx irq %u", path,
+	log_info(log, "disk %s: %llu sectors%s at 0x%llx irq %u", path,
 		 (unsigned long long)blk->capacity, read_only ? " (read-only)" : "",
 		 (unsigned long long)base, irq);
 	return 0;
@@ -623,23 +630,6 @@ fail_mmio:
 	virtio_mmio_destroy(&blk->mmio);
 fail_be:
 	close_backend(blk);
-	return r;
-}
-
-int virtio_blk_create_detached(struct virtio_blk *blk, const struct guest_mem *mem,
-			       const char *path, bool read_only, const char *serial)
-{
-	memset(blk, 0, sizeof(*blk));
-	blk->read_only = read_only;
-	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
-	int r = blk_uring_open(&blk->be, path, read_only);
-	if (r)
-		return r;
-	blk->capacity = blk->be.size / SECTOR_SIZE;
-	r = virtio_mmio_create(&blk->mmio, NULL, mem, VIRTIO_MMIO_BASE, 5,
-			       read_only ? &blk_ops_ro : &blk_ops_rw, blk);
-	if (r)
-		close_backend(blk);
 	return r;
 }
 
@@ -651,7 +641,7 @@ void virtio_blk_poll(struct virtio_blk *blk)
 void virtio_blk_destroy(struct virtio_blk *blk)
 {
 	if (blk->watched)
-		evloop_del(&blk->vm->loop, blk->be.efd);
+		evloop_del(blk->host->loop, blk->be.efd);
 	blk->watched = false;
 	/* Requests still in flight complete with -ECANCELED and are only freed. */
 	free(blk->ov_req);
@@ -701,7 +691,7 @@ static int blk_type_create(void *dev, const struct device_host *h, const void *c
 	int nl = c->chain ? c->chain->n : 0;
 	for (int k = 0; k < nl && k < BOARD_DISK_LAYERS; k++)
 		layers[k] = c->chain->paths[k];
-	return virtio_blk_create(dev, h->vm, c->disk->path, c->disk->read_only,
+	return virtio_blk_create(dev, h->host, c->disk->path, c->disk->read_only,
 				 c->disk->overlay[0] ? c->disk->overlay : NULL, layers, nl,
 				 h->mmio_base, h->irq, serial);
 }

@@ -25,7 +25,7 @@ struct virtio_blk {
 	struct virtio_mmio mmio;
 	struct blk_uring be;
 	struct overlay *ov; /* copy-on-write overlay: synchronous I/O instead of be */
-	struct vm *vm;
+	const struct vm_host *host;
 	bool watched;
 	bool read_only;
 	uint64_t capacity;   /* 512-byte sectors */
@@ -45,17 +45,12 @@ struct virtio_blk {
  * `layers` (may be NULL): frozen overlay layers under `overlay`, oldest first (restore of a
  * snapshot that froze the disk).
  */
-int virtio_blk_create(struct virtio_blk *blk, struct vm *vm, const char *path, bool read_only,
-		      const char *overlay, const char *const *layers, int nr_layers, uint64_t base,
-		      uint32_t irq, const char *serial);
+int virtio_blk_create(struct virtio_blk *blk, const struct vm_host *host, const char *path,
+		      bool read_only, const char *overlay, const char *const *layers, int nr_layers,
+		      uint64_t base, uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
 
-/*
- * For unit tests: the device on a raw image over `mem`, without a VM (no bus, eventfds or
- * event loop); virtio_blk_poll() then does what the event loop does when the ring signals.
- */
-int virtio_blk_create_detached(struct virtio_blk *blk, const struct guest_mem *mem,
-			       const char *path, bool read_only, const char *serial);
+/* What the event loop does when io_uring completions are ready (unit tests call it). */
 void virtio_blk_poll(struct virtio_blk *blk);
 
 /* Completes every request in flight (the VM is paused): guest memory and used ring are final. */
@@ -70,7 +65,7 @@ void virtio_blk_quiesce(struct virtio_blk *blk);
 int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, char *err,
 		      size_t errlen);
 
-/* Device table entry: board_add(b, vm, &virtio_blk_type, &(struct virtio_blk_cfg){...}). */
+/* Device table entry: board_add(b, host, &virtio_blk_type, &(struct virtio_blk_cfg){...}). */
 extern const struct device_type virtio_blk_type;
 struct disk_chain;
 struct virtio_blk_cfg {

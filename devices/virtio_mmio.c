@@ -10,8 +10,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "vmm/kvm_util.h"
-#include "vmm/vm.h"
 
 #define REG_MAGIC		0x000
 #define REG_VERSION		0x004
@@ -57,10 +55,7 @@ bool virtio_mmio_has_feature(const struct virtio_mmio *t, uint64_t f)
 
 void virtio_mmio_mark_dirty(struct virtio_mmio *t, uint64_t gpa, uint64_t len)
 {
-	if (t->vm)
-		vm_mark_dirty(t->vm, gpa, len);
-	else if (t->dirty_fn)
-		t->dirty_fn(t->dirty_opaque, gpa, len);
+	t->host->ops->mark_dirty(t->host->ctx, gpa, len);
 }
 
 static void queue_mark_dirty(void *opaque, uint64_t gpa, uint64_t len)
@@ -76,8 +71,9 @@ static void raise_irq(struct virtio_mmio *t, uint32_t bits)
 		uint64_t one = 1;
 		/* The counter only saturates after 2^64-2 unread writes; the guest acks long
 		 * before. */
-		if (write(t->irq_efd, &one, sizeof(one)) < 0 && t->vm)
-			log_warn(t->vm->log, "%s: irqfd write: %s", t->ops->name, strerror(errno));
+		if (write(t->irq_efd, &one, sizeof(one)) < 0)
+			log_warn(t->host->log, "%s: irqfd write: %s", t->ops->name,
+				 strerror(errno));
 	}
 }
 
@@ -92,14 +88,12 @@ void virtio_mmio_defer(struct virtio_mmio *t, uint32_t q)
 	if (q >= t->ops->nr_queues)
 		return;
 	t->deferrals++;
-	if (t->notify_efd[q] < 0) {
-		t->deferred |= 1u << q;
-		return;
-	}
+	t->deferred |= 1u << q;
 	uint64_t one = 1;
 	/* Nonblocking: a full counter only means a kick is already pending. */
-	if (write(t->notify_efd[q], &one, sizeof(one)) < 0 && errno != EAGAIN && t->vm)
-		log_warn(t->vm->log, "%s: notify eventfd write: %s", t->ops->name, strerror(errno));
+	if (write(t->notify_efd[q], &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn(t->host->log, "%s: notify eventfd write: %s", t->ops->name,
+			 strerror(errno));
 }
 
 void virtio_mmio_notify_config(struct virtio_mmio *t)
@@ -113,9 +107,8 @@ void virtio_mmio_set_needs_reset(struct virtio_mmio *t)
 {
 	if (t->status & VIRTIO_STATUS_NEEDS_RESET)
 		return;
-	if (t->vm)
-		log_warn(t->vm->log, "%s@0x%llx: driver error, device needs reset", t->ops->name,
-			 (unsigned long long)t->base);
+	log_warn(t->host->log, "%s@0x%llx: driver error, device needs reset", t->ops->name,
+		 (unsigned long long)t->base);
 	t->status |= VIRTIO_STATUS_NEEDS_RESET;
 	virtio_mmio_notify_config(t);
 }
@@ -356,37 +349,19 @@ static void on_notify(void *opaque, uint32_t events)
 
 static int ioeventfd(struct virtio_mmio *t, uint32_t q, bool assign)
 {
-	struct kvm_ioeventfd io = {
-	    .datamatch = q,
-	    .addr = t->base + REG_QUEUE_NOTIFY,
-	    .len = 4,
-	    .fd = t->notify_efd[q],
-	    .flags = KVM_IOEVENTFD_FLAG_DATAMATCH | (assign ? 0 : KVM_IOEVENTFD_FLAG_DEASSIGN),
-	};
-	return assign ? KVM_IOCTL(t->vm->log, t->vm->vm_fd, KVM_IOEVENTFD, &io)
-		      : kvm_ioctl_raw(t->vm->vm_fd, KVM_IOEVENTFD, &io);
+	return t->host->ops->ioeventfd(t->host->ctx, t->notify_efd[q], t->base + REG_QUEUE_NOTIFY, q,
+				  assign);
 }
 
-static int irqfd(struct virtio_mmio *t, bool assign)
-{
-	struct kvm_irqfd f = {
-	    .fd = (uint32_t)t->irq_efd,
-	    .gsi = t->irq,
-	    .flags = assign ? 0 : KVM_IRQFD_FLAG_DEASSIGN,
-	};
-	return assign ? KVM_IOCTL(t->vm->log, t->vm->vm_fd, KVM_IRQFD, &f)
-		      : kvm_ioctl_raw(t->vm->vm_fd, KVM_IRQFD, &f);
-}
-
-int virtio_mmio_create(struct virtio_mmio *t, struct vm *vm, const struct guest_mem *mem,
-		       uint64_t base, uint32_t irq, const struct virtio_dev_ops *ops, void *dev)
+int virtio_mmio_create(struct virtio_mmio *t, const struct vm_host *host, uint64_t base,
+		       uint32_t irq, const struct virtio_dev_ops *ops, void *dev)
 {
 	if (ops->nr_queues == 0 || ops->nr_queues > VIRTIO_MMIO_MAX_QUEUES)
 		return -EINVAL;
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->lock, NULL);
-	t->vm = vm;
-	t->mem = vm ? &vm->mem : mem;
+	t->host = host;
+	t->mem = host->mem;
 	t->ops = ops;
 	t->dev = dev;
 	t->base = base;
@@ -398,8 +373,6 @@ int virtio_mmio_create(struct virtio_mmio *t, struct vm *vm, const struct guest_
 		t->queues[i].mark_dirty = queue_mark_dirty;
 		t->queues[i].dirty_opaque = t;
 	}
-	if (!vm)
-		return 0;
 
 	int r;
 	t->irq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -407,9 +380,10 @@ int virtio_mmio_create(struct virtio_mmio *t, struct vm *vm, const struct guest_
 		r = -errno;
 		goto fail;
 	}
-	r = irqfd(t, true);
+	r = host->ops->irqfd(host->ctx, t->irq_efd, irq, true);
 	if (r < 0)
 		goto fail;
+	t->irqfd_registered = true;
 	for (uint32_t q = 0; q < ops->nr_queues; q++) {
 		t->notify_efd[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (t->notify_efd[q] < 0) {
@@ -420,17 +394,17 @@ int virtio_mmio_create(struct virtio_mmio *t, struct vm *vm, const struct guest_
 		if (r < 0)
 			goto fail;
 		t->ioeventfd_registered[q] = true;
-		r = evloop_add(&vm->loop, t->notify_efd[q], EPOLLIN, on_notify, t);
+		r = evloop_add(host->loop, t->notify_efd[q], EPOLLIN, on_notify, t);
 		if (r < 0)
 			goto fail;
 		t->watched[q] = true;
 	}
-	r = bus_register(&vm->mmio, base, VIRTIO_MMIO_SIZE, &virtio_mmio_ops, t);
+	r = bus_register(host->mmio, base, VIRTIO_MMIO_SIZE, &virtio_mmio_ops, t);
 	if (r < 0)
 		goto fail;
 	return 0;
 fail:
-	log_err(vm->log, "%s: cannot set up virtio-mmio at 0x%llx irq %u: %s", ops->name,
+	log_err(host->log, "%s: cannot set up virtio-mmio at 0x%llx irq %u: %s", ops->name,
 		(unsigned long long)base, irq, strerror(-r));
 	virtio_mmio_destroy(t);
 	return r;
@@ -440,7 +414,7 @@ void virtio_mmio_destroy(struct virtio_mmio *t)
 {
 	for (uint32_t q = 0; q < VIRTIO_MMIO_MAX_QUEUES; q++) {
 		if (t->watched[q])
-			evloop_del(&t->vm->loop, t->notify_efd[q]);
+			evloop_del(t->host->loop, t->notify_efd[q]);
 		if (t->ioeventfd_registered[q])
 			ioeventfd(t, q, false);
 		if (t->notify_efd[q] >= 0)
@@ -449,8 +423,9 @@ void virtio_mmio_destroy(struct virtio_mmio *t)
 		t->notify_efd[q] = -1;
 	}
 	if (t->irq_efd >= 0) {
-		if (t->vm)
-			irqfd(t, false);
+		if (t->irqfd_registered)
+			t->host->ops->irqfd(t->host->ctx, t->irq_efd, t->irq, false);
+		t->irqfd_registered = false;
 		close(t->irq_efd);
 		t->irq_efd = -1;
 	}

@@ -8,8 +8,8 @@
 #include <stdint.h>
 
 #include "devices/virtqueue.h"
+#include "vmm/vm_host.h"
 
-struct vm;
 struct virtio_mmio;
 
 #define VIRTIO_MMIO_BASE       0xd0000000ULL
@@ -51,14 +51,15 @@ struct virtio_dev_ops {
 
 struct virtio_mmio {
 	pthread_mutex_t lock;
-	struct vm *vm;
+	const struct vm_host *host;
 	const struct guest_mem *mem;
 	const struct virtio_dev_ops *ops;
 	void *dev;
 	uint64_t base;
 	uint32_t irq;
-	int irq_efd;				/* KVM irqfd on `irq`; -1 without a VM */
+	int irq_efd;				/* irqfd on `irq` */
 	int notify_efd[VIRTIO_MMIO_MAX_QUEUES]; /* KVM ioeventfds on QueueNotify, one per queue */
+	bool irqfd_registered;
 	bool ioeventfd_registered[VIRTIO_MMIO_MAX_QUEUES];
 	bool watched[VIRTIO_MMIO_MAX_QUEUES];
 
@@ -70,10 +71,7 @@ struct virtio_mmio {
 	uint32_t interrupt_status;
 	uint32_t config_generation;
 	struct virtq queues[VIRTIO_MMIO_MAX_QUEUES];
-	uint32_t deferred; /* without a VM: queues a device deferred (bit q) */
-	/* Without a VM: where device writes to guest memory are reported (unit tests). */
-	virtq_dirty_fn dirty_fn;
-	void *dirty_opaque;
+	uint32_t deferred; /* queues the device deferred (bit q; a reset clears it), for tests */
 	uint64_t kicks, interrupts, deferrals; /* counters for logs and tests */
 };
 
@@ -84,12 +82,11 @@ struct virtio_mmio {
 #define VIRTIO_NOTIFY_BUDGET VIRTQ_MAX_SIZE
 
 /*
- * Registers the device at `base` on vm's MMIO bus with interrupt line `irq`,
- * wires KVM ioeventfd/irqfd and watches the notify eventfds on vm->loop.
- * With vm == NULL (unit tests) nothing is registered and `mem` is used.
+ * Registers the device at `base` on the host's MMIO bus with interrupt line `irq`, wires an
+ * irqfd and one ioeventfd per queue and watches the notify eventfds on the host's loop.
  */
-int virtio_mmio_create(struct virtio_mmio *t, struct vm *vm, const struct guest_mem *mem,
-		       uint64_t base, uint32_t irq, const struct virtio_dev_ops *ops, void *dev);
+int virtio_mmio_create(struct virtio_mmio *t, const struct vm_host *host, uint64_t base,
+		       uint32_t irq, const struct virtio_dev_ops *ops, void *dev);
 void virtio_mmio_destroy(struct virtio_mmio *t);
 
 /* MMIO register access (what the bus calls); exposed for unit tests. */
@@ -101,8 +98,7 @@ void virtio_mmio_notify_used(struct virtio_mmio *t, uint32_t q);
 /*
  * For devices, with the lock held: the budget ran out with work left on queue `q`. Re-signals
  * the queue's own notify eventfd, so the event loop serves every other ready fd (signals, the
- * API, other devices) before it kicks this queue again. Without a VM it sets bit q of
- * t->deferred for the test to act on.
+ * API, other devices) before it kicks this queue again, and sets bit q of t->deferred.
  */
 void virtio_mmio_defer(struct virtio_mmio *t, uint32_t q);
 /* Config space changed. */

@@ -12,7 +12,6 @@
 
 #include "common/errmsg.h"
 #include "devices/device.h"
-#include "vmm/vm.h"
 
 #define VIRTIO_ID_RNG	  4
 #define RNG_DEFAULT_RATE  (1ULL << 20) /* bytes per second */
@@ -31,12 +30,11 @@ _Static_assert(sizeof(struct rng_cfg) <= DEVICE_CFG_BYTES, "rng config fits a de
 
 struct virtio_rng {
 	struct virtio_mmio mmio;
-	struct vm *vm;
-	struct logger *log;
+	const struct vm_host *host;
 	struct rng_cfg cfg;
 	uint64_t tokens;  /* bytes the guest may take now */
 	uint64_t last_ns; /* CLOCK_MONOTONIC when tokens were last topped up */
-	int timer_fd;	  /* wakes the queue when the bucket has refilled; -1 without a VM */
+	int timer_fd;	  /* wakes the queue when the bucket has refilled; -1 until created */
 	bool watched, armed;
 	struct virtq_chain chain;
 	uint64_t served, throttled;
@@ -168,7 +166,7 @@ static void on_timer(void *opaque, uint32_t events)
 	struct virtio_rng *r = opaque;
 	uint64_t v;
 	if (read(r->timer_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		log_warn(r->log, "virtio-rng: timer read: %s", strerror(errno));
+		log_warn(r->host->log, "virtio-rng: timer read: %s", strerror(errno));
 	pthread_mutex_lock(&r->mmio.lock);
 	r->armed = false;
 	virtio_mmio_defer(&r->mmio, 0);
@@ -179,7 +177,7 @@ static void rng_destroy(void *dev)
 {
 	struct virtio_rng *r = dev;
 	if (r->watched)
-		evloop_del(&r->vm->loop, r->timer_fd);
+		evloop_del(r->host->loop, r->timer_fd);
 	if (r->timer_fd >= 0)
 		close(r->timer_fd);
 	r->timer_fd = -1;
@@ -190,19 +188,18 @@ static void rng_destroy(void *dev)
 static int rng_create(void *dev, const struct device_host *h, const void *cfg)
 {
 	struct virtio_rng *r = dev;
-	r->vm = h->vm;
-	r->log = h->log;
+	r->host = h->host;
 	r->cfg = *(const struct rng_cfg *)cfg;
 	r->tokens = r->cfg.burst;
 	r->last_ns = now_ns();
 	r->timer_fd = -1;
-	int e = virtio_mmio_create(&r->mmio, h->vm, h->mem, h->mmio_base, h->irq, &rng_ops, r);
-	if (e || !h->vm)
+	int e = virtio_mmio_create(&r->mmio, h->host, h->mmio_base, h->irq, &rng_ops, r);
+	if (e)
 		return e;
 	r->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	e = r->timer_fd < 0 ? -errno : evloop_add(&h->vm->loop, r->timer_fd, EPOLLIN, on_timer, r);
+	e = r->timer_fd < 0 ? -errno : evloop_add(h->host->loop, r->timer_fd, EPOLLIN, on_timer, r);
 	if (e) {
-		log_err(h->log, "virtio-rng: cannot set up its timer: %s", strerror(-e));
+		log_err(h->host->log, "virtio-rng: cannot set up its timer: %s", strerror(-e));
 		rng_destroy(r);
 		return e;
 	}

@@ -11,7 +11,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "vmm/vm.h"
 
 #define VIRTIO_ID_VSOCK	 19
 #define RXQ		 0
@@ -266,9 +265,8 @@ static void guest_connect(struct virtio_vsock *v, const struct vsock_hdr *h)
 	}
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		if (v->vm)
-			log_debug(v->vm->log, "vsock: guest port %u -> %s refused: %s", h->src_port,
-				  sa.sun_path, strerror(errno));
+		log_debug(v->host->log, "vsock: guest port %u -> %s refused: %s", h->src_port,
+			  sa.sun_path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		queue_rst(v, h->dst_port, h->src_port);
@@ -770,30 +768,24 @@ static int listen_uds(const char *path)
 	return r ? r : fd;
 }
 
-#define VLOG(v, ...)                                                                               \
-	do {                                                                                       \
-		if ((v)->vm)                                                                       \
-			log_err((v)->vm->log, __VA_ARGS__);                                        \
-	} while (0)
-
-int virtio_vsock_create(struct virtio_vsock *v, struct vm *vm, const struct guest_mem *mem,
-			uint64_t guest_cid, const char *uds_path, uint64_t base, uint32_t irq)
+int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint64_t guest_cid,
+			const char *uds_path, uint64_t base, uint32_t irq)
 {
 	memset(v, 0, sizeof(*v));
-	v->vm = vm;
+	v->host = host;
 	v->guest_cid = guest_cid;
 	v->next_local_port = FIRST_LOCAL_PORT;
 	v->listen_fd = v->epfd = -1;
 	if (guest_cid < VSOCK_MIN_CID || guest_cid > UINT32_MAX ||
 	    strlen(uds_path) + 12 > sizeof(v->uds_path)) {
-		VLOG(v, "vsock: bad cid %llu or socket path too long",
-		     (unsigned long long)guest_cid);
+		log_err(host->log, "vsock: bad cid %llu or socket path too long",
+			(unsigned long long)guest_cid);
 		return -EINVAL;
 	}
 	strcpy(v->uds_path, uds_path);
 	int r = listen_uds(uds_path);
 	if (r < 0) {
-		VLOG(v, "vsock: cannot listen on %s: %s", uds_path, strerror(-r));
+		log_err(host->log, "vsock: cannot listen on %s: %s", uds_path, strerror(-r));
 		return r;
 	}
 	v->listen_fd = r;
@@ -801,22 +793,20 @@ int virtio_vsock_create(struct virtio_vsock *v, struct vm *vm, const struct gues
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
 	if (v->epfd < 0 || epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->listen_fd, &ev)) {
 		r = -errno;
-		VLOG(v, "vsock: epoll: %s", strerror(-r));
+		log_err(host->log, "vsock: epoll: %s", strerror(-r));
 		goto fail_fds;
 	}
-	r = virtio_mmio_create(&v->mmio, vm, mem, base, irq, &vsock_ops, v);
+	r = virtio_mmio_create(&v->mmio, host, base, irq, &vsock_ops, v);
 	if (r)
 		goto fail_fds;
-	if (vm) {
-		r = evloop_add(&vm->loop, v->epfd, EPOLLIN, on_sockets, v);
-		if (r) {
-			VLOG(v, "vsock: cannot watch sockets: %s", strerror(-r));
-			goto fail_mmio;
-		}
-		v->watched = true;
-		log_info(vm->log, "vsock: cid %llu, host socket %s at 0x%llx irq %u",
-			 (unsigned long long)guest_cid, uds_path, (unsigned long long)base, irq);
+	r = evloop_add(host->loop, v->epfd, EPOLLIN, on_sockets, v);
+	if (r) {
+		log_err(host->log, "vsock: cannot watch sockets: %s", strerror(-r));
+		goto fail_mmio;
 	}
+	v->watched = true;
+	log_info(host->log, "vsock: cid %llu, host socket %s at 0x%llx irq %u",
+		 (unsigned long long)guest_cid, uds_path, (unsigned long long)base, irq);
 	return 0;
 fail_mmio:
 	virtio_mmio_destroy(&v->mmio);
@@ -831,7 +821,7 @@ fail_fds:
 void virtio_vsock_destroy(struct virtio_vsock *v)
 {
 	if (v->watched)
-		evloop_del(&v->vm->loop, v->epfd);
+		evloop_del(v->host->loop, v->epfd);
 	v->watched = false;
 	for (int i = 0; i < v->nr_conns; i++)
 		conn_kill(v, v->conns[i]);
@@ -879,7 +869,7 @@ out:
 static int vsock_type_create(void *dev, const struct device_host *h, const void *cfg)
 {
 	const struct virtio_vsock_cfg *c = cfg;
-	return virtio_vsock_create(dev, h->vm, h->mem, c->cid, c->uds_path, h->mmio_base, h->irq);
+	return virtio_vsock_create(dev, h->host, c->cid, c->uds_path, h->mmio_base, h->irq);
 }
 
 static void vsock_type_destroy(void *dev)

@@ -17,7 +17,7 @@ struct vsock_conn;
 
 struct virtio_vsock {
 	struct virtio_mmio mmio;
-	struct vm *vm;
+	const struct vm_host *host;
 	uint64_t guest_cid;
 	char uds_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int listen_fd;
@@ -41,13 +41,11 @@ struct virtio_vsock {
 };
 
 /*
- * Serves `uds_path` (host side) and registers the device at base/irq for a
- * guest with context id `guest_cid` (>= 3).  0 or -errno after one log line.
- * With vm == NULL (unit tests) nothing is registered, `mem` is used and the
- * caller runs virtio_vsock_service() itself.
+ * Serves `uds_path` (host side) and registers the device at base/irq for a guest with context
+ * id `guest_cid` (>= 3); the host's loop watches the sockets. 0 or -errno after one log line.
  */
-int virtio_vsock_create(struct virtio_vsock *v, struct vm *vm, const struct guest_mem *mem,
-			uint64_t guest_cid, const char *uds_path, uint64_t base, uint32_t irq);
+int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint64_t guest_cid,
+			const char *uds_path, uint64_t base, uint32_t irq);
 void virtio_vsock_destroy(struct virtio_vsock *v);
 /* Serves ready host sockets (what the event loop calls when v->epfd is readable). */
 void virtio_vsock_service(struct virtio_vsock *v);
@@ -64,8 +62,7 @@ void virtio_vsock_save(struct virtio_vsock *v, struct virtio_mmio_state *st);
  */
 int virtio_vsock_restored(struct virtio_vsock *v);
 
-
-/* Device table entry: board_add(b, vm, &virtio_vsock_type, &(struct virtio_vsock_cfg){...}). */
+/* Device table entry: board_add(b, host, &virtio_vsock_type, &(struct virtio_vsock_cfg){...}). */
 extern const struct device_type virtio_vsock_type;
 struct virtio_vsock_cfg {
 	uint64_t cid;

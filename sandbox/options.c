@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "common/errmsg.h"
@@ -48,14 +49,19 @@ static const char run_usage[] =
 	"Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
 	"1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
 
+/* The decimal number `s` starts with, and where its unit suffix begins. 0 or -EINVAL. */
+static int leading_number(const char *s, unsigned long long *v, char **end)
+{
+	errno = 0;
+	*v = strtoull(s, end, 10);
+	return errno || *end == s ? -EINVAL : 0;
+}
+
 int parse_mem_size(const char *s, uint64_t *out)
 {
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -EINVAL;
-	errno = 0;
 	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
+	unsigned long long v;
+	if (!s || !*s || *s == '-' || *s == '+' || leading_number(s, &v, &end))
 		return -EINVAL;
 	unsigned shift;
 	switch (*end) {
@@ -108,12 +114,9 @@ enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, O
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
 	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
+	unsigned long long v;
+	if (!s || *s < '0' || *s > '9' || leading_number(s, &v, &end))
 		return -EINVAL;
 	uint64_t mul;
 	if (!strcmp(end, "ms"))
@@ -169,32 +172,42 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
  * Checks of the options `cove run` and `cove restore` share; each returns 0 or -EINVAL with a
  * one-line message naming the option.
  */
-int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
+/* A whole decimal number in [min, max] (no sign, no trailing text). */
+static int opt_number(const char *opt, const char *arg, uint64_t min, uint64_t max,
+		      uint64_t *out, char *err, size_t errlen)
 {
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(arg, &end, 10);
-	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
-	if (errno || end == arg || *end || *arg == '-' || v < 3 || v >= UINT32_MAX)
-		return errmsg(err, errlen, -EINVAL,
-			      "--vsock-cid: '%s' is not a number from 3 to 4294967294", arg);
+	if (errno || end == arg || *end || *arg == '-' || v < min || v > max)
+		return errmsg(err, errlen, -EINVAL, "%s: '%s' is not a number from %llu to %llu",
+			      opt, arg, (unsigned long long)min, (unsigned long long)max);
 	*out = v;
 	return 0;
+}
+
+static int opt_path(const char *opt, const char *arg, size_t max, char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) > max)
+		return errmsg(err, errlen, -EINVAL, "%s: path must be 1 to %zu bytes long", opt, max);
+	return 0;
+}
+
+int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
+	return opt_number("--vsock-cid", arg, 3, UINT32_MAX - 1ULL, out, err, errlen);
 }
 
 int opt_vsock_uds(const char *arg, char *err, size_t errlen)
 {
 	/* Room for "_<port>" in sun_path (108 bytes) for guest-initiated connections. */
-	if (!*arg || strlen(arg) > 96)
-		return errmsg(err, errlen, -EINVAL, "--vsock-uds: path must be 1 to 96 bytes long");
-	return 0;
+	return opt_path("--vsock-uds", arg, 96, err, errlen);
 }
 
 int opt_snapshot_dir(const char *arg, char *err, size_t errlen)
 {
-	if (!*arg || strlen(arg) > 3800)
-		return errmsg(err, errlen, -EINVAL, "--snapshot-dir: path must be 1 to 3800 bytes");
-	return 0;
+	return opt_path("--snapshot-dir", arg, 3800, err, errlen);
 }
 
 int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
@@ -207,9 +220,7 @@ int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
 
 int opt_snapshot_root(const char *arg, char *err, size_t errlen)
 {
-	if (!*arg || strlen(arg) > 3500)
-		return errmsg(err, errlen, -EINVAL, "--snapshot-root: path must be 1 to 3500 bytes");
-	return 0;
+	return opt_path("--snapshot-root", arg, 3500, err, errlen);
 }
 
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen)
@@ -224,14 +235,11 @@ int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errle
 
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v < 1 || v > 200)
-		return errmsg(err, errlen, -EINVAL,
-			      "--snapshot-keep: '%s' is not a number from 1 to 200", arg);
-	*keep = (int)v;
-	return 0;
+	uint64_t v;
+	int r = opt_number("--snapshot-keep", arg, 1, 200, &v, err, errlen);
+	if (!r)
+		*keep = (int)v;
+	return r;
 }
 
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen)
@@ -287,6 +295,57 @@ static void run_long_opts(struct option *out)
 	out[n] = (struct option){ NULL, 0, NULL, 0 };
 }
 
+static int check_snapshot_key(const char *arg, char *err, size_t errlen)
+{
+	return opt_key_spec("--snapshot-key", arg, err, errlen);
+}
+
+/* Options kept as given (after their check, if any) and options that parse into a number. */
+static const struct {
+	int code;
+	size_t off; /* of the const char * in struct run_opts */
+	int (*check)(const char *arg, char *err, size_t errlen);
+} string_opts[] = {
+    {OPT_KERNEL, offsetof(struct run_opts, kernel), NULL},
+    {OPT_INITRD, offsetof(struct run_opts, initrd), NULL},
+    {OPT_CMDLINE, offsetof(struct run_opts, cmdline), NULL},
+    {OPT_API, offsetof(struct run_opts, api_sock), NULL},
+    {OPT_CONSOLE, offsetof(struct run_opts, console), NULL},
+    {OPT_VSOCK_UDS, offsetof(struct run_opts, vsock_uds), opt_vsock_uds},
+    {OPT_SNAP_DIR, offsetof(struct run_opts, snapshot_dir), opt_snapshot_dir},
+    {OPT_SNAP_KEY, offsetof(struct run_opts, snapshot_key), check_snapshot_key},
+    {OPT_SNAP_ROOT, offsetof(struct run_opts, snapshot_root), opt_snapshot_root},
+};
+static const struct {
+	int code;
+	size_t off; /* of the uint64_t in struct run_opts */
+	int (*parse)(const char *arg, uint64_t *out, char *err, size_t errlen);
+} number_opts[] = {
+    {OPT_CONSOLE_MAX, offsetof(struct run_opts, console_max), opt_console_max},
+    {OPT_VSOCK_CID, offsetof(struct run_opts, vsock_cid), opt_vsock_cid},
+    {OPT_SNAP_INTERVAL, offsetof(struct run_opts, snapshot_interval_ms), opt_snapshot_interval},
+};
+
+/* 1 when option `c` is one of the tables' (taken), 0 when not, -EINVAL on a bad value. */
+static int parse_table_opt(int c, const char *arg, struct run_opts *o, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < sizeof(string_opts) / sizeof(string_opts[0]); i++) {
+		if (string_opts[i].code != c)
+			continue;
+		if (string_opts[i].check && string_opts[i].check(arg, err, errlen))
+			return -EINVAL;
+		*(const char **)((char *)o + string_opts[i].off) = arg;
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof(number_opts) / sizeof(number_opts[0]); i++)
+		if (number_opts[i].code == c)
+			return number_opts[i].parse(
+				   arg, (uint64_t *)((char *)o + number_opts[i].off), err, errlen)
+				   ? -EINVAL
+				   : 1;
+	return 0;
+}
+
 static int parse_device_opt(int i, const char *arg, struct run_opts *o, char *err,
 			    size_t errlen)
 {
@@ -326,28 +385,14 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 				return -EINVAL;
 			continue;
 		}
+		int taken = parse_table_opt(c, optarg, o, err, errlen);
+		if (taken < 0)
+			return taken;
+		if (taken)
+			continue;
 		switch (c) {
 		case 'h':
 			return 1;
-		case OPT_KERNEL:
-			o->kernel = optarg;
-			break;
-		case OPT_INITRD:
-			o->initrd = optarg;
-			break;
-		case OPT_CMDLINE:
-			o->cmdline = optarg;
-			break;
-		case OPT_API:
-			o->api_sock = optarg;
-			break;
-		case OPT_CONSOLE:
-			o->console = optarg;
-			break;
-		case OPT_CONSOLE_MAX:
-			if (opt_console_max(optarg, &o->console_max, err, errlen))
-				return -EINVAL;
-			break;
 		case OPT_DIRTY:
 			o->track_dirty = true;
 			break;
@@ -357,15 +402,6 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
 				return -EINVAL;
 			o->nr_disks++;
-			break;
-		case OPT_VSOCK_CID:
-			if (opt_vsock_cid(optarg, &o->vsock_cid, err, errlen))
-				return -EINVAL;
-			break;
-		case OPT_VSOCK_UDS:
-			if (opt_vsock_uds(optarg, err, errlen))
-				return -EINVAL;
-			o->vsock_uds = optarg;
 			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);
@@ -389,25 +425,6 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			o->vcpus = (int)v;
 			break;
 		}
-		case OPT_SNAP_DIR:
-			if (opt_snapshot_dir(optarg, err, errlen))
-				return -EINVAL;
-			o->snapshot_dir = optarg;
-			break;
-		case OPT_SNAP_INTERVAL:
-			if (opt_snapshot_interval(optarg, &o->snapshot_interval_ms, err, errlen))
-				return -EINVAL;
-			break;
-		case OPT_SNAP_KEY:
-			if (opt_key_spec("--snapshot-key", optarg, err, errlen))
-				return -EINVAL;
-			o->snapshot_key = optarg;
-			break;
-		case OPT_SNAP_ROOT:
-			if (opt_snapshot_root(optarg, err, errlen))
-				return -EINVAL;
-			o->snapshot_root = optarg;
-			break;
 		case OPT_SNAP_KEEP:
 			if (opt_snapshot_keep(optarg, &o->snapshot_keep, err, errlen))
 				return -EINVAL;

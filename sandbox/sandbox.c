@@ -132,7 +132,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	int r = vm_create(&sb->vm, &cfg, &sb->log);
 	if (r)
 		return r;
-	r = board_create(&sb->board, &sb->vm, sb->console_fd);
+	r = board_create(&sb->board, &sb->vm.host, sb->console_fd);
 	if (r)
 		return r;
 	sb->board.com1.out_max = sb->console_max;
@@ -140,7 +140,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	/* Slots in this order (disks, vsock, then the rest), as snapshots record them. */
 	for (int i = 0; i < mc->nr_disks; i++) {
 		struct virtio_blk_cfg bc = { .disk = &mc->disks[i], .chain = &mc->chains[i] };
-		r = board_add(&sb->board, &sb->vm, &virtio_blk_type, &bc);
+		r = board_add(&sb->board, &sb->vm.host, &virtio_blk_type, &bc);
 		if (r)
 			return r;
 	}
@@ -154,12 +154,12 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	}
 	if (mc->vsock_cid) {
 		struct virtio_vsock_cfg vc = { .cid = mc->vsock_cid, .uds_path = mc->vsock_uds };
-		r = board_add(&sb->board, &sb->vm, &virtio_vsock_type, &vc);
+		r = board_add(&sb->board, &sb->vm.host, &virtio_vsock_type, &vc);
 		if (r)
 			return r;
 	}
 	for (int i = 0; i < mc->nr_devs; i++) {
-		r = board_add(&sb->board, &sb->vm, mc->devs[i].type, mc->devs[i].cfg);
+		r = board_add(&sb->board, &sb->vm.host, mc->devs[i].type, mc->devs[i].cfg);
 		if (r) {
 			log_err(&sb->log, "%s: %s", mc->devs[i].type->name, strerror(-r));
 			return r;

@@ -33,11 +33,11 @@ static int be_resume(void *opaque)
 static int be_cad(void *opaque)
 {
 	struct vm *vm = opaque;
-	if (!vm->send_ctrl_alt_del)
+	if (!vm->host.send_ctrl_alt_del)
 		return -ENOTSUP;
 	if (vm_get_state(vm) != VM_RUNNING)
 		return -EBUSY;
-	return vm->send_ctrl_alt_del(vm->reset_dev);
+	return vm->host.send_ctrl_alt_del(vm->host.reset_dev);
 }
 
 static int be_dirty(void *opaque, struct api_dirty_range *out, size_t max, size_t *nr)

@@ -14,6 +14,7 @@
 
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "common/fd_io.h"
 #include "common/file_io.h"
 
 void chain_id_hex(const uint8_t id[16], char out[33])
@@ -149,20 +150,13 @@ int chain_load(const char *dir, struct chain *c, char *err, size_t errlen)
 		close(fd);
 		return -ENOMEM;
 	}
-	size_t got = 0;
-	for (;;) {
-		ssize_t k = read(fd, buf + got, CHAIN_MAX_BYTES + 1 - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		got += (size_t)k;
-		if (got > CHAIN_MAX_BYTES)
-			break;
-	}
+	ssize_t n = read_upto(fd, buf, CHAIN_MAX_BYTES + 1);
+	size_t got = n < 0 ? 0 : (size_t)n;
+	int r = n < 0 ? (int)n : 0;
 	close(fd);
-	int r;
-	if (got > CHAIN_MAX_BYTES)
+	if (r)
+		r = errmsg(err, errlen, r, "cannot read %s: %s", path, strerror(-r));
+	else if (got > CHAIN_MAX_BYTES)
 		r = errmsg(err, errlen, -EFBIG, "%s is larger than %u bytes", path, CHAIN_MAX_BYTES);
 	else
 		r = chain_parse(buf, got, c, err, errlen);

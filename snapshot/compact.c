@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/crc32.h"
 #include "common/file_io.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
@@ -143,7 +144,7 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 	memset(bm, 0xff, li.bitmap_len);
 	if (li.nr_pages % 64)
 		bm[li.bitmap_len / 8 - 1] = (1ULL << (li.nr_pages % 64)) - 1;
-	li.bitmap_crc = state_crc32(0, bm, li.bitmap_len);
+	li.bitmap_crc = crc32_update(0, bm, li.bitmap_len);
 	li.present = li.nr_pages;
 	li.stored = count_data_pages(out, &li);
 	mem_layer_header_build(&li, meta);

@@ -356,20 +356,33 @@ static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *nonce, const uint8_t *aad,
 	return 0;
 }
 
-int crypto_seal_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
-		     uint64_t layer_id, uint64_t index, const void *plain, size_t len, void *out,
-		     uint8_t tag[CRYPTO_TAG_LEN])
+/* What sealing and opening page `index` of `layer_id` share: length check, nonce, AAD, key. */
+static int page_setup(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
+		      uint64_t layer_id, uint64_t index, size_t len,
+		      uint8_t nonce[CRYPTO_NONCE_LEN], uint8_t aad[PAGE_AAD_LEN],
+		      struct layer_ctx **l)
 {
-	uint8_t nonce[CRYPTO_NONCE_LEN], aad[PAGE_AAD_LEN];
 	if (len == 0 || len > CRYPTO_PAGE_MAX_LEN)
 		return -EINVAL;
 	int r = crypto_page_nonce(layer_id, index, nonce);
 	if (r)
 		return r;
-	struct layer_ctx *l = layer_of(cc, layer_id);
-	if (!l)
+	*l = layer_of(cc, layer_id);
+	if (!*l)
 		return -ENOKEY;
 	page_aad(aad, chain_id, layer_id, index, len);
+	return 0;
+}
+
+int crypto_seal_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
+		     uint64_t layer_id, uint64_t index, const void *plain, size_t len, void *out,
+		     uint8_t tag[CRYPTO_TAG_LEN])
+{
+	uint8_t nonce[CRYPTO_NONCE_LEN], aad[PAGE_AAD_LEN];
+	struct layer_ctx *l;
+	int r = page_setup(cc, chain_id, layer_id, index, len, nonce, aad, &l);
+	if (r)
+		return r;
 	return gcm_seal(l->enc, nonce, aad, sizeof(aad), plain, len, out, tag);
 }
 
@@ -378,17 +391,12 @@ int crypto_open_page(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_
 		     const uint8_t tag[CRYPTO_TAG_LEN])
 {
 	uint8_t nonce[CRYPTO_NONCE_LEN], aad[PAGE_AAD_LEN];
-	if (len == 0 || len > CRYPTO_PAGE_MAX_LEN)
-		return -EINVAL;
-	int r = crypto_page_nonce(layer_id, index, nonce);
+	struct layer_ctx *l;
+	int r = page_setup(cc, chain_id, layer_id, index, len, nonce, aad, &l);
+	if (r == -ENOKEY)
+		memset(out, 0, len);
 	if (r)
 		return r;
-	struct layer_ctx *l = layer_of(cc, layer_id);
-	if (!l) {
-		memset(out, 0, len);
-		return -ENOKEY;
-	}
-	page_aad(aad, chain_id, layer_id, index, len);
 	return gcm_open(l->dec, nonce, aad, sizeof(aad), cipher, len, out, tag);
 }
 

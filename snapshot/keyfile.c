@@ -18,8 +18,10 @@
 #include <openssl/hmac.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "common/errmsg.h"
-#include "devices/overlay.h"
+#include "common/fd_io.h"
+#include "common/file_io.h"
 
 #define MAGIC	     "COVEKEYS"
 #define HDR_LEN	     56
@@ -59,21 +61,6 @@ static int path_in(char *buf, const char *dir, const char *name)
 	return n < 0 || n >= PATH_MAX_LEN ? -ENAMETOOLONG : 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -97,7 +84,7 @@ static int replace_file(const char *dir, const char *name, const void *buf, size
 	int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	r = write_all(fd, buf, len);
+	r = write_full(fd, buf, len);
 	if (!r && fsync(fd))
 		r = -errno;
 	if (close(fd) && !r)
@@ -124,7 +111,7 @@ static size_t encode(const struct keys *k, uint8_t *buf)
 	memcpy(buf + HDR_LEN, k->config, cl);
 	memcpy(buf + HDR_LEN + cl, k->wrapped, k->wrapped_len);
 	size_t len = HDR_LEN + cl + k->wrapped_len;
-	put_le32(buf + len, overlay_crc32(0, buf, len));
+	put_le32(buf + len, crc32_update(0, buf, len));
 	return len + 4;
 }
 
@@ -160,7 +147,7 @@ static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *pa
 			      body + 4);
 	if (len > body + 4)
 		return errmsg(err, errlen, -EINVAL, "%s: %zu trailing bytes", path, len - body - 4);
-	if (get_le32(buf + body) != overlay_crc32(0, buf, body))
+	if (get_le32(buf + body) != crc32_update(0, buf, body))
 		return errmsg(err, errlen, -EINVAL, "%s: checksum mismatch (corrupt)", path);
 	uint32_t type = get_le32(buf + 28);
 	if (type != KEYPROV_CMD && type != KEYPROV_PKCS11)
@@ -192,23 +179,15 @@ static int load(const char *dir, struct keys *k, char *err, size_t errlen)
 		close(fd);
 		return -ENOMEM;
 	}
-	while (len <= KEYFILE_MAX) {
-		ssize_t n = read(fd, buf + len, KEYFILE_MAX + 1 - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	if (len > KEYFILE_MAX)
+	ssize_t got = read_upto(fd, buf, KEYFILE_MAX + 1);
+	r = got < 0 ? (int)got : 0;
+	len = got < 0 ? 0 : (size_t)got;
+	if (r)
+		r = errmsg(err, errlen, r, "%s: %s", path, strerror(-r));
+	else if (len > KEYFILE_MAX)
 		r = errmsg(err, errlen, -EINVAL, "%s: larger than %u bytes", path, KEYFILE_MAX);
 	else
 		r = decode(buf, len, k, path, err, errlen);
-out:
 	free(buf);
 	close(fd);
 	return r;
@@ -405,7 +384,7 @@ static int seq_write(const char *dir, uint64_t next)
 {
 	uint8_t buf[SEQ_LEN];
 	put_le64(buf, next);
-	put_le32(buf + 8, overlay_crc32(0, buf, 8));
+	put_le32(buf + 8, crc32_update(0, buf, 8));
 	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
 }
 
@@ -425,7 +404,7 @@ static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
 	}
 	ssize_t n = read(fd, buf, sizeof(buf));
 	close(fd);
-	if (n != SEQ_LEN || get_le32(buf + 8) != overlay_crc32(0, buf, 8))
+	if (n != SEQ_LEN || get_le32(buf + 8) != crc32_update(0, buf, 8))
 		return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
 	*next = get_le64(buf);
 	return 1;

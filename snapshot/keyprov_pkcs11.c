@@ -299,6 +299,19 @@ static int find_key(struct p11 *p, const struct p11_conf *c, CK_OBJECT_HANDLE *k
 	return 0;
 }
 
+/* The AES-GCM parameters of a wrap: `iv`, the fixed AAD and a full tag. */
+static CK_GCM_PARAMS gcm_params(uint8_t *iv)
+{
+	return (CK_GCM_PARAMS){
+	    .pIv = iv,
+	    .ulIvLen = IV_LEN,
+	    .ulIvBits = IV_LEN * 8,
+	    .pAAD = (CK_BYTE_PTR)WRAP_AAD,
+	    .ulAADLen = sizeof(WRAP_AAD) - 1,
+	    .ulTagBits = TAG_LEN * 8,
+	};
+}
+
 static int do_wrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, size_t in_len,
 		   uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen)
 {
@@ -308,14 +321,7 @@ static int do_wrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, size_
 	uint8_t *iv = out + 1;
 	if (crypto_random(iv, IV_LEN))
 		return errmsg(err, errlen, -EIO, "pkcs11: no random bytes for the IV");
-	CK_GCM_PARAMS gcm = {
-	    .pIv = iv,
-	    .ulIvLen = IV_LEN,
-	    .ulIvBits = IV_LEN * 8,
-	    .pAAD = (CK_BYTE_PTR)WRAP_AAD,
-	    .ulAADLen = sizeof(WRAP_AAD) - 1,
-	    .ulTagBits = TAG_LEN * 8,
-	};
+	CK_GCM_PARAMS gcm = gcm_params(iv);
 	CK_MECHANISM mech = {CKM_AES_GCM, &gcm, sizeof(gcm)};
 	CK_RV rv = p->f->C_EncryptInit(p->session, &mech, key);
 	if (rv != CKR_OK)
@@ -340,14 +346,7 @@ static int do_unwrap(struct p11 *p, CK_OBJECT_HANDLE key, const uint8_t *in, siz
 			      "pkcs11: wrapped key is not a version %d AES-GCM blob", WRAP_VERSION);
 	uint8_t iv[IV_LEN];
 	memcpy(iv, in + 1, IV_LEN);
-	CK_GCM_PARAMS gcm = {
-	    .pIv = iv,
-	    .ulIvLen = IV_LEN,
-	    .ulIvBits = IV_LEN * 8,
-	    .pAAD = (CK_BYTE_PTR)WRAP_AAD,
-	    .ulAADLen = sizeof(WRAP_AAD) - 1,
-	    .ulTagBits = TAG_LEN * 8,
-	};
+	CK_GCM_PARAMS gcm = gcm_params(iv);
 	CK_MECHANISM mech = {CKM_AES_GCM, &gcm, sizeof(gcm)};
 	CK_RV rv = p->f->C_DecryptInit(p->session, &mech, key);
 	if (rv != CKR_OK)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
 #include "snapshot/state_file.h"
@@ -62,7 +63,7 @@ void mem_layer_header_build(const struct mem_layer_info *li, uint8_t hdr[MEM_LAY
 	put_le32(hdr + 108, li->bitmap_crc);
 	memcpy(hdr + MEM_LAYER_SALT_OFF, li->salt, sizeof(li->salt));
 	memcpy(hdr + MEM_LAYER_META_OFF, li->meta, MEM_LAYER_META_LEN);
-	put_le32(hdr + MEM_LAYER_HDR - 4, state_crc32(0, hdr, MEM_LAYER_HDR - 4));
+	put_le32(hdr + MEM_LAYER_HDR - 4, crc32_update(0, hdr, MEM_LAYER_HDR - 4));
 }
 
 int mem_layer_header_parse(const uint8_t *hdr, size_t len, struct mem_layer_info *li, char *err,
@@ -72,7 +73,7 @@ int mem_layer_header_parse(const uint8_t *hdr, size_t len, struct mem_layer_info
 		return errmsg(err, errlen, -EINVAL, "memory layer is truncated (no header)");
 	if (memcmp(hdr, MEM_LAYER_MAGIC, 8))
 		return errmsg(err, errlen, -EINVAL, "not a cove memory layer (bad magic)");
-	if (get_le32(hdr + MEM_LAYER_HDR - 4) != state_crc32(0, hdr, MEM_LAYER_HDR - 4))
+	if (get_le32(hdr + MEM_LAYER_HDR - 4) != crc32_update(0, hdr, MEM_LAYER_HDR - 4))
 		return errmsg(err, errlen, -EINVAL, "memory layer header is corrupt (CRC mismatch)");
 	uint32_t v = get_le32(hdr + 8);
 	if (v != MEM_LAYER_VERSION)
@@ -147,7 +148,7 @@ int mem_layer_open(struct mem_layer *l, const char *path, char *err, size_t errl
 	}
 	if (enc)
 		l->stored = l->bitmap + l->info.bitmap_len / 8;
-	if (state_crc32(0, l->bitmap, bmlen) != l->info.bitmap_crc) {
+	if (crc32_update(0, l->bitmap, bmlen) != l->info.bitmap_crc) {
 		r = errmsg(err, errlen, -EINVAL, "memory layer %s: page bitmap is corrupt", path);
 		goto fail;
 	}

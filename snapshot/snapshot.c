@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "common/file_io.h"
 #include "snapshot/board_state.h"
@@ -371,7 +372,7 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 		memcpy(hb + li->stored_off, s->stored_bm, li->bitmap_len);
 		bms *= 2;
 	}
-	li->bitmap_crc = state_crc32(0, hb + li->bitmap_off, bms);
+	li->bitmap_crc = crc32_update(0, hb + li->bitmap_off, bms);
 	/* A fresh salt per layer, in the header before the digest covers it (CRYPTO.md). */
 	if (s->encrypted) {
 		r = snap_crypt_new_layer(&s->crypt, li->layer_id, li->salt);

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <zlib.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
 
@@ -20,20 +20,6 @@
  * Section: type u32, instance u32, length u32, reserved u32, payload, zero padding to 8.
  */
 #define SEC_HDR 16
-
-uint32_t state_crc32(uint32_t crc, const void *buf, size_t len)
-{
-	/* zlib's table-driven CRC-32 (the same polynomial as overlay_crc32, much faster on the
-	 * page bitmaps of large guests: 256 KiB per layer at 8 GiB). */
-	const uint8_t *p = buf;
-	while (len) {
-		uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
-		crc = (uint32_t)crc32(crc, p, n);
-		p += n;
-		len -= n;
-	}
-	return crc;
-}
 
 void state_buf_init(struct state_buf *b)
 {
@@ -103,8 +89,8 @@ int state_finish(struct state_buf *b)
 	put_le32(h + 8, STATE_VERSION);
 	put_le32(h + 12, STATE_HDR_SIZE);
 	put_le64(h + 16, b->len - STATE_HDR_SIZE);
-	put_le32(h + 24, state_crc32(0, h + STATE_HDR_SIZE, b->len - STATE_HDR_SIZE));
-	put_le32(h + 28, state_crc32(0, h, 28));
+	put_le32(h + 24, crc32_update(0, h + STATE_HDR_SIZE, b->len - STATE_HDR_SIZE));
+	put_le32(h + 28, crc32_update(0, h, 28));
 	return 0;
 }
 
@@ -117,7 +103,7 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 		return errmsg(err, errlen, -EINVAL, "state file is truncated (%zu bytes)", len);
 	if (memcmp(buf, STATE_MAGIC, 8))
 		return errmsg(err, errlen, -EINVAL, "not a cove state file (bad magic)");
-	if (get_le32(buf + 28) != state_crc32(0, buf, 28))
+	if (get_le32(buf + 28) != crc32_update(0, buf, 28))
 		return errmsg(err, errlen, -EINVAL, "state file header is corrupt (CRC mismatch)");
 	uint32_t version = get_le32(buf + 8);
 	if (version != STATE_VERSION)
@@ -134,7 +120,7 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 		return errmsg(err, errlen, -EINVAL,
 			      "state file is truncated or has trailing bytes (%zu of %llu body bytes)",
 			      len - STATE_HDR_SIZE, (unsigned long long)body);
-	if (get_le32(buf + 24) != state_crc32(0, buf + STATE_HDR_SIZE, (size_t)body))
+	if (get_le32(buf + 24) != crc32_update(0, buf + STATE_HDR_SIZE, (size_t)body))
 		return errmsg(err, errlen, -EINVAL, "state file is corrupt (CRC mismatch)");
 
 	size_t cap = 64, cnt = 0;

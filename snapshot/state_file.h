@@ -65,6 +65,4 @@ const struct state_section_ref *state_find(const struct state_section_ref *s, si
 /* Reads a whole state file (capped at STATE_MAX_BODY) into a malloc'd buffer. 0 or -errno. */
 int state_read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen);
 
-uint32_t state_crc32(uint32_t crc, const void *buf, size_t len);
-
 #endif

@@ -13,6 +13,7 @@
 
 #include "common/byteorder.h"
 #include "common/errmsg.h"
+#include "common/file_io.h"
 #include "vmm/x86_boot.h"
 
 #define LOADER_MAX_PHDRS 64
@@ -229,17 +230,11 @@ int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err
 		r = errmsg(err, errlen, -ENOMEM, "out of memory reading %s", path);
 		goto out_close;
 	}
-	size_t done = 0;
-	while (done < len) {
-		ssize_t n = read(fd, buf + done, len - done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = errmsg(err, errlen, n < 0 ? -errno : -EIO, "short read of %s", path);
-			free(buf);
-			goto out_close;
-		}
-		done += (size_t)n;
+	r = pread_full(fd, buf, len, 0);
+	if (r) {
+		r = errmsg(err, errlen, r, "short read of %s", path);
+		free(buf);
+		goto out_close;
 	}
 	*out = buf;
 	*out_len = len;

@@ -132,6 +132,7 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log)
 	pthread_mutex_init(&vm->dirty_lock, NULL);
 	bus_init(&vm->pio, "pio");
 	bus_init(&vm->mmio, "mmio");
+	vm_host_init(vm);
 
 	if (cfg->nr_vcpus < 1 || cfg->nr_vcpus > VM_MAX_VCPUS) {
 		log_err(log, "vcpus must be 1..%d", VM_MAX_VCPUS);

@@ -10,6 +10,7 @@
 #include "vmm/bus.h"
 #include "vmm/evloop.h"
 #include "vmm/guest_mem.h"
+#include "vmm/vm_host.h"
 #include "common/log.h"
 
 #define VM_MAX_VCPUS 64
@@ -78,9 +79,8 @@ struct vm {
 	bool track_dirty;  /* slots carry KVM_MEM_LOG_DIRTY_PAGES */
 	pthread_mutex_t dirty_lock;
 
-	/* Devices with state the API touches (opaque to the core). */
-	void *reset_dev; /* device that accepts a Ctrl-Alt-Del request (i8042) */
-	int (*send_ctrl_alt_del)(void *dev);
+	/* What devices see of this machine (vm_create fills it; the board sets reset_dev). */
+	struct vm_host host;
 };
 
 struct vm_config {
@@ -123,5 +123,8 @@ int vm_set_irq_line(struct vm *vm, uint32_t irq, int level);
 
 /* Marks guest pages the VMM wrote (device DMA), for snapshots. */
 void vm_mark_dirty(struct vm *vm, uint64_t gpa, uint64_t len);
+
+/* Fills vm->host with this VM's buses, loop, memory and KVM-backed callbacks (vm_create does). */
+void vm_host_init(struct vm *vm);
 
 #endif

@@ -253,12 +253,8 @@ int x86_boot_setup_vcpu(struct vcpu *v, uint64_t entry, enum boot_mode mode)
 	if (r)
 		return r;
 
-	struct kvm_regs regs;
-	memset(&regs, 0, sizeof(regs));
-	regs.rflags = 0x2;
-	regs.rip = entry;
-	regs.rsp = BOOT_STACK_TOP;
-	regs.rbp = BOOT_STACK_TOP;
+	struct kvm_regs regs = {
+	    .rflags = 0x2, .rip = entry, .rsp = BOOT_STACK_TOP, .rbp = BOOT_STACK_TOP};
 	if (pvh)
 		regs.rbx = BOOT_PVH_INFO_ADDR;
 	else
@@ -267,10 +263,7 @@ int x86_boot_setup_vcpu(struct vcpu *v, uint64_t entry, enum boot_mode mode)
 	if (r)
 		return r;
 
-	struct kvm_fpu fpu;
-	memset(&fpu, 0, sizeof(fpu));
-	fpu.fcw = 0x37f;
-	fpu.mxcsr = 0x1f80;
+	struct kvm_fpu fpu = {.fcw = 0x37f, .mxcsr = 0x1f80};
 	return KVM_IOCTL(log, v->fd, KVM_SET_FPU, &fpu);
 }
 

@@ -104,7 +104,7 @@ int main(int argc, char **argv)
 {
 	static char cmdline[CMDLINE_MAX];
 	struct init_config cfg;
-	struct logger log = {.level = LOG_INFO, .out = stderr};
+	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove-init"};
 	struct sup sup;
 	int err, status, ret;
 

@@ -54,7 +54,7 @@ void sup_stop_all(struct sup *s);
 
 /* cove-init logs through common/log; its console lines keep saying "cove-init: ..." (tests and
  * the boot bench look for "cove-init: ready" and "cove-init: exit N"). */
-#define init_err(l, fmt, ...)  log_err((l), "cove-init: " fmt, ##__VA_ARGS__)
-#define init_info(l, fmt, ...) log_info((l), "cove-init: " fmt, ##__VA_ARGS__)
+#define init_err(l, fmt, ...)  log_err((l), fmt, ##__VA_ARGS__)
+#define init_info(l, fmt, ...) log_info((l), fmt, ##__VA_ARGS__)
 
 #endif

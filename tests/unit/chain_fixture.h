@@ -13,6 +13,7 @@
 #include "snapshot/mem_layer.h"
 #include "snapshot/snap_crypt.h"
 #include "snapshot/state_file.h"
+#include "common/crc32.h"
 
 #define FX_PAGES 16 /* RAM of the fixture chain: 16 pages */
 
@@ -91,7 +92,7 @@ static inline void fx_write_layer_sealed(const struct chain *c, int k, uint64_t 
 		fx_write(path, page, sizeof(page), (off_t)(li.data_off + p * MEM_LAYER_PAGE),
 			 false);
 	}
-	li.bitmap_crc = state_crc32(0, bm, bms);
+	li.bitmap_crc = crc32_update(0, bm, bms);
 	mem_layer_header_build(&li, hdr);
 	if (sc) {
 		/* The digest covers the header with its salt; the sealed result joins it. */

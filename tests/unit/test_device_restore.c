@@ -13,6 +13,20 @@
 #include "devices/virtio_blk.h"
 #include "devices/virtio_mmio.h"
 #include "devices/virtio_vsock.h"
+#include "host_fake.h"
+
+/* Each test's fake machine (fresh buses, so devices can be created again). */
+static struct host_fake hf;
+static bool hf_live;
+
+static const struct vm_host *fake_host(const struct guest_mem *mem)
+{
+	if (hf_live)
+		host_fake_destroy(&hf);
+	assert_int_equal(host_fake_init(&hf, mem), 0);
+	hf_live = true;
+	return &hf.host;
+}
 
 #define ITERATIONS 4000
 #define MEM_SIZE   (4ULL << 20)
@@ -78,7 +92,7 @@ static void test_cmos_restore(void **state)
 	char err[256];
 	struct cmos_rtc *c = malloc(sizeof(*c));
 	assert_non_null(c);
-	assert_int_equal(cmos_rtc_create(c, NULL), 0);
+	assert_int_equal(cmos_rtc_create(c, fake_host(NULL)), 0);
 	struct cmos_rtc_state good, st;
 	uint8_t b = 0x3f;
 	cmos_rtc_io_write(c, 0, &b, 1);
@@ -116,7 +130,7 @@ static void test_i8042_restore(void **state)
 	char err[256];
 	struct i8042 *k = malloc(sizeof(*k));
 	assert_non_null(k);
-	assert_int_equal(i8042_create(k, NULL), 0);
+	assert_int_equal(i8042_create(k, fake_host(NULL)), 0);
 	assert_int_equal(i8042_send_ctrl_alt_del(k), 0);
 	struct i8042_state good, st;
 	i8042_save(k, &good);
@@ -163,7 +177,7 @@ static void test_serial_restore(void **state)
 	char err[256];
 	struct serial *s = malloc(sizeof(*s));
 	assert_non_null(s);
-	assert_int_equal(serial_create(s, NULL, -1), 0);
+	assert_int_equal(serial_create(s, fake_host(NULL), -1), 0);
 	uint8_t b = 0x03;
 	serial_io_write(s, 1, &b, 1); /* IER */
 	assert_int_equal(serial_push_input(s, (const uint8_t *)"hi", 2), 2);
@@ -414,7 +428,8 @@ static void test_blk_restore(void **state)
 	close(fd);
 	f.blk = calloc(1, sizeof(*f.blk));
 	assert_non_null(f.blk);
-	int r = virtio_blk_create_detached(f.blk, &f.mem, img, false, "fuzz");
+	int r = virtio_blk_create(f.blk, fake_host(&f.mem), img, false, NULL, NULL, 0,
+				  VIRTIO_MMIO_BASE, 5, "fuzz");
 	if (r == -ENOSYS || r == -EPERM) {
 		unlink(img);
 		skip(); /* io_uring disabled on this host */
@@ -438,8 +453,8 @@ static void test_vsock_restore(void **state)
 	snprintf(f.path, sizeof(f.path), "%s/v.sock", f.dir);
 	f.vsock = calloc(1, sizeof(*f.vsock));
 	assert_non_null(f.vsock);
-	assert_int_equal(virtio_vsock_create(f.vsock, NULL, &f.mem, 3, f.path, VIRTIO_MMIO_BASE, 5),
-			 0);
+	assert_int_equal(
+	    virtio_vsock_create(f.vsock, fake_host(&f.mem), 3, f.path, VIRTIO_MMIO_BASE, 5), 0);
 	f.t = &f.vsock->mmio;
 	run_virtio(&f, 0x50c);
 	virtio_vsock_destroy(f.vsock);
@@ -454,9 +469,10 @@ static void test_board_restore_line(void **state)
 	(void)state;
 	struct board *b = calloc(1, sizeof(*b));
 	assert_non_null(b);
-	assert_int_equal(serial_create(&b->com1, NULL, -1), 0);
-	assert_int_equal(i8042_create(&b->kbd, NULL), 0);
-	assert_int_equal(cmos_rtc_create(&b->rtc, NULL), 0);
+	const struct vm_host *h = fake_host(NULL);
+	assert_int_equal(serial_create(&b->com1, h, -1), 0);
+	assert_int_equal(i8042_create(&b->kbd, h), 0);
+	assert_int_equal(cmos_rtc_create(&b->rtc, h), 0);
 	/* The board's sections as a snapshot writes them (serial 0, i8042 1, CMOS RTC 2)... */
 	struct state_buf buf;
 	state_buf_init(&buf);

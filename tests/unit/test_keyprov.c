@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "snapshot/crypto.h"
 #include "snapshot/keyfile.h"
 #include "snapshot/keyprov.h"
@@ -368,7 +369,7 @@ static void test_keyfile_create_open(void **state)
 /* Rewrite a keys file's CRC after editing it, so the checks behind the CRC are reached. */
 static void fix_crc(uint8_t *buf, size_t len)
 {
-	put_le32(buf + len - 4, overlay_crc32(0, buf, len - 4));
+	put_le32(buf + len - 4, crc32_update(0, buf, len - 4));
 }
 
 static void expect_bad(const char *dir, struct keyprov *kp, const uint8_t *buf, size_t len,
@@ -538,7 +539,7 @@ static void test_layer_ids(void **state)
 	read_all(path, saved, sizeof(saved), &len);
 	assert_int_equal(len, 12);
 	put_le64(b, CRYPTO_LAYER_MAX);
-	put_le32(b + 8, overlay_crc32(0, b, 8));
+	put_le32(b + 8, crc32_update(0, b, 8));
 	write_all(path, b, sizeof(b));
 	assert_int_equal(keyfile_next_layer_id(dir, &id, err, sizeof(err)), 0);
 	assert_int_equal(id, CRYPTO_LAYER_MAX);

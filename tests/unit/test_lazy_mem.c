@@ -77,7 +77,7 @@ static int setup(void **state)
 	fx_make_chain_sealed(&f->c, f->dir, 3, &writer);
 	open_restore_side(f, writer.key);
 	snap_crypt_close(&writer);
-	f->log = (struct logger){LOG_ERROR, stderr};
+	f->log = (struct logger){.level = LOG_ERROR, .out = stderr};
 	f->vm = fake_vm(&f->log);
 	*state = f;
 	return 0;

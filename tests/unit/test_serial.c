@@ -1,24 +1,19 @@
-/* Unit tests for devices/serial: the 16550 register model. */
+/* Unit tests for devices/serial: the 16550 register model, through the port bus. */
 #include "helpers.h"
 #include "devices/serial.h"
+#include "host_fake.h"
 
-static uint8_t sread(struct serial *s, uint64_t off)
-{
-	uint8_t v;
-	serial_io_read(s, off, &v, 1);
-	return v;
-}
+static struct host_fake hf;
 
-static void swrite(struct serial *s, uint64_t off, uint8_t v)
-{
-	serial_io_write(s, off, &v, 1);
-}
+#define sread(s, off)	  host_fake_in(&hf, SERIAL_COM1_BASE + (off))
+#define swrite(s, off, v) host_fake_out(&hf, SERIAL_COM1_BASE + (off), (v))
 
 static void test_serial_regs(void **state)
 {
 	(void)state;
 	struct serial s;
-	assert_int_equal(serial_create(&s, NULL, -1), 0);
+	assert_int_equal(host_fake_init(&hf, NULL), 0);
+	assert_int_equal(serial_create(&s, &hf.host, -1), 0);
 	assert_int_equal(sread(&s, 5) & 0x60, 0x60); /* THRE|TEMT */
 	assert_int_equal(sread(&s, 5) & 0x01, 0);    /* no data */
 	swrite(&s, 7, 0x5a);
@@ -41,7 +36,9 @@ static void test_serial_regs(void **state)
 	assert_int_equal(sread(&s, 5) & 0x01, 0);
 	assert_int_equal(sread(&s, 2) & 0x0f, 0x01);
 	/* THRE interrupt: raised on enable, acknowledged by reading IIR. */
+	int raises = hf.irq_raises[SERIAL_COM1_IRQ];
 	swrite(&s, 1, 0x02);
+	assert_int_equal(hf.irq_raises[SERIAL_COM1_IRQ], raises + 1);
 	assert_int_equal(sread(&s, 2) & 0x0f, 0x02);
 	assert_int_equal(sread(&s, 2) & 0x0f, 0x01);
 	/* Loopback: transmitted bytes come back as input; MSR mirrors MCR. */
@@ -57,7 +54,14 @@ static void test_serial_regs(void **state)
 	assert_int_equal(serial_rx_space(&s), 0);
 	swrite(&s, 2, 0x02); /* FCR: clear receive FIFO */
 	assert_int_equal(serial_rx_space(&s), SERIAL_RX_FIFO);
+	/* A kernel panic line on the console is reported to the machine. */
+	swrite(&s, 4, 0x08);
+	const char *line = "[ 1.0] Kernel panic - not syncing: VFS\n";
+	for (const char *c = line; *c; c++)
+		swrite(&s, 0, (uint8_t)*c);
+	assert_string_equal(hf.panic, "Kernel panic - not syncing: VFS");
 	serial_destroy(&s);
+	host_fake_destroy(&hf);
 }
 
 int main(void)

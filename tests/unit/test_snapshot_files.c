@@ -5,6 +5,7 @@
 
 #include "helpers.h"
 #include "common/byteorder.h"
+#include "common/crc32.h"
 #include "snapshot/chain.h"
 #include "snapshot/mem_layer.h"
 #include "snapshot/state_file.h"
@@ -15,13 +16,13 @@
 static void state_fix(uint8_t *buf, size_t len)
 {
 	put_le64(buf + 16, len - STATE_HDR_SIZE);
-	put_le32(buf + 24, state_crc32(0, buf + STATE_HDR_SIZE, len - STATE_HDR_SIZE));
-	put_le32(buf + 28, state_crc32(0, buf, 28));
+	put_le32(buf + 24, crc32_update(0, buf + STATE_HDR_SIZE, len - STATE_HDR_SIZE));
+	put_le32(buf + 28, crc32_update(0, buf, 28));
 }
 
 static void state_fix_hdr(uint8_t *buf)
 {
-	put_le32(buf + 28, state_crc32(0, buf, 28));
+	put_le32(buf + 28, crc32_update(0, buf, 28));
 }
 
 /* A state image with sections of assorted types and lengths (0, odd, a multiple of 8). */
@@ -435,7 +436,7 @@ static void expect_hdr_error(const uint8_t *hdr, size_t len, const char *needle)
 
 static void hdr_seal(uint8_t *hdr)
 {
-	put_le32(hdr + MEM_LAYER_HDR - 4, state_crc32(0, hdr, MEM_LAYER_HDR - 4));
+	put_le32(hdr + MEM_LAYER_HDR - 4, crc32_update(0, hdr, MEM_LAYER_HDR - 4));
 }
 
 static void test_mem_header_bad(void **st)

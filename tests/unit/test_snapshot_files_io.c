@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "common/byteorder.h"
 #include "snapshot/chain.h"
+#include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "snapshot/layer_write.h"
 #include "snapshot/mem_layer.h"
@@ -168,7 +169,7 @@ static void write_layer(const char *path, struct mem_layer_info *li)
 	assert_non_null(bm);
 	for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
 		bm[held[i] / 8] |= (uint8_t)(1u << (held[i] % 8));
-	li->bitmap_crc = state_crc32(0, bm, li->bitmap_len);
+	li->bitmap_crc = crc32_update(0, bm, li->bitmap_len);
 	uint8_t hdr[MEM_LAYER_HDR];
 	mem_layer_header_build(li, hdr);
 	write_file(path, hdr, sizeof(hdr));
@@ -256,7 +257,7 @@ static void test_mem_layer_open(void **state)
 		uint8_t hdr[MEM_LAYER_HDR];
 		mem_layer_header_build(&v2, hdr);
 		put_le32(hdr + 8, 9);
-		put_le32(hdr + MEM_LAYER_HDR - 4, state_crc32(0, hdr, MEM_LAYER_HDR - 4));
+		put_le32(hdr + MEM_LAYER_HDR - 4, crc32_update(0, hdr, MEM_LAYER_HDR - 4));
 		pwrite_at(f->path, hdr, sizeof(hdr), 0);
 	}
 	expect_open_error(f->path, -EINVAL, "version 9 is not supported");

@@ -1,5 +1,5 @@
 /*
- * Unit tests for devices/virtio_blk without a VM: request parsing (header types, sizes, sector
+ * Unit tests for devices/virtio_blk on a fake machine: request parsing (header types, sizes, sector
  * bounds, read-only, GET_ID, bad chains) and the notify budget and reset drain, over a real
  * io_uring on a temp image.
  */
@@ -10,6 +10,7 @@
 #include "devices/virtio_blk.h"
 #include "devices/virtio_mmio.h"
 #include "devices/virtqueue.h"
+#include "host_fake.h"
 #include "vmm/guest_mem.h"
 
 #define BQ	256
@@ -22,6 +23,7 @@
 
 struct blkfix {
 	struct guest_mem mem;
+	struct host_fake hf;
 	struct virtio_blk blk;
 	char img[64];
 	uint16_t avail; /* requests offered so far (the driver's avail->idx) */
@@ -29,7 +31,7 @@ struct blkfix {
 
 static void bw(struct blkfix *f, uint64_t off, uint32_t v)
 {
-	virtio_mmio_write(&f->blk.mmio, off, (const uint8_t *)&v, 4);
+	virtio_fake_write(&f->blk.mmio, off, v);
 }
 
 static void *bp(struct blkfix *f, uint64_t gpa, uint64_t len)
@@ -53,27 +55,18 @@ static struct blkfix *blkfix_open(bool read_only)
 	assert_int_equal(guest_mem_create(&f->mem, 8ULL << 20), 0);
 	snprintf(f->img, sizeof(f->img), "/tmp/cove-blk-XXXXXX");
 	tmp_file(f->img, 4 << 20);
-	int r = virtio_blk_create_detached(&f->blk, &f->mem, f->img, read_only, "unit");
+	assert_int_equal(host_fake_init(&f->hf, &f->mem), 0);
+	int r = virtio_blk_create(&f->blk, &f->hf.host, f->img, read_only, NULL, NULL, 0,
+				  VIRTIO_MMIO_BASE, 5, "unit");
 	if (r == -ENOSYS || r == -EPERM) {
+		host_fake_destroy(&f->hf);
 		unlink(f->img);
 		guest_mem_destroy(&f->mem);
 		free(f);
 		skip(); /* io_uring is disabled on this host */
 	}
 	assert_int_equal(r, 0);
-	bw(f, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
-	bw(f, 0x024, 1);
-	bw(f, 0x020, 1);
-	bw(f, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
-	bw(f, 0x030, 0);
-	bw(f, 0x038, BQ);
-	bw(f, 0x080, (uint32_t)B_DESC);
-	bw(f, 0x090, (uint32_t)B_AVAIL);
-	bw(f, 0x0a0, (uint32_t)B_USED);
-	bw(f, 0x044, 1);
-	bw(f, 0x070,
-	   VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK |
-	       VIRTIO_STATUS_DRIVER_OK);
+	virtio_fake_driver_ready(&f->blk.mmio, 1, BQ, B_DESC, B_AVAIL, B_USED, 0);
 	assert_true(f->blk.mmio.status & VIRTIO_STATUS_DRIVER_OK);
 	return f;
 }
@@ -86,6 +79,7 @@ static struct blkfix *blkfix_new(void)
 static void blkfix_free(struct blkfix *f)
 {
 	virtio_blk_destroy(&f->blk);
+	host_fake_destroy(&f->hf);
 	unlink(f->img);
 	guest_mem_destroy(&f->mem);
 	free(f);
@@ -158,7 +152,7 @@ static void test_blk_notify_budget(void **state)
 	blkfix_free(f);
 }
 
-/* Pages the device reported written (the VMM's dirty bitmap, for a VM-less device). */
+/* Pages the device reported written (what the VMM's dirty bitmap would hold). */
 static uint8_t dirty_pages[(8 << 20) / 4096];
 
 static void note_dirty(void *opaque, uint64_t gpa, uint64_t len)
@@ -177,7 +171,7 @@ static void test_blk_reset_drains_reads(void **state)
 	(void)state;
 	struct blkfix *f = blkfix_new();
 	memset(dirty_pages, 0, sizeof(dirty_pages));
-	f->blk.mmio.dirty_fn = note_dirty;
+	f->hf.on_dirty = note_dirty;
 	/* The image holds 0xab everywhere; the guest's buffers start zeroed. */
 	int fd = open(f->img, O_WRONLY);
 	assert_true(fd >= 0);
@@ -430,14 +424,13 @@ static void test_blk_bad_chains(void **state)
 	bdesc(f, 2, B_BUFS, 1, VIRTQ_DESC_F_WRITE, 0);
 	run_chain(f, 0);
 	assert_int_equal(*status, S_OK);
-	/*
-	 * Nothing writable, so no status byte: the request fails and the chain goes back.
-	 * (The device still stores the status in the chain's last byte, although readable.)
-	 */
+	/* Nothing writable, so no status byte: the request fails and the chain goes back. */
+	*status = S_NONE;
 	bdesc(f, 0, B_HDRS, 16, VIRTQ_DESC_F_NEXT, 2);
 	bdesc(f, 2, B_BUFS, 1, 0, 0);
 	run_chain(f, 0);
-	assert_int_equal(last_used_len(f), 1);
+	assert_int_equal(last_used_len(f), 0);
+	assert_int_equal(*status, S_NONE);
 	assert_int_equal(f->blk.errors, 2);
 	assert_int_equal(f->blk.mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
 	/* a loop: the device stops and asks for a reset */
@@ -451,13 +444,56 @@ static void test_blk_bad_chains(void **state)
 	blkfix_free(f);
 }
 
+/*
+ * The device never writes into a descriptor the driver marked device-readable: a chain with no
+ * writable segment (a write whose "status" byte is readable, or a header alone) fails with
+ * nothing written, to guest memory or the image, and 0 bytes used; the device keeps serving.
+ */
+static void test_blk_status_not_writable(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	uint8_t *status = bp(f, B_BUFS, 1);
+	uint8_t *data = bp(f, B_DATA, 512);
+	/* header, data to write, then a readable last byte */
+	uint32_t hdr[4] = {T_OUT, 0, 0, 0};
+	memcpy(bp(f, B_HDRS, 16), hdr, 16);
+	memset(data, 0x5a, 512);
+	*status = S_NONE;
+	bdesc(f, 0, B_HDRS, 16, VIRTQ_DESC_F_NEXT, 1);
+	bdesc(f, 1, B_DATA, 512, VIRTQ_DESC_F_NEXT, 2);
+	bdesc(f, 2, B_BUFS, 1, 0, 0);
+	run_chain(f, 0);
+	assert_int_equal(*status, S_NONE);
+	assert_int_equal(last_used_len(f), 0);
+	/* a header alone: its last byte is the header's, which must stay as the driver wrote it */
+	hdr[0] = T_GET_ID;
+	memcpy(bp(f, B_HDRS, 16), hdr, 16);
+	bdesc(f, 0, B_HDRS, 16, 0, 0);
+	run_chain(f, 0);
+	assert_int_equal(((uint8_t *)bp(f, B_HDRS, 16))[15], 0);
+	assert_int_equal(last_used_len(f), 0);
+	assert_int_equal(f->blk.errors, 2);
+	assert_int_equal(f->blk.mmio.status & VIRTIO_STATUS_NEEDS_RESET, 0);
+	/* the write never reached the image, and a well-formed request after them is served */
+	assert_int_equal(request(f, T_IN, 0, 512, true), S_OK);
+	for (int i = 0; i < 512; i++)
+		assert_int_equal(data[i], 0);
+	blkfix_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_blk_read_write),    cmocka_unit_test(test_blk_sector_bounds),
-	    cmocka_unit_test(test_blk_types),	      cmocka_unit_test(test_blk_read_only),
-	    cmocka_unit_test(test_blk_get_id),	      cmocka_unit_test(test_blk_bad_chains),
-	    cmocka_unit_test(test_blk_notify_budget), cmocka_unit_test(test_blk_reset_drains_reads),
+	    cmocka_unit_test(test_blk_read_write),
+	    cmocka_unit_test(test_blk_sector_bounds),
+	    cmocka_unit_test(test_blk_types),
+	    cmocka_unit_test(test_blk_read_only),
+	    cmocka_unit_test(test_blk_get_id),
+	    cmocka_unit_test(test_blk_bad_chains),
+	    cmocka_unit_test(test_blk_notify_budget),
+	    cmocka_unit_test(test_blk_reset_drains_reads),
+	    cmocka_unit_test(test_blk_status_not_writable),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

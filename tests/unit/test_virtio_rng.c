@@ -1,5 +1,5 @@
-/* virtio-rng without a VM: requests filled from getrandom within the token bucket, pages marked
- * dirty, state saved and checked. */
+/* virtio-rng on a fake machine: requests filled from getrandom within the token bucket, pages
+ * marked dirty, state saved and checked. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +12,7 @@
 
 #include "devices/device.h"
 #include "devices/virtio_mmio.h"
+#include "host_fake.h"
 #include "vmm/guest_mem.h"
 
 #define QSIZE 16
@@ -22,6 +23,7 @@
 
 struct fix {
 	struct guest_mem mem;
+	struct host_fake hf;
 	const struct device_type *t;
 	void *dev;
 	struct virtio_mmio *m;
@@ -38,11 +40,6 @@ static void note_dirty(void *opaque, uint64_t gpa, uint64_t len)
 		f->dirty_lo = gpa;
 	if (gpa + len > f->dirty_hi)
 		f->dirty_hi = gpa + len;
-}
-
-static void wr(struct fix *f, uint64_t off, uint32_t v)
-{
-	virtio_mmio_write(f->m, off, (const uint8_t *)&v, 4);
 }
 
 static uint8_t *gp(struct fix *f, uint64_t gpa, uint64_t len)
@@ -64,27 +61,16 @@ static struct fix *fix_new(const char *rate)
 	char err[200];
 	assert_int_equal(f->t->opt_parse(rate, spec.cfg, err, sizeof(err)), 0);
 	f->dev = calloc(1, f->t->size);
-	struct device_host h = {.mem = &f->mem, .mmio_base = VIRTIO_MMIO_BASE, .irq = 5};
+	assert_int_equal(host_fake_init(&f->hf, &f->mem), 0);
+	f->hf.on_dirty = note_dirty;
+	f->hf.dirty_opaque = f;
+	struct device_host h = {.host = &f->hf.host, .mmio_base = VIRTIO_MMIO_BASE, .irq = 5};
 	assert_int_equal(f->t->create(f->dev, &h, spec.cfg), 0);
 	f->m = f->t->mmio(f->dev);
-	f->m->dirty_fn = note_dirty;
-	f->m->dirty_opaque = f;
 	uint32_t id;
 	virtio_mmio_read(f->m, 0x008, (uint8_t *)&id, 4);
 	assert_int_equal(id, 4);
-	wr(f, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
-	wr(f, 0x024, 1);
-	wr(f, 0x020, 1); /* VERSION_1 */
-	wr(f, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
-	wr(f, 0x030, 0);
-	wr(f, 0x038, QSIZE);
-	wr(f, 0x080, (uint32_t)DESC);
-	wr(f, 0x090, (uint32_t)AVAIL);
-	wr(f, 0x0a0, (uint32_t)USED);
-	wr(f, 0x044, 1);
-	wr(f, 0x070,
-	   VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK |
-	       VIRTIO_STATUS_DRIVER_OK);
+	virtio_fake_driver_ready(f->m, 1, QSIZE, DESC, AVAIL, USED, 0);
 	assert_true(f->m->status & VIRTIO_STATUS_DRIVER_OK);
 	return f;
 }
@@ -93,6 +79,7 @@ static void fix_free(struct fix *f)
 {
 	f->t->destroy(f->dev);
 	free(f->dev);
+	host_fake_destroy(&f->hf);
 	guest_mem_destroy(&f->mem);
 	free(f);
 }
@@ -109,7 +96,7 @@ static void offer(struct fix *f, uint16_t i, uint64_t gpa, uint32_t len)
 	memcpy(gp(f, AVAIL + 4 + 2ULL * (f->avail % QSIZE), 2), &i, 2);
 	f->avail++;
 	memcpy(gp(f, AVAIL + 2, 2), &f->avail, 2);
-	wr(f, 0x050, 0);
+	virtio_fake_write(f->m, 0x050, 0);
 }
 
 static uint16_t used_idx(struct fix *f)

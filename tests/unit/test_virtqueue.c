@@ -3,6 +3,7 @@
 #include "vmm/guest_mem.h"
 #include "devices/virtio_mmio.h"
 #include "devices/virtqueue.h"
+#include "host_fake.h"
 
 #define MEM_SIZE (4ULL << 20)
 #define DESC	 0x1000ULL
@@ -486,8 +487,9 @@ static void test_mmio_registers(void **state)
 	struct fixture *f = *state;
 	struct fake_dev dev = {.config = {1, 2, 3, 4, 5, 6, 7, 8}};
 	struct virtio_mmio t;
-	assert_int_equal(
-	    virtio_mmio_create(&t, NULL, &f->mem, VIRTIO_MMIO_BASE, 5, &fake_ops, &dev), 0);
+	struct host_fake hf;
+	assert_int_equal(host_fake_init(&hf, &f->mem), 0);
+	assert_int_equal(virtio_mmio_create(&t, &hf.host, VIRTIO_MMIO_BASE, 5, &fake_ops, &dev), 0);
 	assert_int_equal(mmio_rd(&t, 0x000), 0x74726976);
 	assert_int_equal(mmio_rd(&t, 0x004), 2);
 	assert_int_equal(mmio_rd(&t, 0x008), 42);
@@ -577,6 +579,7 @@ static void test_mmio_registers(void **state)
 	virtio_mmio_read(&t, 0x000, (uint8_t *)&h, 2);
 	assert_int_equal(h, 0);
 	virtio_mmio_destroy(&t);
+	host_fake_destroy(&hf);
 }
 
 static void test_mmio_cmdline(void **state)

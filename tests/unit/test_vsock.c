@@ -12,20 +12,18 @@
 #include "vmm/guest_mem.h"
 #include "devices/virtio_vsock.h"
 #include "devices/vsock_conn.h"
+#include "host_fake.h"
 
 #define CID 7
 
 static struct vsock_hdr good(uint16_t op, uint32_t len)
 {
-	return (struct vsock_hdr){.src_cid = CID,
-				  .dst_cid = VSOCK_HOST_CID,
-				  .src_port = 1234,
-				  .dst_port = 5000,
-				  .len = len,
-				  .type = VSOCK_TYPE_STREAM,
-				  .op = op,
-				  .buf_alloc = 262144,
-				  .fwd_cnt = 0};
+	struct vsock_hdr h = {.src_cid = CID, .dst_cid = VSOCK_HOST_CID, .len = len, .op = op};
+	h.src_port = 1234;
+	h.dst_port = 5000;
+	h.type = VSOCK_TYPE_STREAM;
+	h.buf_alloc = 262144;
+	return h;
 }
 
 static void test_codec_roundtrip_le(void **s)
@@ -179,6 +177,7 @@ static void test_parse_connect(void **s)
 
 struct vdev {
 	struct guest_mem mem;
+	struct host_fake hf;
 	struct virtio_vsock *v;
 	char dir[64], path[108];
 	uint16_t avail_idx[3], used_seen[3];
@@ -193,7 +192,7 @@ static void *gp(struct vdev *d, uint64_t gpa, uint64_t len)
 
 static void wr(struct vdev *d, uint64_t off, uint32_t val)
 {
-	virtio_mmio_write(&d->v->mmio, off, (const uint8_t *)&val, 4);
+	virtio_fake_write(&d->v->mmio, off, val);
 }
 
 static void put_desc(struct vdev *d, int q, int i, uint64_t addr, uint32_t len, uint16_t flags,
@@ -268,23 +267,10 @@ static int vdev_setup(void **state)
 	snprintf(d->path, sizeof(d->path), "%s/v.sock", d->dir);
 	d->v = calloc(1, sizeof(*d->v));
 	assert_non_null(d->v);
-	assert_int_equal(
-	    virtio_vsock_create(d->v, NULL, &d->mem, CID, d->path, VIRTIO_MMIO_BASE, 5), 0);
-	wr(d, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER);
-	wr(d, 0x024, 1);
-	wr(d, 0x020, 1); /* VERSION_1 */
-	wr(d, 0x070, VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK);
-	for (int q = 0; q < 3; q++) {
-		wr(d, 0x030, (uint32_t)q);
-		wr(d, 0x038, QN);
-		wr(d, 0x080, (uint32_t)DESC(q));
-		wr(d, 0x090, (uint32_t)AVAIL(q));
-		wr(d, 0x0a0, (uint32_t)USED(q));
-		wr(d, 0x044, 1);
-	}
-	wr(d, 0x070,
-	   VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER | VIRTIO_STATUS_FEATURES_OK |
-	       VIRTIO_STATUS_DRIVER_OK);
+	assert_int_equal(host_fake_init(&d->hf, &d->mem), 0);
+	assert_int_equal(virtio_vsock_create(d->v, &d->hf.host, CID, d->path, VIRTIO_MMIO_BASE, 5),
+			 0);
+	virtio_fake_driver_ready(&d->v->mmio, 3, QN, DESC(0), AVAIL(0), USED(0), DESC(1) - DESC(0));
 	uint8_t cfg[8];
 	virtio_mmio_read(&d->v->mmio, 0x100, cfg, 8);
 	assert_int_equal(cfg[0], CID);
@@ -299,6 +285,7 @@ static int vdev_teardown(void **state)
 	struct vdev *d = *state;
 	virtio_vsock_destroy(d->v);
 	free(d->v);
+	host_fake_destroy(&d->hf);
 	guest_mem_destroy(&d->mem);
 	rmdir(d->dir);
 	free(d);
@@ -623,6 +610,8 @@ static void test_dev_socket_mode(void **s)
 	(void)s;
 	struct guest_mem mem;
 	assert_int_equal(guest_mem_create(&mem, 4ULL << 20), 0);
+	struct host_fake hf;
+	assert_int_equal(host_fake_init(&hf, &mem), 0);
 	char dir[64], path[108];
 	snprintf(dir, sizeof(dir), "/tmp/cove-vsock-mode-XXXXXX");
 	assert_non_null(mkdtemp(dir));
@@ -630,7 +619,7 @@ static void test_dev_socket_mode(void **s)
 	struct virtio_vsock *v = calloc(1, sizeof(*v));
 	assert_non_null(v);
 	mode_t old = umask(0);
-	int r = virtio_vsock_create(v, NULL, &mem, CID, path, VIRTIO_MMIO_BASE, 5);
+	int r = virtio_vsock_create(v, &hf.host, CID, path, VIRTIO_MMIO_BASE, 5);
 	umask(old);
 	assert_int_equal(r, 0);
 	struct stat st;
@@ -652,18 +641,20 @@ static void test_dev_socket_mode(void **s)
 	assert_int_equal(entries, 1);
 	/* A stale socket there is replaced; any other file is refused, not removed. */
 	virtio_vsock_destroy(v);
-	assert_int_equal(virtio_vsock_create(v, NULL, &mem, CID, path, VIRTIO_MMIO_BASE, 5), 0);
+	bus_init(&hf.mmio, "mmio"); /* bus ranges are fixed once registered: a fresh bus */
+	assert_int_equal(virtio_vsock_create(v, &hf.host, CID, path, VIRTIO_MMIO_BASE, 5), 0);
 	virtio_vsock_destroy(v);
+	bus_init(&hf.mmio, "mmio");
 	int fd = open(path, O_CREAT | O_WRONLY, 0644);
 	assert_true(fd >= 0);
 	close(fd);
-	assert_int_equal(virtio_vsock_create(v, NULL, &mem, CID, path, VIRTIO_MMIO_BASE, 5),
-			 -EEXIST);
+	assert_int_equal(virtio_vsock_create(v, &hf.host, CID, path, VIRTIO_MMIO_BASE, 5), -EEXIST);
 	assert_int_equal(lstat(path, &st), 0);
 	assert_true(S_ISREG(st.st_mode));
 	unlink(path);
 	rmdir(dir);
 	free(v);
+	host_fake_destroy(&hf);
 	guest_mem_destroy(&mem);
 }
 
