@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/sandbox_up.h"
 #include "sandbox/agent_client.h"
 #include "common/term_safe.h"
 
@@ -42,7 +43,7 @@ static bool remote_split(const char *arg, char *uds, size_t udslen, const char *
 		return false;
 	memcpy(name, arg, (size_t)(colon - arg));
 	name[colon - arg] = '\0';
-	if (agent_resolve(name, uds, udslen, NULL, 0) < 0)
+	if (sbx_resolve(name, "cove cp", uds, udslen, NULL, 0))
 		return false;
 	*path = colon + 1;
 	return true;

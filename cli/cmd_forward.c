@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cli/sandbox_up.h"
 #include "sandbox/agent_client.h"
 
 #define FWD_CHUNK 65536
@@ -122,9 +123,10 @@ int cmd_forward(int argc, char **argv)
 			argv[2]);
 		return 2;
 	}
-	if (agent_resolve(argv[1], uds, sizeof(uds), err, sizeof(err)) < 0) {
+	int st = sbx_resolve(argv[1], "cove forward", uds, sizeof(uds), err, sizeof(err));
+	if (st) {
 		fprintf(stderr, "cove forward: %s\n", err);
-		return 1;
+		return st;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	sin.sin_port = htons((uint16_t)host_port);

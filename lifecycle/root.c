@@ -12,21 +12,7 @@
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "lifecycle/name.h"
-
-static int pick_run_dir(char *buf, size_t cap)
-{
-	const char *env = getenv("COVE_RUN_DIR");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	int n;
-
-	if (env && *env)
-		n = snprintf(buf, cap, "%s", env);
-	else if (geteuid() != 0 && xdg && *xdg)
-		n = snprintf(buf, cap, "%s/cove", xdg);
-	else
-		n = snprintf(buf, cap, "/run/cove");
-	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
-}
+#include "sandbox/agent_client.h"
 
 int sbx_root_open(struct sbx_root *r, bool create, char *err, size_t errlen)
 {
@@ -37,7 +23,7 @@ int sbx_root_open(struct sbx_root *r, bool create, char *err, size_t errlen)
 	n = snprintf(r->state, sizeof(r->state), "%s", env && *env ? env : "/var/lib/cove");
 	if (n < 0 || (size_t)n >= sizeof(r->state))
 		return errmsg(err, errlen, -ENAMETOOLONG, "COVE_STATE_DIR is too long");
-	if (pick_run_dir(r->run, sizeof(r->run)) || strlen(r->run) > SBX_RUN_PATH_MAX)
+	if (agent_state_dir(r->run, sizeof(r->run)) || strlen(r->run) > SBX_RUN_PATH_MAX)
 		return errmsg(
 		    err, errlen, -ENAMETOOLONG,
 		    "runtime directory %s is longer than %d bytes: socket paths would not "

@@ -12,7 +12,11 @@
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
 #include "lifecycle/root.h"
+#include "lifecycle/spec.h"
 #include "lifecycle/state.h"
+#include "lifecycle/tombstone.h"
+#include "lifecycle/tree.h"
+#include "lifecycle/vmm_args.h"
 
 struct fx {
 	char dir[64];
@@ -211,6 +215,131 @@ static void test_events_and_state(void **state)
 	close(dfd);
 }
 
+static void test_spec_round_trip(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_spec a = {0}, *b = calloc(1, sizeof(*b));
+	char err[256], path[256];
+	int dfd = sbx_dir_open(&f->root, "sp", true, err, sizeof(err));
+
+	assert_true(dfd >= 0);
+	strcpy(a.kernel, "/k/bzImage");
+	strcpy(a.cmdline, "console=ttyS0 cove.hostname=sp");
+	a.mem_bytes = 256ULL << 20;
+	a.vcpus = 2;
+	a.nr_disks = 2;
+	strcpy(a.disks[0].path, "/base/rootfs.ext4");
+	a.disks[0].overlay = true;
+	strcpy(a.disks[1].path, "/data.img");
+	a.disks[1].read_only = true;
+	strcpy(a.key, "key-cmd:/bin/true");
+	a.snapshot_every_ms = 60000;
+	a.created_ms = 1764547200000LL;
+	assert_int_equal(sbx_spec_write(dfd, &a), 0);
+	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
+	assert_memory_equal(&a, b, sizeof(a));
+
+	/* A spec that is not ours (or relative paths, or no kernel) is refused in one line. */
+	static const char *const bad[] = {
+	    "{}",
+	    "[1]",
+	    "{\"version\":2}",
+	    "not json",
+	    "{\"version\":1,\"kernel\":\"rel/k\",\"initrd\":\"\",\"cmdline\":\"\","
+	    "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
+	    "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
+	    "\"delete_after_ms\":0,\"created_ms\":0,\"disks\":[]}",
+	};
+	snprintf(path, sizeof(path), "%s/sp/%s", f->dir, SBX_SPEC);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_file(path, bad[i], strlen(bad[i]));
+		err[0] = '\0';
+		assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), -EINVAL);
+		assert_one_line_error(err, SBX_SPEC);
+	}
+	close(dfd);
+	free(b);
+}
+
+static int has_arg(const struct sbx_args *a, const char *want)
+{
+	for (int i = 0; i < a->argc; i++)
+		if (!strcmp(a->argv[i], want))
+			return 1;
+	return 0;
+}
+
+static void test_vmm_args(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_spec s = {0};
+	struct sbx_args *a = calloc(1, sizeof(*a));
+	char want[512];
+
+	strcpy(s.kernel, "/k/bzImage");
+	strcpy(s.cmdline, "console=ttyS0");
+	s.mem_bytes = 256ULL << 20;
+	s.vcpus = 1;
+	s.nr_disks = 1;
+	strcpy(s.disks[0].path, "/base/rootfs.ext4");
+	s.disks[0].overlay = true;
+	s.snapshot_every_ms = 60000;
+	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), 0);
+	assert_string_equal(a->argv[1], "run");
+	snprintf(want, sizeof(want), "/base/rootfs.ext4,overlay=%s/box/disk0.ovl", f->dir);
+	assert_true(has_arg(a, want));
+	assert_true(has_arg(a, "/tmp/cove-life-run/box/vsock.sock"));
+	assert_true(has_arg(a, "60000ms"));
+	assert_true(has_arg(a, "--track-dirty-pages"));
+	assert_null(a->argv[a->argc]);
+
+	/* Restore names the chain and the overlay's base, never a path the chain holds. */
+	strcpy(s.key, "key-cmd:/bin/k");
+	assert_int_equal(sbx_args_restore(a, &f->root, "box", &s), 0);
+	assert_string_equal(a->argv[1], "restore");
+	snprintf(want, sizeof(want), "%s/box/chain", f->dir);
+	assert_string_equal(a->argv[2], want);
+	assert_true(has_arg(a, "/base/rootfs.ext4"));
+	assert_true(has_arg(a, "key-cmd:/bin/k"));
+
+	/* A command line past the arena is refused, not cut. */
+	memset(s.cmdline, 'x', sizeof(s.cmdline) - 1);
+	for (int i = 0; i < SBX_MAX_DISKS; i++) {
+		memset(s.disks[i].path, 'p', sizeof(s.disks[i].path) - 1);
+		s.disks[i].path[0] = '/';
+	}
+	s.nr_disks = SBX_MAX_DISKS;
+	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), -E2BIG);
+	free(a);
+}
+
+static void test_tombstone_and_tree(void **state)
+{
+	struct fx *f = *state;
+	char err[256], msg[256], path[256];
+	int dfd = sbx_dir_open(&f->root, "gone", true, err, sizeof(err));
+
+	assert_true(dfd >= 0);
+	assert_int_equal(mkdirat(dfd, "chain", 0700), 0);
+	snprintf(path, sizeof(path), "%s/gone/chain/layer", f->dir);
+	write_file(path, "0123456789", 10);
+	assert_int_equal(symlinkat("/etc", dfd, "link"), 0);
+	close(dfd);
+	assert_true(sbx_tree_bytes(f->root.dfd, "gone") > 0);
+	assert_int_equal(sbx_tombstone_describe(&f->root, "gone", msg, sizeof(msg)), -ENOENT);
+	assert_int_equal(sbx_tombstone_write(&f->root, "gone", "cove rm"), 0);
+	/* Removal takes the link, never what it points at. */
+	assert_int_equal(sbx_tree_remove(f->root.dfd, "gone"), 0);
+	assert_int_equal(access("/etc/passwd", F_OK) == 0 || access("/etc", F_OK) == 0, 1);
+	assert_int_equal(sbx_dir_open(&f->root, "gone", false, err, sizeof(err)), -ENOENT);
+	assert_int_equal(sbx_tombstone_describe(&f->root, "gone", msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "sandbox gone was deleted on "));
+	assert_non_null(strstr(msg, "(cove rm)"));
+	assert_null(strchr(msg, '\n'));
+	sbx_tombstone_clear(&f->root, "gone");
+	assert_int_equal(sbx_tombstone_describe(&f->root, "gone", msg, sizeof(msg)), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -218,6 +347,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_root_and_dirs, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_locks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_events_and_state, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_spec_round_trip, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_vmm_args, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_tombstone_and_tree, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
