@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/sandbox_up.h"
 #include "common/errmsg.h"
+#include "lifecycle/archive.h"
 #include "lifecycle/events.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
@@ -133,36 +134,79 @@ int cmd_start(int argc, char **argv)
 	return st < 0 ? 0 : st;
 }
 
+/*
+ * A running or paused sandbox to stopped: paused (so the guest cannot change what the final
+ * snapshot holds), snapshotted, its process ended. The caller holds the start lock. If the
+ * snapshot fails it keeps running. 0, or 1 after one line on stderr.
+ */
+static int stop_locked(const char *cmd, struct target *t, const char *why)
+{
+	char err[512];
+	int ret = (t->state == SBX_PAUSED ? 0 : api_set_state(t->api, "Paused", err, sizeof(err)))
+		      ?: sbx_snapshot_now(t->api, err, sizeof(err));
+
+	if (ret) {
+		if (t->state != SBX_PAUSED)
+			api_set_state(t->api, "Resumed", NULL, 0);
+		fprintf(stderr, "cove %s: %s: the final snapshot failed, so it keeps running: %s\n",
+			cmd, t->name, err);
+		return 1;
+	}
+	ret = end_vmm(t->dfd, SIGTERM);
+	if (ret) {
+		fprintf(stderr, "cove %s: %s: its VMM did not exit: %s\n", cmd, t->name,
+			strerror(-ret));
+		return 1;
+	}
+	sbx_event_append(t->dfd, sbx_state_name(t->state), "stopped", why);
+	t->state = SBX_STOPPED;
+	return 0;
+}
+
 int cmd_stop(int argc, char **argv)
 {
 	struct target t;
-	char err[512];
-	int lk, ret, st = open_target("stop", argc, argv, &t);
+	int lk, st = open_target("stop", argc, argv, &t);
 
 	if (st)
 		goto out;
-	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED) {
-		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
-		goto out;
-	}
 	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
-	/* Paused, the guest cannot change what the final snapshot holds. */
-	ret = (t.state == SBX_PAUSED ? 0 : api_set_state(t.api, "Paused", err, sizeof(err)))
-		  ?: sbx_snapshot_now(t.api, err, sizeof(err));
-	if (ret) {
-		if (t.state != SBX_PAUSED)
-			api_set_state(t.api, "Resumed", NULL, 0);
-		fprintf(stderr,
-			"cove stop: %s: the final snapshot failed, so it keeps running: %s\n",
-			t.name, err);
-		st = 1;
-	} else if ((ret = end_vmm(t.dfd, SIGTERM))) {
-		fprintf(stderr, "cove stop: %s: its VMM did not exit: %s\n", t.name,
-			strerror(-ret));
+	sbx_state_read(t.dfd, &t.state, NULL);
+	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED)
+		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
+	else if (!(st = stop_locked("stop", &t, "cove stop")))
+		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+	if (lk >= 0)
+		close(lk);
+out:
+	close_target(&t);
+	return st < 0 ? 0 : st;
+}
+
+int cmd_archive(int argc, char **argv)
+{
+	struct sbx_archive_stats as;
+	struct target t;
+	char err[512];
+	int lk, st = open_target("archive", argc, argv, &t);
+
+	if (st)
+		goto out;
+	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
+	sbx_state_read(t.dfd, &t.state, NULL);
+	if (t.state == SBX_ARCHIVED) {
+		printf("%s: already archived\n", t.name);
+	} else if ((t.state == SBX_RUNNING || t.state == SBX_PAUSED) &&
+		   (st = stop_locked("archive", &t, "cove archive"))) {
+		/* the final snapshot failed: it keeps running, nothing is archived */
+	} else if (sbx_archive_pack(t.dfd, &as, err, sizeof(err))) {
+		fprintf(stderr, "cove archive: %s: %s (its chain is as it was)\n", t.name, err);
 		st = 1;
 	} else {
-		sbx_event_append(t.dfd, sbx_state_name(t.state), "stopped", "cove stop");
-		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+		sbx_event_append(t.dfd, sbx_state_name(t.state), "archived", "cove archive");
+		printf("%s: archived (%llu files, %.1f MiB packed into %.1f MiB)\n", t.name,
+		       (unsigned long long)as.files, (double)as.bytes_in / (1 << 20),
+		       (double)as.bytes_out / (1 << 20));
 	}
 	if (lk >= 0)
 		close(lk);

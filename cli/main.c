@@ -17,6 +17,7 @@ static const struct command commands[] = {
 	{ "ls", cmd_ls, "list the named sandboxes with their state and sizes" },
 	{ "start", cmd_start, "start a stopped sandbox (restored from its newest snapshot)" },
 	{ "stop", cmd_stop, "snapshot a sandbox and end its process (RAM freed)" },
+	{ "archive", cmd_archive, "stop a sandbox and pack its chain and disks (zstd); reconnect unpacks" },
 	{ "pause", cmd_pause, "pause a named sandbox's vCPUs" },
 	{ "resume", cmd_resume, "resume a paused (or start a stopped) sandbox" },
 	{ "rm", cmd_rm, "delete a named sandbox and its files (leaves a tombstone)" },

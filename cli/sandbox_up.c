@@ -16,6 +16,7 @@
 
 #include "cli/api_client.h"
 #include "common/errmsg.h"
+#include "lifecycle/archive.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
@@ -147,7 +148,16 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 			ret = sbx_event_append(dfd, "paused", "running", why);
 		goto out;
 	}
-	if (st == SBX_ARCHIVED || st == SBX_DELETED) {
+	if (st == SBX_ARCHIVED) {
+		struct sbx_archive_stats as;
+
+		ret = sbx_archive_unpack(dfd, &as, err, errlen);
+		if (ret)
+			goto out;
+		sbx_event_append(dfd, "archived", "stopped", why);
+		st = SBX_STOPPED;
+	}
+	if (st == SBX_DELETED) {
 		ret = errmsg(err, errlen, -ENOTSUP, "%s is %s", name, sbx_state_name(st));
 		goto out;
 	}

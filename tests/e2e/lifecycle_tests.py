@@ -176,6 +176,34 @@ def test_lifecycle_kill9_and_concurrent():
         cove("rm", name)
 
 
+def test_lifecycle_archive():
+    fresh()
+    name = "agent4"
+    create(name)
+    try:
+        rc, out, err = sh(name, "echo archived-data > /lifecycle-file; "
+                          "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        boot_id = out.strip()
+        t0 = time.monotonic()
+        rc, out, err = cove("archive", name)
+        bt.check(rc == 0, f"cove archive: rc={rc} {err!r}")
+        print(f"    cove archive (from running): {time.monotonic() - t0:.2f} s: {out.strip()}")
+        st = ls(name)
+        bt.check(st["state"] == "archived", f"state after archive: {st}")
+        bt.check(not os.path.exists(os.path.join(STATE, name, "chain")), "chain left beside archive")
+        t0 = time.monotonic()
+        rc, out, err = sh(name, "cat /lifecycle-file /proc/sys/kernel/random/boot_id")
+        print(f"    reconnect (archived to first exec output): {time.monotonic() - t0:.2f} s")
+        bt.check(rc == 0, f"exec after archive: rc={rc} {err!r}")
+        bt.check(out.split() == ["archived-data", boot_id], f"after archive: {out!r}")
+        ev = [(e["from"], e["to"]) for e in events(name)]
+        bt.check(ev[-3:] == [("stopped", "archived"), ("archived", "stopped"),
+                             ("stopped", "running")], f"event log: {ev}")
+    finally:
+        cove("rm", name)
+
+
 def test_lifecycle_names_and_rm():
     fresh()
     rc, out, err = cove("exec", "Bad_Name", "--", "true")
@@ -195,4 +223,4 @@ def test_lifecycle_names_and_rm():
 
 
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
-         test_lifecycle_names_and_rm]
+         test_lifecycle_archive, test_lifecycle_names_and_rm]

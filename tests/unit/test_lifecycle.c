@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "file_helpers.h"
+#include "lifecycle/archive.h"
 #include "lifecycle/events.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
@@ -340,6 +341,140 @@ static void test_tombstone_and_tree(void **state)
 	assert_int_equal(sbx_tombstone_describe(&f->root, "gone", msg, sizeof(msg)), -ENOENT);
 }
 
+/* Writes `len` bytes of a pattern (sparse zeros in the middle) to dir/name. */
+static void pattern_file(const char *dir, const char *name, size_t len, uint8_t seed)
+{
+	char path[300];
+	uint8_t *buf = calloc(1, len);
+
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (i > len / 4 && i < len / 2) ? 0 : (uint8_t)(i * seed + (i >> 9));
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	write_file(path, buf, len);
+	free(buf);
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+	size_t la, lb;
+	uint8_t *x = read_file(a, &la), *y = read_file(b, &lb);
+
+	assert_int_equal(la, lb);
+	assert_memory_equal(x, y, la);
+	free(x);
+	free(y);
+}
+
+static void test_archive_round_trip(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_archive_stats st;
+	char err[256], d[200], ref[200], a[300], b[1200];
+	int dfd = sbx_dir_open(&f->root, "arc", true, err, sizeof(err));
+
+	assert_true(dfd >= 0);
+	snprintf(d, sizeof(d), "%s/arc", f->dir);
+	snprintf(ref, sizeof(ref), "%s/ref", f->dir);
+	assert_int_equal(mkdir(ref, 0700), 0);
+	assert_int_equal(mkdirat(dfd, "chain", 0700), 0);
+	snprintf(a, sizeof(a), "%s/chain", d);
+	pattern_file(a, "mem-000001", 3 << 20, 7);
+	pattern_file(a, "chain.json", 100, 3);
+	pattern_file(a, "empty", 0, 1);
+	pattern_file(d, "disk0.ovl", 1 << 20, 5);
+	pattern_file(d, "disk0.ovl.map", 4096, 9);
+	pattern_file(d, "spec.json", 10, 1); /* not packed: host configuration stays */
+	snprintf(b, sizeof(b), "cp -a %s %s/ && cp %s/disk0.ovl %s/disk0.ovl.map %s/", a, ref, d, d,
+		 ref);
+	assert_int_equal(system(b), 0);
+
+	assert_int_equal(sbx_archive_pack(dfd, &st, err, sizeof(err)), 0);
+	assert_int_equal(st.files, 5);
+	assert_true(st.bytes_out < st.bytes_in / 2);
+	assert_int_equal(faccessat(dfd, "chain", F_OK, 0), -1);
+	assert_int_equal(faccessat(dfd, "disk0.ovl", F_OK, 0), -1);
+	assert_int_equal(faccessat(dfd, "spec.json", F_OK, 0), 0);
+
+	if (sbx_archive_unpack(dfd, &st, err, sizeof(err)))
+		fail_msg("unpack: %s", err);
+	assert_int_equal(st.files, 5);
+	assert_int_equal(faccessat(dfd, SBX_ARCHIVE, F_OK, 0), -1);
+	static const char *const files[] = {"chain/mem-000001", "chain/chain.json", "chain/empty"};
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(a, sizeof(a), "%s/%s", d, files[i]);
+		snprintf(b, sizeof(b), "%s/%s", ref, files[i]);
+		assert_same_file(a, b);
+	}
+	snprintf(a, sizeof(a), "%s/disk0.ovl", d);
+	snprintf(b, sizeof(b), "%s/disk0.ovl", ref);
+	assert_same_file(a, b);
+	close(dfd);
+}
+
+/* Rewrites the archive's manifest with `from` replaced by `to` (once). */
+static void edit_manifest(const char *dir, const char *from, const char *to)
+{
+	char path[300];
+	size_t len;
+	uint8_t *m;
+
+	snprintf(path, sizeof(path), "%s/%s/%s", dir, SBX_ARCHIVE, SBX_ARCHIVE_MANIFEST);
+	m = read_file(path, &len);
+	m[len] = 0;
+	char *at = strstr((char *)m, from), out[8192];
+	assert_non_null(at);
+	snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - (char *)m), m, to, at + strlen(from));
+	write_file(path, out, strlen(out));
+	free(m);
+}
+
+static void test_archive_hostile(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_archive_stats st;
+	char err[256], d[200], a[300], save[1200];
+	int dfd = sbx_dir_open(&f->root, "bad", true, err, sizeof(err));
+	static const char *const edits[][3] = {
+	    /* a name that climbs out, a top-level file that is not an overlay, a size smaller
+	     * than the data (a bomb's shape), a digest that does not match */
+	    {"\"name\":\"chain.json\"", "\"name\":\"../x\"", "not valid"},
+	    {"\"area\":\"top\",\"name\":\"disk0.ovl\"", "\"area\":\"top\",\"name\":\"spec.json\"",
+	     "not valid"},
+	    {"\"size\":65536", "\"size\":100", "larger than the manifest"},
+	    {"\"sha256\":\"", "\"sha256\":\"0", "SHA-256"},
+	};
+
+	assert_true(dfd >= 0);
+	snprintf(d, sizeof(d), "%s/bad", f->dir);
+	assert_int_equal(mkdirat(dfd, "chain", 0700), 0);
+	snprintf(a, sizeof(a), "%s/chain", d);
+	pattern_file(a, "chain.json", 65536, 3);
+	pattern_file(d, "disk0.ovl", 4096, 5);
+	assert_int_equal(sbx_archive_pack(dfd, &st, err, sizeof(err)), 0);
+	snprintf(save, sizeof(save), "cp -a %s/%s %s/saved", d, SBX_ARCHIVE, d);
+	assert_int_equal(system(save), 0);
+	for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+		edit_manifest(d, edits[i][0], edits[i][1]);
+		if (i == 3) /* keep the digest 64 hex digits */
+			edit_manifest(d, "\",\"size\"", "\",\"size\"");
+		err[0] = 0;
+		int r = sbx_archive_unpack(dfd, &st, err, sizeof(err));
+		if (i == 3 && r == -EINVAL) /* 65 digits: refused as a bad entry, also fine */
+			assert_one_line_error(err, "not valid");
+		else {
+			assert_true(r < 0);
+			assert_one_line_error(err, edits[i][2]);
+		}
+		/* Nothing of the archive is lost to a failed unpack. */
+		assert_int_equal(faccessat(dfd, SBX_ARCHIVE "/" SBX_ARCHIVE_MANIFEST, F_OK, 0), 0);
+		snprintf(save, sizeof(save), "rm -rf %s/%s && cp -a %s/saved %s/%s", d, SBX_ARCHIVE,
+			 d, d, SBX_ARCHIVE);
+		assert_int_equal(system(save), 0);
+	}
+	assert_int_equal(sbx_archive_unpack(dfd, &st, err, sizeof(err)), 0);
+	close(dfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -350,6 +485,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_spec_round_trip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_vmm_args, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_tombstone_and_tree, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_archive_round_trip, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_archive_hostile, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,437 @@
+/* zstd packing of a stopped sandbox's chain and overlays, and its checked unpacking. */
+#include "lifecycle/archive.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <zstd.h>
+
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
+#include "common/file_io.h"
+#include "lifecycle/tree.h"
+#include "lifecycle/vmm_args.h"
+
+#define CHUNK	     (1u << 20)
+#define TMP_DIR	     ".archive.tmp"
+#define MANIFEST_MAX (1u << 20)
+
+/* One stream through zstd: in -> out, with SHA-256 and a byte count of the plain side. */
+struct pipe_io {
+	void *in, *out;
+	EVP_MD_CTX *md;
+	uint64_t plain;
+};
+
+static int io_init(struct pipe_io *p)
+{
+	p->in = malloc(CHUNK);
+	p->out = malloc(ZSTD_DStreamOutSize() > CHUNK ? ZSTD_DStreamOutSize() : CHUNK);
+	p->md = EVP_MD_CTX_new();
+	p->plain = 0;
+	if (!p->in || !p->out || !p->md || !EVP_DigestInit_ex(p->md, EVP_sha256(), NULL))
+		return -ENOMEM;
+	return 0;
+}
+
+static void io_free(struct pipe_io *p)
+{
+	free(p->in);
+	free(p->out);
+	EVP_MD_CTX_free(p->md);
+}
+
+static void digest_hex(struct pipe_io *p, char hex[65])
+{
+	unsigned char d[32];
+	unsigned int n = 0;
+
+	EVP_DigestFinal_ex(p->md, d, &n);
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+/* Compresses fd `in` into fd `out`; *written gets the compressed size. */
+static int compress_fd(struct pipe_io *p, int in, int out, uint64_t *written)
+{
+	ZSTD_CCtx *c = ZSTD_createCCtx();
+	uint64_t off = 0, woff = 0;
+	int ret = 0;
+
+	if (!c)
+		return -ENOMEM;
+	ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, 3);
+	for (bool last = false; !ret && !last;) {
+		ssize_t n = pread(in, p->in, CHUNK, (off_t)off);
+
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		last = n == 0;
+		off += (uint64_t)n;
+		EVP_DigestUpdate(p->md, p->in, (size_t)n);
+		ZSTD_inBuffer ib = {p->in, (size_t)n, 0};
+		size_t left;
+
+		do {
+			ZSTD_outBuffer ob = {p->out, CHUNK, 0};
+
+			left =
+			    ZSTD_compressStream2(c, &ob, &ib, last ? ZSTD_e_end : ZSTD_e_continue);
+			if (ZSTD_isError(left)) {
+				ret = -EIO;
+				break;
+			}
+			ret = pwrite_full(out, p->out, ob.pos, (off_t)woff);
+			woff += ob.pos;
+		} while (!ret && (last ? left != 0 : ib.pos < ib.size));
+	}
+	ZSTD_freeCCtx(c);
+	p->plain = off;
+	*written = woff;
+	return ret;
+}
+
+/* Decompresses fd `in` into fd `out`, refusing more than `cap` plain bytes. */
+static int decompress_fd(struct pipe_io *p, int in, int out, uint64_t cap)
+{
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	size_t outcap = ZSTD_DStreamOutSize() > CHUNK ? ZSTD_DStreamOutSize() : CHUNK;
+	uint64_t off = 0;
+	size_t hint = 1;
+	int ret = 0;
+
+	if (!d)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n = pread(in, p->in, CHUNK, (off_t)off);
+
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		if (n == 0) {
+			ret = hint == 0 ? 0 : -EINVAL; /* a frame cut short */
+			break;
+		}
+		off += (uint64_t)n;
+		ZSTD_inBuffer ib = {p->in, (size_t)n, 0};
+
+		/* A full output buffer can leave more inside zstd: go on until it is not full. */
+		for (bool full = true; !ret && (ib.pos < ib.size || full);) {
+			ZSTD_outBuffer ob = {p->out, outcap, 0};
+
+			size_t before = ib.pos, r = ZSTD_decompressStream(d, &ob, &ib);
+
+			if (ZSTD_isError(r)) {
+				ret = -EINVAL;
+				break;
+			}
+			/* A call that moved nothing after a frame ended would only announce the
+			 * next frame: the end of this one stands. */
+			if (ob.pos || ib.pos != before)
+				hint = r;
+			if (p->plain + ob.pos > cap) {
+				ret = -EFBIG;
+				break;
+			}
+			EVP_DigestUpdate(p->md, p->out, ob.pos);
+			ret = pwrite_full(out, p->out, ob.pos, (off_t)p->plain);
+			p->plain += ob.pos;
+			full = ob.pos == ob.size;
+		}
+		if (ret)
+			break;
+	}
+	ZSTD_freeDCtx(d);
+	return ret;
+}
+
+/* A top-level file that belongs in the archive: disk overlays and their maps. */
+static bool top_file(const char *n)
+{
+	size_t len = strlen(n);
+
+	return !strncmp(n, "disk", 4) && dirfd_plain_name(n) &&
+	       ((len > 4 && !strcmp(n + len - 4, ".ovl")) ||
+		(len > 8 && !strcmp(n + len - 8, ".ovl.map")));
+}
+
+static int pack_one(struct pipe_io *io, int srcdir, const char *name, int adfd, const char *area,
+		    json_t *list, struct sbx_archive_stats *st)
+{
+	char out_name[300], hex[65];
+	uint64_t written = 0;
+	int in, out, ret;
+
+	if (io_init(io))
+		return -ENOMEM;
+	snprintf(out_name, sizeof(out_name), "%c-%s.zst", area[0], name);
+	in = dirfd_open(srcdir, name, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return in;
+	out = dirfd_create(adfd, out_name, O_WRONLY | O_CLOEXEC, 0600);
+	ret = out < 0 ? out : compress_fd(io, in, out, &written);
+	if (!ret && fsync(out) < 0)
+		ret = -errno;
+	close(in);
+	if (out >= 0)
+		close(out);
+	if (ret)
+		return ret;
+	digest_hex(io, hex);
+	json_array_append_new(list, json_pack("{s:s,s:s,s:I,s:s}", "area", area, "name", name,
+					      "size", (json_int_t)io->plain, "sha256", hex));
+	st->files++;
+	st->bytes_in += io->plain;
+	st->bytes_out += written;
+	return 0;
+}
+
+/* Every regular file of one area: chain/ (all of it) or the sandbox directory (top_file). */
+static int pack_area(int dfd, const char *area, int adfd, json_t *list,
+		     struct sbx_archive_stats *st, char *err, size_t errlen)
+{
+	bool chain = !strcmp(area, "chain");
+	int src = chain ? openat(dfd, SBX_CHAIN, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+			: dup(dfd);
+	struct pipe_io io = {0};
+	struct dirent *e;
+	struct stat s;
+	DIR *d;
+	int ret = 0;
+
+	if (src < 0)
+		return errno == ENOENT && chain
+			   ? errmsg(err, errlen, -ENOENT, "no snapshot chain to archive")
+			   : -errno;
+	d = fdopendir(src);
+	if (!d) {
+		close(src);
+		return -errno;
+	}
+	while (!ret && (e = readdir(d))) {
+		if (e->d_name[0] == '.' || (!chain && !top_file(e->d_name)))
+			continue;
+		if (fstatat(src, e->d_name, &s, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(s.st_mode)) {
+			ret = errmsg(err, errlen, -ENOTSUP, "%s/%s is not a regular file", area,
+				     e->d_name);
+			break;
+		}
+		ret = pack_one(&io, src, e->d_name, adfd, area, list, st);
+		io_free(&io);
+		memset(&io, 0, sizeof(io));
+		if (ret)
+			errmsg(err, errlen, ret, "archiving %s/%s: %s", area, e->d_name,
+			       strerror(-ret));
+	}
+	closedir(d);
+	return ret;
+}
+
+static int write_manifest(int adfd, json_t *list)
+{
+	char *text = json_dumps(list, JSON_COMPACT);
+	int fd, ret;
+
+	if (!text)
+		return -ENOMEM;
+	fd = dirfd_create(adfd, SBX_ARCHIVE_MANIFEST, O_WRONLY | O_CLOEXEC, 0600);
+	ret = fd < 0 ? fd : pwrite_full(fd, text, strlen(text), 0);
+	if (fd >= 0) {
+		if (!ret && fsync(fd) < 0)
+			ret = -errno;
+		close(fd);
+	}
+	free(text);
+	return ret;
+}
+
+/* Removes what the archive now holds: chain/ and the top-level overlays. */
+static void remove_packed(int dfd, json_t *list)
+{
+	size_t i;
+	json_t *e;
+
+	sbx_tree_remove(dfd, SBX_CHAIN);
+	json_array_foreach(list, i,
+			   e) if (!strcmp(json_string_value(json_object_get(e, "area")), "top"))
+	    unlinkat(dfd, json_string_value(json_object_get(e, "name")), 0);
+	dirfd_sync(dfd);
+}
+
+int sbx_archive_pack(int dfd, struct sbx_archive_stats *st, char *err, size_t errlen)
+{
+	json_t *list = json_array();
+	int adfd, ret;
+
+	memset(st, 0, sizeof(*st));
+	if (!list)
+		return -ENOMEM;
+	/* A crash during an earlier pack left a partial copy: start again. */
+	sbx_tree_remove(dfd, TMP_DIR);
+	if (mkdirat(dfd, TMP_DIR, 0700) < 0) {
+		json_decref(list);
+		return errmsg(err, errlen, -errno, "archive: mkdir: %s", strerror(errno));
+	}
+	adfd = openat(dfd, TMP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ret = adfd < 0 ? -errno : 0;
+	ret = ret ?: pack_area(dfd, "chain", adfd, list, st, err, errlen);
+	ret = ret ?: pack_area(dfd, "top", adfd, list, st, err, errlen);
+	if (!ret && (ret = write_manifest(adfd, list) ?: dirfd_sync(adfd)))
+		errmsg(err, errlen, ret, "archive: manifest: %s", strerror(-ret));
+	if (adfd >= 0)
+		close(adfd);
+	/* The rename is the commit point: before it the chain is whole, after it the archive. */
+	if (!ret && (ret = dirfd_rename(dfd, TMP_DIR, SBX_ARCHIVE) ?: dirfd_sync(dfd)))
+		errmsg(err, errlen, ret, "archive: rename: %s", strerror(-ret));
+	if (ret)
+		sbx_tree_remove(dfd, TMP_DIR);
+	else
+		remove_packed(dfd, list);
+	json_decref(list);
+	return ret;
+}
+
+/* An entry as the manifest gives it, checked before anything is written. */
+struct entry {
+	const char *area, *name, *sha;
+	uint64_t size;
+};
+
+static int entry_check(json_t *e, struct entry *x)
+{
+	json_t *size = json_object_get(e, "size");
+
+	x->area = json_string_value(json_object_get(e, "area"));
+	x->name = json_string_value(json_object_get(e, "name"));
+	x->sha = json_string_value(json_object_get(e, "sha256"));
+	if (!x->area || !x->name || !x->sha || !json_is_integer(size) ||
+	    json_integer_value(size) < 0 || strlen(x->sha) != 64 ||
+	    strspn(x->sha, "0123456789abcdef") != 64 || strlen(x->name) > 250)
+		return -EINVAL;
+	x->size = (uint64_t)json_integer_value(size);
+	if (x->size > SBX_ARCHIVE_MAX_FILE || !dirfd_plain_name(x->name))
+		return -EINVAL;
+	if (!strcmp(x->area, "chain"))
+		return 0;
+	return !strcmp(x->area, "top") && top_file(x->name) ? 0 : -EINVAL;
+}
+
+static int unpack_one(int adfd, int dst, const struct entry *x, struct sbx_archive_stats *st)
+{
+	struct pipe_io io = {0};
+	char src[300], tmp[300], hex[65];
+	int in, out, ret;
+
+	snprintf(src, sizeof(src), "%c-%s.zst", x->area[0], x->name);
+	snprintf(tmp, sizeof(tmp), ".%s.unpack", x->name);
+	ret = io_init(&io);
+	in = ret ? -ENOMEM : dirfd_open(adfd, src, O_RDONLY | O_CLOEXEC);
+	out = in < 0 ? in : dirfd_create(dst, tmp, O_WRONLY | O_CLOEXEC, 0600);
+	ret = out < 0 ? out : decompress_fd(&io, in, out, x->size);
+	if (!ret && io.plain != x->size)
+		ret = -EINVAL;
+	if (!ret) {
+		digest_hex(&io, hex);
+		if (strcmp(hex, x->sha))
+			ret = -EBADMSG;
+	}
+	if (!ret && fsync(out) < 0)
+		ret = -errno;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	if (!ret)
+		ret = dirfd_rename(dst, tmp, x->name);
+	else if (out >= 0)
+		dirfd_unlink(dst, tmp);
+	st->files += !ret;
+	st->bytes_out += ret ? 0 : io.plain;
+	io_free(&io);
+	return ret;
+}
+
+static json_t *read_manifest(int adfd)
+{
+	char *buf = malloc(MANIFEST_MAX + 1);
+	int fd = dirfd_open(adfd, SBX_ARCHIVE_MANIFEST, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 || !buf ? -1 : pread(fd, buf, MANIFEST_MAX + 1, 0);
+	json_t *j = NULL;
+
+	if (fd >= 0)
+		close(fd);
+	if (n > 0 && n <= (ssize_t)MANIFEST_MAX) {
+		buf[n] = '\0';
+		j = json_loads(buf, 0, NULL);
+	}
+	free(buf);
+	if (j && (!json_is_array(j) || json_array_size(j) > SBX_ARCHIVE_MAX_FILES)) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
+}
+
+int sbx_archive_unpack(int dfd, struct sbx_archive_stats *st, char *err, size_t errlen)
+{
+	int adfd = openat(dfd, SBX_ARCHIVE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int cdfd = -1, ret = 0;
+	json_t *list, *e;
+	struct entry x;
+	size_t i;
+
+	memset(st, 0, sizeof(*st));
+	if (adfd < 0)
+		return errmsg(err, errlen, -errno, "archive: %s", strerror(errno));
+	list = read_manifest(adfd);
+	if (!list) {
+		close(adfd);
+		return errmsg(err, errlen, -EINVAL, "archive: no valid %s", SBX_ARCHIVE_MANIFEST);
+	}
+	json_array_foreach(list, i, e) if (!ret && entry_check(e, &x)) ret =
+	    errmsg(err, errlen, -EINVAL, "archive: manifest entry %zu is not valid", i);
+	/* The archive is the truth for an archived sandbox: a chain a crash left half-unpacked
+	 * goes. */
+	if (!ret) {
+		sbx_tree_remove(dfd, SBX_CHAIN);
+		if (mkdirat(dfd, SBX_CHAIN, 0700) < 0 ||
+		    (cdfd = openat(dfd, SBX_CHAIN,
+				   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+			ret = errmsg(err, errlen, -errno, "archive: chain directory: %s",
+				     strerror(errno));
+	}
+	json_array_foreach(list, i, e)
+	{
+		if (ret)
+			break;
+		entry_check(e, &x);
+		st->bytes_in += x.size;
+		ret = unpack_one(adfd, x.area[0] == 'c' ? cdfd : dfd, &x, st);
+		if (ret)
+			errmsg(err, errlen, ret, "archive: %s/%s: %s", x.area, x.name,
+			       ret == -EBADMSG ? "its SHA-256 does not match the manifest"
+			       : ret == -EFBIG ? "larger than the manifest says"
+					       : strerror(-ret));
+	}
+	if (!ret && (ret = dirfd_sync(cdfd) ?: dirfd_sync(dfd)))
+		errmsg(err, errlen, ret, "archive: sync: %s", strerror(-ret));
+	if (cdfd >= 0)
+		close(cdfd);
+	close(adfd);
+	json_decref(list);
+	if (!ret)
+		sbx_tree_remove(dfd, SBX_ARCHIVE);
+	return ret;
+}
