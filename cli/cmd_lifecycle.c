@@ -265,10 +265,12 @@ int cmd_rm(int argc, char **argv)
 {
 	struct target t;
 	char run[160];
-	int ret, st = open_target("rm", argc, argv, &t);
+	int lk = -1, ret, st = open_target("rm", argc, argv, &t);
 
 	if (st)
 		goto out;
+	/* Not while another command is starting it: wait for that, then delete. */
+	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
 	/* Deleting throws the state away: no final snapshot. */
 	if ((ret = end_vmm(t.dfd, SIGKILL))) {
 		fprintf(stderr, "cove rm: %s: its VMM did not exit: %s\n", t.name, strerror(-ret));
@@ -276,6 +278,9 @@ int cmd_rm(int argc, char **argv)
 		goto out;
 	}
 	sbx_event_append(t.dfd, sbx_state_name(t.state), "deleted", "cove rm");
+	if (lk >= 0)
+		close(lk);
+	lk = -1;
 	close(t.dfd);
 	t.dfd = -1;
 	ret = sbx_tombstone_write(&t.root, t.name, "cove rm");
@@ -294,6 +299,8 @@ int cmd_rm(int argc, char **argv)
 	} else
 		printf("%s: deleted\n", t.name);
 out:
+	if (lk >= 0)
+		close(lk);
 	close_target(&t);
 	return st < 0 ? 0 : st;
 }
