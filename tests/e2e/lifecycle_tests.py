@@ -204,6 +204,46 @@ def test_lifecycle_archive():
         cove("rm", name)
 
 
+KEK_CMD = """import base64, sys
+# A test key command (tools/key-cmd-openssl's protocol): XOR with the KEK file; revoked = gone.
+kek = open(sys.argv[1], "rb").read()
+data = base64.b64decode(sys.stdin.readline())
+print(base64.b64encode(bytes(b ^ kek[i % len(kek)] for i, b in enumerate(data))).decode())
+"""
+
+
+def test_lifecycle_encrypted_revoked():
+    fresh()
+    name = "agent5"
+    kdir = tempfile.mkdtemp()
+    script, kek = os.path.join(kdir, "kek.py"), os.path.join(kdir, "kek")
+    with open(script, "w") as f:
+        f.write(KEK_CMD)
+    with open(kek, "wb") as f:
+        f.write(os.urandom(32))
+    create(name, "--key", f"key-cmd:python3 {script} {kek}")
+    try:
+        rc, out, err = sh(name, "echo secret-work > /lifecycle-file; "
+                          "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        boot_id = out.strip()
+        rc, out, err = cove("archive", name)
+        bt.check(rc == 0, f"cove archive: rc={rc} {err!r}")
+        os.rename(kek, kek + ".revoked")
+        rc, out, err = sh(name, "cat /lifecycle-file")
+        bt.check(rc == 67 and err.count("\n") == 1, f"revoked KEK: rc={rc} {err!r}")
+        print(f"    revoked KEK: {err.strip()}")
+        bt.check(os.path.exists(os.path.join(STATE, name, "chain", "chain.json")),
+                 "the chain is gone after a refused reconnect")
+        os.rename(kek + ".revoked", kek)
+        rc, out, err = sh(name, "cat /lifecycle-file /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0 and out.split() == ["secret-work", boot_id],
+                 f"KEK granted again: rc={rc} {out!r} {err!r}")
+    finally:
+        cove("rm", name)
+        shutil.rmtree(kdir, ignore_errors=True)
+
+
 def test_lifecycle_names_and_rm():
     fresh()
     rc, out, err = cove("exec", "Bad_Name", "--", "true")
@@ -223,4 +263,4 @@ def test_lifecycle_names_and_rm():
 
 
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
-         test_lifecycle_archive, test_lifecycle_names_and_rm]
+         test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_names_and_rm]
