@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/sandbox_up.h"
 #include "lifecycle/events.h"
+#include "lifecycle/gc.h"
 #include "lifecycle/guest_files.h"
 #include "lifecycle/name.h"
 #include "lifecycle/root.h"
@@ -35,7 +36,7 @@ static const char create_usage[] =
     "                          with no root disk\n"
     "NAME: [a-z0-9][a-z0-9-]*, at most 48 characters.\n";
 
-enum { O_MEM = 256, O_VCPUS, O_DISK, O_KEY, O_EVERY, O_KERNEL, O_ROOTFS, O_INITRD };
+enum { O_MEM = 256, O_VCPUS, O_DISK, O_KEY, O_EVERY, O_KERNEL, O_ROOTFS, O_INITRD, O_ARCH, O_DEL };
 
 static const struct option create_opts[] = {
     {"mem", required_argument, NULL, O_MEM},
@@ -133,6 +134,14 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 					   "--snapshot-every: a duration of 1s or more, or off"),
 				       -EINVAL;
 			break;
+		case O_ARCH:
+		case O_DEL:
+			if (parse_duration_ms(optarg, c == O_ARCH ? &s->archive_after_ms
+								  : &s->delete_after_ms))
+				return snprintf(err, errlen, "--%s: a duration (90s, 15m, 7d)",
+						c == O_ARCH ? "archive-after" : "delete-after"),
+				       -EINVAL;
+			break;
 		case O_KERNEL:
 			if (abs_path(optarg, s->kernel, sizeof(s->kernel), err, errlen))
 				return -EINVAL;
@@ -225,6 +234,7 @@ int cmd_create(int argc, char **argv)
 			name, err, r.state, name, name);
 		goto out;
 	}
+	sbx_gc(&r, false, true); /* deadlines of other sandboxes, in passing */
 	printf("%s: running (kernel %s, %s %s)\n", name, s->kernel,
 	       s->initrd[0] ? "initramfs" : "root image",
 	       s->initrd[0] ? s->initrd : s->disks[0].path);

@@ -14,6 +14,7 @@
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/events.h"
+#include "lifecycle/gc.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
@@ -264,35 +265,14 @@ int cmd_resume(int argc, char **argv)
 int cmd_rm(int argc, char **argv)
 {
 	struct target t;
-	char run[160];
 	int lk = -1, ret, st = open_target("rm", argc, argv, &t);
 
 	if (st)
 		goto out;
 	/* Not while another command is starting it: wait for that, then delete. */
 	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
-	/* Deleting throws the state away: no final snapshot. */
-	if ((ret = end_vmm(t.dfd, SIGKILL))) {
-		fprintf(stderr, "cove rm: %s: its VMM did not exit: %s\n", t.name, strerror(-ret));
-		st = 1;
-		goto out;
-	}
-	sbx_event_append(t.dfd, sbx_state_name(t.state), "deleted", "cove rm");
-	if (lk >= 0)
-		close(lk);
-	lk = -1;
-	close(t.dfd);
+	ret = sbx_remove(&t.root, t.name, t.dfd, sbx_state_name(t.state), "cove rm");
 	t.dfd = -1;
-	ret = sbx_tombstone_write(&t.root, t.name, "cove rm");
-	ret = sbx_tree_remove(t.root.dfd, t.name) ?: ret;
-	if (!sbx_run_path(&t.root, t.name, NULL, run, sizeof(run))) {
-		int rfd = open(t.root.run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-		if (rfd >= 0) {
-			sbx_tree_remove(rfd, t.name);
-			close(rfd);
-		}
-	}
 	if (ret) {
 		fprintf(stderr, "cove rm: %s: %s\n", t.name, strerror(-ret));
 		st = 1;
@@ -303,4 +283,25 @@ out:
 		close(lk);
 	close_target(&t);
 	return st < 0 ? 0 : st;
+}
+
+int cmd_gc(int argc, char **argv)
+{
+	bool dry = argc == 2 && !strcmp(argv[1], "--dry-run");
+	struct sbx_root r;
+	char err[512];
+	int failed;
+
+	if (argc > 2 || (argc == 2 && !dry)) {
+		fprintf(stderr,
+			"usage: cove gc [--dry-run]\n"
+			"Archives sandboxes stopped for longer than their --archive-after and "
+			"deletes those unused\nfor longer than their --delete-after.\n");
+		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	if (sbx_root_open(&r, false, err, sizeof(err)))
+		return 0; /* no sandboxes: nothing due */
+	failed = sbx_gc(&r, dry, false);
+	sbx_root_close(&r);
+	return failed ? 1 : 0;
 }

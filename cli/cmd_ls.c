@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "lifecycle/gc.h"
 #include "lifecycle/name.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
@@ -110,8 +111,11 @@ int cmd_ls(int argc, char **argv)
 		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 	}
 	if (sbx_root_open(&r, false, err, sizeof(err)) == 0) {
+		sbx_gc(&r, false, true); /* deadlines, in passing: ls shows what is left */
 		fd = dup(r.dfd);
 		d = fd >= 0 ? fdopendir(fd) : NULL;
+		if (d)
+			rewinddir(d); /* the dup shares its offset with r.dfd, which gc just read */
 		while (d && (e = readdir(d))) {
 			if (sbx_name_check(e->d_name, NULL, 0))
 				continue;

@@ -18,6 +18,7 @@ int cmd_archive(int argc, char **argv);
 int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 
 #endif

@@ -21,6 +21,7 @@ static const struct command commands[] = {
 	{ "pause", cmd_pause, "pause a named sandbox's vCPUs" },
 	{ "resume", cmd_resume, "resume a paused (or start a stopped) sandbox" },
 	{ "rm", cmd_rm, "delete a named sandbox and its files (leaves a tombstone)" },
+	{ "gc", cmd_gc, "archive and delete sandboxes past their --archive-after/--delete-after" },
 	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
 	{ "snapshot", cmd_snapshot, "snapshot a running sandbox (full or incremental)" },
 	{ "restore", cmd_restore, "start a sandbox from a snapshot chain (memory mapped lazily)" },

@@ -10,6 +10,7 @@
 #include "file_helpers.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/events.h"
+#include "lifecycle/gc.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
 #include "lifecycle/root.h"
@@ -475,6 +476,77 @@ static void test_archive_hostile(void **state)
 	close(dfd);
 }
 
+static void test_gc_due(void **state)
+{
+	struct sbx_spec s = {.archive_after_ms = 7 * 86400000ULL,
+			     .delete_after_ms = 30 * 86400000ULL};
+	const int64_t day = 86400000, t0 = 1764547200000LL;
+
+	(void)state;
+	assert_int_equal(sbx_gc_due(SBX_STOPPED, t0, t0 + 6 * day, &s), SBX_GC_NONE);
+	assert_int_equal(sbx_gc_due(SBX_STOPPED, t0, t0 + 7 * day, &s), SBX_GC_ARCHIVE);
+	assert_int_equal(sbx_gc_due(SBX_CRASHED, t0, t0 + 8 * day, &s), SBX_GC_ARCHIVE);
+	assert_int_equal(sbx_gc_due(SBX_ARCHIVED, t0, t0 + 8 * day, &s), SBX_GC_NONE);
+	assert_int_equal(sbx_gc_due(SBX_ARCHIVED, t0, t0 + 30 * day, &s), SBX_GC_DELETE);
+	assert_int_equal(sbx_gc_due(SBX_STOPPED, t0, t0 + 31 * day, &s), SBX_GC_DELETE);
+	/* A running sandbox is never due, however old its last event; 0 means never. */
+	assert_int_equal(sbx_gc_due(SBX_RUNNING, t0, t0 + 99 * day, &s), SBX_GC_NONE);
+	assert_int_equal(sbx_gc_due(SBX_PAUSED, t0, t0 + 99 * day, &s), SBX_GC_NONE);
+	s.archive_after_ms = s.delete_after_ms = 0;
+	assert_int_equal(sbx_gc_due(SBX_STOPPED, t0, t0 + 99 * day, &s), SBX_GC_NONE);
+	/* A clock that went back is not a deadline passed. */
+	s.archive_after_ms = 1;
+	assert_int_equal(sbx_gc_due(SBX_STOPPED, t0, t0 - day, &s), SBX_GC_NONE);
+}
+
+/* A stopped sandbox on disk: spec with the given deadlines, a chain file, a stop event. */
+static int fake_stopped(struct fx *f, const char *name, uint64_t archive_ms, uint64_t delete_ms)
+{
+	struct sbx_spec s = {0};
+	char err[256], path[300];
+	int dfd = sbx_dir_open(&f->root, name, true, err, sizeof(err));
+
+	assert_true(dfd >= 0);
+	strcpy(s.kernel, "/k");
+	s.mem_bytes = 1 << 20;
+	s.vcpus = 1;
+	s.archive_after_ms = archive_ms;
+	s.delete_after_ms = delete_ms;
+	assert_int_equal(sbx_spec_write(dfd, &s), 0);
+	assert_int_equal(mkdirat(dfd, "chain", 0700), 0);
+	snprintf(path, sizeof(path), "%s/%s/chain/chain.json", f->dir, name);
+	write_file(path, "{}", 2);
+	assert_int_equal(sbx_event_append(dfd, "running", "stopped", "cove stop"), 0);
+	return dfd;
+}
+
+static void test_gc_applies(void **state)
+{
+	struct fx *f = *state;
+	enum sbx_state st;
+	char msg[256];
+	int keep = fake_stopped(f, "keep", 0, 0);
+	int arch = fake_stopped(f, "arch", 1, 0);
+	int del = fake_stopped(f, "del", 0, 1);
+
+	usleep(20 * 1000);
+	assert_int_equal(sbx_gc(&f->root, true, true), 0); /* dry run: nothing changes */
+	assert_int_equal(sbx_state_read(arch, &st, NULL), 0);
+	assert_int_equal(st, SBX_STOPPED);
+	assert_int_equal(sbx_gc(&f->root, false, true), 0);
+	assert_int_equal(sbx_state_read(keep, &st, NULL), 0);
+	assert_int_equal(st, SBX_STOPPED);
+	assert_int_equal(sbx_state_read(arch, &st, NULL), 0);
+	assert_int_equal(st, SBX_ARCHIVED);
+	assert_int_equal(faccessat(arch, SBX_ARCHIVE "/" SBX_ARCHIVE_MANIFEST, F_OK, 0), 0);
+	assert_int_equal(sbx_tombstone_describe(&f->root, "del", msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "delete-after"));
+	assert_int_equal(faccessat(f->root.dfd, "del", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	close(keep);
+	close(arch);
+	close(del);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -487,6 +559,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tombstone_and_tree, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_archive_round_trip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_archive_hostile, setup, teardown),
+	    cmocka_unit_test(test_gc_due),
+	    cmocka_unit_test_setup_teardown(test_gc_applies, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
