@@ -23,7 +23,7 @@
 
 #define CHUNK	     (1u << 20)
 #define TMP_DIR	     ".archive.tmp"
-#define MANIFEST_MAX (1u << 20)
+#define MANIFEST_MAX (8u << 20)
 
 /* One stream through zstd: in -> out, with SHA-256 and a byte count of the plain side. */
 struct pipe_io {
@@ -60,25 +60,84 @@ static void digest_hex(struct pipe_io *p, char hex[65])
 		snprintf(hex + 2 * i, 3, "%02x", d[i]);
 }
 
-/* Compresses fd `in` into fd `out`; *written gets the compressed size. */
-static int compress_fd(struct pipe_io *p, int in, int out, uint64_t *written)
+/* A file's data as (offset, length) runs: its holes are not read, packed or written back. */
+struct extent {
+	uint64_t off, len;
+};
+
+/*
+ * The data runs of fd (SEEK_DATA/SEEK_HOLE): memory layers and overlays are mostly holes. A
+ * filesystem without them, or more than SBX_ARCHIVE_MAX_EXTENTS runs, gives the whole file.
+ */
+static int list_extents(int fd, uint64_t size, struct extent **out, size_t *n)
+{
+	struct extent *e = NULL;
+	size_t cnt = 0, cap = 0;
+	off_t off = 0;
+
+	while ((uint64_t)off < size) {
+		off_t data = lseek(fd, off, SEEK_DATA), hole;
+
+		if (data < 0 && errno == ENXIO)
+			break;
+		hole = data < 0 ? -1 : lseek(fd, data, SEEK_HOLE);
+		if (data < 0 || hole < 0 || cnt == SBX_ARCHIVE_MAX_EXTENTS) {
+			cnt = 0; /* no usable map: the whole file */
+			e = e ? e : malloc(sizeof(*e));
+			if (!e)
+				return -ENOMEM;
+			e[cnt++] = (struct extent){0, size};
+			break;
+		}
+		if (cnt == cap) {
+			struct extent *m = realloc(e, (cap = cap ? 2 * cap : 64) * sizeof(*e));
+
+			if (!m) {
+				free(e);
+				return -ENOMEM;
+			}
+			e = m;
+		}
+		e[cnt++] = (struct extent){(uint64_t)data, (uint64_t)(hole - data)};
+		off = hole;
+	}
+	*out = e;
+	*n = cnt;
+	return 0;
+}
+
+/* Compresses the runs `ext` of fd `in` into fd `out`; *written gets the compressed size. */
+static int compress_fd(struct pipe_io *p, int in, const struct extent *ext, size_t next, int out,
+		       uint64_t *written)
 {
 	ZSTD_CCtx *c = ZSTD_createCCtx();
-	uint64_t off = 0, woff = 0;
+	uint64_t woff = 0;
+	size_t i = 0, done = 0; /* run, bytes of it read */
 	int ret = 0;
 
 	if (!c)
 		return -ENOMEM;
 	ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, 3);
 	for (bool last = false; !ret && !last;) {
-		ssize_t n = pread(in, p->in, CHUNK, (off_t)off);
+		ssize_t n = 0;
 
-		if (n < 0) {
-			ret = -errno;
-			break;
+		while (i < next && done == ext[i].len) {
+			i++;
+			done = 0;
 		}
-		last = n == 0;
-		off += (uint64_t)n;
+		if (i < next) {
+			size_t want =
+			    ext[i].len - done < CHUNK ? (size_t)(ext[i].len - done) : CHUNK;
+
+			n = pread(in, p->in, want, (off_t)(ext[i].off + done));
+			if (n <= 0) {
+				ret = n < 0 ? -errno : -EIO; /* shrank under us */
+				break;
+			}
+			done += (size_t)n;
+		}
+		last = i >= next;
+		p->plain += (uint64_t)n;
 		EVP_DigestUpdate(p->md, p->in, (size_t)n);
 		ZSTD_inBuffer ib = {p->in, (size_t)n, 0};
 		size_t left;
@@ -97,13 +156,41 @@ static int compress_fd(struct pipe_io *p, int in, int out, uint64_t *written)
 		} while (!ret && (last ? left != 0 : ib.pos < ib.size));
 	}
 	ZSTD_freeCCtx(c);
-	p->plain = off;
 	*written = woff;
 	return ret;
 }
 
-/* Decompresses fd `in` into fd `out`, refusing more than `cap` plain bytes. */
-static int decompress_fd(struct pipe_io *p, int in, int out, uint64_t cap)
+/* Where the next plain bytes of a stream go: run i of ext, `done` bytes into it. */
+struct placer {
+	const struct extent *ext;
+	size_t n, i;
+	uint64_t done;
+};
+
+static int place(struct placer *pl, int out, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		while (pl->i < pl->n && pl->done == pl->ext[pl->i].len) {
+			pl->i++;
+			pl->done = 0;
+		}
+		if (pl->i >= pl->n)
+			return -EFBIG;
+		uint64_t room = pl->ext[pl->i].len - pl->done;
+		size_t k = room < len ? (size_t)room : len;
+		int ret = pwrite_full(out, buf, k, (off_t)(pl->ext[pl->i].off + pl->done));
+
+		if (ret)
+			return ret;
+		pl->done += k;
+		buf += k;
+		len -= k;
+	}
+	return 0;
+}
+
+/* Decompresses fd `in` into the runs of fd `out`, refusing more than `cap` plain bytes. */
+static int decompress_fd(struct pipe_io *p, int in, int out, struct placer *pl, uint64_t cap)
 {
 	ZSTD_DCtx *d = ZSTD_createDCtx();
 	size_t outcap = ZSTD_DStreamOutSize() > CHUNK ? ZSTD_DStreamOutSize() : CHUNK;
@@ -146,7 +233,7 @@ static int decompress_fd(struct pipe_io *p, int in, int out, uint64_t cap)
 				break;
 			}
 			EVP_DigestUpdate(p->md, p->out, ob.pos);
-			ret = pwrite_full(out, p->out, ob.pos, (off_t)p->plain);
+			ret = place(pl, out, p->out, ob.pos);
 			p->plain += ob.pos;
 			full = ob.pos == ob.size;
 		}
@@ -167,12 +254,24 @@ static bool top_file(const char *n)
 		(len > 8 && !strcmp(n + len - 8, ".ovl.map")));
 }
 
-static int pack_one(struct pipe_io *io, int srcdir, const char *name, int adfd, const char *area,
-		    json_t *list, struct sbx_archive_stats *st)
+static json_t *extents_json(const struct extent *e, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < n; i++)
+		json_array_append_new(
+		    a, json_pack("[I,I]", (json_int_t)e[i].off, (json_int_t)e[i].len));
+	return a;
+}
+
+static int pack_one(struct pipe_io *io, int srcdir, const char *name, uint64_t size, int adfd,
+		    const char *area, json_t *list, struct sbx_archive_stats *st)
 {
 	char out_name[300], hex[65];
+	struct extent *ext = NULL;
 	uint64_t written = 0;
-	int in, out, ret;
+	size_t next = 0;
+	int in, out = -1, ret;
 
 	if (io_init(io))
 		return -ENOMEM;
@@ -180,22 +279,27 @@ static int pack_one(struct pipe_io *io, int srcdir, const char *name, int adfd, 
 	in = dirfd_open(srcdir, name, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
 		return in;
-	out = dirfd_create(adfd, out_name, O_WRONLY | O_CLOEXEC, 0600);
-	ret = out < 0 ? out : compress_fd(io, in, out, &written);
+	ret = list_extents(in, size, &ext, &next);
+	if (!ret)
+		out = dirfd_create(adfd, out_name, O_WRONLY | O_CLOEXEC, 0600);
+	ret = ret ?: out < 0 ? out : compress_fd(io, in, ext, next, out, &written);
 	if (!ret && fsync(out) < 0)
 		ret = -errno;
 	close(in);
 	if (out >= 0)
 		close(out);
-	if (ret)
-		return ret;
-	digest_hex(io, hex);
-	json_array_append_new(list, json_pack("{s:s,s:s,s:I,s:s}", "area", area, "name", name,
-					      "size", (json_int_t)io->plain, "sha256", hex));
-	st->files++;
-	st->bytes_in += io->plain;
-	st->bytes_out += written;
-	return 0;
+	if (!ret) {
+		digest_hex(io, hex);
+		json_array_append_new(list, json_pack("{s:s,s:s,s:I,s:I,s:o,s:s}", "area", area,
+						      "name", name, "size", (json_int_t)size,
+						      "data", (json_int_t)io->plain, "extents",
+						      extents_json(ext, next), "sha256", hex));
+		st->files++;
+		st->bytes_in += io->plain;
+		st->bytes_out += written;
+	}
+	free(ext);
+	return ret;
 }
 
 /* Every regular file of one area: chain/ (all of it) or the sandbox directory (top_file). */
@@ -228,7 +332,7 @@ static int pack_area(int dfd, const char *area, int adfd, json_t *list,
 				     e->d_name);
 			break;
 		}
-		ret = pack_one(&io, src, e->d_name, adfd, area, list, st);
+		ret = pack_one(&io, src, e->d_name, (uint64_t)s.st_size, adfd, area, list, st);
 		io_free(&io);
 		memset(&io, 0, sizeof(io));
 		if (ret)
@@ -306,30 +410,63 @@ int sbx_archive_pack(int dfd, struct sbx_archive_stats *st, char *err, size_t er
 /* An entry as the manifest gives it, checked before anything is written. */
 struct entry {
 	const char *area, *name, *sha;
-	uint64_t size;
+	uint64_t size, data; /* the file's length; the bytes of its runs (the stream) */
+	struct extent *ext;
+	size_t next;
 };
+
+static int extents_check(json_t *a, struct entry *x)
+{
+	uint64_t end = 0, sum = 0;
+	size_t i;
+	json_t *e;
+
+	if (!json_is_array(a) || json_array_size(a) > SBX_ARCHIVE_MAX_EXTENTS)
+		return -EINVAL;
+	x->next = json_array_size(a);
+	x->ext = calloc(x->next ? x->next : 1, sizeof(*x->ext));
+	if (!x->ext)
+		return -ENOMEM;
+	json_array_foreach(a, i, e)
+	{
+		json_int_t off = json_integer_value(json_array_get(e, 0));
+		json_int_t len = json_integer_value(json_array_get(e, 1));
+
+		/* In order, apart, inside the file: each byte of the file written at most once. */
+		if (json_array_size(e) != 2 || off < 0 || len <= 0 || (uint64_t)off < end ||
+		    (uint64_t)len > x->size || (uint64_t)off > x->size - (uint64_t)len)
+			return -EINVAL;
+		x->ext[i] = (struct extent){(uint64_t)off, (uint64_t)len};
+		end = (uint64_t)(off + len);
+		sum += (uint64_t)len;
+	}
+	return sum == x->data ? 0 : -EINVAL;
+}
 
 static int entry_check(json_t *e, struct entry *x)
 {
-	json_t *size = json_object_get(e, "size");
+	json_t *size = json_object_get(e, "size"), *data = json_object_get(e, "data");
 
+	memset(x, 0, sizeof(*x));
 	x->area = json_string_value(json_object_get(e, "area"));
 	x->name = json_string_value(json_object_get(e, "name"));
 	x->sha = json_string_value(json_object_get(e, "sha256"));
-	if (!x->area || !x->name || !x->sha || !json_is_integer(size) ||
-	    json_integer_value(size) < 0 || strlen(x->sha) != 64 ||
+	if (!x->area || !x->name || !x->sha || !json_is_integer(size) || !json_is_integer(data) ||
+	    json_integer_value(size) < 0 || json_integer_value(data) < 0 || strlen(x->sha) != 64 ||
 	    strspn(x->sha, "0123456789abcdef") != 64 || strlen(x->name) > 250)
 		return -EINVAL;
 	x->size = (uint64_t)json_integer_value(size);
-	if (x->size > SBX_ARCHIVE_MAX_FILE || !dirfd_plain_name(x->name))
+	x->data = (uint64_t)json_integer_value(data);
+	if (x->size > SBX_ARCHIVE_MAX_FILE || x->data > x->size || !dirfd_plain_name(x->name))
 		return -EINVAL;
-	if (!strcmp(x->area, "chain"))
-		return 0;
-	return !strcmp(x->area, "top") && top_file(x->name) ? 0 : -EINVAL;
+	if (strcmp(x->area, "chain") && !(!strcmp(x->area, "top") && top_file(x->name)))
+		return -EINVAL;
+	return extents_check(json_object_get(e, "extents"), x);
 }
 
 static int unpack_one(int adfd, int dst, const struct entry *x, struct sbx_archive_stats *st)
 {
+	struct placer pl = {.ext = x->ext, .n = x->next};
 	struct pipe_io io = {0};
 	char src[300], tmp[300], hex[65];
 	int in, out, ret;
@@ -339,9 +476,12 @@ static int unpack_one(int adfd, int dst, const struct entry *x, struct sbx_archi
 	ret = io_init(&io);
 	in = ret ? -ENOMEM : dirfd_open(adfd, src, O_RDONLY | O_CLOEXEC);
 	out = in < 0 ? in : dirfd_create(dst, tmp, O_WRONLY | O_CLOEXEC, 0600);
-	ret = out < 0 ? out : decompress_fd(&io, in, out, x->size);
-	if (!ret && io.plain != x->size)
+	/* The holes stay holes: only the runs are written, then the length is set. */
+	ret = out < 0 ? out : decompress_fd(&io, in, out, &pl, x->data);
+	if (!ret && io.plain != x->data)
 		ret = -EINVAL;
+	if (!ret && ftruncate(out, (off_t)x->size) < 0)
+		ret = -errno;
 	if (!ret) {
 		digest_hex(&io, hex);
 		if (strcmp(hex, x->sha))
@@ -389,7 +529,7 @@ int sbx_archive_unpack(int dfd, struct sbx_archive_stats *st, char *err, size_t 
 	int adfd = openat(dfd, SBX_ARCHIVE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	int cdfd = -1, ret = 0;
 	json_t *list, *e;
-	struct entry x;
+	struct entry x = {0};
 	size_t i;
 
 	memset(st, 0, sizeof(*st));
@@ -400,8 +540,14 @@ int sbx_archive_unpack(int dfd, struct sbx_archive_stats *st, char *err, size_t 
 		close(adfd);
 		return errmsg(err, errlen, -EINVAL, "archive: no valid %s", SBX_ARCHIVE_MANIFEST);
 	}
-	json_array_foreach(list, i, e) if (!ret && entry_check(e, &x)) ret =
-	    errmsg(err, errlen, -EINVAL, "archive: manifest entry %zu is not valid", i);
+	json_array_foreach(list, i, e)
+	{
+		if (!ret && entry_check(e, &x))
+			ret = errmsg(err, errlen, -EINVAL,
+				     "archive: manifest entry %zu is not valid", i);
+		free(x.ext);
+		x.ext = NULL;
+	}
 	/* The archive is the truth for an archived sandbox: a chain a crash left half-unpacked
 	 * goes. */
 	if (!ret) {
@@ -417,8 +563,9 @@ int sbx_archive_unpack(int dfd, struct sbx_archive_stats *st, char *err, size_t 
 		if (ret)
 			break;
 		entry_check(e, &x);
-		st->bytes_in += x.size;
+		st->bytes_in += x.data;
 		ret = unpack_one(adfd, x.area[0] == 'c' ? cdfd : dfd, &x, st);
+		free(x.ext);
 		if (ret)
 			errmsg(err, errlen, ret, "archive: %s/%s: %s", x.area, x.name,
 			       ret == -EBADMSG ? "its SHA-256 does not match the manifest"

@@ -1,5 +1,6 @@
 /* Archiving a stopped sandbox: its chain and disk overlays packed into one compressed directory
- * (zstd per file, with a manifest of sizes and SHA-256), and unpacked again on reconnect. */
+ * (zstd per file, only its data runs: holes stay holes; a manifest of sizes, runs and SHA-256), and
+ * unpacked again on reconnect. */
 #ifndef COVE_LIFECYCLE_ARCHIVE_H
 #define COVE_LIFECYCLE_ARCHIVE_H
 
@@ -9,8 +10,9 @@
 #define SBX_ARCHIVE	     "archive"
 #define SBX_ARCHIVE_MANIFEST "manifest.json"
 /* Caps on what an archive may claim (it is untrusted data on disk). */
-#define SBX_ARCHIVE_MAX_FILES 4096
-#define SBX_ARCHIVE_MAX_FILE  (1ULL << 40)
+#define SBX_ARCHIVE_MAX_FILES	4096
+#define SBX_ARCHIVE_MAX_FILE	(1ULL << 40)
+#define SBX_ARCHIVE_MAX_EXTENTS 65536 /* data runs of one file; more: packed whole */
 
 struct sbx_archive_stats {
 	uint64_t files, bytes_in, bytes_out; /* out: compressed (archive) or written (unarchive) */

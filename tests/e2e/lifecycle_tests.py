@@ -206,7 +206,10 @@ def test_lifecycle_archive():
 
 KEK_CMD = """import base64, sys
 # A test key command (tools/key-cmd-openssl's protocol): XOR with the KEK file; revoked = gone.
-kek = open(sys.argv[1], "rb").read()
+try:
+    kek = open(sys.argv[1], "rb").read()
+except OSError:
+    sys.exit("kek.py: the KEK is revoked")
 data = base64.b64decode(sys.stdin.readline())
 print(base64.b64encode(bytes(b ^ kek[i % len(kek)] for i, b in enumerate(data))).decode())
 """

@@ -441,7 +441,10 @@ static void test_archive_hostile(void **state)
 	    {"\"name\":\"chain.json\"", "\"name\":\"../x\"", "not valid"},
 	    {"\"area\":\"top\",\"name\":\"disk0.ovl\"", "\"area\":\"top\",\"name\":\"spec.json\"",
 	     "not valid"},
-	    {"\"size\":65536", "\"size\":100", "larger than the manifest"},
+	    {"\"size\":65536", "\"size\":100", "not valid"},
+	    {"\"data\":65536,\"extents\":[[0,65536]]", "\"data\":100,\"extents\":[[0,100]]",
+	     "larger than the manifest"},
+	    {"\"extents\":[[0,65536]]", "\"extents\":[[0,60000],[50000,5536]]", "not valid"},
 	    {"\"sha256\":\"", "\"sha256\":\"0", "SHA-256"},
 	};
 
@@ -456,11 +459,11 @@ static void test_archive_hostile(void **state)
 	assert_int_equal(system(save), 0);
 	for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
 		edit_manifest(d, edits[i][0], edits[i][1]);
-		if (i == 3) /* keep the digest 64 hex digits */
+		if (i == 5) /* keep the digest 64 hex digits */
 			edit_manifest(d, "\",\"size\"", "\",\"size\"");
 		err[0] = 0;
 		int r = sbx_archive_unpack(dfd, &st, err, sizeof(err));
-		if (i == 3 && r == -EINVAL) /* 65 digits: refused as a bad entry, also fine */
+		if (i == 5 && r == -EINVAL) /* 65 digits: refused as a bad entry, also fine */
 			assert_one_line_error(err, "not valid");
 		else {
 			assert_true(r < 0);
