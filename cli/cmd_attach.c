@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/sandbox_up.h"
 #include "sandbox/agent_client.h"
 
 static const char attach_usage[] =
@@ -38,9 +39,10 @@ int cmd_attach(int argc, char **argv)
 		fprintf(stderr, "cove attach: want SANDBOX and SESSION (try 'cove attach --help')\n");
 		return 2;
 	}
-	if (agent_resolve(pos[0], uds, sizeof(uds), err, sizeof(err)) < 0) {
+	ret = sbx_resolve(pos[0], "cove attach", uds, sizeof(uds), err, sizeof(err));
+	if (ret) {
 		fprintf(stderr, "cove attach: %s\n", err);
-		return 1;
+		return ret;
 	}
 	req = json_pack("{s:s,s:s}", "op", "attach", "session", pos[1]);
 	if (!req) {

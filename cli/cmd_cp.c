@@ -11,6 +11,7 @@
 
 #include "common/errmsg.h"
 #include "common/fd_io.h"
+#include "cli/sandbox_up.h"
 #include "common/term_safe.h"
 #include "sandbox/agent_client.h"
 
@@ -44,7 +45,7 @@ static bool remote_split(const char *arg, char *uds, size_t udslen, const char *
 		return false;
 	memcpy(name, arg, (size_t)(colon - arg));
 	name[colon - arg] = '\0';
-	if (agent_resolve(name, uds, udslen, NULL, 0) < 0)
+	if (sbx_resolve(name, "cove cp", uds, udslen, NULL, 0))
 		return false;
 	*path = colon + 1;
 	return true;

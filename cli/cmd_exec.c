@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "cli/sandbox_up.h"
 #include "sandbox/agent_client.h"
 
 static const char exec_usage[] =
@@ -105,14 +106,13 @@ int cmd_exec(int argc, char **argv)
 
 	/* With --wait the socket itself may not exist yet: cove run creates it while starting. */
 	for (double waited = 0;; waited += 0.2) {
-		ret = agent_resolve(sandbox, uds, sizeof(uds), err, sizeof(err));
-		if (ret == 0 || ret != -ENOENT || waited >= wait_s)
+		ret = sbx_resolve(sandbox, "cove exec", uds, sizeof(uds), err, sizeof(err));
+		if (ret == 0 || ret != SBX_EXIT_UNKNOWN || waited >= wait_s)
 			break;
 		usleep(200 * 1000);
 	}
-	if (ret < 0) {
+	if (ret) {
 		fprintf(stderr, "cove exec: %s\n", err);
-		ret = 1;
 		goto out;
 	}
 	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty",

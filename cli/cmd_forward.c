@@ -9,14 +9,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cli/sandbox_up.h"
 #include "common/accept_serve.h"
 #include "common/splice.h"
 #include "sandbox/agent_client.h"
 
 static const char forward_usage[] =
-	"usage: cove forward SANDBOX HOSTPORT:GUESTPORT\n"
-	"Listens on 127.0.0.1:HOSTPORT (0: any free port, printed) and carries each connection to\n"
-	"127.0.0.1:GUESTPORT inside the sandbox over vsock. Runs until interrupted.\n";
+    "usage: cove forward SANDBOX HOSTPORT:GUESTPORT\n"
+    "Listens on 127.0.0.1:HOSTPORT (0: any free port, printed) and carries each connection to\n"
+    "127.0.0.1:GUESTPORT inside the sandbox over vsock. Runs until interrupted.\n";
 
 /* Where every connection goes; lives as long as the accept loop. */
 struct fwd_target {
@@ -71,8 +72,9 @@ int cmd_forward(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 3) {
-		fprintf(stderr, "cove forward: want SANDBOX and HOSTPORT:GUESTPORT (try 'cove forward "
-				"--help')\n");
+		fprintf(stderr,
+			"cove forward: want SANDBOX and HOSTPORT:GUESTPORT (try 'cove forward "
+			"--help')\n");
 		return 2;
 	}
 	colon = strchr(argv[2], ':');
@@ -83,9 +85,11 @@ int cmd_forward(int argc, char **argv)
 			argv[2]);
 		return 2;
 	}
-	if (agent_resolve(argv[1], target.uds, sizeof(target.uds), err, sizeof(err)) < 0) {
+	int st =
+	    sbx_resolve(argv[1], "cove forward", target.uds, sizeof(target.uds), err, sizeof(err));
+	if (st) {
 		fprintf(stderr, "cove forward: %s\n", err);
-		return 1;
+		return st;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	sin.sin_port = htons((uint16_t)host_port);

@@ -17,7 +17,7 @@
 
 static const char ps_usage[] =
     "usage: cove ps [SANDBOX]\n"
-    "Without SANDBOX: every sandbox registered in the state dir (${COVE_STATE_DIR:-\n"
+    "Without SANDBOX: every sandbox registered in the runtime dir (${COVE_RUN_DIR:-\n"
     "$XDG_RUNTIME_DIR/cove or /run/cove}/NAME/vsock.sock; register one by giving cove run\n"
     "--vsock-uds that path), with the pid of the cove process serving it and its status.\n"
     "With SANDBOX: its exec sessions (ids for cove attach).\n";

@@ -10,5 +10,15 @@ int cmd_fork(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_rekey(int argc, char **argv);
+/* Sandboxes by name (issue 14): cmd_create.c, cmd_lifecycle.c, cmd_ls.c. */
+int cmd_create(int argc, char **argv);
+int cmd_start(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+int cmd_archive(int argc, char **argv);
+int cmd_pause(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
 
 #endif

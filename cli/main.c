@@ -13,6 +13,15 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "create", cmd_create, "create a named sandbox that lives across stops and restarts, and start it" },
+	{ "ls", cmd_ls, "list the named sandboxes with their state and sizes" },
+	{ "start", cmd_start, "start a stopped sandbox (restored from its newest snapshot)" },
+	{ "stop", cmd_stop, "snapshot a sandbox and end its process (RAM freed)" },
+	{ "archive", cmd_archive, "stop a sandbox and pack its chain and disks (zstd); reconnect unpacks" },
+	{ "pause", cmd_pause, "pause a named sandbox's vCPUs" },
+	{ "resume", cmd_resume, "resume a paused (or start a stopped) sandbox" },
+	{ "rm", cmd_rm, "delete a named sandbox and its files (leaves a tombstone)" },
+	{ "gc", cmd_gc, "archive and delete sandboxes past their --archive-after/--delete-after" },
 	{ "run", cmd_run, "boot a microVM and run it until the guest stops" },
 	{ "snapshot", cmd_snapshot, "snapshot a running sandbox (full or incremental)" },
 	{ "restore", cmd_restore, "start a sandbox from a snapshot chain (memory mapped lazily)" },

@@ -64,7 +64,7 @@ int agent_connect_reply_parse(const char *line, char *err, size_t errlen)
 
 int agent_state_dir(char *buf, size_t len)
 {
-	const char *d = getenv("COVE_STATE_DIR"), *rt = getenv("XDG_RUNTIME_DIR");
+	const char *d = getenv("COVE_RUN_DIR"), *rt = getenv("XDG_RUNTIME_DIR");
 	int n;
 
 	if (d && *d)

@@ -15,6 +15,8 @@
 /* Pure helpers (unit-tested). */
 int agent_exit_parse(const char *buf, size_t len, int *status);
 int agent_connect_reply_parse(const char *line, char *err, size_t errlen);
+/* The runtime directory of registered sandboxes: ${COVE_RUN_DIR:-$XDG_RUNTIME_DIR/cove
+ * or /run/cove}; each NAME/vsock.sock in it is a sandbox by name. */
 int agent_state_dir(char *buf, size_t len);
 int agent_resolve(const char *sandbox, char *uds, size_t len, char *err, size_t errlen);
 

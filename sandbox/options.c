@@ -127,6 +127,8 @@ int parse_duration_ms(const char *s, uint64_t *out)
 		mul = 60000;
 	else if (!strcmp(end, "h"))
 		mul = 3600000;
+	else if (!strcmp(end, "d"))
+		mul = 86400000;
 	else
 		return -EINVAL;
 	if (v > UINT64_MAX / mul)

@@ -456,7 +456,7 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	char layer_s[24], cid_s[24], ready_s[16];
 	snprintf(layer_s, sizeof(layer_s), "%llu", (unsigned long long)layer);
 	snprintf(cid_s, sizeof(cid_s), "%llu", (unsigned long long)c->cid);
-	snprintf(ready_s, sizeof(ready_s), "%d", pfd[1]);
+	snprintf(ready_s, sizeof(ready_s), "%d", 3); /* the clone gets the pipe as fd 3 */
 	const char *argv[24 + 2 * RUN_MAX_DISKS];
 	char disk_arg[RUN_MAX_DISKS][RUN_DISK_PATH_MAX + 4];
 	int n = 0;
@@ -506,7 +506,12 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	posix_spawnattr_t at;
 	posix_spawn_file_actions_init(&fa);
 	/* The ready pipe's write end stays open in the child (only it lacks CLOEXEC there). */
-	posix_spawn_file_actions_adddup2(&fa, pfd[1], pfd[1]);
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
+	/*
+	 * Nothing else of ours crosses: an fd without O_CLOEXEC here is a lock this process holds
+	 * for its life (the lifecycle's vmm.lock), which a clone must not hold on after we exit.
+	 */
+	posix_spawn_file_actions_addclosefrom_np(&fa, 4);
 	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
 	/* A clone's console is its own file: the parent's stdout (maybe its console) stays ours. */
 	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);

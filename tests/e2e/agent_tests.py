@@ -31,7 +31,7 @@ COVE = os.environ.get("COVE", bt.COVE)
 BROKER = os.environ.get("COVE_BROKER", "/work/cove-broker")
 HELPER = os.environ.get("COVE_CRED_HELPER", "/work/git-credential-pass")
 AGENT_WAIT = "240"
-ENV = dict(os.environ, COVE_STATE_DIR=STATE)
+ENV = dict(os.environ, COVE_RUN_DIR=STATE)
 
 
 class Sandbox:
@@ -226,7 +226,7 @@ def test_agent_exec():
         check(m, f"cove ps: no running session for {evil!r}: {r.stdout!r}")
         sb.sh(f"kill {int(m.group(1))}; rm -rf {gtmp}")
         r = sb.cove("exec", "nosuchbox", "--", "true")
-        check(r.returncode == 1 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
+        check(r.returncode == 65 and b"no sandbox 'nosuchbox'" in r.stderr, f"unknown name: {r.stderr!r}")
     finally:
         console = sb.close()
     check("cove-init: ready" in console or LOCAL, f"console: {console[-800:]!r}")

@@ -124,7 +124,7 @@ static void test_resolve(void **state)
 
 	(void)state;
 	assert_non_null(mkdtemp(dir));
-	setenv("COVE_STATE_DIR", dir, 1);
+	setenv("COVE_RUN_DIR", dir, 1);
 	assert_int_equal(agent_state_dir(path, sizeof(path)), 0);
 	assert_string_equal(path, dir);
 	snprintf(path, sizeof(path), "%s/box1", dir);
@@ -149,7 +149,7 @@ static void test_resolve(void **state)
 	snprintf(path, sizeof(path), "%s/box1", dir);
 	rmdir(path);
 	rmdir(dir);
-	unsetenv("COVE_STATE_DIR");
+	unsetenv("COVE_RUN_DIR");
 	setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
 	assert_int_equal(agent_state_dir(path, sizeof(path)), 0);
 	assert_string_equal(path, "/run/user/1234/cove");

@@ -1,0 +1,248 @@
+/* `cove create NAME`: a sandbox that outlives its process, made from defaults and started. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/sandbox_up.h"
+#include "lifecycle/events.h"
+#include "lifecycle/gc.h"
+#include "lifecycle/guest_files.h"
+#include "lifecycle/name.h"
+#include "lifecycle/root.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/tombstone.h"
+#include "sandbox/options.h"
+
+static const char create_usage[] =
+    "usage: cove create NAME [--mem SIZE] [--vcpus N] [--disk PATH[,ro]]...\n"
+    "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
+    "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
+    "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
+    "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
+    "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
+    "an API socket in ${COVE_RUN_DIR:-/run/cove}/NAME/, a snapshot chain with one snapshot\n"
+    "every 60 s. cove-init runs its agent and waits for `cove exec NAME -- CMD`.\n"
+    "  --mem SIZE              guest RAM (default 256M)\n"
+    "  --vcpus N               (default 1)\n"
+    "  --disk PATH[,ro]        another disk (/dev/vdb...), the file itself\n"
+    "  --key SPEC              encrypt the chain (key-cmd:CMD or pkcs11:CONFIG)\n"
+    "  --snapshot-every D      60s, 5m...; off: only at stop (default 60s)\n"
+    "  --kernel, --rootfs      another kernel or base image; --initrd boots an initramfs\n"
+    "                          with no root disk\n"
+    "NAME: [a-z0-9][a-z0-9-]*, at most 48 characters.\n";
+
+enum { O_MEM = 256, O_VCPUS, O_DISK, O_KEY, O_EVERY, O_KERNEL, O_ROOTFS, O_INITRD, O_ARCH, O_DEL };
+
+static const struct option create_opts[] = {
+    {"mem", required_argument, NULL, O_MEM},
+    {"vcpus", required_argument, NULL, O_VCPUS},
+    {"disk", required_argument, NULL, O_DISK},
+    {"key", required_argument, NULL, O_KEY},
+    {"snapshot-every", required_argument, NULL, O_EVERY},
+    {"kernel", required_argument, NULL, O_KERNEL},
+    {"rootfs", required_argument, NULL, O_ROOTFS},
+    {"initrd", required_argument, NULL, O_INITRD},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* An absolute copy of a host path the user gave (the VMM starts elsewhere later). */
+static int abs_path(const char *in, char *out, size_t cap, char *err, size_t errlen)
+{
+	char *r = realpath(in, NULL);
+	int ret = 0;
+
+	if (!r)
+		return snprintf(err, errlen, "%s: %s", in, strerror(errno)), -errno;
+	if ((size_t)snprintf(out, cap, "%s", r) >= cap)
+		ret = (snprintf(err, errlen, "%s: path too long", in), -ENAMETOOLONG);
+	free(r);
+	return ret;
+}
+
+static int add_disk(struct sbx_spec *s, const char *arg, char *err, size_t errlen)
+{
+	struct disk_opt d;
+	struct sbx_disk *k;
+
+	if (s->nr_disks >= SBX_MAX_DISKS)
+		return snprintf(err, errlen, "at most %d disks", SBX_MAX_DISKS - 1), -E2BIG;
+	if (parse_disk_opt(arg, &d, err, errlen))
+		return -EINVAL;
+	if (d.overlay[0])
+		return snprintf(err, errlen,
+				"--disk: the sandbox keeps its own overlays (give the "
+				"base without overlay=)"),
+		       -EINVAL;
+	k = &s->disks[s->nr_disks];
+	if (abs_path(d.path, k->path, sizeof(k->path), err, errlen))
+		return -EINVAL;
+	k->read_only = d.read_only;
+	s->nr_disks++;
+	return 0;
+}
+
+static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, char *err,
+		 size_t errlen)
+{
+	char extra[SBX_MAX_DISKS][4096];
+	int nextra = 0, c;
+	char rootfs[4096] = "", initrd[4096] = "";
+
+	s->mem_bytes = 256ULL << 20;
+	s->vcpus = 1;
+	s->snapshot_every_ms = 60000;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", create_opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			return 1;
+		case O_MEM:
+			if (parse_mem_size(optarg, &s->mem_bytes) || s->mem_bytes < (16ULL << 20))
+				return snprintf(err, errlen, "--mem: bad size '%s'", optarg),
+				       -EINVAL;
+			break;
+		case O_VCPUS:
+			s->vcpus = atoi(optarg);
+			if (s->vcpus < 1 || s->vcpus > 64)
+				return snprintf(err, errlen, "--vcpus: 1 to 64"), -EINVAL;
+			break;
+		case O_DISK:
+			if (nextra >= SBX_MAX_DISKS - 1)
+				return snprintf(err, errlen, "at most %d disks", SBX_MAX_DISKS - 1),
+				       -E2BIG;
+			snprintf(extra[nextra++], sizeof(extra[0]), "%s", optarg);
+			break;
+		case O_KEY:
+			if (opt_key_spec("--key", optarg, err, errlen))
+				return -EINVAL;
+			snprintf(s->key, sizeof(s->key), "%s", optarg);
+			break;
+		case O_EVERY:
+			if (!strcmp(optarg, "off"))
+				s->snapshot_every_ms = 0;
+			else if (parse_duration_ms(optarg, &s->snapshot_every_ms) ||
+				 s->snapshot_every_ms < 1000)
+				return snprintf(
+					   err, errlen,
+					   "--snapshot-every: a duration of 1s or more, or off"),
+				       -EINVAL;
+			break;
+		case O_ARCH:
+		case O_DEL:
+			if (parse_duration_ms(optarg, c == O_ARCH ? &s->archive_after_ms
+								  : &s->delete_after_ms))
+				return snprintf(err, errlen, "--%s: a duration (90s, 15m, 7d)",
+						c == O_ARCH ? "archive-after" : "delete-after"),
+				       -EINVAL;
+			break;
+		case O_KERNEL:
+			if (abs_path(optarg, s->kernel, sizeof(s->kernel), err, errlen))
+				return -EINVAL;
+			break;
+		case O_ROOTFS:
+			if (abs_path(optarg, rootfs, sizeof(rootfs), err, errlen))
+				return -EINVAL;
+			break;
+		case O_INITRD:
+			if (abs_path(optarg, initrd, sizeof(initrd), err, errlen))
+				return -EINVAL;
+			break;
+		default:
+			return snprintf(err, errlen, "unknown option '%s'", argv[optind - 1]),
+			       -EINVAL;
+		}
+	}
+	if (optind != argc - 1)
+		return snprintf(err, errlen, "want exactly one NAME"), -EINVAL;
+	*name = argv[optind];
+	if (sbx_name_check(*name, err, errlen))
+		return -EINVAL;
+	if (initrd[0] && rootfs[0])
+		return snprintf(err, errlen, "--rootfs and --initrd: one root, not both"), -EINVAL;
+	if (initrd[0]) {
+		snprintf(s->initrd, sizeof(s->initrd), "%s", initrd);
+		if (!s->kernel[0] && sbx_guest_find(s->kernel, rootfs, sizeof(rootfs), err, errlen))
+			return -ENOENT;
+	} else {
+		if ((!s->kernel[0] || !rootfs[0]) &&
+		    sbx_guest_find(s->kernel, rootfs, sizeof(rootfs), err, errlen))
+			return -ENOENT;
+		/* The shared base image, read-only; the sandbox writes to an overlay of its own. */
+		snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", rootfs);
+		s->disks[0].overlay = true;
+		s->nr_disks = 1;
+	}
+	snprintf(s->cmdline, sizeof(s->cmdline),
+		 "console=ttyS0 reboot=k panic=-1 quiet "
+		 "cove.hostname=%s%s",
+		 *name, initrd[0] ? "" : " root=/dev/vda rw init=/sbin/cove-init");
+	for (int i = 0; i < nextra; i++)
+		if (add_disk(s, extra[i], err, errlen))
+			return -EINVAL;
+	return 0;
+}
+
+int cmd_create(int argc, char **argv)
+{
+	struct sbx_spec *s = calloc(1, sizeof(*s));
+	struct sbx_root r = {.dfd = -1};
+	struct timespec now;
+	const char *name = NULL;
+	char err[512];
+	int ret, dfd = -1, status = 1;
+
+	if (!s)
+		return 1;
+	ret = parse(argc, argv, s, &name, err, sizeof(err));
+	if (ret == 1) {
+		fputs(create_usage, stdout);
+		status = 0;
+		goto out;
+	}
+	if (ret) {
+		fprintf(stderr, "cove create: %s (try 'cove create --help')\n", err);
+		status =
+		    name && ret == -EINVAL && sbx_name_check(name, NULL, 0) ? SBX_EXIT_BAD_NAME : 2;
+		goto out;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	s->created_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	if (sbx_root_open(&r, true, err, sizeof(err)) ||
+	    (dfd = sbx_dir_open(&r, name, true, err, sizeof(err))) < 0) {
+		fprintf(stderr, "cove create: %s\n", err);
+		goto out;
+	}
+	sbx_tombstone_clear(&r, name);
+	ret = sbx_spec_write(dfd, s);
+	if (ret) {
+		fprintf(stderr, "cove create: %s: cannot write its spec: %s\n", name,
+			strerror(-ret));
+		goto out;
+	}
+	ret = sbx_start(&r, name, dfd, "cove create", err, sizeof(err));
+	if (ret) {
+		fprintf(stderr,
+			"cove create: %s: %s (its files stay in %s/%s; cove rm %s removes "
+			"them)\n",
+			name, err, r.state, name, name);
+		goto out;
+	}
+	sbx_gc(&r, false, true); /* deadlines of other sandboxes, in passing */
+	printf("%s: running (kernel %s, %s %s)\n", name, s->kernel,
+	       s->initrd[0] ? "initramfs" : "root image",
+	       s->initrd[0] ? s->initrd : s->disks[0].path);
+	status = 0;
+out:
+	if (dfd >= 0)
+		close(dfd);
+	sbx_root_close(&r);
+	free(s);
+	return status;
+}

@@ -1,0 +1,307 @@
+/* `cove start|stop|pause|resume|rm NAME`: moving a created sandbox between its states. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/api_client.h"
+#include "cli/commands.h"
+#include "cli/sandbox_up.h"
+#include "common/errmsg.h"
+#include "lifecycle/archive.h"
+#include "lifecycle/events.h"
+#include "lifecycle/gc.h"
+#include "lifecycle/launch.h"
+#include "lifecycle/lock.h"
+#include "lifecycle/name.h"
+#include "lifecycle/root.h"
+#include "lifecycle/state.h"
+#include "lifecycle/tombstone.h"
+#include "lifecycle/tree.h"
+
+/* How long a VMM gets to exit after SIGTERM before SIGKILL. */
+#define STOP_WAIT_S 30
+
+struct target {
+	struct sbx_root root;
+	const char *name;
+	int dfd;
+	enum sbx_state state;
+	char api[128];
+};
+
+/* Opens NAME's directory and reads its state; on failure prints one line, returns the status. */
+static int open_target(const char *cmd, int argc, char **argv, struct target *t)
+{
+	char err[512];
+	int ret;
+
+	t->dfd = -1;
+	t->root.dfd = -1;
+	if (argc != 2 || argv[1][0] == '-') {
+		fprintf(stderr, "usage: cove %s NAME\n", cmd);
+		return argc == 2 && !strcmp(argv[1], "--help") ? -1 : 2;
+	}
+	t->name = argv[1];
+	ret = sbx_name_check(t->name, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "cove %s: %s\n", cmd, err);
+		return SBX_EXIT_BAD_NAME;
+	}
+	if (sbx_root_open(&t->root, false, err, sizeof(err)) == 0)
+		t->dfd = sbx_dir_open(&t->root, t->name, false, err, sizeof(err));
+	if (t->dfd < 0) {
+		if (t->root.dfd >= 0 &&
+		    !sbx_tombstone_describe(&t->root, t->name, err, sizeof(err))) {
+			fprintf(stderr, "cove %s: %s\n", cmd, err);
+			return SBX_EXIT_DELETED;
+		}
+		fprintf(stderr, "cove %s: no sandbox named %s\n", cmd, t->name);
+		return SBX_EXIT_UNKNOWN;
+	}
+	ret = sbx_state_read(t->dfd, &t->state, NULL);
+	if (ret) {
+		fprintf(stderr, "cove %s: %s: cannot read its state: %s\n", cmd, t->name,
+			strerror(-ret));
+		return 1;
+	}
+	sbx_run_path(&t->root, t->name, "api.sock", t->api, sizeof(t->api));
+	return 0;
+}
+
+static void close_target(struct target *t)
+{
+	if (t->dfd >= 0)
+		close(t->dfd);
+	sbx_root_close(&t->root);
+}
+
+static int api_set_state(const char *api, const char *state, char *err, size_t errlen)
+{
+	char body[64], fault[256];
+	char *reply = NULL;
+	long status;
+	int ret;
+
+	snprintf(body, sizeof(body), "{\"state\":\"%s\"}", state);
+	ret = api_call(api, "PATCH", "/vm", body, 30, &status, &reply, err, errlen);
+	if (!ret && status / 100 != 2) {
+		api_fault_text(reply, fault, sizeof(fault));
+		ret = errmsg(err, errlen, -EIO, "%s", fault);
+	}
+	free(reply);
+	return ret;
+}
+
+/* Ends the VMM holding vmm.lock: SIGTERM, then SIGKILL after STOP_WAIT_S. 0 once it is gone. */
+static int end_vmm(int dfd, int first_sig)
+{
+	pid_t pid = sbx_vmm_pid(dfd);
+	int sig = first_sig;
+
+	if (pid <= 0)
+		return pid;
+	for (int tick = 0;; tick++) {
+		if (tick == 0 || (tick == STOP_WAIT_S * 10 && sig != SIGKILL)) {
+			if (tick)
+				sig = SIGKILL;
+			if (kill(pid, sig) < 0 && errno != ESRCH)
+				return -errno;
+		}
+		if (sbx_lock_held(dfd, SBX_LOCK_VMM) == 0)
+			return 0;
+		if (tick > STOP_WAIT_S * 20)
+			return -ETIMEDOUT;
+		usleep(100 * 1000);
+	}
+}
+
+int cmd_start(int argc, char **argv)
+{
+	struct target t;
+	char err[512];
+	int st = open_target("start", argc, argv, &t);
+
+	if (st == 0 && sbx_start(&t.root, t.name, t.dfd, "cove start", err, sizeof(err))) {
+		fprintf(stderr, "cove start: %s: %s\n", t.name, err);
+		st = SBX_EXIT_START;
+	} else if (st == 0)
+		printf("%s: running\n", t.name);
+	close_target(&t);
+	return st < 0 ? 0 : st;
+}
+
+/*
+ * A running or paused sandbox to stopped: paused (so the guest cannot change what the final
+ * snapshot holds), snapshotted, its process ended. The caller holds the start lock. If the
+ * snapshot fails it keeps running. 0, or 1 after one line on stderr.
+ */
+static int stop_locked(const char *cmd, struct target *t, const char *why)
+{
+	char err[512];
+	int ret = (t->state == SBX_PAUSED ? 0 : api_set_state(t->api, "Paused", err, sizeof(err)))
+		      ?: sbx_snapshot_now(t->api, err, sizeof(err));
+
+	if (ret) {
+		if (t->state != SBX_PAUSED)
+			api_set_state(t->api, "Resumed", NULL, 0);
+		fprintf(stderr, "cove %s: %s: the final snapshot failed, so it keeps running: %s\n",
+			cmd, t->name, err);
+		return 1;
+	}
+	ret = end_vmm(t->dfd, SIGTERM);
+	if (ret) {
+		fprintf(stderr, "cove %s: %s: its VMM did not exit: %s\n", cmd, t->name,
+			strerror(-ret));
+		return 1;
+	}
+	sbx_event_append(t->dfd, sbx_state_name(t->state), "stopped", why);
+	t->state = SBX_STOPPED;
+	return 0;
+}
+
+int cmd_stop(int argc, char **argv)
+{
+	struct target t;
+	int lk, st = open_target("stop", argc, argv, &t);
+
+	if (st)
+		goto out;
+	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
+	sbx_state_read(t.dfd, &t.state, NULL);
+	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED)
+		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
+	else if (!(st = stop_locked("stop", &t, "cove stop")))
+		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+	if (lk >= 0)
+		close(lk);
+out:
+	close_target(&t);
+	return st < 0 ? 0 : st;
+}
+
+int cmd_archive(int argc, char **argv)
+{
+	struct sbx_archive_stats as;
+	struct target t;
+	char err[512];
+	int lk, st = open_target("archive", argc, argv, &t);
+
+	if (st)
+		goto out;
+	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
+	sbx_state_read(t.dfd, &t.state, NULL);
+	if (t.state == SBX_ARCHIVED) {
+		printf("%s: already archived\n", t.name);
+	} else if ((t.state == SBX_RUNNING || t.state == SBX_PAUSED) &&
+		   (st = stop_locked("archive", &t, "cove archive"))) {
+		/* the final snapshot failed: it keeps running, nothing is archived */
+	} else if (sbx_archive_pack(t.dfd, &as, err, sizeof(err))) {
+		fprintf(stderr, "cove archive: %s: %s (its chain is as it was)\n", t.name, err);
+		st = 1;
+	} else {
+		sbx_event_append(t.dfd, sbx_state_name(t.state), "archived", "cove archive");
+		printf("%s: archived (%llu files, %.1f MiB packed into %.1f MiB)\n", t.name,
+		       (unsigned long long)as.files, (double)as.bytes_in / (1 << 20),
+		       (double)as.bytes_out / (1 << 20));
+	}
+	if (lk >= 0)
+		close(lk);
+out:
+	close_target(&t);
+	return st < 0 ? 0 : st;
+}
+
+static int pause_resume(int argc, char **argv, bool pause)
+{
+	const char *cmd = pause ? "pause" : "resume";
+	struct target t;
+	char err[512];
+	int st = open_target(cmd, argc, argv, &t);
+
+	if (st)
+		goto out;
+	if (!pause && t.state != SBX_RUNNING && t.state != SBX_PAUSED) {
+		/* Resuming a stopped sandbox is starting it. */
+		if (sbx_start(&t.root, t.name, t.dfd, "cove resume", err, sizeof(err))) {
+			fprintf(stderr, "cove resume: %s: %s\n", t.name, err);
+			st = SBX_EXIT_START;
+		}
+		goto out;
+	}
+	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED) {
+		fprintf(stderr, "cove pause: %s is %s\n", t.name, sbx_state_name(t.state));
+		st = 1;
+		goto out;
+	}
+	if ((pause && t.state == SBX_PAUSED) || (!pause && t.state == SBX_RUNNING))
+		goto out;
+	if (api_set_state(t.api, pause ? "Paused" : "Resumed", err, sizeof(err))) {
+		fprintf(stderr, "cove %s: %s: %s\n", cmd, t.name, err);
+		st = 1;
+		goto out;
+	}
+	sbx_event_append(t.dfd, sbx_state_name(t.state), pause ? "paused" : "running",
+			 pause ? "cove pause" : "cove resume");
+out:
+	close_target(&t);
+	return st < 0 ? 0 : st;
+}
+
+int cmd_pause(int argc, char **argv)
+{
+	return pause_resume(argc, argv, true);
+}
+
+int cmd_resume(int argc, char **argv)
+{
+	return pause_resume(argc, argv, false);
+}
+
+int cmd_rm(int argc, char **argv)
+{
+	struct target t;
+	int lk = -1, ret, st = open_target("rm", argc, argv, &t);
+
+	if (st)
+		goto out;
+	/* Not while another command is starting it: wait for that, then delete. */
+	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
+	ret = sbx_remove(&t.root, t.name, t.dfd, sbx_state_name(t.state), "cove rm");
+	t.dfd = -1;
+	if (ret) {
+		fprintf(stderr, "cove rm: %s: %s\n", t.name, strerror(-ret));
+		st = 1;
+	} else
+		printf("%s: deleted\n", t.name);
+out:
+	if (lk >= 0)
+		close(lk);
+	close_target(&t);
+	return st < 0 ? 0 : st;
+}
+
+int cmd_gc(int argc, char **argv)
+{
+	bool dry = argc == 2 && !strcmp(argv[1], "--dry-run");
+	struct sbx_root r;
+	char err[512];
+	int failed;
+
+	if (argc > 2 || (argc == 2 && !dry)) {
+		fprintf(stderr,
+			"usage: cove gc [--dry-run]\n"
+			"Archives sandboxes stopped for longer than their --archive-after and "
+			"deletes those unused\nfor longer than their --delete-after.\n");
+		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	if (sbx_root_open(&r, false, err, sizeof(err)))
+		return 0; /* no sandboxes: nothing due */
+	failed = sbx_gc(&r, dry, false);
+	sbx_root_close(&r);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,151 @@
+/* `cove ls [--json]`: every sandbox `cove create` made, with its state and sizes. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli/commands.h"
+#include "lifecycle/gc.h"
+#include "lifecycle/name.h"
+#include "lifecycle/root.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/state.h"
+#include "lifecycle/tree.h"
+#include "lifecycle/vmm_args.h"
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The age of the newest committed layer (chain.json's mtime), or -1 with none. */
+static int64_t snapshot_age_s(int dfd)
+{
+	struct stat st;
+
+	if (fstatat(dfd, SBX_CHAIN "/chain.json", &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -1;
+	return (now_ms() - ((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000)) /
+	       1000;
+}
+
+static json_t *describe(int dfd, const char *name)
+{
+	struct sbx_spec *s = calloc(1, sizeof(*s));
+	struct sbx_event ev;
+	enum sbx_state st;
+	json_t *j = NULL;
+
+	if (!s)
+		return NULL;
+	if (sbx_spec_read(dfd, s, NULL, 0) == 0 && sbx_state_read(dfd, &st, &ev) == 0) {
+		uint64_t total = sbx_tree_bytes(dfd, "."), chain = sbx_tree_bytes(dfd, SBX_CHAIN);
+
+		j = json_pack("{s:s,s:s,s:I,s:i,s:I,s:I,s:I,s:I,s:b}", "name", name, "state",
+			      sbx_state_name(st), "since_ms",
+			      (json_int_t)(ev.time_ms ? ev.time_ms : s->created_ms), "vcpus",
+			      s->vcpus, "mem_bytes", (json_int_t)s->mem_bytes, "disk_bytes",
+			      (json_int_t)(total - chain), "chain_bytes", (json_int_t)chain,
+			      "last_snapshot_age_s", (json_int_t)snapshot_age_s(dfd), "encrypted",
+			      s->key[0] != 0);
+	}
+	free(s);
+	return j;
+}
+
+static void human(uint64_t b, char *out, size_t cap)
+{
+	if (b >= (1ULL << 30))
+		snprintf(out, cap, "%.1fG", (double)b / (1 << 30));
+	else
+		snprintf(out, cap, "%.1fM", (double)b / (1 << 20));
+}
+
+static void print_row(json_t *j)
+{
+	char since[32], mem[32], disk[32], chain[32], age[40];
+	int64_t s = json_integer_value(json_object_get(j, "since_ms"));
+	int64_t a = json_integer_value(json_object_get(j, "last_snapshot_age_s"));
+	time_t t = (time_t)(s / 1000);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(since, sizeof(since), "%Y-%m-%d %H:%M", &tm);
+	human((uint64_t)json_integer_value(json_object_get(j, "mem_bytes")), mem, sizeof(mem));
+	human((uint64_t)json_integer_value(json_object_get(j, "disk_bytes")), disk, sizeof(disk));
+	human((uint64_t)json_integer_value(json_object_get(j, "chain_bytes")), chain,
+	      sizeof(chain));
+	if (a < 0)
+		snprintf(age, sizeof(age), "-");
+	else
+		snprintf(age, sizeof(age), "%llds ago", (long long)a);
+	printf("%-20s %-9s %-16s %5lld %7s %8s %8s  %s\n",
+	       json_string_value(json_object_get(j, "name")),
+	       json_string_value(json_object_get(j, "state")), since,
+	       (long long)json_integer_value(json_object_get(j, "vcpus")), mem, disk, chain, age);
+}
+
+int cmd_ls(int argc, char **argv)
+{
+	bool as_json = argc == 2 && !strcmp(argv[1], "--json");
+	struct sbx_root r;
+	json_t *all = json_array();
+	char err[512];
+	struct dirent *e;
+	DIR *d;
+	int fd;
+
+	if (argc > 2 || (argc == 2 && !as_json)) {
+		fprintf(stderr, "usage: cove ls [--json]\n");
+		json_decref(all);
+		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	if (sbx_root_open(&r, false, err, sizeof(err)) == 0) {
+		sbx_gc(&r, false, true); /* deadlines, in passing: ls shows what is left */
+		fd = dup(r.dfd);
+		d = fd >= 0 ? fdopendir(fd) : NULL;
+		if (d)
+			rewinddir(d); /* the dup shares its offset with r.dfd, which gc just read */
+		while (d && (e = readdir(d))) {
+			if (sbx_name_check(e->d_name, NULL, 0))
+				continue;
+			int sfd = sbx_dir_open(&r, e->d_name, false, NULL, 0);
+
+			if (sfd < 0)
+				continue;
+			json_t *j = describe(sfd, e->d_name);
+
+			close(sfd);
+			if (j)
+				json_array_append_new(all, j);
+		}
+		if (d)
+			closedir(d);
+		sbx_root_close(&r);
+	}
+	if (as_json) {
+		char *text = json_dumps(all, JSON_INDENT(2));
+
+		printf("%s\n", text ? text : "[]");
+		free(text);
+	} else {
+		size_t i;
+		json_t *j;
+
+		printf("%-20s %-9s %-16s %5s %7s %8s %8s  %s\n", "NAME", "STATE", "SINCE (UTC)",
+		       "VCPUS", "MEM", "DISK", "CHAIN", "LAST SNAPSHOT");
+		json_array_foreach(all, i, j) print_row(j);
+	}
+	json_decref(all);
+	return 0;
+}

@@ -1,0 +1,257 @@
+/* Starting a named sandbox on demand: the lifecycle's reconnect path. */
+#include "cli/sandbox_up.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli/api_client.h"
+#include "common/errmsg.h"
+#include "lifecycle/archive.h"
+#include "lifecycle/launch.h"
+#include "lifecycle/lock.h"
+#include "lifecycle/name.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/state.h"
+#include "lifecycle/tombstone.h"
+#include "lifecycle/vmm_args.h"
+#include "sandbox/agent_client.h"
+
+/* How long a start may take before the command gives up (a box boots in seconds). */
+#define START_WAIT_S 300
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The chain has a committed layer (chain.json is renamed into place last). */
+static bool has_chain(int dfd)
+{
+	struct stat st;
+	char path[64];
+
+	snprintf(path, sizeof(path), "%s/chain.json", SBX_CHAIN);
+	return fstatat(dfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
+/* After a restore: a new RNG seed and the host's clock through the agent (a void broker token
+ * at epoch 0: the broker grants again). Doubles as the readiness check. */
+static int send_identity(const char *uds, char *err, size_t errlen)
+{
+	uint8_t tok[16];
+	char hex[33];
+	int ret;
+
+	if (getrandom(tok, sizeof(tok), 0) != (ssize_t)sizeof(tok))
+		return errmsg(err, errlen, -EIO, "no randomness for a token");
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", tok[i]);
+	ret = agent_send_identity(uds, 0, hex, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
+	explicit_bzero(hex, sizeof(hex));
+	return ret;
+}
+
+static int agent_ready(const char *uds, char *err, size_t errlen)
+{
+	json_t *req = json_pack("{s:s}", "op", "status"), *reply = NULL;
+	int fd = agent_call(uds, 2.0, req, &reply, err, errlen);
+
+	json_decref(req);
+	json_decref(reply);
+	if (fd >= 0)
+		close(fd);
+	return fd < 0 ? fd : 0;
+}
+
+/* Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. */
+static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *err, size_t errlen)
+{
+	double deadline = now_s() + START_WAIT_S;
+	char tail[300];
+
+	for (;;) {
+		int st, ret;
+
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			sbx_vmm_log_tail(dfd, tail, sizeof(tail));
+			return errmsg(err, errlen, -ECHILD,
+				      "the sandbox's VMM exited while starting%s%s",
+				      tail[0] ? ": " : "", tail);
+		}
+		ret = restored ? send_identity(uds, err, errlen) : agent_ready(uds, err, errlen);
+		if (ret == 0)
+			return 0;
+		if (now_s() > deadline)
+			return errmsg(err, errlen, -ETIMEDOUT,
+				      "the guest agent did not answer within %d s", START_WAIT_S);
+		usleep(200 * 1000);
+	}
+}
+
+static int api_state(const char *api, const char *state, char *err, size_t errlen)
+{
+	char body[64], fault[256];
+	long status;
+	char *reply = NULL;
+	int ret;
+
+	snprintf(body, sizeof(body), "{\"state\":\"%s\"}", state);
+	ret = api_call(api, "PATCH", "/vm", body, 30, &status, &reply, err, errlen);
+	if (!ret && status / 100 != 2) {
+		api_fault_text(reply, fault, sizeof(fault));
+		ret = errmsg(err, errlen, -EIO, "%s", fault);
+	}
+	free(reply);
+	return ret;
+}
+
+int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
+	      size_t errlen)
+{
+	struct sbx_spec *spec = NULL;
+	struct sbx_args *args = NULL;
+	enum sbx_state st;
+	char uds[128], api[128];
+	bool restore;
+	pid_t pid;
+	int lk, ret;
+
+	/* One start at a time: later callers wait here, then find it running. */
+	lk = sbx_lock_take(dfd, SBX_LOCK_START, true, false);
+	if (lk < 0)
+		return errmsg(err, errlen, lk, "%s: start lock: %s", name, strerror(-lk));
+	ret = sbx_state_read(dfd, &st, NULL);
+	if (ret) {
+		errmsg(err, errlen, ret, "%s: cannot read its state (%s)", name, strerror(-ret));
+		goto out;
+	}
+	sbx_run_path(r, name, "api.sock", api, sizeof(api));
+	sbx_run_path(r, name, "vsock.sock", uds, sizeof(uds));
+	if (st == SBX_RUNNING)
+		goto out;
+	if (st == SBX_PAUSED) {
+		ret = api_state(api, "Resumed", err, errlen);
+		if (!ret)
+			ret = sbx_event_append(dfd, "paused", "running", why);
+		goto out;
+	}
+	if (st == SBX_ARCHIVED) {
+		struct sbx_archive_stats as;
+
+		ret = sbx_archive_unpack(dfd, &as, err, errlen);
+		if (ret)
+			goto out;
+		sbx_event_append(dfd, "archived", "stopped", why);
+		st = SBX_STOPPED;
+	}
+	if (st == SBX_DELETED) {
+		ret = errmsg(err, errlen, -ENOTSUP, "%s is %s", name, sbx_state_name(st));
+		goto out;
+	}
+	spec = calloc(1, sizeof(*spec));
+	args = calloc(1, sizeof(*args));
+	if (!spec || !args) {
+		ret = errmsg(err, errlen, -ENOMEM, "out of memory");
+		goto out;
+	}
+	ret = sbx_spec_read(dfd, spec, err, errlen) ?: sbx_run_dir_make(r, name, err, errlen);
+	if (ret)
+		goto out;
+	restore = has_chain(dfd);
+	ret = restore ? sbx_args_restore(args, r, name, spec) : sbx_args_run(args, r, name, spec);
+	if (ret) {
+		errmsg(err, errlen, ret, "%s: the VMM's command line is too long", name);
+		goto out;
+	}
+	ret = sbx_launch(dfd, args->argv, &pid, err, errlen);
+	if (ret)
+		goto out;
+	ret = wait_ready(dfd, pid, uds, restore, err, errlen);
+	if (ret) {
+		/* Half started is not running: end it, so the next command starts it cleanly. */
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto out;
+	}
+	ret = sbx_event_append(dfd, sbx_state_name(st), "running", why);
+out:
+	free(spec);
+	free(args);
+	close(lk);
+	return ret;
+}
+
+int sbx_snapshot_now(const char *api_sock, char *err, size_t errlen)
+{
+	char fault[256];
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		const char *body =
+		    attempt ? "{\"snapshot_type\":\"Full\"}" : "{\"snapshot_type\":\"Diff\"}";
+		char *reply = NULL;
+		long status;
+		int ret = api_call(api_sock, "PUT", "/snapshot/create", body, 3600, &status, &reply,
+				   err, errlen);
+
+		if (ret)
+			return ret;
+		api_fault_text(reply, fault, sizeof(fault));
+		free(reply);
+		if (status == 200)
+			return 0;
+		/* No base layer yet: the first one is full. */
+		if (attempt == 0 && strstr(fault, "take a Full snapshot first"))
+			continue;
+		return errmsg(err, errlen, -EIO, "snapshot failed: %s", fault);
+	}
+	return -EIO;
+}
+
+int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, char *err,
+		size_t errlen)
+{
+	struct sbx_root r;
+	int dfd, ret;
+
+	if (strchr(sandbox, '/'))
+		return agent_resolve(sandbox, uds, len, err, errlen) ? SBX_EXIT_UNKNOWN : 0;
+	if (sbx_root_open(&r, false, NULL, 0) == 0) {
+		dfd = sbx_dir_open(&r, sandbox, false, NULL, 0);
+		/* A directory without a spec is not a sandbox `cove create` made. */
+		if (dfd >= 0 && faccessat(dfd, SBX_SPEC, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+			close(dfd);
+			dfd = -ENOENT;
+		}
+		if (dfd >= 0) {
+			ret = sbx_start(&r, sandbox, dfd, why, err, errlen);
+			close(dfd);
+			if (!ret && sbx_run_path(&r, sandbox, "vsock.sock", uds, len))
+				ret = errmsg(err, errlen, -ENAMETOOLONG, "socket path too long");
+			sbx_root_close(&r);
+			return ret ? SBX_EXIT_START : 0;
+		}
+		ret = sbx_tombstone_describe(&r, sandbox, err, errlen);
+		sbx_root_close(&r);
+		if (ret == 0)
+			return SBX_EXIT_DELETED;
+	}
+	/* Not one of ours: a socket some `cove run --vsock-uds` registered. */
+	if (agent_resolve(sandbox, uds, len, err, errlen) == 0)
+		return 0;
+	if (sbx_name_check(sandbox, err, errlen))
+		return SBX_EXIT_BAD_NAME;
+	return SBX_EXIT_UNKNOWN;
+}

@@ -1,0 +1,38 @@
+/* Bringing a named sandbox up: the reconnect every client command goes through. */
+#ifndef COVE_CLI_SANDBOX_UP_H
+#define COVE_CLI_SANDBOX_UP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lifecycle/root.h"
+
+/* Exit statuses of a command that could not reach its sandbox (each one distinct). */
+enum {
+	SBX_EXIT_BAD_NAME = 64,
+	SBX_EXIT_UNKNOWN = 65,
+	SBX_EXIT_DELETED = 66,
+	SBX_EXIT_START = 67, /* it exists but could not be started (key refused, bad chain...) */
+};
+
+/*
+ * The vsock socket of SANDBOX for exec/attach/cp/forward: a path is itself; a name of a
+ * sandbox `cove create` made is brought up first when it is not running (restored from its
+ * newest committed layer; many callers at once start it once); any other name is a socket
+ * registered in the runtime directory. 0, or a SBX_EXIT_* status with one line in err.
+ * `why` names the command in the event log ("cove exec").
+ */
+int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, char *err,
+		size_t errlen);
+
+/*
+ * Starts a stopped, crashed or never-started sandbox (dfd: its directory) and waits until its
+ * guest agent answers; a running one is left alone. 0 or -errno with one line in err.
+ */
+int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
+	      size_t errlen);
+
+/* Asks the running sandbox's API for a snapshot into its chain (Diff, or Full for the first). */
+int sbx_snapshot_now(const char *api_sock, char *err, size_t errlen);
+
+#endif

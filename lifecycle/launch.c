@@ -1,0 +1,128 @@
+/* fork/exec of a sandbox's VMM with its life lock inherited. */
+#include "lifecycle/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/errmsg.h"
+#include "common/file_io.h"
+#include "lifecycle/lock.h"
+
+/* In the child: everything up to exec; on failure the errno goes up the pipe. */
+static void child(int dfd, char *const argv[], int report)
+{
+	sigset_t none;
+	int lk, nul, log, e;
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	setsid();
+	lk = sbx_lock_take(dfd, SBX_LOCK_VMM, false, true);
+	if (lk < 0) {
+		e = -lk;
+		goto fail;
+	}
+	if (ftruncate(lk, 0) < 0 || dprintf(lk, "%d\n", (int)getpid()) < 0) {
+		e = errno;
+		goto fail;
+	}
+	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	log =
+	    openat(dfd, SBX_VMM_LOG, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (nul < 0 || log < 0 || dup2(nul, 0) < 0 || dup2(nul, 1) < 0 || dup2(log, 2) < 0) {
+		e = errno;
+		goto fail;
+	}
+	execv("/proc/self/exe", argv);
+	e = errno;
+fail:
+	if (write(report, &e, sizeof(e)) < 0)
+		_exit(127);
+	_exit(127);
+}
+
+int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen)
+{
+	int pfd[2], e = 0;
+	ssize_t n;
+	pid_t p;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
+	p = fork();
+	if (p < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return errmsg(err, errlen, -errno, "fork: %s", strerror(errno));
+	}
+	if (p == 0)
+		child(dfd, argv, pfd[1]);
+	close(pfd[1]);
+	/* EOF: the pipe closed on exec. Otherwise the child's errno before it. */
+	do
+		n = read(pfd[0], &e, sizeof(e));
+	while (n < 0 && errno == EINTR);
+	close(pfd[0]);
+	if (n == (ssize_t)sizeof(e)) {
+		waitpid(p, NULL, 0);
+		if (e == EWOULDBLOCK)
+			return errmsg(err, errlen, -EWOULDBLOCK,
+				      "another process is already running this sandbox");
+		return errmsg(err, errlen, -e, "cannot start the VMM: %s", strerror(e));
+	}
+	*pid = p;
+	return 0;
+}
+
+pid_t sbx_vmm_pid(int dfd)
+{
+	char buf[24] = "";
+	int held = sbx_lock_held(dfd, SBX_LOCK_VMM);
+	int fd;
+	ssize_t n;
+
+	if (held <= 0)
+		return held;
+	fd = openat(dfd, SBX_LOCK_VMM, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = '\0';
+	long v = strtol(buf, NULL, 10);
+	return v > 0 && v < (1L << 22) ? (pid_t)v : -EIO;
+}
+
+void sbx_vmm_log_tail(int dfd, char *out, size_t cap)
+{
+	char buf[2048];
+	struct stat st;
+	size_t n;
+	int fd = openat(dfd, SBX_VMM_LOG, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	out[0] = '\0';
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0 && st.st_size > 0) {
+		n = st.st_size < (off_t)sizeof(buf) - 1 ? (size_t)st.st_size : sizeof(buf) - 1;
+		if (pread_full(fd, buf, n, st.st_size - (off_t)n) == 0) {
+			buf[n] = '\0';
+			while (n && buf[n - 1] == '\n')
+				buf[--n] = '\0';
+			char *line = strrchr(buf, '\n');
+
+			snprintf(out, cap, "%s", line ? line + 1 : buf);
+		}
+	}
+	close(fd);
+}

@@ -1,0 +1,26 @@
+/* Starting a sandbox's VMM process: detached, holding the sandbox's life lock, logging to a file.
+ */
+#ifndef COVE_LIFECYCLE_LAUNCH_H
+#define COVE_LIFECYCLE_LAUNCH_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define SBX_VMM_LOG "vmm.log"
+
+/*
+ * Forks; the child starts a session of its own, takes vmm.lock beneath dfd (the fd stays open
+ * across exec, so the lock lives exactly as long as the VMM), writes its pid into it, points
+ * stdin and stdout at /dev/null and stderr at vmm.log, and execs this same cove binary with
+ * argv. Returns 0 once the exec happened (*pid set), -EWOULDBLOCK when another process holds
+ * the lock, or -errno with one line in err.
+ */
+int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen);
+
+/* The pid in vmm.lock while it is held; 0 when nobody holds it; -errno. */
+pid_t sbx_vmm_pid(int dfd);
+
+/* The last line of vmm.log (for an error message), "" when there is none. */
+void sbx_vmm_log_tail(int dfd, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,39 @@
+/* flock-based lock files beneath a sandbox directory fd. */
+#include "lifecycle/lock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+int sbx_lock_take(int dfd, const char *file, bool wait, bool keep_on_exec)
+{
+	int flags = O_RDWR | O_CREAT | O_NOFOLLOW | (keep_on_exec ? 0 : O_CLOEXEC);
+	int fd = openat(dfd, file, flags, 0600);
+
+	if (fd < 0)
+		return -errno;
+	while (flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0) {
+		int e = errno;
+
+		if (e == EINTR)
+			continue;
+		close(fd);
+		return e == EAGAIN ? -EWOULDBLOCK : -e;
+	}
+	return fd;
+}
+
+int sbx_lock_held(int dfd, const char *file)
+{
+	int fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	/* A shared lock is refused only while someone holds the exclusive one. */
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0)
+		ret = errno == EWOULDBLOCK ? 1 : -errno;
+	close(fd);
+	return ret;
+}

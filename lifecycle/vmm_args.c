@@ -1,0 +1,85 @@
+/* Building the argv of `cove run` / `cove restore` for a sandbox. */
+#include "lifecycle/vmm_args.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int add(struct sbx_args *a, const char *fmt, ...)
+{
+	size_t room = sizeof(a->arena) - a->used;
+	va_list ap;
+	int n;
+
+	if (a->argc >= SBX_ARGS_MAX)
+		return -E2BIG;
+	va_start(ap, fmt);
+	n = vsnprintf(a->arena + a->used, room, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= room)
+		return -E2BIG;
+	a->argv[a->argc++] = a->arena + a->used;
+	a->argv[a->argc] = NULL;
+	a->used += (size_t)n + 1;
+	return 0;
+}
+
+/* What run and restore share: sockets, console, chain, snapshots, key. */
+static int common_args(struct sbx_args *a, const struct sbx_root *r, const char *name,
+		       const struct sbx_spec *s)
+{
+	int ret = add(a, "--vsock-cid") ?: add(a, "%d", SBX_VSOCK_CID) ?: add(a, "--vsock-uds") ?:
+		  add(a, "%s/%s/vsock.sock", r->run, name) ?: add(a, "--api-sock") ?:
+		  add(a, "%s/%s/api.sock", r->run, name) ?: add(a, "--console") ?:
+		  add(a, "%s/%s/%s", r->state, name, SBX_CONSOLE) ?: add(a, "--snapshot-dir") ?:
+		  add(a, "%s/%s/%s", r->state, name, SBX_CHAIN);
+
+	if (!ret && s->snapshot_every_ms)
+		ret = add(a, "--snapshot-interval")
+			  ?: add(a, "%llums", (unsigned long long)s->snapshot_every_ms);
+	return ret;
+}
+
+int sbx_args_run(struct sbx_args *a, const struct sbx_root *r, const char *name,
+		 const struct sbx_spec *s)
+{
+	int ret;
+
+	memset(a, 0, sizeof(*a));
+	ret = add(a, "cove") ?: add(a, "run") ?: add(a, "--kernel") ?: add(a, "%s", s->kernel) ?:
+	      add(a, "--cmdline") ?: add(a, "%s", s->cmdline) ?: add(a, "--mem") ?:
+	      add(a, "%lluB", (unsigned long long)s->mem_bytes) ?: add(a, "--vcpus") ?:
+	      add(a, "%d", s->vcpus) ?: add(a, "--track-dirty-pages");
+	if (!ret && s->initrd[0])
+		ret = add(a, "--initrd") ?: add(a, "%s", s->initrd);
+	for (int i = 0; !ret && i < s->nr_disks; i++) {
+		const struct sbx_disk *d = &s->disks[i];
+
+		ret = add(a, "--disk");
+		if (!ret && d->overlay)
+			ret = add(a, "%s,overlay=%s/%s/disk%d.ovl", d->path, r->state, name, i);
+		else if (!ret)
+			ret = add(a, "%s%s", d->path, d->read_only ? ",ro" : "");
+	}
+	if (!ret && s->key[0])
+		ret = add(a, "--snapshot-key") ?: add(a, "%s", s->key);
+	return ret ?: common_args(a, r, name, s);
+}
+
+int sbx_args_restore(struct sbx_args *a, const struct sbx_root *r, const char *name,
+		     const struct sbx_spec *s)
+{
+	int ret;
+
+	memset(a, 0, sizeof(*a));
+	ret = add(a, "cove") ?: add(a, "restore") ?: add(a, "%s/%s/%s", r->state, name, SBX_CHAIN);
+	/* A disk under an overlay is given as its base: its layers are files in the chain. */
+	for (int i = 0; !ret && i < s->nr_disks; i++)
+		ret = add(a, "--disk")
+			  ?: add(a, "%s%s", s->disks[i].path,
+				 s->disks[i].read_only && !s->disks[i].overlay ? ",ro" : "");
+	if (!ret && s->key[0])
+		ret = add(a, "--key") ?: add(a, "%s", s->key);
+	return ret ?: common_args(a, r, name, s);
+}

@@ -1,0 +1,269 @@
+"""Sandboxes by name (issue 14) on the real Linux guest in the KVM box: cove create, exec,
+stop, reconnect after a stop and after kill -9, concurrent reconnects, rm and its tombstone.
+The guest is pinned to the busybox root image the box carries (COVE_GUEST_DIR=/work)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import box_tests as bt
+
+COVE = bt.COVE
+STATE = "/tmp/cove-life"
+RUN = "/tmp/cove-liferun"
+ENV = dict(os.environ, COVE_STATE_DIR=STATE, COVE_RUN_DIR=RUN, COVE_GUEST_DIR="/work")
+
+
+def cove(*args, timeout=300):
+    try:
+        r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=ENV)
+    except subprocess.TimeoutExpired:
+        raise bt.Failure(f"cove {' '.join(args)[:120]} timed out after {timeout} s")
+    return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+
+def sh(name, script, timeout=300):
+    return cove("exec", name, "--", "sh", "-c", script, timeout=timeout)
+
+
+def ls(name):
+    rc, out, err = cove("ls", "--json")
+    bt.check(rc == 0, f"cove ls --json: rc={rc} {err!r}")
+    for s in json.loads(out):
+        if s["name"] == name:
+            return s
+    return None
+
+
+def events(name):
+    with open(os.path.join(STATE, name, "events.jsonl")) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+def vmm_pid(name):
+    with open(os.path.join(STATE, name, "vmm.lock")) as f:
+        return int(f.read().strip() or 0)
+
+
+def vmm_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def fresh():
+    for d in (STATE, RUN):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def create(name, *opts):
+    t0 = time.monotonic()
+    rc, out, err = cove("create", name, "--snapshot-every", "off", *opts)
+    bt.check(rc == 0, f"cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
+             f"{_tail(os.path.join(STATE, name, 'vmm.log'))!r}")
+    print(f"    cove create {name}: {time.monotonic() - t0:.2f} s to a guest agent answering")
+
+
+def _tail(path, n=600):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return ""
+
+
+COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done")
+
+
+def test_lifecycle_stop_reconnect():
+    fresh()
+    name = "agent1"
+    create(name)
+    try:
+        bt.check(ls(name)["state"] == "running", f"state after create: {ls(name)}")
+        rc, out, err = sh(name, "echo kept > /lifecycle-file && cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        boot_id = out.strip()
+        rc, out, err = cove("exec", "--detach", name, "--", "sh", "-c", COUNTER)
+        bt.check(rc == 0, f"exec --detach counter: rc={rc} {err!r}")
+        time.sleep(1.5)
+        rc, out, _ = sh(name, "cat /tmp/counter")
+        before = int(out.strip() or 0)
+        bt.check(before > 0, f"counter not running: {out!r}")
+        pid = vmm_pid(name)
+        t0 = time.monotonic()
+        rc, out, err = cove("stop", name)
+        bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
+        print(f"    cove stop: {time.monotonic() - t0:.2f} s")
+        bt.check(not vmm_alive(pid), f"VMM pid {pid} still there after stop")
+        st = ls(name)
+        bt.check(st["state"] == "stopped", f"state after stop: {st}")
+        bt.check(st["chain_bytes"] > 0, f"no chain after stop: {st}")
+        t0 = time.monotonic()
+        rc, out, err = sh(name, "cat /lifecycle-file /tmp/counter /proc/sys/kernel/random/boot_id")
+        took = time.monotonic() - t0
+        bt.check(rc == 0, f"exec after stop: rc={rc} {err!r}")
+        print(f"    reconnect (stopped to first exec output): {took:.2f} s")
+        lines = out.split()
+        bt.check(lines[0] == "kept", f"file lost: {out!r}")
+        bt.check(lines[2] == boot_id, f"rebooted, not restored: boot_id {lines[2]} != {boot_id}")
+        after = int(lines[1])
+        bt.check(after >= before, f"counter went back: {after} < {before}")
+        time.sleep(1.0)
+        rc, out, _ = sh(name, "cat /tmp/counter")
+        bt.check(int(out.strip()) > after, f"counter did not go on after restore: {out!r}")
+        ev = events(name)
+        bt.check([(e["from"], e["to"]) for e in ev] ==
+                 [("creating", "running"), ("running", "stopped"), ("stopped", "running")],
+                 f"event log: {ev}")
+    finally:
+        cove("rm", name)
+
+
+def test_lifecycle_kill9_and_concurrent():
+    fresh()
+    name = "agent2"
+    create(name)
+    try:
+        rc, out, _ = sh(name, "cat /proc/sys/kernel/random/boot_id")
+        boot_id = out.strip()
+        rc, out, err = cove("stop", name)
+        bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
+        rc, out, _ = sh(name, "echo after-stop > /tmp/mark")
+        # kill -9 of an idle VMM: the next command restores from the last committed layer
+        # (the stop's), where /tmp/mark was never written.
+        pid = vmm_pid(name)
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            if not vmm_alive(pid):
+                break
+            time.sleep(0.1)
+        bt.check(ls(name)["state"] == "crashed", f"state after kill -9: {ls(name)}")
+        rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id; cat /tmp/mark 2>&1 || true")
+        bt.check(rc == 0, f"exec after kill -9: rc={rc} {err!r}")
+        bt.check(out.split()[0] == boot_id, f"rebooted after kill -9: {out!r}")
+        bt.check("after-stop" not in out, f"a change after the last layer survived: {out!r}")
+        # 10 clients reconnecting at once start it once.
+        rc, out, err = cove("stop", name)
+        bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
+        n_before = sum(1 for e in events(name) if e["to"] == "running")
+        results = [None] * 10
+
+        def one(i):
+            results[i] = sh(name, f"echo client{i}; cat /proc/sys/kernel/random/boot_id")
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(f"    10 concurrent execs on a stopped sandbox: all answered in "
+              f"{time.monotonic() - t0:.2f} s")
+        for i, (rc, out, err) in enumerate(results):
+            bt.check(rc == 0 and out.split() == [f"client{i}", boot_id],
+                     f"client {i}: rc={rc} out={out!r} err={err!r}")
+        starts = sum(1 for e in events(name) if e["to"] == "running") - n_before
+        bt.check(starts == 1, f"{starts} starts for 10 concurrent clients: {events(name)}")
+    finally:
+        cove("rm", name)
+
+
+def test_lifecycle_archive():
+    fresh()
+    name = "agent4"
+    create(name)
+    try:
+        rc, out, err = sh(name, "echo archived-data > /lifecycle-file; "
+                          "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        boot_id = out.strip()
+        t0 = time.monotonic()
+        rc, out, err = cove("archive", name)
+        bt.check(rc == 0, f"cove archive: rc={rc} {err!r}")
+        print(f"    cove archive (from running): {time.monotonic() - t0:.2f} s: {out.strip()}")
+        st = ls(name)
+        bt.check(st["state"] == "archived", f"state after archive: {st}")
+        bt.check(not os.path.exists(os.path.join(STATE, name, "chain")), "chain left beside archive")
+        t0 = time.monotonic()
+        rc, out, err = sh(name, "cat /lifecycle-file /proc/sys/kernel/random/boot_id")
+        print(f"    reconnect (archived to first exec output): {time.monotonic() - t0:.2f} s")
+        bt.check(rc == 0, f"exec after archive: rc={rc} {err!r}")
+        bt.check(out.split() == ["archived-data", boot_id], f"after archive: {out!r}")
+        ev = [(e["from"], e["to"]) for e in events(name)]
+        bt.check(ev[-3:] == [("stopped", "archived"), ("archived", "stopped"),
+                             ("stopped", "running")], f"event log: {ev}")
+    finally:
+        cove("rm", name)
+
+
+KEK_CMD = """import base64, sys
+# A test key command (tools/key-cmd-openssl's protocol): XOR with the KEK file; revoked = gone.
+try:
+    kek = open(sys.argv[1], "rb").read()
+except OSError:
+    sys.exit("kek.py: the KEK is revoked")
+data = base64.b64decode(sys.stdin.readline())
+print(base64.b64encode(bytes(b ^ kek[i % len(kek)] for i, b in enumerate(data))).decode())
+"""
+
+
+def test_lifecycle_encrypted_revoked():
+    fresh()
+    name = "agent5"
+    kdir = tempfile.mkdtemp()
+    script, kek = os.path.join(kdir, "kek.py"), os.path.join(kdir, "kek")
+    with open(script, "w") as f:
+        f.write(KEK_CMD)
+    with open(kek, "wb") as f:
+        f.write(os.urandom(32))
+    create(name, "--key", f"key-cmd:python3 {script} {kek}")
+    try:
+        rc, out, err = sh(name, "echo secret-work > /lifecycle-file; "
+                          "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        boot_id = out.strip()
+        rc, out, err = cove("archive", name)
+        bt.check(rc == 0, f"cove archive: rc={rc} {err!r}")
+        os.rename(kek, kek + ".revoked")
+        rc, out, err = sh(name, "cat /lifecycle-file")
+        bt.check(rc == 67 and err.count("\n") == 1, f"revoked KEK: rc={rc} {err!r}")
+        print(f"    revoked KEK: {err.strip()}")
+        bt.check(os.path.exists(os.path.join(STATE, name, "chain", "chain.json")),
+                 "the chain is gone after a refused reconnect")
+        os.rename(kek + ".revoked", kek)
+        rc, out, err = sh(name, "cat /lifecycle-file /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0 and out.split() == ["secret-work", boot_id],
+                 f"KEK granted again: rc={rc} {out!r} {err!r}")
+    finally:
+        cove("rm", name)
+        shutil.rmtree(kdir, ignore_errors=True)
+
+
+def test_lifecycle_names_and_rm():
+    fresh()
+    rc, out, err = cove("exec", "Bad_Name", "--", "true")
+    bt.check(rc == 64 and "name" in err, f"bad name: rc={rc} {err!r}")
+    rc, out, err = cove("exec", "nobody", "--", "true")
+    bt.check(rc == 65, f"unknown sandbox: rc={rc} {err!r}")
+    name = "agent3"
+    create(name, "--mem", "128M")
+    rc, out, err = cove("create", name)
+    bt.check(rc != 0 and "already exists" in err, f"second create: rc={rc} {err!r}")
+    rc, out, err = cove("rm", name)
+    bt.check(rc == 0, f"cove rm: rc={rc} {err!r}")
+    bt.check(not os.path.exists(os.path.join(STATE, name)), "files left after rm")
+    rc, out, err = cove("exec", name, "--", "true")
+    bt.check(rc == 66 and "deleted on" in err, f"exec after rm: rc={rc} {err!r}")
+    bt.check(err.count("\n") == 1, f"not one line: {err!r}")
+
+
+TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
+         test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_names_and_rm]
