@@ -526,23 +526,34 @@ TESTS = [
 ]
 
 
-def all_tests():
-    """This file's tests, then those of every other *_tests.py module beside it (snapshots,
-    agent, broker): each exports a TESTS list and may use this module's helpers."""
-    tests = list(TESTS)
+def all_tests(modules=None, without=()):
+    """This file's tests ("box"), then those of every other *_tests.py module beside it
+    (snapshot, agent, crypto, lifecycle): each exports a TESTS list and may use this module's
+    helpers. modules: only these (by short name); without: all but these."""
+    def wanted(short):
+        return (modules is None or short in modules) and short not in without
+
+    tests = list(TESTS) if wanted("box") else []
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     for name in sorted(os.listdir(here)):
         if name.endswith("_tests.py") and name != os.path.basename(__file__):
-            mod = importlib.import_module(name[:-3])
-            tests += mod.TESTS
+            if wanted(name[:-len("_tests.py")]):
+                tests += importlib.import_module(name[:-3]).TESTS
     return tests
 
 
 def main():
-    only = sys.argv[1:]
+    """box_tests.py [--modules a,b | --without a,b] [TEST...]: the e2e suite runs in several box
+    runs (one per group of modules), each with its own time limit."""
+    args, modules, without = sys.argv[1:], None, ()
+    if len(args) >= 2 and args[0] in ("--modules", "--without"):
+        names = tuple(args[1].split(","))
+        modules, without = (names, ()) if args[0] == "--modules" else (None, names)
+        args = args[2:]
+    only = args
     passed = failed = 0
-    for t in all_tests():
+    for t in all_tests(modules, without):
         if only and t.__name__ not in only:
             continue
         t0 = time.monotonic()
