@@ -48,7 +48,7 @@ int api_call(const char *sock, const char *method, const char *path, const char 
 		return errmsg(err, errlen, -ENOMEM, "cannot start an HTTP client");
 	char url[512];
 	snprintf(url, sizeof(url), "http://localhost%s", path);
-	struct sink s = { 0 };
+	struct sink s = {0};
 	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
 	curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
 	curl_easy_setopt(c, CURLOPT_URL, url);

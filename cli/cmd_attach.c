@@ -7,10 +7,10 @@
 #include "sandbox/agent_client.h"
 
 static const char attach_usage[] =
-	"usage: cove attach SANDBOX SESSION [--no-stdin]\n"
-	"Reconnects to a running exec session (ids: cove exec --detach, or cove ps SANDBOX): first\n"
-	"the output buffered while nobody was attached, then live output; exits with the command's\n"
-	"status. A previous attachment of the same session is cut off.\n";
+    "usage: cove attach SANDBOX SESSION [--no-stdin]\n"
+    "Reconnects to a running exec session (ids: cove exec --detach, or cove ps SANDBOX): first\n"
+    "the output buffered while nobody was attached, then live output; exits with the command's\n"
+    "status. A previous attachment of the same session is cut off.\n";
 
 int cmd_attach(int argc, char **argv)
 {
@@ -28,15 +28,18 @@ int cmd_attach(int argc, char **argv)
 		if (strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--no-stdin") == 0) {
 			no_stdin = true;
 		} else if (argv[i][0] == '-' || npos == 2) {
-			fprintf(stderr, "cove attach: unexpected argument '%s' (try 'cove attach --help')\n",
-				argv[i]);
+			fprintf(
+			    stderr,
+			    "cove attach: unexpected argument '%s' (try 'cove attach --help')\n",
+			    argv[i]);
 			return 2;
 		} else {
 			pos[npos++] = argv[i];
 		}
 	}
 	if (npos != 2) {
-		fprintf(stderr, "cove attach: want SANDBOX and SESSION (try 'cove attach --help')\n");
+		fprintf(stderr,
+			"cove attach: want SANDBOX and SESSION (try 'cove attach --help')\n");
 		return 2;
 	}
 	ret = sbx_resolve(pos[0], "cove attach", uds, sizeof(uds), err, sizeof(err));

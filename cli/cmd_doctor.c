@@ -14,7 +14,7 @@
 #include "vmm/x86_boot.h"
 
 #define PROBE_LOOPS 1000000u
-#define PROBE_PORT 0x80
+#define PROBE_PORT  0x80
 /* Below this guest/host speed ratio, guest ring-0 code is being emulated, not run. */
 #define NATIVE_RATIO_MIN 0.1
 
@@ -25,21 +25,21 @@ struct cap_check {
 };
 
 static const struct cap_check caps[] = {
-	{ KVM_CAP_USER_MEMORY, "USER_MEMORY", 1 },
-	{ KVM_CAP_IRQCHIP, "IRQCHIP", 1 },
-	{ KVM_CAP_PIT2, "PIT2", 1 },
-	{ KVM_CAP_IRQFD, "IRQFD", 1 },
-	{ KVM_CAP_IOEVENTFD, "IOEVENTFD", 1 },
-	{ KVM_CAP_IMMEDIATE_EXIT, "IMMEDIATE_EXIT", 1 },
-	{ KVM_CAP_EXT_CPUID, "EXT_CPUID", 1 },
-	{ KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2, "MANUAL_DIRTY_LOG_PROTECT2", 0 },
-	{ KVM_CAP_DIRTY_LOG_RING, "DIRTY_LOG_RING", 0 },
-	{ KVM_CAP_READONLY_MEM, "READONLY_MEM", 0 },
-	{ KVM_CAP_SPLIT_IRQCHIP, "SPLIT_IRQCHIP", 0 },
-	{ KVM_CAP_XSAVE, "XSAVE", 0 },
-	{ KVM_CAP_XCRS, "XCRS", 0 },
-	{ KVM_CAP_ADJUST_CLOCK, "ADJUST_CLOCK", 0 },
-	{ KVM_CAP_VCPU_EVENTS, "VCPU_EVENTS", 0 },
+    {KVM_CAP_USER_MEMORY, "USER_MEMORY", 1},
+    {KVM_CAP_IRQCHIP, "IRQCHIP", 1},
+    {KVM_CAP_PIT2, "PIT2", 1},
+    {KVM_CAP_IRQFD, "IRQFD", 1},
+    {KVM_CAP_IOEVENTFD, "IOEVENTFD", 1},
+    {KVM_CAP_IMMEDIATE_EXIT, "IMMEDIATE_EXIT", 1},
+    {KVM_CAP_EXT_CPUID, "EXT_CPUID", 1},
+    {KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2, "MANUAL_DIRTY_LOG_PROTECT2", 0},
+    {KVM_CAP_DIRTY_LOG_RING, "DIRTY_LOG_RING", 0},
+    {KVM_CAP_READONLY_MEM, "READONLY_MEM", 0},
+    {KVM_CAP_SPLIT_IRQCHIP, "SPLIT_IRQCHIP", 0},
+    {KVM_CAP_XSAVE, "XSAVE", 0},
+    {KVM_CAP_XCRS, "XCRS", 0},
+    {KVM_CAP_ADJUST_CLOCK, "ADJUST_CLOCK", 0},
+    {KVM_CAP_VCPU_EVENTS, "VCPU_EVENTS", 0},
 };
 
 static double now_s(void)
@@ -64,12 +64,12 @@ static double host_loop_rate(void)
  */
 static int guest_loop_rate(struct logger *log, double *rate)
 {
-	static const uint8_t code_head[] = { 0xe6, PROBE_PORT, 0xb9 };
-	static const uint8_t code_tail[] = { 0xff, 0xc9, 0x75, 0xfc, 0xe6, PROBE_PORT, 0xf4 };
+	static const uint8_t code_head[] = {0xe6, PROBE_PORT, 0xb9};
+	static const uint8_t code_tail[] = {0xff, 0xc9, 0x75, 0xfc, 0xe6, PROBE_PORT, 0xf4};
 	struct vm *vm = calloc(1, sizeof(*vm));
 	if (!vm)
 		return -ENOMEM;
-	struct vm_config cfg = { .mem_size = 4ULL << 20, .nr_vcpus = 1 };
+	struct vm_config cfg = {.mem_size = 4ULL << 20, .nr_vcpus = 1};
 	int r = vm_create(vm, &cfg, log);
 	if (r) {
 		free(vm);
@@ -110,7 +110,7 @@ static int guest_loop_rate(struct logger *log, double *rate)
 
 static const char *kvm_module(void)
 {
-	static const char *const mods[] = { "kvm_pvm", "kvm_intel", "kvm_amd" };
+	static const char *const mods[] = {"kvm_pvm", "kvm_intel", "kvm_amd"};
 	for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
 		char path[64];
 		snprintf(path, sizeof(path), "/sys/module/%s", mods[i]);
@@ -133,7 +133,7 @@ int cmd_doctor(int argc, char **argv)
 		fprintf(stderr, "cove doctor: unexpected argument '%s'\n", argv[1]);
 		return 2;
 	}
-	struct logger log = { .level = LOG_ERROR, .out = stderr };
+	struct logger log = {.level = LOG_ERROR, .out = stderr};
 	int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
 		printf("/dev/kvm: cannot open: %s\n", strerror(errno));
@@ -152,7 +152,8 @@ int cmd_doctor(int argc, char **argv)
 	}
 	close(fd);
 	if (missing) {
-		printf("verdict: %d required capabilities missing; cove cannot run here\n", missing);
+		printf("verdict: %d required capabilities missing; cove cannot run here\n",
+		       missing);
 		return 1;
 	}
 	double host = host_loop_rate(), guest = 0;
@@ -163,12 +164,14 @@ int cmd_doctor(int argc, char **argv)
 		return 1;
 	}
 	double ratio = guest / host;
-	printf("ring-0 probe: guest %.1fM loop iterations/s, host %.1fM/s, ratio %.2g\n", guest / 1e6,
-	       host / 1e6, ratio);
+	printf("ring-0 probe: guest %.1fM loop iterations/s, host %.1fM/s, ratio %.2g\n",
+	       guest / 1e6, host / 1e6, ratio);
 	if (ratio < NATIVE_RATIO_MIN) {
-		printf("verdict: guest ring-0 code is emulated here (about %.0fx slower than the host),\n"
+		printf("verdict: guest ring-0 code is emulated here (about %.0fx slower than the "
+		       "host),\n"
 		       "  as on nested PVM: small test guests run, Linux guests will not boot.\n"
-		       "  Run Linux sandboxes inside the KVM box instead: tools/kvm-box (see README).\n",
+		       "  Run Linux sandboxes inside the KVM box instead: tools/kvm-box (see "
+		       "README).\n",
 		       1.0 / ratio);
 		return 3;
 	}

@@ -11,27 +11,31 @@
 #include "sandbox/agent_client.h"
 
 static const char exec_usage[] =
-	"usage: cove exec SANDBOX [--tty] [--env K=V]... [--cwd DIR] [--user USER] [--no-stdin]\n"
-	"                 [--detach] [--wait SECS] -- CMD [ARG]...\n"
-	"Runs CMD in the sandbox (SANDBOX: its vsock socket path, or a name in the state dir) and\n"
-	"exits with its status (128 + N if killed by signal N). stdin, stdout and stderr are\n"
-	"streamed; SIGINT/TERM/HUP/QUIT/USR1/USR2 are passed on to the command's process group.\n"
-	"  -t, --tty        run on a pseudo-terminal (the local terminal goes raw)\n"
-	"  -e, --env K=V    add to the environment (repeatable)\n"
-	"  -w, --cwd DIR    working directory (default: the user's home)\n"
-	"  -u, --user USER  name or uid from the guest's /etc/passwd (default root)\n"
-	"  -n, --no-stdin   the command's stdin is /dev/null\n"
-	"  -d, --detach     start it, print the session id and return; see cove attach\n"
-	"      --wait SECS  keep trying to reach the agent while the guest boots (default 0)\n";
+    "usage: cove exec SANDBOX [--tty] [--env K=V]... [--cwd DIR] [--user USER] [--no-stdin]\n"
+    "                 [--detach] [--wait SECS] -- CMD [ARG]...\n"
+    "Runs CMD in the sandbox (SANDBOX: its vsock socket path, or a name in the state dir) and\n"
+    "exits with its status (128 + N if killed by signal N). stdin, stdout and stderr are\n"
+    "streamed; SIGINT/TERM/HUP/QUIT/USR1/USR2 are passed on to the command's process group.\n"
+    "  -t, --tty        run on a pseudo-terminal (the local terminal goes raw)\n"
+    "  -e, --env K=V    add to the environment (repeatable)\n"
+    "  -w, --cwd DIR    working directory (default: the user's home)\n"
+    "  -u, --user USER  name or uid from the guest's /etc/passwd (default root)\n"
+    "  -n, --no-stdin   the command's stdin is /dev/null\n"
+    "  -d, --detach     start it, print the session id and return; see cove attach\n"
+    "      --wait SECS  keep trying to reach the agent while the guest boots (default 0)\n";
 
 int cmd_exec(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"tty", no_argument, NULL, 't'},       {"env", required_argument, NULL, 'e'},
-		{"cwd", required_argument, NULL, 'w'}, {"user", required_argument, NULL, 'u'},
-		{"no-stdin", no_argument, NULL, 'n'},  {"detach", no_argument, NULL, 'd'},
-		{"wait", required_argument, NULL, 'W'}, {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"tty", no_argument, NULL, 't'},
+	    {"env", required_argument, NULL, 'e'},
+	    {"cwd", required_argument, NULL, 'w'},
+	    {"user", required_argument, NULL, 'u'},
+	    {"no-stdin", no_argument, NULL, 'n'},
+	    {"detach", no_argument, NULL, 'd'},
+	    {"wait", required_argument, NULL, 'W'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	char uds[AGENT_PATH_MAX], err[512];
 	const char *cwd = NULL, *user = NULL, *sandbox;
@@ -71,7 +75,8 @@ int cmd_exec(int argc, char **argv)
 
 			wait_s = strtod(optarg, &end);
 			if (*end || wait_s < 0 || wait_s > 3600) {
-				fprintf(stderr, "cove exec: --wait '%s': want seconds 0..3600\n", optarg);
+				fprintf(stderr, "cove exec: --wait '%s': want seconds 0..3600\n",
+					optarg);
 				ret = 2;
 				goto out;
 			}
@@ -115,8 +120,8 @@ int cmd_exec(int argc, char **argv)
 		fprintf(stderr, "cove exec: %s\n", err);
 		goto out;
 	}
-	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty",
-			tty, "stdin", !no_stdin && !detach);
+	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty", tty,
+			"stdin", !no_stdin && !detach);
 	if (!req) {
 		fprintf(stderr, "cove exec: bad argument (not UTF-8?)\n");
 		ret = 2;

@@ -1,4 +1,5 @@
-/* `cove fork SANDBOX -n N`: N clones of a running sandbox, each with its own sockets, CID, chain and a fresh guest identity. */
+/* `cove fork SANDBOX -n N`: N clones of a running sandbox, each with its own sockets, CID, chain
+ * and a fresh guest identity. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,13 +12,13 @@
 #include "cli/commands.h"
 
 static const char usage[] =
-	"usage: cove fork API_SOCK [-n N] [--no-identity]\n"
-	"Snapshot a running sandbox (it needs --snapshot-dir) and start N clones (1..16, default 1)\n"
-	"restored from it, as PUT /fork does. Unchanged memory is shared copy-on-write. Each clone\n"
-	"gets its own API socket, vsock socket and CID, its own snapshot directory, and (unless\n"
-	"--no-identity) a fresh identity through its guest agent before it is reported: a new RNG\n"
-	"seed and the host's clock. Prints one JSON object with the clones; exits 1 when a clone's\n"
-	"identity was not delivered (its \"identity\" says why).\n";
+    "usage: cove fork API_SOCK [-n N] [--no-identity]\n"
+    "Snapshot a running sandbox (it needs --snapshot-dir) and start N clones (1..16, default 1)\n"
+    "restored from it, as PUT /fork does. Unchanged memory is shared copy-on-write. Each clone\n"
+    "gets its own API socket, vsock socket and CID, its own snapshot directory, and (unless\n"
+    "--no-identity) a fresh identity through its guest agent before it is reported: a new RNG\n"
+    "seed and the host's clock. Prints one JSON object with the clones; exits 1 when a clone's\n"
+    "identity was not delivered (its \"identity\" says why).\n";
 
 int cmd_fork(int argc, char **argv)
 {
@@ -40,7 +41,8 @@ int cmd_fork(int argc, char **argv)
 		} else if (argv[i][0] != '-' && !sock) {
 			sock = argv[i];
 		} else {
-			fprintf(stderr, "cove fork: unexpected argument '%s' (try --help)\n", argv[i]);
+			fprintf(stderr, "cove fork: unexpected argument '%s' (try --help)\n",
+				argv[i]);
 			return 2;
 		}
 	}

@@ -80,23 +80,6 @@ static void close_target(struct target *t)
 	sbx_root_close(&t->root);
 }
 
-static int api_set_state(const char *api, const char *state, char *err, size_t errlen)
-{
-	char body[64], fault[256];
-	char *reply = NULL;
-	long status;
-	int ret;
-
-	snprintf(body, sizeof(body), "{\"state\":\"%s\"}", state);
-	ret = api_call(api, "PATCH", "/vm", body, 30, &status, &reply, err, errlen);
-	if (!ret && status / 100 != 2) {
-		api_fault_text(reply, fault, sizeof(fault));
-		ret = errmsg(err, errlen, -EIO, "%s", fault);
-	}
-	free(reply);
-	return ret;
-}
-
 /* Ends the VMM holding vmm.lock: SIGTERM, then SIGKILL after STOP_WAIT_S. 0 once it is gone. */
 static int end_vmm(int dfd, int first_sig)
 {
@@ -143,12 +126,12 @@ int cmd_start(int argc, char **argv)
 static int stop_locked(const char *cmd, struct target *t, const char *why)
 {
 	char err[512];
-	int ret = (t->state == SBX_PAUSED ? 0 : api_set_state(t->api, "Paused", err, sizeof(err)))
+	int ret = (t->state == SBX_PAUSED ? 0 : sbx_api_state(t->api, "Paused", err, sizeof(err)))
 		      ?: sbx_snapshot_now(t->api, err, sizeof(err));
 
 	if (ret) {
 		if (t->state != SBX_PAUSED)
-			api_set_state(t->api, "Resumed", NULL, 0);
+			sbx_api_state(t->api, "Resumed", NULL, 0);
 		fprintf(stderr, "cove %s: %s: the final snapshot failed, so it keeps running: %s\n",
 			cmd, t->name, err);
 		return 1;
@@ -240,7 +223,7 @@ static int pause_resume(int argc, char **argv, bool pause)
 	}
 	if ((pause && t.state == SBX_PAUSED) || (!pause && t.state == SBX_RUNNING))
 		goto out;
-	if (api_set_state(t.api, pause ? "Paused" : "Resumed", err, sizeof(err))) {
+	if (sbx_api_state(t.api, pause ? "Paused" : "Resumed", err, sizeof(err))) {
 		fprintf(stderr, "cove %s: %s: %s\n", cmd, t.name, err);
 		st = 1;
 		goto out;

@@ -30,10 +30,11 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	/* The guest finds virtio-mmio devices only through virtio_mmio.device= words. */
 	char cmdline[4096];
 	if (board_cmdline(&sb->board, o->cmdline, cmdline, sizeof(cmdline))) {
-		log_err(&sb->log, "kernel command line with the virtio devices is longer than 4095 bytes");
+		log_err(&sb->log,
+			"kernel command line with the virtio devices is longer than 4095 bytes");
 		return 1;
 	}
-	struct boot_spec spec = { .kernel = o->kernel, .initrd = o->initrd, .cmdline = cmdline };
+	struct boot_spec spec = {.kernel = o->kernel, .initrd = o->initrd, .cmdline = cmdline};
 	if (boot_load(&sb->vm, &spec))
 		return 1;
 	sb->snap_key = o->snapshot_key;

@@ -1,4 +1,5 @@
-/* `cove snapshot SANDBOX`: ask a running sandbox for a full or incremental snapshot and print what it wrote. */
+/* `cove snapshot SANDBOX`: ask a running sandbox for a full or incremental snapshot and print what
+ * it wrote. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +10,12 @@
 #include "cli/commands.h"
 
 static const char usage[] =
-	"usage: cove snapshot API_SOCK [--full|--diff] [--dir DIR]\n"
-	"Snapshot a running sandbox through its control socket (cove run --api-sock).\n"
-	"  --full     every page; starts a new chain (the default the first time)\n"
-	"  --diff     only pages written since the previous layer (default after the first)\n"
-	"  --dir DIR  chain directory (default: the sandbox's --snapshot-dir)\n"
-	"Prints the result as JSON: layer_id, pages, stored_pages, bytes, pause_us, write_us.\n";
+    "usage: cove snapshot API_SOCK [--full|--diff] [--dir DIR]\n"
+    "Snapshot a running sandbox through its control socket (cove run --api-sock).\n"
+    "  --full     every page; starts a new chain (the default the first time)\n"
+    "  --diff     only pages written since the previous layer (default after the first)\n"
+    "  --dir DIR  chain directory (default: the sandbox's --snapshot-dir)\n"
+    "Prints the result as JSON: layer_id, pages, stored_pages, bytes, pause_us, write_us.\n";
 
 int cmd_snapshot(int argc, char **argv)
 {
@@ -33,12 +34,14 @@ int cmd_snapshot(int argc, char **argv)
 		} else if (argv[i][0] != '-' && !sock) {
 			sock = argv[i];
 		} else {
-			fprintf(stderr, "cove snapshot: unexpected argument '%s' (try --help)\n", argv[i]);
+			fprintf(stderr, "cove snapshot: unexpected argument '%s' (try --help)\n",
+				argv[i]);
 			return 2;
 		}
 	}
 	if (!sock) {
-		fprintf(stderr, "cove snapshot: the sandbox's API socket is required (try --help)\n");
+		fprintf(stderr,
+			"cove snapshot: the sandbox's API socket is required (try --help)\n");
 		return 2;
 	}
 	char err[512], fault[512];

@@ -101,7 +101,7 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *
 	}
 }
 
-static int api_state(const char *api, const char *state, char *err, size_t errlen)
+int sbx_api_state(const char *api, const char *state, char *err, size_t errlen)
 {
 	char body[64], fault[256];
 	long status;
@@ -143,7 +143,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	if (st == SBX_RUNNING)
 		goto out;
 	if (st == SBX_PAUSED) {
-		ret = api_state(api, "Resumed", err, errlen);
+		ret = sbx_api_state(api, "Resumed", err, errlen);
 		if (!ret)
 			ret = sbx_event_append(dfd, "paused", "running", why);
 		goto out;

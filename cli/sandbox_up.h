@@ -32,6 +32,9 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
 	      size_t errlen);
 
+/* PATCH /vm {"state": STATE} ("Paused" or "Resumed") on the API socket: 0 or -errno with err. */
+int sbx_api_state(const char *api, const char *state, char *err, size_t errlen);
+
 /* Asks the running sandbox's API for a snapshot into its chain (Diff, or Full for the first). */
 int sbx_snapshot_now(const char *api_sock, char *err, size_t errlen);
 

@@ -217,6 +217,19 @@ static void test_events_and_state(void **state)
 	close(dfd);
 }
 
+/* A spec like cove create's: a kernel, 256 MiB, one vCPU, the root image under an overlay. */
+static void base_spec(struct sbx_spec *s)
+{
+	strcpy(s->kernel, "/k/bzImage");
+	strcpy(s->cmdline, "console=ttyS0");
+	s->mem_bytes = 256ULL << 20;
+	s->vcpus = 1;
+	s->nr_disks = 1;
+	strcpy(s->disks[0].path, "/base/rootfs.ext4");
+	s->disks[0].overlay = true;
+	s->snapshot_every_ms = 60000;
+}
+
 static void test_spec_round_trip(void **state)
 {
 	struct fx *f = *state;
@@ -225,13 +238,9 @@ static void test_spec_round_trip(void **state)
 	int dfd = sbx_dir_open(&f->root, "sp", true, err, sizeof(err));
 
 	assert_true(dfd >= 0);
-	strcpy(a.kernel, "/k/bzImage");
-	strcpy(a.cmdline, "console=ttyS0 cove.hostname=sp");
-	a.mem_bytes = 256ULL << 20;
+	base_spec(&a);
 	a.vcpus = 2;
 	a.nr_disks = 2;
-	strcpy(a.disks[0].path, "/base/rootfs.ext4");
-	a.disks[0].overlay = true;
 	strcpy(a.disks[1].path, "/data.img");
 	a.disks[1].read_only = true;
 	strcpy(a.key, "key-cmd:/bin/true");
@@ -278,14 +287,7 @@ static void test_vmm_args(void **state)
 	struct sbx_args *a = calloc(1, sizeof(*a));
 	char want[512];
 
-	strcpy(s.kernel, "/k/bzImage");
-	strcpy(s.cmdline, "console=ttyS0");
-	s.mem_bytes = 256ULL << 20;
-	s.vcpus = 1;
-	s.nr_disks = 1;
-	strcpy(s.disks[0].path, "/base/rootfs.ext4");
-	s.disks[0].overlay = true;
-	s.snapshot_every_ms = 60000;
+	base_spec(&s);
 	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), 0);
 	assert_string_equal(a->argv[1], "run");
 	snprintf(want, sizeof(want), "/base/rootfs.ext4,overlay=%s/box/disk0.ovl", f->dir);
