@@ -2,6 +2,7 @@
 #include "devices/virtio_vsock.h"
 
 #include <errno.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
 
 #define VIRTIO_ID_VSOCK	 19
 #define RXQ		 0
@@ -438,6 +438,23 @@ static bool conn_wants_read(const struct vsock_conn *c)
 	       !(c->guest_shut & VSOCK_SHUTDOWN_RCV);
 }
 
+#define VSOCK_RESET_HOLD_NS (1000ULL * 1000 * 1000)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether host connection requests still wait for the guest to handle the reset event. */
+static bool reset_holds(struct virtio_vsock *v)
+{
+	if (v->reset_pending && mono_ns() - v->reset_at_ns > VSOCK_RESET_HOLD_NS)
+		v->reset_pending = false; /* a guest that never kicks the event queue */
+	return v->reset_pending;
+}
+
 /*
  * Fills the held rx chain with the next packet for the guest.  1 when it holds
  * a packet of *used bytes, 0 when there is nothing to send.
@@ -458,6 +475,8 @@ static int rx_fill(struct virtio_vsock *v, uint32_t *used)
 		if (c->zombie)
 			continue;
 		if (c->need_request) {
+			if (reset_holds(v))
+				continue;
 			c->need_request = false;
 			h = host_hdr(v, c, VSOCK_OP_REQUEST);
 		} else if (c->need_response) {
@@ -608,9 +627,11 @@ static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 	(void)t;
 	if (q == TXQ)
 		tx_drain(v);
-	/* New rx buffers, or tx made replies: either way try to deliver. */
-	if (q == TXQ || q == RXQ)
-		rx_pump(v);
+	/* The guest gave the reset event's buffer back: it has handled the reset. */
+	if (q == EVQ)
+		v->reset_pending = false;
+	/* New rx buffers, or tx made replies, or held requests may go: try to deliver. */
+	rx_pump(v);
 	sweep(v);
 }
 
@@ -622,6 +643,7 @@ static void dev_reset(void *dev)
 	sweep(v);
 	v->rst_n = v->rst_head = 0;
 	v->rx_held = false;
+	v->reset_pending = false;
 }
 
 static void host_accept(struct virtio_vsock *v)
@@ -859,6 +881,8 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 	uint8_t ev[4] = {VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0};
 	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
+	v->reset_pending = ok;
+	v->reset_at_ns = mono_ns();
 	virtio_mmio_notify_used(t, EVQ);
 	r = ok ? 0 : -EFAULT;
 out:
@@ -897,11 +921,11 @@ static void vsock_type_resumed(void *dev, struct logger *log)
 
 /* vsock keeps its --vsock-cid/--vsock-uds options and "vsock" machine config key. */
 const struct device_type virtio_vsock_type = {
-	.name = "virtio-vsock",
-	.size = sizeof(struct virtio_vsock),
-	.create = vsock_type_create,
-	.destroy = vsock_type_destroy,
-	.mmio = vsock_type_mmio,
-	.save_mmio = vsock_type_save_mmio,
-	.resumed = vsock_type_resumed,
+    .name = "virtio-vsock",
+    .size = sizeof(struct virtio_vsock),
+    .create = vsock_type_create,
+    .destroy = vsock_type_destroy,
+    .mmio = vsock_type_mmio,
+    .save_mmio = vsock_type_save_mmio,
+    .resumed = vsock_type_resumed,
 };

@@ -34,6 +34,13 @@ struct virtio_vsock {
 	struct vsock_hdr rst_q[VSOCK_RST_QUEUE];
 	int rst_head, rst_n;
 	bool rx_held; /* rx_chain was popped and not used yet */
+	/*
+	 * After a restore: the guest was told its connections were reset and has not taken the
+	 * event back yet. A host CONNECT's request waits till then (or VSOCK_RESET_HOLD_NS), since
+	 * a request the guest sees before it handles the reset is lost with the reset.
+	 */
+	bool reset_pending;
+	uint64_t reset_at_ns;
 	struct virtq_chain rx_chain;
 	struct virtq_chain tx_chain;
 	uint8_t bounce[VSOCK_MAX_PAYLOAD];

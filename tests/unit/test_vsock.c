@@ -518,6 +518,34 @@ static void test_dev_host_connect(void **state)
 	close(s);
 }
 
+/* After a restore a host CONNECT waits until the guest has handled the transport reset (it gives
+ * the event buffer back): a request it saw before the reset would be lost with it. */
+static void test_dev_connect_after_restore(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	put_desc(d, 2, 0, TXBUF + 0x1000, 8, VIRTQ_DESC_F_WRITE, 0);
+	make_avail(d, 2, 0);
+	assert_int_equal(virtio_vsock_restored(d->v), 0);
+	uint16_t *ev_used = gp(d, USED(2) + 2, 2);
+	assert_int_equal(*ev_used, 1); /* the reset event went out */
+	strcpy(sa.sun_path, d->path);
+	assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	virtio_vsock_service(d->v);
+	assert_int_equal(write(s, "CONNECT 52\n", 11), 11);
+	virtio_vsock_service(d->v);
+	assert_false(take_rx(d, &r, NULL)); /* held: the guest has not taken the reset yet */
+	put_desc(d, 2, 1, TXBUF + 0x1000, 8, VIRTQ_DESC_F_WRITE, 0);
+	make_avail(d, 2, 1); /* the driver refills the event queue after handling it */
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_REQUEST);
+	assert_int_equal(r.dst_port, 52);
+	close(s);
+}
+
 /* The host reads nothing for a while: the device buffers up to the credit it gave, in order. */
 static void test_dev_slow_host(void **state)
 {
@@ -728,6 +756,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_dev_hostile_packets, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_guest_connect, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_host_connect, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_connect_after_restore, vdev_setup,
+					    vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_slow_host, vdev_setup, vdev_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
