@@ -176,6 +176,44 @@ def test_lifecycle_kill9_and_concurrent():
         cove("rm", name)
 
 
+def test_lifecycle_kill9_during_layer_write():
+    """kill -9 of the VMM while a layer is being written (a snapshot every second, memory being
+    dirtied): the next exec restores from the last committed layer, same boot_id."""
+    fresh()
+    name = "agent6"
+    create(name, "--snapshot-every", "1s")
+    chain = os.path.join(STATE, name, "chain")
+    try:
+        rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        boot_id = out.strip()
+        rc, out, err = cove("exec", "--detach", name, "--", "sh", "-c",
+                            "while true; do dd if=/dev/urandom of=/tmp/churn bs=1M count=24 "
+                            "2>/dev/null; done")
+        bt.check(rc == 0, f"exec --detach: rc={rc} {err!r}")
+        pid = vmm_pid(name)
+        caught = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not caught:
+            tmp = [n for n in os.listdir(chain) if n.startswith(".") and n.endswith(".tmp")]
+            if tmp and os.path.exists(os.path.join(chain, "chain.json")):
+                os.kill(pid, signal.SIGKILL)
+                caught = tmp
+            time.sleep(0.002)
+        bt.check(caught, "never saw a layer being written in 60 s")
+        for _ in range(100):
+            if not vmm_alive(pid):
+                break
+            time.sleep(0.1)
+        print(f"    killed while writing {caught[0]}")
+        bt.check(ls(name)["state"] == "crashed", f"state after kill -9: {ls(name)}")
+        rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0 and out.strip() == boot_id,
+                 f"exec after kill -9 mid-write: rc={rc} {out!r} {err!r}")
+    finally:
+        cove("rm", name)
+
+
 def test_lifecycle_archive():
     fresh()
     name = "agent4"
@@ -266,4 +304,5 @@ def test_lifecycle_names_and_rm():
 
 
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
+         test_lifecycle_kill9_during_layer_write,
          test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_names_and_rm]
