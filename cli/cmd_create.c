@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/sandbox_up.h"
-#include "lifecycle/events.h"
+#include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/guest_files.h"
 #include "lifecycle/name.h"
@@ -21,6 +21,7 @@
 static const char create_usage[] =
     "usage: cove create NAME [--mem SIZE] [--vcpus N] [--disk PATH[,ro]]...\n"
     "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
+    "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
@@ -32,11 +33,27 @@ static const char create_usage[] =
     "  --disk PATH[,ro]        another disk (/dev/vdb...), the file itself\n"
     "  --key SPEC              encrypt the chain (key-cmd:CMD or pkcs11:CONFIG)\n"
     "  --snapshot-every D      60s, 5m...; off: only at stop (default 60s)\n"
+    "  --idle-stop D           stop itself (snapshot first) after D with no exec session,\n"
+    "                          running command, API call, vsock traffic or guest CPU use\n"
+    "  --archive-after D       `cove gc` archives it once stopped for D (7d...)\n"
+    "  --delete-after D        `cove gc` deletes it once unused for D (30d...)\n"
     "  --kernel, --rootfs      another kernel or base image; --initrd boots an initramfs\n"
     "                          with no root disk\n"
     "NAME: [a-z0-9][a-z0-9-]*, at most 48 characters.\n";
 
-enum { O_MEM = 256, O_VCPUS, O_DISK, O_KEY, O_EVERY, O_KERNEL, O_ROOTFS, O_INITRD, O_ARCH, O_DEL };
+enum {
+	O_MEM = 256,
+	O_VCPUS,
+	O_DISK,
+	O_KEY,
+	O_EVERY,
+	O_KERNEL,
+	O_ROOTFS,
+	O_INITRD,
+	O_ARCH,
+	O_DEL,
+	O_IDLE
+};
 
 static const struct option create_opts[] = {
     {"mem", required_argument, NULL, O_MEM},
@@ -47,6 +64,9 @@ static const struct option create_opts[] = {
     {"kernel", required_argument, NULL, O_KERNEL},
     {"rootfs", required_argument, NULL, O_ROOTFS},
     {"initrd", required_argument, NULL, O_INITRD},
+    {"archive-after", required_argument, NULL, O_ARCH},
+    {"delete-after", required_argument, NULL, O_DEL},
+    {"idle-stop", required_argument, NULL, O_IDLE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -133,6 +153,10 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 					   err, errlen,
 					   "--snapshot-every: a duration of 1s or more, or off"),
 				       -EINVAL;
+			break;
+		case O_IDLE:
+			if (opt_idle_stop(optarg, &s->idle_stop_ms, err, errlen))
+				return -EINVAL;
 			break;
 		case O_ARCH:
 		case O_DEL:

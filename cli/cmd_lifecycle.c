@@ -13,7 +13,7 @@
 #include "cli/sandbox_up.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
-#include "lifecycle/events.h"
+#include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"

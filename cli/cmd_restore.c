@@ -28,6 +28,7 @@ static const char restore_usage[] =
     "  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
     "                      latest layer, continuing its chain incrementally)\n"
     "  --snapshot-interval T, --snapshot-keep N, --snapshot-root DIR   as for cove run\n"
+    "  --idle-stop T, --events-dir DIR   as for cove run (the chain is DIR or --snapshot-dir)\n"
     "  --key SPEC          key provider of an encrypted chain (required for one: it must be\n"
     "                      the provider DIR/keys records; PKCS#11 PINs come from\n"
     "                      COVE_PKCS11_PIN or pin-file=)\n"
@@ -55,7 +56,9 @@ enum {
 	O_VERIFY,
 	O_DISK,
 	O_SROOT,
-	O_CMAX
+	O_CMAX,
+	O_IDLE,
+	O_EVDIR
 };
 
 static const struct option long_opts[] = {
@@ -74,6 +77,8 @@ static const struct option long_opts[] = {
     {"disk", required_argument, NULL, O_DISK},
     {"snapshot-root", required_argument, NULL, O_SROOT},
     {"console-max", required_argument, NULL, O_CMAX},
+    {"idle-stop", required_argument, NULL, O_IDLE},
+    {"events-dir", required_argument, NULL, O_EVDIR},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -142,6 +147,13 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 		case O_SINT:
 			if (opt_snapshot_interval(optarg, &o->interval_ms, err, errlen))
 				return -EINVAL;
+			break;
+		case O_IDLE:
+			if (opt_idle_stop(optarg, &o->idle_stop_ms, err, errlen))
+				return -EINVAL;
+			break;
+		case O_EVDIR:
+			o->events_dir = optarg;
 			break;
 		case O_SKEEP:
 			if (opt_snapshot_keep(optarg, &o->keep, err, errlen))

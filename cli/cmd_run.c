@@ -37,6 +37,8 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	struct boot_spec spec = {.kernel = o->kernel, .initrd = o->initrd, .cmdline = cmdline};
 	if (boot_load(&sb->vm, &spec))
 		return 1;
+	sb->idle.limit_ms = o->idle_stop_ms;
+	sb->idle.events_dir = o->events_dir;
 	sb->snap_key = o->snapshot_key;
 	sb->snap_root = o->snapshot_root;
 	if (o->snapshot_dir &&

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "lifecycle/archive.h"
-#include "lifecycle/events.h"
+#include "sandbox/event_log.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "lifecycle/events.h"
+#include "sandbox/event_log.h"
 
 enum sbx_state {
 	SBX_CREATING, /* the directory exists, no VM has run yet */

@@ -38,6 +38,10 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	if (!ret && s->snapshot_every_ms)
 		ret = add(a, "--snapshot-interval")
 			  ?: add(a, "%llums", (unsigned long long)s->snapshot_every_ms);
+	/* The VMM stops itself when idle and logs it in the sandbox's event log. */
+	if (!ret && s->idle_stop_ms)
+		ret = add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms)
+			?: add(a, "--events-dir") ?: add(a, "%s/%s", r->state, name);
 	return ret;
 }
 

@@ -62,7 +62,7 @@ static void reply_empty(struct api_response *resp, int status)
 }
 
 static void reply_fault(struct api_response *resp, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void reply_fault(struct api_response *resp, int status, const char *fmt, ...)
 {
@@ -179,7 +179,8 @@ static int validate_object(json_t *obj, const struct api_field *fields, size_t n
 	json_t *val;
 	char list[256];
 
-	json_object_foreach(obj, key, val) {
+	json_object_foreach(obj, key, val)
+	{
 		bool known = false;
 		for (size_t i = 0; i < nfields; i++)
 			known = known || strcmp(key, fields[i].name) == 0;
@@ -188,7 +189,8 @@ static int validate_object(json_t *obj, const struct api_field *fields, size_t n
 			for (size_t i = 0; i < nfields && n < 8; i++)
 				names[n++] = fields[i].name;
 			join_names(list, sizeof(list), names, n);
-			reply_fault(resp, 400, "unknown field '%.64s'; allowed fields: %s", key, list);
+			reply_fault(resp, 400, "unknown field '%.64s'; allowed fields: %s", key,
+				    list);
 			return -EINVAL;
 		}
 	}
@@ -212,7 +214,8 @@ static int validate_object(json_t *obj, const struct api_field *fields, size_t n
 			ok = ok || strcmp(json_string_value(val), f->allowed[k]) == 0;
 		if (!ok) {
 			join_names(list, sizeof(list), f->allowed, count_names(f->allowed));
-			reply_fault(resp, 400, "invalid value '%.64s' for field '%s'; allowed values: %s",
+			reply_fault(resp, 400,
+				    "invalid value '%.64s' for field '%s'; allowed values: %s",
 				    json_string_value(val), f->name, list);
 			return -EINVAL;
 		}
@@ -274,9 +277,9 @@ static void route_vm_get(const struct api_backend *be, json_t *body, struct api_
 
 static void route_vm_patch(const struct api_backend *be, json_t *body, struct api_response *resp)
 {
-	static const char *const states[] = { "Paused", "Resumed", NULL };
+	static const char *const states[] = {"Paused", "Resumed", NULL};
 	static const struct api_field fields[] = {
-		{ .name = "state", .type = JSON_STRING, .allowed = states },
+	    {.name = "state", .type = JSON_STRING, .allowed = states},
 	};
 	struct api_vm_info info;
 
@@ -306,9 +309,9 @@ static void route_vm_patch(const struct api_backend *be, json_t *body, struct ap
 
 static void route_actions_put(const struct api_backend *be, json_t *body, struct api_response *resp)
 {
-	static const char *const actions[] = { "SendCtrlAltDel", NULL };
+	static const char *const actions[] = {"SendCtrlAltDel", NULL};
 	static const struct api_field fields[] = {
-		{ .name = "action_type", .type = JSON_STRING, .allowed = actions },
+	    {.name = "action_type", .type = JSON_STRING, .allowed = actions},
 	};
 
 	if (validate_object(body, fields, 1, resp) < 0)
@@ -352,8 +355,9 @@ static void route_dirty_get(const struct api_backend *be, json_t *body, struct a
 		goto out_buf;
 	}
 	if (nr > API_MAX_DIRTY_RANGES) {
-		reply_fault(resp, 500, "backend reported %zu dirty ranges, more than the %d it was given",
-			    nr, API_MAX_DIRTY_RANGES);
+		reply_fault(resp, 500,
+			    "backend reported %zu dirty ranges, more than the %d it was given", nr,
+			    API_MAX_DIRTY_RANGES);
 		goto out_buf;
 	}
 
@@ -366,14 +370,14 @@ static void route_dirty_get(const struct api_backend *be, json_t *body, struct a
 			goto out_ranges;
 		}
 		total += buf[i].nr_pages;
-		json_t *pair = json_pack("[I,I]", (json_int_t)buf[i].first_pfn,
-					 (json_int_t)buf[i].nr_pages);
+		json_t *pair =
+		    json_pack("[I,I]", (json_int_t)buf[i].first_pfn, (json_int_t)buf[i].nr_pages);
 		if (json_array_append_new(ranges, pair) < 0)
 			goto oom;
 	}
 
-	json_t *obj = json_pack("{s:i, s:O, s:I, s:b}", "page_size", API_PAGE_SIZE, "ranges", ranges,
-				"total_pages", (json_int_t)total, "truncated", truncated);
+	json_t *obj = json_pack("{s:i, s:O, s:I, s:b}", "page_size", API_PAGE_SIZE, "ranges",
+				ranges, "total_pages", (json_int_t)total, "truncated", truncated);
 	if (!obj)
 		goto oom;
 	reply_json(resp, 200, obj);
@@ -393,13 +397,15 @@ static int only_fields(json_t *obj, const char *const *names, struct api_respons
 	const char *key;
 	json_t *val;
 	char list[256];
-	json_object_foreach(obj, key, val) {
+	json_object_foreach(obj, key, val)
+	{
 		bool known = false;
 		for (size_t i = 0; names[i]; i++)
 			known = known || strcmp(key, names[i]) == 0;
 		if (!known) {
 			join_names(list, sizeof(list), names, count_names(names));
-			reply_fault(resp, 400, "unknown field '%.64s'; allowed fields: %s", key, list);
+			reply_fault(resp, 400, "unknown field '%.64s'; allowed fields: %s", key,
+				    list);
 			return -EINVAL;
 		}
 	}
@@ -408,7 +414,10 @@ static int only_fields(json_t *obj, const char *const *names, struct api_respons
 
 static void reply_snapshot_error(struct api_response *resp, int r, const char *msg)
 {
-	int status = r == -ENOENT || r == -EINVAL ? 400 : r == -EBUSY ? 409 : r == -ENOSYS ? 501 : 500;
+	int status = r == -ENOENT || r == -EINVAL ? 400
+		     : r == -EBUSY		  ? 409
+		     : r == -ENOSYS		  ? 501
+						  : 500;
 	reply_fault(resp, status, "snapshot failed: %s", msg[0] ? msg : strerror(-r));
 }
 
@@ -420,25 +429,27 @@ static void reply_snapshot_error(struct api_response *resp, int r, const char *m
 static void route_snapshot_put(const struct api_backend *be, json_t *body,
 			       struct api_response *resp)
 {
-	static const char *const names[] = { "snapshot_type", "snapshot_dir", "snapshot_path",
-					     "mem_file_path", "version", NULL };
+	static const char *const names[] = {"snapshot_type", "snapshot_dir", "snapshot_path",
+					    "mem_file_path", "version",	     NULL};
 	if (only_fields(body, names, resp) < 0)
 		return;
 	json_t *type = json_object_get(body, "snapshot_type");
 	json_t *dir = json_object_get(body, "snapshot_dir");
 	json_t *path = json_object_get(body, "snapshot_path");
-	if (!json_is_string(type) || (strcmp(json_string_value(type), "Full") &&
-				      strcmp(json_string_value(type), "Diff"))) {
+	if (!json_is_string(type) ||
+	    (strcmp(json_string_value(type), "Full") && strcmp(json_string_value(type), "Diff"))) {
 		reply_fault(resp, 400, "field 'snapshot_type' must be \"Full\" or \"Diff\"");
 		return;
 	}
 	if ((dir && !json_is_string(dir)) || (path && !json_is_string(path)) || (dir && path)) {
-		reply_fault(resp, 400, "give the chain directory once, as a string: 'snapshot_dir'");
+		reply_fault(resp, 400,
+			    "give the chain directory once, as a string: 'snapshot_dir'");
 		return;
 	}
 	if (json_object_get(body, "mem_file_path")) {
-		reply_fault(resp, 400, "'mem_file_path' is not used: cove keeps memory layers in the "
-				       "chain directory ('snapshot_dir')");
+		reply_fault(resp, 400,
+			    "'mem_file_path' is not used: cove keeps memory layers in the "
+			    "chain directory ('snapshot_dir')");
 		return;
 	}
 	const char *d = dir ? json_string_value(dir) : path ? json_string_value(path) : NULL;
@@ -473,7 +484,7 @@ static void route_snapshot_put(const struct api_backend *be, json_t *body,
  */
 static void route_fork_put(const struct api_backend *be, json_t *body, struct api_response *resp)
 {
-	static const char *const names[] = { "count", "identity", NULL };
+	static const char *const names[] = {"count", "identity", NULL};
 	if (only_fields(body, names, resp) < 0)
 		return;
 	json_t *ident = json_object_get(body, "identity");
@@ -484,7 +495,8 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 	json_t *count = json_object_get(body, "count");
 	if (!json_is_integer(count) || json_integer_value(count) < 1 ||
 	    json_integer_value(count) > API_MAX_FORKS) {
-		reply_fault(resp, 400, "field 'count' must be an integer from 1 to %d", API_MAX_FORKS);
+		reply_fault(resp, 400, "field 'count' must be an integer from 1 to %d",
+			    API_MAX_FORKS);
 		return;
 	}
 	if (!be->fork) {
@@ -506,25 +518,24 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 	}
 	json_t *arr = json_array();
 	for (int i = 0; i < n; i++)
-		json_array_append_new(arr, json_pack("{s:i,s:I,s:s,s:s,s:s,s:s,s:s}", "pid",
-						     clones[i].pid, "cid", (json_int_t)clones[i].cid,
-						     "api_sock", clones[i].api_sock, "vsock_uds",
-						     clones[i].vsock_uds, "snapshot_dir",
-						     clones[i].snapshot_dir, "console",
-						     clones[i].console, "identity",
-						     clones[i].identity));
+		json_array_append_new(
+		    arr, json_pack("{s:i,s:I,s:s,s:s,s:s,s:s,s:s}", "pid", clones[i].pid, "cid",
+				   (json_int_t)clones[i].cid, "api_sock", clones[i].api_sock,
+				   "vsock_uds", clones[i].vsock_uds, "snapshot_dir",
+				   clones[i].snapshot_dir, "console", clones[i].console, "identity",
+				   clones[i].identity));
 	free(clones);
 	reply_json(resp, 200, json_pack("{s:o}", "clones", arr));
 }
 
 static const struct api_route routes[] = {
-	{ "/snapshot/create", "PUT", route_snapshot_put, true },
-	{ "/fork", "PUT", route_fork_put, true },
-	{ "/", "GET", route_root_get, false },
-	{ "/vm", "GET", route_vm_get, false },
-	{ "/vm", "PATCH", route_vm_patch, true },
-	{ "/actions", "PUT", route_actions_put, true },
-	{ "/debug/dirty_pages", "GET", route_dirty_get, false },
+    {"/snapshot/create", "PUT", route_snapshot_put, true},
+    {"/fork", "PUT", route_fork_put, true},
+    {"/", "GET", route_root_get, false},
+    {"/vm", "GET", route_vm_get, false},
+    {"/vm", "PATCH", route_vm_patch, true},
+    {"/actions", "PUT", route_actions_put, true},
+    {"/debug/dirty_pages", "GET", route_dirty_get, false},
 };
 
 #define NR_ROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -548,11 +559,12 @@ static json_t *parse_body(const char *body, size_t body_len, struct api_response
 		reply_fault(resp, 400, "request body contains a NUL byte");
 		return NULL;
 	}
-	/* DECODE_ANY so a bare string or number is reported as the wrong kind of body, not as a syntax error. */
+	/* DECODE_ANY so a bare string or number is reported as the wrong kind of body, not as a
+	 * syntax error. */
 	json_t *v = json_loadb(body, body_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
 	if (!v) {
-		reply_fault(resp, 400, "invalid JSON at line %d column %d: %s", err.line, err.column,
-			    err.text);
+		reply_fault(resp, 400, "invalid JSON at line %d column %d: %s", err.line,
+			    err.column, err.text);
 		return NULL;
 	}
 	if (!json_is_object(v)) {
@@ -581,8 +593,8 @@ static void dispatch(const struct api_backend *be, const char *method, const cha
 		return;
 	}
 	if (body_len > API_MAX_BODY) {
-		reply_fault(resp, 413, "request body of %zu bytes exceeds the %d byte limit", body_len,
-			    API_MAX_BODY);
+		reply_fault(resp, 413, "request body of %zu bytes exceeds the %d byte limit",
+			    body_len, API_MAX_BODY);
 		return;
 	}
 	if (body_len && !body) {
@@ -619,11 +631,13 @@ static void dispatch(const struct api_backend *be, const char *method, const cha
 	json_decref(obj);
 }
 
-int api_handle(const struct api_backend *be, const char *method, const char *path,
-	       const char *body, size_t body_len, struct api_response *resp)
+int api_handle(const struct api_backend *be, const char *method, const char *path, const char *body,
+	       size_t body_len, struct api_response *resp)
 {
 	resp->status = 500;
 	resp->body = NULL;
+	if (be->on_request)
+		be->on_request(be->opaque);
 	dispatch(be, method, path, body, body_len, resp);
 	/* Every status but 204 carries a body; a missing one means the fault could not be built. */
 	if (!resp->body && resp->status != 204) {

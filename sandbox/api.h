@@ -1,4 +1,5 @@
-/* Control API: REST requests (Firecracker's shapes where they overlap) mapped onto VM operations. */
+/* Control API: REST requests (Firecracker's shapes where they overlap) mapped onto VM operations.
+ */
 #ifndef COVE_API_H
 #define COVE_API_H
 
@@ -67,11 +68,13 @@ struct api_backend {
 	/* `identity`: each clone gets a fresh RNG seed and clock before this returns. */
 	int (*fork)(void *opaque, int count, bool identity, struct api_clone *out, char *err,
 		    size_t errlen);
+	/* Told of every request (an idle sandbox is one nobody asks anything); may be NULL. */
+	void (*on_request)(void *opaque);
 };
 
 struct api_response {
-	int status;  /* HTTP status */
-	char *body;  /* malloc'd JSON text or NULL for an empty body (204) */
+	int status; /* HTTP status */
+	char *body; /* malloc'd JSON text or NULL for an empty body (204) */
 };
 
 /*
@@ -79,8 +82,8 @@ struct api_response {
  * Always fills `resp`; returns 0, or -ENOMEM if even the error body could not
  * be built.  Free resp->body with free().
  */
-int api_handle(const struct api_backend *be, const char *method, const char *path,
-	       const char *body, size_t body_len, struct api_response *resp);
+int api_handle(const struct api_backend *be, const char *method, const char *path, const char *body,
+	       size_t body_len, struct api_response *resp);
 
 struct evloop;
 struct api_server;

@@ -13,41 +13,45 @@
 #include "vmm/vm.h"
 
 static const char run_usage[] =
-	"usage: cove run --kernel FILE [options]\n"
-	"Boot one microVM and run it until the guest stops.\n"
-	"\n"
-	"  --kernel FILE       guest kernel: ELF (entered in 64-bit mode at its entry) or flat binary\n"
-	"  --initrd FILE       initial ramdisk\n"
-	"  --cmdline TEXT      kernel command line (at most 4095 bytes)\n"
-	"  --mem SIZE          guest RAM, e.g. 256M, 4G (bare number = MiB; default 256M)\n"
-	"  --vcpus N           number of vCPUs (1..64, default 1)\n"
-	"  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
-	"  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
-	"  --disk BASE,overlay=OVL  BASE read-only under a copy-on-write overlay (OVL + OVL.map,\n"
-	"                      created when absent)\n"
-	"  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
-	"  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach the\n"
-	"                      guest; guest connections to host port P go to PATH_P\n"
-	"%s"
-	"  --console FILE      write the serial console to FILE instead of stdout (created 0600;\n"
-	"                      never through a symbolic link)\n"
-	"  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
-	"                      default 64M), with one log line\n"
-	"  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
-	"  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
-	"                      the API's PUT /snapshot/create may omit the paths\n"
-	"  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
-	"                      incremental; needs --snapshot-dir\n"
-	"  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
-	"  --snapshot-root DIR the API's snapshot_dir may name DIR/NAME (NAME a plain name); without\n"
-	"                      it the API may name only --snapshot-dir\n"
-	"  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
-	"                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
-	"  --log-level LEVEL   error|warn|info|debug (default warn)\n"
-	"  -h, --help          show this help\n"
-	"\n"
-	"Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
-	"1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
+    "usage: cove run --kernel FILE [options]\n"
+    "Boot one microVM and run it until the guest stops.\n"
+    "\n"
+    "  --kernel FILE       guest kernel: ELF (entered in 64-bit mode at its entry) or flat binary\n"
+    "  --initrd FILE       initial ramdisk\n"
+    "  --cmdline TEXT      kernel command line (at most 4095 bytes)\n"
+    "  --mem SIZE          guest RAM, e.g. 256M, 4G (bare number = MiB; default 256M)\n"
+    "  --vcpus N           number of vCPUs (1..64, default 1)\n"
+    "  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
+    "  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
+    "  --disk BASE,overlay=OVL  BASE read-only under a copy-on-write overlay (OVL + OVL.map,\n"
+    "                      created when absent)\n"
+    "  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
+    "  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach "
+    "the\n"
+    "                      guest; guest connections to host port P go to PATH_P\n"
+    "%s"
+    "  --console FILE      write the serial console to FILE instead of stdout (created 0600;\n"
+    "                      never through a symbolic link)\n"
+    "  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
+    "                      default 64M), with one log line\n"
+    "  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
+    "  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
+    "                      the API's PUT /snapshot/create may omit the paths\n"
+    "  --idle-stop T          after T with no API call, vsock traffic, guest CPU use or\n"
+    "                         running command: snapshot into --snapshot-dir, then exit 0\n"
+    "  --events-dir DIR       append the idle stop to DIR/events.jsonl (the lifecycle's)\n"
+    "  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
+    "                      incremental; needs --snapshot-dir\n"
+    "  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
+    "  --snapshot-root DIR the API's snapshot_dir may name DIR/NAME (NAME a plain name); without\n"
+    "                      it the API may name only --snapshot-dir\n"
+    "  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
+    "                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
+    "  --log-level LEVEL   error|warn|info|debug (default warn)\n"
+    "  -h, --help          show this help\n"
+    "\n"
+    "Exit status: 0 when the guest stopped itself (reset/poweroff) or cove got SIGTERM/SIGINT,\n"
+    "1 when the VM died (triple fault, halt, emulation failure), 2 for bad options.\n";
 
 /* The decimal number `s` starts with, and where its unit suffix begins. 0 or -EINVAL. */
 static int leading_number(const char *s, unsigned long long *v, char **end)
@@ -108,9 +112,28 @@ void run_usage_print(FILE *f)
 
 enum { OPT_DEVICE = 1024 }; /* + index in device_types */
 
-enum { OPT_KERNEL = 256, OPT_INITRD, OPT_CMDLINE, OPT_MEM, OPT_VCPUS, OPT_API, OPT_CONSOLE, OPT_LOG, OPT_DIRTY, OPT_DISK,
-       OPT_VSOCK_CID, OPT_VSOCK_UDS, OPT_SNAP_DIR, OPT_SNAP_INTERVAL, OPT_SNAP_KEEP,
-       OPT_SNAP_KEY, OPT_SNAP_ROOT, OPT_CONSOLE_MAX };
+enum {
+	OPT_KERNEL = 256,
+	OPT_INITRD,
+	OPT_CMDLINE,
+	OPT_MEM,
+	OPT_VCPUS,
+	OPT_API,
+	OPT_CONSOLE,
+	OPT_LOG,
+	OPT_DIRTY,
+	OPT_DISK,
+	OPT_VSOCK_CID,
+	OPT_VSOCK_UDS,
+	OPT_SNAP_DIR,
+	OPT_SNAP_INTERVAL,
+	OPT_SNAP_KEEP,
+	OPT_SNAP_KEY,
+	OPT_SNAP_ROOT,
+	OPT_CONSOLE_MAX,
+	OPT_IDLE_STOP,
+	OPT_EVENTS_DIR
+};
 
 int parse_duration_ms(const char *s, uint64_t *out)
 {
@@ -145,7 +168,8 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 	if (plen == 0)
 		return errmsg(err, errlen, -EINVAL, "--disk: '%s' has no path (use PATH[,ro])", s);
 	if (plen >= sizeof(d->path))
-		return errmsg(err, errlen, -EINVAL, "--disk: path is longer than %d bytes", RUN_DISK_PATH_MAX - 1);
+		return errmsg(err, errlen, -EINVAL, "--disk: path is longer than %d bytes",
+			      RUN_DISK_PATH_MAX - 1);
 	memcpy(d->path, s, plen);
 	while (comma) {
 		const char *opt = comma + 1;
@@ -155,18 +179,22 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 			d->read_only = true;
 		} else if (olen >= 8 && !strncmp(opt, "overlay=", 8)) {
 			if (olen == 8)
-				return errmsg(err, errlen, -EINVAL, "--disk: overlay= needs a path in '%s'", s);
+				return errmsg(err, errlen, -EINVAL,
+					      "--disk: overlay= needs a path in '%s'", s);
 			if (olen - 8 >= sizeof(d->overlay))
-				return errmsg(err, errlen, -EINVAL, "--disk: overlay path is longer than %d bytes",
-					    RUN_DISK_PATH_MAX - 1);
+				return errmsg(err, errlen, -EINVAL,
+					      "--disk: overlay path is longer than %d bytes",
+					      RUN_DISK_PATH_MAX - 1);
 			memcpy(d->overlay, opt + 8, olen - 8);
 		} else {
-			return errmsg(err, errlen, -EINVAL, "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
-				    (int)olen, opt, s);
+			return errmsg(err, errlen, -EINVAL,
+				      "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
+				      (int)olen, opt, s);
 		}
 	}
 	if (d->read_only && d->overlay[0])
-		return errmsg(err, errlen, -EINVAL, "--disk: ro and overlay= do not go together in '%s'", s);
+		return errmsg(err, errlen, -EINVAL,
+			      "--disk: ro and overlay= do not go together in '%s'", s);
 	return 0;
 }
 
@@ -175,8 +203,8 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
  * one-line message naming the option.
  */
 /* A whole decimal number in [min, max] (no sign, no trailing text). */
-static int opt_number(const char *opt, const char *arg, uint64_t min, uint64_t max,
-		      uint64_t *out, char *err, size_t errlen)
+static int opt_number(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out,
+		      char *err, size_t errlen)
 {
 	char *end;
 	errno = 0;
@@ -191,7 +219,8 @@ static int opt_number(const char *opt, const char *arg, uint64_t min, uint64_t m
 static int opt_path(const char *opt, const char *arg, size_t max, char *err, size_t errlen)
 {
 	if (!*arg || strlen(arg) > max)
-		return errmsg(err, errlen, -EINVAL, "%s: path must be 1 to %zu bytes long", opt, max);
+		return errmsg(err, errlen, -EINVAL, "%s: path must be 1 to %zu bytes long", opt,
+			      max);
 	return 0;
 }
 
@@ -216,7 +245,8 @@ int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen)
 {
 	if (parse_mem_size(arg, out) || *out == 0 || *out > (1ULL << 40))
 		return errmsg(err, errlen, -EINVAL,
-			      "--console-max: '%s' is not a size from 1B to 1T (e.g. 64M, 100B)", arg);
+			      "--console-max: '%s' is not a size from 1B to 1T (e.g. 64M, 100B)",
+			      arg);
 	return 0;
 }
 
@@ -232,6 +262,14 @@ int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errle
 			      "--snapshot-interval: '%s' is not a duration from 10ms to 24h "
 			      "(e.g. 60s, 500ms, 5m)",
 			      arg);
+	return 0;
+}
+
+int opt_idle_stop(const char *arg, uint64_t *ms, char *err, size_t errlen)
+{
+	if (parse_duration_ms(arg, ms) || *ms < 1000)
+		return errmsg(err, errlen, -EINVAL,
+			      "--idle-stop: '%s' is not a duration of 1s or more (e.g. 15m)", arg);
 	return 0;
 }
 
@@ -261,28 +299,30 @@ int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errl
 }
 
 static const struct option run_builtin_opts[] = {
-	{ "kernel", required_argument, NULL, OPT_KERNEL },
-	{ "initrd", required_argument, NULL, OPT_INITRD },
-	{ "cmdline", required_argument, NULL, OPT_CMDLINE },
-	{ "mem", required_argument, NULL, OPT_MEM },
-	{ "vcpus", required_argument, NULL, OPT_VCPUS },
-	{ "api-sock", required_argument, NULL, OPT_API },
-	{ "console", required_argument, NULL, OPT_CONSOLE },
-	{ "console-max", required_argument, NULL, OPT_CONSOLE_MAX },
-	{ "log-level", required_argument, NULL, OPT_LOG },
-	{ "track-dirty-pages", no_argument, NULL, OPT_DIRTY },
-	{ "disk", required_argument, NULL, OPT_DISK },
-	{ "vsock-cid", required_argument, NULL, OPT_VSOCK_CID },
-	{ "vsock-uds", required_argument, NULL, OPT_VSOCK_UDS },
-	{ "snapshot-dir", required_argument, NULL, OPT_SNAP_DIR },
-	{ "snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL },
-	{ "snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP },
-	{ "snapshot-key", required_argument, NULL, OPT_SNAP_KEY },
-	{ "snapshot-root", required_argument, NULL, OPT_SNAP_ROOT },
-	{ "help", no_argument, NULL, 'h' },
+    {"kernel", required_argument, NULL, OPT_KERNEL},
+    {"initrd", required_argument, NULL, OPT_INITRD},
+    {"cmdline", required_argument, NULL, OPT_CMDLINE},
+    {"mem", required_argument, NULL, OPT_MEM},
+    {"vcpus", required_argument, NULL, OPT_VCPUS},
+    {"api-sock", required_argument, NULL, OPT_API},
+    {"console", required_argument, NULL, OPT_CONSOLE},
+    {"console-max", required_argument, NULL, OPT_CONSOLE_MAX},
+    {"idle-stop", required_argument, NULL, OPT_IDLE_STOP},
+    {"events-dir", required_argument, NULL, OPT_EVENTS_DIR},
+    {"log-level", required_argument, NULL, OPT_LOG},
+    {"track-dirty-pages", no_argument, NULL, OPT_DIRTY},
+    {"disk", required_argument, NULL, OPT_DISK},
+    {"vsock-cid", required_argument, NULL, OPT_VSOCK_CID},
+    {"vsock-uds", required_argument, NULL, OPT_VSOCK_UDS},
+    {"snapshot-dir", required_argument, NULL, OPT_SNAP_DIR},
+    {"snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL},
+    {"snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP},
+    {"snapshot-key", required_argument, NULL, OPT_SNAP_KEY},
+    {"snapshot-root", required_argument, NULL, OPT_SNAP_ROOT},
+    {"help", no_argument, NULL, 'h'},
 };
 
-#define NR_BUILTIN (sizeof(run_builtin_opts) / sizeof(run_builtin_opts[0]))
+#define NR_BUILTIN	 (sizeof(run_builtin_opts) / sizeof(run_builtin_opts[0]))
 #define MAX_DEVICE_TYPES 32
 
 /* The built-in options, then one per device type that has one (--OPT or --OPT=ARG). */
@@ -292,9 +332,9 @@ static void run_long_opts(struct option *out)
 	memcpy(out, run_builtin_opts, sizeof(run_builtin_opts));
 	for (int i = 0; device_types[i] && i < MAX_DEVICE_TYPES; i++)
 		if (device_types[i]->opt_name)
-			out[n++] = (struct option){ device_types[i]->opt_name, optional_argument, NULL,
-						    OPT_DEVICE + i };
-	out[n] = (struct option){ NULL, 0, NULL, 0 };
+			out[n++] = (struct option){device_types[i]->opt_name, optional_argument,
+						   NULL, OPT_DEVICE + i};
+	out[n] = (struct option){NULL, 0, NULL, 0};
 }
 
 static int check_snapshot_key(const char *arg, char *err, size_t errlen)
@@ -317,6 +357,7 @@ static const struct {
     {OPT_SNAP_DIR, offsetof(struct run_opts, snapshot_dir), opt_snapshot_dir},
     {OPT_SNAP_KEY, offsetof(struct run_opts, snapshot_key), check_snapshot_key},
     {OPT_SNAP_ROOT, offsetof(struct run_opts, snapshot_root), opt_snapshot_root},
+    {OPT_EVENTS_DIR, offsetof(struct run_opts, events_dir), NULL},
 };
 static const struct {
 	int code;
@@ -326,6 +367,7 @@ static const struct {
     {OPT_CONSOLE_MAX, offsetof(struct run_opts, console_max), opt_console_max},
     {OPT_VSOCK_CID, offsetof(struct run_opts, vsock_cid), opt_vsock_cid},
     {OPT_SNAP_INTERVAL, offsetof(struct run_opts, snapshot_interval_ms), opt_snapshot_interval},
+    {OPT_IDLE_STOP, offsetof(struct run_opts, idle_stop_ms), opt_idle_stop},
 };
 
 /* 1 when option `c` is one of the tables' (taken), 0 when not, -EINVAL on a bad value. */
@@ -348,8 +390,7 @@ static int parse_table_opt(int c, const char *arg, struct run_opts *o, char *err
 	return 0;
 }
 
-static int parse_device_opt(int i, const char *arg, struct run_opts *o, char *err,
-			    size_t errlen)
+static int parse_device_opt(int i, const char *arg, struct run_opts *o, char *err, size_t errlen)
 {
 	const struct device_type *t = device_types[i];
 	if (o->nr_devs >= BOARD_MAX_VIRTIO)
@@ -400,7 +441,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			break;
 		case OPT_DISK:
 			if (o->nr_disks >= RUN_MAX_DISKS)
-				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks", RUN_MAX_DISKS);
+				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks",
+					      RUN_MAX_DISKS);
 			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
 				return -EINVAL;
 			o->nr_disks++;
@@ -408,13 +450,13 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);
 			if (r)
-				return errmsg(err, errlen, -EINVAL, "--mem: '%s' is not a size like 256M or 4G",
-					    optarg);
+				return errmsg(err, errlen, -EINVAL,
+					      "--mem: '%s' is not a size like 256M or 4G", optarg);
 			if (o->mem_size < MEM_MIN_SIZE || o->mem_size > MEM_MAX_SIZE ||
 			    o->mem_size % PAGE_SIZE)
-				return errmsg(err, errlen, -EINVAL,
-					    "--mem: %s is out of range (2M..1T, a multiple of 4K)",
-					    optarg);
+				return errmsg(
+				    err, errlen, -EINVAL,
+				    "--mem: %s is out of range (2M..1T, a multiple of 4K)", optarg);
 			break;
 		}
 		case OPT_VCPUS: {
@@ -422,8 +464,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			errno = 0;
 			long v = strtol(optarg, &end, 10);
 			if (errno || end == optarg || *end || v < 1 || v > VM_MAX_VCPUS)
-				return errmsg(err, errlen, -EINVAL, "--vcpus: '%s' is not a number from 1 to %d",
-					    optarg, VM_MAX_VCPUS);
+				return errmsg(err, errlen, -EINVAL,
+					      "--vcpus: '%s' is not a number from 1 to %d", optarg,
+					      VM_MAX_VCPUS);
 			o->vcpus = (int)v;
 			break;
 		}
@@ -436,10 +479,12 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 				return -EINVAL;
 			break;
 		case ':':
-			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value", argv[optind - 1]);
+			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value",
+				      argv[optind - 1]);
 		case '?':
 		default:
-			return errmsg(err, errlen, -EINVAL, "unknown option '%s'", argv[optind - 1]);
+			return errmsg(err, errlen, -EINVAL, "unknown option '%s'",
+				      argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
@@ -454,5 +499,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return errmsg(err, errlen, -EINVAL, "--snapshot-key needs --snapshot-dir");
 	if (o->snapshot_interval_ms && !o->snapshot_dir)
 		return errmsg(err, errlen, -EINVAL, "--snapshot-interval needs --snapshot-dir");
+	if (o->idle_stop_ms && (!o->snapshot_dir || !o->vsock_uds))
+		return errmsg(err, errlen, -EINVAL, "--idle-stop needs --snapshot-dir and vsock");
 	return 0;
 }

@@ -11,9 +11,8 @@
 #include "devices/board.h"
 #include "devices/disk_spec.h"
 
-#define RUN_DEFAULT_MEM (256ULL << 20)
+#define RUN_DEFAULT_MEM		(256ULL << 20)
 #define RUN_DEFAULT_CONSOLE_MAX (64ULL << 20)
-
 
 struct run_opts {
 	const char *kernel;
@@ -28,13 +27,16 @@ struct run_opts {
 	enum log_level log_level;
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS];
-	uint64_t vsock_cid;   /* 0: no vsock device */
-	const char *vsock_uds; /* host Unix socket (Firecracker's hybrid vsock) */
+	uint64_t vsock_cid;	       /* 0: no vsock device */
+	const char *vsock_uds;	       /* host Unix socket (Firecracker's hybrid vsock) */
 	const char *snapshot_dir;      /* chain directory for snapshots, or NULL */
 	uint64_t snapshot_interval_ms; /* 0: only on request */
 	int snapshot_keep;	       /* 0: the default */
+	uint64_t idle_stop_ms;	       /* 0: never */
+	const char *events_dir;	       /* the lifecycle's sandbox directory, or NULL */
 	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
-	const char *snapshot_root;     /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */
+	const char
+	    *snapshot_root; /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */
 	/* Table devices added by their own option (device_type.opt_name), in command-line order. */
 	int nr_devs;
 	struct device_spec devs[BOARD_MAX_VIRTIO];
@@ -59,6 +61,7 @@ int opt_snapshot_root(const char *arg, char *err, size_t errlen);
 int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen);
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
+int opt_idle_stop(const char *arg, uint64_t *ms, char *err, size_t errlen);
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);
 int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen);
 /* Prints `cove run --help`, device options included. */

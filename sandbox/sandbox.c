@@ -1,4 +1,5 @@
-/* One sandbox process: the VM, its board, console, signals, control API and snapshots, served from one event loop. */
+/* One sandbox process: the VM, its board, console, signals, control API and snapshots, served from
+ * one event loop. */
 #include "sandbox/sandbox.h"
 
 #include <errno.h>
@@ -79,8 +80,8 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 		 enum log_level level)
 {
 	memset(sb, 0, sizeof(*sb));
-	sb->sig_fd = sb->timer_fd = sb->ready_fd = -1;
-	sb->log = (struct logger){ .level = level, .out = stderr };
+	sb->sig_fd = sb->timer_fd = sb->ready_fd = sb->idle.timer_fd = -1;
+	sb->log = (struct logger){.level = level, .out = stderr};
 	sb->log_level = level;
 	sb->console_path = console_path;
 	sb->console_max = console_max ? console_max : RUN_DEFAULT_CONSOLE_MAX;
@@ -91,15 +92,16 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 	if (!console_path)
 		sb->console_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 	else
-		sb->console_fd = open(console_path,
-				      O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		sb->console_fd =
+		    open(console_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (sb->console_fd < 0) {
 		int e = errno;
-		log_err(&sb->log, "cannot open console %s: %s", console_path ? console_path : "stdout",
-			strerror(e));
+		log_err(&sb->log, "cannot open console %s: %s",
+			console_path ? console_path : "stdout", strerror(e));
 		return -e;
 	}
-	/* SIGINT/SIGTERM/SIGHUP arrive through a signalfd; vCPU threads inherit the blocked mask. */
+	/* SIGINT/SIGTERM/SIGHUP arrive through a signalfd; vCPU threads inherit the blocked mask.
+	 */
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
@@ -116,17 +118,17 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 	return 0;
 }
 
-int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty,
-		  int mem_fd, uint64_t mem_off)
+int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty, int mem_fd,
+		  uint64_t mem_off)
 {
 	sb->mc = *mc;
 	struct vm_config cfg = {
-		.mem_size = mc->mem_size,
-		.nr_vcpus = mc->vcpus,
-		.track_dirty = track_dirty,
-		.mem_from_file = mem_fd >= 0,
-		.mem_file_fd = mem_fd,
-		.mem_file_off = mem_off,
+	    .mem_size = mc->mem_size,
+	    .nr_vcpus = mc->vcpus,
+	    .track_dirty = track_dirty,
+	    .mem_from_file = mem_fd >= 0,
+	    .mem_file_fd = mem_fd,
+	    .mem_file_off = mem_off,
 	};
 	sb->vm_created = true; /* vm_create cleans up after itself but leaves a destroyable vm */
 	int r = vm_create(&sb->vm, &cfg, &sb->log);
@@ -139,7 +141,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	sb->board_created = true;
 	/* Slots in this order (disks, vsock, then the rest), as snapshots record them. */
 	for (int i = 0; i < mc->nr_disks; i++) {
-		struct virtio_blk_cfg bc = { .disk = &mc->disks[i], .chain = &mc->chains[i] };
+		struct virtio_blk_cfg bc = {.disk = &mc->disks[i], .chain = &mc->chains[i]};
 		r = board_add(&sb->board, &sb->vm.host, &virtio_blk_type, &bc);
 		if (r)
 			return r;
@@ -153,7 +155,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 		}
 	}
 	if (mc->vsock_cid) {
-		struct virtio_vsock_cfg vc = { .cid = mc->vsock_cid, .uds_path = mc->vsock_uds };
+		struct virtio_vsock_cfg vc = {.cid = mc->vsock_cid, .uds_path = mc->vsock_uds};
 		r = board_add(&sb->board, &sb->vm.host, &virtio_vsock_type, &vc);
 		if (r)
 			return r;
@@ -208,20 +210,23 @@ static int adopt_layer(struct sandbox *sb, int disk, int k, uint64_t layer_id, c
 	    in_dir.st_dev == src.st_dev && in_dir.st_ino == src.st_ino)
 		return 0;
 	char name[64], map_src[4200], map_name[80];
-	snprintf(name, sizeof(name), "disk%d-%06llu-l%d.ovl", disk, (unsigned long long)layer_id, k);
+	snprintf(name, sizeof(name), "disk%d-%06llu-l%d.ovl", disk, (unsigned long long)layer_id,
+		 k);
 	snprintf(map_name, sizeof(map_name), "%s%s", name, OVERLAY_MAP_SUFFIX);
 	if (snprintf(map_src, sizeof(map_src), "%s%s", path, OVERLAY_MAP_SUFFIX) >=
-		    (int)sizeof(map_src) ||
+		(int)sizeof(map_src) ||
 	    strlen(sb->snap.dir) + 1 + strlen(name) >= cap)
 		return errmsg(err, errlen, -ENAMETOOLONG, "disk %d: overlay path too long", disk);
-	const char *srcs[2] = { path, map_src }, *dsts[2] = { name, map_name };
+	const char *srcs[2] = {path, map_src}, *dsts[2] = {name, map_name};
 	for (int j = 0; j < 2; j++) {
-		(void)dirfd_unlink(sb->snap.dfd, dsts[j]); /* a name of ours a failed snapshot left */
+		(void)dirfd_unlink(sb->snap.dfd,
+				   dsts[j]); /* a name of ours a failed snapshot left */
 		if (linkat(AT_FDCWD, srcs[j], sb->snap.dfd, dsts[j], 0) < 0)
-			return errmsg(err, errlen, -errno,
-				      "disk %d: cannot link its frozen overlay layer %s into %s (it "
-				      "must be on the same filesystem): %s",
-				      disk, srcs[j], sb->snap.dir, strerror(errno));
+			return errmsg(
+			    err, errlen, -errno,
+			    "disk %d: cannot link its frozen overlay layer %s into %s (it "
+			    "must be on the same filesystem): %s",
+			    disk, srcs[j], sb->snap.dir, strerror(errno));
 	}
 	snprintf(path, cap, "%s/%s", sb->snap.dir, name);
 	return 0;
@@ -260,10 +265,11 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 			     (unsigned long long)layer_id) >= (int)sizeof(top))
 			return errmsg(err, errlen, -ENAMETOOLONG, "disk overlay path too long");
 		if (ch->n >= BOARD_DISK_LAYERS) {
-			int r = errmsg(err, errlen, -E2BIG,
-				       "disk %d: its overlay chain holds %d frozen layers, the most a "
-				       "snapshot can add to",
-				       i, ch->n);
+			int r =
+			    errmsg(err, errlen, -E2BIG,
+				   "disk %d: its overlay chain holds %d frozen layers, the most a "
+				   "snapshot can add to",
+				   i, ch->n);
 			/* Only if the top is empty can this snapshot go on without a new layer. */
 			bool has_data = false;
 			struct overlay *ov = disk->ov;
@@ -278,10 +284,11 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 		if (r)
 			return r;
 		if (frozen) {
-			snprintf(ch->paths[ch->n++], sizeof(ch->paths[0]), "%s", mc->disks[i].overlay);
+			snprintf(ch->paths[ch->n++], sizeof(ch->paths[0]), "%s",
+				 mc->disks[i].overlay);
 			snprintf(mc->disks[i].overlay, sizeof(mc->disks[i].overlay), "%s", top);
-			log_info(&sb->log, "snapshot: disk %d: froze its overlay, now writing %s", i,
-				 top);
+			log_info(&sb->log, "snapshot: disk %d: froze its overlay, now writing %s",
+				 i, top);
 		}
 	}
 	for (int i = 0; i < nr_disks; i++)
@@ -301,8 +308,8 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	if (sb->snap_ready)
 		snap_ctx_free(&sb->snap);
 	sb->snap_ready = false;
-	int r = snap_ctx_init(&sb->snap, &sb->vm, &sb->board, sb->config_json, dir, err,
-			      sizeof(err));
+	int r =
+	    snap_ctx_init(&sb->snap, &sb->vm, &sb->board, sb->config_json, dir, err, sizeof(err));
 	if (r) {
 		log_err(&sb->log, "%s", err);
 		return r;
@@ -362,10 +369,11 @@ static int api_dir_allowed(struct sandbox *sb, const char *dir, char *err, size_
 			      "snapshot_dir '%.200s' is not allowed: give %s or NAME under %s", dir,
 			      own, sb->snap_root);
 	if (own)
-		return errmsg(err, errlen, -EINVAL,
-			      "snapshot_dir '%.200s' is not allowed: this sandbox snapshots only into "
-			      "its --snapshot-dir %s (or start it with --snapshot-root)",
-			      dir, own);
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "snapshot_dir '%.200s' is not allowed: this sandbox snapshots only into "
+		    "its --snapshot-dir %s (or start it with --snapshot-root)",
+		    dir, own);
 	if (sb->snap_root)
 		return errmsg(err, errlen, -EINVAL,
 			      "snapshot_dir '%.200s' is not allowed: give NAME under %s", dir,
@@ -388,8 +396,9 @@ static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snap
 			return errmsg(err, errlen, r, "cannot use snapshot directory %s", dir);
 	}
 	if (!sb->snap_ready)
-		return errmsg(err, errlen, -EINVAL,
-			      "no snapshot directory: give 'snapshot_dir' or start with --snapshot-dir");
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "no snapshot directory: give 'snapshot_dir' or start with --snapshot-dir");
 	struct snap_stats st;
 	int r = snap_create(&sb->snap, full, &st, err, errlen);
 	if (r) {
@@ -398,12 +407,39 @@ static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snap
 	}
 	sb->snaps_taken++;
 	log_snapshot(sb, &st);
-	*out = (struct api_snapshot_result){ .layer_id = st.layer_id, .full = st.full,
-					     .compacted = st.compacted, .staged = st.staged,
-					     .pages = st.pages, .stored = st.stored, .bytes = st.bytes,
-					     .pause_us = st.pause_us, .write_us = st.write_us,
-					     .total_us = st.total_us };
+	*out = (struct api_snapshot_result){.layer_id = st.layer_id,
+					    .full = st.full,
+					    .compacted = st.compacted,
+					    .staged = st.staged,
+					    .pages = st.pages,
+					    .stored = st.stored,
+					    .bytes = st.bytes,
+					    .pause_us = st.pause_us,
+					    .write_us = st.write_us,
+					    .total_us = st.total_us};
 	return 0;
+}
+
+int sandbox_snapshot_now(struct sandbox *sb, char *err, size_t errlen)
+{
+	struct snap_stats st;
+	int r;
+
+	if (!sb->snap_ready)
+		return errmsg(err, errlen, -EINVAL, "no snapshot directory");
+	r = snap_create(&sb->snap, !sb->snap.have_base, &st, err, errlen);
+	if (r) {
+		sb->snaps_failed++;
+		return r;
+	}
+	sb->snaps_taken++;
+	log_snapshot(sb, &st);
+	return 0;
+}
+
+static void on_api_request(void *opaque)
+{
+	idle_note_api(&sandbox_of(opaque)->idle);
 }
 
 /* Periodic snapshots: full the first time (and after a failure), incremental after. */
@@ -422,7 +458,8 @@ static void on_timer(void *opaque, uint32_t events)
 	int r = snap_create(&sb->snap, full, &st, err, sizeof(err));
 	if (r) {
 		sb->snaps_failed++;
-		log_warn(&sb->log, "periodic snapshot failed (the previous one is intact): %s", err);
+		log_warn(&sb->log, "periodic snapshot failed (the previous one is intact): %s",
+			 err);
 		return;
 	}
 	sb->snaps_taken++;
@@ -434,17 +471,17 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 		       struct api_clone *c, int *ready_rd)
 {
 	int g = sb->forks;
-	if (snprintf(c->snapshot_dir, sizeof(c->snapshot_dir), "%s.fork%d-%d", sb->snap.dir, g, k) >=
-		    (int)sizeof(c->snapshot_dir) ||
+	if (snprintf(c->snapshot_dir, sizeof(c->snapshot_dir), "%s.fork%d-%d", sb->snap.dir, g,
+		     k) >= (int)sizeof(c->snapshot_dir) ||
 	    snprintf(c->console, sizeof(c->console), "%s.console", c->snapshot_dir) >=
-		    (int)sizeof(c->console))
+		(int)sizeof(c->console))
 		return -ENAMETOOLONG;
 	if (sb->api_sock && snprintf(c->api_sock, sizeof(c->api_sock), "%s.fork%d-%d", sb->api_sock,
 				     g, k) >= (int)sizeof(c->api_sock))
 		return -ENAMETOOLONG;
 	if (sb->mc.vsock_cid) {
-		if (snprintf(c->vsock_uds, sizeof(c->vsock_uds), "%s.f%d-%d", sb->mc.vsock_uds, g, k) >
-		    96)
+		if (snprintf(c->vsock_uds, sizeof(c->vsock_uds), "%s.f%d-%d", sb->mc.vsock_uds, g,
+			     k) > 96)
 			return -ENAMETOOLONG;
 		c->cid = sb->mc.vsock_cid + (uint64_t)(g * API_MAX_FORKS + k + 1);
 		if (c->cid > UINT32_MAX)
@@ -475,7 +512,8 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	argv[n++] = cmax;
 	argv[n++] = "--ready-fd";
 	argv[n++] = ready_s;
-	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain. */
+	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain.
+	 */
 	for (int i = 0; i < sb->mc.nr_disks; i++) {
 		snprintf(disk_arg[i], sizeof(disk_arg[i]), "%s%s", sb->mc.disks[i].path,
 			 sb->mc.disks[i].read_only ? ",ro" : "");
@@ -524,7 +562,8 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setsigdefault(&at, &def);
 	/* A session of its own: a clone outlives this process and its terminal. */
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+					  POSIX_SPAWN_SETSID);
 	pid_t pid;
 	int r = posix_spawn(&pid, exe, &fa, &at, (char *const *)argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
@@ -551,10 +590,11 @@ static int wait_ready(int fd, char *err, size_t errlen)
 		FD_ZERO(&rs);
 		FD_SET(fd, &rs);
 		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left = 10000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		long left =
+		    10000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
 		if (left <= 0)
 			return errmsg(err, errlen, -ETIMEDOUT, "a clone did not start within 10 s");
-		struct timeval tv = { left / 1000, (left % 1000) * 1000 };
+		struct timeval tv = {left / 1000, (left % 1000) * 1000};
 		int k = select(fd + 1, &rs, NULL, NULL, &tv);
 		if (k < 0 && errno == EINTR)
 			continue;
@@ -603,8 +643,9 @@ static void clone_identity(const struct api_clone *c, bool want, char *out, size
 		return;
 	}
 	if (!c->vsock_uds[0]) {
-		snprintf(out, cap, "not delivered: the sandbox has no vsock device, so no guest agent "
-				   "to take a new RNG seed and clock");
+		snprintf(out, cap,
+			 "not delivered: the sandbox has no vsock device, so no guest agent "
+			 "to take a new RNG seed and clock");
 		return;
 	}
 	uint8_t tok[16];
@@ -643,7 +684,8 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 		return errmsg(err, errlen, -EBUSY, "this sandbox already has %d running clones",
 			      sb->nr_clones);
 	if (!sb->snap_ready)
-		return errmsg(err, errlen, -EINVAL, "fork needs a snapshot directory (--snapshot-dir)");
+		return errmsg(err, errlen, -EINVAL,
+			      "fork needs a snapshot directory (--snapshot-dir)");
 	/*
 	 * /proc/self/exe rather than the path it names: it still runs this binary after the file
 	 * was replaced or deleted (an upgrade while sandboxes run).
@@ -683,7 +725,7 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 	pthread_t th[API_MAX_FORKS];
 	struct identity_job jobs[API_MAX_FORKS];
 	for (int k = 0; !r && k < started; k++) {
-		jobs[k] = (struct identity_job){ &out[k], identity, false };
+		jobs[k] = (struct identity_job){&out[k], identity, false};
 		jobs[k].threaded = pthread_create(&th[k], NULL, identity_thread, &jobs[k]) == 0;
 		if (!jobs[k].threaded)
 			identity_thread(&jobs[k]);
@@ -692,7 +734,8 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 		if (jobs[k].threaded)
 			pthread_join(th[k], NULL);
 		if (strcmp(out[k].identity, "sent"))
-			log_warn(&sb->log, "fork: clone %d: identity %s", out[k].pid, out[k].identity);
+			log_warn(&sb->log, "fork: clone %d: identity %s", out[k].pid,
+				 out[k].identity);
 	}
 	sb->forks++;
 	return r;
@@ -712,7 +755,7 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 		log_debug(&sb->log, "console input disabled (stdin cannot be polled)");
 	if (sb->snap_ready && sb->snap_interval_ms) {
 		sb->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-		struct itimerspec its = { 0 };
+		struct itimerspec its = {0};
 		its.it_interval.tv_sec = (time_t)(sb->snap_interval_ms / 1000);
 		its.it_interval.tv_nsec = (long)(sb->snap_interval_ms % 1000) * 1000000;
 		its.it_value = its.it_interval;
@@ -726,12 +769,15 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 		vm_api_backend(&sb->vm, &sb->be);
 		sb->be.snapshot = be_snapshot;
 		sb->be.fork = be_fork;
+		sb->be.on_request = on_api_request;
 		int r = api_server_start(&sb->api, api_sock, &sb->be, loop);
 		if (r) {
 			log_err(&sb->log, "cannot serve the API on %s: %s", api_sock, strerror(-r));
 			return 1;
 		}
 	}
+	if (idle_start(sb, loop))
+		return 1;
 	int r = vm_start(&sb->vm);
 	if (sb->ready_fd >= 0) {
 		if (r)
@@ -746,6 +792,7 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	if (r)
 		vm_request_stop(&sb->vm, 1, "event loop failed: %s", strerror(-r));
 	vm_join(&sb->vm);
+	idle_stop_watch(sb);
 	int status = sb->vm.exit.status;
 	if (status)
 		log_err(&sb->log, "%s", sb->vm.exit.reason);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sandbox/idle.h"
 #include "sandbox/api.h"
 #include "devices/board.h"
 #include "sandbox/machine_config.h"
@@ -50,6 +51,7 @@ struct sandbox {
 	enum log_level log_level;
 	int forks;	     /* PUT /fork calls so far: names clones */
 	int ready_fd;	     /* restore --ready-fd: "ok\n" once running, -1 without */
+	struct idle_watch idle; /* --idle-stop */
 	bool vm_created, board_created;
 #define SANDBOX_MAX_CLONES 256
 	int clones[SANDBOX_MAX_CLONES]; /* pids of clones started here and not reaped yet */
@@ -69,6 +71,8 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
  * Sets the snapshot directory (and interval/keep); may be called before sandbox_serve.
  * Snapshots are encrypted when sb->snap_key (the host's provider spec) is set.
  */
+/* One snapshot into the sandbox's chain now (full the first time): 0 or -errno with err. */
+int sandbox_snapshot_now(struct sandbox *sb, char *err, size_t errlen);
 int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms, int keep);
 /*
  * The sealer for disk overlay layers of the chain `sc` has open (created on first use, kept

@@ -285,6 +285,61 @@ def test_lifecycle_encrypted_revoked():
         shutil.rmtree(kdir, ignore_errors=True)
 
 
+def wait_state(name, want, timeout):
+    deadline = time.monotonic() + timeout
+    st = None
+    while time.monotonic() < deadline:
+        st = ls(name)
+        if st and st["state"] == want:
+            return st
+        time.sleep(0.5)
+    raise bt.Failure(f"{name} not {want} after {timeout} s: {st}")
+
+
+def test_lifecycle_idle_stop():
+    """--idle-stop: a running command (here detached) keeps it up; once nothing runs and
+    nobody asks, it snapshots and stops by itself; the next exec restores it."""
+    fresh()
+    name = "agent7"
+    create(name, "--idle-stop", "6s")
+    try:
+        rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id")
+        boot_id = out.strip()
+        rc, out, err = cove("exec", "--detach", name, "--", "sleep", "20")
+        bt.check(rc == 0, f"exec --detach sleep: rc={rc} {err!r}")
+        t0 = time.monotonic()
+        time.sleep(14)
+        bt.check(ls(name)["state"] == "running", f"stopped while a command ran: {ls(name)}")
+        st = wait_state(name, "stopped", 90)
+        took = time.monotonic() - t0
+        ev = events(name)[-1]
+        bt.check(ev["cause"].startswith("idle"), f"last event: {ev}")
+        print(f"    stopped itself {took:.1f} s after a 20 s command started (idle-stop 6s)")
+        rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id")
+        bt.check(rc == 0 and out.strip() == boot_id, f"exec after idle stop: {rc} {out!r} {err!r}")
+    finally:
+        cove("rm", name)
+
+
+def test_lifecycle_gc_deadlines():
+    fresh()
+    for name, opt in (("agent8", "--archive-after"), ("agent9", "--delete-after")):
+        create(name, opt, "1s", "--mem", "128M")
+        rc, out, err = cove("stop", name)
+        bt.check(rc == 0, f"cove stop {name}: rc={rc} {err!r}")
+    time.sleep(1.5)
+    rc, out, err = cove("gc")
+    bt.check(rc == 0, f"cove gc: rc={rc} {err!r}")
+    print(f"    cove gc: {out.strip()!r}")
+    bt.check(ls("agent8")["state"] == "archived", f"agent8 after gc: {ls('agent8')}")
+    bt.check(ls("agent9") is None, "agent9 still listed after its delete-after")
+    rc, out, err = cove("exec", "agent9", "--", "true")
+    bt.check(rc == 66 and "delete-after" in err, f"exec on a gc'd sandbox: rc={rc} {err!r}")
+    rc, out, err = sh("agent8", "echo back")
+    bt.check(rc == 0 and out.strip() == "back", f"exec after gc archive: rc={rc} {err!r}")
+    cove("rm", "agent8")
+
+
 def test_lifecycle_names_and_rm():
     fresh()
     rc, out, err = cove("exec", "Bad_Name", "--", "true")
@@ -305,4 +360,5 @@ def test_lifecycle_names_and_rm():
 
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
          test_lifecycle_kill9_during_layer_write,
-         test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_names_and_rm]
+         test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_idle_stop,
+         test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm]

@@ -9,7 +9,7 @@
 
 #include "file_helpers.h"
 #include "lifecycle/archive.h"
-#include "lifecycle/events.h"
+#include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"

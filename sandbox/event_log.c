@@ -1,5 +1,5 @@
 /* Appending and reading the sandbox event log (events.jsonl). */
-#include "lifecycle/events.h"
+#include "sandbox/event_log.h"
 
 #include <errno.h>
 #include <fcntl.h>

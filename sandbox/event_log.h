@@ -1,6 +1,6 @@
 /* The sandbox's event log: one JSON line per state change, appended, never rewritten. */
-#ifndef COVE_LIFECYCLE_EVENTS_H
-#define COVE_LIFECYCLE_EVENTS_H
+#ifndef COVE_SANDBOX_EVENT_LOG_H
+#define COVE_SANDBOX_EVENT_LOG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,201 @@
+/* Idle stop: activity sampling on a timer, the agent asked off the loop, snapshot and stop. */
+#include "sandbox/idle.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "devices/virtio_vsock.h"
+#include "sandbox/agent_client.h"
+#include "sandbox/event_log.h"
+#include "sandbox/sandbox.h"
+#include "vmm/evloop.h"
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* CPU time the vCPU threads used so far. */
+static uint64_t guest_cpu_ns(struct sandbox *sb)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < sb->vm.nr_vcpus; i++) {
+		clockid_t cid;
+		struct timespec ts;
+
+		if (!sb->vm.vcpus[i].thread_started ||
+		    pthread_getcpuclockid(sb->vm.vcpus[i].thread, &cid) || clock_gettime(cid, &ts))
+			continue;
+		sum += (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	}
+	return sum;
+}
+
+/* vsock bytes both ways, and whether any connection is open. */
+static uint64_t vsock_bytes(struct sandbox *sb, bool *open)
+{
+	struct virtio_vsock *v = board_nth(&sb->board, &virtio_vsock_type, 0);
+
+	*open = v && v->nr_conns > 0;
+	return v ? v->rx_bytes + v->tx_bytes : 0;
+}
+
+/* On its own thread: does the agent run any command (attached or detached)? */
+static void *ask_agent(void *arg)
+{
+	struct sandbox *sb = arg;
+	struct idle_watch *w = &sb->idle;
+	json_t *req = json_pack("{s:s}", "op", "status"), *reply = NULL, *s;
+	char err[200];
+	bool busy = false;
+	size_t i;
+	int fd = agent_call(sb->mc.vsock_uds, 2.0, req, &reply, err, sizeof(err));
+
+	if (fd >= 0) {
+		close(fd);
+		json_array_foreach(json_object_get(reply, "sessions"), i, s) busy =
+		    busy || json_is_true(json_object_get(s, "running"));
+	} else {
+		busy = true; /* an agent that does not answer is not proof of idleness */
+	}
+	json_decref(req);
+	json_decref(reply);
+	__atomic_store_n(&w->asked_busy, busy, __ATOMIC_RELEASE);
+	__atomic_store_n(&w->answered, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void stop_idle(struct sandbox *sb)
+{
+	struct idle_watch *w = &sb->idle;
+	char err[256], cause[64];
+	int dfd;
+
+	if (sandbox_snapshot_now(sb, err, sizeof(err))) {
+		log_warn(&sb->log,
+			 "idle for %llu s but the snapshot failed, so it keeps running: %s",
+			 (unsigned long long)(w->limit_ms / 1000), err);
+		w->quiet_since_ns = mono_ns();
+		return;
+	}
+	snprintf(cause, sizeof(cause), "idle %llus", (unsigned long long)(w->limit_ms / 1000));
+	if (w->events_dir) {
+		dfd = open(w->events_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd < 0 || sbx_event_append(dfd, "running", "stopped", cause))
+			log_warn(&sb->log, "idle stop: cannot append to %s/%s", w->events_dir,
+				 SBX_EVENTS);
+		if (dfd >= 0)
+			close(dfd);
+	}
+	log_info(&sb->log, "%s: snapshot taken, stopping", cause);
+	vm_request_stop(&sb->vm, 0, "stopped after %s", cause);
+}
+
+static void on_tick(void *opaque, uint32_t events)
+{
+	struct sandbox *sb = opaque;
+	struct idle_watch *w = &sb->idle;
+	uint64_t ticks, now = mono_ns(), cpu, bytes, api, dt;
+	bool open, vsock_busy, other_busy;
+
+	(void)events;
+	if (read(w->timer_fd, &ticks, sizeof(ticks)) < 0)
+		return;
+	cpu = guest_cpu_ns(sb);
+	bytes = vsock_bytes(sb, &open);
+	api = __atomic_load_n(&w->api_calls, __ATOMIC_ACQUIRE);
+	dt = now - w->last_tick_ns;
+	vsock_busy = open || bytes != w->last_vsock_bytes;
+	/* Paused is a state someone chose: not idle. */
+	other_busy = api != w->last_api || vm_get_state(&sb->vm) != VM_RUNNING ||
+		     (cpu - w->last_cpu_ns) * 1000 > (uint64_t)IDLE_CPU_PERMILLE * dt;
+	w->last_cpu_ns = cpu;
+	w->last_vsock_bytes = bytes;
+	w->last_api = api;
+	w->last_tick_ns = now;
+	if (w->asking) {
+		/* Our own question is vsock traffic: only the other signals count meanwhile. */
+		w->busy_while_asking |= other_busy;
+		if (!__atomic_load_n(&w->answered, __ATOMIC_ACQUIRE))
+			return;
+		pthread_join(w->asker, NULL);
+		w->asking = false;
+		if (w->asked_busy || w->busy_while_asking)
+			w->quiet_since_ns = now;
+		else
+			stop_idle(sb);
+		return;
+	}
+	if (vsock_busy || other_busy) {
+		w->quiet_since_ns = now;
+		return;
+	}
+	/* Quiet long enough: ask the agent about running commands before stopping. */
+	if (now - w->quiet_since_ns >= w->limit_ms * 1000000ULL) {
+		w->answered = w->busy_while_asking = false;
+		w->asking = pthread_create(&w->asker, NULL, ask_agent, sb) == 0;
+		if (!w->asking)
+			w->quiet_since_ns = now;
+	}
+}
+
+void idle_note_api(struct idle_watch *w)
+{
+	__atomic_fetch_add(&w->api_calls, 1, __ATOMIC_RELEASE);
+}
+
+int idle_start(struct sandbox *sb, struct evloop *loop)
+{
+	struct idle_watch *w = &sb->idle;
+	uint64_t tick_ms = w->limit_ms < 40000 ? w->limit_ms / 4 : 10000;
+	struct itimerspec its = {0};
+	bool open;
+
+	w->timer_fd = -1;
+	if (!w->limit_ms)
+		return 0;
+	if (!sb->snap_ready || !sb->mc.vsock_uds[0]) {
+		log_err(&sb->log,
+			"--idle-stop needs --snapshot-dir and vsock (to snapshot, and to ask "
+			"the guest agent about running commands)");
+		return -EINVAL;
+	}
+	tick_ms = tick_ms < 250 ? 250 : tick_ms;
+	its.it_value.tv_sec = its.it_interval.tv_sec = (time_t)(tick_ms / 1000);
+	its.it_value.tv_nsec = its.it_interval.tv_nsec = (long)(tick_ms % 1000) * 1000000;
+	w->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (w->timer_fd < 0 || timerfd_settime(w->timer_fd, 0, &its, NULL) < 0 ||
+	    evloop_add(loop, w->timer_fd, EPOLLIN, on_tick, sb)) {
+		log_err(&sb->log, "cannot set up the idle timer");
+		return -EIO;
+	}
+	w->quiet_since_ns = w->last_tick_ns = mono_ns();
+	w->last_cpu_ns = guest_cpu_ns(sb);
+	w->last_vsock_bytes = vsock_bytes(sb, &open);
+	return 0;
+}
+
+void idle_stop_watch(struct sandbox *sb)
+{
+	struct idle_watch *w = &sb->idle;
+
+	if (w->asking) {
+		pthread_join(w->asker, NULL);
+		w->asking = false;
+	}
+	if (w->timer_fd >= 0)
+		close(w->timer_fd);
+	w->timer_fd = -1;
+}
