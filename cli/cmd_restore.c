@@ -178,12 +178,8 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 			o->verify = true;
 			break;
 		case O_DISK:
-			if (o->nr_disks >= RUN_MAX_DISKS)
-				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks",
-					      RUN_MAX_DISKS);
-			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
+			if (opt_disk(optarg, o->disks, &o->nr_disks, err, errlen))
 				return -EINVAL;
-			o->nr_disks++;
 			break;
 		case ':':
 			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value",

@@ -224,6 +224,16 @@ static int opt_path(const char *opt, const char *arg, size_t max, char *err, siz
 	return 0;
 }
 
+int opt_disk(const char *arg, struct disk_opt *disks, int *nr, char *err, size_t errlen)
+{
+	if (*nr >= RUN_MAX_DISKS)
+		return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks", RUN_MAX_DISKS);
+	if (parse_disk_opt(arg, &disks[*nr], err, errlen))
+		return -EINVAL;
+	(*nr)++;
+	return 0;
+}
+
 int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
 {
 	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
@@ -440,12 +450,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			o->track_dirty = true;
 			break;
 		case OPT_DISK:
-			if (o->nr_disks >= RUN_MAX_DISKS)
-				return errmsg(err, errlen, -EINVAL, "--disk: at most %d disks",
-					      RUN_MAX_DISKS);
-			if (parse_disk_opt(optarg, &o->disks[o->nr_disks], err, errlen))
+			if (opt_disk(optarg, o->disks, &o->nr_disks, err, errlen))
 				return -EINVAL;
-			o->nr_disks++;
 			break;
 		case OPT_MEM: {
 			int r = parse_mem_size(optarg, &o->mem_size);

@@ -54,6 +54,8 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
 /* "60s", "500ms", "5m", "1h"; a bare number is seconds. -EINVAL or -ERANGE. */
 int parse_duration_ms(const char *s, uint64_t *out);
 /* Options `cove run` and `cove restore` share: 0, or -EINVAL with a message naming the option. */
+/* One more --disk into disks[*nr] (at most RUN_MAX_DISKS): 0 or -EINVAL with err. */
+int opt_disk(const char *arg, struct disk_opt *disks, int *nr, char *err, size_t errlen);
 int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_vsock_uds(const char *arg, char *err, size_t errlen);
 int opt_snapshot_dir(const char *arg, char *err, size_t errlen);
