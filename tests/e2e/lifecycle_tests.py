@@ -187,6 +187,16 @@ def test_lifecycle_kill9_during_layer_write():
         rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id")
         bt.check(rc == 0, f"exec: rc={rc} {err!r}")
         boot_id = out.strip()
+        # Linux makes boot_id on its first read: only a layer begun after that read holds it.
+        # Wait for two layers committed since, so the one restored below does.
+        def layers():  # the newest committed layer's id (ids only grow, compaction or not)
+            ids = [int(n[4:]) for n in os.listdir(chain) if n.startswith("mem-") and n[4:].isdigit()]
+            return max(ids, default=0)
+
+        n0, deadline = layers(), time.monotonic() + 60
+        while layers() < n0 + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        bt.check(layers() >= n0 + 2, f"no new layers in 60 s: {sorted(os.listdir(chain))}")
         rc, out, err = cove("exec", "--detach", name, "--", "sh", "-c",
                             "while true; do dd if=/dev/urandom of=/tmp/churn bs=1M count=24 "
                             "2>/dev/null; done")
@@ -209,7 +219,9 @@ def test_lifecycle_kill9_during_layer_write():
         bt.check(ls(name)["state"] == "crashed", f"state after kill -9: {ls(name)}")
         rc, out, err = sh(name, "cat /proc/sys/kernel/random/boot_id")
         bt.check(rc == 0 and out.strip() == boot_id,
-                 f"exec after kill -9 mid-write: rc={rc} {out!r} {err!r}")
+                 f"exec after kill -9 mid-write: rc={rc} {out!r} {err!r} (booted {boot_id}); "
+                 f"events {events(name)}; chain {sorted(os.listdir(chain))}; vmm.log "
+                 f"{_tail(os.path.join(STATE, name, 'vmm.log'), 1500)!r}")
     finally:
         cove("rm", name)
 
