@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -47,23 +46,6 @@ static bool has_chain(int dfd)
 	return fstatat(dfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 
-/* After a restore: a new RNG seed and the host's clock through the agent (a void broker token
- * at epoch 0: the broker grants again). Doubles as the readiness check. */
-static int send_identity(const char *uds, char *err, size_t errlen)
-{
-	uint8_t tok[16];
-	char hex[33];
-	int ret;
-
-	if (getrandom(tok, sizeof(tok), 0) != (ssize_t)sizeof(tok))
-		return errmsg(err, errlen, -EIO, "no randomness for a token");
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", tok[i]);
-	ret = agent_send_identity(uds, 0, hex, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
-	explicit_bzero(hex, sizeof(hex));
-	return ret;
-}
-
 static int agent_ready(const char *uds, char *err, size_t errlen)
 {
 	json_t *req = json_pack("{s:s}", "op", "status"), *reply = NULL;
@@ -91,7 +73,11 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *
 				      "the sandbox's VMM exited while starting%s%s",
 				      tail[0] ? ": " : "", tail);
 		}
-		ret = restored ? send_identity(uds, err, errlen) : agent_ready(uds, err, errlen);
+		/* After a restore: a new RNG seed, the host's clock and a void broker token; it
+		 * doubles as the readiness check. */
+		ret = restored
+			  ? agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen)
+			  : agent_ready(uds, err, errlen);
 		if (ret == 0)
 			return 0;
 		if (now_s() > deadline)

@@ -18,6 +18,7 @@
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
+#include "common/hex.h"
 #include "lifecycle/tree.h"
 #include "lifecycle/vmm_args.h"
 
@@ -56,8 +57,7 @@ static void digest_hex(struct pipe_io *p, char hex[65])
 	unsigned int n = 0;
 
 	EVP_DigestFinal_ex(p->md, d, &n);
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", d[i]);
+	hex_encode(d, sizeof(d), hex);
 }
 
 /* A file's data as (offset, length) runs: its holes are not read, packed or written back. */

@@ -20,6 +20,7 @@
 
 #include "common/base64.h"
 #include "common/errmsg.h"
+#include "common/hex.h"
 #include "common/term_safe.h"
 
 #define CHUNK 65536
@@ -53,7 +54,8 @@ int agent_connect_reply_parse(const char *line, char *err, size_t errlen)
 	char *end;
 
 	if (strncmp(line, "OK ", 3) != 0)
-		return errmsg(err, errlen, -ECONNREFUSED, "the guest agent is not listening (%.40s)",
+		return errmsg(err, errlen, -ECONNREFUSED,
+			      "the guest agent is not listening (%.40s)",
 			      line[0] ? line : "connection closed");
 	errno = 0;
 	strtoul(line + 3, &end, 10);
@@ -144,8 +146,8 @@ static int connect_once(const char *uds, int handshake_s, char *err, size_t errl
 	line[n] = '\0';
 	if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
 		close(fd);
-		return errmsg(err, errlen, -ETIMEDOUT,
-			      "%s: no guest agent answered within %d s", uds, handshake_s);
+		return errmsg(err, errlen, -ETIMEDOUT, "%s: no guest agent answered within %d s",
+			      uds, handshake_s);
 	}
 	if (ret < 0 && ret != -ENODATA && ret != -ECONNRESET) {
 		close(fd);
@@ -161,8 +163,7 @@ static int connect_once(const char *uds, int handshake_s, char *err, size_t errl
 	return fd;
 }
 
-static int connect_retry(const char *uds, double wait_s, int handshake_s, char *err,
-			 size_t errlen)
+static int connect_retry(const char *uds, double wait_s, int handshake_s, char *err, size_t errlen)
 {
 	double deadline = now_s() + wait_s;
 
@@ -177,8 +178,8 @@ static int connect_retry(const char *uds, double wait_s, int handshake_s, char *
 		    (fd != -ECONNREFUSED && fd != -ENOENT && fd != -ECONNRESET &&
 		     fd != -ETIMEDOUT)) {
 			if (fd == -ETIMEDOUT && wait_s > handshake_s)
-				errmsg(err, errlen, fd, "%s: no guest agent answered within %.0f s", uds,
-				       wait_s);
+				errmsg(err, errlen, fd, "%s: no guest agent answered within %.0f s",
+				       uds, wait_s);
 			return fd;
 		}
 		usleep(200 * 1000);
@@ -190,8 +191,8 @@ int agent_connect(const char *uds, double wait_s, char *err, size_t errlen)
 	return connect_retry(uds, wait_s, 30, err, errlen);
 }
 
-static int call_with(const char *uds, double wait_s, int handshake_s, json_t *req,
-		     json_t **reply, char *err, size_t errlen)
+static int call_with(const char *uds, double wait_s, int handshake_s, json_t *req, json_t **reply,
+		     char *err, size_t errlen)
 {
 	int fd = connect_retry(uds, wait_s, handshake_s, err, errlen), ret;
 	json_t *r = NULL;
@@ -211,8 +212,9 @@ static int call_with(const char *uds, double wait_s, int handshake_s, json_t *re
 		char safe[1024];
 
 		/* Every command prints this: the guest's text must not drive the terminal. */
-		ret = errmsg(err, errlen, -EREMOTEIO, "%s",
-			     e ? term_safe(e, safe, sizeof(safe)) : "the agent refused the request");
+		ret =
+		    errmsg(err, errlen, -EREMOTEIO, "%s",
+			   e ? term_safe(e, safe, sizeof(safe)) : "the agent refused the request");
 		json_decref(r);
 		goto fail;
 	}
@@ -331,7 +333,8 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 			int status;
 
 			ret = agent_exit_parse((const char *)buf, len, &status);
-			ret = ret < 0 ? errmsg(err, errlen, -EPROTO, "agent: bad exit frame") : status;
+			ret = ret < 0 ? errmsg(err, errlen, -EPROTO, "agent: bad exit frame")
+				      : status;
 			break;
 		}
 	}
@@ -379,4 +382,19 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 	json_decref(reply);
 	close(fd);
 	return 0;
+}
+
+int agent_send_void_identity(const char *vsock_uds, double wait_s, char *err, size_t errlen)
+{
+	uint8_t tok[16];
+	char hex[33];
+	int ret;
+
+	if (getrandom(tok, sizeof(tok), 0) != (ssize_t)sizeof(tok))
+		return errmsg(err, errlen, -EIO, "no randomness for a token");
+	hex_encode(tok, sizeof(tok), hex);
+	ret = agent_send_identity(vsock_uds, 0, hex, wait_s, err, errlen);
+	explicit_bzero(tok, sizeof(tok));
+	explicit_bzero(hex, sizeof(hex));
+	return ret;
 }

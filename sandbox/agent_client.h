@@ -42,6 +42,9 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 #define AGENT_IDENTITY_HANDSHAKE_S 2
 int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
 			char *err, size_t errlen);
+/* The same with a fresh random token at epoch 0: the guest's old broker grant is void until the
+ * host grants again (after a restore or fork). */
+int agent_send_void_identity(const char *vsock_uds, double wait_s, char *err, size_t errlen);
 
 /* Subcommands (one file each). */
 int cmd_exec(int argc, char **argv);

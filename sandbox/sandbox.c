@@ -648,19 +648,11 @@ static void clone_identity(const struct api_clone *c, bool want, char *out, size
 			 "to take a new RNG seed and clock");
 		return;
 	}
-	uint8_t tok[16];
-	char hex[33], err[200];
-	if (getrandom(tok, sizeof(tok), 0) != sizeof(tok)) {
-		snprintf(out, cap, "not delivered: no randomness for a token");
-		return;
-	}
-	for (int b = 0; b < 16; b++)
-		snprintf(hex + 2 * b, 3, "%02x", tok[b]);
-	if (agent_send_identity(c->vsock_uds, 0, hex, AGENT_IDENTITY_WAIT_S, err, sizeof(err)))
+	char err[200];
+	if (agent_send_void_identity(c->vsock_uds, AGENT_IDENTITY_WAIT_S, err, sizeof(err)))
 		snprintf(out, cap, "not delivered: %s", err);
 	else
 		snprintf(out, cap, "sent");
-	explicit_bzero(hex, sizeof(hex));
 }
 
 struct identity_job {
