@@ -60,5 +60,66 @@ def test():
         one_line_error(["run", "--kernel", d], 1, "not a regular file")
 
 
+def test_lifecycle_cli():
+    """Sandboxes by name: hostile names, options, spec and event log are one line and a distinct
+    status; nothing is created by a refused command and nothing is deleted by a failed one."""
+    hello = guest("hello")
+    with tempfile.TemporaryDirectory() as d:
+        root = os.path.join(d, "state")
+        os.environ.update(COVE_STATE_DIR=root, COVE_RUN_DIR=os.path.join(d, "run"),
+                          COVE_GUEST_DIR=d)
+        one_line_error(["create", "Bad_Name"], 64, "name")
+        one_line_error(["create", "a" * 49], 64, "too long")
+        one_line_error(["create", "ok", "--mem", "lots"], 2, "--mem")
+        one_line_error(["create", "ok", "--snapshot-every", "5ms"], 2, "--snapshot-every")
+        one_line_error(["create", "ok", "--idle-stop", "0"], 2, "--idle-stop")
+        one_line_error(["create", "ok", "--archive-after", "soon"], 2, "--archive-after")
+        one_line_error(["create", "ok", "--bogus"], 2, "--bogus")
+        one_line_error(["create", "ok", "--kernel", hello, "--rootfs", hello, "--initrd", hello],
+                       2, "one root")
+        one_line_error(["create", "ok", "--kernel", hello, "--rootfs", hello, "--disk",
+                        hello + ",overlay=/tmp/x"], 2, "overlay")
+        one_line_error(["create", "ok", "--kernel", "/nonexistent"], 2, "/nonexistent")
+        # No guest files anywhere: one line that says how to build them.
+        os.environ["HOME"] = d
+        os.environ["COVE_CACHE"] = os.path.join(d, "nocache")
+        one_line_error(["create", "ok"], 2, "guest/kernel/build")
+        check(not os.path.exists(os.path.join(root, "ok")), "a refused create left a sandbox")
+        one_line_error(["exec", "Bad_Name", "--", "true"], 64, "name")
+        one_line_error(["exec", "nobody", "--", "true"], 65, "nobody")
+        one_line_error(["stop", "nobody"], 65, "nobody")
+        one_line_error(["rm", "../etc"], 64, "name")
+
+        # A spec that is not one cove wrote (a relative kernel path): refused, files kept.
+        sb = os.path.join(root, "hostile")
+        os.makedirs(sb, mode=0o700)
+        spec = os.path.join(sb, "spec.json")
+        with open(spec, "w") as f:
+            f.write('{"version":1,"kernel":"rel/k","initrd":"","cmdline":"","key":"",'
+                    '"policy":"","mem_bytes":1,"vcpus":1,"snapshot_every_ms":0,'
+                    '"idle_stop_ms":0,"archive_after_ms":0,"delete_after_ms":0,'
+                    '"created_ms":0,"disks":[]}')
+        one_line_error(["start", "hostile"], 67, "spec.json")
+        for junk in ("x" * 70000, "{", '{"version":1}', "[]"):
+            with open(spec, "w") as f:
+                f.write(junk)
+            one_line_error(["exec", "hostile", "--", "true"], 67, "spec.json")
+        check(os.path.exists(spec), "a refused start removed the spec")
+        # An event log whose last line is not an event: the state is unknown, not guessed.
+        with open(os.path.join(sb, "events.jsonl"), "w") as f:
+            f.write('{"to":"elsewhere"}\n')
+        one_line_error(["stop", "hostile"], 1, "cannot read its state")
+        # A state root others can write is refused: they could plant links in it.
+        os.chmod(root, 0o777)
+        one_line_error(["create", "other", "--kernel", hello, "--rootfs", hello], 1, root)
+        os.chmod(root, 0o700)
+        check(not os.path.exists(os.path.join(root, "other")), "create under a bad root made a dir")
+
+
+def tests():
+    test()
+    test_lifecycle_cli()
+
+
 if __name__ == "__main__":
-    main(test)
+    main(tests)
