@@ -21,7 +21,6 @@
 #include "lifecycle/root.h"
 #include "lifecycle/state.h"
 #include "lifecycle/tombstone.h"
-#include "lifecycle/tree.h"
 
 /* How long a VMM gets to exit after SIGTERM before SIGKILL. */
 #define STOP_WAIT_S 30
