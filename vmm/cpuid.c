@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include <asm/kvm_para.h>
+
 #define CPUID_MAX_ENTRIES 256
 
 int cpuid_get_supported(int kvm_fd, struct kvm_cpuid2 **out)
@@ -53,6 +55,18 @@ struct kvm_cpuid2 *cpuid_for_vcpu(const struct kvm_cpuid2 *base, int vcpu_id, in
 			e->ecx |= 1u << 31; /* running under a hypervisor */
 			if (nr_vcpus > 1)
 				e->edx |= 1u << 28; /* HTT: the count in EBX[23:16] is valid */
+			break;
+		case KVM_CPUID_FEATURES:
+			/*
+			 * No asynchronous page faults. With them a guest task that touches a
+			 * page the host has not got yet sleeps on a token whose completion
+			 * lives only in this host kernel: a snapshot taken meanwhile restores
+			 * a guest waiting for a wakeup nobody will send, and lazy restore
+			 * (userfaultfd) makes such faults common. Firecracker turned them off
+			 * on AMD for guest crashes of this kind. The vCPU simply waits in KVM.
+			 */
+			e->eax &= ~((1u << KVM_FEATURE_ASYNC_PF) | (1u << KVM_FEATURE_ASYNC_PF_VMEXIT) |
+				    (1u << KVM_FEATURE_ASYNC_PF_INT));
 			break;
 		case 0xb:
 		case 0x1f:

@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import box_tests as bt
-from covetest import check, http_json
+from covetest import Failure, check, http_json
 from snapshot_tests import COUNTER, counts, fresh, kill, layers, wait_file
 
 SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
@@ -40,6 +40,14 @@ def restore_counts(d, con, env, extra=()):
                          stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         text = wait_file(con, lambda t: len(counts(t)) >= 4, 120, "the restored guest to count", r)
+    except Failure as e:
+        # What restored, from which layers: the VMM's log and the chain it read.
+        kill(r)
+        err = r.stderr.read().decode(errors="replace")[-1500:]
+        chain = [(x.get("id"), x.get("parent"), x.get("full"), x.get("present"), x.get("stored"))
+                 for x in layers(d)]
+        raise Failure(f"{e}; cove restore stderr {err!r}; chain (id, parent, full, present, "
+                      f"stored) {chain}")
     finally:
         kill(r)
     c = counts(text)
