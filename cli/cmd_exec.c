@@ -142,6 +142,13 @@ int cmd_exec(int argc, char **argv)
 		}
 	}
 	fd = agent_call(uds, wait_s, req, &reply, err, sizeof(err));
+	/*
+	 * A named sandbox whose VMM stopped itself (idle) between the lookup and the connect:
+	 * nothing ran, so look it up again, which restores it, and ask once more.
+	 */
+	if ((fd == -ECONNREFUSED || fd == -ENOENT || fd == -ECONNRESET) && !strchr(sandbox, '/') &&
+	    sbx_resolve(sandbox, "cove exec", uds, sizeof(uds), err, sizeof(err)) == 0)
+		fd = agent_call(uds, wait_s, req, &reply, err, sizeof(err));
 	if (fd < 0) {
 		fprintf(stderr, "cove exec: %s\n", err);
 		/* A command that could not start: 127 as a shell says, 1 for anything else. */

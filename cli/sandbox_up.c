@@ -27,6 +27,8 @@
 
 /* How long a start may take before the command gives up (a box boots in seconds). */
 #define START_WAIT_S 300
+/* How long a VMM that logged its own stop may take to end its process. */
+#define EXITING_WAIT_S 30
 
 static double now_s(void)
 {
@@ -104,6 +106,27 @@ int sbx_api_state(const char *api, const char *state, char *err, size_t errlen)
 	return ret;
 }
 
+/*
+ * The sandbox's state once a VMM that is on its way out has gone: an idle stop logs
+ * running -> stopped and then ends its process, and a command that came in between would find
+ * it "running" and connect to a socket about to close. Such a VMM is waited for (its final
+ * snapshot is already committed), so the caller restores it instead.
+ */
+static int read_settled_state(int dfd, enum sbx_state *st)
+{
+	double deadline = now_s() + EXITING_WAIT_S;
+	struct sbx_event last;
+	int ret;
+
+	for (;;) {
+		memset(&last, 0, sizeof(last));
+		ret = sbx_state_read(dfd, st, &last);
+		if (ret || *st != SBX_RUNNING || strcmp(last.to, "stopped") || now_s() > deadline)
+			return ret;
+		usleep(50 * 1000);
+	}
+}
+
 int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
 	      size_t errlen)
 {
@@ -119,7 +142,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	lk = sbx_lock_take(dfd, SBX_LOCK_START, true, false);
 	if (lk < 0)
 		return errmsg(err, errlen, lk, "%s: start lock: %s", name, strerror(-lk));
-	ret = sbx_state_read(dfd, &st, NULL);
+	ret = read_settled_state(dfd, &st);
 	if (ret) {
 		errmsg(err, errlen, ret, "%s: cannot read its state (%s)", name, strerror(-ret));
 		goto out;
