@@ -2,6 +2,7 @@
  * The secret lives only on this stack frame and in wiped buffers for the request's duration. */
 #include "broker.h"
 #include "common/base64.h"
+#include "common/clock.h"
 #include "dest.h"
 #include "common/errmsg.h"
 #include "common/hex.h"
@@ -25,10 +26,7 @@
 
 int64_t broker_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	return (int64_t)mono_ns();
 }
 
 static int dump_reply(json_t *o, char **reply, size_t *rlen)

@@ -1,6 +1,7 @@
 /* Credential helper: build its input, run it without a shell under a timeout, parse its output.
  * The output buffer holding the secret is wiped before it is freed. */
 #include "helper.h"
+#include "common/clock.h"
 #include "common/errmsg.h"
 
 #include <errno.h>
@@ -86,14 +87,6 @@ int helper_parse(const char *out, size_t len, struct secret *s, char *err, size_
 	return 0;
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc *hp, char *err,
 		 size_t errlen)
 {
@@ -105,7 +98,7 @@ int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc
 	memset(hp, 0, sizeof(*hp));
 	hp->pid = -1;
 	hp->out_fd = -1;
-	hp->deadline_ns = mono_ns() + (int64_t)timeout_ms * 1000000;
+	hp->deadline_ns = (int64_t)mono_ns() + (int64_t)timeout_ms * 1000000;
 	n = helper_input(c, input, sizeof(input));
 	if (n < 0)
 		return errmsg(err, errlen, n, "helper input over %d bytes", HELPER_IN_MAX);
@@ -197,14 +190,14 @@ int helper_finish(struct helper_proc *hp, struct secret *s, char *err, size_t er
 		hp->out_fd = -1;
 	}
 	if (!hp->eof) {
-		r = mono_ns() >= hp->deadline_ns
+		r = (int64_t)mono_ns() >= hp->deadline_ns
 			? errmsg(err, errlen, -ETIMEDOUT, "helper timed out")
 			: errmsg(err, errlen, -EIO, "helper output unreadable or over the cap");
 		helper_abort(hp);
 		return r;
 	}
 	w = waitpid(hp->pid, &status, WNOHANG);
-	if (w == 0 && mono_ns() < hp->deadline_ns)
+	if (w == 0 && (int64_t)mono_ns() < hp->deadline_ns)
 		return -EAGAIN; /* stdout closed, not exited yet: ask again soon */
 	if (w != hp->pid) {
 		r = errmsg(err, errlen, -ETIMEDOUT, "helper did not exit in time");
@@ -255,7 +248,7 @@ int helper_run(const struct cred_policy *c, int timeout_ms, struct secret *s, ch
 		return r;
 	for (;;) {
 		struct pollfd p = {.fd = hp.out_fd, .events = POLLIN};
-		int64_t left = (hp.deadline_ns - mono_ns() + 999999) / 1000000;
+		int64_t left = (hp.deadline_ns - (int64_t)mono_ns() + 999999) / 1000000;
 
 		if (hp.out_fd >= 0) {
 			if (left <= 0)

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/sandbox_up.h"
+#include "common/clock.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/guest_files.h"
@@ -217,7 +218,6 @@ int cmd_create(int argc, char **argv)
 {
 	struct sbx_spec *s = calloc(1, sizeof(*s));
 	struct sbx_root r = {.dfd = -1};
-	struct timespec now;
 	const char *name = NULL;
 	char err[512];
 	int ret, dfd = -1, status = 1;
@@ -236,8 +236,7 @@ int cmd_create(int argc, char **argv)
 		    name && ret == -EINVAL && sbx_name_check(name, NULL, 0) ? SBX_EXIT_BAD_NAME : 2;
 		goto out;
 	}
-	clock_gettime(CLOCK_REALTIME, &now);
-	s->created_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+	s->created_ms = realtime_ms();
 	if (sbx_root_open(&r, true, err, sizeof(err)) ||
 	    (dfd = sbx_dir_open(&r, name, true, err, sizeof(err))) < 0) {
 		fprintf(stderr, "cove create: %s\n", err);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "vmm/kvm_util.h"
 #include "vmm/vm.h"
 #include "vmm/x86_boot.h"
@@ -42,20 +43,13 @@ static const struct cap_check caps[] = {
     {KVM_CAP_VCPU_EVENTS, "VCPU_EVENTS", 0},
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The same dec/jnz loop the probe guest runs, on the host CPU, for the ratio. */
 static double host_loop_rate(void)
 {
-	double t0 = now_s();
+	double t0 = mono_s();
 	unsigned n = PROBE_LOOPS * 20;
 	__asm__ volatile("1: dec %0\n\tjnz 1b" : "+r"(n));
-	return (double)PROBE_LOOPS * 20 / (now_s() - t0);
+	return (double)PROBE_LOOPS * 20 / (mono_s() - t0);
 }
 
 /*
@@ -95,9 +89,9 @@ static int guest_loop_rate(struct logger *log, double *rate)
 		struct kvm_run *run = vm->vcpus[0].run;
 		if (run->exit_reason == KVM_EXIT_IO && run->io.port == PROBE_PORT) {
 			if (marks++ == 0)
-				t_start = now_s();
+				t_start = mono_s();
 			else
-				*rate = PROBE_LOOPS / (now_s() - t_start);
+				*rate = PROBE_LOOPS / (mono_s() - t_start);
 		} else {
 			log_err(log, "probe guest stopped with exit %u", run->exit_reason);
 			r = -EIO;

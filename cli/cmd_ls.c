@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/name.h"
 #include "lifecycle/root.h"
@@ -20,14 +21,6 @@
 #include "lifecycle/tree.h"
 #include "lifecycle/vmm_args.h"
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The age of the newest committed layer (chain.json's mtime), or -1 with none. */
 static int64_t snapshot_age_s(int dfd)
 {
@@ -35,7 +28,7 @@ static int64_t snapshot_age_s(int dfd)
 
 	if (fstatat(dfd, SBX_CHAIN "/chain.json", &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -1;
-	return (now_ms() - ((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000)) /
+	return (realtime_ms() - ((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000)) /
 	       1000;
 }
 

@@ -27,7 +27,7 @@ static const struct command commands[] = {
     {"run", cmd_run, "boot a microVM and run it until the guest stops"},
     {"snapshot", cmd_snapshot, "snapshot a running sandbox (full or incremental)"},
     {"restore", cmd_restore, "start a sandbox from a snapshot chain (memory mapped lazily)"},
-    {"fork", cmd_fork, "start N clones of a running sandbox"},
+    {"fork", cmd_fork, "clone a named sandbox (NAME NEW...) or a running VM (API_SOCK -n N)"},
     {"doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here"},
     {"rekey", cmd_rekey, "rewrap a snapshot chain's data key under a new key-encryption key"},
     {"exec", cmd_exec, "run a command in a sandbox (cove-init agent over vsock)"},

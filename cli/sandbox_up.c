@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cli/api_client.h"
+#include "common/clock.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/launch.h"
@@ -29,14 +30,6 @@
 #define START_WAIT_S 300
 /* How long a VMM that logged its own stop may take to end its process. */
 #define EXITING_WAIT_S 30
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* The chain has a committed layer (chain.json is renamed into place last). */
 static bool has_chain(int dfd)
@@ -63,7 +56,7 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
 /* Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. */
 static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *err, size_t errlen)
 {
-	double deadline = now_s() + START_WAIT_S;
+	double deadline = mono_s() + START_WAIT_S;
 	char tail[300];
 
 	for (;;) {
@@ -82,7 +75,7 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *
 			  : agent_ready(uds, err, errlen);
 		if (ret == 0)
 			return 0;
-		if (now_s() > deadline)
+		if (mono_s() > deadline)
 			return errmsg(err, errlen, -ETIMEDOUT,
 				      "the guest agent did not answer within %d s", START_WAIT_S);
 		usleep(200 * 1000);

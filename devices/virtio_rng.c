@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/errmsg.h"
 #include "devices/device.h"
 
@@ -47,16 +48,9 @@ struct virtio_rng_state {
 };
 _Static_assert(sizeof(struct virtio_rng_state) <= DEVICE_STATE_MAX, "rng state fits");
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
-}
-
 static void bucket_refill(struct virtio_rng *r)
 {
-	uint64_t now = now_ns(), dt = now - r->last_ns;
+	uint64_t now = mono_ns(), dt = now - r->last_ns;
 	uint64_t add = dt >= RNG_FULL_AFTER_NS
 			   ? r->cfg.burst
 			   : (uint64_t)((unsigned __int128)dt * r->cfg.rate / NSEC_PER_SEC);
@@ -191,7 +185,7 @@ static int rng_create(void *dev, const struct device_host *h, const void *cfg)
 	r->host = h->host;
 	r->cfg = *(const struct rng_cfg *)cfg;
 	r->tokens = r->cfg.burst;
-	r->last_ns = now_ns();
+	r->last_ns = mono_ns();
 	r->timer_fd = -1;
 	int e = virtio_mmio_create(&r->mmio, h->host, h->mmio_base, h->irq, &rng_ops, r);
 	if (e)
@@ -242,7 +236,7 @@ static int rng_restore(void *dev, const void *in, char *err, size_t errlen)
 	pthread_mutex_lock(&r->mmio.lock);
 	r->tokens = st.tokens;
 	r->served = st.served;
-	r->last_ns = now_ns(); /* the old process's clock means nothing here */
+	r->last_ns = mono_ns(); /* the old process's clock means nothing here */
 	pthread_mutex_unlock(&r->mmio.lock);
 	return 0;
 }

@@ -12,6 +12,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 #define VIRTIO_ID_VSOCK	 19
 #define RXQ		 0
 #define TXQ		 1
@@ -439,13 +441,6 @@ static bool conn_wants_read(const struct vsock_conn *c)
 }
 
 #define VSOCK_RESET_HOLD_NS (1000ULL * 1000 * 1000)
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* Whether host connection requests still wait for the guest to handle the reset event. */
 static bool reset_holds(struct virtio_vsock *v)

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "lifecycle/archive.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/launch.h"
@@ -62,14 +63,6 @@ int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *
 	return ret;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* One sandbox: under its start lock, so no command starts it while it is archived or deleted. */
 static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool quiet)
 {
@@ -86,13 +79,13 @@ static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool
 	lk = sbx_lock_take(dfd, SBX_LOCK_START, false, false);
 	if (lk < 0 || sbx_spec_read(dfd, s, NULL, 0) || sbx_state_read(dfd, &st, &ev))
 		goto out; /* being started, or not a sandbox of ours: not now */
-	a = sbx_gc_due(st, ev.time_ms ? ev.time_ms : s->created_ms, now_ms(), s);
+	a = sbx_gc_due(st, ev.time_ms ? ev.time_ms : s->created_ms, realtime_ms(), s);
 	if (a == SBX_GC_NONE)
 		goto out;
 	if (!quiet || dry_run)
 		printf("cove gc: %s: %s%s (%s for %.1f h)\n", name, dry_run ? "would " : "",
 		       a == SBX_GC_DELETE ? "delete" : "archive", sbx_state_name(st),
-		       (double)(now_ms() - ev.time_ms) / 3600e3);
+		       (double)(realtime_ms() - ev.time_ms) / 3600e3);
 	if (dry_run)
 		goto out;
 	if (a == SBX_GC_ARCHIVE) {

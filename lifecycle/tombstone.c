@@ -12,18 +12,11 @@
 
 #include <jansson.h>
 
+#include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/file_io.h"
 
 #define TOMBSTONE_MAX 4096
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int stones_dir(const struct sbx_root *r, bool create)
 {
@@ -36,7 +29,7 @@ static int stones_dir(const struct sbx_root *r, bool create)
 int sbx_tombstone_write(const struct sbx_root *r, const char *name, const char *why)
 {
 	char file[80], tmp[88];
-	json_t *j = json_pack("{s:s,s:I,s:s}", "name", name, "deleted_ms", (json_int_t)now_ms(),
+	json_t *j = json_pack("{s:s,s:I,s:s}", "name", name, "deleted_ms", (json_int_t)realtime_ms(),
 			      "why", why);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	int dfd, fd, ret;
@@ -92,7 +85,7 @@ int sbx_tombstone_describe(const struct sbx_root *r, const char *name, char *msg
 	j = json_loads(buf, 0, NULL);
 	ms = json_integer_value(json_object_get(j, "deleted_ms"));
 	why = json_string_value(json_object_get(j, "why"));
-	if (!j || ms <= 0 || !why || (uint64_t)(now_ms() - ms) > SBX_TOMBSTONE_KEEP_MS) {
+	if (!j || ms <= 0 || !why || (uint64_t)(realtime_ms() - ms) > SBX_TOMBSTONE_KEEP_MS) {
 		json_decref(j);
 		return -ENOENT;
 	}

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/base64.h"
+#include "common/clock.h"
 #include "common/errmsg.h"
 #include "common/hex.h"
 #include "common/term_safe.h"
@@ -106,14 +107,6 @@ int agent_resolve(const char *sandbox, char *uds, size_t len, char *err, size_t 
 	return 0;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int connect_once(const char *uds, int handshake_s, char *err, size_t errlen)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -165,7 +158,7 @@ static int connect_once(const char *uds, int handshake_s, char *err, size_t errl
 
 static int connect_retry(const char *uds, double wait_s, int handshake_s, char *err, size_t errlen)
 {
-	double deadline = now_s() + wait_s;
+	double deadline = mono_s() + wait_s;
 
 	for (;;) {
 		int fd = connect_once(uds, handshake_s, err, errlen);
@@ -174,7 +167,7 @@ static int connect_retry(const char *uds, double wait_s, int handshake_s, char *
 		 * A handshake that timed out is tried again too: a CONNECT that reaches a guest
 		 * still handling its post-restore transport reset can be dropped unanswered.
 		 */
-		if (fd >= 0 || now_s() >= deadline ||
+		if (fd >= 0 || mono_s() >= deadline ||
 		    (fd != -ECONNREFUSED && fd != -ENOENT && fd != -ECONNRESET &&
 		     fd != -ETIMEDOUT)) {
 			if (fd == -ETIMEDOUT && wait_s > handshake_s)
@@ -354,7 +347,6 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 {
 	unsigned char seed[33]; /* a multiple of 3: base64 without padding */
 	char seed64[45];
-	struct timespec now;
 	json_t *req, *reply = NULL;
 	int fd;
 
@@ -364,10 +356,9 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 		return errmsg(err, errlen, -EIO, "identity: getrandom: %s", strerror(errno));
 	b64_encode(seed, sizeof(seed), seed64);
 	explicit_bzero(seed, sizeof(seed));
-	clock_gettime(CLOCK_REALTIME, &now);
 	req = json_pack("{s:s,s:I,s:s,s:s,s:I}", "op", "identity", "epoch", (json_int_t)epoch,
 			"token", token_hex, "seed_b64", seed64, "time_ns",
-			(json_int_t)now.tv_sec * 1000000000 + now.tv_nsec);
+			(json_int_t)realtime_ns());
 	explicit_bzero(seed64, sizeof(seed64));
 	if (!req)
 		return errmsg(err, errlen, -EINVAL, "identity: bad token");

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "common/clock.h"
 #include "common/file_io.h"
 
 #define EVENT_TAIL 4096
@@ -28,15 +29,13 @@ static void iso_time(int64_t ms, char *buf, size_t cap)
 
 int sbx_event_append(int dfd, const char *from, const char *to, const char *cause)
 {
-	struct timespec now;
 	char when[80];
 	json_t *j;
 	char *line;
 	int fd, ret = 0;
 	size_t len;
 
-	clock_gettime(CLOCK_REALTIME, &now);
-	iso_time((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000, when, sizeof(when));
+	iso_time(realtime_ms(), when, sizeof(when));
 	j = json_pack("{s:s,s:s,s:s,s:s,s:i}", "time", when, "from", from, "to", to, "cause", cause,
 		      "pid", (int)getpid());
 	if (!j)

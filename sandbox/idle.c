@@ -12,19 +12,12 @@
 
 #include <jansson.h>
 
+#include "common/clock.h"
 #include "devices/virtio_vsock.h"
 #include "sandbox/agent_client.h"
 #include "sandbox/event_log.h"
 #include "sandbox/sandbox.h"
 #include "vmm/evloop.h"
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* CPU time the vCPU threads used so far. */
 static uint64_t guest_cpu_ns(struct sandbox *sb)

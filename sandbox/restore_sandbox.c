@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "devices/overlay.h"
@@ -13,13 +14,6 @@
 #include "sandbox/restore_sandbox.h"
 #include "sandbox/sandbox.h"
 #include "snapshot/board_state.h"
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 static struct snap_restore_args snap_args(const struct sandbox_restore_opts *o)
 {
@@ -178,7 +172,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 {
 	struct snap_restore *s = &p->snap;
 	char err[512];
-	uint64_t t0 = now_us();
+	uint64_t t0 = mono_us();
 	if (o->vsock_uds) {
 		snprintf(p->mc.vsock_uds, sizeof(p->mc.vsock_uds), "%s", o->vsock_uds);
 		if (o->vsock_cid)
@@ -252,7 +246,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		 "restored layer %llu of %s: %d layer(s)%s, %llu increment pages copied, %llu us",
 		 (unsigned long long)s->chain.layers[s->idx].id, o->dir, nr_layers,
 		 s->encrypted ? ", encrypted (pages decrypted on first touch)" : "",
-		 (unsigned long long)copied, (unsigned long long)(now_us() - t0));
+		 (unsigned long long)copied, (unsigned long long)(mono_us() - t0));
 	if (s->ls)
 		layer_set_close(s->ls);
 	sb->ready_fd = o->ready_fd;

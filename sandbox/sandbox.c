@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "sandbox/agent_client.h"
+#include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "snapshot/keyprov.h"
@@ -582,15 +583,12 @@ static int wait_ready(int fd, char *err, size_t errlen)
 {
 	char buf[256];
 	size_t got = 0;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = mono_ns();
 	for (;;) {
 		fd_set rs;
 		FD_ZERO(&rs);
 		FD_SET(fd, &rs);
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		long left =
-		    10000 - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		long left = 10000 - (long)((mono_ns() - t0) / 1000000);
 		if (left <= 0)
 			return errmsg(err, errlen, -ETIMEDOUT, "a clone did not start within 10 s");
 		struct timeval tv = {left / 1000, (left % 1000) * 1000};

@@ -1,4 +1,5 @@
 /* The key-cmd provider: a user command wraps/unwraps base64 on stdin to base64 on stdout. */
+#include "common/clock.h"
 #include "snapshot/keyprov.h"
 
 #include <errno.h>
@@ -79,13 +80,6 @@ fail:
 		close_fd(&er[i]);
 	}
 	return r;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Read what is there into buf; 1 at EOF, 0 for more later, -EMSGSIZE past cap, -errno. */
@@ -184,7 +178,7 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 		r = errmsg(err, errlen, r, "key-cmd: cannot start /bin/sh: %s", strerror(-r));
 		goto out_free;
 	}
-	double deadline = now_s() + KEYPROV_CMD_TIMEOUT_S;
+	double deadline = mono_s() + KEYPROV_CMD_TIMEOUT_S;
 	int out_eof = 0, err_eof = 0;
 	while (!out_eof || !err_eof) {
 		struct pollfd p[3];
@@ -195,7 +189,7 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 			p[np++] = (struct pollfd){.fd = c.out, .events = POLLIN};
 		if (!err_eof)
 			p[np++] = (struct pollfd){.fd = c.errfd, .events = POLLIN};
-		double left = deadline - now_s();
+		double left = deadline - mono_s();
 		if (left <= 0) {
 			r = errmsg(err, errlen, -ETIMEDOUT, "key-cmd '%s %s' timed out after %d s",
 				   cmdline, op, KEYPROV_CMD_TIMEOUT_S);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "common/file_io.h"
@@ -26,20 +27,6 @@
 #include "snapshot/snap_crypt.h"
 #include "snapshot/state_file.h"
 #include "vmm/vm.h"
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const char *config_json,
 		  const char *dir, char *err, size_t errlen)
@@ -619,7 +606,7 @@ static int take_dirty(struct snap_ctx *s, struct take *t, char *err, size_t errl
 static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
 {
 	struct vm *vm = s->vm;
-	t->t0 = now_us();
+	t->t0 = mono_us();
 	int r = vm_pause(vm);
 	if (r)
 		return errmsg(err, errlen, r, "cannot pause the VM: it is not running");
@@ -627,7 +614,7 @@ static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t err
 	r = take_state(s, t, err, errlen);
 	if (r)
 		return r;
-	uint64_t t_q = now_us();
+	uint64_t t_q = mono_us();
 	r = take_dirty(s, t, err, errlen);
 	if (r)
 		return r;
@@ -637,22 +624,22 @@ static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t err
 	li->layer_id = t->id;
 	li->parent_id = t->full ? 0 : t->prev->id;
 	memcpy(li->chain_id, t->next->chain_id, 16);
-	uint64_t t_c = now_us();
+	uint64_t t_c = mono_us();
 	r = stage_pages(s, li, &t->g);
 	log_debug(vm->log,
 		  "snapshot pause: quiesce+prepare %llu us, state+dirty log %llu us, "
 		  "staging %llu us",
 		  (unsigned long long)(t_q - t->t0), (unsigned long long)(t_c - t_q),
-		  (unsigned long long)(now_us() - t_c));
+		  (unsigned long long)(mono_us() - t_c));
 	if (r)
 		return errmsg(err, errlen, r, "cannot stage pages: %s", strerror(-r));
 	li->present = t->g.present;
 	li->stored = t->g.stored;
-	t->t_resumed = now_us();
+	t->t_resumed = mono_us();
 	if (t->g.staged && t->paused) {
 		vm_resume(vm);
 		t->paused = false;
-		t->t_resumed = now_us();
+		t->t_resumed = mono_us();
 	}
 	return 0;
 }
@@ -675,7 +662,7 @@ static int take_commit(struct snap_ctx *s, struct take *t, char *err, size_t err
 	if (t->paused) {
 		vm_resume(s->vm);
 		t->paused = false;
-		t->t_resumed = now_us();
+		t->t_resumed = mono_us();
 	}
 	if (!r)
 		r = write_state(s, t->id, tmp_state, &t->sb, err, errlen);
@@ -692,7 +679,7 @@ static int take_commit(struct snap_ctx *s, struct take *t, char *err, size_t err
 		snprintf(l->state, sizeof(l->state), "%s", state_name);
 		l->present = t->g.present;
 		l->stored = t->g.stored;
-		l->created_ns = realtime_ns();
+		l->created_ns = (uint64_t)realtime_ns();
 		r = chain_commit(t->next, err, errlen); /* the commit point */
 	}
 	if (r) {
@@ -776,9 +763,9 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	st->bytes = t.g.stored * PAGE_SIZE;
 	st->staged = t.g.staged;
 	st->pause_us = t.t_resumed - t.t0;
-	st->write_us = now_us() - t.t_resumed;
+	st->write_us = mono_us() - t.t_resumed;
 	take_compact(s, st, err, errlen);
-	st->total_us = now_us() - t.t0;
+	st->total_us = mono_us() - t.t0;
 	take_free(&t);
 	return 0;
 }

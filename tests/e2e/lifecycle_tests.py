@@ -322,7 +322,7 @@ def test_lifecycle_idle_stop():
         t0 = time.monotonic()
         time.sleep(14)
         bt.check(ls(name)["state"] == "running", f"stopped while a command ran: {ls(name)}")
-        st = wait_state(name, "stopped", 90)
+        wait_state(name, "stopped", 90)
         took = time.monotonic() - t0
         ev = events(name)[-1]
         bt.check(ev["cause"].startswith("idle"), f"last event: {ev}")
@@ -370,7 +370,86 @@ def test_lifecycle_names_and_rm():
     bt.check(err.count("\n") == 1, f"not one line: {err!r}")
 
 
+def _chain_inodes(name):
+    """{file name: inode} of the files a sandbox's chain.json lists (memory and state layers)."""
+    d = os.path.join(STATE, name, "chain")
+    with open(os.path.join(d, "chain.json")) as f:
+        chain = json.load(f)
+    names = [l[k] for l in chain["layers"] for k in ("mem", "state")]
+    return {n: os.stat(os.path.join(d, n)).st_ino for n in names}
+
+
+def test_lifecycle_fork():
+    """cove fork NAME NEW...: clones of a running sandbox start from now, share its committed
+    layers (hard links), and then live apart: files written after the fork (synced to their disk
+    tops) stay in the sandbox that wrote them, across a stop and a restore. A stopped sandbox
+    forks from its newest layer; an existing name is refused with status 68."""
+    fresh()
+    a, b, c, d = "fork-a", "fork-b", "fork-c", "fork-d"
+    create(a)
+    try:
+        rc, out, err = sh(a, "echo before > /fork-before && sync")
+        bt.check(rc == 0, f"exec: rc={rc} {err!r}")
+        t0 = time.monotonic()
+        rc, out, err = cove("fork", a, b, c, "--json")
+        bt.check(rc == 0, f"cove fork {a} {b} {c}: rc={rc} {err.strip()!r}; vmm.log "
+                 f"{_tail(os.path.join(STATE, b, 'vmm.log'))!r}")
+        print(f"    cove fork (running, two clones): {time.monotonic() - t0:.2f} s")
+        rep = json.loads(out)
+        bt.check(rep["from"] == a and [(x["name"], x["state"]) for x in rep["clones"]] ==
+                 [(b, "running"), (c, "running")], f"fork reply: {rep}")
+        for n in (a, b, c):
+            bt.check(ls(n)["state"] == "running", f"{n} after fork: {ls(n)}")
+        # The clones' committed layers are the parent's files (links), their chain.json their own.
+        ia, ib = _chain_inodes(a), _chain_inodes(b)
+        shared = [n for n in ib if ia.get(n) == ib[n]]
+        bt.check(shared, f"no layer shared by link: {a} {ia} {b} {ib}")
+        bt.check(os.stat(os.path.join(STATE, a, "chain", "chain.json")).st_ino !=
+                 os.stat(os.path.join(STATE, b, "chain", "chain.json")).st_ino,
+                 "the clone shares its parent's chain.json")
+        for n in (b, c):
+            rc, out, err = sh(n, "cat /fork-before")
+            bt.check(rc == 0 and out.strip() == "before", f"{n} lost the file: rc={rc} {out!r} {err!r}")
+        rc, out, err = sh(b, "echo in-b > /fork-b && sync")
+        bt.check(rc == 0, f"exec in {b}: rc={rc} {err!r}")
+        rc, out, err = sh(a, "echo in-a > /fork-a && sync")
+        bt.check(rc == 0, f"exec in {a}: rc={rc} {err!r}")
+        probe = "for f in /fork-before /fork-a /fork-b; do [ -e $f ] && echo ${f#/}; done; true"
+
+        def seen(n):
+            rc, out, err = sh(n, probe)
+            bt.check(rc == 0, f"probe in {n}: rc={rc} {err!r}")
+            return out.split()
+
+        want = {a: ["fork-before", "fork-a"], b: ["fork-before", "fork-b"], c: ["fork-before"]}
+        for n, w in want.items():
+            bt.check(seen(n) == w, f"{n} sees {seen(n)}, want {w}")
+        # Each lives its own life: stopped and restored from its own chain, still apart.
+        for n in (a, b):
+            rc, out, err = cove("stop", n)
+            bt.check(rc == 0, f"cove stop {n}: rc={rc} {err!r}")
+        for n in (a, b):
+            bt.check(seen(n) == want[n], f"{n} after stop and restore sees {seen(n)}, want {want[n]}")
+        ev = [(e["from"], e["to"]) for e in events(b)]
+        bt.check(ev[:2] == [("creating", "stopped"), ("stopped", "running")] and
+                 events(b)[0]["cause"] == f"cove fork {a}", f"{b}'s event log: {events(b)}")
+        # A stopped sandbox forks from its newest layer; --stopped leaves the clone stopped.
+        rc, out, err = cove("stop", a)
+        bt.check(rc == 0, f"cove stop {a}: rc={rc} {err!r}")
+        rc, out, err = cove("fork", a, d, "--stopped")
+        bt.check(rc == 0 and out.strip().startswith(f"{d}: stopped"),
+                 f"fork of a stopped sandbox: rc={rc} {out!r} {err!r}")
+        bt.check(ls(d)["state"] == "stopped", f"{d}: {ls(d)}")
+        bt.check(seen(d) == want[a], f"{d} sees {seen(d)}, want {want[a]}")
+        rc, out, err = cove("fork", a, b)
+        bt.check(rc == 68 and err.count("\n") == 1 and "already exists" in err,
+                 f"fork onto an existing name: rc={rc} {err!r}")
+    finally:
+        for n in (a, b, c, d):
+            cove("rm", n)
+
+
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
          test_lifecycle_kill9_during_layer_write,
          test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_idle_stop,
-         test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm]
+         test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm, test_lifecycle_fork]

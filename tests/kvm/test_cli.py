@@ -109,11 +109,55 @@ def test_lifecycle_cli():
         with open(os.path.join(sb, "events.jsonl"), "w") as f:
             f.write('{"to":"elsewhere"}\n')
         one_line_error(["stop", "hostile"], 1, "cannot read its state")
+        test_fork_refused(root, hello)
         # A state root others can write is refused: they could plant links in it.
         os.chmod(root, 0o777)
         one_line_error(["create", "other", "--kernel", hello, "--rootfs", hello], 1, root)
         os.chmod(root, 0o700)
         check(not os.path.exists(os.path.join(root, "other")), "create under a bad root made a dir")
+
+
+def test_fork_refused(root, hello):
+    """cove fork NAME NEW...: bad, unknown, deleted, duplicate and existing names are one line and
+    a distinct status, and a refused fork creates nothing (no sandbox, no temporary directory)."""
+    def entries():
+        return sorted(os.listdir(root))
+
+    os.makedirs(os.path.join(root, "taken"), mode=0o700)
+    before = entries()
+    one_line_error(["fork", "Bad_Name", "b"], 64, "name")
+    one_line_error(["fork", "hostile", "Bad_Name"], 64, "name")
+    one_line_error(["fork", "hostile", "a" * 49], 64, "too long")
+    one_line_error(["fork", "nobody", "b"], 65, "nobody")
+    one_line_error(["fork", "hostile"], 2, "NEW")
+    one_line_error(["fork", "hostile", "x", "x"], 2, "twice")
+    one_line_error(["fork", "hostile", "hostile"], 68, "already exists")
+    one_line_error(["fork", "hostile", "x", "taken"], 68, "taken")
+    one_line_error(["fork", "hostile", "x", "--bogus"], 2, "--bogus")
+    # hostile's event log is junk: its state is unknown, so nothing is forked from it.
+    one_line_error(["fork", "hostile", "x"], 1, "cannot read its state")
+    check(entries() == before, f"a refused fork changed the state root: {before} -> {entries()}")
+
+    # A stopped sandbox that never committed a snapshot: nothing to fork from.
+    nochain = os.path.join(root, "nochain")
+    os.makedirs(nochain, mode=0o700)
+    with open(os.path.join(nochain, "spec.json"), "w") as f:
+        f.write('{"version":1,"kernel":"%s","initrd":"","cmdline":"","key":"",'
+                '"policy":"","mem_bytes":1048576,"vcpus":1,"snapshot_every_ms":0,'
+                '"idle_stop_ms":0,"archive_after_ms":0,"delete_after_ms":0,'
+                '"created_ms":0,"disks":[]}' % hello)
+    with open(os.path.join(nochain, "events.jsonl"), "w") as f:
+        f.write('{"time":"2025-01-01T00:00:00.000Z","from":"running","to":"stopped",'
+                '"cause":"test","pid":1}\n')
+    before = entries()
+    one_line_error(["fork", "nochain", "x"], 1, "no committed snapshot")
+    check(entries() == before, f"a failed fork left files: {before} -> {entries()}")
+    # A deleted one says so.
+    r = run_cove(["rm", "nochain"])
+    check(r.returncode == 0, f"rm nochain: {r.returncode} {r.stderr!r}")
+    one_line_error(["fork", "nochain", "x"], 66, "deleted")
+    check(not os.path.exists(os.path.join(root, "x")), "a refused fork made a sandbox")
+    os.rmdir(os.path.join(root, "taken"))
 
 
 def tests():

@@ -1,0 +1,467 @@
+/* A sandbox directory cloned for `cove fork NAME NEW`: spec rewritten, committed layers shared. */
+#include "lifecycle/clone.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/byteorder.h"
+#include "common/clock.h"
+#include "common/crc32.h"
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
+#include "common/file_io.h"
+#include "devices/overlay.h"
+#include "lifecycle/archive.h"
+#include "lifecycle/name.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/state.h"
+#include "lifecycle/tombstone.h"
+#include "lifecycle/tree.h"
+#include "lifecycle/vmm_args.h"
+#include "sandbox/event_log.h"
+#include "snapshot/chain.h"
+#include "snapshot/keyfile.h"
+
+#define LAYER_SEQ "layer-seq" /* snapshot/keyfile.c's counter of layer ids */
+#define COPY_BUF  (1u << 20)
+
+int sbx_clone_check(const struct sbx_root *r, const char *from, const char *const *names, int n,
+		    char *err, size_t errlen)
+{
+	struct stat st;
+
+	for (int i = 0; i < n; i++) {
+		int ret = sbx_name_check(names[i], err, errlen);
+
+		if (ret)
+			return ret;
+		for (int j = 0; j < i; j++)
+			if (!strcmp(names[i], names[j]))
+				return errmsg(err, errlen, -EALREADY, "%s is named twice",
+					      names[i]);
+		if (!strcmp(names[i], from) ||
+		    fstatat(r->dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+			return errmsg(err, errlen, -EEXIST, "sandbox %s already exists", names[i]);
+	}
+	return 0;
+}
+
+/* The bytes of one regular file, pread/pwrite: the copy of last resort. */
+static int copy_plain(int in, int out, uint64_t size)
+{
+	char *buf = malloc(COPY_BUF);
+	int ret = buf ? 0 : -ENOMEM;
+
+	for (uint64_t off = 0; !ret && off < size;) {
+		size_t want = size - off < COPY_BUF ? (size_t)(size - off) : COPY_BUF;
+		ssize_t n = pread(in, buf, want, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO; /* shorter than it was: changed under us */
+			break;
+		}
+		ret = pwrite_full(out, buf, (size_t)n, (off_t)off);
+		off += (uint64_t)n;
+	}
+	free(buf);
+	return ret;
+}
+
+/* The data runs of `in` (holes stay holes) with copy_file_range, else the plain copy. */
+static int copy_runs(int in, int out, uint64_t size)
+{
+	off_t pos = 0;
+
+	while ((uint64_t)pos < size) {
+		off_t data = lseek(in, pos, SEEK_DATA), hole;
+
+		if (data < 0)
+			return errno == ENXIO ? 0 : copy_plain(in, out, size);
+		hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0)
+			return copy_plain(in, out, size);
+		for (off_t o = data; o < hole;) {
+			loff_t ri = o, wo = o;
+			ssize_t n = copy_file_range(in, &ri, out, &wo, (size_t)(hole - o), 0);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+				      errno == EOPNOTSUPP))
+				return copy_plain(in, out, size);
+			if (n <= 0)
+				return n < 0 ? -errno : -EIO;
+			o += n;
+		}
+		pos = hole;
+	}
+	return 0;
+}
+
+/* Copies sdfd/name to ddfd/name (0600, synced): a reflink where the filesystem has them. */
+static int copy_file(int sdfd, int ddfd, const char *name, struct sbx_clone_stats *st)
+{
+	int in = dirfd_open(sdfd, name, O_RDONLY | O_CLOEXEC), out = -1, ret;
+	struct stat s;
+
+	if (in < 0)
+		return in;
+	if (fstat(in, &s) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (!S_ISREG(s.st_mode)) {
+		ret = -ENOTSUP;
+		goto out;
+	}
+	out = dirfd_create(ddfd, name, O_WRONLY | O_CLOEXEC, 0600);
+	if (out < 0) {
+		ret = out;
+		goto out;
+	}
+	ret = ioctl(out, FICLONE, in) == 0 ? 0 : copy_runs(in, out, (uint64_t)s.st_size);
+	if (!ret && ftruncate(out, s.st_size) < 0)
+		ret = -errno;
+	if (!ret && fsync(out) < 0)
+		ret = -errno;
+	if (!ret) {
+		st->copied++;
+		st->bytes_copied += (uint64_t)s.st_size;
+	}
+out:
+	close(in);
+	if (out >= 0)
+		close(out);
+	return ret;
+}
+
+/*
+ * A committed file into the clone: a hard link (it is never written again: later snapshots,
+ * compaction and rekeys make new files and rename them), else a copy.
+ */
+static int share_file(int sdfd, int ddfd, const char *name, unsigned flags,
+		      struct sbx_clone_stats *st, char *err, size_t errlen)
+{
+	struct stat s;
+	int ret;
+
+	if (fstatat(sdfd, name, &s, AT_SYMLINK_NOFOLLOW) < 0)
+		return errmsg(err, errlen, -errno, "%s: %s", name, strerror(errno));
+	if (!S_ISREG(s.st_mode))
+		return errmsg(err, errlen, -ENOTSUP, "%s is not a regular file", name);
+	if (!(flags & SBX_CLONE_COPY)) {
+		if (linkat(sdfd, name, ddfd, name, 0) == 0) {
+			st->linked++;
+			return 0;
+		}
+		if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != EOPNOTSUPP)
+			return errmsg(err, errlen, -errno, "link %s: %s", name, strerror(errno));
+	}
+	ret = copy_file(sdfd, ddfd, name, st);
+	return ret ? errmsg(err, errlen, ret, "copy %s: %s", name, strerror(-ret)) : 0;
+}
+
+/*
+ * 1 when name (an overlay map in the chain) is a frozen layer's: its header checks out and
+ * says frozen. A live top (not frozen) is the running VMM's, never shared.
+ */
+static int map_frozen(int cdfd, const char *name)
+{
+	uint8_t h[OVERLAY_MAP_HDR_SEALED];
+	int fd = dirfd_open(cdfd, name, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	size_t hdr;
+	uint32_t v;
+
+	if (fd < 0)
+		return 0;
+	n = pread(fd, h, sizeof(h), 0);
+	close(fd);
+	if (n < OVERLAY_MAP_HDR_SIZE || memcmp(h, OVERLAY_MAP_MAGIC, 8))
+		return 0;
+	v = get_le32(h + 8);
+	hdr = v == OVERLAY_MAP_VERSION		? OVERLAY_MAP_HDR_SIZE
+	      : v == OVERLAY_MAP_VERSION_SEALED ? OVERLAY_MAP_HDR_SEALED
+						: 0;
+	if (!hdr || (size_t)n < hdr || crc32_update(0, h, hdr - 4) != get_le32(h + hdr - 4))
+		return 0;
+	return (get_le32(h + 36) & OVERLAY_MAP_FROZEN) != 0;
+}
+
+/* The frozen disk layers in the chain directory: X.ovl.map marked frozen, and X.ovl. */
+static int share_disk_layers(int sdfd, int ddfd, unsigned flags, struct sbx_clone_stats *st,
+			     char *err, size_t errlen)
+{
+	static const char suffix[] = ".ovl" OVERLAY_MAP_SUFFIX;
+	int fd = dup(sdfd), ret = 0;
+	struct dirent *e;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		ret = errmsg(err, errlen, -errno, "chain: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	rewinddir(d);
+	while (!ret && (e = readdir(d))) {
+		size_t len = strlen(e->d_name), sl = sizeof(suffix) - 1;
+		char data[256];
+
+		if (!dirfd_plain_name(e->d_name) || len <= sl ||
+		    strcmp(e->d_name + len - sl, suffix) || !map_frozen(sdfd, e->d_name))
+			continue;
+		snprintf(data, sizeof(data), "%.*s", (int)(len - strlen(OVERLAY_MAP_SUFFIX)),
+			 e->d_name);
+		ret = share_file(sdfd, ddfd, e->d_name, flags, st, err, errlen)
+			  ?: share_file(sdfd, ddfd, data, flags, st, err, errlen);
+	}
+	closedir(d);
+	return ret;
+}
+
+/* chain.json as committed (the clone's own file: a copy of these bytes), parsed into c. */
+static int read_chain(int cdfd, char **text, size_t *len, struct chain *c, char *err,
+		      size_t errlen)
+{
+	int fd = dirfd_open(cdfd, CHAIN_FILE, O_RDONLY | O_CLOEXEC);
+	struct stat s;
+	int ret;
+
+	if (fd < 0)
+		return errmsg(err, errlen, fd == -ENOENT ? -ENOENT : fd,
+			      fd == -ENOENT ? "it has no committed snapshot to fork from"
+					    : "chain.json: %s",
+			      strerror(-fd));
+	if (fstat(fd, &s) < 0 || !S_ISREG(s.st_mode) || s.st_size <= 0 ||
+	    s.st_size > CHAIN_MAX_BYTES) {
+		close(fd);
+		return errmsg(err, errlen, -EINVAL, "chain.json: empty or too large");
+	}
+	*len = (size_t)s.st_size;
+	*text = malloc(*len + 1);
+	ret = *text ? pread_full(fd, *text, *len, 0) : -ENOMEM;
+	close(fd);
+	if (ret)
+		return errmsg(err, errlen, ret, "chain.json: %s", strerror(-ret));
+	(*text)[*len] = '\0';
+	ret = chain_parse(*text, *len, c, err, errlen);
+	if (!ret && c->nr_layers == 0)
+		ret = errmsg(err, errlen, -ENOENT, "it has no committed snapshot to fork from");
+	return ret;
+}
+
+static int write_file(int dfd, const char *name, const char *text, size_t len)
+{
+	char tmp[80];
+	int fd, ret;
+
+	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	fd = dirfd_create(dfd, tmp, O_WRONLY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return fd;
+	ret = pwrite_full(fd, text, len, 0);
+	if (!ret && fsync(fd) < 0)
+		ret = -errno;
+	close(fd);
+	return ret ?: dirfd_rename(dfd, tmp, name);
+}
+
+static int open_sub(int dfd, const char *name, bool create)
+{
+	if (create && mkdirat(dfd, name, 0700) < 0)
+		return -errno;
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* NAME/chain/ into the clone: committed layers, frozen disk layers, keys, then chain.json. */
+static int clone_chain(int sdfd, int tdfd, unsigned flags, struct sbx_clone_stats *st, char *err,
+		       size_t errlen)
+{
+	struct chain *c = malloc(sizeof(*c));
+	int scd = open_sub(sdfd, SBX_CHAIN, false), dcd = -1, ret;
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!c) {
+		ret = errmsg(err, errlen, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (scd < 0) {
+		ret = errmsg(err, errlen, scd,
+			     scd == -ENOENT ? "it has no committed snapshot to fork from"
+					    : "chain: %s",
+			     strerror(-scd));
+		goto out;
+	}
+	ret = read_chain(scd, &text, &len, c, err, errlen);
+	if (ret)
+		goto out;
+	dcd = open_sub(tdfd, SBX_CHAIN, true);
+	if (dcd < 0) {
+		ret = errmsg(err, errlen, dcd, "chain: %s", strerror(-dcd));
+		goto out;
+	}
+	for (int i = 0; !ret && i < c->nr_layers; i++)
+		ret = share_file(scd, dcd, c->layers[i].mem, flags, st, err, errlen)
+			  ?: share_file(scd, dcd, c->layers[i].state, flags, st, err, errlen);
+	ret = ret ?: share_disk_layers(scd, dcd, flags, st, err, errlen);
+	/* Small files a rekey or the next snapshot rewrites: copies, not links. */
+	if (!ret && faccessat(scd, KEYFILE_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		ret = share_file(scd, dcd, KEYFILE_NAME, flags | SBX_CLONE_COPY, st, err, errlen);
+	if (!ret && (ret = write_file(dcd, CHAIN_FILE, text, len)))
+		errmsg(err, errlen, ret, "chain.json: %s", strerror(-ret));
+	/*
+	 * The layer id counter last: the source burns an id before any file carries it, so a
+	 * counter read after the files is above every id the clone holds. The clone counts on
+	 * from there on its own; ids that repeat across the two chains are safe under one data
+	 * key because every layer draws a fresh salt (snapshot/CRYPTO.md).
+	 */
+	if (!ret && faccessat(scd, LAYER_SEQ, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		ret = share_file(scd, dcd, LAYER_SEQ, flags | SBX_CLONE_COPY, st, err, errlen);
+	if (!ret && (ret = dirfd_sync(dcd)))
+		errmsg(err, errlen, ret, "chain: sync: %s", strerror(-ret));
+out:
+	if (scd >= 0)
+		close(scd);
+	if (dcd >= 0)
+		close(dcd);
+	free(text);
+	free(c);
+	return ret;
+}
+
+/* NAME/archive/ into the clone: every file linked (unpacking reads them and removes its own). */
+static int clone_archive(int sdfd, int tdfd, unsigned flags, struct sbx_clone_stats *st,
+			 char *err, size_t errlen)
+{
+	int sad = open_sub(sdfd, SBX_ARCHIVE, false), dad, fd, ret = 0;
+	struct dirent *e;
+	DIR *d;
+
+	if (sad < 0)
+		return errmsg(err, errlen, sad, "archive: %s", strerror(-sad));
+	dad = open_sub(tdfd, SBX_ARCHIVE, true);
+	fd = dad < 0 ? -1 : dup(sad);
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		ret = errmsg(err, errlen, dad < 0 ? dad : -errno, "archive: %s",
+			     strerror(dad < 0 ? -dad : errno));
+		if (fd >= 0)
+			close(fd);
+		goto out;
+	}
+	while (!ret && (e = readdir(d)))
+		if (dirfd_plain_name(e->d_name))
+			ret = share_file(sad, dad, e->d_name, flags, st, err, errlen);
+	closedir(d);
+	if (!ret && (ret = dirfd_sync(dad)))
+		errmsg(err, errlen, ret, "archive: sync: %s", strerror(-ret));
+	st->archived = !ret;
+out:
+	close(sad);
+	if (dad >= 0)
+		close(dad);
+	return ret;
+}
+
+/* "cove.hostname=FROM" in the command line becomes "cove.hostname=TO" (used on a cold boot). */
+static void rename_cmdline(char *cmdline, size_t cap, const char *from, const char *to)
+{
+	static const char key[] = "cove.hostname=";
+	char *out = malloc(cap);
+	size_t fl = strlen(from);
+
+	for (char *p = cmdline; out && (p = strstr(p, key)); p += sizeof(key) - 1) {
+		char *v = p + sizeof(key) - 1;
+
+		if ((p != cmdline && p[-1] != ' ') || strncmp(v, from, fl) ||
+		    (v[fl] && v[fl] != ' '))
+			continue;
+		if ((size_t)snprintf(out, cap, "%.*s%s%s", (int)(v - cmdline), cmdline, to,
+				     v + fl) < cap)
+			strcpy(cmdline, out);
+		break;
+	}
+	free(out);
+}
+
+static int clone_spec(int sdfd, int tdfd, const char *from, const char *to, char *err,
+		      size_t errlen)
+{
+	struct sbx_spec *s = malloc(sizeof(*s));
+	int ret;
+
+	if (!s)
+		return errmsg(err, errlen, -ENOMEM, "out of memory");
+	ret = sbx_spec_read(sdfd, s, err, errlen);
+	if (!ret) {
+		rename_cmdline(s->cmdline, sizeof(s->cmdline), from, to);
+		s->created_ms = realtime_ms();
+		ret = sbx_spec_write(tdfd, s);
+		if (ret)
+			errmsg(err, errlen, ret, "cannot write its spec: %s", strerror(-ret));
+	}
+	free(s);
+	return ret;
+}
+
+int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *to,
+	      unsigned flags, const char *cause, struct sbx_clone_stats *st, char *err,
+	      size_t errlen)
+{
+	const char *names[1] = {to};
+	enum sbx_state state;
+	char tmp[SBX_NAME_MAX + 32];
+	int tdfd = -1, ret;
+
+	memset(st, 0, sizeof(*st));
+	ret = sbx_clone_check(r, from, names, 1, err, errlen);
+	if (ret)
+		return ret;
+	ret = sbx_state_read(sdfd, &state, NULL);
+	if (ret)
+		return errmsg(err, errlen, ret, "%s: cannot read its state (%s)", from,
+			      strerror(-ret));
+	if (state == SBX_CREATING || state == SBX_DELETED)
+		return errmsg(err, errlen, -ENOENT, "%s is %s: it has no snapshot to fork from",
+			      from, sbx_state_name(state));
+	/* A dot name is never a sandbox: a crash leaves a directory gc and ls do not see. */
+	snprintf(tmp, sizeof(tmp), ".clone-%s-%d", to, (int)getpid());
+	sbx_tree_remove(r->dfd, tmp);
+	tdfd = open_sub(r->dfd, tmp, true);
+	if (tdfd < 0)
+		return errmsg(err, errlen, tdfd, "%s/%s: %s", r->state, tmp, strerror(-tdfd));
+	ret = clone_spec(sdfd, tdfd, from, to, err, errlen);
+	if (!ret)
+		ret = state == SBX_ARCHIVED ? clone_archive(sdfd, tdfd, flags, st, err, errlen)
+					    : clone_chain(sdfd, tdfd, flags, st, err, errlen);
+	if (!ret && (ret = sbx_event_append(tdfd, sbx_state_name(SBX_CREATING),
+					    st->archived ? "archived" : "stopped", cause)))
+		errmsg(err, errlen, ret, "event log: %s", strerror(-ret));
+	if (!ret && (ret = dirfd_sync(tdfd)))
+		errmsg(err, errlen, ret, "sync: %s", strerror(-ret));
+	if (!ret && renameat2(r->dfd, tmp, r->dfd, to, RENAME_NOREPLACE) < 0)
+		ret = errmsg(err, errlen, -errno,
+			     errno == EEXIST ? "sandbox %s already exists" : "rename to %s: %s", to,
+			     strerror(errno));
+	close(tdfd);
+	if (ret) {
+		sbx_tree_remove(r->dfd, tmp);
+		return ret;
+	}
+	dirfd_sync(r->dfd);
+	sbx_tombstone_clear(r, to);
+	return 0;
+}
