@@ -107,14 +107,14 @@ int sbx_api_state(const char *api, const char *state, char *err, size_t errlen)
  */
 static int read_settled_state(int dfd, enum sbx_state *st)
 {
-	double deadline = now_s() + EXITING_WAIT_S;
+	double deadline = mono_s() + EXITING_WAIT_S;
 	struct sbx_event last;
 	int ret;
 
 	for (;;) {
 		memset(&last, 0, sizeof(last));
 		ret = sbx_state_read(dfd, st, &last);
-		if (ret || *st != SBX_RUNNING || strcmp(last.to, "stopped") || now_s() > deadline)
+		if (ret || *st != SBX_RUNNING || strcmp(last.to, "stopped") || mono_s() > deadline)
 			return ret;
 		usleep(50 * 1000);
 	}
