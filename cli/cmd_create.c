@@ -121,8 +121,8 @@ static int add_disk(struct sbx_spec *s, const char *arg, char *err, size_t errle
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct sbx_spec *s, const char **name,
-		 const char **policy, char *err, size_t errlen)
+static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, const char **policy,
+		 char *err, size_t errlen)
 {
 	char extra[SBX_MAX_DISKS][4096];
 	int nextra = 0, c;
@@ -334,7 +334,8 @@ int cmd_create(int argc, char **argv)
 	sbx_gc(&r, false, true); /* deadlines of other sandboxes, in passing */
 	printf("%s: running (kernel %s, %s %s%s)\n", name, s->kernel,
 	       s->initrd[0] ? "initramfs" : "root image",
-	       s->initrd[0] ? s->initrd : s->disks[0].path, policy ? ", cove-broker beside it" : "");
+	       s->initrd[0] ? s->initrd : s->disks[0].path,
+	       policy ? ", cove-broker beside it" : "");
 	status = 0;
 out:
 	if (dfd >= 0)

@@ -63,8 +63,8 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
  * Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. g: the broker's
  * grant for the guest (a sandbox with a policy), else NULL.
  */
-static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored,
-		      const struct sbx_grant *g, char *err, size_t errlen)
+static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, const struct sbx_grant *g,
+		      char *err, size_t errlen)
 {
 	double deadline = now_s() + START_WAIT_S;
 	char tail[300];
@@ -84,7 +84,8 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored,
 			ret = agent_send_identity(uds, g->epoch, g->token,
 						  AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
 		else if (restored)
-			ret = agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
+			ret =
+			    agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
 		else
 			ret = agent_ready(uds, err, errlen);
 		/* A fresh boot gets its first grant once the agent answers. */
@@ -175,8 +176,8 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	 * before the guest runs, so whatever token the guest held before is refused from now on.
 	 */
 	if (spec->policy[0]) {
-		ret = sbx_broker_up(r, name, dfd, spec->policy, err, errlen) ?:
-		      sbx_broker_grant(r, name, dfd, &grant, err, errlen);
+		ret = sbx_broker_up(r, name, dfd, spec->policy, err, errlen)
+			  ?: sbx_broker_grant(r, name, dfd, &grant, err, errlen);
 		if (ret)
 			goto out;
 	}

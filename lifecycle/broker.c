@@ -25,8 +25,8 @@
 #include "proto/agent_wire.h"
 
 /* How long a new broker gets to answer on its control socket, and to exit after SIGTERM. */
-#define BROKER_START_WAIT_S 15
-#define BROKER_STOP_WAIT_S  5
+#define BROKER_START_WAIT_S  15
+#define BROKER_STOP_WAIT_S   5
 #define BROKER_CTL_TIMEOUT_S 10.0
 
 static double now_s(void)
@@ -52,8 +52,8 @@ int sbx_broker_find(char *out, size_t cap, char *err, size_t errlen)
 
 	if (env && *env) {
 		if (!executable(env))
-			return errmsg(err, errlen, -ENOENT, "COVE_BROKER=%s is not an executable file",
-				      env);
+			return errmsg(err, errlen, -ENOENT,
+				      "COVE_BROKER=%s is not an executable file", env);
 		return snprintf(out, cap, "%s", env) >= (int)cap ? -ENAMETOOLONG : 0;
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -62,11 +62,13 @@ int sbx_broker_find(char *out, size_t cap, char *err, size_t errlen)
 		slash = strrchr(self, '/');
 		if (slash) {
 			*slash = '\0';
-			/* The build tree (build/cli/cove, build/broker/cove-broker), then installed. */
+			/* The build tree (build/cli/cove, build/broker/cove-broker), then
+			 * installed. */
 			if (snprintf(out, cap, "%s/../broker/cove-broker", self) < (int)cap &&
 			    executable(out))
 				return 0;
-			if (snprintf(out, cap, "%s/cove-broker", self) < (int)cap && executable(out))
+			if (snprintf(out, cap, "%s/cove-broker", self) < (int)cap &&
+			    executable(out))
 				return 0;
 		}
 	}
@@ -78,8 +80,9 @@ int sbx_broker_find(char *out, size_t cap, char *err, size_t errlen)
 			return 0;
 		p += len + (p[len] == ':');
 	}
-	return errmsg(err, errlen, -ENOENT,
-		      "cove-broker not found (set COVE_BROKER, or install it beside cove or in PATH)");
+	return errmsg(
+	    err, errlen, -ENOENT,
+	    "cove-broker not found (set COVE_BROKER, or install it beside cove or in PATH)");
 }
 
 int sbx_broker_check_policy(const char *exe, const char *file, char *err, size_t errlen)
@@ -109,8 +112,8 @@ int sbx_broker_check_policy(const char *exe, const char *file, char *err, size_t
 		_exit(127);
 	}
 	close(pfd[1]);
-	while (got < sizeof(buf) - 1 &&
-	       ((n = read(pfd[0], buf + got, sizeof(buf) - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
+	while (got < sizeof(buf) - 1 && ((n = read(pfd[0], buf + got, sizeof(buf) - 1 - got)) > 0 ||
+					 (n < 0 && errno == EINTR)))
 		got += n > 0 ? (size_t)n : 0;
 	close(pfd[0]);
 	buf[got] = '\0';
@@ -367,7 +370,8 @@ int sbx_broker_ctl_call(const char *ctl, json_t *req, double timeout_s, json_t *
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = (time_t)timeout_s,
-			     .tv_usec = (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+			     .tv_usec =
+				 (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
 	int fd, ret;
 
 	*reply = NULL;

@@ -560,9 +560,14 @@ static void test_policy_check(void **state)
 	static const struct {
 		const char *text, *word;
 	} bad[] = {
-	    {"", "empty"},	     {"[]", "not a JSON object"},     {"\"x\"", "not a JSON object"},
-	    {"{", "not JSON"},	     {"{} {}", "not JSON"},	      {"{\"a\":1,\"a\":2}", "not JSON"},
-	    {"nul", "not JSON"},     {"{\"a\":\"\\u0000\"}", "not JSON"},
+	    {"", "empty"},
+	    {"[]", "not a JSON object"},
+	    {"\"x\"", "not a JSON object"},
+	    {"{", "not JSON"},
+	    {"{} {}", "not JSON"},
+	    {"{\"a\":1,\"a\":2}", "not JSON"},
+	    {"nul", "not JSON"},
+	    {"{\"a\":\"\\u0000\"}", "not JSON"},
 	};
 	char err[256], *big, *buf;
 	size_t len;
@@ -592,12 +597,12 @@ static void test_policy_check(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, big, SBX_POLICY_MAX + 1), SBX_POLICY_MAX + 1);
 	close(fd);
-	assert_int_equal(sbx_policy_load("/tmp/cove-policy-test.json", &buf, &len, err, sizeof(err)),
-			 -EFBIG);
+	assert_int_equal(
+	    sbx_policy_load("/tmp/cove-policy-test.json", &buf, &len, err, sizeof(err)), -EFBIG);
 	assert_null(buf);
 	assert_int_equal(truncate("/tmp/cove-policy-test.json", SBX_POLICY_MAX), 0);
-	assert_int_equal(sbx_policy_load("/tmp/cove-policy-test.json", &buf, &len, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    sbx_policy_load("/tmp/cove-policy-test.json", &buf, &len, err, sizeof(err)), 0);
 	assert_int_equal(len, SBX_POLICY_MAX);
 	assert_int_equal(buf[len], '\0');
 	free(buf);
