@@ -1,6 +1,7 @@
 /* `cove create NAME`: a sandbox that outlives its process, made from defaults and started. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +11,17 @@
 #include "cli/commands.h"
 #include "cli/sandbox_up.h"
 #include "common/clock.h"
+#include "common/errmsg.h"
 #include "sandbox/event_log.h"
+#include "lifecycle/broker.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/guest_files.h"
 #include "lifecycle/name.h"
+#include "lifecycle/policy.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/tombstone.h"
+#include "lifecycle/tree.h"
 #include "sandbox/options.h"
 
 static const char create_usage[] =
@@ -24,6 +29,7 @@ static const char create_usage[] =
     "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
+    "                   [--policy FILE]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
@@ -40,6 +46,9 @@ static const char create_usage[] =
     "  --delete-after D        `cove gc` deletes it once unused for D (30d...)\n"
     "  --kernel, --rootfs      another kernel or base image; --initrd boots an initramfs\n"
     "                          with no root disk\n"
+    "  --policy FILE           a cove-broker policy (JSON, at most 256 KiB), copied into\n"
+    "                          the sandbox as policy.json: a broker runs beside it, its\n"
+    "                          audit log in NAME/audit.jsonl, a new grant at every start\n"
     "NAME: [a-z0-9][a-z0-9-]*, at most 48 characters.\n";
 
 enum {
@@ -53,8 +62,12 @@ enum {
 	O_INITRD,
 	O_ARCH,
 	O_DEL,
-	O_IDLE
+	O_IDLE,
+	O_POLICY
 };
+
+/* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
+#define CREATE_EXIT_BAD_POLICY 69
 
 static const struct option create_opts[] = {
     {"mem", required_argument, NULL, O_MEM},
@@ -68,6 +81,7 @@ static const struct option create_opts[] = {
     {"archive-after", required_argument, NULL, O_ARCH},
     {"delete-after", required_argument, NULL, O_DEL},
     {"idle-stop", required_argument, NULL, O_IDLE},
+    {"policy", required_argument, NULL, O_POLICY},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -108,8 +122,8 @@ static int add_disk(struct sbx_spec *s, const char *arg, char *err, size_t errle
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, char *err,
-		 size_t errlen)
+static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, const char **policy,
+		 char *err, size_t errlen)
 {
 	char extra[SBX_MAX_DISKS][4096];
 	int nextra = 0, c;
@@ -167,6 +181,9 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 						c == O_ARCH ? "archive-after" : "delete-after"),
 				       -EINVAL;
 			break;
+		case O_POLICY:
+			*policy = optarg;
+			break;
 		case O_KERNEL:
 			if (abs_path(optarg, s->kernel, sizeof(s->kernel), err, errlen))
 				return -EINVAL;
@@ -214,17 +231,63 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 	return 0;
 }
 
+/*
+ * The --policy file, read and checked before anything is created: one line and
+ * CREATE_EXIT_BAD_POLICY (or 1 when no cove-broker can check it) on failure, else 0 with the
+ * bytes to keep in *buf.
+ */
+static int policy_take(const char *path, char **buf, size_t *len)
+{
+	char err[512], exe[PATH_MAX];
+
+	if (sbx_policy_load(path, buf, len, err, sizeof(err))) {
+		fprintf(stderr, "cove create: --policy %s: %s\n", path, err);
+		return CREATE_EXIT_BAD_POLICY;
+	}
+	if (sbx_broker_find(exe, sizeof(exe), err, sizeof(err))) {
+		fprintf(stderr, "cove create: --policy: %s\n", err);
+		return 1;
+	}
+	if (sbx_broker_check_policy(exe, path, err, sizeof(err))) {
+		fprintf(stderr, "cove create: --policy %s: %s\n", path, err);
+		return CREATE_EXIT_BAD_POLICY;
+	}
+	return 0;
+}
+
+/* Keeps the policy as NAME/policy.json (host configuration, like spec.json) and names it in
+ * the spec by its absolute path. 0 or -errno with one line in err. */
+static int policy_keep(const struct sbx_root *r, const char *name, int dfd, struct sbx_spec *s,
+		       const char *buf, size_t len, char *err, size_t errlen)
+{
+	char *state = realpath(r->state, NULL);
+	int n, ret;
+
+	if (!state)
+		return errmsg(err, errlen, -errno, "%s: %s", r->state, strerror(errno));
+	n = snprintf(s->policy, sizeof(s->policy), "%s/%s/%s", state, name, SBX_POLICY);
+	free(state);
+	if (n < 0 || (size_t)n >= sizeof(s->policy))
+		return errmsg(err, errlen, -ENAMETOOLONG, "policy path too long");
+	ret = sbx_policy_write(dfd, buf, len);
+	if (ret)
+		return errmsg(err, errlen, ret, "cannot write %s: %s", SBX_POLICY, strerror(-ret));
+	return 0;
+}
+
 int cmd_create(int argc, char **argv)
 {
 	struct sbx_spec *s = calloc(1, sizeof(*s));
 	struct sbx_root r = {.dfd = -1};
-	const char *name = NULL;
+	const char *name = NULL, *policy_arg = NULL;
+	char *policy = NULL;
+	size_t policy_len = 0;
 	char err[512];
 	int ret, dfd = -1, status = 1;
 
 	if (!s)
 		return 1;
-	ret = parse(argc, argv, s, &name, err, sizeof(err));
+	ret = parse(argc, argv, s, &name, &policy_arg, err, sizeof(err));
 	if (ret == 1) {
 		fputs(create_usage, stdout);
 		status = 0;
@@ -236,6 +299,9 @@ int cmd_create(int argc, char **argv)
 		    name && ret == -EINVAL && sbx_name_check(name, NULL, 0) ? SBX_EXIT_BAD_NAME : 2;
 		goto out;
 	}
+	if (policy_arg && (status = policy_take(policy_arg, &policy, &policy_len)))
+		goto out;
+	status = 1;
 	s->created_ms = realtime_ms();
 	if (sbx_root_open(&r, true, err, sizeof(err)) ||
 	    (dfd = sbx_dir_open(&r, name, true, err, sizeof(err))) < 0) {
@@ -243,6 +309,13 @@ int cmd_create(int argc, char **argv)
 		goto out;
 	}
 	sbx_tombstone_clear(&r, name);
+	if (policy && policy_keep(&r, name, dfd, s, policy, policy_len, err, sizeof(err))) {
+		fprintf(stderr, "cove create: %s: %s\n", name, err);
+		close(dfd);
+		dfd = -1;
+		sbx_tree_remove(r.dfd, name); /* nothing of it was started: leave nothing */
+		goto out;
+	}
 	ret = sbx_spec_write(dfd, s);
 	if (ret) {
 		fprintf(stderr, "cove create: %s: cannot write its spec: %s\n", name,
@@ -258,14 +331,16 @@ int cmd_create(int argc, char **argv)
 		goto out;
 	}
 	sbx_gc(&r, false, true); /* deadlines of other sandboxes, in passing */
-	printf("%s: running (kernel %s, %s %s)\n", name, s->kernel,
+	printf("%s: running (kernel %s, %s %s%s)\n", name, s->kernel,
 	       s->initrd[0] ? "initramfs" : "root image",
-	       s->initrd[0] ? s->initrd : s->disks[0].path);
+	       s->initrd[0] ? s->initrd : s->disks[0].path,
+	       policy ? ", cove-broker beside it" : "");
 	status = 0;
 out:
 	if (dfd >= 0)
 		close(dfd);
 	sbx_root_close(&r);
+	free(policy);
 	free(s);
 	return status;
 }

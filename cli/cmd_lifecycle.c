@@ -13,6 +13,7 @@
 #include "cli/sandbox_up.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
+#include "lifecycle/broker.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/launch.h"
@@ -102,6 +103,23 @@ static int end_vmm(int dfd, int first_sig)
 	}
 }
 
+/*
+ * A sandbox whose VMM no longer runs needs no broker: stop and archive end it (so does rm, and
+ * gc for every stopped one). After an idle stop it lives on until one of those, or is reused by
+ * the next start.
+ */
+static void end_broker(const char *cmd, struct target *t)
+{
+	int ret;
+
+	if (t->state == SBX_RUNNING || t->state == SBX_PAUSED)
+		return;
+	ret = sbx_broker_end(&t->root, t->name);
+	if (ret < 0)
+		fprintf(stderr, "cove %s: %s: its cove-broker did not exit: %s\n", cmd, t->name,
+			strerror(-ret));
+}
+
 int cmd_start(int argc, char **argv)
 {
 	struct target t;
@@ -159,6 +177,7 @@ int cmd_stop(int argc, char **argv)
 		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
 	else if (!(st = stop_locked("stop", &t, "cove stop")))
 		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+	end_broker("stop", &t);
 	if (lk >= 0)
 		close(lk);
 out:
@@ -191,6 +210,7 @@ int cmd_archive(int argc, char **argv)
 		       (unsigned long long)as.files, (double)as.bytes_in / (1 << 20),
 		       (double)as.bytes_out / (1 << 20));
 	}
+	end_broker("archive", &t);
 	if (lk >= 0)
 		close(lk);
 out:

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
+#include "lifecycle/broker.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
@@ -53,8 +54,12 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
 	return fd < 0 ? fd : 0;
 }
 
-/* Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. */
-static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *err, size_t errlen)
+/*
+ * Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. g: the broker's
+ * grant for the guest (a sandbox with a policy), else NULL.
+ */
+static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, const struct sbx_grant *g,
+		      char *err, size_t errlen)
 {
 	double deadline = mono_s() + START_WAIT_S;
 	char tail[300];
@@ -68,11 +73,20 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, char *
 				      "the sandbox's VMM exited while starting%s%s",
 				      tail[0] ? ": " : "", tail);
 		}
-		/* After a restore: a new RNG seed, the host's clock and a void broker token; it
-		 * doubles as the readiness check. */
-		ret = restored
-			  ? agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen)
-			  : agent_ready(uds, err, errlen);
+		/* After a restore: a new RNG seed, the host's clock and a new broker grant (a void
+		 * token without a policy); it doubles as the readiness check. */
+		if (restored && g)
+			ret = agent_send_identity(uds, g->epoch, g->token,
+						  AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
+		else if (restored)
+			ret =
+			    agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
+		else
+			ret = agent_ready(uds, err, errlen);
+		/* A fresh boot gets its first grant once the agent answers. */
+		if (ret == 0 && !restored && g)
+			ret = agent_send_identity(uds, g->epoch, g->token, AGENT_IDENTITY_WAIT_S,
+						  err, errlen);
 		if (ret == 0)
 			return 0;
 		if (mono_s() > deadline)
@@ -125,6 +139,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 {
 	struct sbx_spec *spec = NULL;
 	struct sbx_args *args = NULL;
+	struct sbx_grant grant = {0};
 	enum sbx_state st;
 	char uds[128], api[128];
 	bool restore;
@@ -172,6 +187,16 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	ret = sbx_spec_read(dfd, spec, err, errlen) ?: sbx_run_dir_make(r, name, err, errlen);
 	if (ret)
 		goto out;
+	/*
+	 * A policy: its broker runs beside the VM (a live one is reused) and grants a new epoch
+	 * before the guest runs, so whatever token the guest held before is refused from now on.
+	 */
+	if (spec->policy[0]) {
+		ret = sbx_broker_up(r, name, dfd, spec->policy, err, errlen)
+			  ?: sbx_broker_grant(r, name, dfd, &grant, err, errlen);
+		if (ret)
+			goto out;
+	}
 	restore = has_chain(dfd);
 	ret = restore ? sbx_args_restore(args, r, name, spec) : sbx_args_run(args, r, name, spec);
 	if (ret) {
@@ -181,7 +206,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	ret = sbx_launch(dfd, args->argv, &pid, err, errlen);
 	if (ret)
 		goto out;
-	ret = wait_ready(dfd, pid, uds, restore, err, errlen);
+	ret = wait_ready(dfd, pid, uds, restore, spec->policy[0] ? &grant : NULL, err, errlen);
 	if (ret) {
 		/* Half started is not running: end it, so the next command starts it cleanly. */
 		kill(pid, SIGKILL);
@@ -190,6 +215,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	}
 	ret = sbx_event_append(dfd, sbx_state_name(st), "running", why);
 out:
+	explicit_bzero(&grant, sizeof(grant));
 	free(spec);
 	free(args);
 	close(lk);

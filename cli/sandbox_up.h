@@ -28,7 +28,10 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 
 /*
  * Starts a stopped, crashed or never-started sandbox (dfd: its directory) and waits until its
- * guest agent answers; a running one is left alone. 0 or -errno with one line in err.
+ * guest agent answers; a running one is left alone. With a policy in its spec, its cove-broker
+ * is started first (or a live one reused), grants a new epoch, and the guest gets that epoch
+ * and token in its identity event (once its agent answers after a boot; as the first message
+ * after a restore). 0 or -errno with one line in err.
  */
 int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
 	      size_t errlen);

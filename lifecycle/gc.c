@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "lifecycle/archive.h"
+#include "lifecycle/broker.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
@@ -51,6 +52,7 @@ int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *
 			return -ETIMEDOUT;
 		}
 	}
+	sbx_broker_end(r, name);
 	sbx_event_append(dfd, from, "deleted", why);
 	close(dfd);
 	ret = sbx_tombstone_write(r, name, why);
@@ -79,6 +81,9 @@ static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool
 	lk = sbx_lock_take(dfd, SBX_LOCK_START, false, false);
 	if (lk < 0 || sbx_spec_read(dfd, s, NULL, 0) || sbx_state_read(dfd, &st, &ev))
 		goto out; /* being started, or not a sandbox of ours: not now */
+	/* A broker outlives its VMM (an idle stop, a crash) until a stop, rm or gc ends it. */
+	if (!dry_run && st != SBX_RUNNING && st != SBX_PAUSED)
+		sbx_broker_end(r, name);
 	a = sbx_gc_due(st, ev.time_ms ? ev.time_ms : s->created_ms, realtime_ms(), s);
 	if (a == SBX_GC_NONE)
 		goto out;

@@ -21,14 +21,15 @@ enum sbx_gc_action sbx_gc_due(enum sbx_state state, int64_t since_ms, int64_t no
 			      const struct sbx_spec *s);
 
 /*
- * Deletes NAME (dfd: its directory, closed here): the VMM's process if any is killed, a
- * tombstone saying `why` is left, the directory and its runtime directory go. 0 or -errno.
+ * Deletes NAME (dfd: its directory, closed here): the VMM's process if any is killed, then its
+ * cove-broker if one runs, a tombstone saying `why` is left, the directory and its runtime directory go. 0 or -errno.
  */
 int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *from,
 	       const char *why);
 
-/* Applies every due deadline under the root; prints one line per action unless quiet. Returns
- * how many actions failed. */
+/* Applies every due deadline under the root, and ends the cove-broker of every sandbox whose
+ * VM does not run (stopped, crashed, archived); prints one line per action unless quiet.
+ * Returns how many actions failed. */
 int sbx_gc(const struct sbx_root *r, bool dry_run, bool quiet);
 
 #endif

@@ -84,31 +84,20 @@ int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen
 
 pid_t sbx_vmm_pid(int dfd)
 {
-	char buf[24] = "";
-	int held = sbx_lock_held(dfd, SBX_LOCK_VMM);
-	int fd;
-	ssize_t n;
-
-	if (held <= 0)
-		return held;
-	fd = openat(dfd, SBX_LOCK_VMM, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = pread(fd, buf, sizeof(buf) - 1, 0);
-	close(fd);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = '\0';
-	long v = strtol(buf, NULL, 10);
-	return v > 0 && v < (1L << 22) ? (pid_t)v : -EIO;
+	return sbx_lock_pid(dfd, SBX_LOCK_VMM);
 }
 
 void sbx_vmm_log_tail(int dfd, char *out, size_t cap)
 {
+	sbx_log_tail(dfd, SBX_VMM_LOG, out, cap);
+}
+
+void sbx_log_tail(int dfd, const char *file, char *out, size_t cap)
+{
 	char buf[2048];
 	struct stat st;
 	size_t n;
-	int fd = openat(dfd, SBX_VMM_LOG, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 
 	out[0] = '\0';
 	if (fd < 0)

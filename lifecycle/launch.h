@@ -22,5 +22,7 @@ pid_t sbx_vmm_pid(int dfd);
 
 /* The last line of vmm.log (for an error message), "" when there is none. */
 void sbx_vmm_log_tail(int dfd, char *out, size_t cap);
+/* The same for any log file beneath dfd. */
+void sbx_log_tail(int dfd, const char *file, char *out, size_t cap);
 
 #endif

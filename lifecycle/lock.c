@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -36,4 +37,26 @@ int sbx_lock_held(int dfd, const char *file)
 		ret = errno == EWOULDBLOCK ? 1 : -errno;
 	close(fd);
 	return ret;
+}
+
+pid_t sbx_lock_pid(int dfd, const char *file)
+{
+	char buf[24] = "";
+	int held = sbx_lock_held(dfd, file);
+	int fd;
+	ssize_t n;
+	long v;
+
+	if (held <= 0)
+		return held;
+	fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = '\0';
+	v = strtol(buf, NULL, 10);
+	return v > 0 && v < (1L << 22) ? (pid_t)v : -EIO;
 }

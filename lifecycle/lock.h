@@ -3,6 +3,7 @@
 #define COVE_LIFECYCLE_LOCK_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 /*
  * "vmm.lock" is held (flock, exclusive) by the process that runs the sandbox's VM for as long
@@ -24,5 +25,8 @@ int sbx_lock_take(int dfd, const char *file, bool wait, bool keep_on_exec);
 
 /* 1 when some process holds `file`'s lock, 0 when nobody does (or no such file), or -errno. */
 int sbx_lock_held(int dfd, const char *file);
+
+/* The pid written into `file` while its lock is held; 0 when nobody holds it; -errno. */
+pid_t sbx_lock_pid(int dfd, const char *file);
 
 #endif

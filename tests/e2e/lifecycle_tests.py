@@ -1,8 +1,11 @@
 """Sandboxes by name (issue 14) on the real Linux guest in the KVM box: cove create, exec,
-stop, reconnect after a stop and after kill -9, concurrent reconnects, rm and its tombstone.
+stop, reconnect after a stop and after kill -9, concurrent reconnects, rm and its tombstone,
+cove create --policy (a cove-broker beside the sandbox, a new grant at every start).
 The guest is pinned to the busybox root image the box carries (COVE_GUEST_DIR=/work)."""
+import http.server
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -10,7 +13,9 @@ import tempfile
 import threading
 import time
 
+import agent_tests as at
 import box_tests as bt
+from covetest import framed_call
 
 COVE = bt.COVE
 STATE = "/tmp/cove-life"
@@ -449,7 +454,180 @@ def test_lifecycle_fork():
             cove("rm", n)
 
 
+def _pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _broker_pid(name):
+    """The pid in RUN/NAME/broker.lock (the supervisor writes the broker's pid there)."""
+    with open(os.path.join(RUN, name, "broker.lock")) as f:
+        return int(f.read().strip() or 0)
+
+
+def test_lifecycle_broker_policy():
+    """cove create --policy: a cove-broker runs beside the sandbox (found beside cove, audit log
+    in NAME/audit.jsonl); cove-fetch in the guest gets a real credential through it; cove stop
+    ends it; the reconnecting exec starts a new broker whose first grant is a newer epoch, the
+    fetch works again, and the token the guest held before the stop is refused (stale epoch);
+    cove rm ends the broker."""
+    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
+    env = dict(ENV)
+    if not os.path.exists(broker_bin):
+        # cove finds it beside itself in the box (/work/cove, /work/cove-broker); else say where.
+        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
+        broker_bin = env["COVE_BROKER"] = at.BROKER
+    fresh()
+    name = "agentpol"
+    secret = "s3cr3t-" + secrets.token_hex(16)
+    tmp = tempfile.mkdtemp(prefix="life-broker-")
+    at.Recorder.seen = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), at.Recorder)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{port}/v1/hello"
+    sbdir, rundir = os.path.join(STATE, name), os.path.join(RUN, name)
+    created = False
+
+    def run(*args, timeout=300):
+        # Every command that may start the sandbox starts its broker with this environment:
+        # the pass store's GNUPGHOME and PASSWORD_STORE_DIR reach the credential helper.
+        try:
+            r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise bt.Failure(f"cove {' '.join(args)[:120]} timed out after {timeout} s")
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def fetch():
+        return run("exec", name, "--", "cove-fetch", "--credential", "demo", url)
+
+    def status():
+        r = framed_call(os.path.join(rundir, "broker.ctl"), {"op": "status"})
+        bt.check(r.get("ok") is True, f"broker status: {r}")
+        return r["epoch"]
+
+    def logs():
+        return (f"broker.log {_tail(os.path.join(sbdir, 'broker.log'))!r}; vmm.log "
+                f"{_tail(os.path.join(sbdir, 'vmm.log'))!r}")
+
+    try:
+        t0 = time.monotonic()
+        helper, senv = at.secret_store(tmp, secret)
+        env.update(GNUPGHOME=senv["GNUPGHOME"], PASSWORD_STORE_DIR=senv["PASSWORD_STORE_DIR"])
+        print(f"    pass store with a throwaway GPG key in {time.monotonic() - t0:.1f} s")
+        policy = {"credentials": {"demo": {
+            "helper": helper, "helper_input": {"protocol": "http", "host": "127.0.0.1"},
+            "inject": {"header": "Authorization", "template": "Bearer {password}"},
+            "allow": {"schemes": ["http"], "hosts": ["127.0.0.1"], "ports": [port],
+                      "path_prefixes": ["/v1/"], "methods": ["GET"]},
+            "allow_private": True}}}
+        pol = os.path.join(tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy, f)
+
+        t0 = time.monotonic()
+        rc, out, err = run("create", name, "--snapshot-every", "off", "--policy", pol)
+        created = True
+        bt.check(rc == 0, f"cove create --policy: rc={rc} {err.strip()!r}; {logs()}")
+        print(f"    cove create --policy: {time.monotonic() - t0:.2f} s to a guest agent answering")
+        # The policy is host configuration kept in the sandbox (the spec names the copy).
+        with open(os.path.join(sbdir, "spec.json")) as f:
+            spec = json.load(f)
+        kept = os.path.join(sbdir, "policy.json")
+        bt.check(spec["policy"] == os.path.realpath(kept), f"spec policy: {spec['policy']!r}")
+        bt.check(os.stat(kept).st_mode & 0o777 == 0o600, "policy.json is not mode 0600")
+        with open(kept) as f:
+            bt.check(json.load(f) == policy, "policy.json is not the --policy file")
+        bpid = _broker_pid(name)
+        with open(f"/proc/{bpid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        bt.check(os.path.basename(argv[0]) == b"cove-broker" and
+                 os.path.join(rundir, "vsock.sock_1025").encode() in argv, f"broker argv {argv}")
+        e1 = status()
+
+        # A fetch through the broker with the grant cove gave the guest at create.
+        rc, out, err = fetch()
+        bt.check(rc == 0 and out == "hello from the test server\n",
+                 f"fetch after create: rc={rc} {out!r} {err!r}; {logs()}")
+        bt.check(at.Recorder.seen and
+                 at.Recorder.seen[-1] == ("GET", "/v1/hello", "Bearer " + secret),
+                 f"server saw {at.Recorder.seen[-1:]!r}")
+        # The token the guest holds at the stop: grant one here and give it to the guest (as
+        # cove does), so the test knows it; it works until the stop.
+        g = framed_call(os.path.join(rundir, "broker.ctl"), {"op": "grant"})
+        bt.check(g.get("ok") is True and g["epoch"] == e1 + 1, f"grant: {g} (epoch was {e1})")
+        uds = os.path.join(rundir, "vsock.sock")
+        bt.check(at.identity(uds, g["epoch"], g["token"]) == {"ok": True}, "identity")
+        rc, out, err = fetch()
+        bt.check(rc == 0, f"fetch with the pre-stop token: rc={rc} {err!r}")
+        print(f"    epoch {e1} at create, {g['epoch']} before the stop: fetches allowed")
+
+        vpid = vmm_pid(name)
+        rc, out, err = run("stop", name)
+        bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
+        bt.check(not vmm_alive(vpid), "VMM still there after stop")
+        bt.check(not _pid_alive(bpid), f"broker pid {bpid} still there after cove stop")
+
+        # The reconnect: a new broker, a newer epoch, granted before the guest runs again.
+        t0 = time.monotonic()
+        rc, out, err = fetch()
+        bt.check(rc == 0 and out == "hello from the test server\n",
+                 f"fetch on reconnect: rc={rc} {out!r} {err!r}; {logs()}")
+        print(f"    reconnect + fetch: {time.monotonic() - t0:.2f} s")
+        bpid2 = _broker_pid(name)
+        bt.check(bpid2 != bpid and _pid_alive(bpid2), f"broker after reconnect: {bpid2}")
+        e2 = status()
+        bt.check(e2 > g["epoch"], f"epoch after reconnect {e2}, before the stop {g['epoch']}")
+        n = len(at.Recorder.seen)
+        # The pre-stop token, sent as cove-init sends it (to the broker's guest socket)...
+        r = framed_call(os.path.join(rundir, "vsock.sock_1025"),
+                        {"v": 1, "epoch": g["epoch"], "token": g["token"],
+                         "credential": "demo", "method": "GET", "url": url})
+        bt.check(r == {"ok": False, "error": "denied: stale epoch"}, f"old token: {r}")
+        # ...and from inside the guest, once it is given back the old grant.
+        bt.check(at.identity(uds, g["epoch"], g["token"]) == {"ok": True}, "old identity")
+        rc, out, err = fetch()
+        bt.check(rc == 1 and "denied: stale epoch" in err, f"old token in the guest: {rc} {err!r}")
+        bt.check(len(at.Recorder.seen) == n, "a request with the pre-stop token reached the server")
+        print(f"    epoch {e2} after the reconnect; the epoch-{g['epoch']} token: stale epoch")
+
+        with open(os.path.join(sbdir, "audit.jsonl"), "rb") as f:
+            raw = f.read()
+        recs = [json.loads(line) for line in raw.splitlines()]
+        allowed = {r["epoch"] for r in recs if r["decision"] == "allow"}
+        bt.check({e1, g["epoch"], e2} <= allowed, f"allowed epochs {allowed}")
+        bt.check(any(r["reason"] == "stale epoch" and r["epoch"] == g["epoch"] for r in recs),
+                 f"no stale-epoch denial in the audit log: {recs[-3:]}")
+        bt.check(secret.encode() not in raw, "the audit log holds the secret")
+        with open(os.path.join(sbdir, "broker.log"), "rb") as f:
+            bt.check(secret.encode() not in f.read(), "broker.log holds the secret")
+        v = subprocess.run([broker_bin, "verify-audit", "--key", kept + ".audit-key",
+                            os.path.join(sbdir, "audit.jsonl")], capture_output=True, text=True)
+        bt.check(v.returncode == 0, f"verify-audit: {v.stdout!r} {v.stderr!r}")
+        print(f"    audit: {v.stdout.strip()}")
+
+        rc, out, err = run("rm", name)
+        created = False
+        bt.check(rc == 0, f"cove rm: rc={rc} {err!r}")
+        for _ in range(50):
+            if not _pid_alive(bpid2):
+                break
+            time.sleep(0.1)
+        bt.check(not _pid_alive(bpid2), f"broker pid {bpid2} still there after cove rm")
+    finally:
+        if created:
+            run("rm", name)
+        httpd.shutdown()
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
          test_lifecycle_kill9_during_layer_write,
          test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_idle_stop,
-         test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm, test_lifecycle_fork]
+         test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm, test_lifecycle_fork,
+         test_lifecycle_broker_policy]

@@ -80,6 +80,24 @@ def test_lifecycle_cli():
         one_line_error(["create", "ok", "--kernel", hello, "--rootfs", hello, "--disk",
                         hello + ",overlay=/tmp/x"], 2, "overlay")
         one_line_error(["create", "ok", "--kernel", "/nonexistent"], 2, "/nonexistent")
+        # --policy: a file that is missing, not a regular file, too large, not JSON, not an
+        # object, or refused by cove-broker check-policy: one line, status 69, nothing created.
+        pol = os.path.join(d, "policy.json")
+        cases = [("/nonexistent/policy.json", None, "No such file"),
+                 (d, None, "not a regular file"),
+                 (pol, "{" + " " * (256 * 1024) + "}", "256 KiB"),
+                 (pol, "{", "not JSON"),
+                 (pol, '{"a":1,"a":2}', "not JSON"),
+                 (pol, "[]", "not a JSON object"),
+                 (pol, "", "empty"),
+                 (pol, '{"credentials":{"demo":{"colour":1}}}', "colour")]
+        for path, text, word in cases:
+            if text is not None:
+                with open(path, "w") as f:
+                    f.write(text)
+            one_line_error(["create", "ok", "--kernel", hello, "--rootfs", hello,
+                            "--policy", path], 69, "--policy", word)
+            check(not os.path.exists(root), f"a refused --policy ({word}) created {root}")
         # No guest files anywhere: one line that says how to build them.
         os.environ["HOME"] = d
         os.environ["COVE_CACHE"] = os.path.join(d, "nocache")

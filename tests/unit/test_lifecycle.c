@@ -9,10 +9,12 @@
 
 #include "file_helpers.h"
 #include "lifecycle/archive.h"
+#include "lifecycle/broker.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
+#include "lifecycle/policy.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
@@ -552,6 +554,205 @@ static void test_gc_applies(void **state)
 	close(del);
 }
 
+/* --policy: what cove checks before it keeps a copy (cove-broker checks the policy itself). */
+static void test_policy_check(void **state)
+{
+	static const struct {
+		const char *text, *word;
+	} bad[] = {
+	    {"", "empty"},
+	    {"[]", "not a JSON object"},
+	    {"\"x\"", "not a JSON object"},
+	    {"{", "not JSON"},
+	    {"{} {}", "not JSON"},
+	    {"{\"a\":1,\"a\":2}", "not JSON"},
+	    {"nul", "not JSON"},
+	    {"{\"a\":\"\\u0000\"}", "not JSON"},
+	};
+	char err[256], *big, *buf;
+	size_t len;
+	int fd;
+
+	(void)state;
+	assert_int_equal(sbx_policy_check("{}", 2, err, sizeof(err)), 0);
+	assert_int_equal(sbx_policy_check(" {\"credentials\":{}}\n", 20, err, sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int ret = sbx_policy_check(bad[i].text, strlen(bad[i].text), err, sizeof(err));
+
+		assert_int_equal(ret, -EINVAL);
+		assert_one_line_error(err, bad[i].word);
+	}
+	assert_int_equal(sbx_policy_check("{}\0", 3, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "NUL");
+	/* The size cap, in the pure check and in the loader (which never reads past it). */
+	big = malloc(SBX_POLICY_MAX + 2);
+	assert_non_null(big);
+	memset(big, ' ', SBX_POLICY_MAX + 1);
+	big[0] = '{';
+	big[SBX_POLICY_MAX - 1] = '}';
+	assert_int_equal(sbx_policy_check(big, SBX_POLICY_MAX, err, sizeof(err)), 0);
+	assert_int_equal(sbx_policy_check(big, SBX_POLICY_MAX + 1, err, sizeof(err)), -EFBIG);
+	assert_one_line_error(err, "256 KiB");
+	fd = open("/tmp/cove-policy-test.json", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, big, SBX_POLICY_MAX + 1), SBX_POLICY_MAX + 1);
+	close(fd);
+	assert_int_equal(
+	    sbx_policy_load("/tmp/cove-policy-test.json", &buf, &len, err, sizeof(err)), -EFBIG);
+	assert_null(buf);
+	assert_int_equal(truncate("/tmp/cove-policy-test.json", SBX_POLICY_MAX), 0);
+	assert_int_equal(
+	    sbx_policy_load("/tmp/cove-policy-test.json", &buf, &len, err, sizeof(err)), 0);
+	assert_int_equal(len, SBX_POLICY_MAX);
+	assert_int_equal(buf[len], '\0');
+	free(buf);
+	unlink("/tmp/cove-policy-test.json");
+	free(big);
+	assert_int_equal(sbx_policy_load("/nonexistent/p.json", &buf, &len, err, sizeof(err)),
+			 -ENOENT);
+	assert_one_line_error(err, "No such file");
+	assert_int_equal(sbx_policy_load("/tmp", &buf, &len, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "not a regular file");
+}
+
+/* The copy: beneath the sandbox directory, mode 0600, replacing a link rather than following. */
+static void test_policy_write(void **state)
+{
+	struct fx *f = *state;
+	char err[256], path[128], *buf;
+	size_t len;
+	struct stat st;
+	int dfd = sbx_dir_open(&f->root, "pol", true, err, sizeof(err));
+
+	assert_true(dfd >= 0);
+	assert_int_equal(symlinkat("/tmp/cove-policy-elsewhere", dfd, ".policy.json.tmp"), 0);
+	assert_int_equal(sbx_policy_write(dfd, "{\"credentials\":{}}", 18), 0);
+	assert_int_equal(access("/tmp/cove-policy-elsewhere", F_OK), -1);
+	assert_int_equal(fstatat(dfd, SBX_POLICY, &st, AT_SYMLINK_NOFOLLOW), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(faccessat(dfd, ".policy.json.tmp", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+	snprintf(path, sizeof(path), "%s/pol/%s", f->dir, SBX_POLICY);
+	assert_int_equal(sbx_policy_load(path, &buf, &len, err, sizeof(err)), 0);
+	assert_string_equal(buf, "{\"credentials\":{}}");
+	free(buf);
+	close(dfd);
+}
+
+static void test_broker_grant_parse(void **state)
+{
+	static const char *const bad[] = {
+	    "{\"ok\":false,\"error\":\"no\"}",
+	    "{\"ok\":true,\"epoch\":-1,\"token\":\"00112233445566778899aabbccddeeff\"}",
+	    "{\"ok\":true,\"epoch\":\"1\",\"token\":\"00112233445566778899aabbccddeeff\"}",
+	    "{\"ok\":true,\"epoch\":1,\"token\":\"00112233445566778899aabbccddeef\"}",
+	    "{\"ok\":true,\"epoch\":1,\"token\":\"00112233445566778899aabbccddeefg\"}",
+	    "{\"ok\":true,\"epoch\":1,\"token\":\"00112233445566778899AABBCCDDEEFF\"}",
+	    "{\"ok\":true,\"epoch\":1}",
+	    "{\"ok\":1,\"epoch\":1,\"token\":\"00112233445566778899aabbccddeeff\"}",
+	};
+	struct sbx_grant g;
+	char err[256];
+	json_t *j;
+
+	(void)state;
+	j = json_loads("{\"ok\":true,\"epoch\":7,\"token\":\"00112233445566778899aabbccddeeff\"}",
+		       0, NULL);
+	assert_int_equal(sbx_broker_grant_parse(j, &g, err, sizeof(err)), 0);
+	assert_int_equal(g.epoch, 7);
+	assert_string_equal(g.token, "00112233445566778899aabbccddeeff");
+	json_decref(j);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		j = json_loads(bad[i], 0, NULL);
+		assert_non_null(j);
+		assert_int_equal(sbx_broker_grant_parse(j, &g, err, sizeof(err)), -EPROTO);
+		assert_one_line_error(err, "grant");
+		json_decref(j);
+	}
+}
+
+static bool lock_gone(int rfd)
+{
+	for (int i = 0; i < 200; i++) {
+		if (sbx_lock_held(rfd, SBX_BROKER_LOCK) == 0)
+			return true;
+		usleep(25 * 1000);
+	}
+	return false;
+}
+
+/*
+ * The real cove-broker (meson sets COVE_BROKER): started under its lock, reused while alive,
+ * granted epochs that go on across brokers, ended by sbx_broker_end, and its lock gone with it
+ * after a kill -9.
+ */
+static void test_broker_process(void **state)
+{
+	static const char pol[] =
+	    "{\"credentials\":{\"demo\":{\"helper\":[\"/bin/true\"],"
+	    "\"inject\":{\"header\":\"Authorization\",\"template\":\"Bearer {password}\"},"
+	    "\"allow\":{\"schemes\":[\"http\"],\"hosts\":[\"127.0.0.1\"]}}}}";
+	struct fx *f = *state;
+	const char *exe = getenv("COVE_BROKER");
+	char err[512], policy[128], run[128];
+	struct sbx_grant g1, g2, g3;
+	struct stat st;
+	pid_t pid, pid2;
+	int dfd, rfd;
+
+	if (!exe || access(exe, X_OK)) {
+		skip(); /* built without the broker: nothing to start */
+		return;
+	}
+	dfd = sbx_dir_open(&f->root, "brk", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	assert_int_equal(sbx_policy_write(dfd, pol, strlen(pol)), 0);
+	snprintf(policy, sizeof(policy), "%s/brk/%s", f->dir, SBX_POLICY);
+	assert_int_equal(sbx_run_dir_make(&f->root, "brk", err, sizeof(err)), 0);
+	assert_int_equal(sbx_run_path(&f->root, "brk", NULL, run, sizeof(run)), 0);
+	rfd = open(run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(rfd >= 0);
+	assert_int_equal(sbx_broker_end(&f->root, "brk"), 0); /* none yet: nothing to do */
+
+	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), 0);
+	pid = sbx_lock_pid(rfd, SBX_BROKER_LOCK);
+	assert_true(pid > 0);
+	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g1, err, sizeof(err)), 0);
+	assert_int_equal(g1.epoch, 1);
+	/* A second start finds it alive and reuses it; each grant is a new epoch and token. */
+	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), 0);
+	assert_int_equal(sbx_lock_pid(rfd, SBX_BROKER_LOCK), pid);
+	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g2, err, sizeof(err)), 0);
+	assert_int_equal(g2.epoch, 2);
+	assert_string_not_equal(g1.token, g2.token);
+	assert_int_equal(fstatat(dfd, SBX_BROKER_AUDIT, &st, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(fstatat(dfd, SBX_BROKER_LOG, &st, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+
+	assert_int_equal(sbx_broker_end(&f->root, "brk"), 0);
+	assert_int_equal(sbx_lock_held(rfd, SBX_BROKER_LOCK), 0);
+	assert_int_equal(kill(pid, 0), -1);
+	/* The next broker goes on from the last epoch granted. */
+	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), 0);
+	pid2 = sbx_lock_pid(rfd, SBX_BROKER_LOCK);
+	assert_true(pid2 > 0 && pid2 != pid);
+	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g3, err, sizeof(err)), 0);
+	assert_int_equal(g3.epoch, 3);
+	/* kill -9 of the broker: the supervisor reaps it and the lock is gone with both. */
+	assert_int_equal(kill(pid2, SIGKILL), 0);
+	assert_true(lock_gone(rfd));
+	assert_int_equal(sbx_broker_end(&f->root, "brk"), 0);
+	/* A broker that cannot start (a policy it refuses) is one line naming why. */
+	assert_int_equal(sbx_policy_write(dfd, "{\"credentials\":{\"x\":{\"colour\":1}}}", 34), 0);
+	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), -ECHILD);
+	assert_one_line_error(err, "colour");
+	assert_int_equal(sbx_lock_held(rfd, SBX_BROKER_LOCK), 0);
+	close(rfd);
+	close(dfd);
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -566,6 +767,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_archive_hostile, setup, teardown),
 	    cmocka_unit_test(test_gc_due),
 	    cmocka_unit_test_setup_teardown(test_gc_applies, setup, teardown),
+	    cmocka_unit_test(test_policy_check),
+	    cmocka_unit_test_setup_teardown(test_policy_write, setup, teardown),
+	    cmocka_unit_test(test_broker_grant_parse),
+	    cmocka_unit_test_setup_teardown(test_broker_process, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
