@@ -307,7 +307,13 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 		ret = errmsg(err, errlen, -ENAMETOOLONG, "broker paths too long");
 		goto out;
 	}
-	snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)epoch_read(dfd));
+	/*
+	 * Epochs only go up, across brokers too: from the last one cove granted, or the wall clock
+	 * in ms if that is later (a broker that died, or grants cove did not make, left no record;
+	 * a broker makes far fewer than one grant per ms of its life).
+	 */
+	uint64_t last = epoch_read(dfd), now = (uint64_t)realtime_ms();
+	snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)(last > now ? last : now));
 	argv[n++] = exe;
 	argv[n++] = "--policy";
 	argv[n++] = (char *)policy;

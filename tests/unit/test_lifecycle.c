@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "common/clock.h"
 #include "file_helpers.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/broker.h"
@@ -698,7 +699,10 @@ static void test_broker_process(void **state)
 	struct sbx_grant g1, g2, g3;
 	struct stat st;
 	pid_t pid, pid2;
-	int dfd, rfd;
+	int dfd, rfd, efd;
+	int64_t t0_ms = realtime_ms();
+	uint64_t ahead;
+	char num[32];
 
 	if (!exe || access(exe, X_OK)) {
 		skip(); /* built without the broker: nothing to start */
@@ -718,12 +722,13 @@ static void test_broker_process(void **state)
 	pid = sbx_lock_pid(rfd, SBX_BROKER_LOCK);
 	assert_true(pid > 0);
 	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g1, err, sizeof(err)), 0);
-	assert_int_equal(g1.epoch, 1);
+	/* Nothing recorded yet: the first broker counts from the wall clock in ms. */
+	assert_true(g1.epoch > (uint64_t)t0_ms && g1.epoch <= (uint64_t)realtime_ms() + 1);
 	/* A second start finds it alive and reuses it; each grant is a new epoch and token. */
 	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), 0);
 	assert_int_equal(sbx_lock_pid(rfd, SBX_BROKER_LOCK), pid);
 	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g2, err, sizeof(err)), 0);
-	assert_int_equal(g2.epoch, 2);
+	assert_int_equal(g2.epoch, g1.epoch + 1);
 	assert_string_not_equal(g1.token, g2.token);
 	assert_int_equal(fstatat(dfd, SBX_BROKER_AUDIT, &st, AT_SYMLINK_NOFOLLOW), 0);
 	assert_int_equal(fstatat(dfd, SBX_BROKER_LOG, &st, AT_SYMLINK_NOFOLLOW), 0);
@@ -732,12 +737,18 @@ static void test_broker_process(void **state)
 	assert_int_equal(sbx_broker_end(&f->root, "brk"), 0);
 	assert_int_equal(sbx_lock_held(rfd, SBX_BROKER_LOCK), 0);
 	assert_int_equal(kill(pid, 0), -1);
-	/* The next broker goes on from the last epoch granted. */
+	/* The next broker goes on from the last epoch granted when that is ahead of the clock. */
+	ahead = (uint64_t)realtime_ms() + 1000000;
+	snprintf(num, sizeof(num), "%llu\n", (unsigned long long)ahead);
+	efd = openat(dfd, SBX_BROKER_EPOCH, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(efd >= 0);
+	assert_int_equal(write(efd, num, strlen(num)), (ssize_t)strlen(num));
+	close(efd);
 	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), 0);
 	pid2 = sbx_lock_pid(rfd, SBX_BROKER_LOCK);
 	assert_true(pid2 > 0 && pid2 != pid);
 	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g3, err, sizeof(err)), 0);
-	assert_int_equal(g3.epoch, 3);
+	assert_int_equal(g3.epoch, ahead + 1);
 	/* kill -9 of the broker: the supervisor reaps it and the lock is gone with both. */
 	assert_int_equal(kill(pid2, SIGKILL), 0);
 	assert_true(lock_gone(rfd));
