@@ -195,6 +195,14 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 					     : "unexpected argument '%s'",
 			      optind < argc ? argv[optind + 1] : "");
 	o->dir = argv[optind];
+	/*
+	 * A test hook, deliberately not in --help: with COVE_TEST_PHASE_DIR set, restore stops at
+	 * each named phase until the test lets it go (sandbox/phase_hook.h, README "Tests").
+	 * Lifecycle reconnects start `cove restore` with the caller's environment, so it reaches
+	 * `cove exec NAME` too.
+	 */
+	const char *pd = getenv("COVE_TEST_PHASE_DIR");
+	o->phase_dir = pd && *pd ? pd : NULL;
 	if (o->vsock_cid && !o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL,
 			      "--vsock-cid needs --vsock-uds (a clone's own socket)");

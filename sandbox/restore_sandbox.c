@@ -11,6 +11,7 @@
 #include "common/errmsg.h"
 #include "devices/overlay.h"
 #include "devices/virtio_blk.h"
+#include "sandbox/phase_hook.h"
 #include "sandbox/restore_sandbox.h"
 #include "sandbox/sandbox.h"
 #include "snapshot/board_state.h"
@@ -172,6 +173,10 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 {
 	struct snap_restore *s = &p->snap;
 	char err[512];
+	/* Test hooks: "opened" here, "built", then "state" and "started" in sandbox_serve. */
+	sb->phase_dir = o->phase_dir;
+	if (phase_hook(sb->phase_dir, "opened", &sb->log))
+		return 1;
 	uint64_t t0 = mono_us();
 	if (o->vsock_uds) {
 		snprintf(p->mc.vsock_uds, sizeof(p->mc.vsock_uds), "%s", o->vsock_uds);
@@ -212,7 +217,8 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	int nr_layers = s->ls->nr, ram_fd;
 	/* Logging from the start: the restored sandbox can go on with incremental snapshots. */
 	snap_restore_ram_backing(s, &ram_fd, &ram_off);
-	if (sandbox_build(sb, &p->mc, true, ram_fd, ram_off))
+	if (sandbox_build(sb, &p->mc, true, ram_fd, ram_off) ||
+	    phase_hook(sb->phase_dir, "built", &sb->log))
 		return 1;
 	if (snap_restore_apply_ram(s, &sb->vm, lm, &copied, err, sizeof(err)) ||
 	    check_disk_layers(sb, s, o, err, sizeof(err)) ||

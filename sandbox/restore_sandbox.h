@@ -27,6 +27,12 @@ struct sandbox_restore_opts {
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */
 	uint64_t console_max;
+	/*
+	 * Test hooks only (sandbox/phase_hook.h): a directory where restore marks each named
+	 * phase reached and waits to be let go; cli/cmd_restore.c takes it from
+	 * COVE_TEST_PHASE_DIR. NULL: no hooks.
+	 */
+	const char *phase_dir;
 };
 
 /* Everything about the snapshot that can be checked without a VM, checked before one exists. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "sandbox/agent_client.h"
+#include "sandbox/phase_hook.h"
 #include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
@@ -767,6 +768,9 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	}
 	if (idle_start(sb, loop))
 		return 1;
+	/* Restore's test hooks (NULL phase_dir: none): state applied, then vCPUs running. */
+	if (phase_hook(sb->phase_dir, "state", &sb->log))
+		return 1;
 	int r = vm_start(&sb->vm);
 	if (sb->ready_fd >= 0) {
 		if (r)
@@ -776,6 +780,8 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 		close(sb->ready_fd);
 		sb->ready_fd = -1;
 	}
+	if (!r && phase_hook(sb->phase_dir, "started", &sb->log))
+		vm_request_stop(&sb->vm, 1, "test phase hook failed");
 	if (!r)
 		r = evloop_run(loop);
 	if (r)

@@ -52,6 +52,7 @@ struct sandbox {
 	int forks;	     /* PUT /fork calls so far: names clones */
 	int ready_fd;	     /* restore --ready-fd: "ok\n" once running, -1 without */
 	struct idle_watch idle; /* --idle-stop */
+	const char *phase_dir;	/* restore's test phase hooks (sandbox/phase_hook.h), or NULL */
 	bool vm_created, board_created;
 #define SANDBOX_MAX_CLONES 256
 	int clones[SANDBOX_MAX_CLONES]; /* pids of clones started here and not reaped yet */

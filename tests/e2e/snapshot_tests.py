@@ -1,6 +1,7 @@
 """e2e snapshot tests (issue 5), run inside the KVM box by box_tests.py: a Linux guest counting
 while it is snapshotted every second, kill -9, restore, the count goes on; a vsock listener still
-accepts after restore; three forks continue independently with different RNG output."""
+accepts after restore; three forks continue independently with different RNG output; a host
+CONNECT reaching a restore at each of its named phases is answered (COVE_TEST_PHASE_DIR)."""
 import json
 import os
 import re
@@ -8,10 +9,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+import threading
 import time
 
 import box_tests as bt
-from covetest import Failure, check, http_json, vsock_connect
+from covetest import (Failure, check, frame, http_json, recv_msg, vsock_connect,
+                      vsock_handshake)
 
 COUNT = re.compile(r"count (\d+)\r?\n")
 COUNTER = "i=0; while :; do i=$((i+1)); echo \"count $i\"; sleep 0.2; done"
@@ -270,3 +274,152 @@ def test_snapshot_disk_agrees_with_memory():
 
 
 TESTS.append(test_snapshot_disk_agrees_with_memory)
+
+
+# Restore's named phases (sandbox/phase_hook.h), in order; with COVE_TEST_PHASE_DIR=DIR cove
+# restore writes DIR/PHASE.reached at each and waits for DIR/PHASE.go.
+PHASES = ("opened", "built", "state", "started")
+# What exists when restore is held at each phase: (vsock socket, API socket).
+PHASE_SOCKETS = {"opened": (False, False), "built": (True, False), "state": (True, True),
+                 "started": (True, True)}
+AGENT_PORT = 1024
+PHASE_HOLD_S = 0.3   # how long the clients wait on a held restore before it is let go
+PHASE_ANSWER_S = 5   # each client must be answered within this of the release (handshake: 30 s)
+
+
+def phase_client(uds, out, deadline):
+    """One agent status call the strict way: connect() is retried only while the socket does not
+    exist yet (or refuses), then a single CONNECT that must get OK (no retry on reset or
+    silence, unlike cove exec). Fills out: line, reply or error, and t (monotonic, when done)."""
+    try:
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            try:
+                s.connect(uds)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        with s:
+            out["line"] = vsock_handshake(s, AGENT_PORT)
+            if out["line"].startswith(b"OK "):
+                s.sendall(frame({"op": "status"}))
+                out["reply"] = recv_msg(s)
+    except Exception as e:  # reported by the test, with the phase
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["t"] = time.monotonic()
+
+
+def touch(path):
+    with open(path, "w"):
+        pass
+
+
+def test_connect_at_each_restore_phase():
+    """Issue 14: a host vsock CONNECT that reached a restored sandbox while it was starting was
+    lost (cove exec waited out its 30 s handshake). Restore is held at each named phase in turn
+    (COVE_TEST_PHASE_DIR); two clients connect to the agent while it is held (a strict one-shot
+    CONNECT + status call, and cove exec --wait); once let go both must answer within
+    PHASE_ANSWER_S. At "opened" no socket exists yet (the clients retry until it does); at
+    "built" and "state" the CONNECT waits in the listener's backlog before the guest runs; at
+    "started" the guest runs but the host has read nothing yet."""
+    base = "/tmp/snap-phase"
+    d, con, sock, uds, pdir = base, base + ".out", base + ".api", base + ".sock", base + "-phases"
+    per_phase = [(f"{base}-{ph}.sock", f"{base}-{ph}.api", f"{base}-{ph}.out", f"{base}-{ph}.chain")
+                 for ph in PHASES]
+    fresh(d, con, sock, uds, pdir, *[x for t in per_phase for x in t])
+    # The agent_tests guest: cove-init's agent answers on vsock port 1024.
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "256M",
+           "--vcpus", "2", "--cmdline", bt.cmdline_for("sleep 1000000"), "--vsock-cid", "3",
+           "--vsock-uds", uds, "--api-sock", sock, "--snapshot-dir", d, "--console", con]
+    p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = subprocess.run([bt.COVE, "exec", "--wait", "240", uds, "--", "true"],
+                           capture_output=True, timeout=300)
+        check(r.returncode == 0, f"agent never answered: rc={r.returncode} {r.stderr!r}")
+        status, body = http_json(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"},
+                                 timeout=120)
+        check(status == 200, f"snapshot: {status} {body}")
+    finally:
+        kill(p)
+    times = []
+    for i, phase in enumerate(PHASES):
+        uds2, sock2, con2, chain2 = per_phase[i]
+        fresh(pdir)
+        os.mkdir(pdir, 0o700)
+        for earlier in PHASES[:i]:
+            touch(os.path.join(pdir, earlier + ".go"))
+        log = tempfile.TemporaryFile()
+        env = dict(os.environ, COVE_TEST_PHASE_DIR=pdir)
+        # Each phase restores the same chain; its own snapshots (none here) go elsewhere.
+        r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2,
+                              "--api-sock", sock2, "--snapshot-dir", chain2,
+                              "--log-level", "info"],
+                             env=env, stdin=subprocess.DEVNULL, stderr=log)
+
+        def restore_log():
+            log.seek(0)
+            return log.read().decode(errors="replace")[-1500:]
+        ex = None
+        try:
+            try:
+                wait_file(os.path.join(pdir, phase + ".reached"), lambda t: True, 120,
+                          f"restore to reach {phase}", r)
+            except Failure as e:
+                raise Failure(f"{e}; restore log {restore_log()!r}")
+            have = (os.path.exists(uds2), os.path.exists(sock2))
+            check(have == PHASE_SOCKETS[phase],
+                  f"{phase}: (vsock, API) sockets exist {have}, want {PHASE_SOCKETS[phase]}")
+            res = {}
+            raw = threading.Thread(target=phase_client,
+                                   args=(uds2, res, time.monotonic() + 120), daemon=True)
+            raw.start()
+            ex = subprocess.Popen([bt.COVE, "exec", "--wait", "30", uds2, "--", "echo",
+                                   f"phase-{phase}"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+            time.sleep(PHASE_HOLD_S)
+            check(raw.is_alive() and ex.poll() is None and r.poll() is None,
+                  f"{phase}: something finished while restore was held: client {res}, "
+                  f"exec {ex.poll()}, restore {r.poll()}; restore log {restore_log()!r}")
+            t_go = time.monotonic()
+            for later in PHASES[i:]:
+                touch(os.path.join(pdir, later + ".go"))
+            try:
+                out, err = ex.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise Failure(f"{phase}: cove exec still waiting 60 s after the release; "
+                              f"restore log {restore_log()!r}")
+            t_exec = time.monotonic() - t_go
+            raw.join(60)
+            check(not raw.is_alive(), f"{phase}: the CONNECT client still waiting 60 s after "
+                  f"the release; restore log {restore_log()!r}")
+            t_raw = res["t"] - t_go
+            check(res.get("line", b"").startswith(b"OK ") and
+                  (res.get("reply") or {}).get("ok") is True,
+                  f"{phase}: the one-shot CONNECT got {res} after {t_raw:.2f} s; "
+                  f"restore log {restore_log()!r}")
+            check(ex.returncode == 0 and out == f"phase-{phase}\n".encode(),
+                  f"{phase}: cove exec rc={ex.returncode} out={out!r} err={err!r}")
+            check(t_raw < PHASE_ANSWER_S and t_exec < PHASE_ANSWER_S,
+                  f"{phase}: answered {t_raw:.2f} s (CONNECT) and {t_exec:.2f} s (exec) after "
+                  f"the release, want under {PHASE_ANSWER_S} s")
+            missing = [ph for ph in PHASES if not os.path.exists(os.path.join(pdir, ph + ".reached"))]
+            check(not missing, f"{phase}: phases never reached: {missing}")
+            times.append(f"{phase} {t_raw:.2f}/{t_exec:.2f}")
+        finally:
+            if ex is not None and ex.poll() is None:
+                ex.kill()
+                ex.wait()
+            kill(r)
+            log.close()
+            fresh(uds2, sock2, con2, chain2)
+    print("    answered after the release at each restore phase (s, CONNECT/exec): " +
+          ", ".join(times))
+    fresh(d, con, sock, uds, pdir)
+
+
+TESTS.append(test_connect_at_each_restore_phase)
