@@ -445,6 +445,12 @@ static bool conn_wants_read(const struct vsock_conn *c)
 /* Whether host connection requests still wait for the guest to handle the reset event. */
 static bool reset_holds(struct virtio_vsock *v)
 {
+	/*
+	 * The second counts from the first request held, not from the restore: the device is
+	 * restored before the vCPUs start, and a slow start must not use up the guest's time.
+	 */
+	if (v->reset_pending && !v->reset_at_ns)
+		v->reset_at_ns = mono_ns();
 	if (v->reset_pending && mono_ns() - v->reset_at_ns > VSOCK_RESET_HOLD_NS)
 		v->reset_pending = false; /* a guest that never kicks the event queue */
 	return v->reset_pending;
@@ -877,7 +883,7 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
 	v->reset_pending = ok;
-	v->reset_at_ns = mono_ns();
+	v->reset_at_ns = 0; /* counted from the first request it holds (reset_holds) */
 	virtio_mmio_notify_used(t, EVQ);
 	r = ok ? 0 : -EFAULT;
 out:

@@ -546,6 +546,33 @@ static void test_dev_connect_after_restore(void **state)
 	close(s);
 }
 
+/* The guest's second to handle the reset counts from the first CONNECT held, not from the restore
+ * (the vCPUs start later, maybe much later); a guest that never refills gets it after that. */
+static void test_dev_hold_counts_from_first_request(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	put_desc(d, 2, 0, TXBUF + 0x1000, 8, VIRTQ_DESC_F_WRITE, 0);
+	make_avail(d, 2, 0);
+	assert_int_equal(virtio_vsock_restored(d->v), 0);
+	usleep(1200 * 1000); /* a slow start between the device restore and the guest running */
+	strcpy(sa.sun_path, d->path);
+	assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	virtio_vsock_service(d->v);
+	assert_int_equal(write(s, "CONNECT 53\n", 11), 11);
+	virtio_vsock_service(d->v);
+	assert_false(take_rx(d, &r, NULL)); /* still held: its second has just begun */
+	usleep(1100 * 1000);
+	virtio_vsock_service(d->v);
+	assert_true(take_rx(d, &r, NULL)); /* a guest that never refills the event queue */
+	assert_int_equal(r.op, VSOCK_OP_REQUEST);
+	assert_int_equal(r.dst_port, 53);
+	close(s);
+}
+
 /* The host reads nothing for a while: the device buffers up to the credit it gave, in order. */
 static void test_dev_slow_host(void **state)
 {
@@ -756,6 +783,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_dev_hostile_packets, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_guest_connect, vdev_setup, vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_host_connect, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_hold_counts_from_first_request, vdev_setup,
+					    vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_connect_after_restore, vdev_setup,
 					    vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_slow_host, vdev_setup, vdev_teardown),
