@@ -131,7 +131,7 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	/*
 	 * No transparent huge pages on RAM that userfaultfd fills. khugepaged collapses a 2 MiB
 	 * range of a shmem file that has one page present into a huge page, filling the other
-	 * 511 with zeros, and no missing-page fault ever comes for them (kernels before 6.4 did
+	 * 511 with zeros, and no missing-page fault ever comes for them (older kernels did
 	 * this with userfaultfd armed too). The guest then reads zeros where its snapshot had
 	 * data: seen as restored guests that oopsed on all-zero kernel text and on a zeroed
 	 * files_struct, a few restores in a hundred, in the KVM box (shmem_enabled=advise).

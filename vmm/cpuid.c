@@ -59,11 +59,11 @@ struct kvm_cpuid2 *cpuid_for_vcpu(const struct kvm_cpuid2 *base, int vcpu_id, in
 		case KVM_CPUID_FEATURES:
 			/*
 			 * No asynchronous page faults. With them a guest task that touches a
-			 * page the host has not got yet sleeps on a token whose completion
-			 * lives only in this host kernel: a snapshot taken meanwhile restores
-			 * a guest waiting for a wakeup nobody will send, and lazy restore
-			 * (userfaultfd) makes such faults common. Firecracker turned them off
-			 * on AMD for guest crashes of this kind. The vCPU simply waits in KVM.
+			 * page the host has not got yet sleeps on a token whose completion lives
+			 * only in this host kernel, which no snapshot holds, and lazy restore
+			 * (userfaultfd) makes such faults common. Firecracker users saw guest
+			 * processes stuck that way after snapshot loads, and Firecracker turned
+			 * async PF off on AMD. The vCPU simply waits in KVM for the page.
 			 */
 			e->eax &= ~((1u << KVM_FEATURE_ASYNC_PF) | (1u << KVM_FEATURE_ASYNC_PF_VMEXIT) |
 				    (1u << KVM_FEATURE_ASYNC_PF_INT));
