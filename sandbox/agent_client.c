@@ -175,7 +175,7 @@ static int connect_retry(const char *uds, double wait_s, int handshake_s, char *
 				       uds, wait_s);
 			return fd;
 		}
-		usleep(200 * 1000);
+		usleep(20 * 1000);
 	}
 }
 
