@@ -243,38 +243,31 @@ static void epoch_write(int dfd, uint64_t epoch)
 	dirfd_unlink(dfd, ".broker.epoch.tmp");
 }
 
+struct sup_args {
+	int rfd, dfd;
+	const char *exe;
+	char *const *argv;
+};
+
+static void sup_child(void *arg, int report)
+{
+	struct sup_args *a = arg;
+
+	supervise(a->rfd, a->dfd, a->exe, a->argv, report);
+}
+
 /* Forks the supervisor; 0 once the broker was exec'd (*sup set), or -errno with err. */
 static int launch(int rfd, int dfd, const char *exe, char *const argv[], pid_t *sup, char *err,
 		  size_t errlen)
 {
-	int pfd[2], e = 0;
-	ssize_t n;
-	pid_t p;
+	struct sup_args a = {rfd, dfd, exe, argv};
+	int e, r = sbx_spawn(sup_child, &a, sup, &e, err, errlen);
 
-	if (pipe2(pfd, O_CLOEXEC) < 0)
-		return errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
-	p = fork();
-	if (p < 0) {
-		close(pfd[0]);
-		close(pfd[1]);
-		return errmsg(err, errlen, -errno, "fork: %s", strerror(errno));
-	}
-	if (p == 0)
-		supervise(rfd, dfd, exe, argv, pfd[1]);
-	close(pfd[1]);
-	/* EOF: the broker was exec'd and the supervisor closed its end. Else an errno. */
-	do
-		n = read(pfd[0], &e, sizeof(e));
-	while (n < 0 && errno == EINTR);
-	close(pfd[0]);
-	if (n == (ssize_t)sizeof(e)) {
-		waitpid(p, NULL, 0);
-		if (e == EWOULDBLOCK) /* another start won the lock: that broker is the one */
-			return -EALREADY;
+	if (r && e == EWOULDBLOCK) /* another start won the lock: that broker is the one */
+		return -EALREADY;
+	if (r && e)
 		return errmsg(err, errlen, -e, "cannot start cove-broker: %s", strerror(e));
-	}
-	*sup = p;
-	return 0;
+	return r;
 }
 
 int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const char *policy,

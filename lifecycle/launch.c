@@ -49,12 +49,14 @@ fail:
 	_exit(127);
 }
 
-int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen)
+int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *child_errno,
+	      char *err, size_t errlen)
 {
 	int pfd[2], e = 0;
 	ssize_t n;
 	pid_t p;
 
+	*child_errno = 0;
 	if (pipe2(pfd, O_CLOEXEC) < 0)
 		return errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
 	p = fork();
@@ -63,8 +65,10 @@ int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen
 		close(pfd[1]);
 		return errmsg(err, errlen, -errno, "fork: %s", strerror(errno));
 	}
-	if (p == 0)
-		child(dfd, argv, pfd[1]);
+	if (p == 0) {
+		fn(arg, pfd[1]);
+		_exit(127); /* fn execs or exits; never returns here */
+	}
 	close(pfd[1]);
 	/* EOF: the pipe closed on exec. Otherwise the child's errno before it. */
 	do
@@ -73,13 +77,36 @@ int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen
 	close(pfd[0]);
 	if (n == (ssize_t)sizeof(e)) {
 		waitpid(p, NULL, 0);
-		if (e == EWOULDBLOCK)
-			return errmsg(err, errlen, -EWOULDBLOCK,
-				      "another process is already running this sandbox");
-		return errmsg(err, errlen, -e, "cannot start the VMM: %s", strerror(e));
+		*child_errno = e ? e : EIO;
+		return -*child_errno;
 	}
 	*pid = p;
 	return 0;
+}
+
+struct vmm_child {
+	int dfd;
+	char *const *argv;
+};
+
+static void vmm_child(void *arg, int report)
+{
+	struct vmm_child *c = arg;
+
+	child(c->dfd, c->argv, report);
+}
+
+int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen)
+{
+	struct vmm_child c = {dfd, argv};
+	int e, r = sbx_spawn(vmm_child, &c, pid, &e, err, errlen);
+
+	if (r && e == EWOULDBLOCK)
+		return errmsg(err, errlen, -EWOULDBLOCK,
+			      "another process is already running this sandbox");
+	if (r && e)
+		return errmsg(err, errlen, -e, "cannot start the VMM: %s", strerror(e));
+	return r;
 }
 
 pid_t sbx_vmm_pid(int dfd)

@@ -17,6 +17,15 @@
  */
 int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen);
 
+/*
+ * Forks; the child runs fn(arg, report), which execs (the O_CLOEXEC pipe `report` then closes)
+ * or writes an errno to `report` and exits. Returns 0 with *pid once the exec happened, the
+ * child's -errno (also in *child_errno) when it reported one, or -errno with one line in err
+ * when the fork itself failed (*child_errno 0).
+ */
+int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *child_errno,
+	      char *err, size_t errlen);
+
 /* The pid in vmm.lock while it is held; 0 when nobody holds it; -errno. */
 pid_t sbx_vmm_pid(int dfd);
 
