@@ -518,26 +518,40 @@ static void test_dev_host_connect(void **state)
 	close(s);
 }
 
-/* After a restore a host CONNECT waits until the guest has handled the transport reset (it gives
- * the event buffer back): a request it saw before the reset would be lost with it. */
-static void test_dev_connect_after_restore(void **state)
+/* Restores the device (the reset event goes out), waits `delay_us`, then a host CONNECT to port:
+ * the socket, with the request not yet passed on (the guest has not handled the reset). */
+static int restore_then_connect(struct vdev *d, useconds_t delay_us, unsigned port)
 {
-	struct vdev *d = *state;
 	struct vsock_hdr r;
 	int s = socket(AF_UNIX, SOCK_STREAM, 0);
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char line[32];
+	int n = snprintf(line, sizeof(line), "CONNECT %u\n", port);
 
 	put_desc(d, 2, 0, TXBUF + 0x1000, 8, VIRTQ_DESC_F_WRITE, 0);
 	make_avail(d, 2, 0);
 	assert_int_equal(virtio_vsock_restored(d->v), 0);
 	uint16_t *ev_used = gp(d, USED(2) + 2, 2);
 	assert_int_equal(*ev_used, 1); /* the reset event went out */
+	if (delay_us)
+		usleep(delay_us);
 	strcpy(sa.sun_path, d->path);
 	assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	virtio_vsock_service(d->v);
-	assert_int_equal(write(s, "CONNECT 52\n", 11), 11);
+	assert_int_equal(write(s, line, (size_t)n), n);
 	virtio_vsock_service(d->v);
 	assert_false(take_rx(d, &r, NULL)); /* held: the guest has not taken the reset yet */
+	return s;
+}
+
+/* After a restore a host CONNECT waits until the guest has handled the transport reset (it gives
+ * the event buffer back): a request it saw before the reset would be lost with it. */
+static void test_dev_connect_after_restore(void **state)
+{
+	struct vdev *d = *state;
+	struct vsock_hdr r;
+	int s = restore_then_connect(d, 0, 52);
+
 	put_desc(d, 2, 1, TXBUF + 0x1000, 8, VIRTQ_DESC_F_WRITE, 0);
 	make_avail(d, 2, 1); /* the driver refills the event queue after handling it */
 	assert_true(take_rx(d, &r, NULL));
@@ -552,19 +566,9 @@ static void test_dev_hold_counts_from_first_request(void **state)
 {
 	struct vdev *d = *state;
 	struct vsock_hdr r;
-	int s = socket(AF_UNIX, SOCK_STREAM, 0);
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	/* 1.2 s: a slow start between the device restore and the guest running; still held. */
+	int s = restore_then_connect(d, 1200 * 1000, 53);
 
-	put_desc(d, 2, 0, TXBUF + 0x1000, 8, VIRTQ_DESC_F_WRITE, 0);
-	make_avail(d, 2, 0);
-	assert_int_equal(virtio_vsock_restored(d->v), 0);
-	usleep(1200 * 1000); /* a slow start between the device restore and the guest running */
-	strcpy(sa.sun_path, d->path);
-	assert_int_equal(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	virtio_vsock_service(d->v);
-	assert_int_equal(write(s, "CONNECT 53\n", 11), 11);
-	virtio_vsock_service(d->v);
-	assert_false(take_rx(d, &r, NULL)); /* still held: its second has just begun */
 	usleep(1100 * 1000);
 	virtio_vsock_service(d->v);
 	assert_true(take_rx(d, &r, NULL)); /* a guest that never refills the event queue */
