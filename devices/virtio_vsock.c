@@ -350,6 +350,8 @@ static void tx_packet(struct virtio_vsock *v, const struct virtq *q, const struc
 		}
 		break;
 	case VSOCK_ACT_SHUTDOWN:
+		log_debug(v->host->log, "vsock: guest shut down %u <-> host %u (flags %u)",
+			  h.src_port, c->local_port, h.flags);
 		guest_shutdown(v, c, h.flags);
 		break;
 	case VSOCK_ACT_SEND_CREDIT:
@@ -359,6 +361,8 @@ static void tx_packet(struct virtio_vsock *v, const struct virtq *q, const struc
 		conn_kill(v, c);
 		break;
 	case VSOCK_ACT_RST:
+		log_debug(v->host->log, "vsock: guest reset %u <-> host %u (state %d)", h.src_port,
+			  c->local_port, (int)c->st);
 		conn_reset(v, c);
 		break;
 	}
@@ -451,8 +455,11 @@ static bool reset_holds(struct virtio_vsock *v)
 	 */
 	if (v->reset_pending && !v->reset_at_ns)
 		v->reset_at_ns = mono_ns();
-	if (v->reset_pending && mono_ns() - v->reset_at_ns > VSOCK_RESET_HOLD_NS)
+	if (v->reset_pending && mono_ns() - v->reset_at_ns > VSOCK_RESET_HOLD_NS) {
 		v->reset_pending = false; /* a guest that never kicks the event queue */
+		log_debug(v->host->log, "vsock: the guest did not hand back the reset event "
+					"within 1 s: held connection requests go");
+	}
 	return v->reset_pending;
 }
 
@@ -480,6 +487,8 @@ static int rx_fill(struct virtio_vsock *v, uint32_t *used)
 				continue;
 			c->need_request = false;
 			h = host_hdr(v, c, VSOCK_OP_REQUEST);
+			log_debug(v->host->log, "vsock: host %u -> guest port %u: request", c->local_port,
+				  c->peer_port);
 		} else if (c->need_response) {
 			c->need_response = false;
 			h = host_hdr(v, c, VSOCK_OP_RESPONSE);
@@ -629,8 +638,10 @@ static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 	if (q == TXQ)
 		tx_drain(v);
 	/* The guest gave the reset event's buffer back: it has handled the reset. */
-	if (q == EVQ)
+	if (q == EVQ && v->reset_pending) {
 		v->reset_pending = false;
+		log_debug(v->host->log, "vsock: the guest handled the transport reset");
+	}
 	/* New rx buffers, or tx made replies, or held requests may go: try to deliver. */
 	rx_pump(v);
 	sweep(v);
@@ -884,6 +895,7 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
 	v->reset_pending = ok;
 	v->reset_at_ns = 0; /* counted from the first request it holds (reset_holds) */
+	log_debug(t->host->log, "vsock: transport reset event %s", ok ? "sent" : "not sent");
 	virtio_mmio_notify_used(t, EVQ);
 	r = ok ? 0 : -EFAULT;
 out:

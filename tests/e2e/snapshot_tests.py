@@ -357,12 +357,18 @@ def test_connect_at_each_restore_phase():
         # Each phase restores the same chain; its own snapshots (none here) go elsewhere.
         r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--vsock-uds", uds2,
                               "--api-sock", sock2, "--snapshot-dir", chain2,
-                              "--log-level", "info"],
+                              "--log-level", "debug"],
                              env=env, stdin=subprocess.DEVNULL, stderr=log)
 
         def restore_log():
             log.seek(0)
-            return log.read().decode(errors="replace")[-1500:]
+            text = log.read().decode(errors="replace")[-2500:]
+            try:
+                with open(con2, "rb") as f:
+                    text += " | console: " + f.read().decode(errors="replace")[-1500:]
+            except OSError:
+                pass
+            return text
         ex = None
         try:
             try:
