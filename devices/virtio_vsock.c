@@ -634,11 +634,17 @@ static void tx_drain(struct virtio_vsock *v)
 static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 {
 	struct virtio_vsock *v = dev;
-	(void)t;
 	if (q == TXQ)
 		tx_drain(v);
 	/* The guest gave the reset event's buffer back: it has handled the reset. */
-	if (q == EVQ && v->reset_pending) {
+	/*
+	 * The guest gave an event buffer back: it has handled the reset. Only a buffer the driver
+	 * added counts; a kick of our own (the transport re-checks its queues on resume, before
+	 * any vCPU ran) does not.
+	 */
+	uint16_t avail;
+	if (q == EVQ && v->reset_pending && virtq_avail_idx(&t->queues[EVQ], &avail) == 0 &&
+	    avail != v->reset_avail) {
 		v->reset_pending = false;
 		log_debug(v->host->log, "vsock: the guest handled the transport reset");
 	}
@@ -893,7 +899,7 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 	uint8_t ev[4] = {VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, 0, 0, 0};
 	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
-	v->reset_pending = ok;
+	v->reset_pending = ok && virtq_avail_idx(q, &v->reset_avail) == 0;
 	v->reset_at_ns = 0; /* counted from the first request it holds (reset_holds) */
 	log_debug(t->host->log, "vsock: transport reset event %s", ok ? "sent" : "not sent");
 	virtio_mmio_notify_used(t, EVQ);

@@ -40,6 +40,7 @@ struct virtio_vsock {
 	 * a request the guest sees before it handles the reset is lost with the reset.
 	 */
 	bool reset_pending;
+	uint16_t reset_avail; /* the event queue's avail index when the reset event went out */
 	uint64_t reset_at_ns;
 	struct virtq_chain rx_chain;
 	struct virtq_chain tx_chain;

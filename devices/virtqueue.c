@@ -168,6 +168,16 @@ static void set_avail_event(struct virtq *q, uint8_t *used)
 	mark(q, q->used_gpa + off, 2);
 }
 
+int virtq_avail_idx(const struct virtq *q, uint16_t *idx)
+{
+	const uint8_t *avail =
+	    q->ready ? guest_mem_ptr(q->mem, q->avail_gpa, avail_bytes(q->size)) : NULL;
+	if (!avail)
+		return -EIO;
+	*idx = load16(avail + 2);
+	return 0;
+}
+
 int virtq_pop(struct virtq *q, struct virtq_chain *c)
 {
 	if (!q->ready)
