@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -449,12 +450,23 @@ static bool conn_wants_read(const struct vsock_conn *c)
 /* Whether host connection requests still wait for the guest to handle the reset event. */
 static bool reset_holds(struct virtio_vsock *v)
 {
+	uint16_t avail;
+	/* A buffer given back to the event queue: the guest has handled the reset. */
+	if (v->reset_pending && virtq_avail_idx(&v->mmio.queues[EVQ], &avail) == 0 &&
+	    avail != v->reset_avail) {
+		v->reset_pending = false;
+		log_debug(v->host->log, "vsock: the guest handled the transport reset");
+	}
 	/*
 	 * The second counts from the first request held, not from the restore: the device is
 	 * restored before the vCPUs start, and a slow start must not use up the guest's time.
+	 * A timer pumps again when it is up.
 	 */
-	if (v->reset_pending && !v->reset_at_ns)
+	if (v->reset_pending && !v->reset_at_ns) {
+		struct itimerspec its = {.it_value = {.tv_sec = 1, .tv_nsec = 1000000}};
 		v->reset_at_ns = mono_ns();
+		timerfd_settime(v->hold_tfd, 0, &its, NULL);
+	}
 	if (v->reset_pending && mono_ns() - v->reset_at_ns > VSOCK_RESET_HOLD_NS) {
 		v->reset_pending = false; /* a guest that never kicks the event queue */
 		log_debug(v->host->log, "vsock: the guest did not hand back the reset event "
@@ -638,16 +650,11 @@ static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 		tx_drain(v);
 	/* The guest gave the reset event's buffer back: it has handled the reset. */
 	/*
-	 * The guest gave an event buffer back: it has handled the reset. Only a buffer the driver
-	 * added counts; a kick of our own (the transport re-checks its queues on resume, before
-	 * any vCPU ran) does not.
+	 * An event queue notify may be the guest giving the reset event's buffer back; only a
+	 * buffer it added counts (reset_holds looks), not a kick of our own (the transport
+	 * re-checks its queues on resume, before any vCPU ran).
 	 */
-	uint16_t avail;
-	if (q == EVQ && v->reset_pending && virtq_avail_idx(&t->queues[EVQ], &avail) == 0 &&
-	    avail != v->reset_avail) {
-		v->reset_pending = false;
-		log_debug(v->host->log, "vsock: the guest handled the transport reset");
-	}
+	(void)t;
 	/* New rx buffers, or tx made replies, or held requests may go: try to deliver. */
 	rx_pump(v);
 	sweep(v);
@@ -720,6 +727,13 @@ void virtio_vsock_service(struct virtio_vsock *v)
 	for (int i = 0; i < n; i++) {
 		struct vsock_conn *c = evs[i].data.ptr;
 		uint32_t e = evs[i].events;
+		if (evs[i].data.ptr == &v->hold_tfd) {
+			uint64_t ticks;
+			if (read(v->hold_tfd, &ticks, sizeof(ticks)) < 0) {
+				/* EAGAIN: already read; the pump below looks anyway */
+			}
+			continue;
+		}
 		if (!c) {
 			host_accept(v);
 			continue;
@@ -815,7 +829,7 @@ int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint
 	v->host = host;
 	v->guest_cid = guest_cid;
 	v->next_local_port = FIRST_LOCAL_PORT;
-	v->listen_fd = v->epfd = -1;
+	v->listen_fd = v->epfd = v->hold_tfd = -1;
 	if (guest_cid < VSOCK_MIN_CID || guest_cid > UINT32_MAX ||
 	    strlen(uds_path) + 12 > sizeof(v->uds_path)) {
 		log_err(host->log, "vsock: bad cid %llu or socket path too long",
@@ -831,7 +845,11 @@ int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint
 	v->listen_fd = r;
 	v->epfd = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-	if (v->epfd < 0 || epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->listen_fd, &ev)) {
+	v->hold_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &v->hold_tfd};
+	if (v->epfd < 0 || v->hold_tfd < 0 ||
+	    epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->listen_fd, &ev) ||
+	    epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->hold_tfd, &tev)) {
 		r = -errno;
 		log_err(host->log, "vsock: epoll: %s", strerror(-r));
 		goto fail_fds;
@@ -853,6 +871,8 @@ fail_mmio:
 fail_fds:
 	if (v->epfd >= 0)
 		close(v->epfd);
+	if (v->hold_tfd >= 0)
+		close(v->hold_tfd);
 	close(v->listen_fd);
 	unlink(uds_path);
 	return r;
@@ -868,6 +888,7 @@ void virtio_vsock_destroy(struct virtio_vsock *v)
 	sweep(v);
 	virtio_mmio_destroy(&v->mmio);
 	close(v->epfd);
+	close(v->hold_tfd);
 	close(v->listen_fd);
 	unlink(v->uds_path);
 }
@@ -900,6 +921,8 @@ int virtio_vsock_restored(struct virtio_vsock *v)
 	bool ok = chain_write(v, &v->tx_chain, 0, ev, sizeof(ev));
 	virtq_push(q, v->tx_chain.head, ok ? sizeof(ev) : 0);
 	v->reset_pending = ok && virtq_avail_idx(q, &v->reset_avail) == 0;
+	if (v->reset_pending)
+		(void)virtq_notify_on_next_avail(q); /* so that the refill is a notify we see */
 	v->reset_at_ns = 0; /* counted from the first request it holds (reset_holds) */
 	log_debug(t->host->log, "vsock: transport reset event %s", ok ? "sent" : "not sent");
 	virtio_mmio_notify_used(t, EVQ);

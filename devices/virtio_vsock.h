@@ -22,6 +22,7 @@ struct virtio_vsock {
 	char uds_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int listen_fd;
 	int epfd; /* the Unix sockets, watched as one fd by the VM's event loop */
+	int hold_tfd; /* fires when held host CONNECTs may go without the guest's say (in epfd) */
 	bool watched;
 	bool listen_paused; /* accept() failed for lack of fds */
 	uint32_t next_local_port;

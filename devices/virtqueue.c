@@ -178,6 +178,20 @@ int virtq_avail_idx(const struct virtq *q, uint16_t *idx)
 	return 0;
 }
 
+int virtq_notify_on_next_avail(struct virtq *q)
+{
+	uint8_t *used = q->ready ? guest_mem_ptr(q->mem, q->used_gpa, used_bytes(q->size)) : NULL;
+	uint16_t idx;
+	if (!used || virtq_avail_idx(q, &idx))
+		return -EIO;
+	if (q->event_idx) {
+		uint64_t off = USED_RING_OFF + 8ULL * q->size;
+		store16(used + off, idx);
+		mark(q, q->used_gpa + off, 2);
+	}
+	return 0;
+}
+
 int virtq_pop(struct virtq *q, struct virtq_chain *c)
 {
 	if (!q->ready)

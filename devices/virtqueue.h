@@ -67,6 +67,9 @@ void virtq_reset(struct virtq *q);
 int virtq_pop(struct virtq *q, struct virtq_chain *c);
 /* The driver's avail index (how many buffers it has ever made available): 0, or -EIO. */
 int virtq_avail_idx(const struct virtq *q, uint16_t *idx);
+/* Asks the driver to notify when it makes the next buffer available (with EVENT_IDX it may
+ * otherwise stay silent): 0, or -EIO. */
+int virtq_notify_on_next_avail(struct virtq *q);
 /* Puts `head` on the used ring with `len` bytes written. 0 or -EIO. */
 int virtq_push(struct virtq *q, uint16_t head, uint32_t len);
 /* After pushes: must the driver be interrupted (EVENT_IDX / NO_INTERRUPT)? */
