@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "common/clock.h"
 #include "common/errmsg.h"
 #include "sandbox/options.h"
 #include "sandbox/restore_sandbox.h"
@@ -228,9 +229,11 @@ int cmd_restore(int argc, char **argv)
 		return 1;
 	}
 	int status = 1;
+	uint64_t t0 = mono_us();
 	r = sandbox_restore_open(p, &o, err, sizeof(err));
 	if (!r)
 		r = sandbox_restore_validate(p, &o, err, sizeof(err));
+	o.checked_us = mono_us() - t0;
 	if (r) {
 		fprintf(stderr, "cove restore: %s\n", err);
 		if (o.ready_fd >= 0)

@@ -33,6 +33,7 @@ struct sandbox_restore_opts {
 	 * COVE_TEST_PHASE_DIR. NULL: no hooks.
 	 */
 	const char *phase_dir;
+	uint64_t checked_us; /* how long open + validate took (set by the caller, for the log) */
 };
 
 /* Everything about the snapshot that can be checked without a VM, checked before one exists. */
