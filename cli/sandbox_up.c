@@ -21,6 +21,7 @@
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
+#include "lifecycle/policy.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
 #include "lifecycle/tombstone.h"
@@ -134,6 +135,38 @@ static int read_settled_state(int dfd, enum sbx_state *st)
 	}
 }
 
+/*
+ * A running sandbox with a policy whose broker has gone (killed, crashed): a new broker, a new
+ * grant, and the guest told, so credential requests work again. Not fatal: the command the
+ * user asked for does not need the broker; a failure is one warning line.
+ */
+static void broker_keep(const struct sbx_root *r, const char *name, int dfd, const char *uds)
+{
+	struct sbx_spec *spec;
+	struct sbx_grant g = {0};
+	char err[512];
+	int ret;
+
+	if (faccessat(dfd, SBX_POLICY, F_OK, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    sbx_broker_running(r, name) != 0)
+		return;
+	spec = calloc(1, sizeof(*spec));
+	if (!spec)
+		return;
+	ret = sbx_spec_read(dfd, spec, err, sizeof(err));
+	if (!ret && spec->policy[0])
+		ret = sbx_broker_up(r, name, dfd, spec->policy, err, sizeof(err))
+			  ?: sbx_broker_grant(r, name, dfd, &g, err, sizeof(err))
+			  ?: agent_send_identity(uds, g.epoch, g.token, AGENT_IDENTITY_WAIT_S, err,
+						 sizeof(err));
+	if (ret)
+		fprintf(stderr, "cove: warning: %s: its credential broker was gone and could not be "
+				"started again: %s\n",
+			name, err);
+	explicit_bzero(&g, sizeof(g));
+	free(spec);
+}
+
 int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
 	      size_t errlen)
 {
@@ -157,12 +190,16 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	}
 	sbx_run_path(r, name, "api.sock", api, sizeof(api));
 	sbx_run_path(r, name, "vsock.sock", uds, sizeof(uds));
-	if (st == SBX_RUNNING)
+	if (st == SBX_RUNNING) {
+		broker_keep(r, name, dfd, uds);
 		goto out;
+	}
 	if (st == SBX_PAUSED) {
 		ret = sbx_api_state(api, "Resumed", err, errlen);
 		if (!ret)
 			ret = sbx_event_append(dfd, "paused", "running", why);
+		if (!ret)
+			broker_keep(r, name, dfd, uds);
 		goto out;
 	}
 	if (st == SBX_ARCHIVED) {

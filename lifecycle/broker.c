@@ -430,6 +430,17 @@ int sbx_broker_grant(const struct sbx_root *r, const char *name, int dfd, struct
 	return ret;
 }
 
+int sbx_broker_running(const struct sbx_root *r, const char *name)
+{
+	int rfd = run_dir_open(r, name), held;
+
+	if (rfd < 0)
+		return rfd == -ENOENT ? 0 : rfd;
+	held = sbx_lock_held(rfd, SBX_BROKER_LOCK);
+	close(rfd);
+	return held;
+}
+
 int sbx_broker_end(const struct sbx_root *r, const char *name)
 {
 	int rfd = run_dir_open(r, name), ret = 0;

@@ -50,6 +50,9 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 int sbx_broker_grant(const struct sbx_root *r, const char *name, int dfd, struct sbx_grant *g,
 		     char *err, size_t errlen);
 
+/* 1 when NAME's broker runs (its supervisor holds broker.lock), 0 when not, or -errno. */
+int sbx_broker_running(const struct sbx_root *r, const char *name);
+
 /* Ends NAME's broker if one runs: SIGTERM, SIGKILL after 5 s. 0 once none runs, or -errno. */
 int sbx_broker_end(const struct sbx_root *r, const char *name);
 

@@ -594,6 +594,24 @@ def test_lifecycle_broker_policy():
         bt.check(len(at.Recorder.seen) == n, "a request with the pre-stop token reached the server")
         print(f"    epoch {e2} after the reconnect; the epoch-{g['epoch']} token: stale epoch")
 
+        # The broker dies under a running sandbox: the next command starts a new one, grants
+        # a newer epoch and tells the guest, so fetches work again.
+        os.kill(bpid2, signal.SIGKILL)
+        for _ in range(100):
+            if not _pid_alive(bpid2):
+                break
+            time.sleep(0.05)
+        rc, out, err = fetch()
+        bt.check(rc == 0 and out == "hello from the test server\n",
+                 f"fetch after the broker was killed: rc={rc} {out!r} {err!r}; {logs()}")
+        bpid3 = _broker_pid(name)
+        bt.check(bpid3 not in (bpid, bpid2) and _pid_alive(bpid3), f"broker after kill: {bpid3}")
+        e3 = status()
+        bt.check(e3 > e2, f"epoch after the broker restart {e3}, before {e2}")
+        print(f"    broker killed under the running sandbox: the next exec started another "
+              f"(epoch {e3}) and the fetch worked")
+        bpid2 = bpid3
+
         with open(os.path.join(sbdir, "audit.jsonl"), "rb") as f:
             raw = f.read()
         recs = [json.loads(line) for line in raw.splitlines()]
