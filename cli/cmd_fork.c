@@ -85,6 +85,7 @@ static int make_clones(struct sbx_root *r, const char *name, int dfd, const char
 	enum sbx_state state;
 	char err[512], api[128], cause[128];
 	int lk, ret, status = 0, made = 0;
+	bool paused = false;
 
 	lk = sbx_lock_take(dfd, SBX_LOCK_START, true, false);
 	if (lk < 0) {
@@ -97,9 +98,25 @@ static int make_clones(struct sbx_root *r, const char *name, int dfd, const char
 		status = 1;
 		goto out;
 	}
+	/*
+	 * A running NAME is paused while its files are linked: paused, it takes no periodic
+	 * snapshot, so no layer (nor disk freeze) of its own can change or roll back under the
+	 * clones. The snapshot the clones start from is taken in the pause.
+	 */
 	if ((state == SBX_RUNNING || state == SBX_PAUSED) &&
-	    (sbx_run_path(r, name, "api.sock", api, sizeof(api)) ||
-	     sbx_snapshot_now(api, err, sizeof(err)))) {
+	    sbx_run_path(r, name, "api.sock", api, sizeof(api))) {
+		fprintf(stderr, "cove fork: %s: socket path too long\n", name);
+		status = 1;
+		goto out;
+	}
+	if (state == SBX_RUNNING && sbx_api_state(api, "Paused", err, sizeof(err))) {
+		fprintf(stderr, "cove fork: %s: cannot pause it: %s\n", name, err);
+		status = 1;
+		goto out;
+	}
+	paused = state == SBX_RUNNING;
+	if ((state == SBX_RUNNING || state == SBX_PAUSED) &&
+	    sbx_snapshot_now(api, err, sizeof(err))) {
 		fprintf(stderr, "cove fork: %s: %s\n", name, err);
 		status = 1;
 		goto out;
@@ -118,6 +135,10 @@ static int make_clones(struct sbx_root *r, const char *name, int dfd, const char
 	for (int i = 0; status && i < made; i++)
 		sbx_tree_remove(r->dfd, news[i]);
 out:
+	if (paused && sbx_api_state(api, "Resumed", err, sizeof(err))) {
+		fprintf(stderr, "cove fork: %s: cannot resume it: %s\n", name, err);
+		status = status ? status : 1;
+	}
 	close(lk);
 	return status;
 }
