@@ -23,9 +23,10 @@ RUN = "/tmp/cove-liferun"
 ENV = dict(os.environ, COVE_STATE_DIR=STATE, COVE_RUN_DIR=RUN, COVE_GUEST_DIR="/work")
 
 
-def cove(*args, timeout=300):
+def cove(*args, timeout=300, env=None):
     try:
-        r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=ENV)
+        r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout,
+                           env=env or ENV)
     except subprocess.TimeoutExpired:
         raise bt.Failure(f"cove {' '.join(args)[:120]} timed out after {timeout} s")
     return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
@@ -495,11 +496,7 @@ def test_lifecycle_broker_policy():
     def run(*args, timeout=300):
         # Every command that may start the sandbox starts its broker with this environment:
         # the pass store's GNUPGHOME and PASSWORD_STORE_DIR reach the credential helper.
-        try:
-            r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            raise bt.Failure(f"cove {' '.join(args)[:120]} timed out after {timeout} s")
-        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+        return cove(*args, timeout=timeout, env=env)
 
     def fetch():
         return run("exec", name, "--", "cove-fetch", "--credential", "demo", url)
