@@ -6,11 +6,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "sandbox/agent_client.h"
 #include "common/term_safe.h"
+#include "common/unix_sock.h"
 
 /* Room for a guest string once term_safe has escaped it (longer ones end in "..."). */
 #define PS_TEXT_MAX 512
@@ -28,20 +28,14 @@ static const char ps_usage[] =
  * sends a byte, which the vsock device takes as an abandoned handshake. */
 static pid_t socket_owner(const char *path)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	pid_t pid = 0;
-	int fd;
+	int fd = unix_connect(path, SOCK_NONBLOCK, 0);
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return 0;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
 		pid = cred.pid;
 	close(fd);
 	return pid;

@@ -12,7 +12,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "common/unix_sock.h"
 #include "common/file_io.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
@@ -360,26 +360,13 @@ out:
 int sbx_broker_ctl_call(const char *ctl, json_t *req, double timeout_s, json_t **reply, char *err,
 			size_t errlen)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = (time_t)timeout_s,
-			     .tv_usec =
-				 (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
-	int fd, ret;
+	int fd = unix_connect(ctl, 0, timeout_s), ret;
 
 	*reply = NULL;
-	if (strlen(ctl) >= sizeof(sa.sun_path))
-		return errmsg(err, errlen, -ENAMETOOLONG, "%s: path too long", ctl);
-	strcpy(sa.sun_path, ctl);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd == -ENAMETOOLONG)
+		return errmsg(err, errlen, fd, "%s: path too long", ctl);
 	if (fd < 0)
-		return errmsg(err, errlen, -errno, "socket: %s", strerror(errno));
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
-	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		ret = errmsg(err, errlen, -errno, "broker control socket %s: %s", ctl,
-			     strerror(errno));
-		goto out;
-	}
+		return errmsg(err, errlen, fd, "broker control socket %s: %s", ctl, strerror(-fd));
 	ret = wire_msg_write(fd, req);
 	if (ret) {
 		errmsg(err, errlen, ret, "broker control socket: %s", strerror(-ret));

@@ -13,7 +13,6 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include "common/base64.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
+#include "common/unix_sock.h"
 #include "common/hex.h"
 #include "common/term_safe.h"
 
@@ -109,23 +109,15 @@ int agent_resolve(const char *sandbox, char *uds, size_t len, char *err, size_t 
 
 static int connect_once(const char *uds, int handshake_s, char *err, size_t errlen)
 {
-	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = handshake_s};
 	char line[64];
 	size_t n = 0;
-	int fd, ret;
+	int fd = unix_connect(uds, 0, 0), ret;
 
-	if (strlen(uds) >= sizeof(sun.sun_path))
-		return errmsg(err, errlen, -ENAMETOOLONG, "%s: path too long", uds);
-	strcpy(sun.sun_path, uds);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd == -ENAMETOOLONG)
+		return errmsg(err, errlen, fd, "%s: path too long", uds);
 	if (fd < 0)
-		return errmsg(err, errlen, -errno, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-		ret = -errno;
-		close(fd);
-		return errmsg(err, errlen, ret, "%s: %s", uds, strerror(-ret));
-	}
+		return errmsg(err, errlen, fd, "%s: %s", uds, strerror(-fd));
 	/* Only the handshake has a deadline: a session may be silent for hours. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	snprintf(line, sizeof(line), "CONNECT %d\n", AGENT_PORT);
