@@ -646,15 +646,14 @@ static void tx_drain(struct virtio_vsock *v)
 static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 {
 	struct virtio_vsock *v = dev;
+	(void)t;
 	if (q == TXQ)
 		tx_drain(v);
-	/* The guest gave the reset event's buffer back: it has handled the reset. */
 	/*
-	 * An event queue notify may be the guest giving the reset event's buffer back; only a
-	 * buffer it added counts (reset_holds looks), not a kick of our own (the transport
-	 * re-checks its queues on resume, before any vCPU ran).
+	 * An event queue notify may be the guest giving the reset event's buffer back: the pump
+	 * sees it (reset_holds looks at the queue's avail index; a kick of our own, as when the
+	 * transport re-checks its queues on resume, does not move it).
 	 */
-	(void)t;
 	/* New rx buffers, or tx made replies, or held requests may go: try to deliver. */
 	rx_pump(v);
 	sweep(v);

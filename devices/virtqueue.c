@@ -161,10 +161,10 @@ static int walk_chain(const struct virtq *q, struct virtq_chain *c, const uint8_
 	}
 }
 
-static void set_avail_event(struct virtq *q, uint8_t *used)
+static void set_avail_event(struct virtq *q, uint8_t *used, uint16_t idx)
 {
 	uint64_t off = USED_RING_OFF + 8ULL * q->size;
-	store16(used + off, q->last_avail);
+	store16(used + off, idx);
 	mark(q, q->used_gpa + off, 2);
 }
 
@@ -184,11 +184,8 @@ int virtq_notify_on_next_avail(struct virtq *q)
 	uint16_t idx;
 	if (!used || virtq_avail_idx(q, &idx))
 		return -EIO;
-	if (q->event_idx) {
-		uint64_t off = USED_RING_OFF + 8ULL * q->size;
-		store16(used + off, idx);
-		mark(q, q->used_gpa + off, 2);
-	}
+	if (q->event_idx)
+		set_avail_event(q, used, idx);
 	return 0;
 }
 
@@ -209,7 +206,7 @@ int virtq_pop(struct virtq *q, struct virtq_chain *c)
 		 * Ask to be notified at the next buffer, then look again: the
 		 * driver may have added one before it could see avail_event.
 		 */
-		set_avail_event(q, used);
+		set_avail_event(q, used, q->last_avail);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		avail_idx = load16(avail + 2);
 		if (avail_idx == q->last_avail)
