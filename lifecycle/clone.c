@@ -12,9 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/byteorder.h"
 #include "common/clock.h"
-#include "common/crc32.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
@@ -172,30 +170,28 @@ static int share_file(int sdfd, int ddfd, const char *name, unsigned flags,
 }
 
 /*
- * 1 when name (an overlay map in the chain) is a frozen layer's: its header checks out and
- * says frozen. A live top (not frozen) is the running VMM's, never shared.
+ * 1 when name (an overlay map in the chain) is a frozen layer's: the whole map passes
+ * overlay_map_parse and says frozen. A live top (not frozen) is the running VMM's, never shared.
  */
 static int map_frozen(int cdfd, const char *name)
 {
-	uint8_t h[OVERLAY_MAP_HDR_SEALED];
-	int fd = dirfd_open(cdfd, name, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-	size_t hdr;
-	uint32_t v;
+	struct overlay_map_info m;
+	char err[160];
+	struct stat s;
+	uint8_t *buf = NULL;
+	int fd = dirfd_open(cdfd, name, O_RDONLY | O_CLOEXEC), frozen = 0;
 
 	if (fd < 0)
 		return 0;
-	n = pread(fd, h, sizeof(h), 0);
+	if (fstat(fd, &s) == 0 && S_ISREG(s.st_mode) && s.st_size > 0 &&
+	    (uint64_t)s.st_size <= OVERLAY_MAP_HDR_SEALED + (uint64_t)OVERLAY_BITMAP_MAX &&
+	    (buf = malloc((size_t)s.st_size)) &&
+	    pread_full(fd, buf, (size_t)s.st_size, 0) == 0 &&
+	    overlay_map_parse(buf, (size_t)s.st_size, &m, err, sizeof(err)) == 0)
+		frozen = (m.flags & OVERLAY_MAP_FROZEN) != 0;
+	free(buf);
 	close(fd);
-	if (n < OVERLAY_MAP_HDR_SIZE || memcmp(h, OVERLAY_MAP_MAGIC, 8))
-		return 0;
-	v = get_le32(h + 8);
-	hdr = v == OVERLAY_MAP_VERSION		? OVERLAY_MAP_HDR_SIZE
-	      : v == OVERLAY_MAP_VERSION_SEALED ? OVERLAY_MAP_HDR_SEALED
-						: 0;
-	if (!hdr || (size_t)n < hdr || crc32_update(0, h, hdr - 4) != get_le32(h + hdr - 4))
-		return 0;
-	return (get_le32(h + 36) & OVERLAY_MAP_FROZEN) != 0;
+	return frozen;
 }
 
 /* The frozen disk layers in the chain directory: X.ovl.map marked frozen, and X.ovl. */
