@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 /* off < 0: at the file position. *done: bytes moved; 0 or -errno; `eof_ok` stops at EOF. */
@@ -39,4 +40,58 @@ int pwrite_full(int fd, const void *buf, size_t len, off_t off)
 {
 	size_t done;
 	return io_loop(fd, true, (void *)buf, len, off, false, &done);
+}
+
+/* Bytes [off, end) by pread/pwrite: where copy_file_range cannot go (across filesystems...). */
+static int copy_plain(int in, int out, off_t off, off_t end)
+{
+	enum { CHUNK = 1 << 20 };
+	char *buf = malloc(CHUNK);
+	int ret = buf ? 0 : -ENOMEM;
+
+	while (!ret && off < end) {
+		size_t want = end - off < CHUNK ? (size_t)(end - off) : CHUNK;
+		ssize_t n = pread(in, buf, want, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO; /* shorter than it was: changed under us */
+			break;
+		}
+		ret = pwrite_full(out, buf, (size_t)n, off);
+		off += n;
+	}
+	free(buf);
+	return ret;
+}
+
+int file_copy_runs(int in, int out, off_t from, off_t end)
+{
+	off_t off = from;
+
+	while (off < end) {
+		off_t data = lseek(in, off, SEEK_DATA), hole;
+
+		if (data < 0)
+			return errno == ENXIO ? 0 : copy_plain(in, out, off, end);
+		if (data >= end)
+			return 0;
+		hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0 || hole > end)
+			hole = end;
+		for (loff_t src = data, dst = data; src < hole;) {
+			ssize_t k = copy_file_range(in, &src, out, &dst, (size_t)(hole - src), 0);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+				      errno == EOPNOTSUPP))
+				return copy_plain(in, out, (off_t)src, end);
+			if (k <= 0)
+				return k < 0 ? -errno : -EIO;
+		}
+		off = hole;
+	}
+	return 0;
 }

@@ -9,4 +9,11 @@
 int pread_full(int fd, void *buf, size_t len, off_t off);
 /* Writes exactly len bytes at off. 0 or -errno (-EIO if the kernel wrote nothing). */
 int pwrite_full(int fd, const void *buf, size_t len, off_t off);
+/*
+ * Copies the data runs of in's bytes [from, end) to the same offsets of out; holes stay holes
+ * (SEEK_DATA/SEEK_HOLE; a filesystem without them gives the whole range). copy_file_range where
+ * the kernel can (a reflink on some filesystems), else pread/pwrite. 0 or -errno (-EIO when in
+ * is shorter than it said).
+ */
+int file_copy_runs(int in, int out, off_t from, off_t end);
 #endif

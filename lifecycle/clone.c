@@ -29,7 +29,6 @@
 #include "snapshot/keyfile.h"
 
 #define LAYER_SEQ "layer-seq" /* snapshot/keyfile.c's counter of layer ids */
-#define COPY_BUF  (1u << 20)
 
 int sbx_clone_check(const struct sbx_root *r, const char *from, const char *const *names, int n,
 		    char *err, size_t errlen)
@@ -48,60 +47,6 @@ int sbx_clone_check(const struct sbx_root *r, const char *from, const char *cons
 		if (!strcmp(names[i], from) ||
 		    fstatat(r->dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
 			return errmsg(err, errlen, -EEXIST, "sandbox %s already exists", names[i]);
-	}
-	return 0;
-}
-
-/* The bytes of one regular file, pread/pwrite: the copy of last resort. */
-static int copy_plain(int in, int out, uint64_t size)
-{
-	char *buf = malloc(COPY_BUF);
-	int ret = buf ? 0 : -ENOMEM;
-
-	for (uint64_t off = 0; !ret && off < size;) {
-		size_t want = size - off < COPY_BUF ? (size_t)(size - off) : COPY_BUF;
-		ssize_t n = pread(in, buf, want, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO; /* shorter than it was: changed under us */
-			break;
-		}
-		ret = pwrite_full(out, buf, (size_t)n, (off_t)off);
-		off += (uint64_t)n;
-	}
-	free(buf);
-	return ret;
-}
-
-/* The data runs of `in` (holes stay holes) with copy_file_range, else the plain copy. */
-static int copy_runs(int in, int out, uint64_t size)
-{
-	off_t pos = 0;
-
-	while ((uint64_t)pos < size) {
-		off_t data = lseek(in, pos, SEEK_DATA), hole;
-
-		if (data < 0)
-			return errno == ENXIO ? 0 : copy_plain(in, out, size);
-		hole = lseek(in, data, SEEK_HOLE);
-		if (hole < 0)
-			return copy_plain(in, out, size);
-		for (off_t o = data; o < hole;) {
-			loff_t ri = o, wo = o;
-			ssize_t n = copy_file_range(in, &ri, out, &wo, (size_t)(hole - o), 0);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-				      errno == EOPNOTSUPP))
-				return copy_plain(in, out, size);
-			if (n <= 0)
-				return n < 0 ? -errno : -EIO;
-			o += n;
-		}
-		pos = hole;
 	}
 	return 0;
 }
@@ -127,7 +72,7 @@ static int copy_file(int sdfd, int ddfd, const char *name, struct sbx_clone_stat
 		ret = out;
 		goto out;
 	}
-	ret = ioctl(out, FICLONE, in) == 0 ? 0 : copy_runs(in, out, (uint64_t)s.st_size);
+	ret = ioctl(out, FICLONE, in) == 0 ? 0 : file_copy_runs(in, out, 0, s.st_size);
 	if (!ret && ftruncate(out, s.st_size) < 0)
 		ret = -errno;
 	if (!ret && fsync(out) < 0)

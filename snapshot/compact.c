@@ -20,26 +20,7 @@
 
 static int copy_base(int in, int out, const struct mem_layer_info *li)
 {
-	off_t end = (off_t)mem_layer_file_size(li);
-	off_t off = (off_t)li->data_off;
-	while (off < end) {
-		off_t d = lseek(in, off, SEEK_DATA);
-		if (d < 0)
-			return errno == ENXIO ? 0 : -errno;
-		off_t h = lseek(in, d, SEEK_HOLE);
-		if (h < 0)
-			h = end;
-		loff_t src = d, dst = d;
-		while (src < h) {
-			ssize_t k = copy_file_range(in, &src, out, &dst, (size_t)(h - src), 0);
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k <= 0)
-				return k < 0 ? -errno : -EIO;
-		}
-		off = h;
-	}
-	return 0;
+	return file_copy_runs(in, out, (off_t)li->data_off, (off_t)mem_layer_file_size(li));
 }
 
 /* Applies one increment: its pages overwrite, its zero pages become holes. */
