@@ -4,6 +4,7 @@
 #include "common/errmsg.h"
 #include "common/fd_io.h"
 #include "common/hex.h"
+#include "common/term_safe.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -443,7 +444,21 @@ static int parse_cred(const char *name, json_t *o, struct cred_policy *c, char *
 	return 0;
 }
 
+static int parse_doc(const char *text, size_t len, struct policy *out, char *err, size_t errlen);
+
 int policy_parse(const char *text, size_t len, struct policy *out, char *err, size_t errlen)
+{
+	int r = parse_doc(text, len, out, err, errlen);
+	/* Errors quote keys and names from the file: made terminal-safe, so one line. */
+	if (r && err && errlen) {
+		char raw[1024];
+		snprintf(raw, sizeof(raw), "%s", err);
+		term_safe(raw, err, errlen);
+	}
+	return r;
+}
+
+static int parse_doc(const char *text, size_t len, struct policy *out, char *err, size_t errlen)
 {
 	json_error_t jerr;
 	json_t *root, *creds = NULL, *v;

@@ -52,16 +52,18 @@ int agent_exit_parse(const char *buf, size_t len, int *status)
 /* The hybrid vsock handshake's answer: "OK <port>" (without the newline). */
 int agent_connect_reply_parse(const char *line, char *err, size_t errlen)
 {
-	char *end;
+	char *end, shown[41], safe[4 * sizeof(shown)];
 
+	/* The peer's bytes go into err: at most 40 of them, made terminal-safe (no newline). */
+	snprintf(shown, sizeof(shown), "%s", line);
+	term_safe(shown, safe, sizeof(safe));
 	if (strncmp(line, "OK ", 3) != 0)
-		return errmsg(err, errlen, -ECONNREFUSED,
-			      "the guest agent is not listening (%.40s)",
-			      line[0] ? line : "connection closed");
+		return errmsg(err, errlen, -ECONNREFUSED, "the guest agent is not listening (%s)",
+			      line[0] ? safe : "connection closed");
 	errno = 0;
 	strtoul(line + 3, &end, 10);
 	if (end == line + 3 || *end || errno)
-		return errmsg(err, errlen, -EPROTO, "bad vsock handshake reply '%.40s'", line);
+		return errmsg(err, errlen, -EPROTO, "bad vsock handshake reply '%s'", safe);
 	return 0;
 }
 

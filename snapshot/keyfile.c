@@ -164,6 +164,24 @@ static int decode(const uint8_t *buf, size_t len, struct keys *k, const char *pa
 	return 0;
 }
 
+int keyfile_parse(const uint8_t *buf, size_t len, const char *name, enum keyprov_type *type,
+		  char *config, size_t config_len, uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err,
+		  size_t errlen)
+{
+	struct keys *k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	int r = decode(buf, len, k, name, err, errlen);
+	if (!r) {
+		*type = k->type;
+		snprintf(config, config_len, "%s", k->config);
+		memcpy(chain_id, k->chain_id, CRYPTO_CHAIN_ID_LEN);
+	}
+	OPENSSL_cleanse(k, sizeof(*k));
+	free(k);
+	return r;
+}
+
 static int load(const char *dir, struct keys *k, char *err, size_t errlen)
 {
 	char path[PATH_MAX_LEN];

@@ -25,6 +25,15 @@
 #define KEYFILE_MAX	(64u << 10)
 
 /*
+ * Pure: checks a whole keys file image (what keyfile_describe and keyfile_open read from DIR/keys:
+ * magic, version, lengths, CRC, provider type) and returns its provider type, config and chain
+ * id. `name` prefixes the error. 0, or -EINVAL with one line in err.
+ */
+int keyfile_parse(const uint8_t *buf, size_t len, const char *name, enum keyprov_type *type,
+		  char *config, size_t config_len, uint8_t chain_id[CRYPTO_CHAIN_ID_LEN], char *err,
+		  size_t errlen);
+
+/*
  * Create DIR/keys for a new chain: a random chain id and data key, wrapped by prov. Fails with
  * -EEXIST when DIR/keys exists. *key_out (free with crypto_key_free) and chain_id get the new
  * chain's key and id. 0 or -errno with one line in err.

@@ -80,6 +80,15 @@ static void test_connect_reply(void **state)
 	assert_int_equal(agent_connect_reply_parse("NO", err, sizeof(err)), -ECONNREFUSED);
 	assert_int_equal(agent_connect_reply_parse("OK ", err, sizeof(err)), -EPROTO);
 	assert_int_equal(agent_connect_reply_parse("OK 12x", err, sizeof(err)), -EPROTO);
+	/* Found by fuzz_agent_wire (input "&\n"): the peer's bytes went into err as they were, a
+	 * newline and terminal escapes included. */
+	assert_int_equal(agent_connect_reply_parse("\n", err, sizeof(err)), -ECONNREFUSED);
+	assert_null(strchr(err, '\n'));
+	assert_int_equal(agent_connect_reply_parse("\x1b]0;pwned\x07\x1b[2J", err, sizeof(err)),
+			 -ECONNREFUSED);
+	assert_null(strchr(err, '\x1b'));
+	assert_int_equal(agent_connect_reply_parse("OK 1\x1b[2J", err, sizeof(err)), -EPROTO);
+	assert_null(strchr(err, '\x1b'));
 }
 
 /* Framed reads over a real socket pair: oversize, truncated, and a good round trip. */

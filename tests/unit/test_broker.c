@@ -137,6 +137,15 @@ static void test_policy_parse_errors(void **state)
 
 	(void)state;
 	expect_bad_each(bad, sizeof(bad) / sizeof(bad[0]));
+	/* Found by fuzz_broker: a key or credential name with a newline or an escape sequence went
+	 * into the error as it was (two lines, or terminal control, on the broker's stderr). */
+	expect_bad("{\"cred\\ntials\":{}}", "unknown key");
+	expect_bad("{\"credentials\":{\"c\":{" BASE ",\"x\\n\\u001b[2J\":1}}}", "unknown key");
+	char err[256] = "";
+	struct policy p;
+	const char *esc = "{\"\\u001b]0;x\\u0007\":1}";
+	assert_int_equal(policy_parse(esc, strlen(esc), &p, err, sizeof(err)), -EINVAL);
+	assert_null(strchr(err, '\x1b'));
 }
 
 static void test_url_split(void **state)
