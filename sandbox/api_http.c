@@ -67,6 +67,13 @@ struct api_conn {
 	char *out;
 	size_t out_len, out_off;
 	bool close_after; /* close once the response is out */
+	/*
+	 * Closing with unread input would reset the connection, and the client could lose the
+	 * answer: after it, the write side is shut and input is read and dropped (up to
+	 * API_HTTP_MAX_DISCARD, or the idle timeout) until the client closes.
+	 */
+	bool draining;
+	size_t drained;
 };
 
 struct api_server {
@@ -452,10 +459,27 @@ static int conn_flush(struct api_conn *c)
 	c->out = NULL;
 	c->out_len = c->out_off = 0;
 	if (c->close_after) {
-		conn_close(c);
-		return -1;
+		shutdown(c->fd, SHUT_WR);
+		c->draining = true;
+		c->in_len = 0;
 	}
 	return 0;
+}
+
+/* Reads and drops what the client still sends after its last answer; closes at EOF. */
+static void conn_drain(struct api_conn *c)
+{
+	char scratch[API_HTTP_READ_CHUNK];
+	ssize_t n = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n > 0)
+		c->drained += (size_t)n;
+	if (n <= 0 || c->drained > API_HTTP_MAX_DISCARD)
+		conn_close(c);
+	else
+		c->last_ms = now_ms();
 }
 
 /*
@@ -464,7 +488,7 @@ static int conn_flush(struct api_conn *c)
  */
 static int conn_parse(struct api_conn *c)
 {
-	while (c->in_len && !c->out) {
+	while (c->in_len && !c->out && !c->draining) {
 		size_t n = http_parser_execute(&c->parser, &c->srv->settings, c->in, c->in_len);
 		enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
 		int r = 0;
@@ -617,6 +641,8 @@ static void on_ready(void *opaque, uint32_t events)
 			continue;
 		if (c->out)
 			conn_writable(c);
+		else if (c->draining)
+			conn_drain(c);
 		else
 			conn_readable(c);
 	}

@@ -592,6 +592,33 @@ static void test_http_flood_fair(void **state)
 	close(f.fd);
 }
 
+/*
+ * Junk longer than one read gets its 400 and then a clean EOF: the server drains what it did
+ * not parse instead of closing on it, which would reset the connection under the client.
+ */
+static void test_http_junk_clean_close(void **state)
+{
+	struct http_fixture *fx = *state;
+	char junk[10240], out[4096];
+	size_t got = 0;
+	ssize_t n;
+	int fd = client_connect(fx->path);
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i & 255);
+	client_send(fd, junk, sizeof(junk));
+	shutdown(fd, SHUT_WR);
+	while ((n = recv(fd, out + got, sizeof(out) - 1 - got, 0)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	if (n < 0)
+		fail_msg("recv after the answer: %s", strerror(errno));
+	assert_true(strncmp(out, "HTTP/1.1 400", 12) == 0);
+	assert_non_null(strstr(out, "fault_message"));
+	close(fd);
+	expect_get_vm_ok(fx);
+}
+
 /* A connection that says nothing for 10 s is closed (a slow client cannot hold a slot). */
 static void test_http_idle_timeout(void **state)
 {
@@ -636,6 +663,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_http_connection_limit, http_setup, http_teardown),
 	    cmocka_unit_test_setup_teardown(test_http_flood_fair, http_setup, http_teardown),
 	    cmocka_unit_test_setup_teardown(test_http_idle_timeout, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_junk_clean_close, http_setup, http_teardown),
 	};
 	int failed = cmocka_run_group_tests_name("api_http_plain", plain, NULL, NULL);
 
