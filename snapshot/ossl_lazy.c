@@ -1,9 +1,9 @@
 /*
- * libcrypto on first use, for cove-vmm only: each OpenSSL function the snapshot layer calls is
+ * libcrypto on first use, for cove-vmm and cove: each OpenSSL function they call is
  * defined here and forwards to libcrypto, which is dlopen'ed when the first one runs (an
  * encrypted chain, a key provider). A VMM whose chain is not encrypted never maps libcrypto:
- * 1.4 MiB of RSS, mostly its relocations (README, "The VMM process"). Linked into cove-vmm's
- * executable only, never into the snapshot library: cove and the tests link libcrypto itself.
+ * 1.4 MiB of RSS, mostly its relocations (README, "The VMM process"). Linked into the two
+ * executables only, never into the snapshot library: the tests link libcrypto itself.
  * These definitions are not exported (nothing else linked references them), so libcrypto's own
  * calls never land here. Failing to load, each returns OpenSSL's failure value.
  */
