@@ -951,6 +951,9 @@ def main():
     a.cove_src = a.cove
     a.cove = os.path.join(work, "cove")
     shutil.copy2(a.cove_src, a.cove)
+    # cove run/restore exec cove-vmm from cove's own directory: it comes along.
+    shutil.copy2(os.path.join(os.path.dirname(a.cove_src), "cove-vmm"),
+                 os.path.join(work, "cove-vmm"))
     doc = {"metadata": metadata(a, work), "seconds": {}}
     errors = []
     t_start = time.perf_counter()

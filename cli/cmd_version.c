@@ -1,6 +1,6 @@
 /* `cove version`: the version and the libraries cove was built against. */
+#include <http_parser.h>
 #include <jansson.h>
-#include <microhttpd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +20,9 @@ int cmd_version(int argc, char **argv)
 		fprintf(stderr, "cove version: unexpected argument '%s'\n", argv[1]);
 		return 2;
 	}
-	printf("cove %s (libmicrohttpd %s, jansson %s)\n", COVE_VERSION, MHD_get_version(),
-	       JANSSON_VERSION);
+	unsigned long hp = http_parser_version();
+
+	printf("cove %s (http-parser %lu.%lu.%lu, jansson %s)\n", COVE_VERSION, hp >> 16 & 255,
+	       hp >> 8 & 255, hp & 255, JANSSON_VERSION);
 	return 0;
 }

@@ -3,8 +3,11 @@
 #define COVE_COMMANDS_H
 
 /* Each returns the process exit status: 0 ok, 1 failure, 2 bad usage. */
+/* cove-vmm's two commands (cmd_run.c, cmd_restore.c: linked into cove-vmm only). */
 int cmd_run(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
+/* cove's run/restore: execs cove-vmm with argv0 then argv (vmm_exec.c); returns 1 if it cannot. */
+int cmd_vmm(const char *argv0, int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_version(int argc, char **argv);

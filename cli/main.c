@@ -24,9 +24,9 @@ static const struct command commands[] = {
     {"resume", cmd_resume, "resume a paused (or start a stopped) sandbox"},
     {"rm", cmd_rm, "delete a named sandbox and its files (leaves a tombstone)"},
     {"gc", cmd_gc, "archive and delete sandboxes past their --archive-after/--delete-after"},
-    {"run", cmd_run, "boot a microVM and run it until the guest stops"},
+    {"run", NULL, "boot a microVM and run it until the guest stops"},
     {"snapshot", cmd_snapshot, "snapshot a running sandbox (full or incremental)"},
-    {"restore", cmd_restore, "start a sandbox from a snapshot chain (memory mapped lazily)"},
+    {"restore", NULL, "start a sandbox from a snapshot chain (memory mapped lazily)"},
     {"fork", cmd_fork, "clone a named sandbox (NAME NEW...) or a running VM (API_SOCK -n N)"},
     {"doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here"},
     {"rekey", cmd_rekey, "rewrap a snapshot chain's data key under a new key-encryption key"},
@@ -62,8 +62,12 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "--version") == 0)
 		return cmd_version(1, argv + 1);
 	for (size_t i = 0; i < NR_COMMANDS; i++) {
-		if (strcmp(argv[1], commands[i].name) == 0)
-			return commands[i].fn(argc - 1, argv + 1);
+		if (strcmp(argv[1], commands[i].name) != 0)
+			continue;
+		/* NULL: a VMM command, run by cove-vmm in this same process. */
+		if (!commands[i].fn)
+			return cmd_vmm(argv[0], argc - 1, argv + 1);
+		return commands[i].fn(argc - 1, argv + 1);
 	}
 	fprintf(stderr, "cove: unknown command '%s' (try 'cove --help')\n", argv[1]);
 	return 2;

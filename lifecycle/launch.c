@@ -41,7 +41,12 @@ static void child(int dfd, char *const argv[], int report)
 		e = errno;
 		goto fail;
 	}
-	execv("/proc/self/exe", argv);
+	char exe[4096];
+
+	e = -sbx_vmm_exe(exe, sizeof(exe));
+	if (e)
+		goto fail;
+	execv(exe, argv);
 	e = errno;
 fail:
 	if (write(report, &e, sizeof(e)) < 0)
@@ -49,8 +54,28 @@ fail:
 	_exit(127);
 }
 
-int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *child_errno,
-	      char *err, size_t errlen)
+int sbx_vmm_exe(char *out, size_t cap)
+{
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n < 0)
+		return -errno;
+	if ((size_t)n >= sizeof(self) - 1)
+		return -ENAMETOOLONG;
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+
+	if (!slash)
+		return -ENOENT;
+	slash[1] = '\0';
+	if ((size_t)snprintf(out, cap, "%s%s", self, SBX_VMM_EXE) >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *child_errno, char *err,
+	      size_t errlen)
 {
 	int pfd[2], e = 0;
 	ssize_t n;
@@ -104,8 +129,13 @@ int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen
 	if (r && e == EWOULDBLOCK)
 		return errmsg(err, errlen, -EWOULDBLOCK,
 			      "another process is already running this sandbox");
-	if (r && e)
-		return errmsg(err, errlen, -e, "cannot start the VMM: %s", strerror(e));
+	if (r && e) {
+		char exe[4096];
+
+		if (sbx_vmm_exe(exe, sizeof(exe)))
+			snprintf(exe, sizeof(exe), "%s", SBX_VMM_EXE);
+		return errmsg(err, errlen, -e, "cannot start the VMM %s: %s", exe, strerror(e));
+	}
 	return r;
 }
 

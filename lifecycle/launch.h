@@ -11,7 +11,7 @@
 /*
  * Forks; the child starts a session of its own, takes vmm.lock beneath dfd (the fd stays open
  * across exec, so the lock lives exactly as long as the VMM), writes its pid into it, points
- * stdin and stdout at /dev/null and stderr at vmm.log, and execs this same cove binary with
+ * stdin and stdout at /dev/null and stderr at vmm.log, and execs cove-vmm (sbx_vmm_exe) with
  * argv. Returns 0 once the exec happened (*pid set), -EWOULDBLOCK when another process holds
  * the lock, or -errno with one line in err.
  */
@@ -23,8 +23,17 @@ int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen
  * child's -errno (also in *child_errno) when it reported one, or -errno with one line in err
  * when the fork itself failed (*child_errno 0).
  */
-int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *child_errno,
-	      char *err, size_t errlen);
+int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *child_errno, char *err,
+	      size_t errlen);
+
+/* The name of the VMM executable, installed beside cove (and built beside it in build/cli/). */
+#define SBX_VMM_EXE "cove-vmm"
+
+/*
+ * The path of cove-vmm: the directory of /proc/self/exe (this cove binary) with SBX_VMM_EXE.
+ * Returns 0, or -errno (-ENAMETOOLONG when it does not fit in cap).
+ */
+int sbx_vmm_exe(char *out, size_t cap);
 
 /* The pid in vmm.lock while it is held; 0 when nobody holds it; -errno. */
 pid_t sbx_vmm_pid(int dfd);

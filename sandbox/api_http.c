@@ -1,239 +1,667 @@
-/* Control API transport: libmicrohttpd serving HTTP/1.1 on a Unix socket from the event loop thread. */
+/*
+ * Control API transport: HTTP/1.1 on a Unix socket, parsed by http-parser (no TLS, depends on
+ * libc only) and served from the event loop thread. Connections live in an epoll set of their
+ * own, one handler in the loop; every read is bounded, so a flooding client cannot hold the loop.
+ */
 #include "sandbox/api.h"
 #include "vmm/evloop.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <http_parser.h>
 #include <jansson.h>
-#include <microhttpd.h>
 
 /* Same cap as api_handle's, enforced here before the body is read. */
-#define API_HTTP_MAX_URL 256
-
+#define API_HTTP_MAX_URL	 256
 #define API_HTTP_MAX_CONNECTIONS 16
-#define API_HTTP_IDLE_TIMEOUT_S 10
-#define API_HTTP_CONN_MEMORY ((size_t)64 * 1024)
+#define API_HTTP_IDLE_TIMEOUT_MS 10000
+/* Request line and headers: at most this many bytes and header lines (then 431). */
+#define API_HTTP_MAX_HEAD    ((size_t)32 * 1024)
+#define API_HTTP_MAX_HEADERS 64
 /* An oversized chunked body is read and dropped up to here, then the connection is cut. */
 #define API_HTTP_MAX_DISCARD ((size_t)1024 * 1024)
+/* One read per ready connection per loop round: the loop stays fair to everything else. */
+#define API_HTTP_READ_CHUNK 4096
+#define API_HTTP_IN_CAP	    ((size_t)16 * 1024)
+#define API_HTTP_EVENTS	    16
+
+struct api_conn {
+	struct api_server *srv;
+	int fd;
+	http_parser parser;
+	uint64_t last_ms; /* last activity, for the idle timeout */
+	/* The request being read; one byte past the cap shows api_handle a path too long. */
+	char url[API_HTTP_MAX_URL + 2];
+	size_t url_len;
+	size_t head_bytes;
+	unsigned nr_headers;
+	char field[16]; /* the current header's name, enough to know "Expect" */
+	size_t field_len;
+	bool field_done;
+	bool in_expect; /* in the value of an Expect header */
+	bool expect_continue;
+	bool url_too_long;
+	char *body;
+	size_t body_len, body_cap;
+	size_t discarded; /* bytes of an oversized chunked body, counted for the 413 message */
+	bool oversized;	  /* body exceeded API_MAX_BODY; the rest is counted, not kept */
+	bool complete;	  /* a whole request is parsed (the parser is paused) */
+	int refuse;	  /* an HTTP status to answer with before the body, then close */
+	/* Unparsed bytes (a pipelined request waits here while a response is written). */
+	char in[API_HTTP_IN_CAP];
+	size_t in_len;
+	/* The response being written. */
+	char *out;
+	size_t out_len, out_off;
+	bool close_after; /* close once the response is out */
+	/*
+	 * Closing with unread input would reset the connection, and the client could lose the
+	 * answer: after it, the write side is shut and input is read and dropped (up to
+	 * API_HTTP_MAX_DISCARD, or the idle timeout) until the client closes.
+	 */
+	bool draining;
+	size_t drained;
+};
 
 struct api_server {
 	struct api_backend be; /* copied so callers may build it on the stack */
 	struct evloop *loop;
-	struct MHD_Daemon *mhd;
-	int listen_fd; /* owned by MHD while mhd is running */
-	int mhd_epfd;  /* owned by MHD */
+	int listen_fd;
+	int epfd; /* the connections and the listen socket; itself one handler in the loop */
 	int timer_fd;
+	struct api_conn *conns[API_HTTP_MAX_CONNECTIONS];
 	dev_t sock_dev; /* identify our socket file so stop never unlinks a successor's */
 	ino_t sock_ino;
 	char *sock_path;
+	http_parser_settings settings;
 };
 
-/* Per-request state, MHD's con_cls. */
-struct api_conn {
-	char *buf;
-	size_t len;
-	size_t cap;
-	size_t discarded; /* bytes of an oversized chunked body, counted for the 413 message */
-	bool oversized;   /* body exceeded API_MAX_BODY; the rest is counted, not kept */
-	bool answered;    /* a response is already queued */
-};
-
-/* Takes ownership of resp->body. */
-static enum MHD_Result queue_json(struct MHD_Connection *c, struct api_response *resp)
+static uint64_t now_ms(void)
 {
-	struct MHD_Response *r;
-	bool has_body = resp->body != NULL;
+	struct timespec ts;
 
-	if (has_body)
-		r = MHD_create_response_from_buffer(strlen(resp->body), resp->body,
-						    MHD_RESPMEM_MUST_FREE);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static const char *reason(int status)
+{
+	switch (status) {
+	case 100:
+		return "Continue";
+	case 200:
+		return "OK";
+	case 204:
+		return "No Content";
+	case 400:
+		return "Bad Request";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 408:
+		return "Request Timeout";
+	case 409:
+		return "Conflict";
+	case 413:
+		return "Content Too Large";
+	case 414:
+		return "URI Too Long";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 500:
+		return "Internal Server Error";
+	case 501:
+		return "Not Implemented";
+	case 503:
+		return "Service Unavailable";
+	case 505:
+		return "HTTP Version Not Supported";
+	default:
+		return "Status";
+	}
+}
+
+/* A transport-level fault in the handler's shape: {"fault_message": msg}. */
+static void fault_response(struct api_response *resp, int status, const char *msg)
+{
+	json_t *j = json_pack("{s:s}", "fault_message", msg);
+
+	resp->status = status;
+	resp->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+}
+
+static void conn_reset_request(struct api_conn *c)
+{
+	c->url_len = 0;
+	c->url[0] = '\0';
+	c->head_bytes = 0;
+	c->nr_headers = 0;
+	c->field_len = 0;
+	c->field_done = false;
+	c->in_expect = c->expect_continue = c->url_too_long = false;
+	free(c->body);
+	c->body = NULL;
+	c->body_len = c->body_cap = 0;
+	c->discarded = 0;
+	c->oversized = c->complete = false;
+	c->refuse = 0;
+}
+
+static void update_events(struct api_conn *c)
+{
+	struct epoll_event ev = {.data.ptr = c};
+
+	/* Read only while no response is waiting: a client gets its answers in order. */
+	ev.events = c->out ? EPOLLOUT : EPOLLIN;
+	(void)epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void conn_close(struct api_conn *c)
+{
+	struct api_server *srv = c->srv;
+
+	for (int i = 0; i < API_HTTP_MAX_CONNECTIONS; i++)
+		if (srv->conns[i] == c)
+			srv->conns[i] = NULL;
+	epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	free(c->body);
+	free(c->out);
+	free(c);
+}
+
+/* Takes ownership of resp->body. Returns 0, or -ENOMEM (the connection is then closed). */
+static int queue_response(struct api_conn *c, struct api_response *resp, bool keep_alive)
+{
+	bool head_only = c->parser.method == HTTP_HEAD;
+	size_t blen = resp->body ? strlen(resp->body) : 0;
+	char head[256];
+	int n;
+
+	if (resp->status == 204 || !resp->body)
+		n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n%s\r\n", resp->status,
+			     reason(resp->status), keep_alive ? "" : "Connection: close\r\n");
 	else
-		r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-	if (!r) {
+		n = snprintf(head, sizeof(head),
+			     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+			     "Content-Length: %zu\r\n%s\r\n",
+			     resp->status, reason(resp->status), blen,
+			     keep_alive ? "" : "Connection: close\r\n");
+	if (head_only)
+		blen = 0;
+	c->out = malloc((size_t)n + blen);
+	if (!c->out) {
 		free(resp->body);
-		return MHD_NO;
+		resp->body = NULL;
+		return -ENOMEM;
 	}
-	resp->body = NULL; /* the response frees it now */
-	if (has_body &&
-	    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES) {
-		MHD_destroy_response(r);
-		return MHD_NO;
-	}
-	enum MHD_Result ret = MHD_queue_response(c, (unsigned int)resp->status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-/*
- * Answers through api_handle even for transport-level refusals, so every
- * fault body has the same shape.  A NULL body with an oversized length makes
- * it reply 413 without looking at the body.
- */
-static enum MHD_Result answer(struct api_server *srv, struct MHD_Connection *c,
-			      struct api_conn *conn, const char *method, const char *url,
-			      const char *body, size_t len)
-{
-	struct api_response resp;
-
-	api_handle(&srv->be, method, url, body, len, &resp);
-	conn->answered = true;
-	return queue_json(c, &resp);
-}
-
-/* The announced body size, or 0 when there is none (chunked or no body). */
-static size_t content_length(struct MHD_Connection *c)
-{
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (!cl)
-		return 0;
-	/* MHD has already rejected a malformed Content-Length; only the size matters here. */
-	unsigned long long v = strtoull(cl, NULL, 10);
-	return v > SIZE_MAX ? SIZE_MAX : (size_t)v;
-}
-
-static int conn_append(struct api_conn *conn, const char *data, size_t size)
-{
-	if (conn->len + size > conn->cap) {
-		size_t cap = conn->cap ? conn->cap : 1024;
-		while (cap < conn->len + size)
-			cap *= 2;
-		if (cap > API_MAX_BODY)
-			cap = API_MAX_BODY;
-		char *nb = realloc(conn->buf, cap);
-		if (!nb)
-			return -ENOMEM;
-		conn->buf = nb;
-		conn->cap = cap;
-	}
-	memcpy(conn->buf + conn->len, data, size);
-	conn->len += size;
+	memcpy(c->out, head, (size_t)n);
+	if (blen)
+		memcpy(c->out + n, resp->body, blen);
+	free(resp->body);
+	resp->body = NULL;
+	c->out_len = (size_t)n + blen;
+	c->out_off = 0;
+	c->close_after = !keep_alive;
 	return 0;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version, const char *upload_data,
-				  size_t *upload_data_size, void **con_cls)
+/* Answers through api_handle; a refusal before the body (c->refuse) gets the handler's shape. */
+static int answer(struct api_conn *c)
 {
-	struct api_server *srv = cls;
-	struct api_conn *conn = *con_cls;
+	struct api_response resp = {0};
+	const char *method = http_method_str((enum http_method)c->parser.method);
+	/* After an Upgrade request the parser's flag stays set: such a client gets one answer. */
+	bool keep_alive = !c->refuse && !c->parser.upgrade && http_should_keep_alive(&c->parser);
 
-	(void)version;
-	if (!conn) {
-		conn = calloc(1, sizeof(*conn));
-		if (!conn)
-			return MHD_NO;
-		*con_cls = conn;
-		/*
-		 * Refuse before reading any body, so a client sending
-		 * "Expect: 100-continue" never gets invited to upload it.
-		 */
-		if (strnlen(url, API_HTTP_MAX_URL + 1) > API_HTTP_MAX_URL)
-			return answer(srv, c, conn, method, url, NULL, 0);
-		size_t announced = content_length(c);
-		if (announced > API_MAX_BODY)
-			return answer(srv, c, conn, method, url, NULL, announced);
-		return MHD_YES;
-	}
-
-	if (*upload_data_size) {
-		size_t size = *upload_data_size;
-		*upload_data_size = 0;
-		if (conn->answered)
-			return MHD_YES;
-		if (!conn->oversized && size > API_MAX_BODY - conn->len) {
-			/*
-			 * Chunked uploads have no Content-Length to refuse up
-			 * front, and MHD 0.9.75 refuses MHD_queue_response
-			 * mid-upload; drop what we hold and count the rest.
-			 */
-			conn->oversized = true;
-			conn->discarded = conn->len;
-			free(conn->buf);
-			conn->buf = NULL;
-			conn->len = conn->cap = 0;
-		}
-		if (conn->oversized) {
-			conn->discarded += size;
-			return conn->discarded > API_HTTP_MAX_DISCARD ? MHD_NO : MHD_YES;
-		}
-		if (conn_append(conn, upload_data, size) < 0)
-			return MHD_NO;
-		return MHD_YES;
-	}
-
-	if (conn->answered)
-		return MHD_YES;
-	if (conn->oversized)
-		return answer(srv, c, conn, method, url, NULL, conn->discarded);
-	return answer(srv, c, conn, method, url, conn->buf, conn->len);
+	if (c->refuse == 431)
+		fault_response(&resp, 431, "request headers too large");
+	else if (c->refuse == 505)
+		fault_response(&resp, 505, "only HTTP/1.x is served here");
+	else if (c->refuse == 414)
+		api_handle(&c->srv->be, method, c->url, NULL, 0, &resp); /* the path's own 414 */
+	else if (c->refuse == 413 || c->oversized)
+		api_handle(&c->srv->be, method, c->url, NULL,
+			   c->refuse ? (size_t)c->parser.content_length : c->discarded, &resp);
+	else
+		api_handle(&c->srv->be, method, c->url, c->body, c->body_len, &resp);
+	return queue_response(c, &resp, keep_alive);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+/* A fault the parser found: answered, then the connection closes. */
+static int answer_fault(struct api_conn *c, int status, const char *msg)
 {
-	struct api_conn *conn = *con_cls;
+	struct api_response resp = {0};
 
-	(void)cls;
-	(void)c;
-	(void)toe;
-	if (!conn)
+	fault_response(&resp, status, msg);
+	if (!resp.body)
+		return -ENOMEM;
+	return queue_response(c, &resp, false);
+}
+
+static struct api_conn *conn_of(http_parser *p)
+{
+	return p->data;
+}
+
+static int on_message_begin(http_parser *p)
+{
+	conn_reset_request(conn_of(p));
+	return 0;
+}
+
+static int count_head(struct api_conn *c, size_t len)
+{
+	c->head_bytes += len;
+	if (c->head_bytes > API_HTTP_MAX_HEAD) {
+		c->refuse = 431;
+		http_parser_pause(&c->parser, 1);
+	}
+	return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+	struct api_conn *c = conn_of(p);
+
+	size_t keep = len;
+
+	if (c->url_len + len > API_HTTP_MAX_URL) {
+		c->url_too_long = true;
+		/* Keep a prefix, NUL-terminated: the 414 message names the resource. */
+		keep = API_HTTP_MAX_URL + 1 - c->url_len;
+	}
+	memcpy(c->url + c->url_len, at, keep);
+	c->url_len += keep;
+	c->url[c->url_len] = '\0';
+	return count_head(c, len);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+	struct api_conn *c = conn_of(p);
+
+	if (c->field_done) { /* a new header begins */
+		c->field_done = false;
+		c->field_len = 0;
+	}
+	if (c->field_len == 0 && ++c->nr_headers > API_HTTP_MAX_HEADERS) {
+		c->refuse = 431;
+		http_parser_pause(p, 1);
+		return 0;
+	}
+	size_t room = sizeof(c->field) - 1 - c->field_len;
+	size_t n = len < room ? len : room;
+
+	memcpy(c->field + c->field_len, at, n);
+	c->field_len += n;
+	c->field[c->field_len] = '\0';
+	if (len > room)
+		c->field[0] = '\0'; /* too long to be one we read */
+	return count_head(c, len);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+	struct api_conn *c = conn_of(p);
+
+	if (!c->field_done) {
+		c->field_done = true;
+		c->in_expect = strcasecmp(c->field, "expect") == 0;
+	}
+	if (c->in_expect && len >= 12 && strncasecmp(at, "100-continue", 12) == 0)
+		c->expect_continue = true;
+	return count_head(c, len);
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Percent-decodes the path (not the query): the handler sees a decoded path, as before. */
+static void decode_path(char *url)
+{
+	char *r = url, *w = url;
+
+	while (*r && *r != '?') {
+		int hi = r[0] == '%' ? hexval(r[1]) : -1;
+		int lo = hi >= 0 ? hexval(r[2]) : -1;
+
+		if (lo >= 0) {
+			*w++ = (char)(hi << 4 | lo);
+			r += 3;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	memmove(w, r, strlen(r) + 1);
+}
+
+static int on_headers_complete(http_parser *p)
+{
+	struct api_conn *c = conn_of(p);
+	bool has_length = p->flags & F_CONTENTLENGTH;
+
+	decode_path(c->url);
+	/* Refuse before reading any body, so an "Expect: 100-continue" client is never invited. */
+	if (p->http_major != 1)
+		c->refuse = 505;
+	else if (c->url_too_long)
+		c->refuse = 414;
+	else if (has_length && p->content_length > API_MAX_BODY)
+		c->refuse = 413;
+	if (c->refuse) {
+		http_parser_pause(p, 1);
+		return 0;
+	}
+	if (c->expect_continue && p->http_major == 1 && p->http_minor >= 1) {
+		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+		/* 25 bytes on a connection with nothing queued: a short write means a dead peer. */
+		if (send(c->fd, cont, sizeof(cont) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+		    (ssize_t)sizeof(cont) - 1)
+			return -1;
+	}
+	return 0;
+}
+
+static int body_append(struct api_conn *c, const char *data, size_t size)
+{
+	if (c->body_len + size > c->body_cap) {
+		size_t cap = c->body_cap ? c->body_cap : 1024;
+
+		while (cap < c->body_len + size)
+			cap *= 2;
+		if (cap > API_MAX_BODY)
+			cap = API_MAX_BODY;
+		char *nb = realloc(c->body, cap);
+
+		if (!nb)
+			return -ENOMEM;
+		c->body = nb;
+		c->body_cap = cap;
+	}
+	memcpy(c->body + c->body_len, data, size);
+	c->body_len += size;
+	return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+	struct api_conn *c = conn_of(p);
+
+	if (!c->oversized && len > API_MAX_BODY - c->body_len) {
+		/* A chunked upload has no Content-Length to refuse up front: drop, count the rest.
+		 */
+		c->oversized = true;
+		c->discarded = c->body_len;
+		free(c->body);
+		c->body = NULL;
+		c->body_len = c->body_cap = 0;
+	}
+	if (c->oversized) {
+		c->discarded += len;
+		return c->discarded > API_HTTP_MAX_DISCARD ? -1 : 0;
+	}
+	return body_append(c, at, len) < 0 ? -1 : 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+	struct api_conn *c = conn_of(p);
+
+	c->complete = true;
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+/* Writes what the socket takes. Returns 0, or -1 when the connection is done (closed). */
+static int conn_flush(struct api_conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0) {
+			conn_close(c);
+			return -1;
+		}
+		c->out_off += (size_t)n;
+		c->last_ms = now_ms();
+	}
+	free(c->out);
+	c->out = NULL;
+	c->out_len = c->out_off = 0;
+	if (c->close_after) {
+		shutdown(c->fd, SHUT_WR);
+		c->draining = true;
+		c->in_len = 0;
+	}
+	return 0;
+}
+
+/* Reads and drops what the client still sends after its last answer; closes at EOF. */
+static void conn_drain(struct api_conn *c)
+{
+	char scratch[API_HTTP_READ_CHUNK];
+	ssize_t n = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 		return;
-	free(conn->buf);
-	free(conn);
-	*con_cls = NULL;
+	if (n > 0)
+		c->drained += (size_t)n;
+	if (n <= 0 || c->drained > API_HTTP_MAX_DISCARD)
+		conn_close(c);
+	else
+		c->last_ms = now_ms();
 }
 
 /*
- * MHD must also run when nothing is readable: idle timeouts, and requests
- * it has buffered but not yet processed.  A timerfd in the same loop keeps
- * the loop free of per-handler timeouts.
+ * Parses what is buffered: answers each complete request in order, stopping while a response
+ * waits to be written. Returns 0, or -1 when the connection was closed.
  */
+static int conn_parse(struct api_conn *c)
+{
+	while (c->in_len && !c->out && !c->draining) {
+		size_t n = http_parser_execute(&c->parser, &c->srv->settings, c->in, c->in_len);
+		enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+		int r = 0;
+
+		if (n > c->in_len)
+			n = c->in_len;
+		memmove(c->in, c->in + n, c->in_len - n);
+		c->in_len -= n;
+		if (e == HPE_PAUSED) {
+			http_parser_pause(&c->parser, 0);
+			if (c->refuse || c->complete)
+				r = answer(c);
+			c->complete = false;
+		} else if (e == HPE_CB_body && c->oversized) {
+			/* Past the discard cap: cut off without an answer. */
+			conn_close(c);
+			return -1;
+		} else if (e != HPE_OK) {
+			if (e == HPE_INVALID_VERSION)
+				r = answer_fault(c, 505, "only HTTP/1.x is served here");
+			else if (e == HPE_HEADER_OVERFLOW)
+				r = answer_fault(c, 431, "request headers too large");
+			else
+				r = answer_fault(c, 400, "malformed HTTP request");
+			c->in_len = 0;
+		}
+		if (r < 0) {
+			conn_close(c);
+			return -1;
+		}
+		if (c->out) {
+			update_events(c);
+			if (conn_flush(c) < 0)
+				return -1;
+			if (!c->out)
+				update_events(c);
+		}
+	}
+	return 0;
+}
+
+static void conn_readable(struct api_conn *c)
+{
+	if (c->in_len >= API_HTTP_IN_CAP) {
+		/* A request larger than the buffer is parsed as it streams; this cannot fill up. */
+		conn_close(c);
+		return;
+	}
+	size_t want = API_HTTP_IN_CAP - c->in_len;
+	ssize_t n = recv(c->fd, c->in + c->in_len,
+			 want < API_HTTP_READ_CHUNK ? want : API_HTTP_READ_CHUNK, MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n <= 0) {
+		conn_close(c); /* EOF or reset between requests or mid-request */
+		return;
+	}
+	c->last_ms = now_ms();
+	c->in_len += (size_t)n;
+	conn_parse(c);
+}
+
+static void conn_writable(struct api_conn *c)
+{
+	if (conn_flush(c) < 0)
+		return;
+	if (!c->out) {
+		update_events(c);
+		conn_parse(c); /* a pipelined request may be waiting */
+	}
+}
+
+static void accept_one(struct api_server *srv)
+{
+	int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	int slot = -1;
+
+	if (fd < 0)
+		return;
+	for (int i = 0; i < API_HTTP_MAX_CONNECTIONS && slot < 0; i++)
+		if (!srv->conns[i])
+			slot = i;
+	struct api_conn *c = slot < 0 ? NULL : calloc(1, sizeof(*c));
+
+	if (!c) {
+		close(fd); /* over the connection limit: the client sees its connection closed */
+		return;
+	}
+	c->srv = srv;
+	c->fd = fd;
+	c->last_ms = now_ms();
+	http_parser_init(&c->parser, HTTP_REQUEST);
+	c->parser.data = c;
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		close(fd);
+		free(c);
+		return;
+	}
+	srv->conns[slot] = c;
+}
+
+/* The next idle deadline, so the timer wakes the loop only when a connection may expire. */
 static void rearm_timer(struct api_server *srv)
 {
-	MHD_UNSIGNED_LONG_LONG ms;
-	struct itimerspec its = { 0 };
+	struct itimerspec its = {0};
+	uint64_t first = UINT64_MAX, now = now_ms();
 
-	if (MHD_get_timeout(srv->mhd, &ms) == MHD_YES) {
-		if (ms == 0) {
+	for (int i = 0; i < API_HTTP_MAX_CONNECTIONS; i++)
+		if (srv->conns[i] && srv->conns[i]->last_ms < first)
+			first = srv->conns[i]->last_ms;
+	if (first != UINT64_MAX) {
+		uint64_t due = first + API_HTTP_IDLE_TIMEOUT_MS;
+		uint64_t ms = due > now ? due - now : 0;
+
+		its.it_value.tv_sec = (time_t)(ms / 1000);
+		its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+		if (ms == 0)
 			its.it_value.tv_nsec = 1; /* zero would disarm */
-		} else {
-			its.it_value.tv_sec = (time_t)(ms / 1000);
-			its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
-		}
 	}
 	/* Only fails for bad arguments, which these are not. */
 	(void)timerfd_settime(srv->timer_fd, 0, &its, NULL);
 }
 
-static void on_mhd_ready(void *opaque, uint32_t events)
+static void on_ready(void *opaque, uint32_t events)
 {
 	struct api_server *srv = opaque;
+	struct epoll_event evs[API_HTTP_EVENTS];
+	int n = epoll_wait(srv->epfd, evs, API_HTTP_EVENTS, 0);
 
 	(void)events;
-	MHD_run(srv->mhd);
+	/* Readiness is level-triggered: what is left over is served on the next loop round. */
+	for (int i = 0; i < n; i++) {
+		if (evs[i].data.ptr == srv) {
+			accept_one(srv);
+			continue;
+		}
+		struct api_conn *c = evs[i].data.ptr;
+		bool live = false;
+
+		/*
+		 * An earlier event of this round may have closed it. Should a connection accepted
+		 * since reuse its address, the stale event only finds nothing to read or write.
+		 */
+		for (int k = 0; k < API_HTTP_MAX_CONNECTIONS; k++)
+			live |= srv->conns[k] == c;
+		if (!live)
+			continue;
+		if (c->out)
+			conn_writable(c);
+		else if (c->draining)
+			conn_drain(c);
+		else
+			conn_readable(c);
+	}
 	rearm_timer(srv);
 }
 
 static void on_timer(void *opaque, uint32_t events)
 {
 	struct api_server *srv = opaque;
-	uint64_t expirations;
+	uint64_t expirations, now = now_ms();
 
 	(void)events;
-	/* EAGAIN: on_mhd_ready rearmed it earlier in this batch; running MHD is harmless anyway. */
 	(void)!read(srv->timer_fd, &expirations, sizeof(expirations));
-	MHD_run(srv->mhd);
+	for (int i = 0; i < API_HTTP_MAX_CONNECTIONS; i++) {
+		struct api_conn *c = srv->conns[i];
+
+		if (c && now - c->last_ms >= API_HTTP_IDLE_TIMEOUT_MS)
+			conn_close(c);
+	}
 	rearm_timer(srv);
 }
 
@@ -253,7 +681,7 @@ static int remove_stale_socket(const char *path)
 
 static int listen_unix(struct api_server *srv, const char *path)
 {
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	struct stat st;
 	int fd, ret;
 
@@ -302,34 +730,26 @@ static void unlink_own_socket(struct api_server *srv)
 		unlink(srv->sock_path);
 }
 
-/* Stops MHD but keeps the listen socket out of its hands, since MHD closes what it holds. */
-static void stop_mhd(struct api_server *srv)
-{
-	MHD_socket fd = MHD_quiesce_daemon(srv->mhd);
-
-	MHD_stop_daemon(srv->mhd);
-	srv->mhd = NULL;
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
-	srv->listen_fd = -1;
-}
-
 int api_server_start(struct api_server **out, const char *sock_path, const struct api_backend *be,
 		     struct evloop *loop)
 {
 	struct api_server *srv;
 	int ret;
 
-	/* We install no SIGPIPE handler; a peer hanging up mid-reply must not kill the VMM. */
-	if (MHD_is_feature_supported(MHD_FEATURE_AUTOSUPPRESS_SIGPIPE) != MHD_YES)
-		return -ENOTSUP;
-
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
 	srv->be = *be;
 	srv->loop = loop;
-	srv->listen_fd = srv->timer_fd = srv->mhd_epfd = -1;
+	srv->listen_fd = srv->timer_fd = srv->epfd = -1;
+	http_parser_settings_init(&srv->settings);
+	srv->settings.on_message_begin = on_message_begin;
+	srv->settings.on_url = on_url;
+	srv->settings.on_header_field = on_header_field;
+	srv->settings.on_header_value = on_header_value;
+	srv->settings.on_headers_complete = on_headers_complete;
+	srv->settings.on_body = on_body;
+	srv->settings.on_message_complete = on_message_complete;
 	srv->sock_path = strdup(sock_path);
 	if (!srv->sock_path) {
 		ret = -ENOMEM;
@@ -341,52 +761,35 @@ int api_server_start(struct api_server **out, const char *sock_path, const struc
 		goto err_free;
 
 	srv->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (srv->timer_fd < 0) {
+	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (srv->timer_fd < 0 || srv->epfd < 0) {
 		ret = -errno;
-		goto err_listen;
+		goto err_fds;
 	}
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = srv};
 
-	/* No internal thread: everything runs from our loop, on the loop thread. */
-	srv->mhd = MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, on_request, srv,
-				    MHD_OPTION_LISTEN_SOCKET, (MHD_socket)srv->listen_fd,
-				    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-				    MHD_OPTION_CONNECTION_LIMIT, (unsigned int)API_HTTP_MAX_CONNECTIONS,
-				    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)API_HTTP_IDLE_TIMEOUT_S,
-				    MHD_OPTION_CONNECTION_MEMORY_LIMIT, API_HTTP_CONN_MEMORY,
-				    MHD_OPTION_END);
-	if (!srv->mhd) {
-		/* MHD 0.9.75 leaves a caller's listen socket open when it fails to start. */
-		ret = -EIO; /* MHD reports no reason without an error log */
-		goto err_timer;
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->listen_fd, &ev) < 0) {
+		ret = -errno;
+		goto err_fds;
 	}
-
-	const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	if (!info) {
-		ret = -EIO;
-		goto err_mhd;
-	}
-	srv->mhd_epfd = info->epoll_fd;
-
-	ret = evloop_add(loop, srv->mhd_epfd, EPOLLIN, on_mhd_ready, srv);
+	ret = evloop_add(loop, srv->epfd, EPOLLIN, on_ready, srv);
 	if (ret < 0)
-		goto err_mhd;
+		goto err_fds;
 	ret = evloop_add(loop, srv->timer_fd, EPOLLIN, on_timer, srv);
 	if (ret < 0)
-		goto err_del_mhd;
-	rearm_timer(srv);
+		goto err_del;
 
 	*out = srv;
 	return 0;
 
-err_del_mhd:
-	evloop_del(loop, srv->mhd_epfd);
-err_mhd:
-	stop_mhd(srv);
-err_timer:
-	close(srv->timer_fd);
-err_listen:
-	if (srv->listen_fd >= 0)
-		close(srv->listen_fd);
+err_del:
+	evloop_del(loop, srv->epfd);
+err_fds:
+	if (srv->epfd >= 0)
+		close(srv->epfd);
+	if (srv->timer_fd >= 0)
+		close(srv->timer_fd);
+	close(srv->listen_fd);
 	unlink_own_socket(srv);
 err_free:
 	free(srv->sock_path);
@@ -400,9 +803,13 @@ void api_server_stop(struct api_server *srv)
 	if (!srv)
 		return;
 	evloop_del(srv->loop, srv->timer_fd);
-	evloop_del(srv->loop, srv->mhd_epfd);
-	stop_mhd(srv);
+	evloop_del(srv->loop, srv->epfd);
+	for (int i = 0; i < API_HTTP_MAX_CONNECTIONS; i++)
+		if (srv->conns[i])
+			conn_close(srv->conns[i]);
+	close(srv->epfd);
 	close(srv->timer_fd);
+	close(srv->listen_fd);
 	unlink_own_socket(srv);
 	free(srv->sock_path);
 	free(srv);

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Option errors are one clear line with status 2; bad kernel files are clear errors, not crashes."""
 import os
+import shutil
+import subprocess
 import tempfile
 
-from covetest import check, guest, main, run_cove
+from covetest import COVE, Vm, check, guest, main, run_cove
 
 
 def one_line_error(args, status, *words):
@@ -178,8 +180,32 @@ def test_fork_refused(root, hello):
     os.rmdir(os.path.join(root, "taken"))
 
 
+def test_vmm_exec():
+    """cove run execs cove-vmm from its own directory in place: same pid, same command line."""
+    with Vm(guest("counter")) as vm:
+        vm.wait_output("tick 1\n", timeout=30)
+        exe = os.readlink(f"/proc/{vm.proc.pid}/exe")
+        check(os.path.basename(exe) == "cove-vmm", f"cove run's pid runs {exe}, not cove-vmm")
+        check(os.path.dirname(exe) == os.path.dirname(os.path.realpath(COVE)),
+              f"cove-vmm {exe} is not beside {COVE}")
+        argv = open(f"/proc/{vm.proc.pid}/cmdline", "rb").read().split(b"\0")
+        check(argv[0] == COVE.encode() and argv[1] == b"run", f"command line {argv[:3]}")
+        maps = open(f"/proc/{vm.proc.pid}/maps").read()
+        for lib in ("libcrypto", "libcurl", "libzstd", "libgnutls", "libmicrohttpd"):
+            check(lib not in maps, f"cove-vmm maps {lib} without an encrypted chain")
+        check(vm.stop() == 0, f"SIGTERM: {vm.stderr()}")
+    # Without cove-vmm beside it, cove says so in one line, status 1.
+    with tempfile.TemporaryDirectory() as d:
+        alone = os.path.join(d, "cove")
+        shutil.copy2(COVE, alone)
+        r = subprocess.run([alone, "run", "--help"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 1 and "cove-vmm" in r.stderr and r.stderr.count("\n") == 1,
+              f"cove without cove-vmm: {r.returncode} {r.stderr!r}")
+
+
 def tests():
     test()
+    test_vmm_exec()
     test_lifecycle_cli()
 
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -398,6 +399,247 @@ static void test_http_refuses_non_socket(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* A raw exchange: sends, half-closes, reads until EOF or timeout; returns the bytes read. */
+static size_t client_raw(const char *path, const char *req, size_t len, char *out, size_t cap)
+{
+	int fd = client_connect(path);
+	size_t got = 0;
+
+	client_send(fd, req, len);
+	shutdown(fd, SHUT_WR);
+	while (got < cap - 1) {
+		ssize_t n = recv(fd, out + got, cap - 1 - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	out[got] = '\0';
+	close(fd);
+	return got;
+}
+
+static void test_http_version(void **state)
+{
+	struct http_fixture *fx = *state;
+	static const char req[] = "GET /vm HTTP/9.9\r\nHost: x\r\n\r\n";
+	char out[4096];
+
+	client_raw(fx->path, req, sizeof(req) - 1, out, sizeof(out));
+	assert_true(strncmp(out, "HTTP/1.1 505", 12) == 0);
+	assert_non_null(strstr(out, "fault_message"));
+	expect_get_vm_ok(fx);
+}
+
+/* Too many header lines, or too many header bytes: 431 with a fault body, then closed. */
+static void test_http_header_limits(void **state)
+{
+	struct http_fixture *fx = *state;
+	size_t cap = 64 * 1024;
+	char *req = malloc(cap), out[4096];
+	size_t n = 0;
+
+	assert_non_null(req);
+	n += (size_t)snprintf(req, cap, "GET /vm HTTP/1.1\r\n");
+	for (int i = 0; i < 100; i++)
+		n += (size_t)snprintf(req + n, cap - n, "X-H%d: v\r\n", i);
+	n += (size_t)snprintf(req + n, cap - n, "\r\n");
+	client_raw(fx->path, req, n, out, sizeof(out));
+	assert_true(strncmp(out, "HTTP/1.1 431", 12) == 0);
+	assert_non_null(strstr(out, "fault_message"));
+
+	n = (size_t)snprintf(req, cap, "GET /vm HTTP/1.1\r\nX-Big: ");
+	memset(req + n, 'a', 40 * 1024);
+	n += 40 * 1024;
+	n += (size_t)snprintf(req + n, cap - n, "\r\n\r\n");
+	client_raw(fx->path, req, n, out, sizeof(out));
+	assert_true(strncmp(out, "HTTP/1.1 431", 12) == 0);
+	free(req);
+	expect_get_vm_ok(fx);
+}
+
+/* Two requests in one write get two answers, in order, on the same connection. */
+static void test_http_pipelined(void **state)
+{
+	struct http_fixture *fx = *state;
+	char req[512];
+	json_t *j;
+	int n = snprintf(req, sizeof(req),
+			 "PATCH /vm HTTP/1.1\r\nHost: x\r\nContent-Length: 18\r\n\r\n"
+			 "{\"state\":\"Paused\"}GET /vm HTTP/1.1\r\nHost: x\r\n\r\n");
+	int fd = client_connect(fx->path);
+
+	client_send(fd, req, (size_t)n);
+	assert_int_equal(client_read_response(fd, &j, NULL, 0), 204);
+	assert_int_equal(client_read_response(fd, &j, NULL, 0), 200);
+	close(fd);
+	assert_int_equal(fx->vm.pauses, 1);
+}
+
+/* "Expect: 100-continue" is invited to send its body; an oversized one is refused instead. */
+static void test_http_expect_continue(void **state)
+{
+	struct http_fixture *fx = *state;
+	static const char head[] = "PATCH /vm HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+				   "Content-Length: 18\r\n\r\n";
+	char buf[64] = {0};
+	json_t *j;
+	int fd = client_connect(fx->path);
+
+	client_send(fd, head, sizeof(head) - 1);
+	assert_int_equal(recv(fd, buf, 25, MSG_WAITALL), 25);
+	assert_string_equal(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+	client_send(fd, "{\"state\":\"Paused\"}", 18);
+	assert_int_equal(client_read_response(fd, &j, NULL, 0), 204);
+	close(fd);
+	assert_int_equal(fx->vm.pauses, 1);
+
+	static const char big[] = "PATCH /vm HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+				  "Content-Length: 1000000\r\n\r\n";
+	fd = client_connect(fx->path);
+	client_send(fd, big, sizeof(big) - 1);
+	assert_int_equal(client_read_response(fd, &j, NULL, 0), 413);
+	json_decref(j);
+	close(fd);
+}
+
+/* The path is percent-decoded as before; HEAD gets the head only; HTTP/1.0 is closed after. */
+static void test_http_path_head_http10(void **state)
+{
+	struct http_fixture *fx = *state;
+	static const char enc[] = "GET /v%6d HTTP/1.0\r\n\r\n";
+	static const char head[] = "HEAD /vm HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	char out[4096];
+
+	client_raw(fx->path, enc, sizeof(enc) - 1, out, sizeof(out));
+	assert_true(strncmp(out, "HTTP/1.1 200", 12) == 0);
+	assert_non_null(strstr(out, "Connection: close"));
+	assert_non_null(strstr(out, "\"Running\""));
+	client_raw(fx->path, head, sizeof(head) - 1, out, sizeof(out));
+	assert_true(strncmp(out, "HTTP/1.1 405", 12) == 0);
+	assert_non_null(strstr(out, "\r\n\r\n"));
+	assert_string_equal(strstr(out, "\r\n\r\n"), "\r\n\r\n"); /* no body */
+}
+
+/* 16 connections at most: the 17th is closed unanswered; freeing one lets the next in. */
+static void test_http_connection_limit(void **state)
+{
+	struct http_fixture *fx = *state;
+	static const char req[] = "GET /vm HTTP/1.1\r\nHost: x\r\n\r\n";
+	int fds[16];
+	json_t *j;
+
+	for (int i = 0; i < 16; i++) {
+		fds[i] = client_connect(fx->path);
+		/* Each is served, so each is surely accepted before the next connects. */
+		client_send(fds[i], req, sizeof(req) - 1);
+		assert_int_equal(client_read_response(fds[i], &j, NULL, 0), 200);
+		json_decref(j);
+	}
+	int extra = client_connect(fx->path);
+	client_send(extra, req, sizeof(req) - 1);
+	assert_int_equal(client_read_response(extra, &j, NULL, 0), 0);
+	close(extra);
+	close(fds[0]);
+	usleep(200 * 1000);
+	expect_get_vm_ok(fx);
+	for (int i = 1; i < 16; i++)
+		close(fds[i]);
+}
+
+struct flooder {
+	const char *path;
+	atomic_bool stop;
+	int fd;
+};
+
+/* Pipelines GETs and never reads an answer. */
+static void *flood_thread(void *arg)
+{
+	struct flooder *f = arg;
+	static const char req[] = "GET /vm HTTP/1.1\r\nHost: x\r\n\r\n";
+
+	while (!atomic_load(&f->stop)) {
+		if (send(f->fd, req, sizeof(req) - 1, MSG_NOSIGNAL) <= 0 && errno != EAGAIN)
+			break;
+	}
+	return NULL;
+}
+
+/* A client that floods requests and reads nothing does not starve another client. */
+static void test_http_flood_fair(void **state)
+{
+	struct http_fixture *fx = *state;
+	struct flooder f = {.path = fx->path};
+	struct timeval tv = {.tv_usec = 100 * 1000};
+	pthread_t th;
+
+	f.fd = client_connect(fx->path);
+	assert_int_equal(setsockopt(f.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
+	assert_int_equal(pthread_create(&th, NULL, flood_thread, &f), 0);
+	usleep(300 * 1000);
+	for (int i = 0; i < 5; i++) {
+		struct timespec t0, t1;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		expect_get_vm_ok(fx);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+		if (ms > 1000)
+			fail_msg("GET /vm took %.0f ms beside a flooding client", ms);
+	}
+	atomic_store(&f.stop, true);
+	pthread_join(th, NULL);
+	close(f.fd);
+}
+
+/*
+ * Junk longer than one read gets its 400 and then a clean EOF: the server drains what it did
+ * not parse instead of closing on it, which would reset the connection under the client.
+ */
+static void test_http_junk_clean_close(void **state)
+{
+	struct http_fixture *fx = *state;
+	char junk[10240], out[4096];
+	size_t got = 0;
+	ssize_t n;
+	int fd = client_connect(fx->path);
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i & 255);
+	client_send(fd, junk, sizeof(junk));
+	shutdown(fd, SHUT_WR);
+	while ((n = recv(fd, out + got, sizeof(out) - 1 - got, 0)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	if (n < 0)
+		fail_msg("recv after the answer: %s", strerror(errno));
+	assert_true(strncmp(out, "HTTP/1.1 400", 12) == 0);
+	assert_non_null(strstr(out, "fault_message"));
+	close(fd);
+	expect_get_vm_ok(fx);
+}
+
+/* A connection that says nothing for 10 s is closed (a slow client cannot hold a slot). */
+static void test_http_idle_timeout(void **state)
+{
+	struct http_fixture *fx = *state;
+	struct timeval tv = {.tv_sec = 15};
+	char b;
+	struct timespec t0, t1;
+	int fd = client_connect(fx->path);
+
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	client_send(fd, "GET /vm HTTP/1.1\r\n", 18);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ssize_t n = recv(fd, &b, 1, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+	long s = (long)(t1.tv_sec - t0.tv_sec);
+	assert_true(s >= 9 && s <= 12);
+	close(fd);
+	expect_get_vm_ok(fx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest plain[] = {
@@ -413,6 +655,15 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_http_endless_chunked, http_setup, http_teardown),
 	    cmocka_unit_test_setup_teardown(test_http_long_url, http_setup, http_teardown),
 	    cmocka_unit_test_setup_teardown(test_http_socket_mode, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_version, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_header_limits, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_pipelined, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_expect_continue, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_path_head_http10, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_connection_limit, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_flood_fair, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_idle_timeout, http_setup, http_teardown),
+	    cmocka_unit_test_setup_teardown(test_http_junk_clean_close, http_setup, http_teardown),
 	};
 	int failed = cmocka_run_group_tests_name("api_http_plain", plain, NULL, NULL);
 
