@@ -66,8 +66,10 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	}
 	int status = 1;
-	if (sandbox_init(sb, o.console, o.console_max, o.log_level) == 0)
+	if (sandbox_init(sb, o.console, o.console_max, o.log_level) == 0) {
+		sb->no_seccomp = o.no_seccomp;
 		status = boot_and_serve(sb, &o);
+	}
 	sandbox_destroy(sb);
 	free(sb);
 	return status;

@@ -175,6 +175,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	char err[512];
 	/* Test hooks: "opened" here, "built", then "state" and "started" in sandbox_serve. */
 	sb->phase_dir = o->phase_dir;
+	sb->no_seccomp = o->no_seccomp;
 	if (phase_hook(sb->phase_dir, "opened", &sb->log))
 		return 1;
 	uint64_t t0 = mono_us();

@@ -21,10 +21,12 @@
 
 #include "sandbox/agent_client.h"
 #include "sandbox/phase_hook.h"
+#include "sandbox/seccomp_filters.h"
 #include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "snapshot/keyprov.h"
+#include "snapshot/snap_crypt.h"
 #include "devices/overlay.h"
 #include "devices/virtio_blk.h"
 #include "devices/virtio_vsock.h"
@@ -119,6 +121,48 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 	return 0;
 }
 
+/* Each VM thread installs its own filter on itself, before its first guest work. */
+static int thread_hook(void *opaque, enum vm_thread_kind kind)
+{
+	struct sandbox *sb = opaque;
+	enum seccomp_kind k = kind == VM_THREAD_VCPU ? SECCOMP_VCPU : SECCOMP_UFFD;
+	char err[256];
+	int r = seccomp_install(k, err, sizeof(err));
+	if (r) {
+		log_err(&sb->log, "%s", err);
+		return r;
+	}
+	seccomp_test_trigger(k);
+	return 0;
+}
+
+/*
+ * Decides whether this process runs under seccomp and, if so, sets the SIGSYS reporter up and
+ * hooks the VM's threads. Before any thread of the VM starts.
+ */
+static int seccomp_begin(struct sandbox *sb)
+{
+	if (sb->no_seccomp) {
+		log_warn(&sb->log, "*** --no-seccomp: this VMM runs WITHOUT seccomp filters: a guest "
+				   "that breaks into it can make any system call (debugging only) ***");
+		return 0;
+	}
+	if (seccomp_sanitized_build()) {
+		log_info(&sb->log, "seccomp: filters off in this sanitizer build (LeakSanitizer "
+				   "needs ptrace and clone at exit)");
+		return 0;
+	}
+	int r = seccomp_trap_init();
+	if (r) {
+		log_err(&sb->log, "seccomp: cannot install the SIGSYS handler: %s", strerror(-r));
+		return r;
+	}
+	sb->seccomp_on = true;
+	sb->vm.thread_hook = thread_hook;
+	sb->vm.thread_hook_opaque = sb;
+	return 0;
+}
+
 int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty, int mem_fd,
 		  uint64_t mem_off)
 {
@@ -133,6 +177,9 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	};
 	sb->vm_created = true; /* vm_create cleans up after itself but leaves a destroyable vm */
 	int r = vm_create(&sb->vm, &cfg, &sb->log);
+	if (r)
+		return r;
+	r = seccomp_begin(sb);
 	if (r)
 		return r;
 	r = board_create(&sb->board, &sb->vm.host, sb->console_fd);
@@ -392,6 +439,12 @@ static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snap
 	if (dir && (!sb->snap_ready || strcmp(dir, sb->snap.dir))) {
 		if (api_dir_allowed(sb, dir, err, errlen))
 			return -EINVAL;
+		if (sb->seccomp_on && sb->snap_key)
+			return errmsg(err, errlen, -EPERM,
+				      "snapshot_dir '%.200s': a new encrypted chain needs the key "
+				      "provider, which never runs after start under seccomp: snapshot "
+				      "into this sandbox's --snapshot-dir",
+				      dir);
 		int r = sandbox_snapshots(sb, dir, sb->snap_interval_ms, sb->snap_keep);
 		if (r)
 			return errmsg(err, errlen, r, "cannot use snapshot directory %s", dir);
@@ -661,6 +714,7 @@ struct identity_job {
 static void *identity_thread(void *arg)
 {
 	struct identity_job *j = arg;
+	pthread_setname_np(pthread_self(), "cove-identity");
 	clone_identity(j->c, j->want, j->c->identity, sizeof(j->c->identity));
 	return NULL;
 }
@@ -771,6 +825,18 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	/* Restore's test hooks (NULL phase_dir: none): state applied, then vCPUs running. */
 	if (phase_hook(sb->phase_dir, "state", &sb->log))
 		return 1;
+	/*
+	 * Under seccomp nothing may run a key provider (exec, dlopen) after start: an encrypted
+	 * chain's data key is unwrapped (or created and wrapped) now, once.
+	 */
+	if (sb->seccomp_on && sb->snap_ready && sb->snap.encrypted && !sb->snap.crypt.key) {
+		char err[256];
+		if (snap_crypt_open_key(&sb->snap.crypt, sb->snap.dir, sb->snap.prov, 1,
+					sb->snap.inherit_key, err, sizeof(err))) {
+			log_err(&sb->log, "%s", err);
+			return 1;
+		}
+	}
 	int r = vm_start(&sb->vm);
 	if (sb->ready_fd >= 0) {
 		if (r)
@@ -782,6 +848,16 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	}
 	if (!r && phase_hook(sb->phase_dir, "started", &sb->log))
 		vm_request_stop(&sb->vm, 1, "test phase hook failed");
+	/* Last, on the main thread: threads the loop starts from now on inherit this filter. */
+	if (!r && sb->seccomp_on) {
+		char err[256];
+		pthread_setname_np(pthread_self(), "cove-evloop");
+		r = seccomp_install(SECCOMP_EVLOOP, err, sizeof(err));
+		if (r)
+			log_err(&sb->log, "%s", err);
+		else
+			seccomp_test_trigger(SECCOMP_EVLOOP);
+	}
 	if (!r)
 		r = evloop_run(loop);
 	if (r)

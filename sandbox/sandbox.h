@@ -57,6 +57,8 @@ struct sandbox {
 #define SANDBOX_MAX_CLONES 256
 	int clones[SANDBOX_MAX_CLONES]; /* pids of clones started here and not reaped yet */
 	int nr_clones;
+	/* --no-seccomp (set before sandbox_build); seccomp_on: the threads install filters. */
+	bool no_seccomp, seccomp_on;
 };
 
 /*
