@@ -1,9 +1,11 @@
-/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered buffers) or a pwrite loop. */
+/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered
+ * buffers) or a pwrite loop. */
 #include "snapshot/layer_write.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -12,6 +14,20 @@
 #include "common/file_io.h"
 
 #define QUEUE_DEPTH 64
+
+/*
+ * Debian's liburing 2.3 declares io_uring_register_restrictions and io_uring_enable_rings but
+ * its shared library does not export them: the two registrations by the system call itself.
+ */
+static int ring_restrict_enable(struct io_uring *ring, struct io_uring_restriction *res, unsigned n)
+{
+	if (syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_RESTRICTIONS, res, n) <
+		0 ||
+	    syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) <
+		0)
+		return -errno;
+	return 0;
+}
 /* The kernel caps one registered buffer at 1 GiB. */
 #define REG_PIECE (1ULL << 30)
 /* Larger extents are split so one request never spans two registered pieces. */
@@ -79,13 +95,14 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 				}
 				reqs = nr;
 			}
-			reqs[nreq++] = (struct wreq){ ext[i].file_off + off, b, len };
+			reqs[nreq++] = (struct wreq){ext[i].file_off + off, b, len};
 			off += len;
 		}
 	}
 
 	struct io_uring ring;
-	int r = io_uring_queue_init(QUEUE_DEPTH, &ring, 0);
+	/* io_uring bypasses seccomp: created disabled, restricted below, then enabled. */
+	int r = io_uring_queue_init(QUEUE_DEPTH, &ring, IORING_SETUP_R_DISABLED);
 	if (r < 0) {
 		free(reqs);
 		return r;
@@ -101,8 +118,8 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 	}
 	for (size_t i = 0; i < npieces; i++) {
 		iov[i].iov_base = buf + i * REG_PIECE;
-		iov[i].iov_len = buf_len - i * REG_PIECE < REG_PIECE ? buf_len - i * REG_PIECE
-								      : REG_PIECE;
+		iov[i].iov_len =
+		    buf_len - i * REG_PIECE < REG_PIECE ? buf_len - i * REG_PIECE : REG_PIECE;
 	}
 	/*
 	 * Registration pins the pages; if the memlock limit refuses, plain writes still work.
@@ -112,6 +129,21 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 	bool fixed = npieces && buf_len <= REG_PIECE &&
 		     io_uring_register_buffers(&ring, iov, (unsigned)npieces) == 0;
 	free(iov);
+	/*
+	 * Only writes, only to the one registered file (fixed file 0): the ring cannot touch
+	 * another fd of this process.
+	 */
+	struct io_uring_restriction res[3];
+	memset(res, 0, sizeof(res));
+	res[0] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_SQE_OP,
+					       .sqe_op = IORING_OP_WRITE};
+	res[1] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_SQE_OP,
+					       .sqe_op = IORING_OP_WRITE_FIXED};
+	res[2] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_SQE_FLAGS_REQUIRED,
+					       .sqe_flags = IOSQE_FIXED_FILE};
+	r = ring_restrict_enable(&ring, res, 3);
+	if (r < 0)
+		goto out_unreg;
 
 	size_t next = 0, inflight = 0;
 	uint64_t done = 0;
