@@ -25,11 +25,11 @@
 #include "sandbox/options.h"
 
 static const char create_usage[] =
-    "usage: cove create NAME [--mem SIZE] [--vcpus N] [--disk PATH[,ro]]...\n"
+    "usage: cove create NAME [--mem SIZE] [--vcpus N] [--disk PATH[,ro][,bw=R,...]]...\n"
     "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
-    "                   [--policy FILE]\n"
+    "                   [--policy FILE] [--vsock-rate RATE]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
@@ -37,7 +37,9 @@ static const char create_usage[] =
     "every 60 s. cove-init runs its agent and waits for `cove exec NAME -- CMD`.\n"
     "  --mem SIZE              guest RAM (default 256M)\n"
     "  --vcpus N               (default 1)\n"
-    "  --disk PATH[,ro]        another disk (/dev/vdb...), the file itself\n"
+    "  --disk PATH[,ro]        another disk (/dev/vdb...), the file itself; a rate limit\n"
+    "                          with ,bw=50M,iops=1000,burst=SIZE,iops-burst=N (as cove run)\n"
+    "  --vsock-rate RATE       bytes/s per vsock connection each way (e.g. 10M)\n"
     "  --key SPEC              encrypt the chain (key-cmd:CMD or pkcs11:CONFIG)\n"
     "  --snapshot-every D      60s, 5m...; off: only at stop (default 60s)\n"
     "  --idle-stop D           stop itself (snapshot first) after D with no exec session,\n"
@@ -63,7 +65,8 @@ enum {
 	O_ARCH,
 	O_DEL,
 	O_IDLE,
-	O_POLICY
+	O_POLICY,
+	O_VRATE
 };
 
 /* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
@@ -82,6 +85,7 @@ static const struct option create_opts[] = {
     {"delete-after", required_argument, NULL, O_DEL},
     {"idle-stop", required_argument, NULL, O_IDLE},
     {"policy", required_argument, NULL, O_POLICY},
+    {"vsock-rate", required_argument, NULL, O_VRATE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -118,6 +122,7 @@ static int add_disk(struct sbx_spec *s, const char *arg, char *err, size_t errle
 	if (abs_path(d.path, k->path, sizeof(k->path), err, errlen))
 		return -EINVAL;
 	k->read_only = d.read_only;
+	k->rate = d.rate;
 	s->nr_disks++;
 	return 0;
 }
@@ -183,6 +188,10 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 			break;
 		case O_POLICY:
 			*policy = optarg;
+			break;
+		case O_VRATE:
+			if (opt_vsock_rate(optarg, &s->vsock_rate, err, errlen))
+				return -EINVAL;
 			break;
 		case O_KERNEL:
 			if (abs_path(optarg, s->kernel, sizeof(s->kernel), err, errlen))

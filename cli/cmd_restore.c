@@ -26,6 +26,9 @@ static const char restore_usage[] =
     "                      its new top goes into the snapshot directory\n"
     "  --vsock-uds PATH    host side of vsock: required when the snapshot has a vsock device\n"
     "  --vsock-cid N       the guest's new context id (the guest re-reads it)\n"
+    "  --vsock-rate RATE   bytes/s per vsock connection, each way (as for cove run; limits\n"
+    "                      come from this command line, never from the chain, and a disk's\n"
+    "                      bw=,iops=,burst=,iops-burst= go on its --disk)\n"
     "  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
     "                      latest layer, continuing its chain incrementally)\n"
     "  --snapshot-interval T, --snapshot-keep N, --snapshot-root DIR   as for cove run\n"
@@ -61,7 +64,8 @@ enum {
 	O_SROOT,
 	O_CMAX,
 	O_IDLE,
-	O_EVDIR
+	O_EVDIR,
+	O_VRATE
 };
 
 static const struct option long_opts[] = {
@@ -83,6 +87,7 @@ static const struct option long_opts[] = {
     {"console-max", required_argument, NULL, O_CMAX},
     {"idle-stop", required_argument, NULL, O_IDLE},
     {"events-dir", required_argument, NULL, O_EVDIR},
+    {"vsock-rate", required_argument, NULL, O_VRATE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -132,6 +137,10 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 			break;
 		case O_CID:
 			if (opt_vsock_cid(optarg, &o->vsock_cid, err, errlen))
+				return -EINVAL;
+			break;
+		case O_VRATE:
+			if (opt_vsock_rate(optarg, &o->vsock_rate, err, errlen))
 				return -EINVAL;
 			break;
 		case O_SDIR:

@@ -18,6 +18,7 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	mc->vcpus = o->vcpus;
 	mc->nr_disks = o->nr_disks;
 	mc->vsock_cid = o->vsock_cid;
+	mc->vsock_rate = o->vsock_rate;
 	memcpy(mc->disks, o->disks, sizeof(mc->disks));
 	if (o->vsock_uds)
 		snprintf(mc->vsock_uds, sizeof(mc->vsock_uds), "%s", o->vsock_uds);

@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
+#include "common/clock.h"
 #include "devices/board.h"
 
 #define VIRTIO_ID_BLOCK 2
@@ -411,6 +414,40 @@ static bool overlay_continue(struct virtio_blk *blk, uint64_t *budget, bool *pus
 }
 
 /*
+ * What a chain costs the limiter: its data bytes, from the chain's own lengths (the guest may
+ * rewrite the header after we look, the descriptors it cannot), so a read or a write is
+ * charged exactly and everything else (flush, get-id, a discard's segment) next to nothing.
+ */
+static uint64_t chain_data_bytes(const struct virtq_chain *c)
+{
+	uint64_t out = c->out_len > HDR_SIZE ? c->out_len - HDR_SIZE : 0;
+	return out + (c->in_len ? c->in_len - 1 : 0);
+}
+
+/*
+ * Takes the limiter's tokens for chain `c`: true when it may go. Otherwise the chain goes back
+ * to the avail ring (it was the last one popped: the driver sees nothing) and rate_tfd is armed
+ * for when the tokens are there.
+ */
+static bool rate_admit(struct virtio_blk *blk, struct virtq *q, const struct virtq_chain *c)
+{
+	if (rate_limiter_unlimited(&blk->rl))
+		return true;
+	uint64_t wait =
+	    rate_limiter_consume(&blk->rl, chain_data_bytes(c), blk->clock_ns(blk->clock_ctx));
+	if (!wait)
+		return true;
+	q->last_avail--;
+	blk->throttled = true;
+	blk->throttle_waits++;
+	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(wait / 1000000000ULL),
+					      .tv_nsec = (long)(wait % 1000000000ULL)}};
+	if (timerfd_settime(blk->rate_tfd, 0, &its, NULL))
+		log_warn(blk->host->log, "%s: rate timer: %s", blk->serial, strerror(errno));
+	return false;
+}
+
+/*
  * At most VIRTIO_NOTIFY_BUDGET chains and VIRTIO_BLK_OVERLAY_TURN_BYTES of overlay I/O per
  * call; with work left the queue is deferred (re-kicked after the event loop's other fds).
  */
@@ -424,6 +461,8 @@ static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 		goto out;
 	}
 	for (uint32_t n = 0;; n++) {
+		if (blk->throttled)
+			break; /* the rate timer serves the queue again */
 		if (n == VIRTIO_NOTIFY_BUDGET || !bytes) {
 			virtio_mmio_defer(t, q);
 			break;
@@ -443,6 +482,10 @@ static void queue_notify(void *dev, struct virtio_mmio *t, uint32_t q)
 		if (r < 0) {
 			free(req);
 			virtio_mmio_set_needs_reset(t);
+			break;
+		}
+		if (!rate_admit(blk, &t->queues[q], &req->chain)) {
+			free(req);
 			break;
 		}
 		blk->requests++;
@@ -498,7 +541,7 @@ static void dev_reset(void *dev)
 }
 
 static const struct virtio_dev_ops blk_ops_rw = {
-	.name = "virtio-blk",
+    .name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_DISCARD | VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC |
@@ -511,7 +554,7 @@ static const struct virtio_dev_ops blk_ops_rw = {
 };
 
 static const struct virtio_dev_ops blk_ops_ro = {
-	.name = "virtio-blk",
+    .name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_RO | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
@@ -527,7 +570,7 @@ static const struct virtio_dev_ops blk_ops_ro = {
  * WRITE_ZEROES is fine: zeros are written through the overlay (chunks become allocated).
  */
 static const struct virtio_dev_ops blk_ops_overlay = {
-	.name = "virtio-blk",
+    .name = "virtio-blk",
     .device_id = VIRTIO_ID_BLOCK,
     .features = VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH |
 		VIRTIO_BLK_F_WRITE_ZEROES | VIRTIO_F_RING_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX,
@@ -581,12 +624,77 @@ static int open_overlay(struct virtio_blk *blk, struct logger *log, const char *
 	return 0;
 }
 
+static uint64_t mono_clock(void *ctx)
+{
+	(void)ctx;
+	return mono_ns();
+}
+
+static void on_rate_timer(void *opaque, uint32_t events)
+{
+	(void)events;
+	virtio_blk_rate_timer(opaque);
+}
+
+void virtio_blk_rate_timer(struct virtio_blk *blk)
+{
+	struct virtio_mmio *t = &blk->mmio;
+	uint64_t ticks;
+	if (blk->rate_tfd >= 0 && read(blk->rate_tfd, &ticks, sizeof(ticks)) < 0) {
+		/* EAGAIN: a unit test's call, or already read */
+	}
+	pthread_mutex_lock(&t->lock);
+	blk->throttled = false;
+	/* What a kick does: only a live, ready queue is served. */
+	if (t->queues[0].ready && (t->status & VIRTIO_STATUS_DRIVER_OK) &&
+	    !(t->status & VIRTIO_STATUS_NEEDS_RESET))
+		queue_notify(blk, t, 0);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int virtio_blk_set_rate(struct virtio_blk *blk, const struct rate_limit *rate)
+{
+	struct rate_limiter rl;
+	int r = rate_limiter_init(&rl, rate, blk->clock_ns(blk->clock_ctx));
+	if (r) {
+		log_err(blk->host->log, "%s: rate limit out of range", blk->serial);
+		return r;
+	}
+	pthread_mutex_lock(&blk->mmio.lock);
+	if (blk->rate_tfd < 0 && !rate_limiter_unlimited(&rl)) {
+		int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		r = fd < 0 ? -errno : evloop_add(blk->host->loop, fd, EPOLLIN, on_rate_timer, blk);
+		if (r) {
+			if (fd >= 0)
+				close(fd);
+			pthread_mutex_unlock(&blk->mmio.lock);
+			log_err(blk->host->log, "%s: rate timer: %s", blk->serial, strerror(-r));
+			return r;
+		}
+		blk->rate_tfd = fd;
+	}
+	blk->rl = rl;
+	bool was = blk->throttled;
+	pthread_mutex_unlock(&blk->mmio.lock);
+	if (was) /* a new limit (or none): look at the queue again now */
+		virtio_blk_rate_timer(blk);
+	if (!rate_limiter_unlimited(&rl))
+		log_info(blk->host->log,
+			 "%s: rate limit %llu bytes/s (burst %llu), %llu ops/s (burst %llu)",
+			 blk->serial, (unsigned long long)rate->bw,
+			 (unsigned long long)rate->bw_burst, (unsigned long long)rate->iops,
+			 (unsigned long long)rate->iops_burst);
+	return 0;
+}
+
 int virtio_blk_create(struct virtio_blk *blk, const struct vm_host *host, const char *path,
 		      bool read_only, const char *overlay, const char *const *layers, int nr_layers,
 		      uint64_t base, uint32_t irq, const char *serial)
 {
 	memset(blk, 0, sizeof(*blk));
 	blk->host = host;
+	blk->rate_tfd = -1;
+	blk->clock_ns = mono_clock;
 	struct logger *log = host->log;
 	blk->read_only = read_only;
 	snprintf(blk->serial, sizeof(blk->serial), "%s", serial);
@@ -643,6 +751,11 @@ void virtio_blk_destroy(struct virtio_blk *blk)
 	if (blk->watched)
 		evloop_del(blk->host->loop, blk->be.efd);
 	blk->watched = false;
+	if (blk->rate_tfd >= 0) {
+		evloop_del(blk->host->loop, blk->rate_tfd);
+		close(blk->rate_tfd);
+		blk->rate_tfd = -1;
+	}
 	/* Requests still in flight complete with -ECANCELED and are only freed. */
 	free(blk->ov_req);
 	blk->ov_req = NULL;
@@ -691,9 +804,12 @@ static int blk_type_create(void *dev, const struct device_host *h, const void *c
 	int nl = c->chain ? c->chain->n : 0;
 	for (int k = 0; k < nl && k < BOARD_DISK_LAYERS; k++)
 		layers[k] = c->chain->paths[k];
-	return virtio_blk_create(dev, h->host, c->disk->path, c->disk->read_only,
-				 c->disk->overlay[0] ? c->disk->overlay : NULL, layers, nl,
-				 h->mmio_base, h->irq, serial);
+	int r = virtio_blk_create(dev, h->host, c->disk->path, c->disk->read_only,
+				  c->disk->overlay[0] ? c->disk->overlay : NULL, layers, nl,
+				  h->mmio_base, h->irq, serial);
+	if (!r && (r = virtio_blk_set_rate(dev, &c->disk->rate)))
+		virtio_blk_destroy(dev);
+	return r;
 }
 
 static void blk_type_destroy(void *dev)
@@ -713,10 +829,10 @@ static struct virtio_mmio *blk_type_mmio(void *dev)
 
 /* Disks keep their --disk option and "disks" machine config keys (restore matches host paths). */
 const struct device_type virtio_blk_type = {
-	.name = "virtio-blk",
-	.size = sizeof(struct virtio_blk),
-	.create = blk_type_create,
-	.destroy = blk_type_destroy,
-	.mmio = blk_type_mmio,
-	.quiesce = blk_type_quiesce,
+    .name = "virtio-blk",
+    .size = sizeof(struct virtio_blk),
+    .create = blk_type_create,
+    .destroy = blk_type_destroy,
+    .mmio = blk_type_mmio,
+    .quiesce = blk_type_quiesce,
 };

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/rate_limiter.h"
 #include "devices/blk_uring.h"
 #include "devices/device.h"
 #include "devices/disk_spec.h"
@@ -35,6 +36,17 @@ struct virtio_blk {
 	uint64_t ov_done; /* bytes of it done */
 	char serial[VIRTIO_BLK_ID_BYTES + 1];
 	uint64_t requests, errors;
+	/*
+	 * Rate limit (--disk bw=,iops=): a request the limiter refuses stays in the avail ring
+	 * (taken back, not failed) and the queue is left alone until rate_tfd fires. Its tokens
+	 * are not part of a snapshot: a restored disk starts with full buckets.
+	 */
+	struct rate_limiter rl;
+	bool throttled;			 /* waiting for rate_tfd */
+	int rate_tfd;			 /* timerfd on the host's loop; -1 until a limit is set */
+	uint64_t (*clock_ns)(void *ctx); /* the limiter's clock (unit tests use a fake) */
+	void *clock_ctx;
+	uint64_t throttle_waits; /* times the queue stopped for tokens */
 };
 
 /*
@@ -49,6 +61,15 @@ int virtio_blk_create(struct virtio_blk *blk, const struct vm_host *host, const 
 		      bool read_only, const char *overlay, const char *const *layers, int nr_layers,
 		      uint64_t base, uint32_t irq, const char *serial);
 void virtio_blk_destroy(struct virtio_blk *blk);
+
+/*
+ * Sets (or with all zero, lifts) the disk's rate limit, with full buckets: at create, and at
+ * run time from the API. 0 or -errno (a value over TB_MAX_TOKENS, no timerfd) after one log line.
+ */
+int virtio_blk_set_rate(struct virtio_blk *blk, const struct rate_limit *rate);
+/* What the event loop does when the rate timer fires: serve the queue again (unit tests call it).
+ */
+void virtio_blk_rate_timer(struct virtio_blk *blk);
 
 /* What the event loop does when io_uring completions are ready (unit tests call it). */
 void virtio_blk_poll(struct virtio_blk *blk);

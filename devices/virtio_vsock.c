@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/token_bucket.h"
 
 #define VIRTIO_ID_VSOCK	 19
 #define RXQ		 0
@@ -41,6 +42,8 @@ struct vsock_conn {
 	uint32_t buf_head, buf_len, buf_cap;
 	char line[LINE_MAX_LEN];
 	size_t line_len;
+	struct token_bucket tx_tb, rx_tb; /* guest->host, host->guest bytes (--vsock-rate) */
+	bool tx_throttled; /* buffered bytes wait for tx_tb (no EPOLLOUT meanwhile) */
 };
 
 static void config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
@@ -61,7 +64,7 @@ static void conn_watch(struct virtio_vsock *v, struct vsock_conn *c)
 	    (c->st == VSOCK_ST_ESTABLISHED && !c->readable && !c->host_eof &&
 	     !(c->guest_shut & VSOCK_SHUTDOWN_RCV)))
 		want |= EPOLLIN;
-	if (c->buf_len)
+	if (c->buf_len && !c->tx_throttled)
 		want |= EPOLLOUT;
 	if (c->registered && want == c->events)
 		return;
@@ -111,6 +114,43 @@ static void sweep(struct virtio_vsock *v)
 		listen_watch(v, true);
 }
 
+static uint64_t vnow(struct virtio_vsock *v)
+{
+	return v->clock_ns(v->clock_ctx);
+}
+
+/* Arms rate_tfd to fire in `wait` ns unless it fires sooner already. */
+static void rate_arm(struct virtio_vsock *v, uint64_t wait)
+{
+	uint64_t at = vnow(v) + (wait ? wait : 1);
+	v->throttle_waits++;
+	if (v->rate_deadline_ns && v->rate_deadline_ns <= at)
+		return;
+	v->rate_deadline_ns = at;
+	struct itimerspec its = {.it_value = {.tv_sec = (time_t)(wait / 1000000000ULL),
+					      .tv_nsec = (long)(wait % 1000000000ULL) + !wait}};
+	timerfd_settime(v->rate_tfd, 0, &its, NULL);
+}
+
+/* Of `want` bytes, how many the bucket lets through now (taken); arms the timer at 0. */
+static uint32_t rate_take(struct virtio_vsock *v, struct token_bucket *tb, uint32_t want)
+{
+	if (tb_unlimited(tb) || !want)
+		return want;
+	uint64_t now = vnow(v), have = tb_available(tb, now);
+	uint32_t n = have < want ? (uint32_t)have : want;
+	if (n)
+		tb_consume(tb, n, now);
+	if (n < want) {
+		/* Wait for a useful amount, never for more than the bucket holds. */
+		uint64_t next = want - n < 4096 ? want - n : 4096;
+		if (next > tb->size)
+			next = tb->size;
+		rate_arm(v, tb_wait_ns(tb, next, now));
+	}
+	return n;
+}
+
 static struct vsock_conn *conn_new(struct virtio_vsock *v, int fd, enum vsock_state st)
 {
 	if (v->nr_conns >= VSOCK_MAX_CONNS)
@@ -120,6 +160,9 @@ static struct vsock_conn *conn_new(struct virtio_vsock *v, int fd, enum vsock_st
 		return NULL;
 	c->fd = fd;
 	c->st = st;
+	/* The rate was checked by virtio_vsock_set_rate: these cannot fail. */
+	tb_init(&c->tx_tb, v->rate, 0, 1000000000ULL, vnow(v));
+	tb_init(&c->rx_tb, v->rate, 0, 1000000000ULL, vnow(v));
 	c->cr.buf_alloc = vsock_pool_grant(&v->pool);
 	v->conns[v->nr_conns++] = c;
 	conn_watch(v, c);
@@ -192,11 +235,19 @@ static void conn_after_flush(struct virtio_vsock *v, struct vsock_conn *c)
 /* Writes buffered guest bytes to the host socket. false when the connection was reset. */
 static bool conn_flush(struct virtio_vsock *v, struct vsock_conn *c)
 {
+	c->tx_throttled = false;
 	while (c->buf_len) {
 		uint32_t chunk = c->buf_cap - c->buf_head;
 		if (chunk > c->buf_len)
 			chunk = c->buf_len;
-		ssize_t n = send(c->fd, c->buf + c->buf_head, chunk, MSG_NOSIGNAL | MSG_DONTWAIT);
+		uint32_t allowed = rate_take(v, &c->tx_tb, chunk);
+		if (!allowed) {
+			c->tx_throttled = true; /* the rate timer flushes again */
+			break;
+		}
+		ssize_t n = send(c->fd, c->buf + c->buf_head, allowed, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if ((uint32_t)(n > 0 ? n : 0) < allowed)
+			tb_refund(&c->tx_tb, allowed - (uint32_t)(n > 0 ? n : 0));
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			break;
 		if (n <= 0) {
@@ -228,8 +279,9 @@ static void conn_data(struct virtio_vsock *v, struct vsock_conn *c, const uint8_
 		return;
 	}
 	uint32_t done = 0;
-	if (!c->buf_len) {
-		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	uint32_t allowed = c->buf_len ? 0 : rate_take(v, &c->tx_tb, len);
+	if (allowed) {
+		ssize_t n = send(c->fd, p, allowed, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			conn_reset(v, c);
 			return;
@@ -238,7 +290,12 @@ static void conn_data(struct virtio_vsock *v, struct vsock_conn *c, const uint8_
 			done = (uint32_t)n;
 			c->cr.fwd_cnt += done;
 		}
+		if (done < allowed)
+			tb_refund(&c->tx_tb, allowed - done);
 	}
+	/* Out of tokens: what is left waits in the buffer, the guest's credit shrinks. */
+	if (done < len && !c->buf_len && allowed < len)
+		c->tx_throttled = true;
 	if (done < len) {
 		if (!c->buf) {
 			if (!(c->buf = malloc(c->cr.buf_alloc))) {
@@ -499,8 +556,8 @@ static int rx_fill(struct virtio_vsock *v, uint32_t *used)
 				continue;
 			c->need_request = false;
 			h = host_hdr(v, c, VSOCK_OP_REQUEST);
-			log_debug(v->host->log, "vsock: host %u -> guest port %u: request", c->local_port,
-				  c->peer_port);
+			log_debug(v->host->log, "vsock: host %u -> guest port %u: request",
+				  c->local_port, c->peer_port);
 		} else if (c->need_response) {
 			c->need_response = false;
 			h = host_hdr(v, c, VSOCK_OP_RESPONSE);
@@ -529,7 +586,13 @@ static int rx_fill(struct virtio_vsock *v, uint32_t *used)
 			max = ch->in_len - VSOCK_HDR_SIZE;
 		if (!max)
 			continue; /* no credit: wait for the guest's CREDIT_UPDATE */
+		uint32_t allowed = rate_take(v, &c->rx_tb, (uint32_t)max);
+		if (!allowed)
+			continue; /* out of tokens: the rate timer pumps again */
+		max = allowed;
 		ssize_t n = chain_recv(v, ch, c->fd, max);
+		if ((uint64_t)(n > 0 ? n : 0) < max)
+			tb_refund(&c->rx_tb, max - (uint64_t)(n > 0 ? n : 0));
 		if (n == -EFAULT)
 			return -1; /* the guest's buffer, not the connection, is bad */
 		if (n == -EAGAIN || n == -EINTR) {
@@ -718,6 +781,19 @@ static void host_handshake(struct virtio_vsock *v, struct vsock_conn *c)
 	}
 }
 
+/* The rate timer's time has come: flush throttled buffers (the pump after it does rx). */
+static void rate_due(struct virtio_vsock *v)
+{
+	if (!v->rate_deadline_ns || vnow(v) < v->rate_deadline_ns)
+		return;
+	v->rate_deadline_ns = 0;
+	for (int i = 0; i < v->nr_conns; i++) {
+		struct vsock_conn *c = v->conns[i];
+		if (!c->zombie && c->tx_throttled)
+			conn_flush(v, c); /* re-arms the timer when tokens run out again */
+	}
+}
+
 void virtio_vsock_service(struct virtio_vsock *v)
 {
 	pthread_mutex_lock(&v->mmio.lock);
@@ -726,6 +802,13 @@ void virtio_vsock_service(struct virtio_vsock *v)
 	for (int i = 0; i < n; i++) {
 		struct vsock_conn *c = evs[i].data.ptr;
 		uint32_t e = evs[i].events;
+		if (evs[i].data.ptr == &v->rate_tfd) {
+			uint64_t ticks;
+			if (read(v->rate_tfd, &ticks, sizeof(ticks)) < 0) {
+				/* EAGAIN: already read; rate_due below looks at the clock */
+			}
+			continue;
+		}
 		if (evs[i].data.ptr == &v->hold_tfd) {
 			uint64_t ticks;
 			if (read(v->hold_tfd, &ticks, sizeof(ticks)) < 0) {
@@ -761,6 +844,7 @@ void virtio_vsock_service(struct virtio_vsock *v)
 		}
 		conn_watch(v, c);
 	}
+	rate_due(v);
 	rx_pump(v);
 	sweep(v);
 	pthread_mutex_unlock(&v->mmio.lock);
@@ -821,6 +905,12 @@ static int listen_uds(const char *path)
 	return r ? r : fd;
 }
 
+static uint64_t mono_clock(void *ctx)
+{
+	(void)ctx;
+	return mono_ns();
+}
+
 int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint64_t guest_cid,
 			const char *uds_path, uint64_t base, uint32_t irq)
 {
@@ -828,7 +918,8 @@ int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint
 	v->host = host;
 	v->guest_cid = guest_cid;
 	v->next_local_port = FIRST_LOCAL_PORT;
-	v->listen_fd = v->epfd = v->hold_tfd = -1;
+	v->listen_fd = v->epfd = v->hold_tfd = v->rate_tfd = -1;
+	v->clock_ns = mono_clock;
 	if (guest_cid < VSOCK_MIN_CID || guest_cid > UINT32_MAX ||
 	    strlen(uds_path) + 12 > sizeof(v->uds_path)) {
 		log_err(host->log, "vsock: bad cid %llu or socket path too long",
@@ -846,9 +937,12 @@ int virtio_vsock_create(struct virtio_vsock *v, const struct vm_host *host, uint
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
 	v->hold_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &v->hold_tfd};
-	if (v->epfd < 0 || v->hold_tfd < 0 ||
+	v->rate_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	struct epoll_event rev = {.events = EPOLLIN, .data.ptr = &v->rate_tfd};
+	if (v->epfd < 0 || v->hold_tfd < 0 || v->rate_tfd < 0 ||
 	    epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->listen_fd, &ev) ||
-	    epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->hold_tfd, &tev)) {
+	    epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->hold_tfd, &tev) ||
+	    epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->rate_tfd, &rev)) {
 		r = -errno;
 		log_err(host->log, "vsock: epoll: %s", strerror(-r));
 		goto fail_fds;
@@ -872,6 +966,8 @@ fail_fds:
 		close(v->epfd);
 	if (v->hold_tfd >= 0)
 		close(v->hold_tfd);
+	if (v->rate_tfd >= 0)
+		close(v->rate_tfd);
 	close(v->listen_fd);
 	unlink(uds_path);
 	return r;
@@ -888,8 +984,25 @@ void virtio_vsock_destroy(struct virtio_vsock *v)
 	virtio_mmio_destroy(&v->mmio);
 	close(v->epfd);
 	close(v->hold_tfd);
+	close(v->rate_tfd);
 	close(v->listen_fd);
 	unlink(v->uds_path);
+}
+
+int virtio_vsock_set_rate(struct virtio_vsock *v, uint64_t rate)
+{
+	if (rate > TB_MAX_TOKENS) {
+		log_err(v->host->log, "vsock: rate %llu bytes/s is over the cap",
+			(unsigned long long)rate);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&v->mmio.lock);
+	v->rate = rate;
+	pthread_mutex_unlock(&v->mmio.lock);
+	if (rate)
+		log_info(v->host->log, "vsock: %llu bytes/s per connection each way",
+			 (unsigned long long)rate);
+	return 0;
 }
 
 void virtio_vsock_save(struct virtio_vsock *v, struct virtio_mmio_state *st)
@@ -934,7 +1047,10 @@ out:
 static int vsock_type_create(void *dev, const struct device_host *h, const void *cfg)
 {
 	const struct virtio_vsock_cfg *c = cfg;
-	return virtio_vsock_create(dev, h->host, c->cid, c->uds_path, h->mmio_base, h->irq);
+	int r = virtio_vsock_create(dev, h->host, c->cid, c->uds_path, h->mmio_base, h->irq);
+	if (!r && (r = virtio_vsock_set_rate(dev, c->rate)))
+		virtio_vsock_destroy(dev);
+	return r;
 }
 
 static void vsock_type_destroy(void *dev)

@@ -21,8 +21,20 @@ struct virtio_vsock {
 	uint64_t guest_cid;
 	char uds_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int listen_fd;
-	int epfd; /* the Unix sockets, watched as one fd by the VM's event loop */
+	int epfd;     /* the Unix sockets, watched as one fd by the VM's event loop */
 	int hold_tfd; /* fires when held host CONNECTs may go without the guest's say (in epfd) */
+	/*
+	 * --vsock-rate: bytes/s per connection, each way (0: none). A connection out of tokens
+	 * keeps the guest's bytes in its buffer (the guest's credit stops it, nothing is dropped)
+	 * and leaves the host's unread; rate_tfd (in epfd) fires at rate_deadline_ns. Tokens are
+	 * not snapshotted (connections do not survive a restore).
+	 */
+	uint64_t rate;
+	int rate_tfd;
+	uint64_t rate_deadline_ns;	 /* 0: not armed */
+	uint64_t (*clock_ns)(void *ctx); /* the limiter's clock (unit tests use a fake) */
+	void *clock_ctx;
+	uint64_t throttle_waits;
 	bool watched;
 	bool listen_paused; /* accept() failed for lack of fds */
 	uint32_t next_local_port;
@@ -76,5 +88,9 @@ extern const struct device_type virtio_vsock_type;
 struct virtio_vsock_cfg {
 	uint64_t cid;
 	const char *uds_path;
+	uint64_t rate; /* bytes/s per connection each way; 0: no limit */
 };
+
+/* Sets the per-connection rate for connections opened from now on. 0 or -EINVAL (over 2^50). */
+int virtio_vsock_set_rate(struct virtio_vsock *v, uint64_t rate);
 #endif

@@ -18,23 +18,27 @@ static json_t *disks_json(const struct sbx_spec *s)
 {
 	json_t *a = json_array();
 
-	for (int i = 0; a && i < s->nr_disks; i++)
-		json_array_append_new(a, json_pack("{s:s,s:b,s:b}", "path", s->disks[i].path, "ro",
-						   s->disks[i].read_only, "overlay",
-						   s->disks[i].overlay));
+	for (int i = 0; a && i < s->nr_disks; i++) {
+		const struct rate_limit *rl = &s->disks[i].rate;
+		json_array_append_new(
+		    a, json_pack("{s:s,s:b,s:b,s:I,s:I,s:I,s:I}", "path", s->disks[i].path, "ro",
+				 s->disks[i].read_only, "overlay", s->disks[i].overlay, "bw",
+				 (json_int_t)rl->bw, "burst", (json_int_t)rl->bw_burst, "iops",
+				 (json_int_t)rl->iops, "iops_burst", (json_int_t)rl->iops_burst));
+	}
 	return a;
 }
 
 int sbx_spec_write(int dfd, const struct sbx_spec *s)
 {
-	json_t *j =
-	    json_pack("{s:i,s:s,s:s,s:s,s:I,s:i,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "version", 1,
-		      "kernel", s->kernel, "initrd", s->initrd, "cmdline", s->cmdline, "mem_bytes",
-		      (json_int_t)s->mem_bytes, "vcpus", s->vcpus, "disks", disks_json(s), "key",
-		      s->key, "policy", s->policy, "snapshot_every_ms",
-		      (json_int_t)s->snapshot_every_ms, "idle_stop_ms", (json_int_t)s->idle_stop_ms,
-		      "archive_after_ms", (json_int_t)s->archive_after_ms, "delete_after_ms",
-		      (json_int_t)s->delete_after_ms, "created_ms", (json_int_t)s->created_ms);
+	json_t *j = json_pack(
+	    "{s:i,s:s,s:s,s:s,s:I,s:i,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "version", 1, "kernel",
+	    s->kernel, "initrd", s->initrd, "cmdline", s->cmdline, "mem_bytes",
+	    (json_int_t)s->mem_bytes, "vcpus", s->vcpus, "disks", disks_json(s), "key", s->key,
+	    "policy", s->policy, "snapshot_every_ms", (json_int_t)s->snapshot_every_ms,
+	    "idle_stop_ms", (json_int_t)s->idle_stop_ms, "archive_after_ms",
+	    (json_int_t)s->archive_after_ms, "delete_after_ms", (json_int_t)s->delete_after_ms,
+	    "created_ms", (json_int_t)s->created_ms, "vsock_rate", (json_int_t)s->vsock_rate);
 	char *text;
 	int fd, ret;
 
@@ -81,6 +85,15 @@ static int get_u64(json_t *j, const char *key, uint64_t *out)
 	return 0;
 }
 
+/* A rate limit value: absent (a spec from before limits) is 0, else 0..TB_MAX_TOKENS. */
+static int get_rate(json_t *j, const char *key, uint64_t *out)
+{
+	*out = 0;
+	if (!json_object_get(j, key))
+		return 0;
+	return get_u64(j, key, out) || *out > TB_MAX_TOKENS ? -EINVAL : 0;
+}
+
 static int get_disks(json_t *j, struct sbx_spec *s)
 {
 	json_t *a = json_object_get(j, "disks"), *d;
@@ -95,6 +108,10 @@ static int get_disks(json_t *j, struct sbx_spec *s)
 		if (get_str(d, "path", k->path, sizeof(k->path), true) || !k->path[0] ||
 		    !json_is_boolean(json_object_get(d, "ro")) ||
 		    !json_is_boolean(json_object_get(d, "overlay")))
+			return -EINVAL;
+		if (get_rate(d, "bw", &k->rate.bw) || get_rate(d, "burst", &k->rate.bw_burst) ||
+		    get_rate(d, "iops", &k->rate.iops) ||
+		    get_rate(d, "iops_burst", &k->rate.iops_burst))
 			return -EINVAL;
 		k->read_only = json_is_true(json_object_get(d, "ro"));
 		k->overlay = json_is_true(json_object_get(d, "overlay"));
@@ -147,6 +164,7 @@ int sbx_spec_read(int dfd, struct sbx_spec *s, char *err, size_t errlen)
 	ret = ret ?: get_u64(j, "delete_after_ms", &s->delete_after_ms);
 	ret = ret ?: get_u64(j, "created_ms", &created);
 	ret = ret ?: get_disks(j, s);
+	ret = ret ?: get_rate(j, "vsock_rate", &s->vsock_rate);
 	json_decref(j);
 	if (ret || !s->kernel[0] || vcpus < 1 || vcpus > 255 || !s->mem_bytes)
 		return errmsg(err, errlen, -EINVAL, "%s: not a sandbox spec this cove wrote",

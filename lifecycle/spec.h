@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/rate_limiter.h"
+
 #define SBX_SPEC	"spec.json"
 #define SBX_SPEC_MAX	(64 * 1024)
 #define SBX_MAX_DISKS	8
@@ -16,7 +18,8 @@
 struct sbx_disk {
 	char path[PATH_MAX]; /* the host file (a base when overlay) */
 	bool read_only;
-	bool overlay; /* copy-on-write: the sandbox's writes go to a file of its own */
+	bool overlay;		/* copy-on-write: the sandbox's writes go to a file of its own */
+	struct rate_limit rate; /* --disk bw=,iops=,burst=,iops-burst=; all 0: none */
 };
 
 struct sbx_spec {
@@ -32,6 +35,7 @@ struct sbx_spec {
 	uint64_t snapshot_every_ms; /* 0: no periodic snapshots */
 	uint64_t idle_stop_ms, archive_after_ms, delete_after_ms; /* 0: never */
 	int64_t created_ms;
+	uint64_t vsock_rate; /* --vsock-rate bytes/s per connection each way; 0: none */
 };
 
 /* Writes spec.json beneath dfd (temp file, fsync, rename): 0 or -errno. */

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandbox/options.h"
+
 static int add(struct sbx_args *a, const char *fmt, ...)
 {
 	size_t room = sizeof(a->arena) - a->used;
@@ -39,6 +41,8 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 		ret = add(a, "--snapshot-interval")
 			  ?: add(a, "%llums", (unsigned long long)s->snapshot_every_ms);
 	/* The VMM stops itself when idle and logs it in the sandbox's event log. */
+	if (!ret && s->vsock_rate)
+		ret = add(a, "--vsock-rate") ?: add(a, "%llu", (unsigned long long)s->vsock_rate);
 	if (!ret && s->idle_stop_ms)
 		ret = add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms)
 			?: add(a, "--events-dir") ?: add(a, "%s/%s", r->state, name);
@@ -60,11 +64,14 @@ int sbx_args_run(struct sbx_args *a, const struct sbx_root *r, const char *name,
 	for (int i = 0; !ret && i < s->nr_disks; i++) {
 		const struct sbx_disk *d = &s->disks[i];
 
-		ret = add(a, "--disk");
+		char rate[128];
+
+		ret = disk_rate_format(&d->rate, rate, sizeof(rate)) ?: add(a, "--disk");
 		if (!ret && d->overlay)
-			ret = add(a, "%s,overlay=%s/%s/disk%d.ovl", d->path, r->state, name, i);
+			ret = add(a, "%s,overlay=%s/%s/disk%d.ovl%s", d->path, r->state, name, i,
+				  rate);
 		else if (!ret)
-			ret = add(a, "%s%s", d->path, d->read_only ? ",ro" : "");
+			ret = add(a, "%s%s%s", d->path, d->read_only ? ",ro" : "", rate);
 	}
 	if (!ret && s->key[0])
 		ret = add(a, "--snapshot-key") ?: add(a, "%s", s->key);
@@ -79,10 +86,14 @@ int sbx_args_restore(struct sbx_args *a, const struct sbx_root *r, const char *n
 	memset(a, 0, sizeof(*a));
 	ret = add(a, "cove") ?: add(a, "restore") ?: add(a, "%s/%s/%s", r->state, name, SBX_CHAIN);
 	/* A disk under an overlay is given as its base: its layers are files in the chain. */
-	for (int i = 0; !ret && i < s->nr_disks; i++)
-		ret = add(a, "--disk")
-			  ?: add(a, "%s%s", s->disks[i].path,
-				 s->disks[i].read_only && !s->disks[i].overlay ? ",ro" : "");
+	for (int i = 0; !ret && i < s->nr_disks; i++) {
+		char rate[128]; /* limits come from the spec at every restore, never the chain */
+
+		ret = disk_rate_format(&s->disks[i].rate, rate, sizeof(rate))
+			  ?: add(a, "--disk")
+			  ?: add(a, "%s%s%s", s->disks[i].path,
+				 s->disks[i].read_only && !s->disks[i].overlay ? ",ro" : "", rate);
+	}
 	if (!ret && s->key[0])
 		ret = add(a, "--key") ?: add(a, "%s", s->key);
 	return ret ?: common_args(a, r, name, s);

@@ -1,4 +1,5 @@
-/* The machine a snapshot was taken of (RAM, vCPUs, disks, vsock), as JSON in the state file, so restore can rebuild it. */
+/* The machine a snapshot was taken of (RAM, vCPUs, disks, vsock), as JSON in the state file, so
+ * restore can rebuild it. */
 #ifndef COVE_MACHINE_CONFIG_H
 #define COVE_MACHINE_CONFIG_H
 
@@ -20,19 +21,20 @@ struct machine_config {
 	uint64_t mem_size;
 	int vcpus;
 	int nr_disks;
-	struct disk_opt disks[RUN_MAX_DISKS];	 /* host paths: from the command line, never a file */
-	uint64_t disk_size[RUN_MAX_DISKS];	 /* bytes of each disk (the base under an overlay) */
+	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: from the command line, never a file */
+	uint64_t disk_size[RUN_MAX_DISKS];    /* bytes of each disk (the base under an overlay) */
 	struct disk_chain chains[RUN_MAX_DISKS]; /* frozen overlay layers under each disk's top */
-	uint64_t vsock_cid; /* 0: none */
+	uint64_t vsock_cid;			 /* 0: none */
 	char vsock_uds[108];
+	uint64_t vsock_rate; /* host configuration like vsock_uds: never saved */
 	/* Table devices configured by their own option and spec hooks ("devices" in the JSON). */
 	int nr_devs;
 	struct device_spec devs[BOARD_MAX_VIRTIO];
 };
 
 /*
- * malloc'd JSON text describing the machine, or NULL without memory. Frozen layers are written as their file names (the caller
- * keeps them inside the chain directory), host paths are left out.
+ * malloc'd JSON text describing the machine, or NULL without memory. Frozen layers are written as
+ * their file names (the caller keeps them inside the chain directory), host paths are left out.
  */
 char *machine_config_to_json(const struct machine_config *mc);
 /*

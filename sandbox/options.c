@@ -25,6 +25,10 @@ static const char run_usage[] =
     "  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
     "  --disk BASE,overlay=OVL  BASE read-only under a copy-on-write overlay (OVL + OVL.map,\n"
     "                      created when absent)\n"
+    "  --disk PATH,bw=RATE,iops=N,burst=SIZE,iops-burst=N  rate limit of that disk: bytes/s\n"
+    "                      (50M = 50 MiB/s; a bare number is bytes), requests/s, one-time\n"
+    "                      extra bytes and requests; a request over the limit waits\n"
+    "  --vsock-rate RATE   bytes/s per vsock connection, each way (e.g. 10M); data waits\n"
     "  --vsock-cid N       add a virtio-vsock device; the guest's context id (3..2^32-1)\n"
     "  --vsock-uds PATH    its host side: connect to PATH and send 'CONNECT <port>\\n' to reach "
     "the\n"
@@ -134,7 +138,8 @@ enum {
 	OPT_SNAP_ROOT,
 	OPT_CONSOLE_MAX,
 	OPT_IDLE_STOP,
-	OPT_EVENTS_DIR
+	OPT_EVENTS_DIR,
+	OPT_VSOCK_RATE
 };
 
 int parse_duration_ms(const char *s, uint64_t *out)
@@ -162,6 +167,85 @@ int parse_duration_ms(const char *s, uint64_t *out)
 	return 0;
 }
 
+int parse_rate(const char *s, uint64_t *out)
+{
+	size_t n = s ? strlen(s) : 0;
+	int r;
+	if (!n || *s < '0' || *s > '9')
+		return -EINVAL;
+	if (s[n - 1] >= '0' && s[n - 1] <= '9') {
+		char *end;
+		unsigned long long v;
+		if (leading_number(s, &v, &end) || *end)
+			return -EINVAL;
+		*out = v;
+	} else if ((r = parse_mem_size(s, out))) {
+		return r;
+	}
+	return *out && *out <= TB_MAX_TOKENS ? 0 : -ERANGE;
+}
+
+/* One key=value of a --disk rate limit; 1 when `opt` is one, 0 when not, -EINVAL with err. */
+static int disk_rate_key(const char *opt, size_t olen, const char *whole, struct rate_limit *rl,
+			 char *err, size_t errlen)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+		bool bytes; /* a size with K/M/G, else a count */
+	} keys[] = {
+	    {"bw=", offsetof(struct rate_limit, bw), true},
+	    {"burst=", offsetof(struct rate_limit, bw_burst), true},
+	    {"iops=", offsetof(struct rate_limit, iops), false},
+	    {"iops-burst=", offsetof(struct rate_limit, iops_burst), false},
+	};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		size_t kl = strlen(keys[i].key);
+		if (olen < kl || strncmp(opt, keys[i].key, kl))
+			continue;
+		char val[32];
+		uint64_t *v = (uint64_t *)((char *)rl + keys[i].off);
+		int bad = olen - kl >= sizeof(val);
+		if (!bad) {
+			memcpy(val, opt + kl, olen - kl);
+			val[olen - kl] = '\0';
+			bad = keys[i].bytes
+				  ? parse_rate(val, v) != 0
+				  : (parse_rate(val, v) != 0 ||
+				     !(val[olen - kl - 1] >= '0' && val[olen - kl - 1] <= '9') ||
+				     *v > 1000000000ULL);
+		}
+		if (bad)
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    keys[i].bytes
+				? "--disk: %.*s in '%s' is not a size from 1 to 2^50 (e.g. 50M)"
+				: "--disk: %.*s in '%s' is not a number from 1 to 1000000000",
+			    (int)olen, opt, whole);
+		return 1;
+	}
+	return 0;
+}
+
+int disk_rate_format(const struct rate_limit *rl, char *out, size_t len)
+{
+	int n = snprintf(out, len, "%s", "");
+	const struct {
+		const char *key;
+		uint64_t v;
+	} keys[] = {{"bw", rl->bw},
+		    {"burst", rl->bw_burst},
+		    {"iops", rl->iops},
+		    {"iops-burst", rl->iops_burst}};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (!keys[i].v)
+			continue;
+		n += snprintf(out + n, len > (size_t)n ? len - (size_t)n : 0, ",%s=%llu",
+			      keys[i].key, (unsigned long long)keys[i].v);
+	}
+	return (size_t)n < len ? 0 : -E2BIG;
+}
+
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 {
 	memset(d, 0, sizeof(*d));
@@ -173,6 +257,7 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 		return errmsg(err, errlen, -EINVAL, "--disk: path is longer than %d bytes",
 			      RUN_DISK_PATH_MAX - 1);
 	memcpy(d->path, s, plen);
+	int r;
 	while (comma) {
 		const char *opt = comma + 1;
 		comma = strchr(opt, ',');
@@ -188,15 +273,23 @@ int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen)
 					      "--disk: overlay path is longer than %d bytes",
 					      RUN_DISK_PATH_MAX - 1);
 			memcpy(d->overlay, opt + 8, olen - 8);
+		} else if ((r = disk_rate_key(opt, olen, s, &d->rate, err, errlen))) {
+			if (r < 0)
+				return r;
 		} else {
-			return errmsg(err, errlen, -EINVAL,
-				      "--disk: unknown option '%.*s' in '%s' (use PATH[,ro])",
-				      (int)olen, opt, s);
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "--disk: unknown option '%.*s' in '%s' (use PATH[,ro|,overlay=OVL]"
+			    "[,bw=RATE][,iops=N][,burst=SIZE][,iops-burst=N])",
+			    (int)olen, opt, s);
 		}
 	}
 	if (d->read_only && d->overlay[0])
 		return errmsg(err, errlen, -EINVAL,
 			      "--disk: ro and overlay= do not go together in '%s'", s);
+	if ((d->rate.bw_burst && !d->rate.bw) || (d->rate.iops_burst && !d->rate.iops))
+		return errmsg(err, errlen, -EINVAL,
+			      "--disk: burst= needs bw= and iops-burst= needs iops= in '%s'", s);
 	return 0;
 }
 
@@ -240,6 +333,15 @@ int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen)
 {
 	/* 0-2 are reserved, 4294967295 is VMADDR_CID_ANY. */
 	return opt_number("--vsock-cid", arg, 3, UINT32_MAX - 1ULL, out, err, errlen);
+}
+
+int opt_vsock_rate(const char *arg, uint64_t *out, char *err, size_t errlen)
+{
+	if (parse_rate(arg, out))
+		return errmsg(err, errlen, -EINVAL,
+			      "--vsock-rate: '%s' is not a rate from 1 to 2^50 bytes/s (e.g. 10M)",
+			      arg);
+	return 0;
 }
 
 int opt_vsock_uds(const char *arg, char *err, size_t errlen)
@@ -327,6 +429,7 @@ static const struct option run_builtin_opts[] = {
     {"disk", required_argument, NULL, OPT_DISK},
     {"vsock-cid", required_argument, NULL, OPT_VSOCK_CID},
     {"vsock-uds", required_argument, NULL, OPT_VSOCK_UDS},
+    {"vsock-rate", required_argument, NULL, OPT_VSOCK_RATE},
     {"snapshot-dir", required_argument, NULL, OPT_SNAP_DIR},
     {"snapshot-interval", required_argument, NULL, OPT_SNAP_INTERVAL},
     {"snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP},
@@ -379,6 +482,7 @@ static const struct {
 } number_opts[] = {
     {OPT_CONSOLE_MAX, offsetof(struct run_opts, console_max), opt_console_max},
     {OPT_VSOCK_CID, offsetof(struct run_opts, vsock_cid), opt_vsock_cid},
+    {OPT_VSOCK_RATE, offsetof(struct run_opts, vsock_rate), opt_vsock_rate},
     {OPT_SNAP_INTERVAL, offsetof(struct run_opts, snapshot_interval_ms), opt_snapshot_interval},
     {OPT_IDLE_STOP, offsetof(struct run_opts, idle_stop_ms), opt_idle_stop},
 };
@@ -507,6 +611,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return errmsg(err, errlen, -EINVAL, "--cmdline is longer than 4095 bytes");
 	if (!o->vsock_cid != !o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL, "--vsock-cid and --vsock-uds go together");
+	if (o->vsock_rate && !o->vsock_cid)
+		return errmsg(err, errlen, -EINVAL,
+			      "--vsock-rate needs --vsock-cid and --vsock-uds");
 	if (o->snapshot_key && !o->snapshot_dir)
 		return errmsg(err, errlen, -EINVAL, "--snapshot-key needs --snapshot-dir");
 	if (o->snapshot_interval_ms && !o->snapshot_dir)

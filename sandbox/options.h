@@ -30,6 +30,7 @@ struct run_opts {
 	struct disk_opt disks[RUN_MAX_DISKS];
 	uint64_t vsock_cid;	       /* 0: no vsock device */
 	const char *vsock_uds;	       /* host Unix socket (Firecracker's hybrid vsock) */
+	uint64_t vsock_rate;	       /* bytes/s per connection each way; 0: no limit */
 	const char *snapshot_dir;      /* chain directory for snapshots, or NULL */
 	uint64_t snapshot_interval_ms; /* 0: only on request */
 	int snapshot_keep;	       /* 0: the default */
@@ -50,8 +51,17 @@ struct run_opts {
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
 /* "256M", "4G", "1024K", "65536B"; a bare number is MiB (as QEMU's -m). -EINVAL or -ERANGE. */
 int parse_mem_size(const char *s, uint64_t *out);
-/* "PATH[,ro]" or "PATH,overlay=OVL"; -EINVAL with a one-line message in `err`. */
+/*
+ * "PATH[,ro]" or "PATH,overlay=OVL", then any of ",bw=RATE,iops=N,burst=SIZE,iops-burst=N";
+ * -EINVAL with a one-line message in `err`.
+ */
 int parse_disk_opt(const char *s, struct disk_opt *d, char *err, size_t errlen);
+/* A rate in bytes/s: "50M", "1G", "64K"; a bare number is bytes. 1..TB_MAX_TOKENS, else
+ * -EINVAL or -ERANGE. */
+int parse_rate(const char *s, uint64_t *out);
+/* ",bw=N,burst=N,iops=N,iops-burst=N" for the limits set ("" for none), as --disk takes them
+ * back: 0 or -E2BIG. */
+int disk_rate_format(const struct rate_limit *rl, char *out, size_t len);
 /* "60s", "500ms", "5m", "1h"; a bare number is seconds. -EINVAL or -ERANGE. */
 int parse_duration_ms(const char *s, uint64_t *out);
 /* Options `cove run` and `cove restore` share: 0, or -EINVAL with a message naming the option. */
@@ -59,6 +69,7 @@ int parse_duration_ms(const char *s, uint64_t *out);
 int opt_disk(const char *arg, struct disk_opt *disks, int *nr, char *err, size_t errlen);
 int opt_vsock_cid(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_vsock_uds(const char *arg, char *err, size_t errlen);
+int opt_vsock_rate(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_snapshot_dir(const char *arg, char *err, size_t errlen);
 int opt_snapshot_root(const char *arg, char *err, size_t errlen);
 int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen);

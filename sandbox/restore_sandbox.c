@@ -85,6 +85,7 @@ static int plan_host_paths(struct sandbox_restore *p, const struct sandbox_resto
 				      h->path, (unsigned long long)size, i,
 				      (unsigned long long)mc->disk_size[i]);
 		snprintf(mc->disks[i].path, sizeof(mc->disks[i].path), "%s", h->path);
+		mc->disks[i].rate = h->rate; /* limits are this command line's, never the chain's */
 		for (int k = 0; k < mc->chains[i].n; k++) {
 			char *lp = mc->chains[i].paths[k];
 			char name[256]; /* a plain name (machine_config_parse): at most 255 bytes */
@@ -111,6 +112,9 @@ static int plan_host_paths(struct sandbox_restore *p, const struct sandbox_resto
 	if (!mc->vsock_cid && o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL,
 			      "--vsock-uds: the snapshot has no vsock device");
+	if (!mc->vsock_cid && o->vsock_rate)
+		return errmsg(err, errlen, -EINVAL,
+			      "--vsock-rate: the snapshot has no vsock device");
 	return 0;
 }
 
@@ -184,6 +188,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		if (o->vsock_cid)
 			p->mc.vsock_cid = o->vsock_cid;
 	}
+	p->mc.vsock_rate = o->vsock_rate;
 	bool latest = snap_restore_is_latest(s);
 	const char *sdir = o->snap_dir ? o->snap_dir : latest ? o->dir : NULL;
 	if (o->snap_dir && !latest && !strcmp(o->snap_dir, o->dir)) {

@@ -203,7 +203,8 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 		}
 	}
 	if (mc->vsock_cid) {
-		struct virtio_vsock_cfg vc = {.cid = mc->vsock_cid, .uds_path = mc->vsock_uds};
+		struct virtio_vsock_cfg vc = {
+		    .cid = mc->vsock_cid, .uds_path = mc->vsock_uds, .rate = mc->vsock_rate};
 		r = board_add(&sb->board, &sb->vm.host, &virtio_vsock_type, &vc);
 		if (r)
 			return r;
@@ -548,8 +549,9 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	snprintf(layer_s, sizeof(layer_s), "%llu", (unsigned long long)layer);
 	snprintf(cid_s, sizeof(cid_s), "%llu", (unsigned long long)c->cid);
 	snprintf(ready_s, sizeof(ready_s), "%d", 3); /* the clone gets the pipe as fd 3 */
-	const char *argv[24 + 2 * RUN_MAX_DISKS];
-	char disk_arg[RUN_MAX_DISKS][RUN_DISK_PATH_MAX + 4];
+	const char *argv[26 + 2 * RUN_MAX_DISKS];
+	char disk_arg[RUN_MAX_DISKS][RUN_DISK_PATH_MAX + 128];
+	char vrate_s[24];
 	int n = 0;
 	argv[n++] = "cove";
 	argv[n++] = "restore";
@@ -569,8 +571,11 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain.
 	 */
 	for (int i = 0; i < sb->mc.nr_disks; i++) {
-		snprintf(disk_arg[i], sizeof(disk_arg[i]), "%s%s", sb->mc.disks[i].path,
-			 sb->mc.disks[i].read_only ? ",ro" : "");
+		char rate[120]; /* the parent's limits: a clone is host configured as its parent */
+		if (disk_rate_format(&sb->mc.disks[i].rate, rate, sizeof(rate)))
+			rate[0] = '\0'; /* cannot happen: four numbers fit */
+		snprintf(disk_arg[i], sizeof(disk_arg[i]), "%s%s%s", sb->mc.disks[i].path,
+			 sb->mc.disks[i].read_only ? ",ro" : "", rate);
 		argv[n++] = "--disk";
 		argv[n++] = disk_arg[i];
 	}
@@ -592,6 +597,12 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 		argv[n++] = c->vsock_uds;
 		argv[n++] = "--vsock-cid";
 		argv[n++] = cid_s;
+		if (sb->mc.vsock_rate) {
+			snprintf(vrate_s, sizeof(vrate_s), "%llu",
+				 (unsigned long long)sb->mc.vsock_rate);
+			argv[n++] = "--vsock-rate";
+			argv[n++] = vrate_s;
+		}
 	}
 	argv[n] = NULL;
 	posix_spawn_file_actions_t fa;

@@ -70,6 +70,19 @@ int keyprov_unwrap(struct keyprov *kp, const uint8_t *wrapped, size_t len, struc
 		   char *err, size_t errlen);
 
 /* Backends (keyprov_cmd.c, keyprov_pkcs11.c); called by keyprov.c only. -EKEYREJECTED = refused. */
+/*
+ * A provider process: path run with argv, the input as one base64 line on stdin, the output as
+ * base64 on stdout, killed after KEYPROV_CMD_TIMEOUT_S. label and name only word messages;
+ * exit_is_errno: a non-zero exit status is the errno of the failure and stderr's first line the
+ * whole message (cove-pkcs11), else any failure is -EKEYREJECTED (a user's key-cmd).
+ */
+struct keyprov_exec {
+	const char *label, *name, *op, *path;
+	char *const *argv;
+	int exit_is_errno;
+};
+int keyprov_exec_run(const struct keyprov_exec *x, const uint8_t *in, size_t in_len, uint8_t *out,
+		     size_t cap, size_t *out_len, char *err, size_t errlen);
 int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size_t in_len,
 		    uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen);
 int keyprov_pkcs11_check(const char *config, char *err, size_t errlen);

@@ -1,4 +1,7 @@
-/* The key-cmd provider: a user command wraps/unwraps base64 on stdin to base64 on stdout. */
+/*
+ * The key-cmd provider: a user command wraps/unwraps base64 on stdin to base64 on stdout. The same
+ * runner starts cove-pkcs11 (keyprov_pkcs11.c), so no PKCS#11 module is ever loaded into cove.
+ */
 #include "common/clock.h"
 #include "snapshot/keyprov.h"
 
@@ -34,7 +37,7 @@ static void close_fd(int *fd)
 }
 
 /* stdin is a socketpair so writing to a command that exited early is EPIPE, not SIGPIPE. */
-static int spawn(const char *script, const char *op, struct child *c)
+static int spawn(const char *path, char *const argv[], struct child *c)
 {
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1};
 	int r;
@@ -59,7 +62,7 @@ static int spawn(const char *script, const char *op, struct child *c)
 		close_range(3, ~0u, 0); /* no VM, socket or key fd leaks into the command */
 		sigaction(SIGPIPE, &dfl, NULL);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execl("/bin/sh", "sh", "-c", script, "cove-key-cmd", op, (char *)NULL);
+		execv(path, argv);
 		_exit(127);
 	}
 	close(in[1]);
@@ -152,30 +155,29 @@ out:
 	return r;
 }
 
-int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size_t in_len,
-		    uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen)
+int keyprov_exec_run(const struct keyprov_exec *x, const uint8_t *in, size_t in_len, uint8_t *out,
+		     size_t cap, size_t *out_len, char *err, size_t errlen)
 {
 	struct child c = {.pid = -1, .in = -1, .out = -1, .errfd = -1};
-	size_t script_len = strlen(cmdline) + 8;
+	const char *cmdline = x->name, *op = x->op;
 	size_t enc_cap = (in_len + 2) / 3 * 4 + 2;
-	char *script = malloc(script_len);
 	char *enc = malloc(enc_cap);
 	char *obuf = malloc(STDOUT_MAX);
 	char ebuf[STDERR_MAX];
 	size_t olen = 0, elen = 0, sent = 0;
 	int r, status = 0;
-	if (!script || !enc || !obuf) {
-		r = errmsg(err, errlen, -ENOMEM, "key-cmd: out of memory");
+	if (!enc || !obuf) {
+		r = errmsg(err, errlen, -ENOMEM, "%s: out of memory", x->label);
 		goto out_free;
 	}
-	snprintf(script, script_len, "%s \"$@\"", cmdline);
 	int elen_enc = EVP_EncodeBlock((unsigned char *)enc, in, (int)in_len);
 	enc[elen_enc] = '\n';
 	size_t to_send = (size_t)elen_enc + 1;
 
-	r = spawn(script, op, &c);
+	r = spawn(x->path, x->argv, &c);
 	if (r) {
-		r = errmsg(err, errlen, r, "key-cmd: cannot start /bin/sh: %s", strerror(-r));
+		r = errmsg(err, errlen, r, "%s: cannot start %s: %s", x->label, x->path,
+			   strerror(-r));
 		goto out_free;
 	}
 	double deadline = mono_s() + KEYPROV_CMD_TIMEOUT_S;
@@ -191,13 +193,13 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 			p[np++] = (struct pollfd){.fd = c.errfd, .events = POLLIN};
 		double left = deadline - mono_s();
 		if (left <= 0) {
-			r = errmsg(err, errlen, -ETIMEDOUT, "key-cmd '%s %s' timed out after %d s",
-				   cmdline, op, KEYPROV_CMD_TIMEOUT_S);
+			r = errmsg(err, errlen, -ETIMEDOUT, "%s '%s %s' timed out after %d s",
+				   x->label, cmdline, op, KEYPROV_CMD_TIMEOUT_S);
 			goto out_kill;
 		}
 		int n = poll(p, (nfds_t)np, (int)(left * 1000) + 1);
 		if (n < 0 && errno != EINTR) {
-			r = errmsg(err, errlen, -errno, "key-cmd: poll: %s", strerror(errno));
+			r = errmsg(err, errlen, -errno, "%s: poll: %s", x->label, strerror(errno));
 			goto out_kill;
 		}
 		if (c.in >= 0) {
@@ -212,8 +214,8 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 			int d = drain(c.out, obuf, STDOUT_MAX, &olen, 0);
 			if (d == -EMSGSIZE) {
 				r = errmsg(err, errlen, -EMSGSIZE,
-					   "key-cmd '%s %s' wrote more than %d bytes", cmdline, op,
-					   STDOUT_MAX);
+					   "%s '%s %s' wrote more than %d bytes", x->label, cmdline,
+					   op, STDOUT_MAX);
 				goto out_kill;
 			}
 			out_eof = d != 0;
@@ -224,7 +226,8 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 	close_fd(&c.in);
 	while (waitpid(c.pid, &status, 0) < 0) {
 		if (errno != EINTR) {
-			r = errmsg(err, errlen, -errno, "key-cmd: waitpid: %s", strerror(errno));
+			r = errmsg(err, errlen, -errno, "%s: waitpid: %s", x->label,
+				   strerror(errno));
 			goto out_free;
 		}
 	}
@@ -232,20 +235,23 @@ int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		char line[200];
 		first_line(ebuf, elen, line, sizeof(line));
-		if (WIFEXITED(status))
-			r = errmsg(err, errlen, -EKEYREJECTED,
-				   "key-cmd %s exited with status %d%s%s", op, WEXITSTATUS(status),
-				   *line ? ": " : "", line);
+		/* cove's own helper exits with the errno of what failed and says it in one line. */
+		if (WIFEXITED(status) && x->exit_is_errno && *line)
+			r = errmsg(err, errlen, -WEXITSTATUS(status), "%s", line);
+		else if (WIFEXITED(status))
+			r = errmsg(err, errlen, -EKEYREJECTED, "%s %s exited with status %d%s%s",
+				   x->label, op, WEXITSTATUS(status), *line ? ": " : "", line);
 		else
-			r = errmsg(err, errlen, -EKEYREJECTED, "key-cmd %s killed by signal %d%s%s",
-				   op, WTERMSIG(status), *line ? ": " : "", line);
+			r = errmsg(err, errlen, -EKEYREJECTED, "%s %s killed by signal %d%s%s",
+				   x->label, op, WTERMSIG(status), *line ? ": " : "", line);
 		goto out_free;
 	}
 	r = b64_decode(obuf, olen, out, cap, out_len);
 	if (r == -EMSGSIZE)
-		r = errmsg(err, errlen, r, "key-cmd %s output is larger than %zu bytes", op, cap);
+		r = errmsg(err, errlen, r, "%s %s output is larger than %zu bytes", x->label, op,
+			   cap);
 	else if (r)
-		r = errmsg(err, errlen, r, "key-cmd %s did not print base64 on stdout", op);
+		r = errmsg(err, errlen, r, "%s %s did not print base64 on stdout", x->label, op);
 	goto out_free;
 out_kill:
 	kill(c.pid, SIGKILL);
@@ -259,8 +265,23 @@ out_free:
 		OPENSSL_cleanse(enc, enc_cap);
 	if (obuf)
 		OPENSSL_cleanse(obuf, STDOUT_MAX);
-	free(script);
 	free(enc);
 	free(obuf);
+	return r;
+}
+
+int keyprov_cmd_run(const char *cmdline, const char *op, const uint8_t *in, size_t in_len,
+		    uint8_t *out, size_t cap, size_t *out_len, char *err, size_t errlen)
+{
+	size_t script_len = strlen(cmdline) + 8;
+	char *script = malloc(script_len);
+	if (!script)
+		return errmsg(err, errlen, -ENOMEM, "key-cmd: out of memory");
+	snprintf(script, script_len, "%s \"$@\"", cmdline);
+	char *argv[] = {"sh", "-c", script, "cove-key-cmd", (char *)op, NULL};
+	struct keyprov_exec x = {
+	    .label = "key-cmd", .name = cmdline, .op = op, .path = "/bin/sh", .argv = argv};
+	int r = keyprov_exec_run(&x, in, in_len, out, cap, out_len, err, errlen);
+	free(script);
 	return r;
 }

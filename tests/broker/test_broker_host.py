@@ -345,9 +345,16 @@ def main():
             hpid = int(f.read())
         check(not os.path.exists("/proc/%d" % hpid), "hung helper process is gone")
         # A guest that goes away mid-transfer: the transfer is aborted and audited.
+        slow_seen = sum(1 for x in seen if x[1].startswith("/v1/slow"))
         gone = connect(listen)
         gone.sendall(frame(dict(ident, credential="demo", method="GET", url=base + "/v1/slow")))
-        time.sleep(0.5)
+        # Leave once the transfer is under way (the upstream has the request), however long
+        # fetching the credential took on a loaded machine.
+        t_wait = time.monotonic() + 15
+        while (sum(1 for x in seen if x[1].startswith("/v1/slow")) == slow_seen and
+               time.monotonic() < t_wait):
+            time.sleep(0.05)
+        time.sleep(0.2)
         gone.close()
         time.sleep(0.2)
         check(req().get("status") == 200, "broker serves after a guest left mid-transfer")

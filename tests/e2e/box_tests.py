@@ -224,6 +224,46 @@ def test_disk_discard():
     out2 = disk_boot("echo SHA=$(sha256sum /bin/busybox | cut -d' ' -f1)", img)
     check(SHA.search(out).group(1) == SHA.search(out2).group(1), "busybox changed after fstrim")
 
+DD_TIME = re.compile(r"DD=(\d+)\+0 ([0-9.]+) ([0-9.]+)")
+
+
+def dd_read(spec, bs, count):
+    """Boots with the root disk given as spec and reads bs*count bytes of it with O_DIRECT
+    (around the guest's page cache); returns (seconds by the guest's /proc/uptime, the sha256
+    of what the reads returned)."""
+    out = disk_boot(f"a=$(cut -d' ' -f1 /proc/uptime); "
+                    f"s=$(dd if=/dev/vda bs={bs} count={count} iflag=direct 2>/tmp/dd.err | "
+                    f"sha256sum | cut -d' ' -f1); b=$(cut -d' ' -f1 /proc/uptime); "
+                    f"echo DD=$(grep 'records in' /tmp/dd.err | cut -d' ' -f1) $a $b; "
+                    f"echo SHA=$s", spec, root="root=/dev/vda ro init=/sbin/cove-init")
+    m = DD_TIME.search(out)
+    check(m and int(m.group(1)) == count, f"dd did not read {count} blocks: {out[-1500:]!r}")
+    sha = SHA.search(out)
+    check(sha, f"no checksum line: {out[-1500:]!r}")
+    return float(m.group(3)) - float(m.group(2)), sha.group(1)
+
+
+def test_disk_rate_limits():
+    # Token buckets on the real device: a limit slows the guest's reads to about its rate (the
+    # bucket starts full with one second's worth), and every byte still arrives.
+    ro = "/tmp/rootfs-rate.ext4"
+    subprocess.run(["cp", ROOTFS, ro], check=True)
+    with open(ro, "rb") as f:
+        head = f.read(4 << 20)
+    want, want_small = hashlib.sha256(head).hexdigest(), hashlib.sha256(head[:400 * 4096]).hexdigest()
+    free_s, free_sha = dd_read(ro + ",ro", 65536, 64)
+    bw_s, bw_sha = dd_read(ro + ",ro,bw=1M", 65536, 64)
+    iops_s, iops_sha = dd_read(ro + ",ro,iops=100", 4096, 400)
+    print(f"    4 MiB O_DIRECT reads: {free_s:.2f} s unlimited, {bw_s:.2f} s at bw=1M; "
+          f"400 x 4 KiB: {iops_s:.2f} s at iops=100")
+    check(free_sha == want and bw_sha == want and iops_sha == want_small,
+          f"the guest read other bytes than the image holds: {free_sha[:12]} {bw_sha[:12]} "
+          f"{iops_sha[:12]}, image {want[:12]} {want_small[:12]}")
+    # 4 MiB at 1 MiB/s with 1 MiB in the bucket at the start: about 3 s.
+    check(2.5 <= bw_s <= 6 and bw_s > 2 * free_s, f"bw=1M: 4 MiB took {bw_s:.2f} s")
+    # 400 requests at 100/s with 100 in the bucket: about 3 s.
+    check(2.5 <= iops_s <= 6, f"iops=100: 400 reads took {iops_s:.2f} s")
+
 
 def test_disk_bad_options():
     for spec, want in (("/tmp/x,ro,overlay=/tmp/y", "do not go together"), (",ro", "no path"),
@@ -514,6 +554,7 @@ TESTS = [
     test_disk_second_boot_reads_back,
     test_disk_read_only,
     test_disk_discard,
+    test_disk_rate_limits,
     test_disk_bad_options,
     test_disk_overlay,
     test_disk_overlay_wrong_base,

@@ -249,9 +249,26 @@ static void test_spec_round_trip(void **state)
 	strcpy(a.key, "key-cmd:/bin/true");
 	a.snapshot_every_ms = 60000;
 	a.created_ms = 1764547200000LL;
+	a.disks[1].rate =
+	    (struct rate_limit){.bw = 50 << 20, .bw_burst = 1, .iops = 7, .iops_burst = 2};
+	a.vsock_rate = 10 << 20;
 	assert_int_equal(sbx_spec_write(dfd, &a), 0);
 	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
 	assert_memory_equal(&a, b, sizeof(a));
+
+	/* A spec from before rate limits (no such keys) reads as no limits. */
+	static const char old[] =
+	    "{\"version\":1,\"kernel\":\"/k\",\"initrd\":\"\",\"cmdline\":\"\","
+	    "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
+	    "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
+	    "\"delete_after_ms\":0,\"created_ms\":0,"
+	    "\"disks\":[{\"path\":\"/d\",\"ro\":false,\"overlay\":false}]}";
+	snprintf(path, sizeof(path), "%s/sp/%s", f->dir, SBX_SPEC);
+	write_file(path, old, strlen(old));
+	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
+	assert_int_equal(b->nr_disks, 1);
+	assert_int_equal(b->disks[0].rate.bw, 0);
+	assert_int_equal(b->vsock_rate, 0);
 
 	/* A spec that is not ours (or relative paths, or no kernel) is refused in one line. */
 	static const char *const bad[] = {
@@ -263,6 +280,11 @@ static void test_spec_round_trip(void **state)
 	    "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
 	    "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
 	    "\"delete_after_ms\":0,\"created_ms\":0,\"disks\":[]}",
+	    /* a rate out of range */
+	    "{\"version\":1,\"kernel\":\"/k\",\"initrd\":\"\",\"cmdline\":\"\","
+	    "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
+	    "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
+	    "\"delete_after_ms\":0,\"created_ms\":0,\"vsock_rate\":-1,\"disks\":[]}",
 	};
 	snprintf(path, sizeof(path), "%s/sp/%s", f->dir, SBX_SPEC);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -308,6 +330,19 @@ static void test_vmm_args(void **state)
 	assert_string_equal(a->argv[2], want);
 	assert_true(has_arg(a, "/base/rootfs.ext4"));
 	assert_true(has_arg(a, "key-cmd:/bin/k"));
+	assert_false(has_arg(a, "--vsock-rate"));
+
+	/* Rate limits go on every start and restore, from the spec. */
+	s.disks[0].rate = (struct rate_limit){.bw = 1048576, .iops = 100};
+	s.vsock_rate = 4096;
+	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), 0);
+	snprintf(want, sizeof(want),
+		 "/base/rootfs.ext4,overlay=%s/box/disk0.ovl,bw=1048576,iops=100", f->dir);
+	assert_true(has_arg(a, want));
+	assert_true(has_arg(a, "--vsock-rate") && has_arg(a, "4096"));
+	assert_int_equal(sbx_args_restore(a, &f->root, "box", &s), 0);
+	assert_true(has_arg(a, "/base/rootfs.ext4,bw=1048576,iops=100"));
+	assert_true(has_arg(a, "--vsock-rate") && has_arg(a, "4096"));
 
 	/* A command line past the arena is refused, not cut. */
 	memset(s.cmdline, 'x', sizeof(s.cmdline) - 1);

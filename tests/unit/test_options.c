@@ -172,12 +172,76 @@ static void test_mem_size(void **state)
 	assert_int_equal(parse_mem_size("99999999999G", &v), -ERANGE);
 }
 
+/* --disk rate keys and --vsock-rate: good values, bad ones refused with one line, round trip. */
+static void test_options_rates(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	struct disk_opt d;
+	char err[256];
+	assert_int_equal(parse_disk_opt("a.img,ro,bw=50M,iops=1000,burst=1G,iops-burst=20", &d, err,
+					sizeof(err)),
+			 0);
+	assert_true(d.read_only);
+	assert_int_equal(d.rate.bw, 50ULL << 20);
+	assert_int_equal(d.rate.iops, 1000);
+	assert_int_equal(d.rate.bw_burst, 1ULL << 30);
+	assert_int_equal(d.rate.iops_burst, 20);
+	/* A bare rate is bytes; the format --disk takes back gives the same limits. */
+	assert_int_equal(parse_disk_opt("b,overlay=o,bw=4096", &d, err, sizeof(err)), 0);
+	assert_int_equal(d.rate.bw, 4096);
+	assert_int_equal(d.rate.iops, 0);
+	struct rate_limit rl = {.bw = 52428800, .bw_burst = 7, .iops = 3, .iops_burst = 9};
+	char fmt[128], spec[160];
+	assert_int_equal(disk_rate_format(&rl, fmt, sizeof(fmt)), 0);
+	assert_string_equal(fmt, ",bw=52428800,burst=7,iops=3,iops-burst=9");
+	snprintf(spec, sizeof(spec), "p%s", fmt);
+	assert_int_equal(parse_disk_opt(spec, &d, err, sizeof(err)), 0);
+	assert_memory_equal(&d.rate, &rl, sizeof(rl));
+	struct rate_limit none = {0};
+	assert_int_equal(disk_rate_format(&none, fmt, sizeof(fmt)), 0);
+	assert_string_equal(fmt, "");
+	assert_int_equal(disk_rate_format(&rl, fmt, 10), -E2BIG);
+
+	static const char *const bad[] = {
+	    "a,bw=",	  "a,bw=0",	    "a,bw=-5",	       "a,bw=5X",
+	    "a,bw=2000T", "a,iops=1k",	    "a,iops=0",	       "a,iops=1000000001",
+	    "a,burst=1M", "a,iops-burst=5", "a,bw=1M,burst=x", "a,bw=99999999999999999999",
+	    "a,bwx=1M",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = 0;
+		if (parse_disk_opt(bad[i], &d, err, sizeof(err)) != -EINVAL)
+			fail_msg("'%s' was accepted", bad[i]);
+		assert_non_null(strstr(err, "--disk"));
+		assert_null(strchr(err, '\n'));
+	}
+	assert_int_equal(parse_disk_opt("a,burst=1M", &d, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "burst= needs bw="));
+
+	assert_int_equal(parse(&o, err, sizeof(err), 9, "--kernel", "k", "--vsock-cid", "5",
+			       "--vsock-uds", "/tmp/v", "--vsock-rate", "10M"),
+			 0);
+	assert_int_equal(o.vsock_rate, 10ULL << 20);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vsock-rate", "10M"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "--vsock-rate needs"));
+	assert_int_equal(parse(&o, err, sizeof(err), 9, "--kernel", "k", "--vsock-cid", "5",
+			       "--vsock-uds", "/tmp/v", "--vsock-rate", "fast"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "--vsock-rate: 'fast' is not a rate"));
+	uint64_t v;
+	assert_int_equal(opt_vsock_rate("0", &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(opt_vsock_rate("1", &v, err, sizeof(err)), 0);
+	assert_int_equal(v, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_options_defaults), cmocka_unit_test(test_options_all),
 	    cmocka_unit_test(test_options_errors),   cmocka_unit_test(test_options_disks),
-	    cmocka_unit_test(test_mem_size),
+	    cmocka_unit_test(test_mem_size),	     cmocka_unit_test(test_options_rates),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  */
 #include <fcntl.h>
 #include <stdbool.h>
+#include <sys/timerfd.h>
 
 #include "helpers.h"
 #include "devices/virtio_blk.h"
@@ -482,6 +483,146 @@ static void test_blk_status_not_writable(void **state)
 	blkfix_free(f);
 }
 
+/* ---- rate limit ---- */
+
+/* The limiter's clock in these tests: a number the test moves. */
+static uint64_t fake_clock(void *ctx)
+{
+	return *(uint64_t *)ctx;
+}
+
+/* Waits (I/O, not the limiter) until the used index reaches `want`; returns what it reached. */
+static uint16_t reap_until(struct blkfix *f, uint16_t want)
+{
+	for (int i = 0; i < 5000; i++) {
+		uint16_t u = *(volatile uint16_t *)bp(f, B_USED + 2, 2);
+		if (u == want)
+			return u;
+		usleep(1000);
+		virtio_blk_poll(&f->blk);
+	}
+	return *(volatile uint16_t *)bp(f, B_USED + 2, 2);
+}
+
+/*
+ * A queue of 4 KiB reads (odd ones) and writes (even ones) under 8 KiB/s: only what the
+ * bucket allows completes; the rest stays in the avail ring (not failed, not dropped) until
+ * the clock moves and the timer fires, then completes; every request ends OK with its data.
+ */
+static void test_blk_rate_limit_bytes(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	uint64_t now = 0;
+	f->blk.clock_ns = fake_clock;
+	f->blk.clock_ctx = &now;
+	struct rate_limit lim = {.bw = 8192};
+	assert_int_equal(virtio_blk_set_rate(&f->blk, &lim), 0);
+	enum { NREQ = 9, LEN = 4096 };
+	uint8_t *data = bp(f, B_DATA, (uint64_t)NREQ * LEN);
+	for (int c = 0; c < NREQ; c++) {
+		bool rd = c % 2;
+		uint32_t hdr[4] = {rd ? T_IN : T_OUT, 0, (uint32_t)(c * (LEN / 512)), 0};
+		memcpy(bp(f, B_HDRS + 16ULL * c, 16), hdr, 16);
+		memset(data + (uint64_t)c * LEN, rd ? 0 : 0x10 + c, LEN);
+		bdesc(f, 3 * c, B_HDRS + 16ULL * c, 16, VIRTQ_DESC_F_NEXT, (uint16_t)(3 * c + 1));
+		bdesc(f, 3 * c + 1, B_DATA + (uint64_t)c * LEN, LEN,
+		      (uint16_t)(VIRTQ_DESC_F_NEXT | (rd ? VIRTQ_DESC_F_WRITE : 0)),
+		      (uint16_t)(3 * c + 2));
+		bdesc(f, 3 * c + 2, B_BUFS + c, 1, VIRTQ_DESC_F_WRITE, 0);
+		*(uint8_t *)bp(f, B_BUFS + c, 1) = S_NONE;
+		((uint16_t *)bp(f, B_AVAIL + 4, 2 * BQ))[c] = (uint16_t)(3 * c);
+	}
+	*(uint16_t *)bp(f, B_AVAIL + 2, 2) = NREQ;
+	bw(f, 0x050, 0);
+	/* The full bucket: two requests. The third is back in the avail ring, a timer armed. */
+	assert_int_equal(f->blk.mmio.queues[0].last_avail, 2);
+	assert_true(f->blk.throttled);
+	assert_int_equal(f->blk.throttle_waits, 1);
+	struct itimerspec its;
+	assert_int_equal(timerfd_gettime(f->blk.rate_tfd, &its), 0);
+	assert_true(its.it_value.tv_sec == 0 && its.it_value.tv_nsec > 0 &&
+		    its.it_value.tv_nsec <= 500000000); /* 4096 bytes at 8192/s */
+	assert_int_equal(reap_until(f, 2), 2);
+	/* Kicks while throttled take nothing; nor does the timer while the clock stands. */
+	bw(f, 0x050, 0);
+	virtio_blk_rate_timer(&f->blk);
+	assert_int_equal(f->blk.mmio.queues[0].last_avail, 2);
+	/* A snapshot now (quiesce, save) records exactly the two as consumed. */
+	virtio_blk_quiesce(&f->blk);
+	struct virtio_mmio_state st;
+	virtio_mmio_save(&f->blk.mmio, &st);
+	assert_int_equal(st.q[0].last_avail, 2);
+	assert_int_equal(st.q[0].used_idx, 2);
+	/* Half a second: one more. */
+	now += 500000000ULL;
+	virtio_blk_rate_timer(&f->blk);
+	assert_int_equal(f->blk.mmio.queues[0].last_avail, 3);
+	assert_int_equal(reap_until(f, 3), 3);
+	/* Each second after: two more, until all are done. */
+	int seconds = 0;
+	while (f->blk.mmio.queues[0].last_avail < NREQ) {
+		uint16_t before = f->blk.mmio.queues[0].last_avail;
+		now += 1000000000ULL;
+		virtio_blk_rate_timer(&f->blk);
+		assert_int_equal(f->blk.mmio.queues[0].last_avail - before,
+				 before + 2 <= NREQ ? 2 : NREQ - before);
+		seconds++;
+	}
+	assert_int_equal(seconds, 3);
+	assert_int_equal(reap_until(f, NREQ), NREQ);
+	assert_false(f->blk.throttled);
+	for (int c = 0; c < NREQ; c++)
+		assert_int_equal(*(uint8_t *)bp(f, B_BUFS + c, 1), S_OK);
+	/* Reads saw the image, writes reached it. */
+	int fd = open(f->img, O_RDONLY);
+	assert_true(fd >= 0);
+	uint8_t buf[LEN];
+	for (int c = 0; c < NREQ; c += 2) {
+		assert_int_equal(pread(fd, buf, LEN, (off_t)c * LEN), LEN);
+		for (int i = 0; i < LEN; i++)
+			assert_int_equal(buf[i], 0x10 + c);
+	}
+	close(fd);
+	assert_int_equal(f->blk.errors, 0);
+	blkfix_free(f);
+}
+
+/*
+ * An ops limit with a one-time burst: GET_ID requests (no data) go 3 + 1 at once, then one per
+ * 500 ms; lifting the limit at run time serves the rest at once.
+ */
+static void test_blk_rate_limit_ops(void **state)
+{
+	(void)state;
+	struct blkfix *f = blkfix_new();
+	uint64_t now = 0;
+	f->blk.clock_ns = fake_clock;
+	f->blk.clock_ctx = &now;
+	struct rate_limit lim = {.iops = 2, .iops_burst = 2};
+	assert_int_equal(virtio_blk_set_rate(&f->blk, &lim), 0);
+	offer_get_id(f);
+	*(uint16_t *)bp(f, B_AVAIL + 2, 2) = 20;
+	bw(f, 0x050, 0);
+	assert_int_equal(f->blk.requests, 4);
+	assert_int_equal(*(uint16_t *)bp(f, B_USED + 2, 2), 4);
+	now += 499999999ULL;
+	virtio_blk_rate_timer(&f->blk);
+	assert_int_equal(f->blk.requests, 4);
+	now += 1;
+	virtio_blk_rate_timer(&f->blk);
+	assert_int_equal(f->blk.requests, 5);
+	struct rate_limit none = {0};
+	assert_int_equal(virtio_blk_set_rate(&f->blk, &none), 0);
+	assert_int_equal(f->blk.requests, 20);
+	assert_int_equal(*(uint16_t *)bp(f, B_USED + 2, 2), 20);
+	/* Out of range is refused and changes nothing. */
+	struct rate_limit huge = {.bw = TB_MAX_TOKENS + 1};
+	assert_int_equal(virtio_blk_set_rate(&f->blk, &huge), -EINVAL);
+	assert_true(rate_limiter_unlimited(&f->blk.rl));
+	blkfix_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -494,6 +635,8 @@ int main(void)
 	    cmocka_unit_test(test_blk_notify_budget),
 	    cmocka_unit_test(test_blk_reset_drains_reads),
 	    cmocka_unit_test(test_blk_status_not_writable),
+	    cmocka_unit_test(test_blk_rate_limit_bytes),
+	    cmocka_unit_test(test_blk_rate_limit_ops),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -777,6 +777,122 @@ static void test_dev_credit_cap(void **state)
 	unlink(p);
 }
 
+/* The limiter's clock in the rate tests: a number the test moves. */
+static uint64_t fake_clock(void *ctx)
+{
+	return *(uint64_t *)ctx;
+}
+
+/* Reads what the host socket has now (nonblocking) into buf; returns the bytes read. */
+static size_t host_drain(int fd, uint8_t *buf, size_t cap)
+{
+	size_t have = 0;
+	for (;;) {
+		ssize_t n = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
+		if (n <= 0)
+			return have;
+		have += (size_t)n;
+	}
+}
+
+/*
+ * --vsock-rate 8 KiB/s on a fake clock, both ways on one connection: the guest sends 16 KiB
+ * (all accepted within its credit, none dropped or reset), the host socket gets 8 KiB, the
+ * rest after the clock moves; the host sends 16 KiB and the guest gets 8 KiB, then 4 KiB per
+ * half second. Every byte arrives in order.
+ */
+static void test_dev_rate_limit(void **state)
+{
+	struct vdev *d = *state;
+	uint64_t now = 1000;
+	d->v->clock_ns = fake_clock;
+	d->v->clock_ctx = &now;
+	assert_int_equal(virtio_vsock_set_rate(d->v, 8192), 0);
+	struct vsock_hdr r;
+	char p[128];
+	snprintf(p, sizeof(p), "%s_6003", d->path);
+	int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, p);
+	assert_int_equal(bind(srv, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(srv, 1), 0);
+	struct vsock_hdr h = good(VSOCK_OP_REQUEST, 0);
+	h.dst_port = 6003;
+	send_pkt(d, h, NULL);
+	assert_true(take_rx(d, &r, NULL));
+	assert_int_equal(r.op, VSOCK_OP_RESPONSE);
+	int c = accept(srv, NULL, NULL);
+	assert_true(c >= 0);
+
+	/* guest -> host */
+	enum { PKT = 4096, NPKT = 4 };
+	static uint8_t pkt[PKT], got[PKT * NPKT];
+	for (int i = 0; i < NPKT; i++) {
+		for (int k = 0; k < PKT; k++)
+			pkt[k] = (uint8_t)(i * 31 + k);
+		h = good(VSOCK_OP_RW, PKT);
+		h.dst_port = 6003;
+		send_pkt(d, h, pkt);
+	}
+	assert_int_equal(d->v->nr_conns, 1);
+	assert_false(take_rx(d, &r, NULL)); /* no RST, nothing else either */
+	size_t have = host_drain(c, got, sizeof(got));
+	assert_int_equal(have, 8192);
+	assert_true(d->v->rate_deadline_ns > now);
+	assert_int_equal(d->v->buffered, PKT * NPKT - 8192);
+	/* The clock stands: servicing moves nothing. */
+	virtio_vsock_service(d->v);
+	assert_int_equal(host_drain(c, got + have, sizeof(got) - have), 0);
+	now += 500000000ULL;
+	virtio_vsock_service(d->v);
+	have += host_drain(c, got + have, sizeof(got) - have);
+	assert_int_equal(have, 8192 + 4096);
+	now += 1000000000ULL;
+	virtio_vsock_service(d->v);
+	have += host_drain(c, got + have, sizeof(got) - have);
+	assert_int_equal(have, sizeof(got));
+	for (int i = 0; i < NPKT; i++)
+		for (int k = 0; k < PKT; k++)
+			assert_int_equal(got[i * PKT + k], (uint8_t)(i * 31 + k));
+	assert_int_equal(d->v->buffered, 0);
+
+	/* host -> guest: a fresh second of tokens (8 KiB) */
+	now += 1000000000ULL;
+	static uint8_t sent[PKT * NPKT], seen[PKT * NPKT];
+	for (size_t k = 0; k < sizeof(sent); k++)
+		sent[k] = (uint8_t)(k * 7 + 3);
+	assert_int_equal(write(c, sent, sizeof(sent)), sizeof(sent));
+	size_t in = 0;
+	uint8_t pl[4096];
+	virtio_vsock_service(d->v);
+	while (take_rx(d, &r, pl)) {
+		assert_int_equal(r.op, VSOCK_OP_RW);
+		memcpy(seen + in, pl, r.len);
+		in += r.len;
+	}
+	assert_int_equal(in, 8192);
+	virtio_vsock_service(d->v);
+	assert_false(take_rx(d, &r, pl));
+	for (int step = 0; step < 2; step++) {
+		now += 500000000ULL;
+		virtio_vsock_service(d->v);
+		size_t before = in;
+		while (take_rx(d, &r, pl)) {
+			assert_int_equal(r.op, VSOCK_OP_RW);
+			memcpy(seen + in, pl, r.len);
+			in += r.len;
+		}
+		assert_int_equal(in - before, 4096);
+	}
+	assert_int_equal(in, sizeof(sent));
+	assert_memory_equal(seen, sent, sizeof(sent));
+	assert_true(d->v->throttle_waits > 0);
+	assert_int_equal(d->v->nr_conns, 1);
+	close(c);
+	close(srv);
+	unlink(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -797,6 +913,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_dev_connect_after_restore, vdev_setup,
 					    vdev_teardown),
 	    cmocka_unit_test_setup_teardown(test_dev_slow_host, vdev_setup, vdev_teardown),
+	    cmocka_unit_test_setup_teardown(test_dev_rate_limit, vdev_setup, vdev_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
