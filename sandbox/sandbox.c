@@ -157,6 +157,16 @@ static int seccomp_begin(struct sandbox *sb)
 		return r;
 	}
 	sb->seccomp_on = true;
+	/*
+	 * The filters forbid io_uring_setup (a ring escapes seccomp): the snapshot writer gets its
+	 * one restricted ring now, or writes with pwrite.
+	 */
+	r = layer_ring_new(&sb->wring);
+	if (r) {
+		log_info(&sb->log, "seccomp: no io_uring for the snapshot writer (%s): pwrite",
+			 strerror(-r));
+		sb->wring = NULL;
+	}
 	sb->vm.thread_hook = thread_hook;
 	sb->vm.thread_hook_opaque = sb;
 	return 0;
@@ -390,6 +400,9 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	}
 	if (keep)
 		sb->snap.keep = keep;
+	sb->snap.ring = sb->wring;
+	if (sb->seccomp_on && !sb->wring)
+		sb->snap.method = WRITE_PWRITE;
 	sb->snap.inherit_key = sb->data_key;
 	sb->snap.prepare = prepare_snapshot;
 	sb->snap.prepare_opaque = sb;
@@ -885,6 +898,8 @@ void sandbox_destroy(struct sandbox *sb)
 	spawner_stop(&sb->spawner);
 	if (sb->snap_ready)
 		snap_ctx_free(&sb->snap);
+	layer_ring_free(sb->wring); /* after the snapshot context that borrowed it */
+	sb->wring = NULL;
 	if (sb->board_created)
 		board_destroy(&sb->board);
 	if (sb->vm_created)
