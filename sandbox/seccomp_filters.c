@@ -58,6 +58,7 @@ static const struct {
     {SCMP_SYS(rt_sigprocmask), ALL},
     {SCMP_SYS(rt_sigreturn), ALL},
     {SCMP_SYS(restart_syscall), ALL},
+    {SCMP_SYS(sigaltstack), ALL}, /* sanitizer runtimes set and drop one per thread */
     {SCMP_SYS(newfstatat), ALL},
     {SCMP_SYS(fstat), ALL},
     {SCMP_SYS(exit), ALL},
