@@ -29,7 +29,7 @@ static const char create_usage[] =
     "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
-    "                   [--policy FILE] [--vsock-rate RATE]\n"
+    "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
@@ -40,6 +40,8 @@ static const char create_usage[] =
     "  --disk PATH[,ro]        another disk (/dev/vdb...), the file itself; a rate limit\n"
     "                          with ,bw=50M,iops=1000,burst=SIZE,iops-burst=N (as cove run)\n"
     "  --vsock-rate RATE       bytes/s per vsock connection each way (e.g. 10M)\n"
+    "  --no-seccomp            its VMM runs without seccomp filters at every start and\n"
+    "                          restore (debugging only; the VMM warns in its log)\n"
     "  --key SPEC              encrypt the chain (key-cmd:CMD or pkcs11:CONFIG)\n"
     "  --snapshot-every D      60s, 5m...; off: only at stop (default 60s)\n"
     "  --idle-stop D           stop itself (snapshot first) after D with no exec session,\n"
@@ -66,7 +68,8 @@ enum {
 	O_DEL,
 	O_IDLE,
 	O_POLICY,
-	O_VRATE
+	O_VRATE,
+	O_NO_SECCOMP
 };
 
 /* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
@@ -86,6 +89,7 @@ static const struct option create_opts[] = {
     {"idle-stop", required_argument, NULL, O_IDLE},
     {"policy", required_argument, NULL, O_POLICY},
     {"vsock-rate", required_argument, NULL, O_VRATE},
+    {"no-seccomp", no_argument, NULL, O_NO_SECCOMP},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -192,6 +196,9 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 		case O_VRATE:
 			if (opt_vsock_rate(optarg, &s->vsock_rate, err, errlen))
 				return -EINVAL;
+			break;
+		case O_NO_SECCOMP:
+			s->no_seccomp = true;
 			break;
 		case O_KERNEL:
 			if (abs_path(optarg, s->kernel, sizeof(s->kernel), err, errlen))

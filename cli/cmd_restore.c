@@ -40,6 +40,7 @@ static const char restore_usage[] =
     "                      chunk before the guest runs (otherwise each page is checked when\n"
     "                      first touched, and a bad one stops the VM; a bad disk chunk is an\n"
     "                      I/O error to the guest)\n"
+    "  --no-seccomp        run without the per-thread seccomp filters (debugging only; warns)\n"
     "  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
     "  --log-level LEVEL   error|warn|info|debug (default warn)\n"
     "\n"
@@ -58,6 +59,7 @@ enum {
 	O_LOG,
 	O_KEY,
 	O_VERIFY,
+	O_NO_SECCOMP,
 	O_DISK,
 	O_SROOT,
 	O_CMAX,
@@ -79,6 +81,7 @@ static const struct option long_opts[] = {
     {"log-level", required_argument, NULL, O_LOG},
     {"key", required_argument, NULL, O_KEY},
     {"verify", no_argument, NULL, O_VERIFY},
+    {"no-seccomp", no_argument, NULL, O_NO_SECCOMP},
     {"disk", required_argument, NULL, O_DISK},
     {"snapshot-root", required_argument, NULL, O_SROOT},
     {"console-max", required_argument, NULL, O_CMAX},
@@ -186,6 +189,9 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 			break;
 		case O_VERIFY:
 			o->verify = true;
+			break;
+		case O_NO_SECCOMP:
+			o->no_seccomp = true;
 			break;
 		case O_DISK:
 			if (opt_disk(optarg, o->disks, &o->nr_disks, err, errlen))

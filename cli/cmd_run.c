@@ -24,6 +24,9 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 		snprintf(mc->vsock_uds, sizeof(mc->vsock_uds), "%s", o->vsock_uds);
 	mc->nr_devs = o->nr_devs;
 	memcpy(mc->devs, o->devs, sizeof(mc->devs));
+	/* Before the build: with an API socket it forks the clone spawner, which needs both. */
+	sb->api_sock = o->api_sock;
+	sb->snap_key = o->snapshot_key;
 	int r = sandbox_build(sb, mc, o->track_dirty, -1, 0);
 	free(mc);
 	if (r)
@@ -40,7 +43,6 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 		return 1;
 	sb->idle.limit_ms = o->idle_stop_ms;
 	sb->idle.events_dir = o->events_dir;
-	sb->snap_key = o->snapshot_key;
 	sb->snap_root = o->snapshot_root;
 	if (o->snapshot_dir &&
 	    sandbox_snapshots(sb, o->snapshot_dir, o->snapshot_interval_ms, o->snapshot_keep))
@@ -67,8 +69,10 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	}
 	int status = 1;
-	if (sandbox_init(sb, o.console, o.console_max, o.log_level) == 0)
+	if (sandbox_init(sb, o.console, o.console_max, o.log_level) == 0) {
+		sb->no_seccomp = o.no_seccomp;
 		status = boot_and_serve(sb, &o);
+	}
 	sandbox_destroy(sb);
 	free(sb);
 	return status;

@@ -6,13 +6,45 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define BLK_RING_ENTRIES 256
-#define ZERO_BUF_SIZE	 (1u << 20)
+
+/*
+ * Debian's liburing 2.3 declares io_uring_register_restrictions and io_uring_enable_rings but
+ * its shared library does not export them: the two registrations by the system call itself.
+ */
+static int ring_restrict_enable(struct io_uring *ring, struct io_uring_restriction *res, unsigned n)
+{
+	if (syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_RESTRICTIONS, res, n) <
+		0 ||
+	    syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) <
+		0)
+		return -errno;
+	return 0;
+}
+#define ZERO_BUF_SIZE (1u << 20)
 
 /* Zeros for WRITE_ZEROES where fallocate is unsupported: read-only, shared by every request. */
 static const uint8_t zero_buf[ZERO_BUF_SIZE];
+
+/*
+ * io_uring bypasses seccomp: the ring is created disabled, limited to the opcodes this back end
+ * submits (IORING_REGISTER_RESTRICTIONS), then enabled. Its eventfd is registered first.
+ */
+static int restrict_ring(struct io_uring *ring)
+{
+	static const uint8_t ops[] = {IORING_OP_READV,	   IORING_OP_WRITEV, IORING_OP_FSYNC,
+				      IORING_OP_FALLOCATE, IORING_OP_WRITE,  IORING_OP_NOP};
+	struct io_uring_restriction res[sizeof(ops)];
+	memset(res, 0, sizeof(res));
+	for (size_t i = 0; i < sizeof(ops); i++) {
+		res[i].opcode = IORING_RESTRICTION_SQE_OP;
+		res[i].sqe_op = ops[i];
+	}
+	return ring_restrict_enable(ring, res, (unsigned)sizeof(ops));
+}
 
 int blk_uring_open(struct blk_uring *b, const char *path, bool read_only)
 {
@@ -43,11 +75,14 @@ int blk_uring_open(struct blk_uring *b, const char *path, bool read_only)
 		r = -errno;
 		goto fail;
 	}
-	r = io_uring_queue_init(BLK_RING_ENTRIES, &b->ring, 0);
+	r = io_uring_queue_init(BLK_RING_ENTRIES, &b->ring, IORING_SETUP_R_DISABLED);
 	if (r < 0)
 		goto fail;
 	b->ring_ok = true;
 	r = io_uring_register_eventfd(&b->ring, b->efd);
+	if (r < 0)
+		goto fail;
+	r = restrict_ring(&b->ring);
 	if (r < 0)
 		goto fail;
 	return 0;

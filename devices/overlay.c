@@ -572,6 +572,26 @@ static int check_layer(const struct overlay *ov, const char *base,
 }
 
 /* Creates an empty writable top at `path` (depth and parent_crc already set in ov). */
+/*
+ * Creates or opens path's last component beneath an fd of its directory, never through a link
+ * there: after start the process may create files only beneath a directory fd (seccomp). The
+ * fd, or -1 with errno set.
+ */
+static int open_in_parent(const char *path, int flags, mode_t mode)
+{
+	char name[256];
+	int dfd = dirfd_open_parent(path, name, sizeof(name));
+	if (dfd < 0) {
+		errno = -dfd;
+		return -1;
+	}
+	int fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+	int e = errno;
+	close(dfd);
+	errno = e;
+	return fd;
+}
+
 static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size, char *err,
 		      size_t errlen)
 {
@@ -589,7 +609,7 @@ static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size,
 	if (!ov->bitmap)
 		return -ENOMEM;
 	/* Never through a link: a chain or overlay directory may have been seeded with one. */
-	ov->data_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	ov->data_fd = open_in_parent(path, O_RDWR | O_CREAT, 0600);
 	if (ov->data_fd < 0)
 		return errmsg(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
 	struct stat st;
@@ -776,7 +796,7 @@ static char *top_data_path(const struct overlay *ov)
 static int seal_top(struct overlay *ov, const char *tmp, const uint8_t salt[OVERLAY_SALT_LEN])
 {
 	(void)unlink(tmp); /* a leftover of a crash mid-freeze: nothing refers to it */
-	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int fd = open_in_parent(tmp, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0)
 		return -errno;
 	uint64_t size = ov->disk_size + ov->nr_chunks * OVERLAY_TAG_LEN;

@@ -31,14 +31,15 @@ static json_t *disks_json(const struct sbx_spec *s)
 
 int sbx_spec_write(int dfd, const struct sbx_spec *s)
 {
-	json_t *j = json_pack(
-	    "{s:i,s:s,s:s,s:s,s:I,s:i,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "version", 1, "kernel",
-	    s->kernel, "initrd", s->initrd, "cmdline", s->cmdline, "mem_bytes",
-	    (json_int_t)s->mem_bytes, "vcpus", s->vcpus, "disks", disks_json(s), "key", s->key,
-	    "policy", s->policy, "snapshot_every_ms", (json_int_t)s->snapshot_every_ms,
-	    "idle_stop_ms", (json_int_t)s->idle_stop_ms, "archive_after_ms",
-	    (json_int_t)s->archive_after_ms, "delete_after_ms", (json_int_t)s->delete_after_ms,
-	    "created_ms", (json_int_t)s->created_ms, "vsock_rate", (json_int_t)s->vsock_rate);
+	json_t *j =
+	    json_pack("{s:i,s:s,s:s,s:s,s:I,s:i,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b}",
+		      "version", 1, "kernel", s->kernel, "initrd", s->initrd, "cmdline", s->cmdline,
+		      "mem_bytes", (json_int_t)s->mem_bytes, "vcpus", s->vcpus, "disks",
+		      disks_json(s), "key", s->key, "policy", s->policy, "snapshot_every_ms",
+		      (json_int_t)s->snapshot_every_ms, "idle_stop_ms", (json_int_t)s->idle_stop_ms,
+		      "archive_after_ms", (json_int_t)s->archive_after_ms, "delete_after_ms",
+		      (json_int_t)s->delete_after_ms, "created_ms", (json_int_t)s->created_ms,
+		      "vsock_rate", (json_int_t)s->vsock_rate, "no_seccomp", s->no_seccomp);
 	char *text;
 	int fd, ret;
 
@@ -165,6 +166,11 @@ int sbx_spec_read(int dfd, struct sbx_spec *s, char *err, size_t errlen)
 	ret = ret ?: get_u64(j, "created_ms", &created);
 	ret = ret ?: get_disks(j, s);
 	ret = ret ?: get_rate(j, "vsock_rate", &s->vsock_rate);
+	/* A spec from before --no-seccomp has no such key: filters on. */
+	json_t *ns = json_object_get(j, "no_seccomp");
+	if (!ret && ns && !json_is_boolean(ns))
+		ret = -EINVAL;
+	s->no_seccomp = json_is_true(ns);
 	json_decref(j);
 	if (ret || !s->kernel[0] || vcpus < 1 || vcpus > 255 || !s->mem_bytes)
 		return errmsg(err, errlen, -EINVAL, "%s: not a sandbox spec this cove wrote",

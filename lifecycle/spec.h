@@ -36,6 +36,7 @@ struct sbx_spec {
 	uint64_t idle_stop_ms, archive_after_ms, delete_after_ms; /* 0: never */
 	int64_t created_ms;
 	uint64_t vsock_rate; /* --vsock-rate bytes/s per connection each way; 0: none */
+	bool no_seccomp;     /* --no-seccomp: its VMM runs without seccomp filters (debugging) */
 };
 
 /* Writes spec.json beneath dfd (temp file, fsync, rename): 0 or -errno. */

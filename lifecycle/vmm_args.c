@@ -43,6 +43,9 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	/* The VMM stops itself when idle and logs it in the sandbox's event log. */
 	if (!ret && s->vsock_rate)
 		ret = add(a, "--vsock-rate") ?: add(a, "%llu", (unsigned long long)s->vsock_rate);
+	/* Every start and restore: the spec asked for it at create (it warns in the log). */
+	if (!ret && s->no_seccomp)
+		ret = add(a, "--no-seccomp");
 	if (!ret && s->idle_stop_ms)
 		ret = add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms)
 			?: add(a, "--events-dir") ?: add(a, "%s/%s", r->state, name);

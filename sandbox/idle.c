@@ -50,6 +50,7 @@ static void *ask_agent(void *arg)
 {
 	struct sandbox *sb = arg;
 	struct idle_watch *w = &sb->idle;
+	pthread_setname_np(pthread_self(), "cove-idle");
 	json_t *req = json_pack("{s:s}", "op", "status"), *reply = NULL, *s;
 	char err[200];
 	bool busy = false;

@@ -39,6 +39,7 @@ static const char run_usage[] =
     "  --console-max SIZE  stop writing guest console output after SIZE (e.g. 1M, 100B;\n"
     "                      default 64M), with one log line\n"
     "  --track-dirty-pages log guest writes from boot (otherwise from the first full snapshot on)\n"
+    "  --no-seccomp        run without the per-thread seccomp filters (debugging only; warns)\n"
     "  --snapshot-dir DIR  where snapshots go (a chain: chain.json, mem-N, state-N); with it\n"
     "                      the API's PUT /snapshot/create may omit the paths\n"
     "  --idle-stop T          after T with no API call, vsock traffic, guest CPU use or\n"
@@ -126,6 +127,7 @@ enum {
 	OPT_CONSOLE,
 	OPT_LOG,
 	OPT_DIRTY,
+	OPT_NO_SECCOMP,
 	OPT_DISK,
 	OPT_VSOCK_CID,
 	OPT_VSOCK_UDS,
@@ -423,6 +425,7 @@ static const struct option run_builtin_opts[] = {
     {"events-dir", required_argument, NULL, OPT_EVENTS_DIR},
     {"log-level", required_argument, NULL, OPT_LOG},
     {"track-dirty-pages", no_argument, NULL, OPT_DIRTY},
+    {"no-seccomp", no_argument, NULL, OPT_NO_SECCOMP},
     {"disk", required_argument, NULL, OPT_DISK},
     {"vsock-cid", required_argument, NULL, OPT_VSOCK_CID},
     {"vsock-uds", required_argument, NULL, OPT_VSOCK_UDS},
@@ -552,6 +555,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			return 1;
 		case OPT_DIRTY:
 			o->track_dirty = true;
+			break;
+		case OPT_NO_SECCOMP:
+			o->no_seccomp = true;
 			break;
 		case OPT_DISK:
 			if (opt_disk(optarg, o->disks, &o->nr_disks, err, errlen))

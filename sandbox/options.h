@@ -24,6 +24,7 @@ struct run_opts {
 	uint64_t mem_size;
 	int vcpus;
 	bool track_dirty;
+	bool no_seccomp; /* --no-seccomp: no filters (debugging; warns) */
 	enum log_level log_level;
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS];

@@ -179,6 +179,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	char err[512];
 	/* Test hooks: "opened" here, "built", then "state" and "started" in sandbox_serve. */
 	sb->phase_dir = o->phase_dir;
+	sb->no_seccomp = o->no_seccomp;
 	if (phase_hook(sb->phase_dir, "opened", &sb->log))
 		return 1;
 	uint64_t t0 = mono_us();
@@ -222,6 +223,10 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	int nr_layers = s->ls->nr, ram_fd;
 	/* Logging from the start: the restored sandbox can go on with incremental snapshots. */
 	snap_restore_ram_backing(s, &ram_fd, &ram_off);
+	/* Before the build: with an API socket it forks the clone spawner, which needs both. */
+	sb->api_sock = o->api_sock;
+	if (sdir && s->encrypted)
+		sb->snap_key = o->key;
 	uint64_t t_build = mono_us();
 	if (sandbox_build(sb, &p->mc, true, ram_fd, ram_off))
 		return 1;
@@ -248,10 +253,8 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		return 1;
 	}
 	if (sdir) {
-		/* Encrypted: the host's --key (snap_restore_open required it), for this or a new
-		 * chain. */
-		if (s->encrypted)
-			sb->snap_key = o->key;
+		/* Encrypted: the host's --key (snap_restore_open required it, set before the
+		 * build), for this or a new chain. */
 		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))
 			return 1;
 		sb->snap.ram_lazy = s->encrypted;

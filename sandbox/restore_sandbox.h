@@ -25,6 +25,7 @@ struct sandbox_restore_opts {
 	enum log_level level;
 	const char *key;
 	bool verify;
+	bool no_seccomp; /* --no-seccomp */
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */
 	uint64_t console_max;

@@ -7,7 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,22 +15,21 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "sandbox/agent_client.h"
 #include "sandbox/phase_hook.h"
+#include "sandbox/seccomp_filters.h"
 #include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "snapshot/keyprov.h"
+#include "snapshot/snap_crypt.h"
 #include "devices/overlay.h"
 #include "devices/virtio_blk.h"
 #include "devices/virtio_vsock.h"
 #include "sandbox/vm_api.h"
-
-extern char **environ;
 
 /* The API backend's opaque pointer is the VM (vm_api.c); snapshot hooks need its sandbox. */
 static struct sandbox *sandbox_of(void *vm)
@@ -82,6 +81,7 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->sig_fd = sb->timer_fd = sb->ready_fd = sb->idle.timer_fd = -1;
+	sb->spawner = (struct spawner){.sock = -1, .pid = -1};
 	sb->log = (struct logger){.level = level, .out = stderr};
 	sb->log_level = level;
 	sb->console_path = console_path;
@@ -119,6 +119,59 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 	return 0;
 }
 
+/* Each VM thread installs its own filter on itself, before its first guest work. */
+static int thread_hook(void *opaque, enum vm_thread_kind kind)
+{
+	struct sandbox *sb = opaque;
+	enum seccomp_kind k = kind == VM_THREAD_VCPU ? SECCOMP_VCPU : SECCOMP_UFFD;
+	char err[256];
+	int r = seccomp_install(k, err, sizeof(err));
+	if (r) {
+		log_err(&sb->log, "%s", err);
+		return r;
+	}
+	seccomp_test_trigger(k);
+	return 0;
+}
+
+/*
+ * Decides whether this process runs under seccomp and, if so, sets the SIGSYS reporter up and
+ * hooks the VM's threads. Before any thread of the VM starts.
+ */
+static int seccomp_begin(struct sandbox *sb)
+{
+	if (sb->no_seccomp) {
+		log_warn(&sb->log,
+			 "*** --no-seccomp: this VMM runs WITHOUT seccomp filters: a guest "
+			 "that breaks into it can make any system call (debugging only) ***");
+		return 0;
+	}
+	if (seccomp_sanitized_build()) {
+		log_info(&sb->log, "seccomp: filters off in this sanitizer build (LeakSanitizer "
+				   "needs ptrace and clone at exit)");
+		return 0;
+	}
+	int r = seccomp_trap_init();
+	if (r) {
+		log_err(&sb->log, "seccomp: cannot install the SIGSYS handler: %s", strerror(-r));
+		return r;
+	}
+	sb->seccomp_on = true;
+	/*
+	 * The filters forbid io_uring_setup (a ring escapes seccomp): the snapshot writer gets its
+	 * one restricted ring now, or writes with pwrite.
+	 */
+	r = layer_ring_new(&sb->wring);
+	if (r) {
+		log_info(&sb->log, "seccomp: no io_uring for the snapshot writer (%s): pwrite",
+			 strerror(-r));
+		sb->wring = NULL;
+	}
+	sb->vm.thread_hook = thread_hook;
+	sb->vm.thread_hook_opaque = sb;
+	return 0;
+}
+
 int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty, int mem_fd,
 		  uint64_t mem_off)
 {
@@ -131,8 +184,22 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	    .mem_file_fd = mem_fd,
 	    .mem_file_off = mem_off,
 	};
+	/*
+	 * PUT /fork starts clones through the spawner, forked now: before the VM's fds, guest RAM
+	 * and threads exist, and before any filter (the filtered VMM never forks or execs).
+	 */
+	if (sb->api_sock && sb->spawner.sock < 0) {
+		int e = spawner_start(&sb->spawner, sb->snap_key);
+		if (e) {
+			log_err(&sb->log, "cannot start the clone spawner: %s", strerror(-e));
+			return e;
+		}
+	}
 	sb->vm_created = true; /* vm_create cleans up after itself but leaves a destroyable vm */
 	int r = vm_create(&sb->vm, &cfg, &sb->log);
+	if (r)
+		return r;
+	r = seccomp_begin(sb);
 	if (r)
 		return r;
 	r = board_create(&sb->board, &sb->vm.host, sb->console_fd);
@@ -333,6 +400,9 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 	}
 	if (keep)
 		sb->snap.keep = keep;
+	sb->snap.ring = sb->wring;
+	if (sb->seccomp_on && !sb->wring)
+		sb->snap.method = WRITE_PWRITE;
 	sb->snap.inherit_key = sb->data_key;
 	sb->snap.prepare = prepare_snapshot;
 	sb->snap.prepare_opaque = sb;
@@ -393,6 +463,13 @@ static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snap
 	if (dir && (!sb->snap_ready || strcmp(dir, sb->snap.dir))) {
 		if (api_dir_allowed(sb, dir, err, errlen))
 			return -EINVAL;
+		if (sb->seccomp_on && sb->snap_key)
+			return errmsg(
+			    err, errlen, -EPERM,
+			    "snapshot_dir '%.200s': a new encrypted chain needs the key "
+			    "provider, which never runs after start under seccomp: snapshot "
+			    "into this sandbox's --snapshot-dir",
+			    dir);
 		int r = sandbox_snapshots(sb, dir, sb->snap_interval_ms, sb->snap_keep);
 		if (r)
 			return errmsg(err, errlen, r, "cannot use snapshot directory %s", dir);
@@ -469,8 +546,8 @@ static void on_timer(void *opaque, uint32_t events)
 }
 
 /* Starts one `cove restore` of the layer just written, with its own sockets, CID and chain. */
-static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int k,
-		       struct api_clone *c, int *ready_rd)
+static int spawn_clone(struct sandbox *sb, uint64_t layer, int k, struct api_clone *c,
+		       int *ready_rd, int *pidfd_out)
 {
 	int g = sb->forks;
 	if (snprintf(c->snapshot_dir, sizeof(c->snapshot_dir), "%s.fork%d-%d", sb->snap.dir, g,
@@ -552,40 +629,16 @@ static int spawn_clone(struct sandbox *sb, const char *exe, uint64_t layer, int 
 		}
 	}
 	argv[n] = NULL;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	posix_spawn_file_actions_init(&fa);
-	/* The ready pipe's write end stays open in the child (only it lacks CLOEXEC there). */
-	posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-	/*
-	 * Nothing else of ours crosses: an fd without O_CLOEXEC here is a lock this process holds
-	 * for its life (the lifecycle's vmm.lock), which a clone must not hold on after we exit.
-	 */
-	posix_spawn_file_actions_addclosefrom_np(&fa, 4);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	/* A clone's console is its own file: the parent's stdout (maybe its console) stays ours. */
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-	posix_spawnattr_init(&at);
-	sigset_t none, def;
-	sigemptyset(&none);
-	sigemptyset(&def);
-	sigaddset(&def, SIGPIPE);
-	sigaddset(&def, SIGCHLD);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &def);
-	/* A session of its own: a clone outlives this process and its terminal. */
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-					  POSIX_SPAWN_SETSID);
-	pid_t pid;
-	int r = posix_spawn(&pid, exe, &fa, &at, (char *const *)argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
+	/* The spawner forks and execs: this process may not (seccomp). */
+	int pid, pidfd;
+	int r = spawner_spawn(&sb->spawner, argv, pfd[1], &pid, &pidfd);
 	close(pfd[1]);
 	if (r) {
 		close(pfd[0]);
-		return -r;
+		return r;
 	}
-	c->pid = (int)pid;
+	c->pid = pid;
+	*pidfd_out = pidfd;
 	*ready_rd = pfd[0];
 	return 0;
 }
@@ -627,15 +680,19 @@ static int wait_ready(int fd, char *err, size_t errlen)
 }
 
 /*
- * Clones are our children until they exit: reap the ones that did (by pid only, so the key
- * command's own waitpid is never raced).
+ * Clones are the spawner's children (it reaps them): forget the ones whose pidfd says they
+ * exited.
  */
 static void reap_clones(struct sandbox *sb)
 {
 	int kept = 0;
-	for (int i = 0; i < sb->nr_clones; i++)
-		if (waitpid(sb->clones[i], NULL, WNOHANG) == 0)
-			sb->clones[kept++] = sb->clones[i];
+	for (int i = 0; i < sb->nr_clones; i++) {
+		struct pollfd p = {.fd = sb->clone_pidfds[i], .events = POLLIN};
+		if (poll(&p, 1, 0) == 0)
+			sb->clone_pidfds[kept++] = sb->clone_pidfds[i];
+		else
+			close(sb->clone_pidfds[i]);
+	}
 	sb->nr_clones = kept;
 }
 
@@ -672,6 +729,7 @@ struct identity_job {
 static void *identity_thread(void *arg)
 {
 	struct identity_job *j = arg;
+	pthread_setname_np(pthread_self(), "cove-identity");
 	clone_identity(j->c, j->want, j->c->identity, sizeof(j->c->identity));
 	return NULL;
 }
@@ -687,11 +745,6 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 	if (!sb->snap_ready)
 		return errmsg(err, errlen, -EINVAL,
 			      "fork needs a snapshot directory (--snapshot-dir)");
-	/*
-	 * /proc/self/exe rather than the path it names: it still runs this binary after the file
-	 * was replaced or deleted (an upgrade while sandboxes run).
-	 */
-	const char *exe = "/proc/self/exe";
 	int r;
 	struct snap_stats st;
 	r = snap_create(&sb->snap, !sb->snap.have_base, &st, err, errlen);
@@ -701,12 +754,13 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 	int fds[API_MAX_FORKS];
 	int started = 0;
 	for (int k = 0; k < count; k++) {
-		r = spawn_clone(sb, exe, st.layer_id, k, &out[k], &fds[k]);
+		int pidfd;
+		r = spawn_clone(sb, st.layer_id, k, &out[k], &fds[k], &pidfd);
 		if (r) {
 			errmsg(err, errlen, r, "cannot start clone %d: %s", k, strerror(-r));
 			break;
 		}
-		sb->clones[sb->nr_clones++] = out[k].pid;
+		sb->clone_pidfds[sb->nr_clones++] = pidfd;
 		started++;
 	}
 	/* Clones restore in parallel; wait for each to run. */
@@ -782,6 +836,18 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	/* Restore's test hooks (NULL phase_dir: none): state applied, then vCPUs running. */
 	if (phase_hook(sb->phase_dir, "state", &sb->log))
 		return 1;
+	/*
+	 * Under seccomp nothing may run a key provider (exec, dlopen) after start: an encrypted
+	 * chain's data key is unwrapped (or created and wrapped) now, once.
+	 */
+	if (sb->seccomp_on && sb->snap_ready && sb->snap.encrypted && !sb->snap.crypt.key) {
+		char err[256];
+		if (snap_crypt_open_key(&sb->snap.crypt, sb->snap.dir, sb->snap.prov, 1,
+					sb->snap.inherit_key, err, sizeof(err))) {
+			log_err(&sb->log, "%s", err);
+			return 1;
+		}
+	}
 	int r = vm_start(&sb->vm);
 	if (sb->ready_fd >= 0) {
 		if (r)
@@ -793,6 +859,16 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 	}
 	if (!r && phase_hook(sb->phase_dir, "started", &sb->log))
 		vm_request_stop(&sb->vm, 1, "test phase hook failed");
+	/* Last, on the main thread: threads the loop starts from now on inherit this filter. */
+	if (!r && sb->seccomp_on) {
+		char err[256];
+		pthread_setname_np(pthread_self(), "cove-evloop");
+		r = seccomp_install(SECCOMP_EVLOOP, err, sizeof(err));
+		if (r)
+			log_err(&sb->log, "%s", err);
+		else
+			seccomp_test_trigger(SECCOMP_EVLOOP);
+	}
 	if (!r)
 		r = evloop_run(loop);
 	if (r)
@@ -816,8 +892,14 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 
 void sandbox_destroy(struct sandbox *sb)
 {
+	for (int i = 0; i < sb->nr_clones; i++)
+		close(sb->clone_pidfds[i]);
+	sb->nr_clones = 0;
+	spawner_stop(&sb->spawner);
 	if (sb->snap_ready)
 		snap_ctx_free(&sb->snap);
+	layer_ring_free(sb->wring); /* after the snapshot context that borrowed it */
+	sb->wring = NULL;
 	if (sb->board_created)
 		board_destroy(&sb->board);
 	if (sb->vm_created)

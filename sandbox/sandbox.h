@@ -1,4 +1,5 @@
-/* One sandbox process: the VM, its board, console, signals, control API and snapshots, served from one event loop. */
+/* One sandbox process: the VM, its board, console, signals, control API and snapshots, served from
+ * one event loop. */
 #ifndef COVE_SANDBOX_H
 #define COVE_SANDBOX_H
 
@@ -9,6 +10,7 @@
 #include "sandbox/api.h"
 #include "devices/board.h"
 #include "sandbox/machine_config.h"
+#include "sandbox/spawner.h"
 #include "snapshot/snapshot.h"
 #include "vmm/vm.h"
 
@@ -27,7 +29,8 @@ struct sandbox {
 	struct snap_ctx snap;
 	bool snap_ready;
 	int snap_keep;
-	const char *snap_root; /* --snapshot-root: the API may name ROOT/NAME; NULL: only snap.dir */
+	const char
+	    *snap_root; /* --snapshot-root: the API may name ROOT/NAME; NULL: only snap.dir */
 	/* Key provider spec for encrypted snapshots (from the command line), or NULL. */
 	const char *snap_key;
 	/*
@@ -49,14 +52,21 @@ struct sandbox {
 	const char *console_path;
 	uint64_t console_max;
 	enum log_level log_level;
-	int forks;	     /* PUT /fork calls so far: names clones */
-	int ready_fd;	     /* restore --ready-fd: "ok\n" once running, -1 without */
+	int forks;		/* PUT /fork calls so far: names clones */
+	int ready_fd;		/* restore --ready-fd: "ok\n" once running, -1 without */
 	struct idle_watch idle; /* --idle-stop */
 	const char *phase_dir;	/* restore's test phase hooks (sandbox/phase_hook.h), or NULL */
 	bool vm_created, board_created;
 #define SANDBOX_MAX_CLONES 256
-	int clones[SANDBOX_MAX_CLONES]; /* pids of clones started here and not reaped yet */
+	/* pidfds of clones started here that had not exited when last looked at */
+	int clone_pidfds[SANDBOX_MAX_CLONES];
 	int nr_clones;
+	/* Starts clones (PUT /fork): forked in sandbox_build when there is an API socket. */
+	struct spawner spawner;
+	/* The snapshot writer's io_uring, made before the filters (they forbid io_uring_setup). */
+	struct layer_ring *wring;
+	/* --no-seccomp (set before sandbox_build); seccomp_on: the threads install filters. */
+	bool no_seccomp, seccomp_on;
 };
 
 /*
@@ -66,8 +76,8 @@ struct sandbox {
 int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_max,
 		 enum log_level level);
 /* Creates the VM and its devices as `mc` describes (RAM from a layer file when mem_fd >= 0). */
-int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty,
-		  int mem_fd, uint64_t mem_off);
+int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty, int mem_fd,
+		  uint64_t mem_off);
 /*
  * Sets the snapshot directory (and interval/keep); may be called before sandbox_serve.
  * Snapshots are encrypted when sb->snap_key (the host's provider spec) is set.

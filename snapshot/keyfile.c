@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,41 +62,56 @@ static int path_in(char *buf, const char *dir, const char *name)
 	return n < 0 || n >= PATH_MAX_LEN ? -ENAMETOOLONG : 0;
 }
 
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = fsync(fd) ? -errno : 0;
-	close(fd);
-	return r;
-}
-
-/* Write buf to DIR/name through DIR/name.tmp.*: fsync, rename (or no-replace), fsync DIR. */
+/*
+ * Write buf to DIR/name through DIR/name.tmp.*: fsync, rename (or no-replace), fsync DIR. The
+ * files are made beneath DIR's fd: a VMM under seccomp may create files only that way.
+ */
 static int replace_file(const char *dir, const char *name, const void *buf, size_t len,
 			int noreplace)
 {
-	char path[PATH_MAX_LEN], tmp[PATH_MAX_LEN + 16];
+	char path[PATH_MAX_LEN], tmp[256];
 	int r = path_in(path, dir, name);
 	if (r)
 		return r;
-	/* A unique temporary name: two writers never write into one file (mode 0600). */
-	snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
 		return -errno;
+	/* A unique temporary name: two writers never write into one file (mode 0600). */
+	int fd = -1;
+	for (int tries = 0; fd < 0 && tries < 16; tries++) {
+		uint64_t rnd = 0;
+		if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+			r = -EIO;
+			break;
+		}
+		if (snprintf(tmp, sizeof(tmp), "%s.tmp.%016llx", name, (unsigned long long)rnd) >=
+		    (int)sizeof(tmp)) {
+			r = -ENAMETOOLONG;
+			break;
+		}
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST) {
+			r = -errno;
+			break;
+		}
+	}
+	if (fd < 0) {
+		close(dfd);
+		return r ? r : -EEXIST;
+	}
 	r = write_full(fd, buf, len);
 	if (!r && fsync(fd))
 		r = -errno;
 	if (close(fd) && !r)
 		r = -errno;
-	if (!r && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, noreplace ? RENAME_NOREPLACE : 0))
+	if (!r && renameat2(dfd, tmp, dfd, name, noreplace ? RENAME_NOREPLACE : 0))
 		r = -errno;
-	if (r) {
-		unlink(tmp);
-		return r;
-	}
-	return fsync_dir(dir);
+	if (r)
+		unlinkat(dfd, tmp, 0);
+	else if (fsync(dfd))
+		r = -errno;
+	close(dfd);
+	return r;
 }
 
 static size_t encode(const struct keys *k, uint8_t *buf)

@@ -1,9 +1,11 @@
-/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered buffers) or a pwrite loop. */
+/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered
+ * buffers) or a pwrite loop. */
 #include "snapshot/layer_write.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -12,6 +14,20 @@
 #include "common/file_io.h"
 
 #define QUEUE_DEPTH 64
+
+/*
+ * Debian's liburing 2.3 declares io_uring_register_restrictions and io_uring_enable_rings but
+ * its shared library does not export them: the two registrations by the system call itself.
+ */
+static int ring_restrict_enable(struct io_uring *ring, struct io_uring_restriction *res, unsigned n)
+{
+	if (syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_RESTRICTIONS, res, n) <
+		0 ||
+	    syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) <
+		0)
+		return -errno;
+	return 0;
+}
 /* The kernel caps one registered buffer at 1 GiB. */
 #define REG_PIECE (1ULL << 30)
 /* Larger extents are split so one request never spans two registered pieces. */
@@ -52,10 +68,9 @@ static int prep(struct io_uring *ring, const struct wreq *w, uint8_t *buf, bool 
 	return 0;
 }
 
-static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_extent *ext,
-		       size_t n, write_progress_fn progress, void *opaque, uint64_t total)
+/* Splits the extents into requests, each inside one registered piece and at most MAX_IO. */
+static int split_requests(const struct write_extent *ext, size_t n, struct wreq **out, size_t *nout)
 {
-	/* Split the extents into requests first: each fits one registered piece and MAX_IO. */
 	size_t nreq = 0, cap = n + 16;
 	struct wreq *reqs = malloc(cap * sizeof(*reqs));
 	if (!reqs)
@@ -79,57 +94,51 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 				}
 				reqs = nr;
 			}
-			reqs[nreq++] = (struct wreq){ ext[i].file_off + off, b, len };
+			reqs[nreq++] = (struct wreq){ext[i].file_off + off, b, len};
 			off += len;
 		}
 	}
+	*out = reqs;
+	*nout = nreq;
+	return 0;
+}
 
-	struct io_uring ring;
-	int r = io_uring_queue_init(QUEUE_DEPTH, &ring, 0);
-	if (r < 0) {
-		free(reqs);
-		return r;
-	}
-	r = io_uring_register_files(&ring, &fd, 1);
-	if (r < 0)
-		goto out;
+/*
+ * Registration pins the pages; if the memlock limit refuses, plain writes still work. Only a
+ * staging-sized buffer is registered: pinning all of guest RAM (the unstaged path) would make
+ * every page of it resident. True when the buffer is registered.
+ */
+static bool register_buffer(struct io_uring *ring, uint8_t *buf, size_t buf_len)
+{
 	size_t npieces = (buf_len + REG_PIECE - 1) / REG_PIECE;
-	struct iovec *iov = calloc(npieces ? npieces : 1, sizeof(*iov));
-	if (!iov) {
-		r = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < npieces; i++) {
-		iov[i].iov_base = buf + i * REG_PIECE;
-		iov[i].iov_len = buf_len - i * REG_PIECE < REG_PIECE ? buf_len - i * REG_PIECE
-								      : REG_PIECE;
-	}
-	/*
-	 * Registration pins the pages; if the memlock limit refuses, plain writes still work.
-	 * Only a staging-sized buffer is registered: pinning all of guest RAM (the unstaged
-	 * path) would make every page of it resident.
-	 */
-	bool fixed = npieces && buf_len <= REG_PIECE &&
-		     io_uring_register_buffers(&ring, iov, (unsigned)npieces) == 0;
-	free(iov);
+	if (!npieces || buf_len > REG_PIECE)
+		return false;
+	struct iovec iov = {buf, buf_len};
+	return io_uring_register_buffers(ring, &iov, 1) == 0;
+}
 
+/* Every request through the ring (file: fixed file 0), short writes sent again. */
+static int submit_all(struct io_uring *ring, struct wreq *reqs, size_t nreq, uint8_t *buf,
+		      bool fixed, write_progress_fn progress, void *opaque, uint64_t total)
+{
 	size_t next = 0, inflight = 0;
 	uint64_t done = 0;
+	int r = 0;
 	while (next < nreq || inflight) {
 		while (next < nreq && inflight < QUEUE_DEPTH) {
-			r = prep(&ring, &reqs[next], buf, fixed);
+			r = prep(ring, &reqs[next], buf, fixed);
 			if (r)
 				break;
 			next++;
 			inflight++;
 		}
-		r = io_uring_submit_and_wait(&ring, 1);
+		r = io_uring_submit_and_wait(ring, 1);
 		if (r < 0 && r != -EINTR)
-			goto out_unreg;
+			break;
 		struct io_uring_cqe *cqe;
 		unsigned head, seen = 0;
 		r = 0;
-		io_uring_for_each_cqe(&ring, head, cqe)
+		io_uring_for_each_cqe(ring, head, cqe)
 		{
 			struct wreq *w = io_uring_cqe_get_data(cqe);
 			int res = cqe->res;
@@ -150,13 +159,13 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 				done += (uint64_t)res;
 			}
 			if (w->len && !r) { /* short write or EAGAIN: send the rest again */
-				if (prep(&ring, w, buf, fixed) == 0)
+				if (prep(ring, w, buf, fixed) == 0)
 					inflight++;
 				else
 					r = -EIO;
 			}
 		}
-		io_uring_cq_advance(&ring, seen);
+		io_uring_cq_advance(ring, seen);
 		if (r)
 			break;
 		if (progress)
@@ -165,12 +174,51 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 	/* Drain what is still in flight before the buffer may go away. */
 	while (inflight) {
 		struct io_uring_cqe *cqe;
-		if (io_uring_wait_cqe(&ring, &cqe) < 0)
+		if (io_uring_wait_cqe(ring, &cqe) < 0)
 			break;
-		io_uring_cqe_seen(&ring, cqe);
+		io_uring_cqe_seen(ring, cqe);
 		inflight--;
 	}
-out_unreg:
+	return r < 0 ? r : 0;
+}
+
+/* Only writes, only to fixed files: a ring cannot touch another fd of this process. */
+static void write_restrictions(struct io_uring_restriction res[3])
+{
+	memset(res, 0, 3 * sizeof(*res));
+	res[0] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_SQE_OP,
+					       .sqe_op = IORING_OP_WRITE};
+	res[1] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_SQE_OP,
+					       .sqe_op = IORING_OP_WRITE_FIXED};
+	res[2] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_SQE_FLAGS_REQUIRED,
+					       .sqe_flags = IOSQE_FIXED_FILE};
+}
+
+/* A ring of its own for one call: the file registered as fixed file 0. */
+static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_extent *ext,
+		       size_t n, write_progress_fn progress, void *opaque, uint64_t total)
+{
+	struct wreq *reqs;
+	size_t nreq;
+	int r = split_requests(ext, n, &reqs, &nreq);
+	if (r)
+		return r;
+	struct io_uring ring;
+	/* io_uring bypasses seccomp: created disabled, restricted below, then enabled. */
+	r = io_uring_queue_init(QUEUE_DEPTH, &ring, IORING_SETUP_R_DISABLED);
+	if (r < 0) {
+		free(reqs);
+		return r;
+	}
+	r = io_uring_register_files(&ring, &fd, 1);
+	if (r < 0)
+		goto out;
+	bool fixed = register_buffer(&ring, buf, buf_len);
+	struct io_uring_restriction res[3];
+	write_restrictions(res);
+	r = ring_restrict_enable(&ring, res, 3);
+	if (!r)
+		r = submit_all(&ring, reqs, nreq, buf, fixed, progress, opaque, total);
 	if (fixed)
 		io_uring_unregister_buffers(&ring);
 out:
@@ -179,9 +227,80 @@ out:
 	return r < 0 ? r : 0;
 }
 
-int layer_write_extents(int fd, enum write_method m, uint8_t *buf, size_t buf_len,
-			const struct write_extent *ext, size_t n, write_progress_fn progress,
-			void *opaque)
+struct layer_ring {
+	struct io_uring ring;
+};
+
+int layer_ring_new(struct layer_ring **out)
+{
+	struct layer_ring *lr = calloc(1, sizeof(*lr));
+	if (!lr)
+		return -ENOMEM;
+	int r = io_uring_queue_init(QUEUE_DEPTH, &lr->ring, IORING_SETUP_R_DISABLED);
+	if (r < 0) {
+		free(lr);
+		return r;
+	}
+	/*
+	 * One empty fixed-file slot: each layer file goes in for its write and out after. The
+	 * ring keeps, after it is enabled, only the registrations that does (and the staging
+	 * buffer's): no other register operation, and SQEs as write_uring's.
+	 */
+	r = io_uring_register_files_sparse(&lr->ring, 1);
+	struct io_uring_restriction res[6];
+	write_restrictions(res);
+	res[3] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_REGISTER_OP,
+					       .register_op = IORING_REGISTER_FILES_UPDATE};
+	res[4] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_REGISTER_OP,
+					       .register_op = IORING_REGISTER_BUFFERS};
+	res[5] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_REGISTER_OP,
+					       .register_op = IORING_UNREGISTER_BUFFERS};
+	if (!r)
+		r = ring_restrict_enable(&lr->ring, res, 6);
+	if (r < 0) {
+		io_uring_queue_exit(&lr->ring);
+		free(lr);
+		return r;
+	}
+	*out = lr;
+	return 0;
+}
+
+void layer_ring_free(struct layer_ring *lr)
+{
+	if (!lr)
+		return;
+	io_uring_queue_exit(&lr->ring);
+	free(lr);
+}
+
+static int write_ring(struct layer_ring *lr, int fd, uint8_t *buf, size_t buf_len,
+		      const struct write_extent *ext, size_t n, write_progress_fn progress,
+		      void *opaque, uint64_t total)
+{
+	struct wreq *reqs;
+	size_t nreq;
+	int r = split_requests(ext, n, &reqs, &nreq);
+	if (r)
+		return r;
+	r = io_uring_register_files_update(&lr->ring, 0, &fd, 1);
+	if (r < 0) {
+		free(reqs);
+		return r;
+	}
+	bool fixed = register_buffer(&lr->ring, buf, buf_len);
+	r = submit_all(&lr->ring, reqs, nreq, buf, fixed, progress, opaque, total);
+	if (fixed)
+		io_uring_unregister_buffers(&lr->ring);
+	int none = -1; /* the slot lets the file go */
+	io_uring_register_files_update(&lr->ring, 0, &none, 1);
+	free(reqs);
+	return r;
+}
+
+int layer_write_extents_ring(struct layer_ring *lr, int fd, enum write_method m, uint8_t *buf,
+			     size_t buf_len, const struct write_extent *ext, size_t n,
+			     write_progress_fn progress, void *opaque)
 {
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -191,5 +310,14 @@ int layer_write_extents(int fd, enum write_method m, uint8_t *buf, size_t buf_le
 	}
 	if (m == WRITE_PWRITE)
 		return write_pwrite(fd, buf, ext, n, progress, opaque, total);
+	if (lr)
+		return write_ring(lr, fd, buf, buf_len, ext, n, progress, opaque, total);
 	return write_uring(fd, buf, buf_len, ext, n, progress, opaque, total);
+}
+
+int layer_write_extents(int fd, enum write_method m, uint8_t *buf, size_t buf_len,
+			const struct write_extent *ext, size_t n, write_progress_fn progress,
+			void *opaque)
+{
+	return layer_write_extents_ring(NULL, fd, m, buf, buf_len, ext, n, progress, opaque);
 }

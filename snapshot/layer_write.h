@@ -1,4 +1,5 @@
-/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered buffers) or a pwrite loop. */
+/* Writes a list of extents from one staging buffer to a file: io_uring (batched, registered
+ * buffers) or a pwrite loop. */
 #ifndef COVE_LAYER_WRITE_H
 #define COVE_LAYER_WRITE_H
 
@@ -24,5 +25,18 @@ typedef void (*write_progress_fn)(void *opaque, uint64_t done, uint64_t total);
 int layer_write_extents(int fd, enum write_method m, uint8_t *buf, size_t buf_len,
 			const struct write_extent *ext, size_t n, write_progress_fn progress,
 			void *opaque);
+
+/*
+ * A writer's ring made once, before the process's seccomp filter forbids io_uring_setup: it
+ * is restricted like a per-call ring (writes to fixed files only) and may afterwards only
+ * swap its one fixed file and (un)register the staging buffer. 0 or -errno.
+ */
+struct layer_ring;
+int layer_ring_new(struct layer_ring **out);
+void layer_ring_free(struct layer_ring *lr);
+/* layer_write_extents through lr (NULL: a ring of its own, as layer_write_extents). */
+int layer_write_extents_ring(struct layer_ring *lr, int fd, enum write_method m, uint8_t *buf,
+			     size_t buf_len, const struct write_extent *ext, size_t n,
+			     write_progress_fn progress, void *opaque);
 
 #endif

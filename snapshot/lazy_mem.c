@@ -78,6 +78,13 @@ static void *lazy_thread(void *arg)
 {
 	struct lazy_mem *lm = arg;
 	struct pollfd pf[2] = { { lm->uffd, POLLIN, 0 }, { lm->stop_efd, POLLIN, 0 } };
+	pthread_setname_np(pthread_self(), "cove-uffd");
+	/* The sandbox's per-thread set-up (its seccomp filter) before the first fault is served. */
+	int hr = vm_thread_enter(lm->vm, VM_THREAD_UFFD);
+	if (hr) {
+		vm_request_stop(lm->vm, 1, "userfaultfd thread: set-up failed: %s", strerror(-hr));
+		return NULL;
+	}
 	for (;;) {
 		if (poll(pf, 2, -1) < 0) {
 			if (errno == EINTR)

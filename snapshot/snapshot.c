@@ -393,7 +393,7 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 		goto out;
 	}
 	struct progress pr = { s->vm, 256ULL << 20 };
-	r = layer_write_extents(fd, s->method, g->buf, g->buf_len, g->ext, g->next,
+	r = layer_write_extents_ring(s->ring, fd, s->method, g->buf, g->buf_len, g->ext, g->next,
 				report_progress, &pr);
 	if (r) {
 		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));

@@ -27,6 +27,7 @@ struct snap_ctx {
 	/* This process holds a base: it wrote a full layer or was restored from the latest one. */
 	bool have_base;
 	enum write_method method;
+	struct layer_ring *ring; /* borrowed; io_uring writes go through it (NULL: one ring each) */
 	bool direct;	     /* O_DIRECT where the file system takes it (default; plain layers) */
 	uint64_t stage_max;
 	int keep;

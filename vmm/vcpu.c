@@ -212,6 +212,10 @@ static void *vcpu_thread(void *arg)
 	char name[16];
 	snprintf(name, sizeof(name), "cove-vcpu%d", v->id);
 	pthread_setname_np(pthread_self(), name);
+	/* The sandbox's per-thread set-up (its seccomp filter) before the first guest instruction. */
+	int hr = vm_thread_enter(vm, VM_THREAD_VCPU);
+	if (hr)
+		vm_request_stop(vm, 1, "vcpu%d: thread set-up failed: %s", v->id, strerror(-hr));
 
 	pthread_mutex_lock(&vm->lock);
 	v->self = pthread_self();

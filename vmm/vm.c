@@ -21,6 +21,11 @@
 #define KVM_TSS_ADDR 0xfffbd000ULL
 #define KVM_IDENTITY_MAP_ADDR 0xfffbc000ULL
 
+int vm_thread_enter(struct vm *vm, enum vm_thread_kind kind)
+{
+	return vm->thread_hook ? vm->thread_hook(vm->thread_hook_opaque, kind) : 0;
+}
+
 const char *vm_state_name(enum vm_state s)
 {
 	switch (s) {

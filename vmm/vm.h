@@ -46,6 +46,17 @@ struct vm_exit_info {
 	char reason[160];  /* one line, printed when the VM ends */
 };
 
+/* The threads a VM starts, for the sandbox's per-thread set-up (seccomp filters). */
+enum vm_thread_kind {
+	VM_THREAD_VCPU, /* vmm/vcpu.c: before its first KVM_RUN */
+	VM_THREAD_UFFD, /* snapshot/lazy_mem.c: before it serves the first fault */
+};
+/* Runs on the new thread itself; non-zero (-errno): the thread stops the VM and ends. */
+typedef int (*vm_thread_hook)(void *opaque, enum vm_thread_kind kind);
+struct vm;
+/* Called by a thread of kind at its start: the VM's thread_hook, or 0 without one. */
+int vm_thread_enter(struct vm *vm, enum vm_thread_kind kind);
+
 struct vm {
 	int kvm_fd;
 	int vm_fd;
@@ -81,6 +92,10 @@ struct vm {
 
 	/* What devices see of this machine (vm_create fills it; the board sets reset_dev). */
 	struct vm_host host;
+
+	/* Set after vm_create by the sandbox; NULL: threads start with no extra set-up. */
+	vm_thread_hook thread_hook;
+	void *thread_hook_opaque;
 };
 
 struct vm_config {

@@ -252,6 +252,7 @@ static void test_spec_round_trip(void **state)
 	a.disks[1].rate =
 	    (struct rate_limit){.bw = 50 << 20, .bw_burst = 1, .iops = 7, .iops_burst = 2};
 	a.vsock_rate = 10 << 20;
+	a.no_seccomp = true;
 	assert_int_equal(sbx_spec_write(dfd, &a), 0);
 	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
 	assert_memory_equal(&a, b, sizeof(a));
@@ -269,6 +270,7 @@ static void test_spec_round_trip(void **state)
 	assert_int_equal(b->nr_disks, 1);
 	assert_int_equal(b->disks[0].rate.bw, 0);
 	assert_int_equal(b->vsock_rate, 0);
+	assert_false(b->no_seccomp);
 
 	/* A spec that is not ours (or relative paths, or no kernel) is refused in one line. */
 	static const char *const bad[] = {
@@ -285,6 +287,11 @@ static void test_spec_round_trip(void **state)
 	    "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
 	    "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
 	    "\"delete_after_ms\":0,\"created_ms\":0,\"vsock_rate\":-1,\"disks\":[]}",
+	    /* no_seccomp that is not a boolean */
+	    "{\"version\":1,\"kernel\":\"/k\",\"initrd\":\"\",\"cmdline\":\"\","
+	    "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
+	    "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
+	    "\"delete_after_ms\":0,\"created_ms\":0,\"no_seccomp\":1,\"disks\":[]}",
 	};
 	snprintf(path, sizeof(path), "%s/sp/%s", f->dir, SBX_SPEC);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -331,6 +338,15 @@ static void test_vmm_args(void **state)
 	assert_true(has_arg(a, "/base/rootfs.ext4"));
 	assert_true(has_arg(a, "key-cmd:/bin/k"));
 	assert_false(has_arg(a, "--vsock-rate"));
+	assert_false(has_arg(a, "--no-seccomp"));
+
+	/* --no-seccomp at create: on every start and restore. */
+	s.no_seccomp = true;
+	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), 0);
+	assert_true(has_arg(a, "--no-seccomp"));
+	assert_int_equal(sbx_args_restore(a, &f->root, "box", &s), 0);
+	assert_true(has_arg(a, "--no-seccomp"));
+	s.no_seccomp = false;
 
 	/* Rate limits go on every start and restore, from the spec. */
 	s.disks[0].rate = (struct rate_limit){.bw = 1048576, .iops = 100};
