@@ -6,24 +6,12 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "common/uring_restrict.h"
 
 #define BLK_RING_ENTRIES 256
 
-/*
- * Debian's liburing 2.3 declares io_uring_register_restrictions and io_uring_enable_rings but
- * its shared library does not export them: the two registrations by the system call itself.
- */
-static int ring_restrict_enable(struct io_uring *ring, struct io_uring_restriction *res, unsigned n)
-{
-	if (syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_RESTRICTIONS, res, n) <
-		0 ||
-	    syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) <
-		0)
-		return -errno;
-	return 0;
-}
 #define ZERO_BUF_SIZE (1u << 20)
 
 /* Zeros for WRITE_ZEROES where fallocate is unsupported: read-only, shared by every request. */
@@ -43,7 +31,7 @@ static int restrict_ring(struct io_uring *ring)
 		res[i].opcode = IORING_RESTRICTION_SQE_OP;
 		res[i].sqe_op = ops[i];
 	}
-	return ring_restrict_enable(ring, res, (unsigned)sizeof(ops));
+	return uring_restrict_enable(ring, res, (unsigned)sizeof(ops));
 }
 
 int blk_uring_open(struct blk_uring *b, const char *path, bool read_only)

@@ -5,29 +5,16 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <liburing.h>
 
+#include "common/uring_restrict.h"
 #include "common/file_io.h"
 
 #define QUEUE_DEPTH 64
 
-/*
- * Debian's liburing 2.3 declares io_uring_register_restrictions and io_uring_enable_rings but
- * its shared library does not export them: the two registrations by the system call itself.
- */
-static int ring_restrict_enable(struct io_uring *ring, struct io_uring_restriction *res, unsigned n)
-{
-	if (syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_RESTRICTIONS, res, n) <
-		0 ||
-	    syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) <
-		0)
-		return -errno;
-	return 0;
-}
 /* The kernel caps one registered buffer at 1 GiB. */
 #define REG_PIECE (1ULL << 30)
 /* Larger extents are split so one request never spans two registered pieces. */
@@ -216,7 +203,7 @@ static int write_uring(int fd, uint8_t *buf, size_t buf_len, const struct write_
 	bool fixed = register_buffer(&ring, buf, buf_len);
 	struct io_uring_restriction res[3];
 	write_restrictions(res);
-	r = ring_restrict_enable(&ring, res, 3);
+	r = uring_restrict_enable(&ring, res, 3);
 	if (!r)
 		r = submit_all(&ring, reqs, nreq, buf, fixed, progress, opaque, total);
 	if (fixed)
@@ -256,7 +243,7 @@ int layer_ring_new(struct layer_ring **out)
 	res[5] = (struct io_uring_restriction){.opcode = IORING_RESTRICTION_REGISTER_OP,
 					       .register_op = IORING_UNREGISTER_BUFFERS};
 	if (!r)
-		r = ring_restrict_enable(&lr->ring, res, 6);
+		r = uring_restrict_enable(&lr->ring, res, 6);
 	if (r < 0) {
 		io_uring_queue_exit(&lr->ring);
 		free(lr);
