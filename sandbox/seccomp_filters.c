@@ -307,7 +307,7 @@ static int add_ioctls(scmp_filter_ctx ctx, const unsigned long *reqs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		/* The request is an unsigned int in the kernel: compare its low 32 bits only. */
 		int r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-					 SCMP_A1_32(SCMP_CMP_EQ, (uint32_t)reqs[i]));
+					 SCMP_A1_32(SCMP_CMP_EQ, (uint32_t)reqs[i], 0));
 		if (r)
 			return r;
 	}
@@ -327,7 +327,7 @@ static int add_arg_rules(scmp_filter_ctx ctx, enum seccomp_kind kind)
 	/* The SIGSYS reporter reads the thread's name; the loop names the threads it starts. */
 	r = r
 		?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
-				    SCMP_A0_32(SCMP_CMP_EQ, PR_GET_NAME));
+				    SCMP_A0_32(SCMP_CMP_EQ, PR_GET_NAME, 0));
 	switch (kind) {
 	case SECCOMP_VCPU:
 		r = r ?: add_ioctls(ctx, vcpu_ioctls, sizeof(vcpu_ioctls) / sizeof(vcpu_ioctls[0]));
@@ -341,14 +341,14 @@ static int add_arg_rules(scmp_filter_ctx ctx, enum seccomp_kind kind)
 				      sizeof(evloop_ioctls) / sizeof(evloop_ioctls[0]));
 		r = r
 			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
-					    SCMP_A0_32(SCMP_CMP_EQ, PR_SET_NAME));
+					    SCMP_A0_32(SCMP_CMP_EQ, PR_SET_NAME, 0));
 		/* Unix sockets only: the API, vsock's host side, the agent; never the network. */
 		r = r
 			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-					    SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX));
+					    SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX, 0));
 		r = r
 			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
-					    SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX));
+					    SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX, 0));
 		/*
 		 * Opens: reading by path, or creating beneath a directory fd (the chain's).
 		 * Creating a file by a path (dirfd AT_FDCWD with O_CREAT) traps; open and creat
@@ -359,7 +359,7 @@ static int add_arg_rules(scmp_filter_ctx ctx, enum seccomp_kind kind)
 					    SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_CREAT, 0));
 		r = r
 			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-					    SCMP_A0_32(SCMP_CMP_NE, (uint32_t)AT_FDCWD));
+					    SCMP_A0_32(SCMP_CMP_NE, (uint32_t)AT_FDCWD, 0));
 		/* Threads only: a new process could exec. */
 		r = r
 			?: seccomp_rule_add(
