@@ -77,9 +77,10 @@ static int send_with_fd(int sock, const void *buf, size_t len, int fd)
 }
 
 /*
- * What the spawner runs: `cove restore` only, and no key provider but the one it was started
- * with (a --key spec can name a command). Any option getopt_long could read as --key (an
- * abbreviation, --key=...) other than "--key" followed by exactly that spec is refused.
+ * What the spawner runs: `cove restore` only, never with --no-seccomp, and no key provider but
+ * the one it was started with (a --key spec can name a command). Any option getopt_long could
+ * read as --key (an abbreviation, --key=...) other than "--key" followed by exactly that spec is
+ * refused.
  */
 static int allowed(char *const argv[], int argc, const char *key)
 {
@@ -87,6 +88,9 @@ static int allowed(char *const argv[], int argc, const char *key)
 		return -EPERM;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--"))
+			return -EPERM;
+		/* A clone always runs under filters: no --no-seccomp (or a prefix getopt takes). */
+		if (!strncmp(argv[i], "--n", 3))
 			return -EPERM;
 		if (strncmp(argv[i], "--k", 3))
 			continue;

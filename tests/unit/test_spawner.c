@@ -102,7 +102,10 @@ static void test_refuses(void **state)
 	const char *abbrev[] = {"cove", "restore", "/c", "--ke", "key-cmd:/bin/good", NULL};
 	const char *no_val[] = {"cove", "restore", "/c", "--key", NULL};
 	const char *dashdash[] = {"cove", "restore", "--", "/c", NULL};
-	const char *const *refused[] = {run, sh, bad_key, eq_key, abbrev, no_val, dashdash};
+	const char *no_filter[] = {"cove", "restore", "/c", "--no-seccomp", NULL};
+	const char *no_filter_abbrev[] = {"cove", "restore", "/c", "--no-sec", NULL};
+	const char *const *refused[] = {run,	sh,	  bad_key,   eq_key,	      abbrev,
+					no_val, dashdash, no_filter, no_filter_abbrev};
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
 		assert_int_equal(spawner_spawn(&sp, refused[i], -1, &pid, &pidfd), -EPERM);
 	/* Its own key is fine. */
