@@ -3,6 +3,7 @@
  * libc only) and served from the event loop thread. Connections live in an epoll set of their
  * own, one handler in the loop; every read is bounded, so a flooding client cannot hold the loop.
  */
+#include "common/hex.h"
 #include "sandbox/api.h"
 #include "vmm/evloop.h"
 
@@ -329,25 +330,14 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 	return count_head(c, len);
 }
 
-static int hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* Percent-decodes the path (not the query): the handler sees a decoded path, as before. */
 static void decode_path(char *url)
 {
 	char *r = url, *w = url;
 
 	while (*r && *r != '?') {
-		int hi = r[0] == '%' ? hexval(r[1]) : -1;
-		int lo = hi >= 0 ? hexval(r[2]) : -1;
+		int hi = r[0] == '%' ? hex_digit(r[1]) : -1;
+		int lo = hi >= 0 ? hex_digit(r[2]) : -1;
 
 		if (lo >= 0) {
 			*w++ = (char)(hi << 4 | lo);
