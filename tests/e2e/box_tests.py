@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -584,6 +585,59 @@ def all_tests(modules=None, without=()):
     return tests
 
 
+# A test that hangs fails by name instead of stalling the box: the longest test takes about a
+# minute here. While one runs the box prints a line a minute, so kvm-box's freeze watch (no
+# output and QEMU idle) still tells a frozen box from a test waiting on something.
+TEST_LIMIT = int(os.environ.get("E2E_TEST_LIMIT", "300"))
+
+
+class TestOverran(BaseException):  # not an Exception: a test's own `except Exception` lets it by
+    pass
+
+
+def _test_overran(signum, frame):
+    print(f"    test overran {TEST_LIMIT} s; cove threads now:\n{_cove_threads()}", flush=True)
+    raise TestOverran(f"still running after {TEST_LIMIT} s (E2E_TEST_LIMIT)")
+
+
+class _Heartbeat:
+    def __init__(self, name):
+        self.name, self.t0, self.done = name, time.monotonic(), threading.Event()
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
+        while not self.done.wait(60):
+            print(f"    ... {self.name} still running ({time.monotonic() - self.t0:.0f} s)",
+                  flush=True)
+
+    def stop(self):
+        self.done.set()
+
+
+def _cove_threads():
+    """Where each cove process's threads wait (for a test that overran), one line each."""
+    lines = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if not os.path.basename(argv[0]).startswith(b"cove"):
+                continue
+            for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+                base = f"/proc/{pid}/task/{tid}"
+                with open(f"{base}/comm") as f:
+                    comm = f.read().strip()
+                with open(f"{base}/wchan") as f:
+                    wchan = f.read().strip()
+                with open(f"{base}/syscall") as f:
+                    sysc = f.read().split(" ")[0]
+                lines.append(f"    pid {pid} {argv[1][:20].decode(errors='replace')} thread "
+                             f"{comm}: wchan {wchan}, syscall {sysc}")
+        except (OSError, IndexError):
+            continue
+    return "\n".join(lines) or "    no cove process left"
+
+
 def main():
     """box_tests.py [--modules a,b | --without a,b] [TEST...]: the e2e suite runs in several box
     runs (one per group of modules), each with its own time limit."""
@@ -594,12 +648,19 @@ def main():
         args = args[2:]
     only = args
     passed = failed = 0
+    signal.signal(signal.SIGALRM, _test_overran)
     for t in all_tests(modules, without):
         if only and t.__name__ not in only:
             continue
         t0 = time.monotonic()
+        beat = _Heartbeat(t.__name__)
+        signal.alarm(TEST_LIMIT)
         try:
             t()
+        except TestOverran as e:
+            failed += 1
+            print(f"FAIL {t.__name__} ({time.monotonic() - t0:.1f}s): {e}", flush=True)
+            continue
         except Failure as e:
             failed += 1
             print(f"FAIL {t.__name__} ({time.monotonic() - t0:.1f}s): {e}", flush=True)
@@ -608,6 +669,9 @@ def main():
             failed += 1
             print(f"FAIL {t.__name__}: {type(e).__name__}: {e}", flush=True)
             continue
+        finally:
+            signal.alarm(0)
+            beat.stop()
         passed += 1
         print(f"PASS {t.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
     print(f"e2e: {passed} passed, {failed} failed")
