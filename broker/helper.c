@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void secret_wipe(struct secret *s)
@@ -111,7 +112,10 @@ int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc
 	for (i = 0; i < c->helper.n; i++)
 		argv[i] = c->helper.v[i];
 	argv[i] = "get";
-	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC | O_NONBLOCK)) {
+	/* stdin is a socket: a helper that exits unread costs EPIPE (MSG_NOSIGNAL), not a
+	 * SIGPIPE that would kill a caller that did not ignore it. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) ||
+	    pipe2(out, O_CLOEXEC | O_NONBLOCK)) {
 		r = errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
 		goto fail;
 	}
@@ -134,10 +138,9 @@ int helper_spawn(const struct cred_policy *c, int timeout_ms, struct helper_proc
 	close(in[0]);
 	close(out[1]);
 	in[0] = out[1] = -1;
-	/* The input (< HELPER_IN_MAX) fits the pipe buffer: write it all now and close stdin. A
+	/* The input (< HELPER_IN_MAX) fits the socket buffer: send it all now and close stdin. A
 	 * helper that exits without reading makes this fail with EPIPE, which is fine. */
-	fcntl(in[1], F_SETFL, O_NONBLOCK);
-	w = write(in[1], input, (size_t)n);
+	w = send(in[1], input, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	(void)w;
 	close(in[1]);
 	in[1] = -1;
