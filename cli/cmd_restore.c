@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
+#include "sandbox/jail_paths.h"
 #include "sandbox/options.h"
 #include "sandbox/restore_sandbox.h"
 
@@ -43,6 +44,7 @@ static const char restore_usage[] =
     "  --no-seccomp        run without the per-thread seccomp filters (debugging only; warns)\n"
     "  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
     "  --log-level LEVEL   error|warn|info|debug (default warn)\n"
+    "%s"
     "\n"
     "Exit status: as cove run; 1 with one line on stderr if the snapshot cannot be used.\n";
 
@@ -88,6 +90,7 @@ static const struct option long_opts[] = {
     {"idle-stop", required_argument, NULL, O_IDLE},
     {"events-dir", required_argument, NULL, O_EVDIR},
     {"vsock-rate", required_argument, NULL, O_VRATE},
+    JAIL_LONG_OPTS,
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -109,6 +112,7 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 	memset(o, 0, sizeof(*o));
 	o->ready_fd = -1;
 	o->level = LOG_WARN;
+	jail_opts_init(&o->jail);
 	optind = 0;
 	opterr = 0;
 	uint64_t v;
@@ -200,9 +204,15 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 		case ':':
 			return errmsg(err, errlen, -EINVAL, "option '%s' needs a value",
 				      argv[optind - 1]);
-		default:
+		default: {
+			int taken = opt_jail(c, optarg, &o->jail, err, errlen);
+			if (taken < 0)
+				return taken;
+			if (taken)
+				break;
 			return errmsg(err, errlen, -EINVAL, "unknown option '%s'",
 				      argv[optind - 1]);
+		}
 		}
 	}
 	if (optind != argc - 1)
@@ -222,6 +232,11 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 	if (o->vsock_cid && !o->vsock_uds)
 		return errmsg(err, errlen, -EINVAL,
 			      "--vsock-cid needs --vsock-uds (a clone's own socket)");
+	if (jail_opts_check(&o->jail, err, errlen))
+		return -EINVAL;
+	/* A key provider (a shell, a PKCS#11 module) cannot run inside the jail yet. */
+	if (o->jail.dir && o->key)
+		return errmsg(err, errlen, -EINVAL, "--key does not work with --jail yet");
 	return 0;
 }
 
@@ -231,7 +246,7 @@ int cmd_restore(int argc, char **argv)
 	char err[512];
 	int r = parse_opts(argc, argv, &o, err, sizeof(err));
 	if (r == 1) {
-		fputs(restore_usage, stdout);
+		printf(restore_usage, jail_usage);
 		return 0;
 	}
 	if (r) {
@@ -245,7 +260,10 @@ int cmd_restore(int argc, char **argv)
 	}
 	int status = 1;
 	uint64_t t0 = mono_us();
-	r = sandbox_restore_open(p, &o, err, sizeof(err));
+	struct logger jlog = {.level = o.level, .out = stderr};
+	r = jail_restore_opts(&o, &jlog, err, sizeof(err));
+	if (!r)
+		r = sandbox_restore_open(p, &o, err, sizeof(err));
 	if (!r)
 		r = sandbox_restore_validate(p, &o, err, sizeof(err));
 	o.checked_us = mono_us() - t0;

@@ -5,6 +5,7 @@
 
 #include "vmm/boot.h"
 #include "cli/commands.h"
+#include "sandbox/jail_paths.h"
 #include "sandbox/options.h"
 #include "sandbox/sandbox.h"
 
@@ -62,6 +63,11 @@ int cmd_run(int argc, char **argv)
 	if (r) {
 		fprintf(stderr, "cove run: %s (try 'cove run --help')\n", err);
 		return 2;
+	}
+	struct logger jlog = {.level = o.log_level, .out = stderr};
+	if (jail_run_opts(&o, &jlog, err, sizeof(err))) {
+		fprintf(stderr, "cove run: %s\n", err);
+		return 1;
 	}
 	struct sandbox *sb = calloc(1, sizeof(*sb));
 	if (!sb) {

@@ -52,6 +52,7 @@ static const char run_usage[] =
     "                      it the API may name only --snapshot-dir\n"
     "  --snapshot-key SPEC encrypt snapshots (AES-256-GCM) under a data key wrapped by the\n"
     "                      user's key: key-cmd:COMMAND or pkcs11:token=T;object=O[;module=M]\n"
+    "%s"
     "  --log-level LEVEL   error|warn|info|debug (default warn)\n"
     "  -h, --help          show this help\n"
     "\n"
@@ -112,7 +113,7 @@ void run_usage_print(FILE *f)
 		if (device_types[i]->opt_help && len < sizeof(devs))
 			len += (size_t)snprintf(devs + len, sizeof(devs) - len, "%s",
 						device_types[i]->opt_help);
-	fprintf(f, run_usage, devs);
+	fprintf(f, run_usage, devs, jail_usage);
 }
 
 enum { OPT_DEVICE = 1024 }; /* + index in device_types */
@@ -404,6 +405,65 @@ int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen)
 	return 0;
 }
 
+const char jail_usage[] =
+    "  --jail DIR          run jailed: new namespaces, DIR (absolute) becomes a root holding only\n"
+    "                      this sandbox's paths (host paths are rewritten to theirs), every\n"
+    "                      capability dropped; needs --uid and --gid\n"
+    "  --uid N, --gid N    the ids the jailed VMM runs as\n"
+    "  --jail-mem-max SIZE cgroup v2 memory.max (when a writable cgroup2 hierarchy exists)\n"
+    "  --jail-cpu-max PCT  cgroup v2 cpu.max in percent of one CPU (1..6400)\n"
+    "  --jail-pids-max N   cgroup v2 pids.max (default 1024)\n"
+    "  --jail-fsize SIZE   RLIMIT_FSIZE (default 1T); --jail-nofile N: RLIMIT_NOFILE (4096)\n";
+
+void jail_opts_init(struct jail_opts *j)
+{
+	memset(j, 0, sizeof(*j));
+	j->uid = -1;
+	j->gid = -1;
+}
+
+int opt_jail(int code, const char *arg, struct jail_opts *j, char *err, size_t errlen)
+{
+	uint64_t v;
+	switch (code) {
+	case OPT_JAIL_DIR:
+		if (arg[0] != '/' || strlen(arg) > 1024)
+			return errmsg(err, errlen, -EINVAL,
+				      "--jail: '%s' is not an absolute path of at most 1024 bytes",
+				      arg);
+		j->dir = arg;
+		return 1;
+	case OPT_JAIL_UID:
+	case OPT_JAIL_GID:
+		if (opt_number(code == OPT_JAIL_UID ? "--uid" : "--gid", arg, 0, UINT32_MAX - 1ULL,
+			       &v, err, errlen))
+			return -EINVAL;
+		*(code == OPT_JAIL_UID ? &j->uid : &j->gid) = (int64_t)v;
+		return 1;
+	case OPT_JAIL_MEM:
+	case OPT_JAIL_FSIZE:
+		if (parse_mem_size(arg, &v) || v < (1ULL << 20) || v > (1ULL << 50))
+			return errmsg(err, errlen, -EINVAL, "%s: '%s' is not a size from 1M to 1P",
+				      code == OPT_JAIL_MEM ? "--jail-mem-max" : "--jail-fsize",
+				      arg);
+		*(code == OPT_JAIL_MEM ? &j->mem_max : &j->fsize_max) = v;
+		return 1;
+	case OPT_JAIL_CPU:
+		return opt_number("--jail-cpu-max", arg, 1, 6400, &j->cpu_max_pct, err, errlen)
+			   ? -EINVAL
+			   : 1;
+	case OPT_JAIL_PIDS:
+		return opt_number("--jail-pids-max", arg, 16, 1 << 22, &j->pids_max, err, errlen)
+			   ? -EINVAL
+			   : 1;
+	case OPT_JAIL_NOFILE:
+		return opt_number("--jail-nofile", arg, 64, 1 << 20, &j->nofile, err, errlen)
+			   ? -EINVAL
+			   : 1;
+	}
+	return 0;
+}
+
 int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen)
 {
 	if (log_level_parse(arg, level))
@@ -435,6 +495,7 @@ static const struct option run_builtin_opts[] = {
     {"snapshot-keep", required_argument, NULL, OPT_SNAP_KEEP},
     {"snapshot-key", required_argument, NULL, OPT_SNAP_KEY},
     {"snapshot-root", required_argument, NULL, OPT_SNAP_ROOT},
+    JAIL_LONG_OPTS,
     {"help", no_argument, NULL, 'h'},
 };
 
@@ -530,6 +591,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	o->vcpus = 1;
 	o->log_level = LOG_WARN;
 	o->cmdline = "";
+	jail_opts_init(&o->jail);
 
 	struct option long_opts[NR_BUILTIN + MAX_DEVICE_TYPES + 1];
 	run_long_opts(long_opts);
@@ -546,6 +608,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			continue;
 		}
 		int taken = parse_table_opt(c, optarg, o, err, errlen);
+		if (!taken)
+			taken = opt_jail(c, optarg, &o->jail, err, errlen);
 		if (taken < 0)
 			return taken;
 		if (taken)
@@ -620,5 +684,10 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return errmsg(err, errlen, -EINVAL, "--snapshot-interval needs --snapshot-dir");
 	if (o->idle_stop_ms && (!o->snapshot_dir || !o->vsock_uds))
 		return errmsg(err, errlen, -EINVAL, "--idle-stop needs --snapshot-dir and vsock");
+	if (jail_opts_check(&o->jail, err, errlen))
+		return -EINVAL;
+	/* A key provider (a shell, a PKCS#11 module) cannot run inside the jail yet. */
+	if (o->jail.dir && o->snapshot_key)
+		return errmsg(err, errlen, -EINVAL, "--snapshot-key does not work with --jail yet");
 	return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "devices/board.h"
 #include "devices/disk_spec.h"
+#include "sandbox/jail.h"
 
 #define RUN_DEFAULT_MEM		(256ULL << 20)
 #define RUN_DEFAULT_CONSOLE_MAX (64ULL << 20)
@@ -42,6 +43,7 @@ struct run_opts {
 	/* Table devices added by their own option (device_type.opt_name), in command-line order. */
 	int nr_devs;
 	struct device_spec devs[BOARD_MAX_VIRTIO];
+	struct jail_opts jail; /* --jail DIR --uid N --gid N ...; jail.dir NULL: none */
 };
 
 /*
@@ -78,6 +80,33 @@ int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
 int opt_idle_stop(const char *arg, uint64_t *ms, char *err, size_t errlen);
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);
 int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen);
+/* The jail's options, shared by `cove run` and `cove restore`: codes, getopt entries, help. */
+enum {
+	OPT_JAIL_DIR = 900,
+	OPT_JAIL_UID,
+	OPT_JAIL_GID,
+	OPT_JAIL_MEM,
+	OPT_JAIL_CPU,
+	OPT_JAIL_PIDS,
+	OPT_JAIL_FSIZE,
+	OPT_JAIL_NOFILE,
+};
+#define JAIL_LONG_OPTS                                                                             \
+	{"jail", required_argument, NULL, OPT_JAIL_DIR},                                           \
+	    {"uid", required_argument, NULL, OPT_JAIL_UID},                                        \
+	    {"gid", required_argument, NULL, OPT_JAIL_GID},                                        \
+	    {"jail-mem-max", required_argument, NULL, OPT_JAIL_MEM},                               \
+	    {"jail-cpu-max", required_argument, NULL, OPT_JAIL_CPU},                               \
+	    {"jail-pids-max", required_argument, NULL, OPT_JAIL_PIDS},                             \
+	    {"jail-fsize", required_argument, NULL, OPT_JAIL_FSIZE},                               \
+	{                                                                                          \
+		"jail-nofile", required_argument, NULL, OPT_JAIL_NOFILE                            \
+	}
+extern const char jail_usage[];
+/* uid/gid unset, no jail. */
+void jail_opts_init(struct jail_opts *j);
+/* 1 when `code` is a jail option (taken into `j`), 0 when not, -EINVAL with err. */
+int opt_jail(int code, const char *arg, struct jail_opts *j, char *err, size_t errlen);
 /* Prints `cove run --help`, device options included. */
 void run_usage_print(FILE *f);
 

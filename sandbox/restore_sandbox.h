@@ -29,6 +29,7 @@ struct sandbox_restore_opts {
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */
 	uint64_t console_max;
+	struct jail_opts jail; /* --jail DIR --uid N --gid N ...; jail.dir NULL: none */
 	/*
 	 * Test hooks only (sandbox/phase_hook.h): a directory where restore marks each named
 	 * phase reached and waits to be let go; cli/cmd_restore.c takes it from

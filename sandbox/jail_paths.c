@@ -1,0 +1,119 @@
+/* `cove run --jail` and `cove restore --jail`: their host paths into the jail, then enter it. */
+#include "sandbox/jail_paths.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/errmsg.h"
+#include "sandbox/jail.h"
+
+/* A path cove creates or replaces (sockets, console, overlays): its directory is bound. */
+static int put_new(struct jail *j, const char **p, char *err, size_t errlen)
+{
+	return *p ? jail_path(j, *p, JAIL_PARENT, p, err, errlen) : 0;
+}
+
+/* A directory that may not exist yet (cove makes it): itself, else its parent. */
+static int put_dir(struct jail *j, const char **p, char *err, size_t errlen)
+{
+	if (!*p)
+		return 0;
+	return jail_path(j, *p, access(*p, F_OK) ? JAIL_PARENT : 0, p, err, errlen);
+}
+
+static int put_disks(struct jail *j, struct disk_opt *d, int nr, char *err, size_t errlen)
+{
+	for (int i = 0; i < nr; i++) {
+		/* Under an overlay the base is only read. */
+		unsigned fl = d[i].read_only || d[i].overlay[0] ? JAIL_RO : 0;
+		int r = jail_path_buf(j, d[i].path, sizeof(d[i].path), fl, err, errlen);
+		if (!r && d[i].overlay[0])
+			r = jail_path_buf(j, d[i].overlay, sizeof(d[i].overlay), JAIL_PARENT, err,
+					  errlen);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* The jail is never freed: the rewritten paths live in it. */
+static struct jail *jail_new(const struct jail_opts *jo, struct logger *log, char *err,
+			     size_t errlen, int *r)
+{
+	struct jail *j = malloc(sizeof(*j));
+	if (!j) {
+		*r = errmsg(err, errlen, -ENOMEM, "jail: out of memory");
+		return NULL;
+	}
+	*r = jail_init(j, jo, log, err, errlen);
+	if (*r) {
+		free(j);
+		return NULL;
+	}
+	return j;
+}
+
+int jail_run_opts(struct run_opts *o, struct logger *log, char *err, size_t errlen)
+{
+	if (!o->jail.dir)
+		return 0;
+	int r;
+	struct jail *j = jail_new(&o->jail, log, err, errlen, &r);
+	if (!j)
+		return r;
+	r = jail_path(j, o->kernel, JAIL_RO, &o->kernel, err, errlen);
+	if (!r && o->initrd)
+		r = jail_path(j, o->initrd, JAIL_RO, &o->initrd, err, errlen);
+	if (!r)
+		r = put_disks(j, o->disks, o->nr_disks, err, errlen);
+	if (!r)
+		r = put_new(j, &o->api_sock, err, errlen);
+	if (!r)
+		r = put_new(j, &o->console, err, errlen);
+	if (!r)
+		r = put_new(j, &o->vsock_uds, err, errlen);
+	if (!r)
+		r = put_dir(j, &o->snapshot_dir, err, errlen);
+	if (!r)
+		r = put_dir(j, &o->snapshot_root, err, errlen);
+	if (!r)
+		r = put_dir(j, &o->events_dir, err, errlen);
+	if (!r)
+		r = jail_enter(j, err, errlen);
+	return r;
+}
+
+int jail_restore_opts(struct sandbox_restore_opts *o, struct logger *log, char *err, size_t errlen)
+{
+	const struct jail_opts *jo = &o->jail;
+	if (!jo->dir)
+		return 0;
+	int r;
+	struct jail *j = jail_new(jo, log, err, errlen, &r);
+	if (!j)
+		return r;
+	r = jail_path(j, o->dir, 0, &o->dir, err, errlen);
+	if (!r)
+		r = put_disks(j, o->disks, o->nr_disks, err, errlen);
+	if (!r)
+		r = put_new(j, &o->api_sock, err, errlen);
+	if (!r)
+		r = put_new(j, &o->console, err, errlen);
+	if (!r)
+		r = put_new(j, &o->vsock_uds, err, errlen);
+	if (!r)
+		r = put_dir(j, &o->snap_dir, err, errlen);
+	if (!r)
+		r = put_dir(j, &o->snap_root, err, errlen);
+	if (!r)
+		r = put_dir(j, &o->events_dir, err, errlen);
+	if (!r && o->phase_dir)
+		r = jail_path(j, o->phase_dir, 0, &o->phase_dir, err, errlen);
+	if (!r && o->ready_fd >= 0)
+		r = jail_keep_fd(j, o->ready_fd);
+	if (!r)
+		r = jail_enter(j, err, errlen);
+	return r;
+}
