@@ -236,12 +236,62 @@ static void test_options_rates(void **state)
 	assert_int_equal(v, 1);
 }
 
+static void test_options_jail(void **state)
+{
+	(void)state;
+	struct run_opts o;
+	char err[256] = "";
+	assert_int_equal(parse(&o, err, sizeof(err), 3, "--kernel", "k"), 0);
+	assert_null(o.jail.dir);
+	assert_int_equal(o.jail.uid, -1);
+	assert_int_equal(parse(&o, err, sizeof(err), 17, "--kernel", "k", "--jail", "/srv/j",
+			       "--uid", "1000", "--gid", "100", "--jail-mem-max", "1G",
+			       "--jail-cpu-max", "150", "--jail-pids-max", "64", "--jail-nofile",
+			       "512"),
+			 0);
+	assert_string_equal(o.jail.dir, "/srv/j");
+	assert_int_equal(o.jail.uid, 1000);
+	assert_int_equal(o.jail.gid, 100);
+	assert_int_equal(o.jail.mem_max, 1ULL << 30);
+	assert_int_equal(o.jail.cpu_max_pct, 150);
+	assert_int_equal(o.jail.pids_max, 64);
+	assert_int_equal(o.jail.nofile, 512);
+	assert_int_equal(o.jail.fsize_max, 0);
+	assert_int_equal(
+	    parse(&o, err, sizeof(err), 7, "--kernel", "k", "--jail", "/j", "--uid", "1"), -EINVAL);
+	assert_non_null(strstr(err, "--jail needs --uid N and --gid N"));
+	assert_int_equal(parse(&o, err, sizeof(err), 9, "--kernel", "k", "--jail", "rel", "--uid",
+			       "1", "--gid", "1"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "not an absolute path"));
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--uid", "1"), -EINVAL);
+	assert_non_null(strstr(err, "need --jail DIR"));
+	assert_int_equal(parse(&o, err, sizeof(err), 9, "--kernel", "k", "--jail", "/j", "--uid",
+			       "-1", "--gid", "1"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "--uid: '-1' is not a number"));
+	assert_int_equal(parse(&o, err, sizeof(err), 11, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--jail-cpu-max", "0"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "--jail-cpu-max"));
+	assert_int_equal(parse(&o, err, sizeof(err), 11, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--jail-mem-max", "12K"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "--jail-mem-max: '12K'"));
+	assert_int_equal(parse(&o, err, sizeof(err), 13, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--snapshot-dir", "/s", "--snapshot-key",
+			       "key-cmd:x"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "--snapshot-key does not work with --jail"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_options_defaults), cmocka_unit_test(test_options_all),
 	    cmocka_unit_test(test_options_errors),   cmocka_unit_test(test_options_disks),
 	    cmocka_unit_test(test_mem_size),	     cmocka_unit_test(test_options_rates),
+	    cmocka_unit_test(test_options_jail),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
