@@ -28,6 +28,7 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	/* Before the build: with an API socket it forks the clone spawner, which needs both. */
 	sb->api_sock = o->api_sock;
 	sb->snap_key = o->snapshot_key;
+	sb->exe_fd = o->jail.exe_fd;
 	int r = sandbox_build(sb, mc, o->track_dirty, -1, 0);
 	free(mc);
 	if (r)

@@ -48,6 +48,7 @@ int jail_init(struct jail *j, const struct jail_opts *o, struct logger *log, cha
 {
 	memset(j, 0, sizeof(*j));
 	j->o = *o;
+	j->o.exe_fd = -1; /* an output of jail_enter */
 	j->log = log;
 	int r = jail_opts_check(o, err, errlen);
 	if (r)
@@ -448,6 +449,16 @@ int jail_enter(struct jail *j, char *err, size_t errlen)
 	struct stat st;
 	if (stat(j->o.dir, &st) || !S_ISDIR(st.st_mode))
 		return errmsg(err, errlen, -ENOTDIR, "jail: '%s' is not a directory", j->o.dir);
+	/* The binary, while /proc is there: the spawner starts clones from it. */
+	if (j->o.exe_fd < 0) {
+		j->o.exe_fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+		if (j->o.exe_fd < 0)
+			return errmsg(err, errlen, -errno, "jail: open /proc/self/exe: %s",
+				      strerror(errno));
+		r = jail_keep_fd(j, j->o.exe_fd);
+		if (r)
+			return errmsg(err, errlen, r, "jail: too many fds kept");
+	}
 	r = close_inherited(j);
 	if (r)
 		return errmsg(err, errlen, r, "jail: close inherited fds: %s", strerror(-r));

@@ -27,6 +27,9 @@ struct jail_opts {
 	uint64_t fsize_max;   /* RLIMIT_FSIZE; 0: JAIL_DEF_FSIZE */
 	uint64_t nofile;      /* RLIMIT_NOFILE; 0: JAIL_DEF_NOFILE */
 	bool no_pid_ns;	      /* tests: stay in this pid namespace (no waiter process) */
+	/* Set by jail_enter: an fd of the running binary, kept open (there is no /proc in the
+	 * jail) so that clones can be started from it; -1 before. */
+	int exe_fd;
 };
 
 /* How a host path goes into the jail. */

@@ -82,6 +82,7 @@ int jail_run_opts(struct run_opts *o, struct logger *log, char *err, size_t errl
 		r = put_dir(j, &o->events_dir, err, errlen);
 	if (!r)
 		r = jail_enter(j, err, errlen);
+	o->jail.exe_fd = j->o.exe_fd;
 	return r;
 }
 
@@ -115,5 +116,6 @@ int jail_restore_opts(struct sandbox_restore_opts *o, struct logger *log, char *
 		r = jail_keep_fd(j, o->ready_fd);
 	if (!r)
 		r = jail_enter(j, err, errlen);
+	o->jail.exe_fd = j->o.exe_fd;
 	return r;
 }

@@ -420,6 +420,7 @@ void jail_opts_init(struct jail_opts *j)
 	memset(j, 0, sizeof(*j));
 	j->uid = -1;
 	j->gid = -1;
+	j->exe_fd = -1;
 }
 
 int opt_jail(int code, const char *arg, struct jail_opts *j, char *err, size_t errlen)

@@ -225,6 +225,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	snap_restore_ram_backing(s, &ram_fd, &ram_off);
 	/* Before the build: with an API socket it forks the clone spawner, which needs both. */
 	sb->api_sock = o->api_sock;
+	sb->exe_fd = o->jail.exe_fd;
 	if (sdir && s->encrypted)
 		sb->snap_key = o->key;
 	uint64_t t_build = mono_us();

@@ -80,7 +80,7 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 		 enum log_level level)
 {
 	memset(sb, 0, sizeof(*sb));
-	sb->sig_fd = sb->timer_fd = sb->ready_fd = sb->idle.timer_fd = -1;
+	sb->sig_fd = sb->timer_fd = sb->ready_fd = sb->idle.timer_fd = sb->exe_fd = -1;
 	sb->spawner = (struct spawner){.sock = -1, .pid = -1};
 	sb->log = (struct logger){.level = level, .out = stderr};
 	sb->log_level = level;
@@ -189,7 +189,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	 * and threads exist, and before any filter (the filtered VMM never forks or execs).
 	 */
 	if (sb->api_sock && sb->spawner.sock < 0) {
-		int e = spawner_start(&sb->spawner, sb->snap_key);
+		int e = spawner_start(&sb->spawner, sb->snap_key, sb->exe_fd);
 		if (e) {
 			log_err(&sb->log, "cannot start the clone spawner: %s", strerror(-e));
 			return e;

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,8 @@
 extern char **environ;
 
 #define SPAWNER_ARGS_MAX 128
+#define SPAWNER_SOCK_FD	 3 /* in the spawner: its end of the socket */
+#define SPAWNER_EXE_FD	 4 /* in the spawner: the cove binary */
 
 struct spawn_reply {
 	int32_t r; /* 0 or -errno */
@@ -101,6 +102,30 @@ static int allowed(char *const argv[], int argc, const char *key)
 	return 0;
 }
 
+/*
+ * The clone's side of the fork: stdin and stdout /dev/null (a clone's console is its own
+ * file), the ready pipe as fd 3 and no other fd of ours, default SIGPIPE and SIGCHLD, an empty
+ * mask, a session of its own (it outlives its parent and its terminal); then the binary at
+ * SPAWNER_EXE_FD. Never returns.
+ */
+static void exec_clone(char *const argv[], int fd3)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGCHLD, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul < 0 || dup2(nul, STDIN_FILENO) < 0 || dup2(nul, STDOUT_FILENO) < 0)
+		_exit(127);
+	if (fd3 >= 0 && dup2(fd3, 3) < 0)
+		_exit(127);
+	syscall(SYS_close_range, SPAWNER_EXE_FD + 1, ~0U, 0);
+	syscall(SYS_execveat, SPAWNER_EXE_FD, "", argv, environ, AT_EMPTY_PATH);
+	_exit(127);
+}
+
 static int spawn_one(char *buf, size_t n, int fd3, const char *key, int *pid)
 {
 	char *argv[SPAWNER_ARGS_MAX + 1];
@@ -116,34 +141,12 @@ static int spawn_one(char *buf, size_t n, int fd3, const char *key, int *pid)
 	int r = allowed(argv, argc, key);
 	if (r)
 		return r;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	posix_spawn_file_actions_init(&fa);
-	/* The ready pipe's write end as fd 3: the only fd of ours a clone gets but stdio. */
-	if (fd3 >= 0)
-		posix_spawn_file_actions_adddup2(&fa, fd3, 3);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 4);
-	posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	/* A clone's console is its own file: the parent's stdout (maybe its console) stays ours. */
-	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-	posix_spawnattr_init(&at);
-	sigset_t none, def;
-	sigemptyset(&none);
-	sigemptyset(&def);
-	sigaddset(&def, SIGPIPE);
-	sigaddset(&def, SIGCHLD);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &def);
-	/* A session of its own: a clone outlives its parent and its terminal. */
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-					  POSIX_SPAWN_SETSID);
-	pid_t p;
-	/* /proc/self/exe: the binary this process runs, even if its file was since replaced. */
-	r = posix_spawn(&p, "/proc/self/exe", &fa, &at, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
-	if (r)
-		return -r;
+	/* Single-threaded: fork is safe; fds 3 (our socket) and 4 (the binary) close on exec. */
+	pid_t p = fork();
+	if (p < 0)
+		return -errno;
+	if (p == 0)
+		exec_clone(argv, fd3);
 	*pid = (int)p;
 	return 0;
 }
@@ -200,34 +203,46 @@ static void serve(int sock, const char *key)
 	}
 }
 
-int spawner_start(struct spawner *sp, const char *key)
+int spawner_start(struct spawner *sp, const char *key, int exe_fd)
 {
 	sp->sock = -1;
 	sp->pid = -1;
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+	/* Past the fds the spawner sets up, so none overwrites another. */
+	int exe = exe_fd >= 0 ? fcntl(exe_fd, F_DUPFD_CLOEXEC, 10)
+			      : open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	if (exe >= 0 && exe < 10) {
+		int hi = fcntl(exe, F_DUPFD_CLOEXEC, 10);
+		close(exe);
+		exe = hi;
+	}
+	if (exe < 0)
 		return -errno;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		int e = errno;
+		close(exe);
+		return -e;
+	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		int e = errno;
 		close(sv[0]);
 		close(sv[1]);
+		close(exe);
 		return -e;
 	}
 	if (pid == 0) {
-		/* Nothing of the VMM but stdio and the socket (as fd 3): no KVM fd, no disk. */
+		/* Nothing of the VMM but stdio, the socket and the binary: no KVM fd, no disk. */
 		close(sv[0]);
-		int s = sv[1];
-		if (s != 3) {
-			if (dup3(s, 3, O_CLOEXEC) < 0)
-				_exit(1);
-			s = 3;
-		}
-		syscall(SYS_close_range, 4, ~0U, 0);
-		serve(s, key);
+		if ((sv[1] != SPAWNER_SOCK_FD && dup3(sv[1], SPAWNER_SOCK_FD, O_CLOEXEC) < 0) ||
+		    dup3(exe, SPAWNER_EXE_FD, O_CLOEXEC) < 0)
+			_exit(1);
+		syscall(SYS_close_range, SPAWNER_EXE_FD + 1, ~0U, 0);
+		serve(SPAWNER_SOCK_FD, key);
 		_exit(0);
 	}
 	close(sv[1]);
+	close(exe);
 	sp->sock = sv[0];
 	sp->pid = (int)pid;
 	return 0;

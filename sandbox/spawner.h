@@ -7,7 +7,7 @@
 /*
  * The filtered VMM never forks or execs. For PUT /fork it sends the clone's argv and its
  * ready-pipe write end over a SOCK_SEQPACKET socketpair (SCM_RIGHTS) to the spawner, which
- * starts `/proc/self/exe` (the cove binary both run) with them and answers with the pid and a
+ * starts the cove binary both run (opened before any jail: `/proc/self/exe`) with them and answers with the pid and a
  * pidfd of the clone (readable once the clone has exited). The spawner runs only
  * `cove restore ...` whose --key, if any, is the one it was started with; it ends when the
  * VMM's end of the socket closes (the VMM stopped or died).
@@ -21,9 +21,11 @@ struct spawner {
 
 /*
  * Forks the spawner. Call with no other thread running and before the filters. key: the only
- * --key value a clone may be given (NULL: none). 0 or -errno.
+ * --key value a clone may be given (NULL: none). exe_fd: an fd of the cove binary to start
+ * clones from (a jail has no /proc), or -1 for /proc/self/exe; the spawner keeps its own copy.
+ * 0 or -errno.
  */
-int spawner_start(struct spawner *sp, const char *key);
+int spawner_start(struct spawner *sp, const char *key, int exe_fd);
 /*
  * Starts a clone: argv (NULL-terminated, argv[0] "cove", argv[1] "restore") gets fd3 as its
  * fd 3 (its other fds: stdin and stdout /dev/null, stderr ours), a session of its own, the

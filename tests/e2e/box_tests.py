@@ -639,9 +639,16 @@ def _cove_threads():
 
 
 def main():
-    """box_tests.py [--modules a,b | --without a,b] [TEST...]: the e2e suite runs in several box
+    """box_tests.py [--jailed] [--modules a,b | --without a,b] [TEST...]: the e2e suite runs in several box
     runs (one per group of modules), each with its own time limit."""
+    global COVE
     args, modules, without = sys.argv[1:], None, ()
+    if args[:1] == ["--jailed"]:
+        # Before the other modules are imported: they take COVE from here or the environment.
+        os.environ["COVE_REAL"] = COVE
+        COVE = os.environ["COVE"] = os.path.join(os.path.dirname(COVE), "cove-jailed")
+        print(f"e2e: every cove run and cove restore runs jailed ({COVE})", flush=True)
+        args = args[1:]
     if len(args) >= 2 and args[0] in ("--modules", "--without"):
         names = tuple(args[1].split(","))
         modules, without = (names, ()) if args[0] == "--modules" else (None, names)

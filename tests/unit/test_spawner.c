@@ -80,20 +80,28 @@ static void test_spawns_restore_with_fd3_only(void **state)
 {
 	(void)state;
 	struct spawner sp;
-	assert_int_equal(spawner_start(&sp, NULL), 0);
+	assert_int_equal(spawner_start(&sp, NULL, -1), 0);
 	const char *argv[] = {"cove", "restore", "/chain", "--layer", "7", NULL};
 	spawn_expect(&sp, argv, "restore /chain --layer 7 fd4=closed stdin=null\n");
 	/* Again: the spawner serves one request after another. */
 	const char *argv2[] = {"cove", "restore", "/other", NULL};
 	spawn_expect(&sp, argv2, "restore /other fd4=closed stdin=null\n");
 	spawner_stop(&sp);
+	/* From an fd of the binary, as in a jail (no /proc there); that fd is not the clone's. */
+	int exe = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	assert_true(exe >= 0);
+	assert_int_equal(spawner_start(&sp, NULL, exe), 0);
+	close(exe);
+	spawn_expect(&sp, argv2, "restore /other fd4=closed stdin=null\n");
+	spawner_stop(&sp);
+	assert_int_equal(spawner_start(&sp, NULL, 999), -EBADF);
 }
 
 static void test_refuses(void **state)
 {
 	(void)state;
 	struct spawner sp;
-	assert_int_equal(spawner_start(&sp, "key-cmd:/bin/good"), 0);
+	assert_int_equal(spawner_start(&sp, "key-cmd:/bin/good", -1), 0);
 	int pid = 0, pidfd = -1;
 	const char *run[] = {"cove", "run", "--kernel", "/x", NULL};
 	const char *sh[] = {"/bin/sh", "restore", NULL};
@@ -113,7 +121,7 @@ static void test_refuses(void **state)
 	spawn_expect(&sp, good, "restore /c --key key-cmd:/bin/good fd4=closed stdin=null\n");
 	spawner_stop(&sp);
 	/* Without a key, no --key at all. */
-	assert_int_equal(spawner_start(&sp, NULL), 0);
+	assert_int_equal(spawner_start(&sp, NULL, -1), 0);
 	assert_int_equal(spawner_spawn(&sp, good, -1, &pid, &pidfd), -EPERM);
 	spawner_stop(&sp);
 }
@@ -122,7 +130,7 @@ static void test_too_long_and_stopped(void **state)
 {
 	(void)state;
 	struct spawner sp;
-	assert_int_equal(spawner_start(&sp, NULL), 0);
+	assert_int_equal(spawner_start(&sp, NULL, -1), 0);
 	int spid = sp.pid;
 	char *big = malloc(SPAWNER_MSG_MAX);
 	assert_non_null(big);
@@ -154,7 +162,7 @@ static void test_from_a_filtered_process(void **state)
 		close(errp[0]);
 		struct spawner sp;
 		char err[256];
-		if (spawner_start(&sp, NULL) || seccomp_trap_init() ||
+		if (spawner_start(&sp, NULL, -1) || seccomp_trap_init() ||
 		    seccomp_install(SECCOMP_EVLOOP, err, sizeof(err)))
 			_exit(20);
 		int pfd[2];
