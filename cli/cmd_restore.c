@@ -1,5 +1,6 @@
 /* `cove restore DIR`: its options; the engine is sandbox/restore_sandbox.c + snapshot/restore.c. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,8 @@ static const char restore_usage[] =
     "                      I/O error to the guest)\n"
     "  --no-seccomp        run without the per-thread seccomp filters (debugging only; warns)\n"
     "  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
+    "  --exe-fd N          the cove binary is open as fd N (clones in a jail, which has no\n"
+    "                      /proc, start their own clones from it; the spawner passes it)\n"
     "  --log-level LEVEL   error|warn|info|debug (default warn)\n"
     "%s"
     "\n"
@@ -58,6 +61,7 @@ enum {
 	O_SINT,
 	O_SKEEP,
 	O_READY,
+	O_EXE,
 	O_LOG,
 	O_KEY,
 	O_VERIFY,
@@ -80,6 +84,7 @@ static const struct option long_opts[] = {
     {"snapshot-interval", required_argument, NULL, O_SINT},
     {"snapshot-keep", required_argument, NULL, O_SKEEP},
     {"ready-fd", required_argument, NULL, O_READY},
+    {"exe-fd", required_argument, NULL, O_EXE},
     {"log-level", required_argument, NULL, O_LOG},
     {"key", required_argument, NULL, O_KEY},
     {"verify", no_argument, NULL, O_VERIFY},
@@ -181,6 +186,14 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 				return errmsg(err, errlen, -EINVAL,
 					      "--ready-fd: '%s' is not a file descriptor", optarg);
 			o->ready_fd = (int)v;
+			break;
+		case O_EXE:
+			/* A clone in a jail (no /proc there): the binary, for its own clones. */
+			if (parse_u64(optarg, 3, 1 << 20, &v) || fcntl((int)v, F_GETFD) < 0)
+				return errmsg(err, errlen, -EINVAL,
+					      "--exe-fd: '%s' is not an open file descriptor",
+					      optarg);
+			o->jail.exe_fd = (int)v;
 			break;
 		case O_LOG:
 			if (opt_log_level(optarg, &o->level, err, errlen))

@@ -573,7 +573,7 @@ static int spawn_clone(struct sandbox *sb, uint64_t layer, int k, struct api_clo
 	snprintf(layer_s, sizeof(layer_s), "%llu", (unsigned long long)layer);
 	snprintf(cid_s, sizeof(cid_s), "%llu", (unsigned long long)c->cid);
 	snprintf(ready_s, sizeof(ready_s), "%d", 3); /* the clone gets the pipe as fd 3 */
-	const char *argv[26 + 2 * RUN_MAX_DISKS];
+	const char *argv[28 + 2 * RUN_MAX_DISKS];
 	char disk_arg[RUN_MAX_DISKS][RUN_DISK_PATH_MAX + 128];
 	char vrate_s[24];
 	int n = 0;
@@ -592,6 +592,11 @@ static int spawn_clone(struct sandbox *sb, uint64_t layer, int k, struct api_clo
 	argv[n++] = cmax;
 	argv[n++] = "--ready-fd";
 	argv[n++] = ready_s;
+	if (sb->exe_fd >= 0) {
+		/* Jailed: no /proc for the clone to find its binary in; the spawner's fd 4. */
+		argv[n++] = "--exe-fd";
+		argv[n++] = "4";
+	}
 	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain.
 	 */
 	for (int i = 0; i < sb->mc.nr_disks; i++) {

@@ -93,6 +93,13 @@ static int allowed(char *const argv[], int argc, const char *key)
 		/* A clone always runs under filters: no --no-seccomp (or a prefix getopt takes). */
 		if (!strncmp(argv[i], "--n", 3))
 			return -EPERM;
+		/* The binary goes to a clone only as fd 4 ("--ex": getopt's shortest for it). */
+		if (!strncmp(argv[i], "--ex", 4)) {
+			if (strcmp(argv[i], "--exe-fd") || i + 1 >= argc || strcmp(argv[i + 1], "4"))
+				return -EPERM;
+			i++;
+			continue;
+		}
 		if (strncmp(argv[i], "--k", 3))
 			continue;
 		if (strcmp(argv[i], "--key") || !key || i + 1 >= argc || strcmp(argv[i + 1], key))
@@ -106,10 +113,14 @@ static int allowed(char *const argv[], int argc, const char *key)
  * The clone's side of the fork: stdin and stdout /dev/null (a clone's console is its own
  * file), the ready pipe as fd 3 and no other fd of ours, default SIGPIPE and SIGCHLD, an empty
  * mask, a session of its own (it outlives its parent and its terminal); then the binary at
- * SPAWNER_EXE_FD. Never returns.
+ * SPAWNER_EXE_FD, which the clone keeps as fd 4 only when asked with --exe-fd 4 (a jail's).
+ * Never returns.
  */
 static void exec_clone(char *const argv[], int fd3)
 {
+	for (int i = 0; argv[i]; i++)
+		if (!strcmp(argv[i], "--exe-fd"))
+			fcntl(SPAWNER_EXE_FD, F_SETFD, 0); /* allowed() made it "--exe-fd 4" */
 	sigset_t none;
 	sigemptyset(&none);
 	signal(SIGPIPE, SIG_DFL);

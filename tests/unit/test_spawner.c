@@ -93,6 +93,9 @@ static void test_spawns_restore_with_fd3_only(void **state)
 	assert_int_equal(spawner_start(&sp, NULL, exe), 0);
 	close(exe);
 	spawn_expect(&sp, argv2, "restore /other fd4=closed stdin=null\n");
+	/* A jailed VMM's clone asks for the binary as its fd 4, for clones of its own. */
+	const char *exe4[] = {"cove", "restore", "/c", "--exe-fd", "4", NULL};
+	spawn_expect(&sp, exe4, "restore /c --exe-fd 4 fd4=open stdin=null\n");
 	spawner_stop(&sp);
 	assert_int_equal(spawner_start(&sp, NULL, 999), -EBADF);
 }
@@ -112,8 +115,13 @@ static void test_refuses(void **state)
 	const char *dashdash[] = {"cove", "restore", "--", "/c", NULL};
 	const char *no_filter[] = {"cove", "restore", "/c", "--no-seccomp", NULL};
 	const char *no_filter_abbrev[] = {"cove", "restore", "/c", "--no-sec", NULL};
-	const char *const *refused[] = {run,	sh,	  bad_key,   eq_key,	      abbrev,
-					no_val, dashdash, no_filter, no_filter_abbrev};
+	/* fd 4 is the binary and nothing else: no other number, no abbreviation, no '='. */
+	const char *exe5[] = {"cove", "restore", "/c", "--exe-fd", "5", NULL};
+	const char *exe_abbrev[] = {"cove", "restore", "/c", "--exe", "4", NULL};
+	const char *exe_eq[] = {"cove", "restore", "/c", "--exe-fd=4", NULL};
+	const char *const *refused[] = {run,	   sh,	     bad_key,	 eq_key, abbrev,
+					no_val,	   dashdash, no_filter,	 no_filter_abbrev,
+					exe5,	   exe_abbrev, exe_eq};
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
 		assert_int_equal(spawner_spawn(&sp, refused[i], -1, &pid, &pidfd), -EPERM);
 	/* Its own key is fine. */
