@@ -95,7 +95,8 @@ static int allowed(char *const argv[], int argc, const char *key)
 			return -EPERM;
 		/* The binary goes to a clone only as fd 4 ("--ex": getopt's shortest for it). */
 		if (!strncmp(argv[i], "--ex", 4)) {
-			if (strcmp(argv[i], "--exe-fd") || i + 1 >= argc || strcmp(argv[i + 1], "4"))
+			if (strcmp(argv[i], "--exe-fd") || i + 1 >= argc ||
+			    strcmp(argv[i + 1], "4"))
 				return -EPERM;
 			i++;
 			continue;

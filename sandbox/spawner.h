@@ -7,10 +7,10 @@
 /*
  * The filtered VMM never forks or execs. For PUT /fork it sends the clone's argv and its
  * ready-pipe write end over a SOCK_SEQPACKET socketpair (SCM_RIGHTS) to the spawner, which
- * starts the cove binary both run (opened before any jail: `/proc/self/exe`) with them and answers with the pid and a
- * pidfd of the clone (readable once the clone has exited). The spawner runs only
- * `cove restore ...` whose --key, if any, is the one it was started with; it ends when the
- * VMM's end of the socket closes (the VMM stopped or died).
+ * starts the cove binary both run (opened before any jail, as /proc/self/exe) with them and
+ * answers with the pid and a pidfd of the clone (readable once the clone has exited). The
+ * spawner runs only `cove restore ...` whose --key, if any, is the one it was started with; it
+ * ends when the VMM's end of the socket closes (the VMM stopped or died).
  */
 struct spawner {
 	int sock; /* the VMM's end; -1: not started */

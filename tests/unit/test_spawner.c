@@ -119,9 +119,9 @@ static void test_refuses(void **state)
 	const char *exe5[] = {"cove", "restore", "/c", "--exe-fd", "5", NULL};
 	const char *exe_abbrev[] = {"cove", "restore", "/c", "--exe", "4", NULL};
 	const char *exe_eq[] = {"cove", "restore", "/c", "--exe-fd=4", NULL};
-	const char *const *refused[] = {run,	   sh,	     bad_key,	 eq_key, abbrev,
-					no_val,	   dashdash, no_filter,	 no_filter_abbrev,
-					exe5,	   exe_abbrev, exe_eq};
+	const char *const *refused[] = {run,	    sh,	      bad_key,	 eq_key,	   abbrev,
+					no_val,	    dashdash, no_filter, no_filter_abbrev, exe5,
+					exe_abbrev, exe_eq};
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
 		assert_int_equal(spawner_spawn(&sp, refused[i], -1, &pid, &pidfd), -EPERM);
 	/* Its own key is fine. */
