@@ -247,9 +247,6 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 			      "--vsock-cid needs --vsock-uds (a clone's own socket)");
 	if (jail_opts_check(&o->jail, err, errlen))
 		return -EINVAL;
-	/* A key provider (a shell, a PKCS#11 module) cannot run inside the jail yet. */
-	if (o->jail.dir && o->key)
-		return errmsg(err, errlen, -EINVAL, "--key does not work with --jail yet");
 	return 0;
 }
 

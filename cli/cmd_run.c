@@ -29,6 +29,7 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	sb->api_sock = o->api_sock;
 	sb->snap_key = o->snapshot_key;
 	sb->exe_fd = o->jail.exe_fd;
+	sb->key_relay_fd = o->jail.key_relay_fd;
 	int r = sandbox_build(sb, mc, o->track_dirty, -1, 0);
 	free(mc);
 	if (r)

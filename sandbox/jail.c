@@ -57,6 +57,9 @@ int jail_init(struct jail *j, const struct jail_opts *o, struct logger *log, cha
 	r = jail_path(j, "/dev/kvm", JAIL_DEV, &unused, err, errlen);
 	if (!r)
 		r = jail_path(j, "/dev/null", JAIL_DEV, &unused, err, errlen);
+	/* Lazy restore of an encrypted chain without CAP_SYS_PTRACE (snapshot/lazy_mem.c). */
+	if (!r && access("/dev/userfaultfd", F_OK) == 0)
+		r = jail_path(j, "/dev/userfaultfd", JAIL_DEV, &unused, err, errlen);
 	return r;
 }
 
@@ -294,8 +297,11 @@ static void cgroup_limits(struct jail *j)
 	char dir[128], path[192], val[64];
 	if (statfs(CGROUP_ROOT, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC ||
 	    access(CGROUP_ROOT, W_OK)) {
-		log_warn(j->log, "jail: no writable cgroup v2 hierarchy at " CGROUP_ROOT
-				 ": memory, cpu and pids limits skipped");
+		/* A warning when limits were asked for; only the default pids.max: a note. */
+		bool asked = j->o.mem_max || j->o.cpu_max_pct || j->o.pids_max;
+		log_msg(j->log, asked ? LOG_WARN : LOG_INFO,
+			"jail: no writable cgroup v2 hierarchy at " CGROUP_ROOT
+			": memory, cpu and pids limits skipped");
 		return;
 	}
 	/* Controllers must be on in every parent's subtree_control; failures show below. */

@@ -30,6 +30,9 @@ struct jail_opts {
 	/* Set by jail_enter: an fd of the running binary, kept open (there is no /proc in the
 	 * jail) so that clones can be started from it; -1 before. */
 	int exe_fd;
+	/* Set by jail_run_opts/jail_restore_opts with a key provider: the key relay's socket
+	 * (snapshot/keyprov_relay.h), the provider being out of the jail's reach; -1 none. */
+	int key_relay_fd;
 };
 
 /* How a host path goes into the jail. */

@@ -8,6 +8,7 @@
 
 #include "common/errmsg.h"
 #include "sandbox/jail.h"
+#include "snapshot/keyprov_relay.h"
 
 /* A path cove creates or replaces (sockets, console, overlays): its directory is bound. */
 static int put_new(struct jail *j, const char **p, char *err, size_t errlen)
@@ -36,6 +37,20 @@ static int put_disks(struct jail *j, struct disk_opt *d, int nr, char *err, size
 			return r;
 	}
 	return 0;
+}
+
+/* A key provider runs outside the jail, in the key relay forked now (its fd is kept). */
+static int put_key_relay(struct jail *j, const char *spec, int *fd, char *err, size_t errlen)
+{
+	if (!spec)
+		return 0;
+	struct keyrelay kr;
+	int r = keyrelay_start(&kr, spec, err, errlen);
+	if (r)
+		return r;
+	*fd = kr.sock;
+	return jail_keep_fd(j, kr.sock) ? errmsg(err, errlen, -E2BIG, "jail: too many fds kept")
+					: 0;
 }
 
 /* The jail is never freed: the rewritten paths live in it. */
@@ -81,6 +96,8 @@ int jail_run_opts(struct run_opts *o, struct logger *log, char *err, size_t errl
 	if (!r)
 		r = put_dir(j, &o->events_dir, err, errlen);
 	if (!r)
+		r = put_key_relay(j, o->snapshot_key, &o->jail.key_relay_fd, err, errlen);
+	if (!r)
 		r = jail_enter(j, err, errlen);
 	o->jail.exe_fd = j->o.exe_fd;
 	return r;
@@ -114,6 +131,8 @@ int jail_restore_opts(struct sandbox_restore_opts *o, struct logger *log, char *
 		r = jail_path(j, o->phase_dir, 0, &o->phase_dir, err, errlen);
 	if (!r && o->ready_fd >= 0)
 		r = jail_keep_fd(j, o->ready_fd);
+	if (!r)
+		r = put_key_relay(j, o->key, &o->jail.key_relay_fd, err, errlen);
 	if (!r)
 		r = jail_enter(j, err, errlen);
 	o->jail.exe_fd = j->o.exe_fd;

@@ -421,6 +421,7 @@ void jail_opts_init(struct jail_opts *j)
 	j->uid = -1;
 	j->gid = -1;
 	j->exe_fd = -1;
+	j->key_relay_fd = -1;
 }
 
 int opt_jail(int code, const char *arg, struct jail_opts *j, char *err, size_t errlen)
@@ -687,8 +688,5 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		return errmsg(err, errlen, -EINVAL, "--idle-stop needs --snapshot-dir and vsock");
 	if (jail_opts_check(&o->jail, err, errlen))
 		return -EINVAL;
-	/* A key provider (a shell, a PKCS#11 module) cannot run inside the jail yet. */
-	if (o->jail.dir && o->snapshot_key)
-		return errmsg(err, errlen, -EINVAL, "--snapshot-key does not work with --jail yet");
 	return 0;
 }

@@ -21,6 +21,7 @@ static struct snap_restore_args snap_args(const struct sandbox_restore_opts *o)
 	return (struct snap_restore_args){.dir = o->dir,
 					  .layer = o->layer,
 					  .key = o->key,
+					  .key_relay = o->jail.key_relay_fd,
 					  .verify = o->verify,
 					  .snap_dir = o->snap_dir};
 }
@@ -226,6 +227,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	/* Before the build: with an API socket it forks the clone spawner, which needs both. */
 	sb->api_sock = o->api_sock;
 	sb->exe_fd = o->jail.exe_fd;
+	sb->key_relay_fd = o->jail.key_relay_fd;
 	if (sdir && s->encrypted)
 		sb->snap_key = o->key;
 	uint64_t t_build = mono_us();

@@ -81,6 +81,7 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->sig_fd = sb->timer_fd = sb->ready_fd = sb->idle.timer_fd = sb->exe_fd = -1;
+	sb->key_relay_fd = -1;
 	sb->spawner = (struct spawner){.sock = -1, .pid = -1};
 	sb->log = (struct logger){.level = level, .out = stderr};
 	sb->log_level = level;
@@ -388,6 +389,8 @@ int sandbox_snapshots(struct sandbox *sb, const char *dir, uint64_t interval_ms,
 		 * file. */
 		struct keyprov *prov = NULL;
 		r = keyprov_new_spec(sb->snap_key, &prov, err, sizeof(err));
+		if (!r && sb->key_relay_fd >= 0)
+			keyprov_set_relay(prov, sb->key_relay_fd);
 		if (!r)
 			r = snap_ctx_encrypt(&sb->snap, prov, err, sizeof(err));
 		if (r) {
@@ -750,6 +753,10 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 	if (!sb->snap_ready)
 		return errmsg(err, errlen, -EINVAL,
 			      "fork needs a snapshot directory (--snapshot-dir)");
+	/* A clone in the jail could not reach the key provider: the relay serves this VMM only. */
+	if (sb->snap.encrypted && sb->key_relay_fd >= 0)
+		return errmsg(err, errlen, -EOPNOTSUPP,
+			      "a jailed sandbox with an encrypted chain cannot be forked yet");
 	int r;
 	struct snap_stats st;
 	r = snap_create(&sb->snap, !sb->snap.have_base, &st, err, errlen);

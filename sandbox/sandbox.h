@@ -63,7 +63,8 @@ struct sandbox {
 	int nr_clones;
 	/* Starts clones (PUT /fork): forked in sandbox_build when there is an API socket. */
 	struct spawner spawner;
-	int exe_fd; /* jailed: the cove binary, kept by the jail for the spawner; else -1 */
+	int exe_fd;	  /* jailed: the cove binary, kept by the jail for the spawner; else -1 */
+	int key_relay_fd; /* jailed with a key provider: the key relay's socket; else -1 */
 	/* The snapshot writer's io_uring, made before the filters (they forbid io_uring_setup). */
 	struct layer_ring *wring;
 	/* --no-seccomp (set before sandbox_build); seccomp_on: the threads install filters. */

@@ -1,5 +1,6 @@
 /* Key providers: config parsing and the wrap/unwrap front end over the two backends. */
 #include "snapshot/keyprov.h"
+#include "snapshot/keyprov_relay.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 struct keyprov {
 	enum keyprov_type type;
 	char *config;
+	int relay; /* a key relay's socket (a jailed VMM), or -1: run the provider here */
 };
 
 const char *keyprov_type_name(enum keyprov_type type)
@@ -47,6 +49,7 @@ int keyprov_new(enum keyprov_type type, const char *config, struct keyprov **out
 	if (!kp)
 		return -ENOMEM;
 	kp->type = type;
+	kp->relay = -1;
 	kp->config = strdup(config);
 	if (!kp->config) {
 		free(kp);
@@ -84,9 +87,17 @@ const char *keyprov_config(const struct keyprov *kp)
 	return kp->config;
 }
 
-static int run(struct keyprov *kp, int wrap, const uint8_t *in, size_t in_len, uint8_t *out,
-	       size_t cap, size_t *out_len, char *err, size_t errlen)
+void keyprov_set_relay(struct keyprov *kp, int sock)
 {
+	kp->relay = sock;
+}
+
+int keyprov_run(struct keyprov *kp, int wrap, const uint8_t *in, size_t in_len, uint8_t *out,
+		size_t cap, size_t *out_len, char *err, size_t errlen)
+{
+	if (kp->relay >= 0)
+		return keyrelay_call(kp->relay, kp->type, kp->config, wrap, in, in_len, out, cap,
+				     out_len, err, errlen);
 	if (kp->type == KEYPROV_CMD)
 		return keyprov_cmd_run(kp->config, wrap ? "wrap" : "unwrap", in, in_len, out, cap,
 				       out_len, err, errlen);
@@ -97,8 +108,8 @@ int keyprov_wrap(struct keyprov *kp, const struct snap_key *key, uint8_t *out, s
 		 size_t *out_len, char *err, size_t errlen)
 {
 	char why[256] = "";
-	int r =
-	    run(kp, 1, crypto_key_bytes(key), CRYPTO_KEY_LEN, out, cap, out_len, why, sizeof(why));
+	int r = keyprov_run(kp, 1, crypto_key_bytes(key), CRYPTO_KEY_LEN, out, cap, out_len, why,
+			    sizeof(why));
 	if (r == -EKEYREJECTED)
 		return errmsg(err, errlen, r, "key provider refused to wrap the data key: %s", why);
 	if (r)
@@ -117,7 +128,7 @@ int keyprov_unwrap(struct keyprov *kp, const uint8_t *wrapped, size_t len, struc
 	if (len == 0 || len > KEYPROV_WRAPPED_MAX)
 		return errmsg(err, errlen, -EINVAL, "wrapped data key of %zu bytes (1..%u)", len,
 			      KEYPROV_WRAPPED_MAX);
-	int r = run(kp, 0, wrapped, len, raw, sizeof(raw), &n, why, sizeof(why));
+	int r = keyprov_run(kp, 0, wrapped, len, raw, sizeof(raw), &n, why, sizeof(why));
 	if (r == -EKEYREJECTED) {
 		r = errmsg(
 		    err, errlen, r,

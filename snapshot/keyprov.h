@@ -69,6 +69,15 @@ int keyprov_wrap(struct keyprov *kp, const struct snap_key *key, uint8_t *out, s
 int keyprov_unwrap(struct keyprov *kp, const uint8_t *wrapped, size_t len, struct snap_key **out,
 		   char *err, size_t errlen);
 
+/*
+ * From now on run this provider through the key relay on `sock` (snapshot/keyprov_relay.h):
+ * a jailed VMM, which can run no provider itself. The socket stays the caller's.
+ */
+void keyprov_set_relay(struct keyprov *kp, int sock);
+/* One wrap (1) or unwrap (0) of raw bytes, through the relay if set: as keyprov_cmd_run. */
+int keyprov_run(struct keyprov *kp, int wrap, const uint8_t *in, size_t in_len, uint8_t *out,
+		size_t cap, size_t *out_len, char *err, size_t errlen);
+
 /* Backends (keyprov_cmd.c, keyprov_pkcs11.c); called by keyprov.c only. -EKEYREJECTED = refused. */
 /*
  * A provider process: path run with argv, the input as one base64 line on stdin, the output as

@@ -1,4 +1,5 @@
-/* Lazy restore of encrypted layers: a userfaultfd thread decrypts each page the first time anything touches it. */
+/* Lazy restore of encrypted layers: a userfaultfd thread decrypts each page the first time anything
+ * touches it. */
 #include "snapshot/lazy_mem.h"
 
 #include <errno.h>
@@ -23,12 +24,12 @@ static int open_page(struct crypto_ctx *cc, const uint8_t chain_id[16], const st
 {
 	uint8_t tag[16];
 	int r = pread_full(l->fd, cipher, MEM_LAYER_PAGE,
-				(off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
+			   (off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
 	if (!r)
 		r = pread_full(l->fd, tag, sizeof(tag), (off_t)(l->info.tag_off + p * 16));
 	if (!r)
-		r = crypto_open_page(cc, chain_id, l->info.layer_id, p, cipher, MEM_LAYER_PAGE, plain,
-				     tag);
+		r = crypto_open_page(cc, chain_id, l->info.layer_id, p, cipher, MEM_LAYER_PAGE,
+				     plain, tag);
 	return r;
 }
 
@@ -49,8 +50,9 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 	if (src && mem_layer_stored(src, p)) {
 		int r = open_page(lm->cc, lm->chain_id, src, p, lm->cipher, lm->plain);
 		if (r == 0) {
-			struct uffdio_copy c = { .dst = page_addr, .src = (uint64_t)(uintptr_t)lm->plain,
-						 .len = MEM_LAYER_PAGE };
+			struct uffdio_copy c = {.dst = page_addr,
+						.src = (uint64_t)(uintptr_t)lm->plain,
+						.len = MEM_LAYER_PAGE};
 			if (ioctl(lm->uffd, UFFDIO_COPY, &c) < 0 && errno != EEXIST)
 				log_err(lm->vm->log, "lazy restore: UFFDIO_COPY of page %llu: %s",
 					(unsigned long long)p, strerror(errno));
@@ -68,7 +70,7 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 		 */
 	}
 	lm->zero_pages++;
-	struct uffdio_zeropage z = { .range = { .start = page_addr, .len = MEM_LAYER_PAGE } };
+	struct uffdio_zeropage z = {.range = {.start = page_addr, .len = MEM_LAYER_PAGE}};
 	if (ioctl(lm->uffd, UFFDIO_ZEROPAGE, &z) < 0 && errno != EEXIST)
 		log_err(lm->vm->log, "lazy restore: UFFDIO_ZEROPAGE of page %llu: %s",
 			(unsigned long long)p, strerror(errno));
@@ -77,7 +79,7 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 static void *lazy_thread(void *arg)
 {
 	struct lazy_mem *lm = arg;
-	struct pollfd pf[2] = { { lm->uffd, POLLIN, 0 }, { lm->stop_efd, POLLIN, 0 } };
+	struct pollfd pf[2] = {{lm->uffd, POLLIN, 0}, {lm->stop_efd, POLLIN, 0}};
 	pthread_setname_np(pthread_self(), "cove-uffd");
 	/* The sandbox's per-thread set-up (its seccomp filter) before the first fault is served. */
 	int hr = vm_thread_enter(lm->vm, VM_THREAD_UFFD);
@@ -107,6 +109,25 @@ static void *lazy_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * A userfaultfd that takes the kernel's faults too (KVM touches guest RAM from the kernel). The
+ * system call needs CAP_SYS_PTRACE for those unless vm.unprivileged_userfaultfd is 1; a process
+ * without it (a jailed VMM) may still use /dev/userfaultfd (Linux 6.1+), whose file mode decides.
+ * The fd, or -errno (the system call's).
+ */
+static int open_uffd(void)
+{
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (fd >= 0 || errno != EPERM)
+		return fd >= 0 ? fd : -errno;
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return -EPERM;
+	fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+	close(dev);
+	return fd >= 0 ? fd : -EPERM;
+}
+
 int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 		   const struct snap_crypt *sc, char *err, size_t errlen)
 {
@@ -123,14 +144,16 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 		r = -ENOMEM;
 		goto fail;
 	}
-	lm->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	lm->uffd = open_uffd();
 	if (lm->uffd < 0) {
-		r = errmsg(err, errlen, -errno, "userfaultfd: %s (lazy restore of encrypted layers "
-						"needs it; as non-root set vm.unprivileged_userfaultfd=1)",
-			   strerror(errno));
+		r = errmsg(err, errlen, lm->uffd,
+			   "userfaultfd: %s (lazy restore of encrypted layers needs it; without "
+			   "CAP_SYS_PTRACE, as in a jail, give access to /dev/userfaultfd or set "
+			   "vm.unprivileged_userfaultfd=1)",
+			   strerror(-lm->uffd));
 		goto fail;
 	}
-	struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_MISSING_SHMEM };
+	struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_MISSING_SHMEM};
 	if (ioctl(lm->uffd, UFFDIO_API, &api) < 0) {
 		r = errmsg(err, errlen, -errno, "UFFDIO_API: %s", strerror(errno));
 		goto fail;
@@ -145,11 +168,12 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	 */
 	(void)madvise(vm->mem.host, vm->mem.size, MADV_NOHUGEPAGE); /* EINVAL: no THP at all */
 	struct uffdio_register reg = {
-		.range = { .start = (uint64_t)(uintptr_t)vm->mem.host, .len = vm->mem.size },
-		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	    .range = {.start = (uint64_t)(uintptr_t)vm->mem.host, .len = vm->mem.size},
+	    .mode = UFFDIO_REGISTER_MODE_MISSING,
 	};
 	if (ioctl(lm->uffd, UFFDIO_REGISTER, &reg) < 0) {
-		r = errmsg(err, errlen, -errno, "UFFDIO_REGISTER of guest RAM: %s", strerror(errno));
+		r = errmsg(err, errlen, -errno, "UFFDIO_REGISTER of guest RAM: %s",
+			   strerror(errno));
 		goto fail;
 	}
 	lm->stop_efd = eventfd(0, EFD_CLOEXEC);

@@ -45,6 +45,8 @@ static int open_key(struct snap_restore *sr, const struct snap_restore_args *a, 
 			      a->dir);
 	if (keyprov_new_spec(a->key, &prov, err, errlen))
 		return -EINVAL;
+	if (a->key_relay > 2)
+		keyprov_set_relay(prov, a->key_relay);
 	/* The one place a revoked or deleted KEK shows: the provider refuses to unwrap. */
 	int r = snap_crypt_open(&sr->crypt, a->dir, prov, 0, err, errlen);
 	keyprov_free(prov);

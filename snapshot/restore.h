@@ -20,6 +20,7 @@ struct snap_restore_args {
 	const char *dir;      /* the chain directory */
 	uint64_t layer;	      /* 0: the latest */
 	const char *key;      /* key provider spec of an encrypted chain, or NULL */
+	int key_relay;	      /* > 2: run that provider through this key relay (a jail); 0: none */
 	bool verify;	      /* encrypted: authenticate every stored page before the guest runs */
 	const char *snap_dir; /* where the restored sandbox's snapshots go, or NULL */
 };

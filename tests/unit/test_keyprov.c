@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "snapshot/crypto.h"
 #include "snapshot/keyfile.h"
 #include "snapshot/keyprov.h"
+#include "snapshot/keyprov_relay.h"
 #include "devices/overlay.h"
 #include "snapshot/snap_crypt.h"
 
@@ -164,6 +166,62 @@ static void test_cmd_round_trip(void **state)
 	kp = prov(KEYPROV_CMD, "f() { cat; }; f");
 	assert_int_equal(round_trip_id(kp, 1), CRYPTO_KEY_LEN);
 	keyprov_free(kp);
+}
+
+/*
+ * The key relay (a jailed VMM's provider): the same wraps and refusals as the provider run here,
+ * only the host's provider, a malformed request answered and the relay still serving, and a
+ * clear error once it is gone.
+ */
+static void test_cmd_relay(void **state)
+{
+	char spec[1500], err[512] = "";
+	snprintf(spec, sizeof(spec), "key-cmd:%s", E(state)->cmd_a);
+	struct keyrelay kr;
+	assert_int_equal(keyrelay_start(&kr, spec, err, sizeof(err)), 0);
+	assert_true(kr.sock > 2 && kr.pid > 0);
+	struct keyprov *kp = prov(KEYPROV_CMD, E(state)->cmd_a);
+	keyprov_set_relay(kp, kr.sock);
+	assert_int_equal(round_trip(kp), 384);
+	/* A wrapped key that is not one: the provider's refusal comes back whole. */
+	struct snap_key *k = NULL;
+	uint8_t junk[16] = {1, 2, 3};
+	assert_int_equal(keyprov_unwrap(kp, junk, sizeof(junk), &k, err, sizeof(err)),
+			 -EKEYREJECTED);
+	assert_non_null(strstr(err, "key provider refused to unwrap the data key: key-cmd unwrap"));
+	/* Another provider than the one it was started for: refused, not run. */
+	struct keyprov *other = prov(KEYPROV_CMD, "f() { cat; }; f");
+	keyprov_set_relay(other, kr.sock);
+	uint8_t out[64];
+	size_t n = 0;
+	assert_int_equal(
+	    keyprov_run(other, 1, junk, sizeof(junk), out, sizeof(out), &n, err, sizeof(err)),
+	    -EPERM);
+	assert_string_equal(err, "key relay: a provider other than the host's was asked for");
+	keyprov_free(other);
+	/* Garbage: answered with an error, and the relay goes on. */
+	assert_int_equal(send(kr.sock, "xx", 2, 0), 2);
+	uint8_t rep[600];
+	int32_t rc;
+	assert_true(recv(kr.sock, rep, sizeof(rep), 0) >= (ssize_t)sizeof(rc));
+	memcpy(&rc, rep, sizeof(rc));
+	assert_int_equal(rc, -EPROTO);
+	assert_int_equal(round_trip(kp), 384);
+	keyrelay_stop(&kr);
+	assert_true(kr.sock == -1 && kr.pid == -1);
+	keyrelay_stop(&kr); /* twice is fine */
+	/* Its socket closed: a later call says so (here: on a socket whose peer is gone). */
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	close(sv[1]);
+	keyprov_set_relay(kp, sv[0]);
+	assert_int_not_equal(
+	    keyprov_run(kp, 1, junk, sizeof(junk), out, sizeof(out), &n, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "key relay: "));
+	close(sv[0]);
+	keyprov_free(kp);
+	/* A bad spec fails before any process starts. */
+	assert_int_equal(keyrelay_start(&kr, "nope", err, sizeof(err)), -EINVAL);
 }
 
 static int unwrap_err(struct keyprov *kp, const uint8_t *w, size_t wl, char *err, size_t errlen)
@@ -896,6 +954,7 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest cmd_tests[] = {
 	    cmocka_unit_test(test_cmd_round_trip),
+	    cmocka_unit_test(test_cmd_relay),
 	    cmocka_unit_test(test_cmd_refuses),
 	    cmocka_unit_test(test_cmd_kek_file_revoked),
 	    cmocka_unit_test(test_cmd_bad_output),
