@@ -29,7 +29,7 @@ static const char create_usage[] =
     "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
-    "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp]\n"
+    "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp] [--no-jail]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
@@ -42,6 +42,9 @@ static const char create_usage[] =
     "  --vsock-rate RATE       bytes/s per vsock connection each way (e.g. 10M)\n"
     "  --no-seccomp            its VMM runs without seccomp filters at every start and\n"
     "                          restore (debugging only; the VMM warns in its log)\n"
+    "  --no-jail               its VMM runs unjailed (by default it runs in namespaces of its\n"
+    "                          own, with only this sandbox's files, as this user without\n"
+    "                          capabilities: cove run --jail)\n"
     "  --key SPEC              encrypt the chain (key-cmd:CMD or pkcs11:CONFIG)\n"
     "  --snapshot-every D      60s, 5m...; off: only at stop (default 60s)\n"
     "  --idle-stop D           stop itself (snapshot first) after D with no exec session,\n"
@@ -69,7 +72,8 @@ enum {
 	O_IDLE,
 	O_POLICY,
 	O_VRATE,
-	O_NO_SECCOMP
+	O_NO_SECCOMP,
+	O_NO_JAIL
 };
 
 /* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
@@ -90,6 +94,7 @@ static const struct option create_opts[] = {
     {"policy", required_argument, NULL, O_POLICY},
     {"vsock-rate", required_argument, NULL, O_VRATE},
     {"no-seccomp", no_argument, NULL, O_NO_SECCOMP},
+    {"no-jail", no_argument, NULL, O_NO_JAIL},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -196,6 +201,9 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 		case O_VRATE:
 			if (opt_vsock_rate(optarg, &s->vsock_rate, err, errlen))
 				return -EINVAL;
+			break;
+		case O_NO_JAIL:
+			s->no_jail = true;
 			break;
 		case O_NO_SECCOMP:
 			s->no_seccomp = true;

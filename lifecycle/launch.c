@@ -25,9 +25,29 @@ static void child(int dfd, char *const argv[], int report)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	setsid();
+	/* SBX_LOCK_FD is the lock's: the report pipe goes elsewhere first. */
+	if (report == SBX_LOCK_FD) {
+		report = fcntl(report, F_DUPFD_CLOEXEC, SBX_LOCK_FD + 1);
+		if (report < 0)
+			_exit(127);
+	}
 	lk = sbx_lock_take(dfd, SBX_LOCK_VMM, false, true);
 	if (lk < 0) {
 		e = -lk;
+		goto fail;
+	}
+	/* At a known number, so that a jailed VMM keeps it (--jail-keep-fd); inherited. */
+	if (lk != SBX_LOCK_FD) {
+		if (dup2(lk, SBX_LOCK_FD) < 0) {
+			e = errno;
+			goto fail;
+		}
+		close(lk);
+		lk = SBX_LOCK_FD;
+	}
+	/* The jailed VMM's root is mounted on this empty directory (vmm_args.c). */
+	if (mkdirat(dfd, SBX_JAIL_DIR, 0700) < 0 && errno != EEXIST) {
+		e = errno;
 		goto fail;
 	}
 	if (ftruncate(lk, 0) < 0 || dprintf(lk, "%d\n", (int)getpid()) < 0) {

@@ -39,7 +39,7 @@ int sbx_spec_write(int dfd, const struct sbx_spec *s)
 		      (json_int_t)s->snapshot_every_ms, "idle_stop_ms", (json_int_t)s->idle_stop_ms,
 		      "archive_after_ms", (json_int_t)s->archive_after_ms, "delete_after_ms",
 		      (json_int_t)s->delete_after_ms, "created_ms", (json_int_t)s->created_ms,
-		      "vsock_rate", (json_int_t)s->vsock_rate, "no_seccomp", s->no_seccomp);
+		      "vsock_rate", (json_int_t)s->vsock_rate, "no_seccomp", s->no_seccomp, "no_jail", s->no_jail);
 	char *text;
 	int fd, ret;
 
@@ -171,6 +171,11 @@ int sbx_spec_read(int dfd, struct sbx_spec *s, char *err, size_t errlen)
 	if (!ret && ns && !json_is_boolean(ns))
 		ret = -EINVAL;
 	s->no_seccomp = json_is_true(ns);
+	/* Nor --no-jail: jailed. */
+	json_t *nj = json_object_get(j, "no_jail");
+	if (!ret && nj && !json_is_boolean(nj))
+		ret = -EINVAL;
+	s->no_jail = json_is_true(nj);
 	json_decref(j);
 	if (ret || !s->kernel[0] || vcpus < 1 || vcpus > 255 || !s->mem_bytes)
 		return errmsg(err, errlen, -EINVAL, "%s: not a sandbox spec this cove wrote",

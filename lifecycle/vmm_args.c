@@ -5,7 +5,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "lifecycle/launch.h"
 #include "sandbox/options.h"
 
 static int add(struct sbx_args *a, const char *fmt, ...)
@@ -46,6 +48,13 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	/* Every start and restore: the spec asked for it at create (it warns in the log). */
 	if (!ret && s->no_seccomp)
 		ret = add(a, "--no-seccomp");
+	/* Jailed as the sandbox's owner (root: in namespaces, without a capability); the life
+	 * lock is the one inherited fd it keeps (lifecycle/launch.c moves it to SBX_LOCK_FD). */
+	if (!ret && !s->no_jail)
+		ret = add(a, "--jail") ?: add(a, "%s/%s/%s", r->state, name, SBX_JAIL_DIR) ?:
+		      add(a, "--uid") ?: add(a, "%u", (unsigned)geteuid()) ?: add(a, "--gid") ?:
+		      add(a, "%u", (unsigned)getegid()) ?: add(a, "--jail-keep-fd") ?:
+		      add(a, "%d", SBX_LOCK_FD);
 	if (!ret && s->idle_stop_ms)
 		ret = add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms)
 			?: add(a, "--events-dir") ?: add(a, "%s/%s", r->state, name);

@@ -49,6 +49,8 @@ int jail_init(struct jail *j, const struct jail_opts *o, struct logger *log, cha
 	memset(j, 0, sizeof(*j));
 	j->o = *o;
 	j->o.exe_fd = -1; /* an output of jail_enter */
+	for (int i = 0; i < o->nr_keep && i < 4; i++)
+		j->keep_fds[j->nr_keep++] = o->keep[i];
 	j->log = log;
 	int r = jail_opts_check(o, err, errlen);
 	if (r)

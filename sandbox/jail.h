@@ -33,6 +33,8 @@ struct jail_opts {
 	/* Set by jail_run_opts/jail_restore_opts with a key provider: the key relay's socket
 	 * (snapshot/keyprov_relay.h), the provider being out of the jail's reach; -1 none. */
 	int key_relay_fd;
+	int keep[4]; /* --jail-keep-fd: inherited fds to keep open */
+	int nr_keep;
 };
 
 /* How a host path goes into the jail. */

@@ -2,6 +2,7 @@
 #include "sandbox/options.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,7 +414,9 @@ const char jail_usage[] =
     "  --jail-mem-max SIZE cgroup v2 memory.max (when a writable cgroup2 hierarchy exists)\n"
     "  --jail-cpu-max PCT  cgroup v2 cpu.max in percent of one CPU (1..6400)\n"
     "  --jail-pids-max N   cgroup v2 pids.max (default 1024)\n"
-    "  --jail-fsize SIZE   RLIMIT_FSIZE (default 1T); --jail-nofile N: RLIMIT_NOFILE (4096)\n";
+    "  --jail-fsize SIZE   RLIMIT_FSIZE (default 1T); --jail-nofile N: RLIMIT_NOFILE (4096)\n"
+    "  --jail-keep-fd N    an inherited fd the jail keeps open (the lifecycle's life lock);\n"
+    "                      every other fd past stderr is closed\n";
 
 void jail_opts_init(struct jail_opts *j)
 {
@@ -462,6 +465,17 @@ int opt_jail(int code, const char *arg, struct jail_opts *j, char *err, size_t e
 		return opt_number("--jail-nofile", arg, 64, 1 << 20, &j->nofile, err, errlen)
 			   ? -EINVAL
 			   : 1;
+	case OPT_JAIL_KEEP:
+		if (opt_number("--jail-keep-fd", arg, 3, 1023, &v, err, errlen))
+			return -EINVAL;
+		if (fcntl((int)v, F_GETFD) < 0)
+			return errmsg(err, errlen, -EINVAL, "--jail-keep-fd: %s is not an open fd",
+				      arg);
+		if (j->nr_keep >= (int)(sizeof(j->keep) / sizeof(j->keep[0])))
+			return errmsg(err, errlen, -EINVAL, "--jail-keep-fd: at most %zu",
+				      sizeof(j->keep) / sizeof(j->keep[0]));
+		j->keep[j->nr_keep++] = (int)v;
+		return 1;
 	}
 	return 0;
 }

@@ -90,6 +90,7 @@ enum {
 	OPT_JAIL_PIDS,
 	OPT_JAIL_FSIZE,
 	OPT_JAIL_NOFILE,
+	OPT_JAIL_KEEP,
 };
 #define JAIL_LONG_OPTS                                                                             \
 	{"jail", required_argument, NULL, OPT_JAIL_DIR},                                           \
@@ -99,6 +100,7 @@ enum {
 	    {"jail-cpu-max", required_argument, NULL, OPT_JAIL_CPU},                               \
 	    {"jail-pids-max", required_argument, NULL, OPT_JAIL_PIDS},                             \
 	    {"jail-fsize", required_argument, NULL, OPT_JAIL_FSIZE},                               \
+	    {"jail-keep-fd", required_argument, NULL, OPT_JAIL_KEEP},                              \
 	{                                                                                          \
 		"jail-nofile", required_argument, NULL, OPT_JAIL_NOFILE                            \
 	}

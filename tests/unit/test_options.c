@@ -278,11 +278,34 @@ static void test_options_jail(void **state)
 			       "1", "--gid", "1", "--jail-mem-max", "12K"),
 			 -EINVAL);
 	assert_non_null(strstr(err, "--jail-mem-max: '12K'"));
+	/* A key provider is fine: it runs in the key relay, outside the jail. */
 	assert_int_equal(parse(&o, err, sizeof(err), 13, "--kernel", "k", "--jail", "/j", "--uid",
 			       "1", "--gid", "1", "--snapshot-dir", "/s", "--snapshot-key",
 			       "key-cmd:x"),
+			 0);
+	/* --jail-keep-fd: an open fd past stderr, at most four. */
+	assert_int_equal(parse(&o, err, sizeof(err), 11, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--jail-keep-fd", "2"),
 			 -EINVAL);
-	assert_non_null(strstr(err, "--snapshot-key does not work with --jail"));
+	assert_non_null(strstr(err, "--jail-keep-fd"));
+	assert_int_equal(parse(&o, err, sizeof(err), 11, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--jail-keep-fd", "1000"),
+			 -EINVAL);
+	assert_string_equal(err, "--jail-keep-fd: 1000 is not an open fd");
+	int fd = dup2(1, 100);
+	assert_int_equal(fd, 100);
+	assert_int_equal(parse(&o, err, sizeof(err), 11, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--jail-keep-fd", "100"),
+			 0);
+	assert_int_equal(o.jail.nr_keep, 1);
+	assert_int_equal(o.jail.keep[0], 100);
+	assert_int_equal(parse(&o, err, sizeof(err), 19, "--kernel", "k", "--jail", "/j", "--uid",
+			       "1", "--gid", "1", "--jail-keep-fd", "100", "--jail-keep-fd", "100",
+			       "--jail-keep-fd", "100", "--jail-keep-fd", "100", "--jail-keep-fd",
+			       "100"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "at most 4"));
+	close(fd);
 }
 
 int main(void)
