@@ -99,6 +99,25 @@ def _tail(path, n=600):
 COUNTER = ("i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done")
 
 
+def check_jailed(waiter):
+    """A sandbox's VMM runs jailed by default: the lock's pid is the jail's waiter, and its
+    child has no capability and namespaces of its own."""
+    with open(f"/proc/{waiter}/task/{waiter}/children") as f:
+        kids = f.read().split()
+    bt.check(len(kids) == 1, f"the jail's waiter {waiter} has children {kids}")
+    vmm = int(kids[0])
+    with open(f"/proc/{vmm}/status") as f:
+        st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    bt.check(int(st["CapEff"], 16) == 0 and int(st["CapBnd"], 16) == 0 and
+             st["NoNewPrivs"] == "1" and st["Seccomp"] == "2",
+             f"VMM {vmm}: CapEff {st['CapEff']} CapBnd {st['CapBnd']} "
+             f"NoNewPrivs {st['NoNewPrivs']} Seccomp {st['Seccomp']}")
+    for ns in ("mnt", "pid", "net"):
+        bt.check(os.readlink(f"/proc/{vmm}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"),
+                 f"the VMM shares the box's {ns} namespace")
+    print(f"    VMM {vmm} jailed (no capability, seccomp, own mnt/pid/net namespaces)")
+
+
 def test_lifecycle_stop_reconnect():
     fresh()
     name = "agent1"
@@ -115,6 +134,7 @@ def test_lifecycle_stop_reconnect():
         before = int(out.strip() or 0)
         bt.check(before > 0, f"counter not running: {out!r}")
         pid = vmm_pid(name)
+        check_jailed(pid)
         t0 = time.monotonic()
         rc, out, err = cove("stop", name)
         bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
