@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define SBX_VMM_LOG "vmm.log"
+#define SBX_VMM_LOG  "vmm.log"
 #define SBX_JAIL_DIR "jail" /* the jailed VMM's root is a tmpfs mounted here */
-#define SBX_LOCK_FD 9	    /* the VMM's life lock, inherited at this fd (a jail keeps it) */
+#define SBX_LOCK_FD  9	    /* the VMM's life lock, inherited at this fd (a jail keeps it) */
 
 /*
  * Forks; the child starts a session of its own, takes vmm.lock beneath dfd (the fd stays open

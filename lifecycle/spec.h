@@ -37,7 +37,7 @@ struct sbx_spec {
 	int64_t created_ms;
 	uint64_t vsock_rate; /* --vsock-rate bytes/s per connection each way; 0: none */
 	bool no_seccomp;     /* --no-seccomp: its VMM runs without seccomp filters (debugging) */
-	bool no_jail;	     /* --no-jail: its VMM runs unjailed (default: jailed, sandbox/jail.h) */
+	bool no_jail; /* --no-jail: its VMM runs unjailed (default: jailed, sandbox/jail.h) */
 };
 
 /* Writes spec.json beneath dfd (temp file, fsync, rename): 0 or -errno. */
