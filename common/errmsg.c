@@ -11,6 +11,11 @@ int errmsg(char *err, size_t errlen, int code, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(err, errlen, fmt, ap);
 		va_end(ap);
+		/* One line, whatever the arguments held: a parser's error text can quote its
+		 * (untrusted) input, control characters and all (jansson's "near '...'"). */
+		for (char *c = err; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 	}
 	return code;
 }

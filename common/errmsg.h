@@ -4,7 +4,8 @@
 
 #include <stddef.h>
 
-/* Formats into err (when err and errlen are non-zero) and returns code, for `return errmsg(...)`. */
+/* Formats into err (when err and errlen are non-zero) and returns code, for `return errmsg(...)`.
+ * Control characters (a newline quoted from bad input) become '?': the message is one line. */
 int errmsg(char *err, size_t errlen, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 

@@ -682,6 +682,8 @@ static void test_chain_parse_bad(void **st)
 	    {"{\"format\":\"cove-chain\",\"format\":\"cove-chain\",\"version\":1}",
 	     "not valid JSON"},
 	    {"{\"format\":\"cove-chainx\",\"version\":1}", "not a cove chain file"},
+	    /* Found by fuzz_snapshot_files: jansson quotes the bad token, newline and all. */
+	    {"{\"format\": \"cove-chain\", \"chain_id\": \"00Q\\\n\x01@`\"}", "not valid JSON"},
 	    {"{\"format\":1,\"version\":1}", "not a cove chain file"},
 	    {"{\"version\":1}", "not a cove chain file"},
 	    {"{\"format\":\"cove-chain\"}", "not a cove chain file"},
