@@ -1,6 +1,7 @@
 /* The jail: namespaces, a tmpfs root with this sandbox's paths bound in, no privileges, limits. */
 #include "sandbox/jail.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -292,6 +293,25 @@ static int build_root(struct jail *j, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * A jailed VMM cannot remove its own cgroup (it is in it, and has no way back out of its cgroup
+ * namespace): the next jail removes every empty vmm-* one left (rmdir fails on a live one).
+ */
+static void remove_stale_cgroups(void)
+{
+	int dfd = open(CGROUP_ROOT "/cove", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	for (struct dirent *e; (e = readdir(d));)
+		if (!strncmp(e->d_name, "vmm-", 4) && e->d_type == DT_DIR)
+			unlinkat(dfd, e->d_name, AT_REMOVEDIR);
+	closedir(d);
+}
+
 /* cgroup v2 limits in CGROUP_ROOT/cove/vmm-PID, or one line saying why not. */
 static void cgroup_limits(struct jail *j)
 {
@@ -311,6 +331,7 @@ static void cgroup_limits(struct jail *j)
 	if (mkdir(CGROUP_ROOT "/cove", 0755) && errno != EEXIST)
 		goto fail;
 	write_file(CGROUP_ROOT "/cove/cgroup.subtree_control", "+memory +cpu +pids");
+	remove_stale_cgroups();
 	snprintf(dir, sizeof(dir), CGROUP_ROOT "/cove/vmm-%d", (int)getpid());
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		goto fail;

@@ -192,11 +192,16 @@ def test_jail_memory_max_kills_the_vmm():
     args = [bt.COVE if not bt.COVE.endswith("cove-jailed") else os.environ["COVE_REAL"],
             "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "512M",
             "--cmdline", bt.cmdline_for(cmd)] + jail_args(name, "--jail-mem-max", "192M")
+    # The first test's VMMs have exited, leaving their cgroups: the next jail removes them.
+    stale = [d for d in os.listdir(f"{CGROUP}/cove") if d.startswith("vmm-")]
+    check(stale, "no cgroup left by the jails of the test before")
     p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
     try:
         waiter = p.pid
         vmm_pid(waiter)
+        left = [d for d in stale if os.path.exists(f"{CGROUP}/cove/{d}")]
+        check(not left, f"stale cgroups not removed by the next jail: {left}")
         with open(f"/proc/{waiter}/cgroup") as f:
             cg = CGROUP + f.read().strip().split("::", 1)[1]
         try:
