@@ -5,6 +5,7 @@
  *   cove-broker verify-audit [--key KEYFILE] FILE
  *   cove-broker check-policy FILE */
 #include "audit.h"
+#include "confine.h"
 #include "broker.h"
 #include "loop.h"
 #include "policy.h"
@@ -28,12 +29,16 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
-		   "                   [--initial-epoch N] [--initial-token HEX32]\n"
-		   "                   [--helper-timeout-ms N] [--timeout-s N]\n"
-		   "                   [--audit-key FILE] [--user NAME --client NAME] [-v]\n"
-		   "       cove-broker verify-audit [--key KEYFILE] FILE\n"
-		   "       cove-broker check-policy FILE\n");
+	fprintf(f,
+		"usage: cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE\n"
+		"                   [--initial-epoch N] [--initial-token HEX32]\n"
+		"                   [--helper-timeout-ms N] [--timeout-s N]\n"
+		"                   [--audit-key FILE] [--user NAME --client NAME]\n"
+		"                   [--confine DIR]... [-v]\n"
+		"  --confine DIR: once its files and sockets are open, the broker sees DIR as an\n"
+		"  empty directory (its own mount namespace) and drops every capability\n"
+		"       cove-broker verify-audit [--key KEYFILE] FILE\n"
+		"       cove-broker check-policy FILE\n");
 }
 
 static int cmd_verify(const char *path, const char *key_path)
@@ -90,6 +95,8 @@ enum { OPT_STR = 256, OPT_NUM = OPT_STR + S_COUNT };
 
 struct broker_args {
 	const char *str[S_COUNT];
+	const char *confine[BROKER_CONFINE_MAX]; /* --confine DIR */
+	int nr_confine;
 	bool verbose;
 	struct broker_user user, client; /* with --user/--client */
 };
@@ -146,7 +153,7 @@ static int check_users(struct broker_args *a)
 /* The options into b and a: -1 to go on, else the exit status (0 after --help). */
 static int parse_args(int argc, char **argv, struct broker *b, struct broker_args *a)
 {
-	struct option opts[S_COUNT + N_COUNT + 3];
+	struct option opts[S_COUNT + N_COUNT + 4];
 	size_t n = 0;
 	int opt;
 
@@ -154,6 +161,7 @@ static int parse_args(int argc, char **argv, struct broker *b, struct broker_arg
 		opts[n++] = (struct option){str_opt_names[i], required_argument, NULL, OPT_STR + i};
 	for (int i = 0; i < N_COUNT; i++)
 		opts[n++] = (struct option){num_opt_names[i], required_argument, NULL, OPT_NUM + i};
+	opts[n++] = (struct option){"confine", required_argument, NULL, 'C'};
 	opts[n++] = (struct option){"verbose", no_argument, NULL, 'v'};
 	opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
 	opts[n] = (struct option){NULL, 0, NULL, 0};
@@ -166,6 +174,15 @@ static int parse_args(int argc, char **argv, struct broker *b, struct broker_arg
 					num_opt_names[opt - OPT_NUM], optarg);
 				return 2;
 			}
+		} else if (opt == 'C') {
+			if (optarg[0] != '/' || a->nr_confine == BROKER_CONFINE_MAX) {
+				fprintf(stderr,
+					"cove-broker: --confine takes an absolute directory, "
+					"at most %d times\n",
+					BROKER_CONFINE_MAX);
+				return 2;
+			}
+			a->confine[a->nr_confine++] = optarg;
 		} else if (opt == 'v') {
 			a->verbose = true;
 		} else {
@@ -264,6 +281,13 @@ int main(int argc, char **argv)
 		broker_log(&b, LOG_ERROR, "ctl %s: %s", ctl_path, strerror(-cfd));
 		goto out;
 	}
+	/* Everything is open: the sandbox's directories go out of sight (--confine). */
+	r = broker_confine(a.confine, a.nr_confine, err, sizeof(err));
+	if (r) {
+		broker_log(&b, r < 0 ? LOG_ERROR : LOG_WARN, "%s", err);
+		if (r < 0)
+			goto out;
+	}
 	if (a.str[S_USER]) {
 		/* The sockets belong to the client (mode 0600); everything is open: drop root. */
 		if (chown(listen_path, a.client.uid, a.client.gid) ||
@@ -275,6 +299,10 @@ int main(int argc, char **argv)
 			broker_log(&b, LOG_ERROR, "--user %s: %s", a.str[S_USER], err);
 			goto out;
 		}
+	}
+	if (a.nr_confine && broker_drop_caps(err, sizeof(err))) {
+		broker_log(&b, LOG_ERROR, "--confine: %s", err);
+		goto out;
 	}
 	b.start_ns = broker_now_ns();
 	broker_log(&b, LOG_INFO, "%zu credentials, epoch %llu, listening on %s", b.pol.ncreds,

@@ -274,8 +274,8 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 		  char *err, size_t errlen)
 {
 	char exe[PATH_MAX], listen[PATH_MAX], ctl[PATH_MAX], audit[PATH_MAX], epoch[24], tail[300];
-	char state_dir[PATH_MAX];
-	char *argv[16];
+	char state_dir[PATH_MAX], run_dir[PATH_MAX];
+	char *argv[20];
 	int rfd, ret, n = 0;
 	pid_t sup = -1;
 	double deadline;
@@ -292,6 +292,7 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	if (ret)
 		goto out;
 	if (sbx_run_path(r, name, "vsock.sock_1025", listen, sizeof(listen)) ||
+	    sbx_run_path(r, name, NULL, run_dir, sizeof(run_dir)) ||
 	    sbx_run_path(r, name, SBX_BROKER_CTL, ctl, sizeof(ctl)) ||
 	    snprintf(state_dir, sizeof(state_dir), "%s/%s", r->state, name) >=
 		(int)sizeof(state_dir) ||
@@ -318,7 +319,18 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	argv[n++] = audit;
 	argv[n++] = "--initial-epoch";
 	argv[n++] = epoch;
+	/* Its jail profile: the VMM's files (chain, disks, console, sockets) out of its sight. */
+	argv[n++] = "--confine";
+	argv[n++] = state_dir;
+	argv[n++] = "--confine";
+	argv[n++] = run_dir;
 	argv[n] = NULL;
+	/* The control socket in a directory of its own, which the VMM's jail shows empty. */
+	if (mkdirat(rfd, SBX_BROKER_CTL_DIR, 0700) && errno != EEXIST) {
+		ret = errmsg(err, errlen, -errno, "%s/%s: %s", run_dir, SBX_BROKER_CTL_DIR,
+			     strerror(errno));
+		goto out;
+	}
 	ret = launch(rfd, dfd, exe, argv, &sup, err, errlen);
 	if (ret == -EALREADY) {
 		ret = 0;

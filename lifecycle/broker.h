@@ -10,8 +10,9 @@
 #include "lifecycle/root.h"
 
 /* In run/NAME/: the supervisor's life lock (the broker's pid in it) and the control socket. */
-#define SBX_BROKER_LOCK "broker.lock"
-#define SBX_BROKER_CTL	"broker.ctl"
+#define SBX_BROKER_LOCK	   "broker.lock"
+#define SBX_BROKER_CTL_DIR "ctl" /* the VMM's jail shows it empty (vmm_args.c) */
+#define SBX_BROKER_CTL	   SBX_BROKER_CTL_DIR "/broker.ctl"
 /* In the sandbox directory: its stderr, its audit log, the last epoch granted. */
 #define SBX_BROKER_LOG	 "broker.log"
 #define SBX_BROKER_AUDIT "audit.jsonl"

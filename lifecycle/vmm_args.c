@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lifecycle/broker.h"
 #include "lifecycle/launch.h"
+#include "lifecycle/policy.h"
 #include "sandbox/options.h"
 
 static int add(struct sbx_args *a, const char *fmt, ...)
@@ -55,6 +57,15 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 		      add(a, "--uid") ?: add(a, "%u", (unsigned)geteuid()) ?: add(a, "--gid") ?:
 		      add(a, "%u", (unsigned)getegid()) ?: add(a, "--jail-keep-fd") ?:
 		      add(a, "%d", SBX_LOCK_FD);
+	/* cove-broker's files beside the VMM's: shown empty in its jail (broker_jail.h). */
+	static const char *const broker_files[] = {SBX_POLICY, SBX_POLICY ".audit-key",
+						   SBX_BROKER_AUDIT, SBX_BROKER_LOG,
+						   SBX_BROKER_EPOCH};
+	if (!ret && !s->no_jail)
+		ret = add(a, "--jail-hide") ?: add(a, "%s/%s/%s", r->run, name, SBX_BROKER_CTL_DIR);
+	for (size_t i = 0; !ret && !s->no_jail && i < sizeof(broker_files) / sizeof(*broker_files);
+	     i++)
+		ret = add(a, "--jail-hide") ?: add(a, "%s/%s/%s", r->state, name, broker_files[i]);
 	if (!ret && s->idle_stop_ms)
 		ret = add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms)
 			?: add(a, "--events-dir") ?: add(a, "%s/%s", r->state, name);

@@ -7,7 +7,7 @@
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
 
-#define SBX_ARGS_MAX  64
+#define SBX_ARGS_MAX  96
 #define SBX_CHAIN     "chain"
 #define SBX_CONSOLE   "console.log"
 #define SBX_VSOCK_CID 3

@@ -242,6 +242,36 @@ static int bind_one(const char *root, const struct jail_bind *b, char *err, size
 	return 0;
 }
 
+/*
+ * --jail-hide: `path` (inside a bound directory) shown as an empty read-only directory or as
+ * /dev/null; a path the jail does not show, or that does not exist, needs nothing.
+ */
+static int hide_one(const char *root, const char *path, char *err, size_t errlen)
+{
+	char dst[PATH_MAX], real[PATH_MAX];
+	struct stat st;
+	/* Binds sit at canonical host paths: so does what hides part of one. */
+	if (!realpath(path, real))
+		return 0;
+	if (snprintf(dst, sizeof(dst), "%s%s", root, real) >= (int)sizeof(dst))
+		return errmsg(err, errlen, -ENAMETOOLONG, "jail: '%s' is too long", path);
+	if (lstat(dst, &st))
+		return 0;
+	if (S_ISDIR(st.st_mode)) {
+		if (mount("cove-hidden", dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  "size=4k,nr_inodes=1,mode=0500"))
+			return errmsg(err, errlen, -errno, "jail: hide '%s': %s", path,
+				      strerror(errno));
+		return 0;
+	}
+	if (S_ISLNK(st.st_mode))
+		return errmsg(err, errlen, -ELOOP, "jail: hide '%s': a symbolic link", path);
+	if (mount("/dev/null", dst, NULL, MS_BIND, NULL) ||
+	    mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL))
+		return errmsg(err, errlen, -errno, "jail: hide '%s': %s", path, strerror(errno));
+	return 0;
+}
+
 static int bind_len_cmp(const void *a, const void *b)
 {
 	size_t la = strlen(((const struct jail_bind *)a)->host);
@@ -264,6 +294,11 @@ static int build_root(struct jail *j, char *err, size_t errlen)
 	qsort(j->b, (size_t)j->nr, sizeof(j->b[0]), bind_len_cmp);
 	for (int i = 0; i < j->nr; i++) {
 		int r = bind_one(root, &j->b[i], err, errlen);
+		if (r)
+			return r;
+	}
+	for (int i = 0; i < j->o.nr_hide; i++) {
+		int r = hide_one(root, j->o.hide[i], err, errlen);
 		if (r)
 			return r;
 	}

@@ -13,6 +13,7 @@
 #define JAIL_MAX_PATHS	24
 #define JAIL_PATH_MAX	4096
 #define JAIL_MAX_KEEP	8
+#define JAIL_MAX_HIDE	8
 #define JAIL_DEF_NOFILE 4096
 #define JAIL_DEF_FSIZE	(1ULL << 40) /* the largest guest RAM; disks past it need --jail-fsize */
 #define JAIL_DEF_PIDS	1024
@@ -35,6 +36,8 @@ struct jail_opts {
 	int key_relay_fd;
 	int keep[4]; /* --jail-keep-fd: inherited fds to keep open */
 	int nr_keep;
+	const char *hide[JAIL_MAX_HIDE]; /* --jail-hide: shown empty inside */
+	int nr_hide;
 };
 
 /* How a host path goes into the jail. */

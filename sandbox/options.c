@@ -416,7 +416,9 @@ const char jail_usage[] =
     "  --jail-pids-max N   cgroup v2 pids.max (default 1024)\n"
     "  --jail-fsize SIZE   RLIMIT_FSIZE (default 1T); --jail-nofile N: RLIMIT_NOFILE (4096)\n"
     "  --jail-keep-fd N    an inherited fd the jail keeps open (the lifecycle's life lock);\n"
-    "                      every other fd past stderr is closed\n";
+    "                      every other fd past stderr is closed\n"
+    "  --jail-hide PATH    a path inside a bound directory that the jail shows empty (a\n"
+    "                      directory) or as /dev/null (a file): the broker's, beside ours\n";
 
 void jail_opts_init(struct jail_opts *j)
 {
@@ -475,6 +477,17 @@ int opt_jail(int code, const char *arg, struct jail_opts *j, char *err, size_t e
 			return errmsg(err, errlen, -EINVAL, "--jail-keep-fd: at most %zu",
 				      sizeof(j->keep) / sizeof(j->keep[0]));
 		j->keep[j->nr_keep++] = (int)v;
+		return 1;
+	case OPT_JAIL_HIDE:
+		if (arg[0] != '/' || strlen(arg) > 1024)
+			return errmsg(err, errlen, -EINVAL,
+				      "--jail-hide: '%s' is not an absolute path of at most 1024 "
+				      "bytes",
+				      arg);
+		if (j->nr_hide >= JAIL_MAX_HIDE)
+			return errmsg(err, errlen, -EINVAL, "--jail-hide: at most %d",
+				      JAIL_MAX_HIDE);
+		j->hide[j->nr_hide++] = arg;
 		return 1;
 	}
 	return 0;

@@ -91,6 +91,7 @@ enum {
 	OPT_JAIL_FSIZE,
 	OPT_JAIL_NOFILE,
 	OPT_JAIL_KEEP,
+	OPT_JAIL_HIDE,
 };
 #define JAIL_LONG_OPTS                                                                             \
 	{"jail", required_argument, NULL, OPT_JAIL_DIR},                                           \
@@ -101,6 +102,7 @@ enum {
 	    {"jail-pids-max", required_argument, NULL, OPT_JAIL_PIDS},                             \
 	    {"jail-fsize", required_argument, NULL, OPT_JAIL_FSIZE},                               \
 	    {"jail-keep-fd", required_argument, NULL, OPT_JAIL_KEEP},                              \
+	    {"jail-hide", required_argument, NULL, OPT_JAIL_HIDE},                                 \
 	{                                                                                          \
 		"jail-nofile", required_argument, NULL, OPT_JAIL_NOFILE                            \
 	}

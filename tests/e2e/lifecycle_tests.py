@@ -494,6 +494,31 @@ def _pid_alive(pid):
         return False
 
 
+def check_apart(bpid, waiter, sbdir, rundir):
+    """The broker's jail profile: no capability, a mount namespace where the sandbox's
+    directories are empty; and the VMM's jail shows the broker's files empty."""
+    with open(f"/proc/{bpid}/status") as f:
+        st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    bt.check(int(st["CapEff"], 16) == 0 and int(st["CapBnd"], 16) == 0 and
+             st["NoNewPrivs"] == "1", f"broker: CapEff {st['CapEff']} CapBnd {st['CapBnd']} "
+             f"NoNewPrivs {st['NoNewPrivs']}")
+    bt.check(os.readlink(f"/proc/{bpid}/ns/mnt") != os.readlink("/proc/self/ns/mnt") and
+             os.readlink(f"/proc/{bpid}/ns/net") == os.readlink("/proc/self/ns/net"),
+             "the broker should have its own mounts and the host's network")
+    for d in (sbdir, rundir):
+        seen = os.listdir(f"/proc/{bpid}/root{d}")
+        bt.check(seen == [], f"the broker sees {d}: {seen}")
+    with open(f"/proc/{waiter}/task/{waiter}/children") as f:
+        vmm = int(f.read().split()[0])
+    vroot = f"/proc/{vmm}/root"
+    bt.check(os.listdir(f"{vroot}{rundir}/ctl") == [], "the VMM sees the broker's control socket")
+    for f in ("audit.jsonl", "policy.json", "broker.log"):
+        bt.check(os.path.getsize(f"{vroot}{sbdir}/{f}") == 0 < os.path.getsize(f"{sbdir}/{f}"),
+                 f"the VMM sees the broker's {f}")
+    print(f"    broker {bpid}: no capability, sees {sbdir} and {rundir} empty; the VMM sees "
+          f"its control socket and files empty")
+
+
 def _broker_pid(name):
     """The pid in RUN/NAME/broker.lock (the supervisor writes the broker's pid there)."""
     with open(os.path.join(RUN, name, "broker.lock")) as f:
@@ -533,7 +558,7 @@ def test_lifecycle_broker_policy():
         return run("exec", name, "--", "cove-fetch", "--credential", "demo", url)
 
     def status():
-        r = framed_call(os.path.join(rundir, "broker.ctl"), {"op": "status"})
+        r = framed_call(os.path.join(rundir, "ctl", "broker.ctl"), {"op": "status"})
         bt.check(r.get("ok") is True, f"broker status: {r}")
         return r["epoch"]
 
@@ -574,6 +599,7 @@ def test_lifecycle_broker_policy():
             argv = f.read().split(b"\0")
         bt.check(os.path.basename(argv[0]) == b"cove-broker" and
                  os.path.join(rundir, "vsock.sock_1025").encode() in argv, f"broker argv {argv}")
+        check_apart(bpid, vmm_pid(name), sbdir, rundir)
         e1 = status()
 
         # A fetch through the broker with the grant cove gave the guest at create.
@@ -585,7 +611,7 @@ def test_lifecycle_broker_policy():
                  f"server saw {at.Recorder.seen[-1:]!r}")
         # The token the guest holds at the stop: grant one here and give it to the guest (as
         # cove does), so the test knows it; it works until the stop.
-        g = framed_call(os.path.join(rundir, "broker.ctl"), {"op": "grant"})
+        g = framed_call(os.path.join(rundir, "ctl", "broker.ctl"), {"op": "grant"})
         bt.check(g.get("ok") is True and g["epoch"] == e1 + 1, f"grant: {g} (epoch was {e1})")
         uds = os.path.join(rundir, "vsock.sock")
         bt.check(at.identity(uds, g["epoch"], g["token"]) == {"ok": True}, "identity")

@@ -769,7 +769,8 @@ static void test_broker_process(void **state)
 	assert_true(rfd >= 0);
 	assert_int_equal(sbx_broker_end(&f->root, "brk"), 0); /* none yet: nothing to do */
 
-	assert_int_equal(sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)), 0);
+	if (sbx_broker_up(&f->root, "brk", dfd, policy, err, sizeof(err)))
+		fail_msg("sbx_broker_up: %s", err);
 	pid = sbx_lock_pid(rfd, SBX_BROKER_LOCK);
 	assert_true(pid > 0);
 	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g1, err, sizeof(err)), 0);

@@ -1,0 +1,89 @@
+/* cove-broker's jail profile: namespaces, the sandbox's directories hidden, no capability. */
+#include "confine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/errmsg.h"
+
+static int write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, text, strlen(text));
+	int e = n < 0 ? -errno : 0;
+	close(fd);
+	return e;
+}
+
+/* Not root: a user namespace where we keep our own ids (the secret store stays ours). */
+static int user_ns(void)
+{
+	char map[64];
+	unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
+	if (unshare(CLONE_NEWUSER))
+		return -errno;
+	/* Not dumpable makes /proc/self root's: the maps need it back for a moment. */
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+	snprintf(map, sizeof(map), "%u %u 1", uid, uid);
+	int r = write_file("/proc/self/setgroups", "deny");
+	if (!r)
+		r = write_file("/proc/self/uid_map", map);
+	snprintf(map, sizeof(map), "%u %u 1", gid, gid);
+	if (!r)
+		r = write_file("/proc/self/gid_map", map);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	return r;
+}
+
+int broker_confine(const char *const *dirs, int n, char *err, size_t errlen)
+{
+	int r;
+	if (n <= 0)
+		return 0;
+	if (geteuid() != 0 && (r = user_ns())) {
+		if (r == -EPERM || r == -EINVAL || r == -ENOSPC || r == -EACCES)
+			return errmsg(err, errlen, 1,
+				      "--confine: no user namespace here (%s): running unconfined",
+				      strerror(-r));
+		return errmsg(err, errlen, r, "--confine: user namespace: %s", strerror(-r));
+	}
+	/* Its own mounts, IPC and host name; the network namespace stays (it fetches). */
+	if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS))
+		return errmsg(err, errlen, -errno, "--confine: namespaces: %s", strerror(errno));
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+		return errmsg(err, errlen, -errno, "--confine: private mounts: %s",
+			      strerror(errno));
+	for (int i = 0; i < n; i++)
+		if (mount("cove-confined", dirs[i], "tmpfs",
+			  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  "size=4k,nr_inodes=1,mode=0500"))
+			return errmsg(err, errlen, -errno, "--confine: hide %s: %s", dirs[i],
+				      strerror(errno));
+	return 0;
+}
+
+int broker_drop_caps(char *err, size_t errlen)
+{
+	for (int c = 0; c < 64; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) && errno == EINVAL)
+			break;
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capset, &h, d))
+		return errmsg(err, errlen, -errno, "capset: %s", strerror(errno));
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		return errmsg(err, errlen, -errno, "no_new_privs: %s", strerror(errno));
+	return 0;
+}
