@@ -8,6 +8,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -512,9 +513,10 @@ def check_apart(bpid, waiter, sbdir, rundir):
         vmm = int(f.read().split()[0])
     vroot = f"/proc/{vmm}/root"
     bt.check(os.listdir(f"{vroot}{rundir}/ctl") == [], "the VMM sees the broker's control socket")
-    for f in ("audit.jsonl", "policy.json", "broker.log"):
-        bt.check(os.path.getsize(f"{vroot}{sbdir}/{f}") == 0 < os.path.getsize(f"{sbdir}/{f}"),
-                 f"the VMM sees the broker's {f}")
+    for f in ("audit.jsonl", "policy.json", "policy.json.audit-key", "broker.log"):
+        bt.check(stat.S_ISREG(os.stat(f"{sbdir}/{f}").st_mode) and
+                 stat.S_ISCHR(os.stat(f"{vroot}{sbdir}/{f}").st_mode),
+                 f"the VMM sees the broker's {f} (not /dev/null in its jail)")
     print(f"    broker {bpid}: no capability, sees {sbdir} and {rundir} empty; the VMM sees "
           f"its control socket and files empty")
 
