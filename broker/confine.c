@@ -3,15 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/caps.h"
 #include "common/errmsg.h"
 
 static int write_file(const char *path, const char *text)
@@ -74,16 +73,5 @@ int broker_confine(const char *const *dirs, int n, char *err, size_t errlen)
 
 int broker_drop_caps(char *err, size_t errlen)
 {
-	for (int c = 0; c < 64; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) && errno == EINVAL)
-			break;
-	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
-	memset(d, 0, sizeof(d));
-	if (syscall(SYS_capset, &h, d))
-		return errmsg(err, errlen, -errno, "capset: %s", strerror(errno));
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		return errmsg(err, errlen, -errno, "no_new_privs: %s", strerror(errno));
-	return 0;
+	return caps_drop_bounding(err, errlen) ?: caps_drop_all(err, errlen);
 }

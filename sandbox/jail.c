@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <linux/capability.h>
 #include <linux/magic.h>
 #include <sched.h>
 #include <signal.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 #include <grp.h>
 
+#include "common/caps.h"
 #include "common/errmsg.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
@@ -451,18 +451,10 @@ static int set_limits(const struct jail *j, char *err, size_t errlen)
 /* Bounding and ambient sets emptied, then uid/gid, then no capability left at all. */
 static int drop_privileges(const struct jail *j, char *err, size_t errlen)
 {
-	/* Up to the running kernel's last capability, which may be past this header's. */
-	for (int c = 0; c < 64; c++) {
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) == 0)
-			continue;
-		if (errno == EINVAL)
-			break;
-		return errmsg(err, errlen, -errno, "jail: drop capability %d: %s", c,
-			      strerror(errno));
-	}
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) && errno != EINVAL)
-		return errmsg(err, errlen, -errno, "jail: ambient capabilities: %s",
-			      strerror(errno));
+	char why[128];
+	int r = caps_drop_bounding(why, sizeof(why));
+	if (r)
+		return errmsg(err, errlen, r, "jail: %s", why);
 	gid_t gid = (gid_t)j->o.gid;
 	uid_t uid = (uid_t)j->o.uid;
 	if (setgroups(1, &gid) && errno != EPERM)
@@ -473,13 +465,9 @@ static int drop_privileges(const struct jail *j, char *err, size_t errlen)
 	if (setresuid(uid, uid, uid))
 		return errmsg(err, errlen, -errno, "jail: uid %u: %s", (unsigned)uid,
 			      strerror(errno));
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
-	memset(d, 0, sizeof(d));
-	if (syscall(SYS_capset, &h, d))
-		return errmsg(err, errlen, -errno, "jail: capset: %s", strerror(errno));
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		return errmsg(err, errlen, -errno, "jail: no_new_privs: %s", strerror(errno));
+	r = caps_drop_all(why, sizeof(why));
+	if (r)
+		return errmsg(err, errlen, r, "jail: %s", why);
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	return 0;
 }

@@ -70,6 +70,21 @@ static struct jail *jail_new(const struct jail_opts *jo, struct logger *log, cha
 	return j;
 }
 
+/* What run and restore share: sockets, console, chain directories, the key relay. */
+struct shared_paths {
+	const char **api_sock, **console, **vsock_uds, **snap_dir, **snap_root, **events_dir;
+	const char *key;
+	int *relay_fd;
+};
+
+static int put_shared(struct jail *j, const struct shared_paths *s, char *err, size_t errlen)
+{
+	return put_new(j, s->api_sock, err, errlen) ?: put_new(j, s->console, err, errlen)
+		?: put_new(j, s->vsock_uds, err, errlen) ?: put_dir(j, s->snap_dir, err, errlen)
+		?: put_dir(j, s->snap_root, err, errlen) ?: put_dir(j, s->events_dir, err, errlen)
+		?: put_key_relay(j, s->key, s->relay_fd, err, errlen);
+}
+
 int jail_run_opts(struct run_opts *o, struct logger *log, char *err, size_t errlen)
 {
 	if (!o->jail.dir)
@@ -78,27 +93,15 @@ int jail_run_opts(struct run_opts *o, struct logger *log, char *err, size_t errl
 	struct jail *j = jail_new(&o->jail, log, err, errlen, &r);
 	if (!j)
 		return r;
+	struct shared_paths sp = {&o->api_sock,	    &o->console,	  &o->vsock_uds,
+				  &o->snapshot_dir, &o->snapshot_root,	  &o->events_dir,
+				  o->snapshot_key,  &o->jail.key_relay_fd};
 	r = jail_path(j, o->kernel, JAIL_RO, &o->kernel, err, errlen);
 	if (!r && o->initrd)
 		r = jail_path(j, o->initrd, JAIL_RO, &o->initrd, err, errlen);
 	if (!r)
-		r = put_disks(j, o->disks, o->nr_disks, err, errlen);
-	if (!r)
-		r = put_new(j, &o->api_sock, err, errlen);
-	if (!r)
-		r = put_new(j, &o->console, err, errlen);
-	if (!r)
-		r = put_new(j, &o->vsock_uds, err, errlen);
-	if (!r)
-		r = put_dir(j, &o->snapshot_dir, err, errlen);
-	if (!r)
-		r = put_dir(j, &o->snapshot_root, err, errlen);
-	if (!r)
-		r = put_dir(j, &o->events_dir, err, errlen);
-	if (!r)
-		r = put_key_relay(j, o->snapshot_key, &o->jail.key_relay_fd, err, errlen);
-	if (!r)
-		r = jail_enter(j, err, errlen);
+		r = put_disks(j, o->disks, o->nr_disks, err, errlen) ?: put_shared(j, &sp, err, errlen)
+			?: jail_enter(j, err, errlen);
 	o->jail.exe_fd = j->o.exe_fd;
 	return r;
 }
@@ -112,27 +115,17 @@ int jail_restore_opts(struct sandbox_restore_opts *o, struct logger *log, char *
 	struct jail *j = jail_new(jo, log, err, errlen, &r);
 	if (!j)
 		return r;
+	struct shared_paths sp = {&o->api_sock, &o->console,	      &o->vsock_uds,
+				  &o->snap_dir, &o->snap_root,	      &o->events_dir,
+				  o->key,	&o->jail.key_relay_fd};
 	r = jail_path(j, o->dir, 0, &o->dir, err, errlen);
 	if (!r)
-		r = put_disks(j, o->disks, o->nr_disks, err, errlen);
-	if (!r)
-		r = put_new(j, &o->api_sock, err, errlen);
-	if (!r)
-		r = put_new(j, &o->console, err, errlen);
-	if (!r)
-		r = put_new(j, &o->vsock_uds, err, errlen);
-	if (!r)
-		r = put_dir(j, &o->snap_dir, err, errlen);
-	if (!r)
-		r = put_dir(j, &o->snap_root, err, errlen);
-	if (!r)
-		r = put_dir(j, &o->events_dir, err, errlen);
+		r = put_disks(j, o->disks, o->nr_disks, err, errlen)
+			?: put_shared(j, &sp, err, errlen);
 	if (!r && o->phase_dir)
 		r = jail_path(j, o->phase_dir, 0, &o->phase_dir, err, errlen);
 	if (!r && o->ready_fd >= 0)
 		r = jail_keep_fd(j, o->ready_fd);
-	if (!r)
-		r = put_key_relay(j, o->key, &o->jail.key_relay_fd, err, errlen);
 	if (!r)
 		r = jail_enter(j, err, errlen);
 	o->jail.exe_fd = j->o.exe_fd;
