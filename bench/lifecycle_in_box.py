@@ -52,6 +52,18 @@ def lifecycle_round(mem, i):
     return cold, stopped, archived
 
 
+def unjailed_round(mem, i):
+    """The same stop and reconnect of a sandbox created --no-jail: what the default jail costs."""
+    name = f"n{mem.lower()}-{i}"
+    cove("create", name, "--mem", mem, "--snapshot-every", "off", "--no-jail")
+    first_byte(name, "--", "echo", "x")
+    cove("exec", name, "--", "sh", "-c", "dd if=/dev/urandom of=/tmp/fill bs=1M count=16 2>/dev/null")
+    cove("stop", name)
+    stopped = first_byte(name, "--", "echo", "x")
+    cove("rm", name)
+    return stopped
+
+
 def by_hand_round(mem, i):
     """Today's path: cove run + cove exec --wait; then a snapshot, and cove restore + exec."""
     d = f"/tmp/byhand-{i}"
@@ -87,20 +99,25 @@ def main():
     results = {}
     for mem in ("256M", "1G"):
         rows = {"create_cold_s": [], "reconnect_stopped_s": [], "reconnect_archived_s": [],
-                "by_hand_run_exec_s": [], "by_hand_restore_exec_s": []}
+                "by_hand_run_exec_s": [], "by_hand_restore_exec_s": [],
+                "reconnect_stopped_unjailed_s": []}
         for i in range(RUNS):
             c, s, a = lifecycle_round(mem, i)
             b, r = by_hand_round(mem, i)
-            for k, v in zip(rows, (c, s, a, b, r)):
+            u = unjailed_round(mem, i)
+            for k, v in zip(rows, (c, s, a, b, r, u)):
                 rows[k].append(round(v, 3))
-            print(f"{mem} round {i}: create {c:.2f} s, stopped {s:.2f} s, archived {a:.2f} s; "
-                  f"by hand: run {b:.2f} s, restore {r:.2f} s", file=sys.stderr, flush=True)
+            print(f"{mem} round {i}: create {c:.2f} s, stopped {s:.2f} s (unjailed {u:.2f} s), "
+                  f"archived {a:.2f} s; by hand: run {b:.2f} s, restore {r:.2f} s",
+                  file=sys.stderr, flush=True)
         med = {k: statistics.median(v) for k, v in rows.items()}
         results[mem] = {"runs": rows, "median": med,
                         "reconnect_over_create": round(med["reconnect_stopped_s"] /
                                                        med["create_cold_s"], 3),
                         "by_hand_restore_over_run": round(med["by_hand_restore_exec_s"] /
-                                                          med["by_hand_run_exec_s"], 3)}
+                                                          med["by_hand_run_exec_s"], 3),
+                        "jailed_over_unjailed_reconnect": round(
+                            med["reconnect_stopped_s"] / med["reconnect_stopped_unjailed_s"], 3)}
     small, big = results["256M"]["median"], results["1G"]["median"]
     ratio = results["256M"]["reconnect_over_create"]
     growth = round(big["reconnect_stopped_s"] / small["reconnect_stopped_s"], 3)
