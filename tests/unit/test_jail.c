@@ -47,6 +47,12 @@ static void fixture_remove(struct fixture *f)
 	unlink(f->out);
 	snprintf(p, sizeof(p), "%s/api.sock", f->socks);
 	unlink(p);
+	snprintf(p, sizeof(p), "%s/secret", f->socks);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/ctl/sock", f->socks);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/ctl", f->socks);
+	rmdir(p);
 	rmdir(f->socks);
 	rmdir(f->root);
 	rmdir(f->top);
@@ -123,6 +129,26 @@ static void test_jail_paths(void **state)
 	fixture_remove(&f);
 }
 
+/* --jail-hide: socks/secret reads as /dev/null, socks/ctl is an empty directory. */
+static int hidden_checks(const char *socks)
+{
+	char p[4200], buf[8];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/secret", socks);
+	int fd = open(p, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) || !S_ISCHR(st.st_mode) || read(fd, buf, sizeof(buf)) != 0)
+		return 30;
+	close(fd);
+	snprintf(p, sizeof(p), "%s/ctl/sock", socks);
+	/* Not there, or not even searchable (an empty 0500 tmpfs of root's, for uid 65534). */
+	if (access(p, F_OK) == 0 || (errno != ENOENT && errno != EACCES))
+		return 31;
+	snprintf(p, sizeof(p), "%s/ctl", socks);
+	if (stat(p, &st) || !S_ISDIR(st.st_mode))
+		return 32;
+	return 0;
+}
+
 /* Exit codes of the jailed child: 0 all good, else the number of the check that failed. */
 static int jailed_checks(const char *in, const char *out, int closed_fd, int kept_fd)
 {
@@ -182,6 +208,20 @@ static void test_jail_enter(void **state)
 	char canon_in[4096], canon_out[4096];
 	assert_non_null(realpath(f.in, canon_in));
 	assert_non_null(realpath(f.out, canon_out));
+	/* The broker's files beside ours: shown empty (--jail-hide). */
+	char p[256], canon_socks[4096], secret[200], ctl[200];
+	snprintf(secret, sizeof(secret), "%s/secret", f.socks);
+	int sfd = open(secret, O_CREAT | O_WRONLY, 0600);
+	assert_true(sfd >= 0);
+	assert_int_equal(write(sfd, "key", 3), 3);
+	close(sfd);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", f.socks);
+	assert_int_equal(mkdir(ctl, 0700), 0);
+	snprintf(p, sizeof(p), "%s/sock", ctl);
+	sfd = open(p, O_CREAT | O_WRONLY, 0600);
+	assert_true(sfd >= 0);
+	close(sfd);
+	assert_non_null(realpath(f.socks, canon_socks));
 	int pfd[2];
 	assert_int_equal(pipe(pfd), 0);
 	pid_t pid = fork();
@@ -196,7 +236,10 @@ static void test_jail_enter(void **state)
 		jail_blank(j, f.root);
 		j->log = &log;
 		j->o.fsize_max = 4096;
+		j->o.hide[j->o.nr_hide++] = secret;
+		j->o.hide[j->o.nr_hide++] = ctl;
 		if (jail_path(j, f.in, JAIL_RO, &in, err, sizeof(err)) ||
+		    jail_path(j, f.socks, 0, &in, err, sizeof(err)) ||
 		    jail_path(j, "/dev/null", JAIL_DEV, &in, err, sizeof(err)) ||
 		    jail_keep_fd(j, pfd[1])) {
 			fprintf(stderr, "%s\n", err);
@@ -208,7 +251,8 @@ static void test_jail_enter(void **state)
 			/* Namespaces refused (a container without CAP_SYS_ADMIN): skipped. */
 			_exit(r == -EPERM ? 77 : 4);
 		}
-		_exit(jailed_checks(canon_in, canon_out, pfd[0], pfd[1]));
+		int c = jailed_checks(canon_in, canon_out, pfd[0], pfd[1]);
+		_exit(c ? c : hidden_checks(canon_socks));
 	}
 	close(pfd[1]);
 	int st;
