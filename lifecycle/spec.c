@@ -32,7 +32,7 @@ static json_t *disks_json(const struct sbx_spec *s)
 int sbx_spec_write(int dfd, const struct sbx_spec *s)
 {
 	json_t *j = json_pack(
-	    "{s:i,s:s,s:s,s:s,s:I,s:i,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "version", 1,
+	    "{s:i,s:s,s:s,s:s,s:I,s:i,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b}", "version", 1,
 	    "kernel", s->kernel, "initrd", s->initrd, "cmdline", s->cmdline, "mem_bytes",
 	    (json_int_t)s->mem_bytes, "vcpus", s->vcpus, "disks", disks_json(s), "key", s->key,
 	    "policy", s->policy, "snapshot_every_ms", (json_int_t)s->snapshot_every_ms,

@@ -253,6 +253,7 @@ static void test_spec_round_trip(void **state)
 	    (struct rate_limit){.bw = 50 << 20, .bw_burst = 1, .iops = 7, .iops_burst = 2};
 	a.vsock_rate = 10 << 20;
 	a.no_seccomp = true;
+	a.no_jail = true;
 	assert_int_equal(sbx_spec_write(dfd, &a), 0);
 	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
 	assert_memory_equal(&a, b, sizeof(a));
@@ -271,6 +272,7 @@ static void test_spec_round_trip(void **state)
 	assert_int_equal(b->disks[0].rate.bw, 0);
 	assert_int_equal(b->vsock_rate, 0);
 	assert_false(b->no_seccomp);
+	assert_false(b->no_jail); /* jailed, as every sandbox unless --no-jail */
 
 	/* A spec that is not ours (or relative paths, or no kernel) is refused in one line. */
 	static const char *const bad[] = {
@@ -339,6 +341,20 @@ static void test_vmm_args(void **state)
 	assert_true(has_arg(a, "key-cmd:/bin/k"));
 	assert_false(has_arg(a, "--vsock-rate"));
 	assert_false(has_arg(a, "--no-seccomp"));
+	/* Jailed by default, as this user, in NAME/jail, the life lock kept, the broker's
+	 * files and control socket hidden; --no-jail: none of it. */
+	snprintf(want, sizeof(want), "%s/box/jail", f->dir);
+	assert_true(has_arg(a, "--jail") && has_arg(a, want));
+	snprintf(want, sizeof(want), "%u", (unsigned)geteuid());
+	assert_true(has_arg(a, "--uid") && has_arg(a, want));
+	assert_true(has_arg(a, "--jail-keep-fd") && has_arg(a, "9"));
+	assert_true(has_arg(a, "/tmp/cove-life-run/box/ctl"));
+	snprintf(want, sizeof(want), "%s/box/audit.jsonl", f->dir);
+	assert_true(has_arg(a, want));
+	s.no_jail = true;
+	assert_int_equal(sbx_args_restore(a, &f->root, "box", &s), 0);
+	assert_false(has_arg(a, "--jail") || has_arg(a, "--jail-hide") || has_arg(a, "--uid"));
+	s.no_jail = false;
 
 	/* --no-seccomp at create: on every start and restore. */
 	s.no_seccomp = true;
