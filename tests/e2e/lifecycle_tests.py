@@ -397,7 +397,19 @@ def test_lifecycle_names_and_rm():
     rc, out, err = cove("exec", "nobody", "--", "true")
     bt.check(rc == 65, f"unknown sandbox: rc={rc} {err!r}")
     name = "agent3"
-    create(name, "--mem", "128M")
+    # --no-jail is kept in the spec: unjailed at create and after a stop and reconnect too.
+    create(name, "--mem", "128M", "--no-jail")
+    for when in ("after create", "after a reconnect"):
+        pid = vmm_pid(name)
+        with open(f"/proc/{pid}/status") as f:
+            cap = [line.split()[1] for line in f if line.startswith("CapEff:")][0]
+        bt.check(int(cap, 16) != 0 and os.readlink(f"/proc/{pid}/ns/mnt") ==
+                 os.readlink("/proc/self/ns/mnt"), f"--no-jail VMM jailed {when}")
+        if when == "after create":
+            rc, out, err = cove("stop", name)
+            bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
+            rc, out, err = sh(name, "true")
+            bt.check(rc == 0, f"reconnect: rc={rc} {err!r}")
     rc, out, err = cove("create", name)
     bt.check(rc != 0 and "already exists" in err, f"second create: rc={rc} {err!r}")
     rc, out, err = cove("rm", name)
