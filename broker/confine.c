@@ -12,17 +12,7 @@
 
 #include "common/caps.h"
 #include "common/errmsg.h"
-
-static int write_file(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, text, strlen(text));
-	int e = n < 0 ? -errno : 0;
-	close(fd);
-	return e;
-}
+#include "common/file_io.h"
 
 /* Not root: a user namespace where we keep our own ids (the secret store stays ours). */
 static int user_ns(void)
@@ -34,12 +24,12 @@ static int user_ns(void)
 	/* Not dumpable makes /proc/self root's: the maps need it back for a moment. */
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 	snprintf(map, sizeof(map), "%u %u 1", uid, uid);
-	int r = write_file("/proc/self/setgroups", "deny");
+	int r = file_write_str("/proc/self/setgroups", "deny");
 	if (!r)
-		r = write_file("/proc/self/uid_map", map);
+		r = file_write_str("/proc/self/uid_map", map);
 	snprintf(map, sizeof(map), "%u %u 1", gid, gid);
 	if (!r)
-		r = write_file("/proc/self/gid_map", map);
+		r = file_write_str("/proc/self/gid_map", map);
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	return r;
 }

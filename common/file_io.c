@@ -2,9 +2,11 @@
 #include "common/file_io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* off < 0: at the file position. *done: bytes moved; 0 or -errno; `eof_ok` stops at EOF. */
@@ -94,4 +96,16 @@ int file_copy_runs(int in, int out, off_t from, off_t end)
 		off = hole;
 	}
 	return 0;
+}
+
+int file_write_str(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t len = strlen(text);
+	ssize_t n = write(fd, text, len);
+	int e = n < 0 ? -errno : (size_t)n != len ? -EIO : 0;
+	close(fd);
+	return e;
 }

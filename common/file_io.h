@@ -9,6 +9,9 @@
 int pread_full(int fd, void *buf, size_t len, off_t off);
 /* Writes exactly len bytes at off. 0 or -errno (-EIO if the kernel wrote nothing). */
 int pwrite_full(int fd, const void *buf, size_t len, off_t off);
+/* Writes `text` to the existing file `path` in one write (a /proc or cgroup control file):
+ * 0, -EIO when it was cut short, or -errno. */
+int file_write_str(const char *path, const char *text);
 /*
  * Copies the data runs of in's bytes [from, end) to the same offsets of out; holes stay holes
  * (SEEK_DATA/SEEK_HOLE; a filesystem without them gives the whole range). copy_file_range where

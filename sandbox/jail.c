@@ -1,12 +1,10 @@
 /* The jail: namespaces, a tmpfs root with this sandbox's paths bound in, no privileges, limits. */
 #include "sandbox/jail.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <linux/magic.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,7 +14,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -25,8 +22,8 @@
 
 #include "common/caps.h"
 #include "common/errmsg.h"
-
-#define CGROUP_ROOT "/sys/fs/cgroup"
+#include "common/file_io.h"
+#include "sandbox/jail_cgroup.h"
 
 int jail_opts_check(const struct jail_opts *o, char *err, size_t errlen)
 {
@@ -153,17 +150,6 @@ int jail_keep_fd(struct jail *j, int fd)
 	return 0;
 }
 
-static int write_file(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, text, strlen(text));
-	int e = n < 0 ? -errno : (size_t)n != strlen(text) ? -EIO : 0;
-	close(fd);
-	return e;
-}
-
 /* Not root: a user namespace where `uid`/`gid` are the caller's own ids. */
 static int enter_userns(const struct jail *j, char *err, size_t errlen)
 {
@@ -174,13 +160,13 @@ static int enter_userns(const struct jail *j, char *err, size_t errlen)
 		return errmsg(err, errlen, -errno, "jail: user namespace: %s", strerror(errno));
 	/* cove-vmm is not dumpable, which makes /proc/self root's: its maps need it back. */
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-	int r = write_file("/proc/self/setgroups", "deny");
+	int r = file_write_str("/proc/self/setgroups", "deny");
 	snprintf(map, sizeof(map), "%lld %u 1", (long long)j->o.uid, (unsigned)uid);
 	if (!r)
-		r = write_file("/proc/self/uid_map", map);
+		r = file_write_str("/proc/self/uid_map", map);
 	snprintf(map, sizeof(map), "%lld %u 1", (long long)j->o.gid, (unsigned)gid);
 	if (!r)
-		r = write_file("/proc/self/gid_map", map);
+		r = file_write_str("/proc/self/gid_map", map);
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (r)
 		return errmsg(err, errlen, r, "jail: user namespace id maps: %s", strerror(-r));
@@ -328,83 +314,6 @@ static int build_root(struct jail *j, char *err, size_t errlen)
 	return 0;
 }
 
-/*
- * A jailed VMM cannot remove its own cgroup (it is in it, and has no way back out of its cgroup
- * namespace): the next jail removes every empty vmm-* one left (rmdir fails on a live one).
- */
-static void remove_stale_cgroups(void)
-{
-	int dfd = open(CGROUP_ROOT "/cove", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
-		return;
-	}
-	for (struct dirent *e; (e = readdir(d));)
-		if (!strncmp(e->d_name, "vmm-", 4) && e->d_type == DT_DIR)
-			unlinkat(dfd, e->d_name, AT_REMOVEDIR);
-	closedir(d);
-}
-
-/* cgroup v2 limits in CGROUP_ROOT/cove/vmm-PID, or one line saying why not. */
-static void cgroup_limits(struct jail *j)
-{
-	struct statfs fs;
-	char dir[128], path[192], val[64];
-	if (statfs(CGROUP_ROOT, &fs) || fs.f_type != CGROUP2_SUPER_MAGIC ||
-	    access(CGROUP_ROOT, W_OK)) {
-		/* A warning when limits were asked for; only the default pids.max: a note. */
-		bool asked = j->o.mem_max || j->o.cpu_max_pct || j->o.pids_max;
-		log_msg(j->log, asked ? LOG_WARN : LOG_INFO,
-			"jail: no writable cgroup v2 hierarchy at " CGROUP_ROOT
-			": memory, cpu and pids limits skipped");
-		return;
-	}
-	/* Controllers must be on in every parent's subtree_control; failures show below. */
-	write_file(CGROUP_ROOT "/cgroup.subtree_control", "+memory +cpu +pids");
-	if (mkdir(CGROUP_ROOT "/cove", 0755) && errno != EEXIST)
-		goto fail;
-	write_file(CGROUP_ROOT "/cove/cgroup.subtree_control", "+memory +cpu +pids");
-	remove_stale_cgroups();
-	snprintf(dir, sizeof(dir), CGROUP_ROOT "/cove/vmm-%d", (int)getpid());
-	if (mkdir(dir, 0755) && errno != EEXIST)
-		goto fail;
-	const char *what = "pids.max";
-	snprintf(val, sizeof(val), "%llu",
-		 (unsigned long long)(j->o.pids_max ? j->o.pids_max : JAIL_DEF_PIDS));
-	snprintf(path, sizeof(path), "%s/pids.max", dir);
-	int r = write_file(path, val);
-	if (!r && j->o.mem_max) {
-		what = "memory.max";
-		snprintf(val, sizeof(val), "%llu", (unsigned long long)j->o.mem_max);
-		snprintf(path, sizeof(path), "%s/memory.max", dir);
-		r = write_file(path, val);
-	}
-	if (!r && j->o.cpu_max_pct) {
-		what = "cpu.max";
-		snprintf(val, sizeof(val), "%llu 100000",
-			 (unsigned long long)j->o.cpu_max_pct * 1000);
-		snprintf(path, sizeof(path), "%s/cpu.max", dir);
-		r = write_file(path, val);
-	}
-	if (!r) {
-		what = "cgroup.procs";
-		snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-		r = write_file(path, "0");
-	}
-	if (r) {
-		log_warn(j->log, "jail: cgroup %s: %s: limits skipped", what, strerror(-r));
-		rmdir(dir);
-		return;
-	}
-	log_info(j->log, "jail: cgroup %s", dir);
-	return;
-fail:
-	log_warn(j->log, "jail: cgroup directory under " CGROUP_ROOT "/cove: %s: limits skipped",
-		 strerror(errno));
-}
-
 static int fd_cmp(const void *a, const void *b)
 {
 	return *(const int *)a - *(const int *)b;
@@ -515,7 +424,7 @@ int jail_enter(struct jail *j, char *err, size_t errlen)
 	if (r)
 		return errmsg(err, errlen, r, "jail: close inherited fds: %s", strerror(-r));
 	/* Before the namespaces: the cgroup tree is the host's. */
-	cgroup_limits(j);
+	jail_cgroup_limits(&j->o, j->log);
 	if (geteuid() != 0 && (r = enter_userns(j, err, errlen)))
 		return r;
 	int ns = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP;
