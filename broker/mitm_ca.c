@@ -322,6 +322,7 @@ int mitm_ca_open(struct mitm_ca *ca, int dirfd, const char *sandbox, char *err, 
 	r = pthread_mutex_init(&ca->lock, NULL);
 	if (r)
 		return errmsg(err, errlen, -r, "mitm CA: mutex: %s", strerror(r));
+	ca->lock_ready = 1;
 	r = faccessat(dirfd, MITM_CA_KEY_FILE, F_OK, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
 	if (r == -ENOENT)
 		r = ca_create(ca, dirfd, sandbox, err, errlen);
@@ -344,7 +345,7 @@ void mitm_ca_free(struct mitm_ca *ca)
 {
 	size_t i;
 
-	if (!ca->key && !ca->cert && !ca->leaf_key)
+	if (!ca->lock_ready)
 		return;
 	for (i = 0; i < MITM_LEAF_CACHE; i++)
 		X509_free(ca->cache[i].cert);

@@ -32,6 +32,7 @@ struct mitm_ca {
 	struct mitm_leaf cache[MITM_LEAF_CACHE];
 	uint64_t tick;
 	pthread_mutex_t lock; /* the cache, for proxies with a thread per connection */
+	int lock_ready;
 };
 
 /*
@@ -41,11 +42,12 @@ struct mitm_ca {
  * (basicConstraints CA:TRUE critical, keyUsage keyCertSign+cRLSign critical, MITM_CA_DAYS).
  * Files are opened without following links; a key file that is not a regular file of ours with
  * no group/other access, or that does not match the certificate, is refused. sandbox is
- * 1..64 printable ASCII characters. Returns 0 or -errno with a one-line message in err.
+ * 1..64 printable ASCII characters (it only names a new CA). Returns 0 or -errno with a one-line message in err.
  */
 int mitm_ca_open(struct mitm_ca *ca, int dirfd, const char *sandbox, char *err, size_t errlen);
 
-/* Frees everything (the keys are freed by OpenSSL, which clears EC private keys). */
+/* Frees everything (the keys are freed by OpenSSL, which clears EC private keys). Safe to call
+ * twice. */
 void mitm_ca_free(struct mitm_ca *ca);
 
 /* The CA certificate as PEM in a malloc'd NUL-terminated buffer (*len without the NUL), for the

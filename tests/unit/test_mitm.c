@@ -318,7 +318,7 @@ static int ssl_write_str(SSL *s, const char *t)
 static void up_answer(SSL *s, struct upstream *u, size_t at)
 {
 	const char *req = u->got + at;
-	char auth[512] = "", body[1024], line[64], head[1024];
+	char auth[512] = "", body[1200], line[64], head[1200];
 	const char *a = strcasestr(req, "\r\nAuthorization: ");
 	size_t i, n;
 
