@@ -17,10 +17,19 @@
 
 /* Headers the proxy sets itself or that only concern one hop. */
 static const char *const dropped[] = {
-	"Connection", "Keep-Alive",	   "Proxy-Connection", "Proxy-Authorization",
-	"Proxy-Authenticate", "TE",	   "Trailer",	       "Upgrade",
-	"Expect",	      "Transfer-Encoding", "Content-Length",   "Accept-Encoding",
-	"Host",
+    "Connection",
+    "Keep-Alive",
+    "Proxy-Connection",
+    "Proxy-Authorization",
+    "Proxy-Authenticate",
+    "TE",
+    "Trailer",
+    "Upgrade",
+    "Expect",
+    "Transfer-Encoding",
+    "Content-Length",
+    "Accept-Encoding",
+    "Host",
 };
 
 struct out {
@@ -126,7 +135,7 @@ static int fill(const char *tpl, const struct secret *s, char *out, size_t cap, 
 	const char *t, *v;
 
 	for (t = tpl; *t;) {
-		v = !strncmp(t, "{password}", 10) ? s->password
+		v = !strncmp(t, "{password}", 10)   ? s->password
 		    : !strncmp(t, "{username}", 10) ? s->username
 						    : NULL;
 		if (v) {
@@ -291,8 +300,8 @@ int inject_build_head(const struct inject_req *req, const struct cred_policy *c,
 	if (nhost != 1 || !host_matches(host_hdr, req->host, req->port))
 		return errmsg(err, errlen, -EACCES, "Host header must name %s (once)", req->host);
 	if (c && !host_allowed(c, req->host))
-		return errmsg(err, errlen, -EACCES, "credential \"%s\" is not for host %s",
-			      c->name, req->host);
+		return errmsg(err, errlen, -EACCES, "credential \"%s\" is not for host %s", c->name,
+			      req->host);
 
 	o.cap = INJECT_HEAD_MAX - 1; /* room for the NUL */
 	o.p = malloc(INJECT_HEAD_MAX);

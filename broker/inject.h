@@ -9,10 +9,10 @@
 #include "policy.h"
 #include "scrub.h"
 
-#define INJECT_PLACEHOLDER  "cove-credential:" /* followed by the credential's name */
-#define INJECT_MAX_HEADERS  128
-#define INJECT_VALUE_MAX    (8 * 1024) /* an injected header value, filled */
-#define INJECT_HEAD_MAX	    (64 * 1024)
+#define INJECT_PLACEHOLDER "cove-credential:" /* followed by the credential's name */
+#define INJECT_MAX_HEADERS 128
+#define INJECT_VALUE_MAX   (8 * 1024) /* an injected header value, filled */
+#define INJECT_HEAD_MAX	   (64 * 1024)
 
 struct inject_hdr {
 	const char *name; /* NUL-terminated, as the guest sent them */

@@ -317,8 +317,9 @@ int mitm_ca_open(struct mitm_ca *ca, int dirfd, const char *sandbox, char *err, 
 
 	memset(ca, 0, sizeof(*ca));
 	if (!sandbox_name_ok(sandbox))
-		return errmsg(err, errlen, -EINVAL, "mitm CA: sandbox name must be 1..64 printable "
-						    "ASCII characters");
+		return errmsg(err, errlen, -EINVAL,
+			      "mitm CA: sandbox name must be 1..64 printable "
+			      "ASCII characters");
 	r = pthread_mutex_init(&ca->lock, NULL);
 	if (r)
 		return errmsg(err, errlen, -r, "mitm CA: mutex: %s", strerror(r));

@@ -14,8 +14,8 @@
 #define MITM_CA_FILE_MAX  (16 * 1024)
 #define MITM_CA_DAYS	  3650
 #define MITM_LEAF_CACHE	  64
-#define MITM_LEAF_SECS	  (24 * 3600)	/* leaf validity */
-#define MITM_LEAF_RENEW	  (3600)	/* re-mint when less than this is left */
+#define MITM_LEAF_SECS	  (24 * 3600) /* leaf validity */
+#define MITM_LEAF_RENEW	  (3600)      /* re-mint when less than this is left */
 #define MITM_HOST_MAX	  253
 
 struct mitm_leaf {
@@ -42,7 +42,8 @@ struct mitm_ca {
  * (basicConstraints CA:TRUE critical, keyUsage keyCertSign+cRLSign critical, MITM_CA_DAYS).
  * Files are opened without following links; a key file that is not a regular file of ours with
  * no group/other access, or that does not match the certificate, is refused. sandbox is
- * 1..64 printable ASCII characters (it only names a new CA). Returns 0 or -errno with a one-line message in err.
+ * 1..64 printable ASCII characters (it only names a new CA). Returns 0 or -errno with a one-line
+ * message in err.
  */
 int mitm_ca_open(struct mitm_ca *ca, int dirfd, const char *sandbox, char *err, size_t errlen);
 

@@ -346,8 +346,7 @@ static void guest_error(struct tunnel *t, int status, const char *why)
 		ssl_write_all(t->guest, buf, (size_t)n);
 }
 
-static SSL_CTX *server_ctx(struct mitm_ca *ca, const char *host, char *err, size_t errlen,
-			   int *rc)
+static SSL_CTX *server_ctx(struct mitm_ca *ca, const char *host, char *err, size_t errlen, int *rc)
 {
 	char why[160];
 	SSL_CTX *ctx;
@@ -406,8 +405,8 @@ static SSL *upstream_open(struct tunnel *t, int *fdp, char *err, size_t errlen, 
 	char why[200];
 	long vr;
 	SSL *s = NULL;
-	int fd, is_ip = inet_pton(AF_INET, up->host, ip) == 1 ||
-			inet_pton(AF_INET6, up->host, ip) == 1;
+	int fd,
+	    is_ip = inet_pton(AF_INET, up->host, ip) == 1 || inet_pton(AF_INET6, up->host, ip) == 1;
 
 	*fdp = -1;
 	fd = socket(up->addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -423,8 +422,7 @@ static SSL *upstream_open(struct tunnel *t, int *fdp, char *err, size_t errlen, 
 		return NULL;
 	}
 	s = SSL_new(t->cli_ctx);
-	if (!s || !SSL_set_fd(s, fd) ||
-	    (!is_ip && !SSL_set_tlsext_host_name(s, up->host)) ||
+	if (!s || !SSL_set_fd(s, fd) || (!is_ip && !SSL_set_tlsext_host_name(s, up->host)) ||
 	    (is_ip ? !X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), up->host)
 		   : !SSL_set1_host(s, up->host))) {
 		*rc = errmsg(err, errlen, -ENOMEM, "upstream: %s", ossl_why(why, sizeof(why)));
@@ -434,9 +432,9 @@ static SSL *upstream_open(struct tunnel *t, int *fdp, char *err, size_t errlen, 
 		vr = SSL_get_verify_result(s);
 		if (vr != X509_V_OK) {
 			ERR_clear_error();
-			*rc = errmsg(err, errlen, -EPROTO,
-				     "upstream %s: certificate not trusted: %s", up->host,
-				     X509_verify_cert_error_string(vr));
+			*rc =
+			    errmsg(err, errlen, -EPROTO, "upstream %s: certificate not trusted: %s",
+				   up->host, X509_verify_cert_error_string(vr));
 		} else {
 			*rc = errmsg(err, errlen, -EPROTO, "upstream %s: TLS handshake: %s",
 				     up->host, ossl_why(why, sizeof(why)));
@@ -445,8 +443,8 @@ static SSL *upstream_open(struct tunnel *t, int *fdp, char *err, size_t errlen, 
 	}
 	/* SSL_connect fails on a bad chain or name with SSL_VERIFY_PEER; checked once more. */
 	if (SSL_get_verify_result(s) != X509_V_OK || !SSL_get0_peer_certificate(s)) {
-		*rc = errmsg(err, errlen, -EPROTO, "upstream %s: certificate not verified",
-			     up->host);
+		*rc =
+		    errmsg(err, errlen, -EPROTO, "upstream %s: certificate not verified", up->host);
 		goto fail;
 	}
 	*fdp = fd;
@@ -498,9 +496,9 @@ static void consume(struct tunnel *t, size_t n)
 
 static int resp_drop(const char *name, int keep_length)
 {
-	static const char *const hop[] = {"Connection", "Keep-Alive", "Proxy-Connection",
-					  "Proxy-Authenticate", "TE", "Trailer", "Upgrade",
-					  "Transfer-Encoding"};
+	static const char *const hop[] = {
+	    "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	    "TE",	  "Trailer",	"Upgrade",	    "Transfer-Encoding"};
 	size_t i;
 
 	for (i = 0; i < sizeof(hop) / sizeof(hop[0]); i++)
@@ -645,6 +643,24 @@ static int forward_body(struct tunnel *t, struct guest_req *g, char *err, size_t
 	return 0;
 }
 
+/* The name of a body encoding the scrubber cannot see through, or NULL: any Content-Encoding
+ * but identity, any Transfer-Encoding but chunked (http-parser decodes only that), in every
+ * header of those names. */
+static const char *encoded_body(const struct head *hd)
+{
+	size_t i;
+
+	for (i = 0; i < hd->nh; i++) {
+		const char *v = hd->h[i].value + strspn(hd->h[i].value, " \t");
+
+		if (!strcasecmp(hd->h[i].name, "Content-Encoding") && strcasecmp(v, "identity"))
+			return "Content-Encoding";
+		if (!strcasecmp(hd->h[i].name, "Transfer-Encoding") && strcasecmp(v, "chunked"))
+			return "Transfer-Encoding";
+	}
+	return NULL;
+}
+
 /* One request and its response. 1: keep the tunnel, 0: the guest is done, -errno: close. */
 static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, char *err,
 		     size_t errlen)
@@ -668,7 +684,8 @@ static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, cha
 		return 0;
 	if (hl == -E2BIG) {
 		guest_error(t, 431, "request head too large");
-		return errmsg(err, errlen, -E2BIG, "request head over %d KiB", MITM_HEAD_MAX / 1024);
+		return errmsg(err, errlen, -E2BIG, "request head over %d KiB",
+			      MITM_HEAD_MAX / 1024);
 	}
 	if (hl < 0)
 		return errmsg(err, errlen, (int)hl, "guest read: %s", strerror((int)-hl));
@@ -770,12 +787,12 @@ static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, cha
 	head_reset(&rs->hd, sizeof(rs->hd.arena));
 	r = read_response(t, us, rs, err, errlen);
 	if (!r) {
-		const char *ce = head_get(&rs->hd, "Content-Encoding");
+		const char *enc = encoded_body(&rs->hd);
 
-		if (ce && strcasecmp(ce, "identity")) {
+		if (enc) {
 			r = errmsg(err, errlen, -EPROTO,
 				   "upstream sent an encoded body (%s) the scrubber cannot read",
-				   printable(ce) && strlen(ce) < 32 ? ce : "?");
+				   enc);
 		} else if (rs->p.status_code == 101) {
 			r = errmsg(err, errlen, -EPROTO, "upstream switched protocols");
 		}

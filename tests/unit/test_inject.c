@@ -8,15 +8,15 @@
 #define SECRET "S3cr3t-t0ken-VALUE"
 
 static const char policy_json[] =
-	"{\"credentials\": {"
-	"\"gh\": {\"helper\": [\"/bin/true\"],"
-	"  \"inject\": {\"header\": \"Authorization\", \"template\": \"Bearer {password}\"},"
-	"  \"allow\": {\"hosts\": [\"api.test\", \"*.example.net\"]}},"
-	"\"git\": {\"helper\": [\"/bin/true\"],"
-	"  \"inject\": {\"header\": \"Authorization\","
-	"              \"template\": \"Basic {username}:{password}\"},"
-	"  \"allow\": {\"hosts\": [\"git.test\"]}}"
-	"}}";
+    "{\"credentials\": {"
+    "\"gh\": {\"helper\": [\"/bin/true\"],"
+    "  \"inject\": {\"header\": \"Authorization\", \"template\": \"Bearer {password}\"},"
+    "  \"allow\": {\"hosts\": [\"api.test\", \"*.example.net\"]}},"
+    "\"git\": {\"helper\": [\"/bin/true\"],"
+    "  \"inject\": {\"header\": \"Authorization\","
+    "              \"template\": \"Basic {username}:{password}\"},"
+    "  \"allow\": {\"hosts\": [\"git.test\"]}}"
+    "}}";
 
 struct fx {
 	struct policy pol;
@@ -69,8 +69,8 @@ static int build(struct fx *f, const char *cred, const char *host, const char *t
 static void test_template_added(void **state)
 {
 	struct fx *f = *state;
-	const char *hv[] = {"Host", "api.test", "Accept", "*/*", "Connection", "keep-alive",
-			    "Accept-Encoding", "gzip", NULL};
+	const char *hv[] = {"Host",	  "api.test",	     "Accept", "*/*", "Connection",
+			    "keep-alive", "Accept-Encoding", "gzip",   NULL};
 	char *out, err[256];
 
 	assert_int_equal(build(f, "gh", "api.test", "/v1/x?q=1", hv, &out, err), 0);
@@ -195,11 +195,15 @@ static void test_bad_heads(void **state)
 
 static void test_framing(void **state)
 {
-	struct inject_hdr h[] = {{"Host", "api.test"},
-				 {"Transfer-Encoding", "chunked"},
-				 {"Content-Length", "5"}};
-	struct inject_req rq = {.method = "POST", .target = "/", .host = "api.test", .port = 443,
-				.h = h, .nh = 3, .chunked = 1};
+	struct inject_hdr h[] = {
+	    {"Host", "api.test"}, {"Transfer-Encoding", "chunked"}, {"Content-Length", "5"}};
+	struct inject_req rq = {.method = "POST",
+				.target = "/",
+				.host = "api.test",
+				.port = 443,
+				.h = h,
+				.nh = 3,
+				.chunked = 1};
 	char *out, err[256];
 	size_t len;
 
@@ -242,15 +246,15 @@ static void test_scrubber(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_template_added, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_guest_header_replaced, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_placeholder_in_header, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_basic_placeholder, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_basic_template, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_heads, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_framing, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_scrubber, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_template_added, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_guest_header_replaced, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_placeholder_in_header, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_basic_placeholder, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_basic_template, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_heads, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_framing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_scrubber, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,9 +23,9 @@
 #define SECRET "ghp_S3cr3tT0kenValue42"
 
 static const char policy_json[] =
-	"{\"credentials\": {\"gh\": {\"helper\": [\"/bin/true\"],"
-	"  \"inject\": {\"header\": \"Authorization\", \"template\": \"Bearer {password}\"},"
-	"  \"allow\": {\"hosts\": [\"api.test\", \"*.example.net\"]}}}}";
+    "{\"credentials\": {\"gh\": {\"helper\": [\"/bin/true\"],"
+    "  \"inject\": {\"header\": \"Authorization\", \"template\": \"Bearer {password}\"},"
+    "  \"allow\": {\"hosts\": [\"api.test\", \"*.example.net\"]}}}}";
 
 static void rm_tree(const char *dir)
 {
@@ -160,7 +160,7 @@ static void test_leaf(void **state)
 	struct mitm_ca ca, other;
 	X509 *leaf, *again, *ipleaf, *foreign;
 	int dfd = tmp_dir(dir), d2 = tmp_dir(dir2), i, used;
-	STACK_OF(GENERAL_NAME) *san;
+	STACK_OF(GENERAL_NAME) * san;
 	EXTENDED_KEY_USAGE *eku;
 
 	(void)state;
@@ -327,6 +327,17 @@ static void up_answer(SSL *s, struct upstream *u, size_t at)
 		n = strcspn(a, "\r");
 		snprintf(auth, sizeof(auth), "%.*s", (int)n, a);
 	}
+	if (!strncmp(req, "HEAD ", 5)) {
+		snprintf(head, sizeof(head),
+			 "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nX-Echo: %s\r\n\r\n", auth);
+		ssl_write_str(s, head);
+		return;
+	}
+	if (!strncmp(req, "GET /gzip ", 10)) {
+		ssl_write_str(s, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+				 "Content-Length: 3\r\n\r\nabc");
+		return;
+	}
 	if (!strncmp(req, "POST ", 5)) {
 		const char *b = strstr(req, "\r\n\r\n") + 4;
 
@@ -475,8 +486,8 @@ static int loop_teardown(void **state)
 
 /* Starts mitm_serve in a thread for host; returns the guest's end of the tunnel. mode 1: the
  * decision callback denies; 2: a 700 ms socket timeout instead of 5 s. */
-static int start_mitm(struct fixture *fx, struct mitm_run *m, const char *host,
-		      const char *ca_file, int mode)
+static int start_mitm(struct fixture *fx, struct mitm_run *m, const char *host, const char *ca_file,
+		      int mode)
 {
 	int sv[2];
 
@@ -535,7 +546,8 @@ static int guest_read_response(SSL *s, char *buf, size_t cap)
 		end = strstr(buf, "\r\n\r\n");
 		if (end) {
 			p = strcasestr(buf, "\r\nContent-Length: ");
-			need = (size_t)(end + 4 - buf) + (p && p < end ? strtoul(p + 18, NULL, 10) : 0);
+			need = (size_t)(end + 4 - buf) +
+			       (p && p < end ? strtoul(p + 18, NULL, 10) : 0);
 			if (len >= need)
 				return (int)len;
 		}
@@ -590,8 +602,8 @@ static void test_tunnel_injects_and_scrubs(void **state)
 }
 
 /* Runs one GET through a tunnel expected to fail; returns the guest's response. */
-static void fail_one(struct fixture *fx, struct mitm_run *m, const char *host,
-		     const char *ca_file, const char *req, char *resp, size_t cap)
+static void fail_one(struct fixture *fx, struct mitm_run *m, const char *host, const char *ca_file,
+		     const char *req, char *resp, size_t cap)
 {
 	SSL_CTX *ctx;
 	SSL *s;
@@ -643,6 +655,45 @@ static void test_chunked_upload_and_timeout(void **state)
 	close(fd);
 }
 
+static void test_head_and_encoded(void **state)
+{
+	struct fixture *fx = *state;
+	struct mitm_run m;
+	SSL_CTX *ctx;
+	SSL *s;
+	char resp[4096];
+	int fd = start_mitm(fx, &m, "api.test", fx->up_pem_path, 0), n;
+
+	/* HEAD: the upstream's Content-Length kept, no body waited for, the echo scrubbed. */
+	s = guest_connect(fx, fd, "api.test", &ctx);
+	assert_int_equal(ssl_write_str(s, "HEAD /h HTTP/1.1\r\nHost: api.test\r\n"
+					  "Authorization: Bearer cove-credential:gh\r\n"
+					  "Connection: close\r\n\r\n"),
+			 0);
+	n = 0;
+	for (int k; (k = SSL_read(s, resp + n, (int)sizeof(resp) - 1 - n)) > 0;)
+		n += k;
+	resp[n] = '\0';
+	assert_true(!strncmp(resp, "HTTP/1.1 200 OK\r\n", 17));
+	assert_non_null(strstr(resp, "\r\nContent-Length: 1234\r\n"));
+	assert_non_null(strstr(resp, "\r\nX-Echo: Bearer [REDACTED]\r\n"));
+	assert_non_null(strstr(resp, "\r\n\r\n"));
+	assert_int_equal(strlen(strstr(resp, "\r\n\r\n")), 4);
+	assert_null(strstr(resp, SECRET));
+	SSL_free(s);
+	SSL_CTX_free(ctx);
+	close(fd);
+	finish_mitm(&m);
+	assert_int_equal(m.rc, 0);
+
+	/* A compressed body could hide the secret from the scrubber: 502. */
+	fail_one(fx, &m, "api.test", fx->up_pem_path,
+		 "GET /gzip HTTP/1.1\r\nHost: api.test\r\n\r\n", resp, sizeof(resp));
+	assert_true(!strncmp(resp, "HTTP/1.1 502 ", 13));
+	assert_one_line_error(m.err, "encoded body");
+	assert_null(strstr(resp, "abc"));
+}
+
 static void test_untrusted_upstream(void **state)
 {
 	struct fixture *fx = *state;
@@ -668,7 +719,8 @@ static void test_upstream_name_mismatch(void **state)
 	char resp[4096];
 	const char *req = "GET / HTTP/1.1\r\nHost: x.example.net\r\n\r\n";
 
-	/* The policy allows x.example.net, the CA is trusted, but the certificate names api.test. */
+	/* The policy allows x.example.net, the CA is trusted, but the certificate names api.test.
+	 */
 	fail_one(fx, &m, "x.example.net", fx->up_pem_path, req, resp, sizeof(resp));
 	assert_true(!strncmp(resp, "HTTP/1.1 502 ", 13));
 	assert_one_line_error(m.err, "certificate not trusted");
@@ -740,18 +792,17 @@ static void test_denied_and_malformed(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_ca_create_load),
-		cmocka_unit_test(test_leaf),
-		cmocka_unit_test_setup_teardown(test_tunnel_injects_and_scrubs, loop_setup,
-						loop_teardown),
-		cmocka_unit_test_setup_teardown(test_chunked_upload_and_timeout, loop_setup,
-						loop_teardown),
-		cmocka_unit_test_setup_teardown(test_untrusted_upstream, loop_setup, loop_teardown),
-		cmocka_unit_test_setup_teardown(test_upstream_name_mismatch, loop_setup,
-						loop_teardown),
-		cmocka_unit_test_setup_teardown(test_injection_refused, loop_setup, loop_teardown),
-		cmocka_unit_test_setup_teardown(test_denied_and_malformed, loop_setup,
-						loop_teardown),
+	    cmocka_unit_test(test_ca_create_load),
+	    cmocka_unit_test(test_leaf),
+	    cmocka_unit_test_setup_teardown(test_tunnel_injects_and_scrubs, loop_setup,
+					    loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_chunked_upload_and_timeout, loop_setup,
+					    loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_head_and_encoded, loop_setup, loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_untrusted_upstream, loop_setup, loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_upstream_name_mismatch, loop_setup, loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_injection_refused, loop_setup, loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_denied_and_malformed, loop_setup, loop_teardown),
 	};
 
 	/* The test's own guest and upstream write to sockets their peer may have closed. */
