@@ -49,14 +49,21 @@ struct guest_req {
 	int send_err;
 };
 
+/* The upstream's side: response parser, the body bytes not yet scrubbed and sent. */
 struct resp {
 	http_parser p;
 	struct head hd;
 	char reason[REASON_MAX + 1];
 	size_t reason_len;
-	char *body;
+	char *body; /* pending: received, not yet scrubbed */
 	size_t body_len, body_cap;
-	int complete, no_body, too_large;
+	int complete, no_body, bodiless, close_after, head_sent;
+	struct tunnel *t;
+	const struct scrubber *sc;
+	unsigned char safe[256]; /* bytes no spelling of a secret contains: a cut after one
+				    never splits an occurrence */
+	int fail;		 /* -errno set by a callback, with why */
+	const char *why;
 };
 
 struct tunnel {
@@ -259,12 +266,34 @@ static int rs_value(http_parser *p, const char *at, size_t len)
 	return head_add(&((struct resp *)p->data)->hd, 3, at, len);
 }
 
+static const char *encoded_body(const struct head *hd);
+static int send_head(struct resp *r);
+static int flush_body(struct resp *r, int all);
+
+static int rs_fail(struct resp *r, int code, const char *why)
+{
+	r->fail = code;
+	r->why = why;
+	return -1;
+}
+
 static int rs_headers_complete(http_parser *p)
 {
 	struct resp *r = p->data;
+	unsigned status = p->status_code;
 
 	head_end(&r->hd);
 	r->hd.last = 0;
+	if (status < 200 && status != 101)
+		return 0; /* an interim answer: dropped */
+	if (status == 101)
+		return rs_fail(r, -EPROTO, "upstream switched protocols");
+	if (encoded_body(&r->hd))
+		return rs_fail(r, -EPROTO,
+			       "upstream sent an encoded body the scrubber cannot read");
+	r->bodiless = r->no_body || status == 204 || status == 304;
+	if (send_head(r))
+		return -1;
 	return r->no_body ? 1 : 0; /* a HEAD response has no body whatever it says */
 }
 
@@ -274,10 +303,8 @@ static int rs_body(http_parser *p, const char *at, size_t len)
 	size_t cap;
 	char *nb;
 
-	if (len > MITM_BODY_MAX - r->body_len) {
-		r->too_large = 1;
-		return -1;
-	}
+	if (r->bodiless)
+		return 0;
 	if (r->body_len + len > r->body_cap) {
 		cap = r->body_cap ? r->body_cap : 16384;
 		while (cap < r->body_len + len)
@@ -290,7 +317,7 @@ static int rs_body(http_parser *p, const char *at, size_t len)
 	}
 	memcpy(r->body + r->body_len, at, len);
 	r->body_len += len;
-	return 0;
+	return r->body_len >= MITM_FLUSH_AT ? flush_body(r, 0) : 0;
 }
 
 static int rs_complete(http_parser *p)
@@ -298,7 +325,10 @@ static int rs_complete(http_parser *p)
 	struct resp *r = p->data;
 
 	/* 1xx interim answers (100 Continue, 103) are dropped; the final one is relayed. */
-	if (p->status_code >= 200 || p->status_code == 101) {
+	if (p->status_code >= 200) {
+		if (!r->bodiless &&
+		    (flush_body(r, 1) || ssl_write_all(r->t->guest, "0\r\n\r\n", 5)))
+			return r->fail ? -1 : rs_fail(r, -EIO, "guest went away");
 		r->complete = 1;
 		http_parser_pause(p, 1);
 	}
@@ -515,66 +545,101 @@ static int printable(const char *s)
 	return 1;
 }
 
-/* Builds, scrubs and sends the guest's answer. */
-static int relay_response(struct tunnel *t, struct resp *rs, const struct scrubber *sc,
-			  int close_after, char *err, size_t errlen)
+/* Builds, scrubs and sends the guest's response head: the upstream's headers but the
+ * hop-by-hop and framing ones, and "Transfer-Encoding: chunked" for a body (scrubbing changes
+ * its length, and it is sent as it comes). */
+static int send_head(struct resp *r)
 {
-	unsigned status = rs->p.status_code;
-	int bodiless = rs->no_body || status < 200 || status == 204 || status == 304;
-	char *head = NULL, *clean_head = NULL, *clean_body = NULL, line[64];
-	size_t cap = MITM_RESP_HEAD_MAX + 1024, len = 0, hl = 0, bl = 0, i, n;
-	int r = -ENOMEM;
+	unsigned status = r->p.status_code;
+	size_t cap = MITM_RESP_HEAD_MAX + 1024, len, hl = 0, i, n;
+	char *head = malloc(cap), *clean = NULL;
+	int rc;
 
-	head = malloc(cap);
 	if (!head)
-		return errmsg(err, errlen, -ENOMEM, "out of memory");
-	if (!bodiless) {
-		clean_body = scrub_apply(sc, rs->body ? rs->body : "", rs->body_len, &bl);
-		if (!clean_body)
-			goto out;
-	}
+		return rs_fail(r, -ENOMEM, "out of memory");
 	len = (size_t)snprintf(head, cap, "HTTP/1.1 %u %s\r\n", status,
-			       printable(rs->reason) ? rs->reason : "");
-	for (i = 0; i < rs->hd.nh; i++) {
-		const struct inject_hdr *h = &rs->hd.h[i];
+			       printable(r->reason) ? r->reason : "");
+	for (i = 0; i < r->hd.nh; i++) {
+		const struct inject_hdr *h = &r->hd.h[i];
 
-		if (resp_drop(h->name, bodiless) || !printable(h->value))
+		if (resp_drop(h->name, r->bodiless) || !printable(h->value))
 			continue;
 		n = strlen(h->name) + strlen(h->value) + 4;
 		if (n > cap - len - 128)
 			break; /* cannot happen: the arena is smaller than cap */
 		len += (size_t)snprintf(head + len, cap - len, "%s: %s\r\n", h->name, h->value);
 	}
-	if (!bodiless) {
-		snprintf(line, sizeof(line), "Content-Length: %zu\r\n", bl);
-		memcpy(head + len, line, strlen(line));
-		len += strlen(line);
-	}
-	if (close_after) {
-		memcpy(head + len, "Connection: close\r\n", 19);
-		len += 19;
-	}
-	memcpy(head + len, "\r\n", 2);
-	len += 2;
-	clean_head = scrub_apply(sc, head, len, &hl);
-	if (!clean_head)
-		goto out;
-	r = ssl_write_all(t->guest, clean_head, hl);
-	if (!r && bl)
-		r = ssl_write_all(t->guest, clean_body, bl);
-	if (r)
-		r = errmsg(err, errlen, r, "guest went away");
-out:
-	if (r == -ENOMEM)
-		errmsg(err, errlen, r, "out of memory");
+	len += (size_t)snprintf(head + len, cap - len, "%s%s\r\n",
+				r->bodiless ? "" : "Transfer-Encoding: chunked\r\n",
+				r->close_after ? "Connection: close\r\n" : "");
+	clean = scrub_apply(r->sc, head, len, &hl);
 	OPENSSL_cleanse(head, cap);
 	free(head);
-	free(clean_head);
-	free(clean_body);
-	return r;
+	if (!clean)
+		return rs_fail(r, -ENOMEM, "out of memory");
+	r->head_sent = 1;
+	rc = ssl_write_all(r->t->guest, clean, hl);
+	free(clean);
+	return rc ? rs_fail(r, -EIO, "guest went away") : 0;
 }
 
-/* Reads the upstream response into rs. 0 or -errno (the guest gets 502). */
+/*
+ * Scrubs and sends pending body bytes as one chunk: all of them, or (all = 0) those up to the
+ * last byte no occurrence of a secret can contain, so that no occurrence is cut in two. A run
+ * of MITM_SCRUB_RUN_MAX bytes without such a byte fails the response.
+ */
+static int flush_body(struct resp *r, int all)
+{
+	size_t cut = r->body_len, cl = 0;
+	char sz[24], *clean;
+	int rc;
+
+	if (!all) {
+		while (cut && !r->safe[(unsigned char)r->body[cut - 1]])
+			cut--;
+		if (!cut)
+			return r->body_len > MITM_SCRUB_RUN_MAX
+				   ? rs_fail(r, -EFBIG,
+					     "upstream body: no place to cut it "
+					     "for the scrubber")
+				   : 0;
+	}
+	if (!cut)
+		return 0;
+	clean = scrub_apply(r->sc, r->body, cut, &cl);
+	if (!clean)
+		return rs_fail(r, -ENOMEM, "out of memory");
+	OPENSSL_cleanse(r->body, cut);
+	memmove(r->body, r->body + cut, r->body_len - cut);
+	r->body_len -= cut;
+	snprintf(sz, sizeof(sz), "%zx\r\n", cl);
+	rc = ssl_write_all(r->t->guest, sz, strlen(sz));
+	if (!rc)
+		rc = ssl_write_all(r->t->guest, clean, cl);
+	if (!rc)
+		rc = ssl_write_all(r->t->guest, "\r\n", 2);
+	free(clean);
+	return rc ? rs_fail(r, -EIO, "guest went away") : 0;
+}
+
+/* The bytes a cut may follow: none that a pattern holds, nor any escape's. */
+static void safe_bytes(const struct scrubber *sc, unsigned char safe[256])
+{
+	const char *esc = "%+\\ubfnrt/\"0123456789abcdefABCDEF";
+	size_t i, j;
+
+	memset(safe, 1, 256);
+	if (!sc->n)
+		return;
+	for (i = 0; i < sc->n; i++)
+		for (j = 0; j < sc->len[i]; j++)
+			safe[(unsigned char)sc->pat[i][j]] = 0;
+	for (; *esc; esc++)
+		safe[(unsigned char)*esc] = 0;
+}
+
+/* Reads the upstream response and relays it as it comes. 0 or -errno (rs->head_sent: the guest
+ * got part of it and the tunnel must close; else it may be told 502). */
 static int read_response(struct tunnel *t, SSL *up, struct resp *rs, char *err, size_t errlen)
 {
 	char *buf = malloc(READ_CHUNK);
@@ -595,9 +660,8 @@ static int read_response(struct tunnel *t, SSL *up, struct resp *rs, char *err, 
 		if (HTTP_PARSER_ERRNO(&rs->p) != HPE_OK || (n > 0 && done != (size_t)n)) {
 			OPENSSL_cleanse(buf, READ_CHUNK);
 			free(buf);
-			if (rs->too_large)
-				return errmsg(err, errlen, -EFBIG, "upstream body over %d MiB",
-					      MITM_BODY_MAX >> 20);
+			if (rs->fail)
+				return errmsg(err, errlen, rs->fail, "%s", rs->why);
 			if (rs->hd.too_big || rs->hd.too_many)
 				return errmsg(err, errlen, -EFBIG, "upstream head too large");
 			return errmsg(err, errlen, -EPROTO, "upstream response: %s",
@@ -781,27 +845,17 @@ static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, cha
 	memset(&rs->p, 0, sizeof(rs->p));
 	http_parser_init(&rs->p, HTTP_RESPONSE);
 	rs->p.data = rs;
-	rs->complete = rs->too_large = 0;
+	rs->complete = rs->head_sent = rs->bodiless = rs->fail = 0;
 	rs->no_body = g->p.method == HTTP_HEAD;
+	rs->close_after = !keep;
 	rs->body_len = 0;
+	rs->t = t;
+	rs->sc = &sc;
+	safe_bytes(&sc, rs->safe);
 	head_reset(&rs->hd, sizeof(rs->hd.arena));
 	r = read_response(t, us, rs, err, errlen);
-	if (!r) {
-		const char *enc = encoded_body(&rs->hd);
-
-		if (enc) {
-			r = errmsg(err, errlen, -EPROTO,
-				   "upstream sent an encoded body (%s) the scrubber cannot read",
-				   enc);
-		} else if (rs->p.status_code == 101) {
-			r = errmsg(err, errlen, -EPROTO, "upstream switched protocols");
-		}
-	}
-	if (r) {
+	if (r && !rs->head_sent)
 		guest_error(t, 502, err);
-		goto out;
-	}
-	r = relay_response(t, rs, &sc, !keep, err, errlen);
 	if (!r)
 		r = keep ? 1 : 0;
 out:

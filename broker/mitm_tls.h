@@ -12,9 +12,10 @@
 #include "mitm_ca.h"
 #include "policy.h"
 
-#define MITM_HEAD_MAX	   (32 * 1024)	      /* a guest request head */
-#define MITM_RESP_HEAD_MAX (64 * 1024)	      /* an upstream response head */
-#define MITM_BODY_MAX	   (16 * 1024 * 1024) /* a response body: buffered whole to scrub */
+#define MITM_HEAD_MAX	   (32 * 1024)	 /* a guest request head */
+#define MITM_RESP_HEAD_MAX (64 * 1024)	 /* an upstream response head */
+#define MITM_FLUSH_AT	   (64 * 1024)	 /* response body scrubbed and sent in pieces of */
+#define MITM_SCRUB_RUN_MAX (1024 * 1024) /* body bytes held while no safe cut is found */
 #define MITM_TIMEOUT_MS	   30000
 
 /* What the guest asked for, handed to the decision callback before anything goes upstream. */
@@ -55,8 +56,11 @@ struct mitm_upstream {
  * connection to up->addr is made with full certificate verification (SSL_VERIFY_PEER, the host
  * name checked with SSL_set1_host or as an IP address) before any credential is injected; the
  * head built by inject_build_head and the body (re-framed) are sent; the response (head at
- * most MITM_RESP_HEAD_MAX, Content-Length, chunked or close-delimited body of at most
- * MITM_BODY_MAX, a compressed body refused) is scrubbed and relayed with a Content-Length.
+ * most MITM_RESP_HEAD_MAX; Content-Length, chunked or close-delimited body; a compressed body
+ * refused) is relayed as it comes, scrubbed, its body re-framed chunked: pending bytes are cut
+ * after a byte that no spelling of the secret contains (so no occurrence is ever split), in
+ * pieces of about MITM_FLUSH_AT; a run of MITM_SCRUB_RUN_MAX bytes with no such byte fails it.
+ * After the head went out a failure can only close the tunnel.
  * Failures the guest can be told of become 400/403/413/431/502 responses. Sets timeouts on
  * guest_fd; does not close it. Returns 0 when the guest closed the tunnel between requests, or
  * -errno with a one-line message in err (never a header value or a secret).

@@ -308,6 +308,29 @@ static int up_read_request(SSL *s, struct upstream *u, size_t *head_at)
 	return 0;
 }
 
+#define BIG_MAX (4u << 20)
+
+/* About 1.2 MiB of text with the secret in every fifth row and once inside a 200 KiB run of
+ * letters (which holds back the tunnel's cut). Returns its length. */
+static size_t big_body(char *out)
+{
+	size_t o = 0, i;
+
+	for (i = 0; o < (1200u << 10); i++) {
+		if (i == 2000) {
+			memset(out + o, 'a', 100000);
+			o += 100000;
+			memcpy(out + o, SECRET, strlen(SECRET));
+			o += strlen(SECRET);
+			memset(out + o, 'b', 100000);
+			o += 100000;
+		}
+		o += (size_t)snprintf(out + o, BIG_MAX - o, "row %06zu: %s, then more\n", i,
+				      i % 5 ? "nothing here" : SECRET);
+	}
+	return o;
+}
+
 static int ssl_write_str(SSL *s, const char *t)
 {
 	return SSL_write(s, t, (int)strlen(t)) == (int)strlen(t) ? 0 : -1;
@@ -331,6 +354,24 @@ static void up_answer(SSL *s, struct upstream *u, size_t at)
 		snprintf(head, sizeof(head),
 			 "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nX-Echo: %s\r\n\r\n", auth);
 		ssl_write_str(s, head);
+		return;
+	}
+	if (!strncmp(req, "GET /big ", 9) || !strncmp(req, "GET /run ", 9)) {
+		char *big = malloc(BIG_MAX);
+		size_t bl = req[5] == 'b' ? big_body(big) : 0, o;
+
+		assert_non_null(big);
+		if (!bl) { /* no byte the tunnel may cut after */
+			bl = MITM_SCRUB_RUN_MAX + (128u << 10);
+			memset(big, 'a', bl);
+		}
+		snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n", bl);
+		ssl_write_str(s, head);
+		/* Odd write sizes, so secrets straddle the tunnel's reads. */
+		for (o = 0; o < bl; o += 7001)
+			if (SSL_write(s, big + o, (int)(bl - o < 7001 ? bl - o : 7001)) <= 0)
+				break;
+		free(big);
 		return;
 	}
 	if (!strncmp(req, "GET /gzip ", 10)) {
@@ -534,26 +575,74 @@ static SSL *guest_connect(struct fixture *fx, int fd, const char *host, SSL_CTX 
 	return s;
 }
 
-/* Reads one response (the tunnel always frames with Content-Length) into buf. */
-static int guest_read_response(SSL *s, char *buf, size_t cap)
+/* Decodes a chunked body in place (buf holds head and body, NUL-terminated); returns the new
+ * length, or -1 when the framing is bad or incomplete. */
+static long dechunk(char *buf, size_t len)
+{
+	char *body = strstr(buf, "\r\n\r\n"), *in, *out, *end = buf + len;
+	unsigned long n;
+
+	if (!body)
+		return -1;
+	in = out = body + 4;
+	for (;;) {
+		char *e;
+
+		n = strtoul(in, &e, 16);
+		if (e == in || e + 2 > end || memcmp(e, "\r\n", 2))
+			return -1;
+		in = e + 2;
+		if (n == 0)
+			break;
+		if ((size_t)(end - in) < n + 2 || memcmp(in + n, "\r\n", 2))
+			return -1;
+		memmove(out, in, n);
+		out += n;
+		in += n + 2;
+	}
+	if (end - in != 2 || memcmp(in, "\r\n", 2))
+		return -1;
+	*out = '\0';
+	return out - buf;
+}
+
+/* Reads one response into buf (cap bytes), a chunked body decoded. Returns its length. */
+static long guest_read_response(SSL *s, char *buf, size_t cap)
 {
 	size_t len = 0, need = 0;
 	char *end, *p;
-	int n;
+	int n, chunked = 0;
 
 	for (;;) {
 		buf[len] = '\0';
 		end = strstr(buf, "\r\n\r\n");
 		if (end) {
+			*end = '\0';
+			chunked = strcasestr(buf, "\r\nTransfer-Encoding: chunked") != NULL;
 			p = strcasestr(buf, "\r\nContent-Length: ");
+			*end = '\r';
 			need = (size_t)(end + 4 - buf) +
-			       (p && p < end ? strtoul(p + 18, NULL, 10) : 0);
-			if (len >= need)
-				return (int)len;
+			       (p && !chunked ? strtoul(p + 18, NULL, 10) : 0);
+			if (chunked && len >= 5 && !memcmp(buf + len - 5, "0\r\n\r\n", 5)) {
+				/* Maybe the end: decode a copy, keep reading if it was not. */
+				char *copy = malloc(len + 1);
+				long dl;
+
+				assert_non_null(copy);
+				memcpy(copy, buf, len + 1);
+				dl = dechunk(copy, len);
+				if (dl >= 0)
+					memcpy(buf, copy, (size_t)dl + 1);
+				free(copy);
+				if (dl >= 0)
+					return dl;
+			}
+			if (!chunked && len >= need)
+				return (long)len;
 		}
 		n = SSL_read(s, buf + len, (int)(cap - 1 - len));
 		if (n <= 0)
-			return (int)len;
+			return chunked ? -1 : (long)len;
 		len += (size_t)n;
 	}
 }
@@ -584,7 +673,7 @@ static void test_tunnel_injects_and_scrubs(void **state)
 	assert_null(strstr(resp, SECRET));
 	assert_non_null(strstr(resp, "\r\nX-Echo: Bearer [REDACTED]\r\n"));
 	assert_non_null(strstr(resp, "you sent: Bearer [REDACTED]; and again Bearer [REDACTED]\n"));
-	assert_null(strstr(resp, "chunked"));
+	assert_non_null(strstr(resp, "\r\nTransfer-Encoding: chunked\r\n"));
 	/* The same tunnel carries a second request, with a body. */
 	assert_int_equal(ssl_write_str(s, req2), 0);
 	assert_true(guest_read_response(s, resp, sizeof(resp)) > 0);
@@ -694,6 +783,55 @@ static void test_head_and_encoded(void **state)
 	assert_null(strstr(resp, "abc"));
 }
 
+static void test_big_body_streamed(void **state)
+{
+	struct fixture *fx = *state;
+	struct mitm_run m;
+	SSL_CTX *ctx;
+	SSL *s;
+	char *resp = malloc(BIG_MAX + 4096), *want = malloc(BIG_MAX + 4096), *body, *in, *out;
+	size_t wl;
+	long n;
+	int fd;
+
+	assert_non_null(resp);
+	assert_non_null(want);
+	/* The expected body: big_body with every secret replaced. */
+	wl = big_body(resp);
+	resp[wl] = '\0';
+	for (in = resp, out = want; (body = strstr(in, SECRET)); in = body + strlen(SECRET)) {
+		memcpy(out, in, (size_t)(body - in));
+		out += body - in;
+		memcpy(out, "[REDACTED]", 10);
+		out += 10;
+	}
+	strcpy(out, in);
+
+	/* Started only now: the tunnel's 5 s timeout runs from here (slow under ASan). */
+	fd = start_mitm(fx, &m, "api.test", fx->up_pem_path, 0);
+	s = guest_connect(fx, fd, "api.test", &ctx);
+	assert_int_equal(ssl_write_str(s, "GET /big HTTP/1.1\r\nHost: api.test\r\n\r\n"), 0);
+	n = guest_read_response(s, resp, BIG_MAX + 4096);
+	assert_true(n > 0);
+	body = strstr(resp, "\r\n\r\n") + 4;
+	assert_int_equal(strlen(body), strlen(want));
+	assert_true(!strcmp(body, want));
+	assert_null(strstr(resp, SECRET));
+
+	/* A body with no place to cut: the tunnel closes after the head. */
+	assert_int_equal(ssl_write_str(s, "GET /run HTTP/1.1\r\nHost: api.test\r\n\r\n"), 0);
+	n = guest_read_response(s, resp, BIG_MAX + 4096);
+	assert_true(n < 0);
+	SSL_free(s);
+	SSL_CTX_free(ctx);
+	close(fd);
+	finish_mitm(&m);
+	assert_int_equal(m.rc, -EFBIG);
+	assert_one_line_error(m.err, "no place to cut");
+	free(resp);
+	free(want);
+}
+
 static void test_untrusted_upstream(void **state)
 {
 	struct fixture *fx = *state;
@@ -799,6 +937,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_chunked_upload_and_timeout, loop_setup,
 					    loop_teardown),
 	    cmocka_unit_test_setup_teardown(test_head_and_encoded, loop_setup, loop_teardown),
+	    cmocka_unit_test_setup_teardown(test_big_body_streamed, loop_setup, loop_teardown),
 	    cmocka_unit_test_setup_teardown(test_untrusted_upstream, loop_setup, loop_teardown),
 	    cmocka_unit_test_setup_teardown(test_upstream_name_mismatch, loop_setup, loop_teardown),
 	    cmocka_unit_test_setup_teardown(test_injection_refused, loop_setup, loop_teardown),
