@@ -50,20 +50,22 @@ struct mitm_upstream {
 };
 
 /*
- * Serves one CONNECT tunnel: guest_fd is the connected socket after the proxy's "200"; the TLS
- * handshake is done with ca's leaf for up->host (TLS 1.2 or later). Then, for each request: the
- * head (at most MITM_HEAD_MAX, parsed with http-parser) goes to up->decide; a fresh upstream
- * connection to up->addr is made with full certificate verification (SSL_VERIFY_PEER, the host
- * name checked with SSL_set1_host or as an IP address) before any credential is injected; the
- * head built by inject_build_head and the body (re-framed) are sent; the response (head at
- * most MITM_RESP_HEAD_MAX; Content-Length, chunked or close-delimited body; a compressed body
+ * Serves one CONNECT tunnel, blocking (a thread per tunnel): guest_fd is the connected socket
+ * after the proxy's "200"; the TLS handshake is done with ca's leaf for up->host (TLS 1.2 or
+ * later). Then, for each request: the head (at most MITM_HEAD_MAX, parsed with http-parser;
+ * HTTP/1.1 only, no Upgrade) goes to up->decide (method, target); inject_build_head builds the
+ * upstream head; a fresh upstream connection to up->addr is made with full certificate
+ * verification (SSL_VERIFY_PEER, the name checked with SSL_set1_host or as an IP address), and
+ * only then is the head sent, the body after it (re-framed). The response (head at most
+ * MITM_RESP_HEAD_MAX; Content-Length, chunked or close-delimited body; a compressed body
  * refused) is relayed as it comes, scrubbed, its body re-framed chunked: pending bytes are cut
  * after a byte that no spelling of the secret contains (so no occurrence is ever split), in
  * pieces of about MITM_FLUSH_AT; a run of MITM_SCRUB_RUN_MAX bytes with no such byte fails it.
- * After the head went out a failure can only close the tunnel.
- * Failures the guest can be told of become 400/403/413/431/502 responses. Sets timeouts on
- * guest_fd; does not close it. Returns 0 when the guest closed the tunnel between requests, or
- * -errno with a one-line message in err (never a header value or a secret).
+ * Failures before the response head went out become 400/403/431/502/505 answers and end the
+ * tunnel; after it, a failure just closes the tunnel. Sets timeouts on guest_fd; does not close
+ * it; blocks SIGPIPE in the calling thread while it runs. Returns 0 when the guest closed the
+ * tunnel between requests or asked for Connection: close, else -errno with a one-line message
+ * in err (never a header value or a secret).
  */
 int mitm_serve(struct mitm_ca *ca, int guest_fd, const struct mitm_upstream *up, char *err,
 	       size_t errlen);
