@@ -60,8 +60,7 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
  * A restoring VMM's word on its --ready-fd pipe: 0 once it says "ok" (its vCPUs run), else its
  * one-line error, or its log's last line when it ended without a word.
  */
-static int wait_restored(int dfd, int ready_rd, double deadline, char *err,
-			 size_t errlen)
+static int wait_restored(int dfd, int ready_rd, double deadline, char *err, size_t errlen)
 {
 	char buf[256], tail[300];
 	size_t got = 0;
@@ -73,7 +72,8 @@ static int wait_restored(int dfd, int ready_rd, double deadline, char *err,
 
 		if (left <= 0)
 			return errmsg(err, errlen, -ETIMEDOUT,
-				      "the sandbox's VMM did not restore within %d s", START_WAIT_S);
+				      "the sandbox's VMM did not restore within %d s",
+				      START_WAIT_S);
 		k = poll(&p, 1, left);
 		if (k < 0 && errno != EINTR)
 			return errmsg(err, errlen, -errno, "poll: %s", strerror(errno));
@@ -104,8 +104,8 @@ static int wait_restored(int dfd, int ready_rd, double deadline, char *err,
  * grant for the guest (a sandbox with a policy), else NULL. ready_rd: a restoring VMM's
  * --ready-fd pipe (-1 for a boot): its guest is asked at once when it says it runs.
  */
-static int wait_ready(int dfd, pid_t pid, const char *uds, int ready_rd,
-		      const struct sbx_grant *g, char *err, size_t errlen)
+static int wait_ready(int dfd, pid_t pid, const char *uds, int ready_rd, const struct sbx_grant *g,
+		      char *err, size_t errlen)
 {
 	double deadline = mono_s() + START_WAIT_S;
 	bool restored = ready_rd >= 0;
@@ -132,14 +132,14 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, int ready_rd,
 			ret = agent_send_identity(uds, g->epoch, g->token,
 						  AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
 		else if (restored)
-			ret = agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err,
-						       errlen);
+			ret =
+			    agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
 		else
 			ret = agent_ready(uds, err, errlen);
 		/* A fresh boot gets its first grant once the agent answers. */
 		if (ret == 0 && !restored && g)
-			ret = agent_send_identity(uds, g->epoch, g->token,
-						  AGENT_IDENTITY_WAIT_S, err, errlen);
+			ret = agent_send_identity(uds, g->epoch, g->token, AGENT_IDENTITY_WAIT_S,
+						  err, errlen);
 		if (ret == 0)
 			return 0;
 		if (mono_s() > deadline)
@@ -212,8 +212,9 @@ static void broker_keep(const struct sbx_root *r, const char *name, int dfd, con
 			  ?: agent_send_identity(uds, g.epoch, g.token, AGENT_IDENTITY_WAIT_S, err,
 						 sizeof(err));
 	if (ret)
-		fprintf(stderr, "cove: warning: %s: its credential broker was gone and could not be "
-				"started again: %s\n",
+		fprintf(stderr,
+			"cove: warning: %s: its credential broker was gone and could not be "
+			"started again: %s\n",
 			name, err);
 	explicit_bzero(&g, sizeof(g));
 	free(spec);
