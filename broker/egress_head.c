@@ -201,10 +201,12 @@ static int build_fwd(struct egress_head *h, const struct head_ctx *c, const http
 		    ?: put(b, cap, &o, v, c->value[i].len) ?: put(b, cap, &o, "\r\n", 2);
 	}
 	r = r ?: put(b, cap, &o, "Connection: close\r\n\r\n", 21);
+	r = r ?: put(b, cap, &o, "", 1); /* NUL-terminated for readers, not counted */
 	if (r) {
 		free(b);
 		return r;
 	}
+	o--;
 	h->fwd = b;
 	h->fwd_len = o;
 	return 0;

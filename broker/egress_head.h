@@ -17,7 +17,7 @@ struct egress_head {
 	bool is_connect;
 	/* Plain HTTP: the request head to send upstream (origin form, Host from the URL,
 	 * hop-by-hop and proxy headers dropped, "Connection: close"); malloc'd. NULL for
-	 * CONNECT. */
+	 * CONNECT. NUL-terminated (not counted in fwd_len). */
 	char *fwd;
 	size_t fwd_len;
 };
