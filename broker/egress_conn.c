@@ -133,7 +133,10 @@ static void audit_egress(struct broker *b, const struct egress_rec *e)
 
 void egress_refuse(struct broker *b, int guest_fd, int status, const char *reason)
 {
-	struct egress_rec e = {.decision = "deny", .rule = -1, .reason = reason, .status = status,
+	struct egress_rec e = {.decision = "deny",
+			       .rule = -1,
+			       .reason = reason,
+			       .status = status,
 			       .t0 = broker_now_ns()};
 
 	reply_error(guest_fd, status, reason);
@@ -148,7 +151,8 @@ static long read_head(int fd, int stop_fd, char *buf, size_t cap, size_t *got)
 
 	*got = 0;
 	for (;;) {
-		struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
+		struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
+				      {.fd = stop_fd, .events = POLLIN}};
 		int64_t left = (deadline - broker_now_ns()) / 1000000;
 		long end;
 		ssize_t n;
@@ -240,8 +244,8 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 	send_timeout(gfd);
 	end = read_head(gfd, stop_fd, buf, EGRESS_HEAD_MAX, &got);
 	if (end <= 0) {
-		e.reason = end == 0	      ? "closed before a request"
-			   : end == -E2BIG    ? "request head over 16384 bytes"
+		e.reason = end == 0	       ? "closed before a request"
+			   : end == -E2BIG     ? "request head over 16384 bytes"
 			   : end == -ETIMEDOUT ? "no request head within 10 s"
 			   : end == -ECANCELED ? "broker stopping"
 					       : "read failed";
@@ -306,8 +310,8 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 	}
 	free(buf);
 	buf = NULL;
-	e.reason = egress_relay(gfd, ufd, stop_fd, (int)pol->idle_timeout_s * 1000,
-				pol->max_bytes, &e.st);
+	e.reason =
+	    egress_relay(gfd, ufd, stop_fd, (int)pol->idle_timeout_s * 1000, pol->max_bytes, &e.st);
 allowed:
 	e.decision = "allow";
 out:

@@ -95,9 +95,16 @@ long egress_head_end(const char *buf, size_t len)
  * from the checked URL so the upstream serves the host the policy allowed. */
 static bool hdr_dropped(const char *name, size_t len)
 {
-	static const char *const drop[] = {"Host",     "Connection", "Proxy-Connection",
-					   "Keep-Alive", "Proxy-Authorization",
-					   "Proxy-Authenticate", "TE", "Trailer", "Upgrade", NULL};
+	static const char *const drop[] = {"Host",
+					   "Connection",
+					   "Proxy-Connection",
+					   "Keep-Alive",
+					   "Proxy-Authorization",
+					   "Proxy-Authenticate",
+					   "TE",
+					   "Trailer",
+					   "Upgrade",
+					   NULL};
 
 	for (size_t i = 0; drop[i]; i++)
 		if (strlen(drop[i]) == len && !strncasecmp(name, drop[i], len))
@@ -174,14 +181,16 @@ static int build_fwd(struct egress_head *h, const struct head_ctx *c, const http
 	n = snprintf(line, sizeof(line), "%s ", h->method);
 	r = put(b, cap, &o, line, (size_t)n);
 	if (u->field_set & (1 << UF_PATH))
-		r = r ?: put(b, cap, &o, url + u->field_data[UF_PATH].off,
-			     u->field_data[UF_PATH].len);
+		r = r
+			?: put(b, cap, &o, url + u->field_data[UF_PATH].off,
+			       u->field_data[UF_PATH].len);
 	else
 		r = r ?: put(b, cap, &o, "/", 1);
 	if (u->field_set & (1 << UF_QUERY)) {
 		r = r ?: put(b, cap, &o, "?", 1);
-		r = r ?: put(b, cap, &o, url + u->field_data[UF_QUERY].off,
-			     u->field_data[UF_QUERY].len);
+		r = r
+			?: put(b, cap, &o, url + u->field_data[UF_QUERY].off,
+			       u->field_data[UF_QUERY].len);
 	}
 	if (h->port == 80)
 		n = snprintf(line, sizeof(line), " HTTP/%u.%u\r\nHost: %s%s%s\r\n", p->http_major,
@@ -189,8 +198,8 @@ static int build_fwd(struct egress_head *h, const struct head_ctx *c, const http
 			     strchr(h->host, ':') ? "]" : "");
 	else
 		n = snprintf(line, sizeof(line), " HTTP/%u.%u\r\nHost: %s%s%s:%d\r\n",
-			     p->http_major, p->http_minor, strchr(h->host, ':') ? "[" : "",
-			     h->host, strchr(h->host, ':') ? "]" : "", h->port);
+			     p->http_major, p->http_minor, strchr(h->host, ':') ? "[" : "", h->host,
+			     strchr(h->host, ':') ? "]" : "", h->port);
 	r = r ?: put(b, cap, &o, line, (size_t)n);
 	for (size_t i = 0; i < c->nhdr && !r; i++) {
 		const char *nm = c->base + c->name[i].off, *v = c->base + c->value[i].off;
@@ -212,8 +221,7 @@ static int build_fwd(struct egress_head *h, const struct head_ctx *c, const http
 	return 0;
 }
 
-int egress_head_parse(const char *buf, size_t len, struct egress_head *h, char *err,
-		      size_t errlen)
+int egress_head_parse(const char *buf, size_t len, struct egress_head *h, char *err, size_t errlen)
 {
 	struct head_ctx *c;
 	http_parser_settings s;

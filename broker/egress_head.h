@@ -29,8 +29,7 @@ long egress_head_end(const char *buf, size_t len);
 /* Parses a complete head of len bytes (as measured by egress_head_end). Returns 0 or -EINVAL
  * with a one-line reason in err (the method and host are kept when known, for the audit).
  * Call egress_head_free either way. */
-int egress_head_parse(const char *buf, size_t len, struct egress_head *h, char *err,
-		      size_t errlen);
+int egress_head_parse(const char *buf, size_t len, struct egress_head *h, char *err, size_t errlen);
 void egress_head_free(struct egress_head *h);
 
 #endif

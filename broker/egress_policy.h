@@ -8,14 +8,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EGRESS_MAX_RULES	  256
-#define EGRESS_MAX_LIST		  64
-#define EGRESS_METHOD_MAX	  16
-#define EGRESS_HOST_MAX		  253
-#define EGRESS_MAX_CONNS_CAP	  256 /* max_connections may not go over this */
-#define EGRESS_DEF_CONNS	  16
-#define EGRESS_DEF_BYTES	  (1ULL << 30) /* per connection and direction */
-#define EGRESS_DEF_IDLE_S	  60
+#define EGRESS_MAX_RULES     256
+#define EGRESS_MAX_LIST	     64
+#define EGRESS_METHOD_MAX    16
+#define EGRESS_HOST_MAX	     253
+#define EGRESS_MAX_CONNS_CAP 256 /* max_connections may not go over this */
+#define EGRESS_DEF_CONNS     16
+#define EGRESS_DEF_BYTES     (1ULL << 30) /* per connection and direction */
+#define EGRESS_DEF_IDLE_S    60
 
 struct egress_rule {
 	char host[EGRESS_HOST_MAX + 1]; /* exact (lower case) or "*.suffix" */

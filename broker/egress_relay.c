@@ -82,7 +82,8 @@ const char *egress_relay(int guest, int upstream, int stop_fd, int idle_ms, uint
 	dirs[0].buf = mem;
 	dirs[1].buf = mem + EGRESS_RELAY_BUF;
 	while (!why && !(dirs[0].shut && dirs[1].shut)) {
-		struct pollfd p[3] = {{.fd = guest}, {.fd = upstream}, {.fd = stop_fd, .events = POLLIN}};
+		struct pollfd p[3] = {
+		    {.fd = guest}, {.fd = upstream}, {.fd = stop_fd, .events = POLLIN}};
 		int n;
 
 		for (int i = 0; i < 2; i++) {

@@ -88,9 +88,9 @@ static int cmd_check_policy(const char *path)
 
 /* Options that take a string (a path, a user name, the token): each sets one. */
 enum { S_POLICY, S_LISTEN, S_CTL, S_AUDIT, S_TOKEN, S_KEY, S_USER, S_CLIENT, S_EGRESS, S_COUNT };
-static const char *const str_opt_names[S_COUNT] = {
-    "policy", "listen", "ctl", "audit", "initial-token", "audit-key", "user", "client",
-    "egress-listen"};
+static const char *const str_opt_names[S_COUNT] = {"policy", "listen",	      "ctl",
+						   "audit",  "initial-token", "audit-key",
+						   "user",   "client",	      "egress-listen"};
 /* Options that take a number. */
 enum { N_EPOCH, N_HELPER_MS, N_TIMEOUT_S, N_COUNT };
 static const char *const num_opt_names[N_COUNT] = {"initial-epoch", "helper-timeout-ms",

@@ -277,7 +277,8 @@ static void test_connect_tunnel(void **state)
 	for (size_t i = 0; i < n; i++)
 		data[i] = (uint8_t)(i * 2654435761u >> 13);
 	fd = guest_connect(&f);
-	snprintf(req, sizeof(req), "CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\nearly", f.up.port);
+	snprintf(req, sizeof(req), "CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\nearly",
+		 f.up.port);
 	send_str(fd, req);
 	read_head(fd, head, sizeof(head));
 	assert_string_equal(head, "HTTP/1.1 200 Connection established\r\n\r\n");
@@ -314,7 +315,8 @@ static void test_connect_tunnel(void **state)
 	free(back);
 	close(fd);
 	assert_int_equal(fx_stop(&f, &log), 1);
-	assert_non_null(strstr(log, "\"kind\":\"egress\",\"method\":\"CONNECT\",\"host\":\"127.0.0.1\""));
+	assert_non_null(
+	    strstr(log, "\"kind\":\"egress\",\"method\":\"CONNECT\",\"host\":\"127.0.0.1\""));
 	assert_non_null(strstr(log, "\"addr\":\"127.0.0.1\",\"decision\":\"allow\",\"rule\":0,"
 				    "\"reason\":\"closed\",\"status\":200,\"bytes_up\":307205,"
 				    "\"bytes_down\":307205,"));
@@ -339,8 +341,8 @@ static void test_get_absolute(void **state)
 	r = ask(&f, req);
 	assert_non_null(strstr(r, "HTTP/1.1 200 OK\r\n"));
 	assert_non_null(strstr(r, "\r\n\r\nGET /hello?x=1 HTTP/1.1\r\n"));
-	snprintf(want, sizeof(want), "\r\nHost: 127.0.0.1:%d\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-		 f.up.port);
+	snprintf(want, sizeof(want),
+		 "\r\nHost: 127.0.0.1:%d\r\nAccept: */*\r\nConnection: close\r\n\r\n", f.up.port);
 	assert_non_null(strstr(r, want));
 	assert_null(strstr(r, "evil"));
 	assert_null(strstr(r, "Proxy-"));
@@ -371,13 +373,15 @@ static void test_refusals(void **state)
 
 	(void)state;
 	fx_start(&f, allow_local);
-	expect_refusal(&f, "CONNECT evil.example:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 403 Forbidden\r\n",
+	expect_refusal(&f, "CONNECT evil.example:443 HTTP/1.1\r\n\r\n",
+		       "HTTP/1.1 403 Forbidden\r\n",
 		       "\r\n\r\ncove-egress: denied: no egress rule allows evil.example:443\n");
 	expect_refusal(&f, "CONNECT example.org:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 403 ",
 		       "no egress rule allows example.org:443\n");
 	expect_refusal(&f, "GET http://a.example.org:443/ HTTP/1.1\r\n\r\n", "HTTP/1.1 403 ",
 		       "denied: egress rule 3 does not allow GET\n");
-	snprintf(req, sizeof(req), "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", f.up.port + 1 > 65535 ? 1 : f.up.port + 1);
+	snprintf(req, sizeof(req), "CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n",
+		 f.up.port + 1 > 65535 ? 1 : f.up.port + 1);
 	expect_refusal(&f, req, "HTTP/1.1 403 ", "no egress rule allows 127.0.0.1:");
 	/* localhost is in the policy, without allow_private. */
 	snprintf(req, sizeof(req), "CONNECT localhost:%d HTTP/1.1\r\n\r\n", f.up.port);
@@ -388,10 +392,11 @@ static void test_refusals(void **state)
 	expect_refusal(&f, "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n",
 		       "HTTP/1.1 403 ", "169.254.169.254 resolves to a private");
 	assert_int_equal(fx_stop(&f, &log), 6);
-	assert_non_null(strstr(log, "\"host\":\"evil.example\",\"port\":443,\"addr\":\"\","
-				    "\"decision\":\"deny\",\"rule\":null,"
-				    "\"reason\":\"no egress rule allows evil.example:443\",\"status\":403,"
-				    "\"bytes_up\":0,\"bytes_down\":0,"));
+	assert_non_null(
+	    strstr(log, "\"host\":\"evil.example\",\"port\":443,\"addr\":\"\","
+			"\"decision\":\"deny\",\"rule\":null,"
+			"\"reason\":\"no egress rule allows evil.example:443\",\"status\":403,"
+			"\"bytes_up\":0,\"bytes_down\":0,"));
 	assert_non_null(strstr(log, "\"decision\":\"deny\",\"rule\":1,"));
 	free(log);
 }
@@ -399,12 +404,24 @@ static void test_refusals(void **state)
 /* The destination checks on literal addresses (no DNS): all refused without allow_private. */
 static void test_dest_literals(void **state)
 {
-	static const char *const priv[] = {"169.254.169.254", "127.0.0.1",	 "10.1.2.3",
-					   "192.168.0.1",     "172.16.0.1",	 "100.64.0.1",
-					   "0.0.0.0",	      "224.0.0.1",	 "255.255.255.255",
-					   "::1",	      "::",		 "fe80::1",
-					   "fc00::1",	      "ff02::1",	 "::ffff:127.0.0.1",
-					   "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", NULL};
+	static const char *const priv[] = {"169.254.169.254",
+					   "127.0.0.1",
+					   "10.1.2.3",
+					   "192.168.0.1",
+					   "172.16.0.1",
+					   "100.64.0.1",
+					   "0.0.0.0",
+					   "224.0.0.1",
+					   "255.255.255.255",
+					   "::1",
+					   "::",
+					   "fe80::1",
+					   "fc00::1",
+					   "ff02::1",
+					   "::ffff:127.0.0.1",
+					   "::ffff:169.254.169.254",
+					   "64:ff9b::a9fe:a9fe",
+					   NULL};
 	struct dest_addrs d;
 
 	(void)state;
@@ -466,7 +483,8 @@ static void test_bad_heads(void **state)
 	expect_refusal(&f, big, "HTTP/1.1 400 ", "over 100 header lines");
 	free(big);
 	assert_int_equal(fx_stop(&f, &log), 9);
-	assert_non_null(strstr(log, "\"decision\":\"deny\",\"rule\":null,\"reason\":\"request head over"));
+	assert_non_null(
+	    strstr(log, "\"decision\":\"deny\",\"rule\":null,\"reason\":\"request head over"));
 	free(log);
 }
 
@@ -638,12 +656,16 @@ static void test_match(void **state)
 	assert_int_equal(p.egress.nrules, 2);
 	assert_int_equal(p.egress.max_connections, EGRESS_DEF_CONNS);
 	assert_int_equal(p.egress.max_bytes, EGRESS_DEF_BYTES);
-	assert_int_equal(egress_match(&p.egress, "api.example.com", 443, "CONNECT", why, sizeof(why)), 0);
-	assert_int_equal(egress_match(&p.egress, "deb.debian.org", 8080, "HEAD", why, sizeof(why)), 1);
+	assert_int_equal(
+	    egress_match(&p.egress, "api.example.com", 443, "CONNECT", why, sizeof(why)), 0);
+	assert_int_equal(egress_match(&p.egress, "deb.debian.org", 8080, "HEAD", why, sizeof(why)),
+			 1);
 	assert_int_equal(egress_match(&p.egress, "debian.org", 80, "GET", why, sizeof(why)), -1);
 	assert_string_equal(why, "no egress rule allows debian.org:80");
-	assert_int_equal(egress_match(&p.egress, "api.example.com", 80, "CONNECT", why, sizeof(why)), -1);
-	assert_int_equal(egress_match(&p.egress, "deb.debian.org", 80, "POST", why, sizeof(why)), -1);
+	assert_int_equal(
+	    egress_match(&p.egress, "api.example.com", 80, "CONNECT", why, sizeof(why)), -1);
+	assert_int_equal(egress_match(&p.egress, "deb.debian.org", 80, "POST", why, sizeof(why)),
+			 -1);
 	assert_string_equal(why, "egress rule 1 does not allow POST");
 	assert_int_equal(egress_match(&p.egress, "::1", 443, "CONNECT", why, sizeof(why)), -1);
 	assert_string_equal(why, "no egress rule allows [::1]:443");
@@ -677,34 +699,40 @@ static void test_policy_errors(void **state)
 		   "egress.rules[0]: unknown key \"x\"");
 	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"a\",\"methods\":[\"GET\"]}]}}",
 		   "egress.rules[0] needs \"host\", \"ports\" and \"methods\"");
-	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"*\",\"ports\":[1],\"methods\":[\"GET\"]}]}}",
-		   "egress.rules[0].host");
-	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"a/b\",\"ports\":[1],\"methods\":[\"GET\"]}]}}",
-		   "egress.rules[0].host");
-	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"a\",\"ports\":[0],\"methods\":[\"GET\"]}]}}",
-		   "egress.rules[0].ports[0] must be an integer 1..65535");
-	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"a\",\"ports\":[1],\"methods\":[\"get\"]}]}}",
-		   "egress.rules[0].methods[0]");
+	expect_bad(
+	    "{\"egress\":{\"rules\":[{\"host\":\"*\",\"ports\":[1],\"methods\":[\"GET\"]}]}}",
+	    "egress.rules[0].host");
+	expect_bad(
+	    "{\"egress\":{\"rules\":[{\"host\":\"a/b\",\"ports\":[1],\"methods\":[\"GET\"]}]}}",
+	    "egress.rules[0].host");
+	expect_bad(
+	    "{\"egress\":{\"rules\":[{\"host\":\"a\",\"ports\":[0],\"methods\":[\"GET\"]}]}}",
+	    "egress.rules[0].ports[0] must be an integer 1..65535");
+	expect_bad(
+	    "{\"egress\":{\"rules\":[{\"host\":\"a\",\"ports\":[1],\"methods\":[\"get\"]}]}}",
+	    "egress.rules[0].methods[0]");
 	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"a\",\"ports\":[1],\"methods\":[\"GET\"],"
 		   "\"allow_private\":1}]}}",
 		   "allow_private must be true or false");
-	expect_bad("{\"egress\":{\"max_connections\":0}}", "egress.max_connections must be an integer 1..256");
+	expect_bad("{\"egress\":{\"max_connections\":0}}",
+		   "egress.max_connections must be an integer 1..256");
 	expect_bad("{\"egress\":{\"max_connections\":257}}", "egress.max_connections");
 	expect_bad("{\"egress\":{\"idle_timeout_s\":\"5\"}}", "egress.idle_timeout_s");
 	expect_bad("{\"egress\":{\"max_bytes\":-1}}", "egress.max_bytes");
 	expect_bad("{}", "\"credentials\" must be an object");
-	expect_bad("{\"egress\":{\"rules\":[{\"host\":\"a\\nb\",\"ports\":[1],\"methods\":[\"GET\"]}]}}",
-		   "egress.rules[0].host");
+	expect_bad(
+	    "{\"egress\":{\"rules\":[{\"host\":\"a\\nb\",\"ports\":[1],\"methods\":[\"GET\"]}]}}",
+	    "egress.rules[0].host");
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_head_parse),	    cmocka_unit_test(test_match),
-	    cmocka_unit_test(test_policy_errors),   cmocka_unit_test(test_dest_literals),
-	    cmocka_unit_test(test_connect_tunnel),  cmocka_unit_test(test_get_absolute),
-	    cmocka_unit_test(test_refusals),	    cmocka_unit_test(test_bad_heads),
-	    cmocka_unit_test(test_max_connections), cmocka_unit_test(test_limits),
+	    cmocka_unit_test(test_head_parse),	      cmocka_unit_test(test_match),
+	    cmocka_unit_test(test_policy_errors),     cmocka_unit_test(test_dest_literals),
+	    cmocka_unit_test(test_connect_tunnel),    cmocka_unit_test(test_get_absolute),
+	    cmocka_unit_test(test_refusals),	      cmocka_unit_test(test_bad_heads),
+	    cmocka_unit_test(test_max_connections),   cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_stop_ends_tunnels),
 	};
 
