@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static bool v4_private(uint32_t a)
 {
@@ -140,10 +141,17 @@ int dest_resolve(const char *host, int port, bool allow_private, char *pin, size
 	return 0;
 }
 
-/* One nonblocking connect, waited for at most timeout_ms. */
-static int connect_one(const struct sockaddr *sa, socklen_t len, int timeout_ms)
+static int64_t mono_ms(void)
 {
-	struct pollfd p;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One nonblocking connect, waited for until deadline (CLOCK_MONOTONIC ms) or stop_fd. */
+static int connect_one(const struct sockaddr *sa, socklen_t len, int64_t deadline, int stop_fd)
+{
 	int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
 	socklen_t el = sizeof(e);
 
@@ -153,17 +161,29 @@ static int connect_one(const struct sockaddr *sa, socklen_t len, int timeout_ms)
 		e = -errno;
 		goto fail;
 	}
-	p = (struct pollfd){.fd = fd, .events = POLLOUT};
 	for (;;) {
-		int n = poll(&p, 1, timeout_ms);
+		struct pollfd p[2] = {{.fd = fd, .events = POLLOUT},
+				      {.fd = stop_fd, .events = POLLIN}};
+		int64_t left = deadline - mono_ms();
+		int n;
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			e = n ? -errno : -ETIMEDOUT;
+		if (left <= 0) {
+			e = -ETIMEDOUT;
 			goto fail;
 		}
-		break;
+		n = poll(p, 2, (int)left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			e = -errno;
+			goto fail;
+		}
+		if (p[1].revents) {
+			e = -ECANCELED;
+			goto fail;
+		}
+		if (p[0].revents)
+			break;
 	}
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) || e) {
 		e = e ? -e : -errno;
@@ -179,8 +199,10 @@ fail:
 	return e;
 }
 
-int dest_connect(const struct dest_addrs *d, bool allow_private, int timeout_ms, size_t *used)
+int dest_connect(const struct dest_addrs *d, bool allow_private, int timeout_ms, int stop_fd,
+		 size_t *used)
 {
+	int64_t deadline = mono_ms() + timeout_ms;
 	int r = -ENOENT;
 
 	for (size_t i = 0; i < d->n; i++) {
@@ -190,11 +212,13 @@ int dest_connect(const struct dest_addrs *d, bool allow_private, int timeout_ms,
 			r = -EACCES;
 			continue;
 		}
-		r = connect_one(sa, d->len[i], timeout_ms);
+		r = connect_one(sa, d->len[i], deadline, stop_fd);
 		if (r >= 0) {
 			*used = i;
 			return r;
 		}
+		if (r == -ECANCELED || r == -ETIMEDOUT)
+			break;
 	}
 	return r;
 }

@@ -29,9 +29,11 @@ int dest_resolve(const char *host, int port, bool allow_private, char *pin, size
  * connect to: never resolve again, so what was checked is what is used. */
 int dest_lookup(const char *host, int port, bool allow_private, struct dest_addrs *out);
 
-/* Connects (blocking, each address in turn, at most timeout_ms for each) to one of the
- * addresses of a dest_lookup, checking each address again against allow_private. Returns the
- * connected socket (CLOEXEC, blocking) with *used set to its index, or -errno of the last try. */
-int dest_connect(const struct dest_addrs *d, bool allow_private, int timeout_ms, size_t *used);
+/* Connects (blocking, each address in turn, within timeout_ms for all of them) to one of the
+ * addresses of a dest_lookup, checking each address again against allow_private. A readable
+ * stop_fd (-1: none) gives up with -ECANCELED. Returns the connected socket (CLOEXEC,
+ * blocking) with *used set to its index, or -errno of the last try. */
+int dest_connect(const struct dest_addrs *d, bool allow_private, int timeout_ms, int stop_fd,
+		 size_t *used);
 
 #endif

@@ -9,7 +9,7 @@
 #include "broker.h"
 
 #define EGRESS_HEAD_TIMEOUT_MS	  10000 /* to send the whole request head */
-#define EGRESS_CONNECT_TIMEOUT_MS 10000 /* per upstream address */
+#define EGRESS_CONNECT_TIMEOUT_MS 10000 /* for all of a host's addresses together */
 #define EGRESS_THREAD_STACK	  (256 * 1024)
 
 struct egress_server;

@@ -185,8 +185,8 @@ static long read_head(int fd, int stop_fd, char *buf, size_t cap, size_t *got)
 /* Resolves, checks and connects. Returns the upstream socket, or -1 with e (status, reason)
  * set for the guest. */
 static int open_upstream(struct broker *b, const struct egress_head *h,
-			 const struct egress_rule *rule, struct egress_rec *e, char *why,
-			 size_t whylen)
+			 const struct egress_rule *rule, int stop_fd, struct egress_rec *e,
+			 char *why, size_t whylen)
 {
 	struct dest_addrs d;
 	size_t used = 0;
@@ -206,7 +206,7 @@ static int open_upstream(struct broker *b, const struct egress_head *h,
 		snprintf(why, whylen, "cannot resolve %s", h->host);
 		return -1;
 	}
-	fd = dest_connect(&d, rule->allow_private, EGRESS_CONNECT_TIMEOUT_MS, &used);
+	fd = dest_connect(&d, rule->allow_private, EGRESS_CONNECT_TIMEOUT_MS, stop_fd, &used);
 	if (fd >= 0)
 		send_timeout(fd);
 	if (fd < 0) {
@@ -274,7 +274,7 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 		reply_error(gfd, 403, why);
 		goto out;
 	}
-	ufd = open_upstream(b, &h, &pol->rules[e.rule], &e, why, sizeof(why));
+	ufd = open_upstream(b, &h, &pol->rules[e.rule], stop_fd, &e, why, sizeof(why));
 	if (ufd < 0) {
 		e.reason = why;
 		reply_error(gfd, e.status, why);

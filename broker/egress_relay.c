@@ -94,6 +94,11 @@ const char *egress_relay(int guest, int upstream, int stop_fd, int idle_ms, uint
 			else if (!d->eof)
 				p[d->src == guest ? 0 : 1].events |= POLLIN;
 		}
+		/* A side we wait on only to drain our full buffer is left out, so its hang-up
+		 * cannot wake every poll before the other side takes the bytes. */
+		for (int i = 0; i < 2; i++)
+			if (!p[i].events && !dirs[i].eof)
+				p[i].fd = -1;
 		n = poll(p, 3, idle_ms);
 		if (n < 0 && errno == EINTR)
 			continue;

@@ -259,7 +259,8 @@ static const char allow_local[] =
     "\"allow_private\":true},"
     "{\"host\":\"localhost\",\"ports\":[%d],\"methods\":[\"CONNECT\"]},"
     "{\"host\":\"169.254.169.254\",\"ports\":[80,%d],\"methods\":[\"GET\"]},"
-    "{\"host\":\"*.example.org\",\"ports\":[443],\"methods\":[\"CONNECT\"]}],"
+    "{\"host\":\"*.example.org\",\"ports\":[443],\"methods\":[\"CONNECT\"]},"
+    "{\"host\":\"127.0.0.1\",\"ports\":[1],\"methods\":[\"CONNECT\"],\"allow_private\":true}],"
     "\"max_connections\":16,\"idle_timeout_s\":5}}";
 
 /* A tunnel carries 300 KiB each way intact; the guest's half-close reaches the upstream, the
@@ -391,7 +392,11 @@ static void test_refusals(void **state)
 	/* The cloud metadata address, though a rule names it. */
 	expect_refusal(&f, "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n",
 		       "HTTP/1.1 403 ", "169.254.169.254 resolves to a private");
-	assert_int_equal(fx_stop(&f, &log), 6);
+	/* Allowed, but nobody listens there: 502 naming the host and the error. */
+	expect_refusal(&f, "CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n", "HTTP/1.1 502 Bad Gateway\r\n",
+		       "cove-egress: upstream: connect to 127.0.0.1 port 1 failed: Connection "
+		       "refused\n");
+	assert_int_equal(fx_stop(&f, &log), 7);
 	assert_non_null(
 	    strstr(log, "\"host\":\"evil.example\",\"port\":443,\"addr\":\"\","
 			"\"decision\":\"deny\",\"rule\":null,"
@@ -438,7 +443,7 @@ static void test_dest_literals(void **state)
 	/* The connect re-checks the exact address too. */
 	assert_int_equal(dest_lookup("127.0.0.1", 9, true, &d), 0);
 	size_t used;
-	assert_int_equal(dest_connect(&d, false, 1000, &used), -EACCES);
+	assert_int_equal(dest_connect(&d, false, 1000, -1, &used), -EACCES);
 }
 
 /* Bad heads get a 400 and never reach a rule; a head over 16 KiB or 100 header lines too. */
