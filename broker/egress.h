@@ -8,8 +8,10 @@
 
 #include "broker.h"
 
-#define EGRESS_HEAD_TIMEOUT_MS	  10000 /* to send the whole request head */
-#define EGRESS_CONNECT_TIMEOUT_MS 10000 /* for all of a host's addresses together */
+#define EGRESS_HEAD_TIMEOUT_MS	  10000	      /* to send the whole request head */
+#define EGRESS_CONNECT_TIMEOUT_MS 10000	      /* for all of a host's addresses together */
+#define EGRESS_LINGER_MS	  500	      /* after a refusal, reading the guest's rest */
+#define EGRESS_LINGER_BYTES	  (64 * 1024) /* ... at most this much */
 #define EGRESS_THREAD_STACK	  (256 * 1024)
 
 struct egress_server;

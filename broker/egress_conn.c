@@ -84,6 +84,30 @@ static void send_timeout(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
+/* A socket closed with unread bytes in it resets the peer, which may then lose the answer
+ * still in flight: read what the guest still sends (a bit, briefly) until its end. */
+static void linger_drain(int fd)
+{
+	int64_t deadline = broker_now_ns() + (int64_t)EGRESS_LINGER_MS * 1000000;
+	size_t total = 0;
+	char junk[4096];
+
+	while (total < EGRESS_LINGER_BYTES) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int64_t left = (deadline - broker_now_ns()) / 1000000;
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return;
+		n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n <= 0)
+			return;
+		total += (size_t)n;
+	}
+}
+
 static void reply_error(int fd, int status, const char *reason)
 {
 	char body[600], msg[900];
@@ -100,6 +124,7 @@ static void reply_error(int fd, int status, const char *reason)
 	if (n > 0 && (size_t)n < sizeof(msg))
 		send_all(fd, msg, (size_t)n);
 	shutdown(fd, SHUT_WR);
+	linger_drain(fd);
 }
 
 static void audit_egress(struct broker *b, const struct egress_rec *e)
