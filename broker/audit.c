@@ -78,29 +78,15 @@ static json_t *clean_str(const char *s, size_t cap)
 	return j;
 }
 
-char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, const char *ts,
-		   const uint8_t *key)
+/* Dumps o (which ends in "prev") and splices "hash" and, with a key, "mac" in at its end. */
+static char *seal(json_t *o, const uint8_t *key)
 {
-	json_t *o = json_object();
-	char *body = NULL, *line = NULL, hash[65], mac[65];
+	char *body, *line = NULL, hash[65], mac[65];
 	size_t bl;
 
-	if (!o)
-		return NULL;
-	if (json_object_set_new(o, "ts", json_string(ts)) ||
-	    json_object_set_new(o, "seq", json_integer((json_int_t)seq)) ||
-	    json_object_set_new(o, "epoch", json_integer((json_int_t)r->epoch)) ||
-	    json_object_set_new(o, "credential", clean_str(r->credential, 128)) ||
-	    json_object_set_new(o, "method", clean_str(r->method, 32)) ||
-	    json_object_set_new(o, "url", clean_str(r->url, AUDIT_URL_MAX)) ||
-	    json_object_set_new(o, "decision", json_string(r->decision)) ||
-	    json_object_set_new(o, "reason", clean_str(r->reason, 512)) ||
-	    json_object_set_new(o, "status", json_integer(r->status)) ||
-	    json_object_set_new(o, "prev", json_string(prev)))
-		goto out;
 	body = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
 	if (!body)
-		goto out;
+		return NULL;
 	audit_sha256_hex(body, strlen(body), hash);
 	bl = strlen(body);
 	/* body ends in '}': splice the hash field in before it. */
@@ -120,6 +106,30 @@ char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, co
 	}
 out:
 	free(body);
+	return line;
+}
+
+char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, const char *ts,
+		   const uint8_t *key)
+{
+	json_t *o = json_object();
+	char *line = NULL;
+
+	if (!o)
+		return NULL;
+	if (json_object_set_new(o, "ts", json_string(ts)) ||
+	    json_object_set_new(o, "seq", json_integer((json_int_t)seq)) ||
+	    json_object_set_new(o, "epoch", json_integer((json_int_t)r->epoch)) ||
+	    json_object_set_new(o, "credential", clean_str(r->credential, 128)) ||
+	    json_object_set_new(o, "method", clean_str(r->method, 32)) ||
+	    json_object_set_new(o, "url", clean_str(r->url, AUDIT_URL_MAX)) ||
+	    json_object_set_new(o, "decision", json_string(r->decision)) ||
+	    json_object_set_new(o, "reason", clean_str(r->reason, 512)) ||
+	    json_object_set_new(o, "status", json_integer(r->status)) ||
+	    json_object_set_new(o, "prev", json_string(prev)))
+		goto out;
+	line = seal(o, key);
+out:
 	json_decref(o);
 	return line;
 }
@@ -135,17 +145,12 @@ static void now_iso(char *buf, size_t cap)
 		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long)(ts.tv_nsec / 1000000) % 1000);
 }
 
-int audit_append(struct audit *a, const struct audit_rec *r)
+/* Writes one sealed line (under a->lock) and moves the chain on. */
+static int write_line(struct audit *a, char *line)
 {
-	char ts[80], *line;
-	size_t len;
+	size_t len = strlen(line);
 	int ret;
 
-	now_iso(ts, sizeof(ts));
-	line = audit_format(r, a->seq + 1, a->prev, ts, a->keyed ? a->key : NULL);
-	if (!line)
-		return -ENOMEM;
-	len = strlen(line);
 	line[len] = '\n'; /* one write() per record keeps O_APPEND lines whole */
 	ret = write_full(a->fd, line, len + 1);
 	if (!ret && fsync(a->fd))
@@ -154,7 +159,69 @@ int audit_append(struct audit *a, const struct audit_rec *r)
 		a->seq++;
 		audit_sha256_hex(line, len, a->prev);
 	}
+	return ret;
+}
+
+static void audit_lock(struct audit *a)
+{
+	if (a->lock_ready)
+		pthread_mutex_lock(&a->lock);
+}
+
+static void audit_unlock(struct audit *a)
+{
+	if (a->lock_ready)
+		pthread_mutex_unlock(&a->lock);
+}
+
+int audit_append(struct audit *a, const struct audit_rec *r)
+{
+	char ts[80], *line;
+	int ret = -ENOMEM;
+
+	audit_lock(a);
+	now_iso(ts, sizeof(ts));
+	line = audit_format(r, a->seq + 1, a->prev, ts, a->keyed ? a->key : NULL);
+	if (line)
+		ret = write_line(a, line);
+	audit_unlock(a);
 	free(line);
+	return ret;
+}
+
+int audit_append_fields(struct audit *a, json_t *fields)
+{
+	json_t *o = json_object(), *v;
+	char ts[80], *line = NULL;
+	const char *k;
+	int ret = -ENOMEM;
+
+	if (!o)
+		return -ENOMEM;
+	audit_lock(a);
+	now_iso(ts, sizeof(ts));
+	if (json_object_set_new(o, "ts", json_string(ts)) ||
+	    json_object_set_new(o, "seq", json_integer((json_int_t)(a->seq + 1))))
+		goto out;
+	json_object_foreach(fields, k, v)
+	{
+		if (!strcmp(k, "ts") || !strcmp(k, "seq") || !strcmp(k, "prev") ||
+		    !strcmp(k, "hash") || !strcmp(k, "mac")) {
+			ret = -EINVAL;
+			goto out;
+		}
+		if (json_object_set(o, k, v))
+			goto out;
+	}
+	if (json_object_set_new(o, "prev", json_string(a->prev)))
+		goto out;
+	line = seal(o, a->keyed ? a->key : NULL);
+	if (line)
+		ret = write_line(a, line);
+out:
+	audit_unlock(a);
+	free(line);
+	json_decref(o);
 	return ret;
 }
 
@@ -340,6 +407,7 @@ int audit_open(struct audit *a, const char *path, const uint8_t *key, char *err,
 	a->keyed = key != NULL;
 	if (key)
 		memcpy(a->key, key, AUDIT_KEY_LEN);
+	a->lock_ready = pthread_mutex_init(&a->lock, NULL) == 0;
 	a->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 	if (a->fd < 0)
 		return errmsg(err, errlen, -errno, "audit %s: %s", path, strerror(errno));
@@ -393,4 +461,7 @@ void audit_close(struct audit *a)
 	a->fd = -1;
 	OPENSSL_cleanse(a->key, sizeof(a->key));
 	a->keyed = false;
+	if (a->lock_ready)
+		pthread_mutex_destroy(&a->lock);
+	a->lock_ready = false;
 }

@@ -2,6 +2,8 @@
 #ifndef COVE_BROKER_AUDIT_H
 #define COVE_BROKER_AUDIT_H
 
+#include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +18,9 @@ struct audit {
 	char prev[65]; /* sha256 hex of the last line (64 zeros for an empty log) */
 	bool keyed;    /* lines carry "mac": HMAC-SHA256 under key */
 	uint8_t key[AUDIT_KEY_LEN];
+	/* Appends come from the event loop and from egress connection threads. */
+	pthread_mutex_t lock;
+	bool lock_ready;
 };
 
 struct audit_rec {
@@ -46,6 +51,11 @@ char *audit_format(const struct audit_rec *r, uint64_t seq, const char *prev, co
 
 /* Appends and fsyncs one record. Returns 0 or -errno. */
 int audit_append(struct audit *a, const struct audit_rec *r);
+
+/* Appends and fsyncs one record of another kind: "ts" and "seq", then fields' members in their
+ * order, then "prev", "hash" and "mac", chained like every other line. fields must not name
+ * any of those keys. Thread-safe (as is audit_append). Returns 0 or -errno. */
+int audit_append_fields(struct audit *a, json_t *fields);
 
 /* Verifies a whole log held in memory. Returns 0 when every line chains (and, with a key, every
  * line carries a MAC under it), else the 1-based number of the first bad line, with a reason in

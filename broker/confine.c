@@ -13,33 +13,14 @@
 #include "common/caps.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
-
-/* Not root: a user namespace where we keep our own ids (the secret store stays ours). */
-static int user_ns(void)
-{
-	char map[64];
-	unsigned uid = (unsigned)geteuid(), gid = (unsigned)getegid();
-	if (unshare(CLONE_NEWUSER))
-		return -errno;
-	/* Not dumpable makes /proc/self root's: the maps need it back for a moment. */
-	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-	snprintf(map, sizeof(map), "%u %u 1", uid, uid);
-	int r = file_write_str("/proc/self/setgroups", "deny");
-	if (!r)
-		r = file_write_str("/proc/self/uid_map", map);
-	snprintf(map, sizeof(map), "%u %u 1", gid, gid);
-	if (!r)
-		r = file_write_str("/proc/self/gid_map", map);
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	return r;
-}
+#include "common/userns.h"
 
 int broker_confine(const char *const *dirs, int n, char *err, size_t errlen)
 {
 	int r;
 	if (n <= 0)
 		return 0;
-	if (geteuid() != 0 && (r = user_ns())) {
+	if (geteuid() != 0 && (r = userns_enter(geteuid(), getegid()))) {
 		if (r == -EPERM || r == -EINVAL || r == -ENOSPC || r == -EACCES)
 			return errmsg(err, errlen, 1,
 				      "--confine: no user namespace here (%s): running unconfined",

@@ -4,11 +4,15 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static bool v4_private(uint32_t a)
 {
@@ -52,71 +56,169 @@ bool dest_addr_is_private(const struct sockaddr *sa)
 	return true; /* anything else is not a public internet address */
 }
 
-/* True when addr is already one of the comma-separated entries of list. */
-static bool addr_listed(const char *list, const char *addr)
+static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
 {
-	size_t n = strlen(addr);
-	const char *p;
-
-	for (p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
-		const char *e = p + strcspn(p, ",");
-		const char *a = p;
-		size_t l = (size_t)(e - p);
-
-		if (*a == '[') { /* IPv6 entries are bracketed */
-			a++;
-			l -= 2;
-		}
-		if (l == n && !memcmp(a, addr, n))
-			return true;
-	}
-	return false;
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
 }
 
-int dest_resolve(const char *host, int port, bool allow_private, char *pin, size_t pincap)
+int dest_lookup(const char *host, int port, bool allow_private, struct dest_addrs *out)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
 	unsigned char tmp[16];
-	bool literal = inet_pton(AF_INET, host, tmp) == 1 || inet_pton(AF_INET6, host, tmp) == 1;
-	size_t o, start, naddr = 0;
-	int r, n;
+	int r = 0;
 
-	if (literal)
+	out->n = 0;
+	if (inet_pton(AF_INET, host, tmp) == 1 || inet_pton(AF_INET6, host, tmp) == 1)
 		hints.ai_flags = AI_NUMERICHOST;
 	if (getaddrinfo(host, NULL, &hints, &res))
 		return -ENOENT;
-	n = snprintf(pin, pincap, "%s:%d:", host, port);
-	o = n > 0 && (size_t)n < pincap ? (size_t)n : pincap;
-	start = o;
-	r = 0;
-	for (ai = res; ai && naddr < DEST_MAX_ADDRS; ai = ai->ai_next) {
-		char a[INET6_ADDRSTRLEN];
-		const void *src;
+	for (ai = res; ai && out->n < DEST_MAX_ADDRS; ai = ai->ai_next) {
+		bool dup = false;
 
 		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+			continue;
+		if (ai->ai_addrlen > sizeof(out->a[0]))
 			continue;
 		if (!allow_private && dest_addr_is_private(ai->ai_addr)) {
 			r = -EACCES;
 			break;
 		}
-		src = ai->ai_family == AF_INET
-			  ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
-			  : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
-		if (!inet_ntop(ai->ai_family, src, a, sizeof(a)))
+		for (size_t i = 0; i < out->n && !dup; i++) /* getaddrinfo repeats addresses */
+			dup = same_addr((struct sockaddr *)&out->a[i], ai->ai_addr);
+		if (dup)
 			continue;
-		if (addr_listed(pin + start, a)) /* getaddrinfo repeats addresses */
+		memcpy(&out->a[out->n], ai->ai_addr, ai->ai_addrlen);
+		out->len[out->n] = ai->ai_addrlen;
+		if (ai->ai_family == AF_INET)
+			((struct sockaddr_in *)&out->a[out->n])->sin_port = htons((uint16_t)port);
+		else
+			((struct sockaddr_in6 *)&out->a[out->n])->sin6_port = htons((uint16_t)port);
+		out->n++;
+	}
+	freeaddrinfo(res);
+	if (r)
+		out->n = 0;
+	else if (!out->n)
+		r = -ENOENT;
+	return r;
+}
+
+int dest_resolve(const char *host, int port, bool allow_private, char *pin, size_t pincap)
+{
+	struct dest_addrs d;
+	unsigned char tmp[16];
+	bool literal = inet_pton(AF_INET, host, tmp) == 1 || inet_pton(AF_INET6, host, tmp) == 1;
+	size_t o;
+	int r, n;
+
+	pin[0] = '\0';
+	r = dest_lookup(host, port, allow_private, &d);
+	if (r || literal)
+		return r;
+	n = snprintf(pin, pincap, "%s:%d:", host, port);
+	o = n > 0 && (size_t)n < pincap ? (size_t)n : pincap;
+	for (size_t i = 0; i < d.n; i++) {
+		const struct sockaddr *sa = (const struct sockaddr *)&d.a[i];
+		const void *src = sa->sa_family == AF_INET
+				      ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+				      : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+		char a[INET6_ADDRSTRLEN];
+
+		if (!inet_ntop(sa->sa_family, src, a, sizeof(a)))
 			continue;
-		n = snprintf(pin + o, pincap - o, ai->ai_family == AF_INET6 ? "%s[%s]" : "%s%s",
-			     naddr ? "," : "", a);
+		n = snprintf(pin + o, pincap - o, sa->sa_family == AF_INET6 ? "%s[%s]" : "%s%s",
+			     i ? "," : "", a);
 		if (n < 0 || (size_t)n >= pincap - o)
 			break;
 		o += (size_t)n;
-		naddr++;
 	}
-	freeaddrinfo(res);
-	if (!r && !naddr)
-		r = -ENOENT;
-	if (r || literal)
-		pin[0] = '\0';
+	return 0;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One nonblocking connect, waited for until deadline (CLOCK_MONOTONIC ms) or stop_fd. */
+static int connect_one(const struct sockaddr *sa, socklen_t len, int64_t deadline, int stop_fd)
+{
+	int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
+	socklen_t el = sizeof(e);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, sa, len) && errno != EINPROGRESS) {
+		e = -errno;
+		goto fail;
+	}
+	for (;;) {
+		struct pollfd p[2] = {{.fd = fd, .events = POLLOUT},
+				      {.fd = stop_fd, .events = POLLIN}};
+		int64_t left = deadline - mono_ms();
+		int n;
+
+		if (left <= 0) {
+			e = -ETIMEDOUT;
+			goto fail;
+		}
+		n = poll(p, 2, (int)left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			e = -errno;
+			goto fail;
+		}
+		if (p[1].revents) {
+			e = -ECANCELED;
+			goto fail;
+		}
+		if (p[0].revents)
+			break;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) || e) {
+		e = e ? -e : -errno;
+		goto fail;
+	}
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) {
+		e = -errno;
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return e;
+}
+
+int dest_connect(const struct dest_addrs *d, bool allow_private, int timeout_ms, int stop_fd,
+		 size_t *used)
+{
+	int64_t deadline = mono_ms() + timeout_ms;
+	int r = -ENOENT;
+
+	for (size_t i = 0; i < d->n; i++) {
+		const struct sockaddr *sa = (const struct sockaddr *)&d->a[i];
+
+		if (!allow_private && dest_addr_is_private(sa)) {
+			r = -EACCES;
+			continue;
+		}
+		r = connect_one(sa, d->len[i], deadline, stop_fd);
+		if (r >= 0) {
+			*used = i;
+			return r;
+		}
+		if (r == -ECANCELED || r == -ETIMEDOUT)
+			break;
+	}
 	return r;
 }

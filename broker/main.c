@@ -1,11 +1,12 @@
 /* cove-broker: holds credentials for one sandbox and makes policy-checked requests for it.
  *   cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE [--initial-epoch N]
  *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N]
- *               [--audit-key FILE] [--user NAME --client NAME] [-v]
+ *               [--audit-key FILE] [--user NAME --client NAME] [--egress-listen PATH] [-v]
  *   cove-broker verify-audit [--key KEYFILE] FILE
  *   cove-broker check-policy FILE */
 #include "audit.h"
 #include "confine.h"
+#include "egress.h"
 #include "broker.h"
 #include "loop.h"
 #include "policy.h"
@@ -34,7 +35,9 @@ static void usage(FILE *f)
 		"                   [--initial-epoch N] [--initial-token HEX32]\n"
 		"                   [--helper-timeout-ms N] [--timeout-s N]\n"
 		"                   [--audit-key FILE] [--user NAME --client NAME]\n"
-		"                   [--confine DIR]... [-v]\n"
+		"                   [--confine DIR]... [--egress-listen PATH] [-v]\n"
+		"  --egress-listen PATH: the guest's HTTP proxy (CONNECT and http://) under the\n"
+		"  policy's \"egress\" rules; give it <vsock uds>_1026\n"
 		"  --confine DIR: once its files and sockets are open, the broker sees DIR as an\n"
 		"  empty directory (its own mount namespace) and drops every capability\n"
 		"       cove-broker verify-audit [--key KEYFILE] FILE\n"
@@ -78,15 +81,16 @@ static int cmd_check_policy(const char *path)
 		fprintf(stderr, "cove-broker: %s\n", err);
 		return 1;
 	}
-	printf("%s: OK, %zu credentials\n", path, p.ncreds);
+	printf("%s: OK, %zu credentials, %zu egress rules\n", path, p.ncreds, p.egress.nrules);
 	policy_free(&p);
 	return 0;
 }
 
 /* Options that take a string (a path, a user name, the token): each sets one. */
-enum { S_POLICY, S_LISTEN, S_CTL, S_AUDIT, S_TOKEN, S_KEY, S_USER, S_CLIENT, S_COUNT };
-static const char *const str_opt_names[S_COUNT] = {"policy",	    "listen",	 "ctl",	 "audit",
-						   "initial-token", "audit-key", "user", "client"};
+enum { S_POLICY, S_LISTEN, S_CTL, S_AUDIT, S_TOKEN, S_KEY, S_USER, S_CLIENT, S_EGRESS, S_COUNT };
+static const char *const str_opt_names[S_COUNT] = {"policy", "listen",	      "ctl",
+						   "audit",  "initial-token", "audit-key",
+						   "user",   "client",	      "egress-listen"};
 /* Options that take a number. */
 enum { N_EPOCH, N_HELPER_MS, N_TIMEOUT_S, N_COUNT };
 static const char *const num_opt_names[N_COUNT] = {"initial-epoch", "helper-timeout-ms",
@@ -216,10 +220,11 @@ int main(int argc, char **argv)
 			   .epoch = 1,
 			   .audit = {.fd = -1}};
 	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove-broker"};
-	const char *policy, *listen_path, *ctl_path, *key_path;
+	const char *policy, *listen_path, *ctl_path, *key_path, *egress_path;
+	struct egress_server *egress = NULL;
 	char key_default[4096], err[512];
 	uint8_t key[AUDIT_KEY_LEN];
-	int gfd = -1, cfd = -1, r, rc = 1;
+	int gfd = -1, cfd = -1, efd = -1, r, rc = 1;
 
 	/* First of all: no core dump and no ptrace or /proc/PID/mem by other processes of the same
 	 * uid (the VMM, which parses guest input), while this process holds secrets. */
@@ -240,6 +245,7 @@ int main(int argc, char **argv)
 	listen_path = a.str[S_LISTEN];
 	ctl_path = a.str[S_CTL];
 	key_path = a.str[S_KEY];
+	egress_path = a.str[S_EGRESS];
 	if (a.verbose)
 		log.level = LOG_DEBUG;
 	b.log = &log;
@@ -281,6 +287,13 @@ int main(int argc, char **argv)
 		broker_log(&b, LOG_ERROR, "ctl %s: %s", ctl_path, strerror(-cfd));
 		goto out;
 	}
+	if (egress_path) {
+		efd = loop_listen_unix(egress_path);
+		if (efd < 0) {
+			broker_log(&b, LOG_ERROR, "egress %s: %s", egress_path, strerror(-efd));
+			goto out;
+		}
+	}
 	/* Everything is open: the sandbox's directories go out of sight (--confine). */
 	r = broker_confine(a.confine, a.nr_confine, err, sizeof(err));
 	if (r) {
@@ -291,7 +304,8 @@ int main(int argc, char **argv)
 	if (a.str[S_USER]) {
 		/* The sockets belong to the client (mode 0600); everything is open: drop root. */
 		if (chown(listen_path, a.client.uid, a.client.gid) ||
-		    chown(ctl_path, a.client.uid, a.client.gid)) {
+		    chown(ctl_path, a.client.uid, a.client.gid) ||
+		    (egress_path && chown(egress_path, a.client.uid, a.client.gid))) {
 			broker_log(&b, LOG_ERROR, "chown sockets to --client: %s", strerror(errno));
 			goto out;
 		}
@@ -307,7 +321,19 @@ int main(int argc, char **argv)
 	b.start_ns = broker_now_ns();
 	broker_log(&b, LOG_INFO, "%zu credentials, epoch %llu, listening on %s", b.pol.ncreds,
 		   (unsigned long long)b.epoch, listen_path);
+	if (efd >= 0) {
+		r = egress_start(&b, efd, &egress);
+		if (r) {
+			broker_log(&b, LOG_ERROR, "egress: %s", strerror(-r));
+			goto out;
+		}
+		broker_log(&b, LOG_INFO, "egress: %zu rules, listening on %s", b.pol.egress.nrules,
+			   egress_path);
+	}
 	r = loop_run(&b, gfd, cfd);
+	/* Before the policy and the audit log go: the egress threads use them. */
+	egress_stop(egress);
+	egress = NULL;
 	if (r) {
 		broker_log(&b, LOG_ERROR, "event loop: %s", strerror(-r));
 		goto out;
@@ -321,6 +347,10 @@ out:
 	if (cfd >= 0) {
 		close(cfd);
 		unlink(ctl_path);
+	}
+	if (efd >= 0) {
+		close(efd);
+		unlink(egress_path);
 	}
 	audit_close(&b.audit);
 	policy_free(&b.pol);

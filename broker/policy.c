@@ -463,6 +463,7 @@ static int parse_doc(const char *text, size_t len, struct policy *out, char *err
 	json_error_t jerr;
 	json_t *root, *creds = NULL, *v;
 	const char *k;
+	bool has_egress = false;
 	int r = 0;
 
 	memset(out, 0, sizeof(*out));
@@ -473,14 +474,25 @@ static int parse_doc(const char *text, size_t len, struct policy *out, char *err
 		r = errmsg(err, errlen, -EINVAL, "policy: top level must be an object");
 		goto out;
 	}
+	egress_policy_init(&out->egress);
 	json_object_foreach(root, k, v)
 	{
+		if (!strcmp(k, "egress")) {
+			r = egress_policy_parse(v, &out->egress, err, errlen);
+			if (r)
+				goto out;
+			has_egress = true;
+			continue;
+		}
 		if (strcmp(k, "credentials")) {
 			r = errmsg(err, errlen, -EINVAL, "policy: unknown key \"%s\"", k);
 			goto out;
 		}
 		creds = v;
 	}
+	/* A policy for egress alone needs no credential. */
+	if (!creds && has_egress)
+		goto out;
 	if (!json_is_object(creds) || json_object_size(creds) == 0 ||
 	    json_object_size(creds) > POLICY_MAX_CREDS) {
 		r = errmsg(err, errlen, -EINVAL,
@@ -555,7 +567,9 @@ void policy_free(struct policy *p)
 		free(c->ca_file);
 	}
 	free(p->creds);
+	egress_policy_free(&p->egress);
 	memset(p, 0, sizeof(*p));
+	egress_policy_init(&p->egress);
 }
 
 struct cred_policy *policy_find(struct policy *p, const char *name)

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "egress_policy.h"
 #include "url.h"
 
 #define POLICY_MAX_LIST	 64
@@ -47,6 +48,7 @@ struct cred_policy {
 struct policy {
 	struct cred_policy *creds;
 	size_t ncreds;
+	struct egress_policy egress; /* no "egress" section: no rule, nothing allowed */
 };
 
 /* Parses a policy document. Unknown keys, wrong types and bad values fail with one line in err. */

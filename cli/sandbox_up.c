@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,17 +57,68 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
 }
 
 /*
- * Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. g: the broker's
- * grant for the guest (a sandbox with a policy), else NULL.
+ * A restoring VMM's word on its --ready-fd pipe: 0 once it says "ok" (its vCPUs run), else its
+ * one-line error, or its log's last line when it ended without a word.
  */
-static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, const struct sbx_grant *g,
+static int wait_restored(int dfd, int ready_rd, double deadline, char *err, size_t errlen)
+{
+	char buf[256], tail[300];
+	size_t got = 0;
+
+	while (got < sizeof(buf) - 1) {
+		struct pollfd p = {.fd = ready_rd, .events = POLLIN};
+		int left = (int)((deadline - mono_s()) * 1000), k;
+		ssize_t n;
+
+		if (left <= 0)
+			return errmsg(err, errlen, -ETIMEDOUT,
+				      "the sandbox's VMM did not restore within %d s",
+				      START_WAIT_S);
+		k = poll(&p, 1, left);
+		if (k < 0 && errno != EINTR)
+			return errmsg(err, errlen, -errno, "poll: %s", strerror(errno));
+		if (k <= 0)
+			continue;
+		n = read(ready_rd, buf + got, sizeof(buf) - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (memchr(buf, '\n', got))
+			break;
+	}
+	buf[got] = '\0';
+	if (!strncmp(buf, "ok\n", 3))
+		return 0;
+	buf[strcspn(buf, "\n")] = '\0';
+	if (buf[0] && strcmp(buf, "restore failed (see its log)"))
+		return errmsg(err, errlen, -EIO, "the sandbox's VMM could not restore: %s", buf);
+	sbx_vmm_log_tail(dfd, tail, sizeof(tail));
+	return errmsg(err, errlen, -ECHILD, "the sandbox's VMM exited while starting%s%s",
+		      tail[0] ? ": " : "", tail);
+}
+
+/*
+ * Waits until the new VMM's guest answers, or the VMM dies, or START_WAIT_S pass. g: the broker's
+ * grant for the guest (a sandbox with a policy), else NULL. ready_rd: a restoring VMM's
+ * --ready-fd pipe (-1 for a boot): its guest is asked at once when it says it runs.
+ */
+static int wait_ready(int dfd, pid_t pid, const char *uds, int ready_rd, const struct sbx_grant *g,
 		      char *err, size_t errlen)
 {
 	double deadline = mono_s() + START_WAIT_S;
+	bool restored = ready_rd >= 0;
 	char tail[300];
+	int ret;
 
+	if (restored) {
+		ret = wait_restored(dfd, ready_rd, deadline, err, errlen);
+		if (ret)
+			return ret;
+	}
 	for (;;) {
-		int st, ret;
+		int st;
 
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			sbx_vmm_log_tail(dfd, tail, sizeof(tail));
@@ -93,7 +145,7 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, bool restored, const 
 		if (mono_s() > deadline)
 			return errmsg(err, errlen, -ETIMEDOUT,
 				      "the guest agent did not answer within %d s", START_WAIT_S);
-		usleep(20 * 1000); /* a restored guest answers within a few polls */
+		usleep(20 * 1000); /* a booting guest's agent answers after a few seconds */
 	}
 }
 
@@ -160,8 +212,9 @@ static void broker_keep(const struct sbx_root *r, const char *name, int dfd, con
 			  ?: agent_send_identity(uds, g.epoch, g.token, AGENT_IDENTITY_WAIT_S, err,
 						 sizeof(err));
 	if (ret)
-		fprintf(stderr, "cove: warning: %s: its credential broker was gone and could not be "
-				"started again: %s\n",
+		fprintf(stderr,
+			"cove: warning: %s: its credential broker was gone and could not be "
+			"started again: %s\n",
 			name, err);
 	explicit_bzero(&g, sizeof(g));
 	free(spec);
@@ -176,6 +229,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	enum sbx_state st;
 	char uds[128], api[128];
 	bool restore;
+	int ready[2] = {-1, -1};
 	pid_t pid;
 	int lk, ret;
 
@@ -240,10 +294,16 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		errmsg(err, errlen, ret, "%s: the VMM's command line is too long", name);
 		goto out;
 	}
-	ret = sbx_launch(dfd, args->argv, &pid, err, errlen);
+	if (restore && pipe2(ready, O_CLOEXEC) < 0) {
+		ret = errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
+		goto out;
+	}
+	ret = sbx_launch(dfd, args->argv, ready[1], &pid, err, errlen);
+	if (ready[1] >= 0)
+		close(ready[1]);
 	if (ret)
 		goto out;
-	ret = wait_ready(dfd, pid, uds, restore, spec->policy[0] ? &grant : NULL, err, errlen);
+	ret = wait_ready(dfd, pid, uds, ready[0], spec->policy[0] ? &grant : NULL, err, errlen);
 	if (ret) {
 		/* Half started is not running: end it, so the next command starts it cleanly. */
 		kill(pid, SIGKILL);
@@ -252,6 +312,8 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	}
 	ret = sbx_event_append(dfd, sbx_state_name(st), "running", why);
 out:
+	if (ready[0] >= 0)
+		close(ready[0]);
 	explicit_bzero(&grant, sizeof(grant));
 	free(spec);
 	free(args);

@@ -274,7 +274,7 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 		  char *err, size_t errlen)
 {
 	char exe[PATH_MAX], listen[PATH_MAX], ctl[PATH_MAX], audit[PATH_MAX], epoch[24], tail[300];
-	char state_dir[PATH_MAX], run_dir[PATH_MAX];
+	char state_dir[PATH_MAX], run_dir[PATH_MAX], egress[PATH_MAX];
 	char *argv[20];
 	int rfd, ret, n = 0;
 	pid_t sup = -1;
@@ -291,7 +291,10 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	ret = sbx_broker_find(exe, sizeof(exe), err, errlen);
 	if (ret)
 		goto out;
+	/* Guest ports 1025 (credential requests) and 1026 (the HTTP proxy's egress): cove
+	 * connects a guest's vsock connection to host port P to <vsock uds>_P. */
 	if (sbx_run_path(r, name, "vsock.sock_1025", listen, sizeof(listen)) ||
+	    sbx_run_path(r, name, "vsock.sock_1026", egress, sizeof(egress)) ||
 	    sbx_run_path(r, name, NULL, run_dir, sizeof(run_dir)) ||
 	    sbx_run_path(r, name, SBX_BROKER_CTL, ctl, sizeof(ctl)) ||
 	    snprintf(state_dir, sizeof(state_dir), "%s/%s", r->state, name) >=
@@ -319,6 +322,8 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	argv[n++] = audit;
 	argv[n++] = "--initial-epoch";
 	argv[n++] = epoch;
+	argv[n++] = "--egress-listen";
+	argv[n++] = egress;
 	/* Its jail profile: the VMM's files (chain, disks, console, sockets) out of its sight. */
 	argv[n++] = "--confine";
 	argv[n++] = state_dir;

@@ -39,7 +39,7 @@ int sbx_broker_check_policy(const char *exe, const char *file, char *err, size_t
  * Makes sure NAME's broker runs: when nobody holds run/NAME/broker.lock, starts one detached
  * (own session) through a small supervisor that holds the lock for exactly as long as the
  * broker lives: --policy POLICY --listen run/NAME/vsock.sock_1025 --ctl run/NAME/broker.ctl
- * --audit DIR/audit.jsonl --initial-epoch <the last one granted>, stderr to DIR/broker.log, and
+ * --egress-listen run/NAME/vsock.sock_1026 --audit DIR/audit.jsonl --initial-epoch <the last one granted>, stderr to DIR/broker.log, and
  * waits until its control socket answers. A live one is reused. The caller holds the start lock
  * and made run/NAME. 0 or -errno with one line in err.
  */

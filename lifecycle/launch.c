@@ -16,7 +16,18 @@
 #include "lifecycle/lock.h"
 
 /* In the child: everything up to exec; on failure the errno goes up the pipe. */
-static void child(int dfd, char *const argv[], int report)
+/* fd moved to a number above both inherited slots, close-on-exec; -1 on failure. */
+static int move_high(int fd)
+{
+	int to;
+
+	if (fd != SBX_LOCK_FD && fd != SBX_READY_FD)
+		return fd;
+	to = fcntl(fd, F_DUPFD_CLOEXEC, SBX_LOCK_FD + 1);
+	return to;
+}
+
+static void child(int dfd, char *const argv[], int ready_wr, int report)
 {
 	sigset_t none;
 	int lk, nul, log, e;
@@ -25,11 +36,16 @@ static void child(int dfd, char *const argv[], int report)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	setsid();
-	/* SBX_LOCK_FD is the lock's: the report pipe goes elsewhere first. */
-	if (report == SBX_LOCK_FD) {
-		report = fcntl(report, F_DUPFD_CLOEXEC, SBX_LOCK_FD + 1);
-		if (report < 0)
-			_exit(127);
+	/* SBX_LOCK_FD and SBX_READY_FD are the inherited ones: the others go elsewhere first. */
+	report = move_high(report);
+	if (report < 0)
+		_exit(127);
+	if (ready_wr >= 0) {
+		ready_wr = move_high(ready_wr);
+		if (ready_wr < 0) {
+			e = errno;
+			goto fail;
+		}
 	}
 	lk = sbx_lock_take(dfd, SBX_LOCK_VMM, false, true);
 	if (lk < 0) {
@@ -44,6 +60,11 @@ static void child(int dfd, char *const argv[], int report)
 		}
 		close(lk);
 		lk = SBX_LOCK_FD;
+	}
+	/* dup2 leaves the new fd open across exec. */
+	if (ready_wr >= 0 && dup2(ready_wr, SBX_READY_FD) < 0) {
+		e = errno;
+		goto fail;
 	}
 	/* The jailed VMM's root is mounted on this empty directory (vmm_args.c). */
 	if (mkdirat(dfd, SBX_JAIL_DIR, 0700) < 0 && errno != EEXIST) {
@@ -132,18 +153,19 @@ int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *chi
 struct vmm_child {
 	int dfd;
 	char *const *argv;
+	int ready_wr;
 };
 
 static void vmm_child(void *arg, int report)
 {
 	struct vmm_child *c = arg;
 
-	child(c->dfd, c->argv, report);
+	child(c->dfd, c->argv, c->ready_wr, report);
 }
 
-int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen)
+int sbx_launch(int dfd, char *const argv[], int ready_wr, pid_t *pid, char *err, size_t errlen)
 {
-	struct vmm_child c = {dfd, argv};
+	struct vmm_child c = {dfd, argv, ready_wr};
 	int e, r = sbx_spawn(vmm_child, &c, pid, &e, err, errlen);
 
 	if (r && e == EWOULDBLOCK)

@@ -9,15 +9,17 @@
 #define SBX_VMM_LOG  "vmm.log"
 #define SBX_JAIL_DIR "jail" /* the jailed VMM's root is a tmpfs mounted here */
 #define SBX_LOCK_FD  9	    /* the VMM's life lock, inherited at this fd (a jail keeps it) */
+#define SBX_READY_FD 3	    /* a restoring VMM's --ready-fd: one line, "ok" once its vCPUs run */
 
 /*
  * Forks; the child starts a session of its own, takes vmm.lock beneath dfd (the fd stays open
  * across exec, so the lock lives exactly as long as the VMM), writes its pid into it, points
  * stdin and stdout at /dev/null and stderr at vmm.log, and execs cove-vmm (sbx_vmm_exe) with
- * argv. Returns 0 once the exec happened (*pid set), -EWOULDBLOCK when another process holds
- * the lock, or -errno with one line in err.
+ * argv. ready_wr >= 0: the write end of a pipe, inherited at SBX_READY_FD (argv says
+ * --ready-fd). Returns 0 once the exec happened (*pid set), -EWOULDBLOCK when another process
+ * holds the lock, or -errno with one line in err.
  */
-int sbx_launch(int dfd, char *const argv[], pid_t *pid, char *err, size_t errlen);
+int sbx_launch(int dfd, char *const argv[], int ready_wr, pid_t *pid, char *err, size_t errlen);
 
 /*
  * Forks; the child runs fn(arg, report), which execs (the O_CLOEXEC pipe `report` then closes)

@@ -119,5 +119,8 @@ int sbx_args_restore(struct sbx_args *a, const struct sbx_root *r, const char *n
 	}
 	if (!ret && s->key[0])
 		ret = add(a, "--key") ?: add(a, "%s", s->key);
+	/* It says "ok" there once its vCPUs run (lifecycle/launch.c puts the pipe there). */
+	if (!ret)
+		ret = add(a, "--ready-fd") ?: add(a, "%d", SBX_READY_FD);
 	return ret ?: common_args(a, r, name, s);
 }

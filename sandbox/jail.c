@@ -23,6 +23,7 @@
 #include "common/caps.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
+#include "common/userns.h"
 #include "sandbox/jail_cgroup.h"
 
 int jail_opts_check(const struct jail_opts *o, char *err, size_t errlen)
@@ -153,23 +154,10 @@ int jail_keep_fd(struct jail *j, int fd)
 /* Not root: a user namespace where `uid`/`gid` are the caller's own ids. */
 static int enter_userns(const struct jail *j, char *err, size_t errlen)
 {
-	uid_t uid = geteuid();
-	gid_t gid = getegid();
-	char map[64];
-	if (unshare(CLONE_NEWUSER))
-		return errmsg(err, errlen, -errno, "jail: user namespace: %s", strerror(errno));
-	/* cove-vmm is not dumpable, which makes /proc/self root's: its maps need it back. */
-	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-	int r = file_write_str("/proc/self/setgroups", "deny");
-	snprintf(map, sizeof(map), "%lld %u 1", (long long)j->o.uid, (unsigned)uid);
-	if (!r)
-		r = file_write_str("/proc/self/uid_map", map);
-	snprintf(map, sizeof(map), "%lld %u 1", (long long)j->o.gid, (unsigned)gid);
-	if (!r)
-		r = file_write_str("/proc/self/gid_map", map);
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	int r = userns_enter((uid_t)j->o.uid, (gid_t)j->o.gid);
+
 	if (r)
-		return errmsg(err, errlen, r, "jail: user namespace id maps: %s", strerror(-r));
+		return errmsg(err, errlen, r, "jail: user namespace: %s", strerror(-r));
 	return 0;
 }
 

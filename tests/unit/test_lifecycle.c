@@ -789,6 +789,11 @@ static void test_broker_process(void **state)
 		fail_msg("sbx_broker_up: %s", err);
 	pid = sbx_lock_pid(rfd, SBX_BROKER_LOCK);
 	assert_true(pid > 0);
+	/* Both guest ports: 1025 (credential requests) and 1026 (the HTTP proxy's egress). */
+	assert_int_equal(fstatat(rfd, "vsock.sock_1025", &st, AT_SYMLINK_NOFOLLOW), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(fstatat(rfd, "vsock.sock_1026", &st, AT_SYMLINK_NOFOLLOW), 0);
+	assert_true(S_ISSOCK(st.st_mode));
 	assert_int_equal(sbx_broker_grant(&f->root, "brk", dfd, &g1, err, sizeof(err)), 0);
 	/* Nothing recorded yet: the first broker counts from the wall clock in ms. */
 	assert_true(g1.epoch > (uint64_t)t0_ms && g1.epoch <= (uint64_t)realtime_ms() + 1);
