@@ -116,7 +116,8 @@ int byte_relay(int a, int b)
 
 			if (!p[i].revents)
 				continue;
-			/* Write first: it may free the buffer that a read below refills. */
+			/* fds[i] may take what waits for it (out) and give more (in); the two
+			 * directions never share a buffer. */
 			if ((p[i].events & POLLOUT) && dir_flush(out) < 0) {
 				/* The peer takes no more: this way is over, the other goes on. */
 				out->done = true;

@@ -624,6 +624,8 @@ class FakeEgress:
     connection with one fixed HTTP response and keeps the request head it got."""
 
     BODY = b"hello-through-the-egress-proxy\n"
+    BIG = bytes(range(256)) * (16 << 10)  # 4 MiB for GET .../big
+
 
     def __init__(self, uds):
         self.path = uds + "_1026"
@@ -652,9 +654,11 @@ class FakeEgress:
                             break
                         head += got
                     self.heads.append(head)
+                    body = self.BIG if head.split(b" ", 2)[1:2] == [b"http://example.invalid/big"] \
+                        else self.BODY
                     c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
-                              + str(len(self.BODY)).encode() + b"\r\nConnection: close\r\n\r\n"
-                              + self.BODY)
+                              + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                              + body)
                 except OSError:
                     pass
 
@@ -681,10 +685,10 @@ def test_agent_egress_proxy():
               (LOCAL or proxies[0] == "http://127.0.0.1:3128"), f"exec env proxies: {out!r}")
         check(lines[1] == "localhost,127.0.0.1,::1 localhost,127.0.0.1,::1",
               f"exec env no_proxy: {out!r}")
-        r = sb.cove("exec", "--env", "http_proxy=http://127.0.0.1:1", sb.name, "--", "sh", "-c",
-                    "echo $http_proxy $HTTP_PROXY")
-        check(r.stdout.decode().split() == ["http://127.0.0.1:1", proxies[0]],
-              f"explicit env wins: {r.stdout!r}")
+        r = sb.cove("exec", "--env", "http_proxy=http://127.0.0.1:1", "--env", "NO_PROXY=",
+                    sb.name, "--", "sh", "-c", 'echo "$http_proxy|$HTTP_PROXY|$NO_PROXY|$no_proxy"')
+        check(r.stdout.decode() == f"http://127.0.0.1:1|{proxies[0]}||localhost,127.0.0.1,::1\n",
+              f"explicit env wins: {r.stdout!r} {r.stderr!r}")
         if not LOCAL:
             rc, out, err = sb.sh("cat /tmp/cmd.env")
             check("http_proxy=http://127.0.0.1:3128" in out.splitlines() and
@@ -699,6 +703,13 @@ def test_agent_egress_proxy():
         check(egress.heads and egress.heads[-1].startswith(b"GET http://example.invalid/path "),
               f"request the host saw: {egress.heads[-1:]!r}")
         print(f"    wget via the egress proxy -> vsock 1026 -> host: {dt:.2f} s")
+        t0 = time.monotonic()
+        rc, out, err = sb.sh("busybox wget -q -O - http://example.invalid/big | sha256sum",
+                             timeout=120)
+        dt = time.monotonic() - t0
+        check(rc == 0 and out.startswith(hashlib.sha256(FakeEgress.BIG).hexdigest()),
+              f"4 MiB through the proxy: rc={rc} {out!r} {err!r}")
+        print(f"    4 MiB GET through the egress proxy in {dt:.2f} s")
         # The host side gone: the program gets an error at once, not a hang.
         egress.close()
         t0 = time.monotonic()
