@@ -237,6 +237,16 @@ int agent_run(const char *test_uds, struct logger *log)
 	if (ret < 0)
 		init_err(log, "agent: broker socket: %s (cove-fetch will not work)",
 			 strerror(-ret));
+	/* The egress proxy: in test mode on a free port, so parallel tests never collide. */
+	ag.egress.test_uds = test_uds;
+	ag.egress.port = test_uds ? 0 : EGRESS_LISTEN_PORT;
+	ag.egress.log = log;
+	ret = egress_proxy_start(&ag.egress);
+	if (ret < 0)
+		init_err(log, "agent: egress proxy on 127.0.0.1:%u: %s (no HTTP(S) egress)",
+			 ag.egress.port, strerror(-ret));
+	else if (test_uds)
+		init_info(log, "agent: egress proxy on 127.0.0.1:%u", ag.egress.port);
 	accept_serve(lfd, conn_serve, &ag);
 }
 

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "common/log.h"
+#include "egress_proxy.h"
 #include "proto/agent_wire.h"
 
 #define BROKER_PORT 1025       /* host port (CID 2) of cove-broker */
@@ -68,6 +69,8 @@ struct agent {
 	/* Test mode outside a VM (cove-init agent --unix PATH): listen on a Unix socket that speaks
 	 * cove's hybrid handshake itself, serve PATH.broker.sock, reach the broker at PATH_1025. */
 	const char *test_uds;
+	/* 127.0.0.1:3128 (test mode: a free port), relayed to the host's vsock port 1026. */
+	struct egress_proxy egress;
 	struct logger *log;
 };
 
@@ -80,6 +83,12 @@ int exec_handle(struct agent *ag, int fd, json_t *msg);
 int attach_handle(struct agent *ag, int fd, json_t *msg);
 void exec_child_exited(struct agent *ag, pid_t pid, int wstatus);
 json_t *exec_sessions_json(struct agent *ag);
+
+/* exec_env.c: PATH, HOME, USER, LOGNAME, SHELL, TERM, the proxy variables (egress_env.c) for
+ * 127.0.0.1:proxy_port, then r->env, whose entries replace defaults of the same name. NULL when
+ * out of memory; free with exec_env_free. */
+char **exec_env_build(const struct exec_req *r, const struct pw_ent *pw, uint16_t proxy_port);
+void exec_env_free(char **env);
 
 /* agent_files.c */
 int files_put(int fd, json_t *msg);

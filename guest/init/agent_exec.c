@@ -471,50 +471,6 @@ fail:
 	_exit(127);
 }
 
-static char **build_env(const struct exec_req *r, const struct pw_ent *pw)
-{
-	size_t n = 0, cap = EXEC_ARGS_MAX + 8;
-	char **env = calloc(cap + 1, sizeof(*env));
-
-	if (!env)
-		return NULL;
-	if (asprintf(&env[n++], "PATH=/usr/sbin:/usr/bin:/sbin:/bin") < 0 ||
-	    asprintf(&env[n++], "HOME=%s", pw->home) < 0 ||
-	    asprintf(&env[n++], "USER=%s", pw->name) < 0 ||
-	    asprintf(&env[n++], "LOGNAME=%s", pw->name) < 0 ||
-	    asprintf(&env[n++], "SHELL=%s", pw->shell) < 0 ||
-	    asprintf(&env[n++], "TERM=%s", r->tty ? "xterm" : "dumb") < 0)
-		goto fail;
-	/* Request entries replace defaults of the same name. */
-	for (size_t i = 0; r->env[i]; i++) {
-		size_t klen = (size_t)(strchr(r->env[i], '=') - r->env[i]) + 1;
-		size_t j;
-
-		for (j = 0; j < n; j++)
-			if (strncmp(env[j], r->env[i], klen) == 0)
-				break;
-		if (j == n)
-			n++;
-		free(env[j]);
-		env[j] = strdup(r->env[i]);
-		if (!env[j])
-			goto fail;
-	}
-	return env;
-fail:
-	for (size_t i = 0; i < cap; i++)
-		free(env[i]);
-	free(env);
-	return NULL;
-}
-
-static void free_env(char **env)
-{
-	for (size_t i = 0; env && env[i]; i++)
-		free(env[i]);
-	free(env);
-}
-
 static int open_pty(int *master, char *name, size_t cap, unsigned rows, unsigned cols)
 {
 	int fd = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -554,7 +510,7 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 			 ret == -ENOENT ? "no such user in /etc/passwd" : strerror(-ret));
 		return ret;
 	}
-	p.envp = build_env(r, &p.pw);
+	p.envp = exec_env_build(r, &p.pw, ag->egress.port);
 	s = calloc(1, sizeof(*s));
 	if (!p.envp || !s) {
 		ret = -ENOMEM;
@@ -655,7 +611,7 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 		s->out_fd = o[0];
 		s->err_fd = e[0];
 	}
-	free_env(p.envp);
+	exec_env_free(p.envp);
 	if (n == (ssize_t)sizeof(child_errno)) {
 		/* exec failed: the child exits 127; the session is dropped. */
 		snprintf(err, errlen, "exec %s: %s", r->argv[0], strerror(child_errno));
@@ -694,7 +650,7 @@ fail:
 	}
 	if (master >= 0)
 		close(master);
-	free_env(p.envp);
+	exec_env_free(p.envp);
 	free(s);
 	return ret;
 }

@@ -39,6 +39,8 @@ static void env_setup(void)
 	setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
 	setenv("HOME", "/root", 1);
 	setenv("TERM", "linux", 1);
+	/* The egress proxy the agent serves; http_proxy=... boot parameters take precedence. */
+	egress_env_setdefault(EGRESS_LISTEN_PORT);
 }
 
 /* Reads /proc/cmdline into buf; an unreadable one counts as empty (interactive shell). */

@@ -619,8 +619,110 @@ def test_agent_broker_fetch():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class FakeEgress:
+    """The host side of vsock port 1026 (what cove-broker's proxy listens on): answers every
+    connection with one fixed HTTP response and keeps the request head it got."""
+
+    BODY = b"hello-through-the-egress-proxy\n"
+    BIG = bytes(range(256)) * (16 << 10)  # 4 MiB for GET .../big
+
+
+    def __init__(self, uds):
+        self.path = uds + "_1026"
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        self.heads = []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(16)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(60)
+                head = b""
+                try:
+                    while b"\r\n\r\n" not in head and len(head) < 65536:
+                        got = c.recv(4096)
+                        if not got:
+                            break
+                        head += got
+                    self.heads.append(head)
+                    body = self.BIG if head.split(b" ", 2)[1:2] == [b"http://example.invalid/big"] \
+                        else self.BODY
+                    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                              + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                              + body)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def test_agent_egress_proxy():
+    """A guest program's HTTP request: wget -> http_proxy (127.0.0.1:3128 in the guest, set by
+    cove-init) -> cove-init's relay -> vsock CID 2 port 1026 -> the host's Unix socket."""
+    # The sandbox command's own environment comes from PID 1 (cove-init's defaults).
+    sb = Sandbox("egressbox", cmd="env > /tmp/cmd.env; sleep 1000000")
+    egress = FakeEgress(sb.uds)
+    try:
+        rc, out, err = sb.sh("echo $http_proxy $https_proxy $HTTP_PROXY $HTTPS_PROXY; "
+                             "echo $no_proxy $NO_PROXY")
+        lines = out.splitlines()
+        check(rc == 0 and len(lines) == 2, f"env: rc={rc} {out!r} {err!r}")
+        proxies = lines[0].split()
+        check(len(proxies) == 4 and len(set(proxies)) == 1 and
+              re.fullmatch(r"http://127\.0\.0\.1:\d+", proxies[0]) and
+              (LOCAL or proxies[0] == "http://127.0.0.1:3128"), f"exec env proxies: {out!r}")
+        check(lines[1] == "localhost,127.0.0.1,::1 localhost,127.0.0.1,::1",
+              f"exec env no_proxy: {out!r}")
+        r = sb.cove("exec", "--env", "http_proxy=http://127.0.0.1:1", "--env", "NO_PROXY=",
+                    sb.name, "--", "sh", "-c", 'echo "$http_proxy|$HTTP_PROXY|$NO_PROXY|$no_proxy"')
+        check(r.stdout.decode() == f"http://127.0.0.1:1|{proxies[0]}||localhost,127.0.0.1,::1\n",
+              f"explicit env wins: {r.stdout!r} {r.stderr!r}")
+        if not LOCAL:
+            rc, out, err = sb.sh("cat /tmp/cmd.env")
+            check("http_proxy=http://127.0.0.1:3128" in out.splitlines() and
+                  "NO_PROXY=localhost,127.0.0.1,::1" in out.splitlines(),
+                  f"the sandbox command's env: {out!r}")
+        t0 = time.monotonic()
+        rc, out, err = sb.sh("busybox wget -q -O - http://example.invalid/path", timeout=120)
+        dt = time.monotonic() - t0
+        check(rc == 0 and out.encode() == FakeEgress.BODY,
+              f"wget through the proxy: rc={rc} {out!r} {err!r}; console "
+              f"{sb.console()[-800:]!r}")
+        check(egress.heads and egress.heads[-1].startswith(b"GET http://example.invalid/path "),
+              f"request the host saw: {egress.heads[-1:]!r}")
+        print(f"    wget via the egress proxy -> vsock 1026 -> host: {dt:.2f} s")
+        t0 = time.monotonic()
+        rc, out, err = sb.sh("busybox wget -q -O - http://example.invalid/big | sha256sum",
+                             timeout=120)
+        dt = time.monotonic() - t0
+        check(rc == 0 and out.startswith(hashlib.sha256(FakeEgress.BIG).hexdigest()),
+              f"4 MiB through the proxy: rc={rc} {out!r} {err!r}")
+        print(f"    4 MiB GET through the egress proxy in {dt:.2f} s")
+        # The host side gone: the program gets an error at once, not a hang.
+        egress.close()
+        t0 = time.monotonic()
+        rc, out, err = sb.sh("busybox wget -q -O - http://example.invalid/", timeout=120)
+        check(rc != 0 and out == "", f"wget without a host side: rc={rc} {out!r} {err!r}")
+        print(f"    without a host side wget failed (rc={rc}) in {time.monotonic() - t0:.2f} s")
+    finally:
+        egress.close()
+        sb.close()
+
+
 TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_refuses_guest_peers,
-         test_agent_broker_fetch]
+         test_agent_broker_fetch, test_agent_egress_proxy]
 
 
 if __name__ == "__main__":
