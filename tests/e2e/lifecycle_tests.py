@@ -2,6 +2,8 @@
 stop, reconnect after a stop and after kill -9, concurrent reconnects, rm and its tombstone,
 cove create --policy (a cove-broker beside the sandbox, a new grant at every start).
 The guest is pinned to the busybox root image the box carries (COVE_GUEST_DIR=/work)."""
+import functools
+import hashlib
 import http.server
 import json
 import os
@@ -712,8 +714,133 @@ def test_lifecycle_broker_policy():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+
+def _hosts_add(lines):
+    """Names the box resolves (cove-broker resolves on the host): appended to /etc/hosts once."""
+    with open("/etc/hosts", "a+") as f:
+        f.seek(0)
+        have = f.read()
+        for line in lines:
+            if line not in have:
+                f.write(line + "\n")
+
+
+def test_lifecycle_egress():
+    """cove create --policy with egress rules: a guest program's plain HTTP request goes
+    wget -> cove-init's proxy (127.0.0.1:3128) -> vsock port 1026 -> the sandbox's cove-broker,
+    which resolves the name on the host, checks the rules and fetches; 10 MiB arrive intact,
+    8 downloads at once too; a host, a port or an address the rules do not allow (the host's
+    127.0.0.1, a name resolving to 169.254.169.254) gets a 403 that names why; every
+    connection is one line in the audit log, which verifies."""
+    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
+    env = dict(ENV)
+    if not os.path.exists(broker_bin):
+        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
+        broker_bin = env["COVE_BROKER"] = at.BROKER
+    fresh()
+    name = "agentegress"
+    tmp = tempfile.mkdtemp(prefix="life-egress-")
+    www = os.path.join(tmp, "www")
+    os.makedirs(www)
+    data = os.urandom(10 << 20)
+    with open(os.path.join(www, "f10m"), "wb") as f:
+        f.write(data)
+    want = hashlib.sha256(data).hexdigest()
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
+    sbdir = os.path.join(STATE, name)
+    created = False
+
+    def run(*args, timeout=300):
+        return cove(*args, timeout=timeout, env=env)
+
+    def wget(url, extra=""):
+        return run("exec", name, "--", "sh", "-c",
+                   f"{extra} busybox wget -q -O - {url} | sha256sum")
+
+    try:
+        policy = {"egress": {"rules": [
+            {"host": "files.cove.test", "ports": [port], "methods": ["GET"],
+             "allow_private": True},
+            {"host": "metadata.cove.test", "ports": [80], "methods": ["GET"]}],
+            "max_connections": 16}}
+        pol = os.path.join(tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy, f)
+        rc, out, err = run("create", name, "--snapshot-every", "off", "--policy", pol)
+        created = True
+        bt.check(rc == 0, f"cove create --policy: rc={rc} {err.strip()!r}")
+        bt.check(os.path.exists(os.path.join(RUN, name, "vsock.sock_1026")),
+                 "no egress socket vsock.sock_1026 beside the sandbox")
+
+        url = f"http://files.cove.test:{port}/f10m"
+        t0 = time.monotonic()
+        rc, out, err = wget(url)
+        dt = time.monotonic() - t0
+        bt.check(rc == 0 and out.split()[:1] == [want],
+                 f"10 MiB through the egress proxy: rc={rc} {out!r} {err!r}; broker.log "
+                 f"{_tail(os.path.join(sbdir, 'broker.log'))!r}")
+        print(f"    10 MiB through guest proxy -> vsock -> cove-broker: {dt:.2f} s "
+              f"({10 / dt:.1f} MiB/s, exec included)")
+        n = 8
+        t0 = time.monotonic()
+        rc, out, err = run("exec", name, "--", "sh", "-c",
+                           f"for i in $(seq {n}); do (busybox wget -q -O - {url} | sha256sum "
+                           f"> /tmp/s$i) & done; wait; cat /tmp/s*")
+        dt = time.monotonic() - t0
+        sums = [line.split()[0] for line in out.splitlines() if line.strip()]
+        bt.check(rc == 0 and sums == [want] * n, f"{n} parallel downloads: rc={rc} {out!r} {err!r}")
+        print(f"    {n} x 10 MiB at once: {dt:.2f} s ({n * 10 / dt:.1f} MiB/s)")
+
+        # Refusals: a 403 from the broker, with a reason the guest program can show.
+        for what, u, extra in (
+                ("a host no rule names", "http://evil.cove.test/", ""),
+                ("a port the rule does not list", f"http://files.cove.test:{port + 1}/f10m", ""),
+                ("a name resolving to the metadata address", "http://metadata.cove.test/", ""),
+                ("the host's own loopback", f"http://127.0.0.1:{port}/f10m",
+                 "env -u no_proxy -u NO_PROXY")):
+            rc, out, err = run("exec", name, "--", "sh", "-c",
+                               f"{extra} busybox wget -S -O /dev/null {u} 2>&1; echo rc=$?")
+            bt.check("403" in out and "rc=0" not in out, f"{what}: {out!r} {err!r}")
+        print("    refused with 403: a host no rule names, another port, 169.254.169.254 by "
+              "name, the host's 127.0.0.1")
+
+        # A refusal is answered before its record is appended: wait for the last one.
+        deadline = time.monotonic() + 10
+        while True:
+            with open(os.path.join(sbdir, "audit.jsonl"), "rb") as f:
+                recs = [json.loads(line) for line in f.read().splitlines()]
+            eg = [r for r in recs if r.get("kind") == "egress"]
+            if any(r["host"] == "127.0.0.1" for r in eg) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        ok = [r for r in eg if r["decision"] == "allow" and r["host"] == "files.cove.test"]
+        bt.check(len(ok) == n + 1 and all(r["bytes_down"] >= len(data) for r in ok),
+                 f"allowed egress records: {ok}")
+        denied = {r["host"] for r in eg if r["decision"] != "allow"}
+        bt.check({"evil.cove.test", "files.cove.test", "metadata.cove.test", "127.0.0.1"} <= denied,
+                 f"denied egress hosts in the audit log: {denied}; {eg[-3:]}")
+        v = subprocess.run([broker_bin, "verify-audit", "--key",
+                            os.path.join(sbdir, "policy.json.audit-key"),
+                            os.path.join(sbdir, "audit.jsonl")], capture_output=True, text=True)
+        bt.check(v.returncode == 0, f"verify-audit: {v.stdout!r} {v.stderr!r}")
+        print(f"    audit: {len(eg)} egress records; {v.stdout.strip()}")
+    finally:
+        if created:
+            run("rm", name)
+        httpd.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
          test_lifecycle_kill9_during_layer_write,
          test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_idle_stop,
          test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm, test_lifecycle_fork,
-         test_lifecycle_broker_policy]
+         test_lifecycle_broker_policy, test_lifecycle_egress]
