@@ -8,8 +8,11 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "common/splice.h"
 #include <linux/vm_sockets.h>
 
+#include "common/splice.h"
 #include "egress_proxy.h"
 
 /* A relay keeps its buffers on the heap; 256 of them must not reserve 8 MiB of stack each. */
@@ -75,7 +78,7 @@ static void *relay_thread(void *arg)
 		log_debug(r.p->log, "egress proxy: host port %d: %s", EGRESS_HOST_PORT,
 			  strerror(-up));
 	} else {
-		byte_relay(r.fd, up);
+		fd_splice(r.fd, up);
 		close(up);
 	}
 	close(r.fd);

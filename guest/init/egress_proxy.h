@@ -40,15 +40,6 @@ int egress_proxy_start(struct egress_proxy *p);
 void egress_proxy_stop(struct egress_proxy *p);
 
 /*
- * byte_relay.c: copies a->b and b->a until both directions have ended, each direction through
- * its own bounded buffer, so a peer that stops reading one way never stalls the other way. An
- * EOF is passed on, once its buffered bytes are written, as shutdown(SHUT_WR), and the other
- * direction goes on; a reset (read error) ends both. Makes both fds non-blocking; closes
- * neither. Returns 0, or -errno of the error that ended the relay.
- */
-int byte_relay(int a, int b);
-
-/*
  * egress_env.c: the proxy variables every program cove-init starts gets by default:
  * http_proxy, https_proxy, HTTP_PROXY, HTTPS_PROXY = http://127.0.0.1:PORT, no_proxy and
  * NO_PROXY = localhost,127.0.0.1,::1.
