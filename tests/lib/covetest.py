@@ -41,6 +41,10 @@ class Failure(Exception):
     pass
 
 
+class Skip(Exception):
+    """A test that cannot run here (something it needs is absent); the message says what."""
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
