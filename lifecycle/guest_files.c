@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,13 +53,18 @@ static int newest_in(const char *dir, const char *file, char *out, size_t cap)
 	return found;
 }
 
-/* A fixed layout under base: base/kernel/bzImage and base/rootfs/rootfs.ext4. */
-static int try_layout(const char *base, char *k, char *r, size_t cap)
+/*
+ * A fixed layout under base: base/kernel/bzImage and base/rootfs/rootfs.ext4 (the busybox root);
+ * with debian, base/image/rootfs.ext4 (the Debian root guest/image/build makes) is preferred.
+ */
+static int try_layout(const char *base, bool debian, char *k, char *r, size_t cap)
 {
 	char kp[4096], rp[4096];
 
 	snprintf(kp, sizeof(kp), "%s/kernel/bzImage", base);
-	snprintf(rp, sizeof(rp), "%s/rootfs/rootfs.ext4", base);
+	snprintf(rp, sizeof(rp), "%s/image/rootfs.ext4", base);
+	if (!debian || !is_file(rp))
+		snprintf(rp, sizeof(rp), "%s/rootfs/rootfs.ext4", base);
 	if (!is_file(kp) || !is_file(rp) || strlen(kp) >= cap || strlen(rp) >= cap)
 		return -ENOENT;
 	strcpy(k, kp);
@@ -80,6 +86,10 @@ static int try_cache(char *k, char *r, size_t cap)
 	snprintf(dir, sizeof(dir), "%s/kernel", base);
 	if (newest_in(dir, "bzImage", k, cap))
 		return -ENOENT;
+	/* The Debian image when one was built (guest/image/build), else the busybox root. */
+	snprintf(dir, sizeof(dir), "%s/image", base);
+	if (newest_in(dir, "rootfs.ext4", r, cap) == 0)
+		return 0;
 	snprintf(dir, sizeof(dir), "%s/rootfs", base);
 	return newest_in(dir, "rootfs.ext4", r, cap);
 }
@@ -89,12 +99,14 @@ int sbx_guest_find(char *kernel, char *rootfs, size_t cap, char *err, size_t err
 	const char *gd = getenv("COVE_GUEST_DIR");
 	char k[4096] = "", r[4096] = "";
 
-	if (!((gd && *gd && !try_layout(gd, k, r, sizeof(k))) || !try_cache(k, r, sizeof(k)) ||
-	      !try_layout("/usr/share/cove", k, r, sizeof(k))))
+	/* $COVE_GUEST_DIR pins its own layout: kernel/ and rootfs/ (tests pin the busybox root). */
+	if (!((gd && *gd && !try_layout(gd, false, k, r, sizeof(k))) || !try_cache(k, r, sizeof(k)) ||
+	      !try_layout("/usr/share/cove", true, k, r, sizeof(k))))
 		return errmsg(
 		    err, errlen, -ENOENT,
 		    "no guest kernel and root image found ($COVE_GUEST_DIR, the build "
-		    "cache, /usr/share/cove): run guest/kernel/build and guest/rootfs/build, "
+		    "cache, /usr/share/cove): run guest/kernel/build and guest/image/build (or "
+		    "guest/rootfs/build), "
 		    "or give --kernel and --rootfs");
 	if (!kernel[0])
 		snprintf(kernel, cap, "%s", k);

@@ -7,11 +7,20 @@ file as a virtio disk (tools/kvm-box --disk): /work/image/rootfs.ext4 is a symli
 block device, nothing of it goes through the initramfs; packages.txt is copied beside it. Every boot uses the image as the
 read-only base of a copy-on-write overlay, as sandboxes will.
 """
+import base64
+import functools
 import hashlib
+import http.server
+import json
 import os
 import re
+import shutil
 import statistics
+import subprocess
+import tempfile
+import threading
 import time
+import zipfile
 
 import agent_tests as at
 import box_tests as bt
@@ -134,7 +143,206 @@ def test_image_boot_to_ready():
         check(all(0 < r < f for r, f in runs), f"{kind}: ready after the first exec? {runs}")
 
 
+def _hosts_add(lines):
+    """Names the box resolves (cove-broker resolves on the host): appended to /etc/hosts once."""
+    with open("/etc/hosts", "a+") as f:
+        f.seek(0)
+        have = f.read()
+        for line in lines:
+            if line not in have:
+                f.write(line + "\n")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+
+def _wheel(root, name, version):
+    """A minimal pure-Python wheel and a PEP 503 simple index for it under root/simple."""
+    whl = f"{name}-{version}-py3-none-any.whl"
+    files = {f"{name}/__init__.py": f"VALUE = 'installed through the cove egress proxy'\n",
+             f"{name}-{version}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL":
+                 "Wheel-Version: 1.0\nGenerator: cove-e2e\nRoot-Is-Purelib: true\n"
+                 "Tag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{name}-{version}.dist-info/RECORD,,")
+    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join(record) + "\n"
+    pkgdir = os.path.join(root, "simple", name)
+    os.makedirs(pkgdir)
+    with zipfile.ZipFile(os.path.join(pkgdir, whl), "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    with open(os.path.join(pkgdir, "index.html"), "w") as f:
+        f.write(f'<html><body><a href="{whl}">{whl}</a></body></html>\n')
+
+
+class EgressSandbox:
+    """cove create on the Debian image with an egress policy that allows one host name of the
+    box's own (files.cove.test = 127.0.0.1, where a test HTTP server runs) and one that resolves
+    to the metadata address without allow_private; cove-broker beside it serves the egress."""
+
+    def __init__(self, name, www):
+        self.name = name
+        self.tmp = tempfile.mkdtemp(prefix=f"{name}-")
+        self.state, self.run = os.path.join(self.tmp, "state"), os.path.join(self.tmp, "run")
+        self.env = dict(os.environ, COVE_STATE_DIR=self.state, COVE_RUN_DIR=self.run,
+                        COVE_GUEST_DIR="/work")
+        if not os.path.exists(os.path.join(os.path.dirname(bt.COVE), "cove-broker")):
+            self.env["COVE_BROKER"] = at.BROKER
+        self.httpd = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        _hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
+        policy = {"egress": {"rules": [
+            {"host": "files.cove.test", "ports": [self.port], "methods": ["GET"],
+             "allow_private": True},
+            {"host": "metadata.cove.test", "ports": [80], "methods": ["GET"]}],
+            "max_connections": 64}}
+        pol = os.path.join(self.tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy, f)
+        self.created = False
+        t0 = time.monotonic()
+        r = self.cove("create", name, "--rootfs", IMAGE, "--snapshot-every", "off",
+                      "--policy", pol)
+        check(r.returncode == 0, f"cove create on the Debian image: rc={r.returncode} "
+                                 f"{r.stderr.decode(errors='replace')[-600:]!r}; vmm.log "
+                                 f"{self.tail('vmm.log')!r}")
+        self.created = True
+        print(f"    cove create {name} --rootfs <Debian image> --policy: "
+              f"{time.monotonic() - t0:.1f} s")
+
+    def cove(self, *args, timeout=600):
+        return subprocess.run([bt.COVE] + list(args), capture_output=True, env=self.env,
+                              timeout=timeout)
+
+    def sh(self, script, timeout=600):
+        r = self.cove("exec", self.name, "--", "sh", "-c", script, timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def tail(self, f, n=600):
+        try:
+            with open(os.path.join(self.state, self.name, f), errors="replace") as fh:
+                return fh.read()[-n:]
+        except OSError:
+            return ""
+
+    def audit(self, until=None, timeout=10):
+        """The egress records of the audit log; with until, waits (a refusal is answered before
+        its record is written) until one record satisfies it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(os.path.join(self.state, self.name, "audit.jsonl"), "rb") as f:
+                recs = [json.loads(line) for line in f.read().splitlines()]
+            eg = [r for r in recs if r.get("kind") == "egress"]
+            if until is None or any(until(r) for r in eg) or time.monotonic() > deadline:
+                return eg
+            time.sleep(0.1)
+
+    def verify_audit(self):
+        broker = self.env.get("COVE_BROKER") or os.path.join(os.path.dirname(bt.COVE),
+                                                             "cove-broker")
+        d = os.path.join(self.state, self.name)
+        v = subprocess.run([broker, "verify-audit", "--key",
+                            os.path.join(d, "policy.json.audit-key"),
+                            os.path.join(d, "audit.jsonl")], capture_output=True, text=True)
+        check(v.returncode == 0, f"verify-audit: {v.stdout!r} {v.stderr!r}")
+        return v.stdout.strip()
+
+    def close(self):
+        if self.created:
+            self.cove("rm", self.name)
+        self.httpd.shutdown()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def test_image_egress_refusals():
+    """curl in the Debian sandbox: a host the policy does not allow gets a 403 that names why;
+    through the proxy explicitly (curl --proxy, so no_proxy cannot keep it in the guest), the
+    host's 127.0.0.1 and a name resolving to 169.254.169.254 on the host are refused; each is
+    an audit line, and the log verifies."""
+    need_image()
+    www = tempfile.mkdtemp(prefix="www-")
+    with open(os.path.join(www, "hello"), "w") as f:
+        f.write("hello from the host\n")
+    sb = EgressSandbox("deb-egress", www)
+    try:
+        rc, out, err = sb.sh(f"curl -sS http://files.cove.test:{sb.port}/hello")
+        check(rc == 0 and out == "hello from the host\n", f"allowed GET: {rc} {out!r} {err!r}; "
+                                                         f"broker.log {sb.tail('broker.log')!r}")
+        cases = [("a host no rule names", "http://evil.cove.test/", "",
+                  "no egress rule allows evil.cove.test:80"),
+                 ("the host's 127.0.0.1", f"http://127.0.0.1:{sb.port}/hello",
+                  "--proxy http://127.0.0.1:3128", f"no egress rule allows 127.0.0.1:{sb.port}"),
+                 ("169.254.169.254 by name", "http://metadata.cove.test/",
+                  "--proxy http://127.0.0.1:3128", "resolves to a private")]
+        for what, url, extra, reason in cases:
+            rc, out, err = sb.sh(f"curl -sS {extra} -w '\\n%{{http_code}}' {url}")
+            lines = out.splitlines()
+            check(rc == 0 and lines[-1:] == ["403"] and reason in out,
+                  f"{what}: rc={rc} {out!r} {err!r}")
+            print(f"    {what}: 403, {lines[0][:90]!r}")
+        hosts = {"evil.cove.test", "127.0.0.1", "metadata.cove.test"}
+        eg = sb.audit(until=lambda r: r["host"] == "metadata.cove.test")
+        denied = {r["host"] for r in eg if r["decision"] == "deny" and r["status"] == 403}
+        check(hosts <= denied, f"denied hosts in the audit log: {denied}")
+        print(f"    audit: {sb.verify_audit()}")
+    finally:
+        sb.close()
+        shutil.rmtree(www, ignore_errors=True)
+
+
+def test_image_egress_parallel_and_pip():
+    """50 downloads of 10 MiB each at once through the proxy, checked by sha256; then
+    `pip install` of a wheel from a simple index on the host, through the proxy."""
+    need_image()
+    www = tempfile.mkdtemp(prefix="www-")
+    data = os.urandom(10 << 20)
+    with open(os.path.join(www, "f10m"), "wb") as f:
+        f.write(data)
+    want = hashlib.sha256(data).hexdigest()
+    _wheel(www, "covetestpkg", "1.0")
+    sb = EgressSandbox("deb-par", www)
+    try:
+        n = int(os.environ.get("E2E_EGRESS_PARALLEL", "50"))
+        url = f"http://files.cove.test:{sb.port}/f10m"
+        t0 = time.monotonic()
+        rc, out, err = sb.sh(f"seq {n} | xargs -P {n} -I{{}} sh -c "
+                             f"'curl -sS {url} | sha256sum' | sort | uniq -c", timeout=900)
+        dt = time.monotonic() - t0
+        check(rc == 0 and out.split()[:2] == [str(n), want],
+              f"{n} parallel downloads: rc={rc} {out!r} {err[-400:]!r}")
+        print(f"    {n} x 10 MiB at once through the proxy, all intact: {dt:.1f} s "
+              f"({n * 10 / dt:.1f} MiB/s in the box)")
+        t0 = time.monotonic()
+        rc, out, err = sb.sh(
+            "python3 -m pip install --no-cache-dir --disable-pip-version-check "
+            "--break-system-packages --index-url "
+            f"http://files.cove.test:{sb.port}/simple/ covetestpkg && python3 -c "
+            "'import covetestpkg; print(covetestpkg.VALUE)'", timeout=900)
+        check(rc == 0 and out.splitlines()[-1:] == ["installed through the cove egress proxy"],
+              f"pip install through the proxy: rc={rc} {out[-600:]!r} {err[-600:]!r}")
+        print(f"    pip install covetestpkg from the host's simple index: "
+              f"{time.monotonic() - t0:.1f} s")
+        eg = sb.audit()
+        big = [r for r in eg if r["decision"] == "allow" and r["host"] == "files.cove.test" and
+               r["bytes_down"] >= len(data)]
+        check(len(big) == n, f"{len(big)} allowed records of 10 MiB or more, not {n}")
+    finally:
+        sb.close()
+        shutil.rmtree(www, ignore_errors=True)
+
+
 TESTS = [
     test_image_tools,
     test_image_boot_to_ready,
+    test_image_egress_refusals,
+    test_image_egress_parallel_and_pip,
 ]
