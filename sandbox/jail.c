@@ -123,6 +123,9 @@ int jail_path(struct jail *j, const char *path, unsigned flags, const char **ins
 		b->is_dir = S_ISDIR(st.st_mode);
 		if ((flags & JAIL_DEV) && !S_ISCHR(st.st_mode))
 			return errmsg(err, errlen, -EINVAL, "jail: '%s' is not a device", bindp);
+		/* A disk that is a block device (a volume, the box's virtio disk) stays one. */
+		if (S_ISBLK(st.st_mode))
+			b->flags |= JAIL_DEV;
 	}
 	char *out = j->inside[j->nr_inside++];
 	snprintf(out, JAIL_PATH_MAX, "%s", canon);

@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -117,6 +118,20 @@ static void test_jail_paths(void **state)
 	assert_non_null(strstr(err, "whole host root"));
 	assert_int_equal(jail_path(j, f.out, JAIL_DEV, &in, err, sizeof(err)), -EINVAL);
 	assert_int_equal(jail_path(j, "", 0, &in, err, sizeof(err)), -EINVAL);
+
+	/* A disk that is a block device keeps device access (its bind is not nodev). */
+	char blk[160];
+	snprintf(blk, sizeof(blk), "%s/vol", f.top);
+	if (mknod(blk, S_IFBLK | 0600, makedev(7, 0)) == 0) {
+		size_t k = j->nr;
+		assert_int_equal(jail_path(j, blk, JAIL_RO, &in, err, sizeof(err)), 0);
+		assert_int_equal(j->nr, k + 1);
+		assert_true(j->b[k].flags & JAIL_DEV);
+		assert_true(j->b[k].flags & JAIL_RO);
+		unlink(blk);
+	} else {
+		assert_int_equal(errno, EPERM); /* not root: nothing to check */
+	}
 
 	/* In place, for a --disk buffer. */
 	char buf[4096];
