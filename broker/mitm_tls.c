@@ -785,6 +785,8 @@ static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, cha
 	mr.port = up->port;
 	mr.method = http_method_str(g->p.method);
 	mr.target = g->hd.arena + g->hd.url_off;
+	mr.h = g->hd.h;
+	mr.nh = g->hd.nh;
 	r = up->decide ? up->decide(up->arg, &mr, &cred, &sec, err, errlen) : 0;
 	if (r) {
 		guest_error(t, r == -EACCES ? 403 : 502, r == -EACCES ? err : "request failed");

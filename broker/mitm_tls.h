@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "helper.h"
+#include "inject.h"
 #include "mitm_ca.h"
 #include "policy.h"
 
@@ -24,6 +25,8 @@ struct mitm_request {
 	unsigned port;
 	const char *method;
 	const char *target; /* origin-form path and query, as the guest sent it */
+	const struct inject_hdr *h; /* the guest's headers, as parsed (for an allowlist) */
+	size_t nh;
 };
 
 /*
