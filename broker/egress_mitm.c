@@ -170,6 +170,14 @@ static int icpt_decide(void *arg, const struct mitm_request *rq, const struct cr
 		why = "malformed request target";
 		goto deny;
 	}
+	/* The target goes upstream as the guest sent it: it must be what was checked (the fetch
+	 * path sends curl's normalized URL; here a "/v1/../admin" would be checked as "/admin"
+	 * but a server might read it otherwise). */
+	if (strlen(u.path) != strcspn(rq->target, "?#") ||
+	    memcmp(u.path, rq->target, strlen(u.path))) {
+		why = "request path not in normal form (dot segments)";
+		goto deny;
+	}
 	pthread_mutex_lock(&b->lock);
 	if (!b->have_token) {
 		pthread_mutex_unlock(&b->lock);

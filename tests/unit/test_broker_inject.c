@@ -489,6 +489,11 @@ static void test_denied_no_helper(void **state)
 	one_request(&f, "DELETE /v1/user HTTP/1.1\r\nHost: %s\r\n\r\n", buf, sizeof(buf));
 	assert_true(!strncmp(buf, "HTTP/1.1 403 ", 13));
 	assert_non_null(strstr(buf, "method not allowed"));
+	/* Dot segments: checked as "/v1/x" but sent as they are, a server could read them
+	 * otherwise: refused. */
+	one_request(&f, "GET /admin/../v1/x HTTP/1.1\r\nHost: %s\r\n\r\n", buf, sizeof(buf));
+	assert_true(!strncmp(buf, "HTTP/1.1 403 ", 13));
+	assert_non_null(strstr(buf, "not in normal form"));
 	one_request(&f, "GET /v1/user HTTP/1.1\r\nHost: %s\r\nX-Sneaky: 1\r\n\r\n", buf,
 		    sizeof(buf));
 	assert_true(!strncmp(buf, "HTTP/1.1 403 ", 13));
@@ -496,8 +501,8 @@ static void test_denied_no_helper(void **state)
 	fx_stop(&f, &log, &runs);
 	assert_int_equal(runs, 0);
 	assert_int_equal(f.up.handshakes, 0);
-	assert_int_equal(count(log, "\"kind\":\"egress-inject\""), 3);
-	assert_int_equal(count(log, "\"decision\":\"deny\""), 3);
+	assert_int_equal(count(log, "\"kind\":\"egress-inject\""), 4);
+	assert_int_equal(count(log, "\"decision\":\"deny\""), 4);
 	assert_non_null(strstr(log, "\"path\":\"/admin\",\"credential\":null,\"decision\":\"deny\","
 				    "\"reason\":\"path not allowed\",\"status\":403"));
 	free(log);
