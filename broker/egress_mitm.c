@@ -25,6 +25,10 @@ struct icpt {
 	int port;
 	struct cred_policy *cand[ICPT_MAX_CANDS];
 	size_t ncand;
+	/* The current request's decision, audited with its outcome when it is over (requests in a
+	 * tunnel come one after another). */
+	const char *p_cred, *p_decision;
+	char p_reason[300];
 };
 
 static bool port_ok(const struct cred_policy *c, int port)
@@ -133,6 +137,13 @@ static void audit_inject(struct icpt *x, const struct mitm_request *rq, const ch
 		   decision, reason);
 }
 
+static void pending(struct icpt *x, const char *cred, const char *decision, const char *reason)
+{
+	x->p_cred = cred;
+	x->p_decision = decision;
+	snprintf(x->p_reason, sizeof(x->p_reason), "%s", reason);
+}
+
 /* https://host:port/target (IPv6 in brackets) into u: 0 or -EINVAL. */
 static int split_target(const struct icpt *x, const char *target, struct url_parts *u)
 {
@@ -218,23 +229,34 @@ static int icpt_decide(void *arg, const struct mitm_request *rq, const struct cr
 	if (r) {
 		secret_wipe(sec);
 		broker_log(b, LOG_WARN, "credential %s: %s", c->name, herr);
-		audit_inject(x, rq, c->name, "deny", "credential helper failed", 502);
+		pending(x, c->name, "deny", "credential helper failed");
 		snprintf(err, errlen, "credential helper failed");
 		return -EIO;
 	}
 	*cred = c;
-	audit_inject(x, rq, c->name, "allow", "credential injected", 0);
+	pending(x, c->name, "allow", "credential injected");
 	return 0;
 deny_cred:
 	url_parts_free(&u);
-	audit_inject(x, rq, c->name, "deny", why, 403);
+	pending(x, c->name, "deny", why);
 	snprintf(err, errlen, "cove-egress: denied: %s", why);
 	return -EACCES;
 deny:
 	url_parts_free(&u);
-	audit_inject(x, rq, NULL, "deny", why, 403);
+	pending(x, NULL, "deny", why);
 	snprintf(err, errlen, "cove-egress: denied: %s", why);
 	return -EACCES;
+}
+
+/* The request is over: its one record, with what the guest got. */
+static void icpt_done(void *arg, const struct mitm_request *rq, int status, int result)
+{
+	struct icpt *x = arg;
+
+	(void)result;
+	audit_inject(x, rq, x->p_cred, x->p_decision ? x->p_decision : "deny",
+		     x->p_decision ? x->p_reason : "not decided", status);
+	x->p_cred = x->p_decision = NULL;
 }
 
 int egress_mitm_serve(struct broker *b, int gfd, int stop_fd, const char *host, int port,
@@ -298,6 +320,7 @@ int egress_mitm_serve(struct broker *b, int gfd, int stop_fd, const char *host, 
 	up.addrlen = d.len[used];
 	up.ca_file = x.cand[0]->ca_file;
 	up.decide = icpt_decide;
+	up.done = icpt_done;
 	up.arg = &x;
 	r = mitm_serve(b->mitm_ca, gfd, &up, why, whylen);
 	if (!r)

@@ -447,7 +447,9 @@ static void test_inject_and_scrub(void **state)
 	assert_int_equal(runs, 2);
 	assert_null(strstr(log, SECRET));
 	assert_int_equal(count(log, "\"kind\":\"egress-inject\""), 2);
-	assert_int_equal(count(log, "\"credential\":\"gh\",\"decision\":\"allow\""), 2);
+	assert_int_equal(count(log, "\"credential\":\"gh\",\"decision\":\"allow\","
+				    "\"reason\":\"credential injected\",\"status\":200"),
+			 2);
 	assert_non_null(strstr(log, "\"method\":\"GET\",\"path\":\"/v1/user\""));
 	assert_non_null(strstr(log, "\"path\":\"/v1/repos?page=2\""));
 	/* And the CONNECT itself, as an egress record. */
