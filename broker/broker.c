@@ -232,7 +232,7 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 	const char *why;
 	int64_t now = broker_now_ns();
 	size_t i;
-	int r;
+	int r, stale;
 
 	*jobp = NULL;
 	*reply = NULL;
@@ -245,8 +245,11 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 		r = deny(b, &j->q, reason, reply, rlen);
 		goto done;
 	}
-	if (!j->q.has_token || !b->have_token || j->q.epoch != b->epoch ||
-	    CRYPTO_memcmp(j->q.token, b->token, REQ_TOKEN_BYTES)) {
+	pthread_mutex_lock(&b->lock);
+	stale = !j->q.has_token || !b->have_token || j->q.epoch != b->epoch ||
+	    CRYPTO_memcmp(j->q.token, b->token, REQ_TOKEN_BYTES);
+	pthread_mutex_unlock(&b->lock);
+	if (stale) {
 		r = deny(b, &j->q, "stale epoch", reply, rlen);
 		goto done;
 	}
@@ -260,7 +263,9 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 		r = deny(b, &j->q, reason, reply, rlen);
 		goto done;
 	}
+	pthread_mutex_lock(&b->lock);
 	why = policy_check(c, &j->u, j->q.method, now, b->start_ns);
+	pthread_mutex_unlock(&b->lock);
 	if (why) {
 		r = deny(b, &j->q, why, reply, rlen);
 		goto done;
@@ -282,7 +287,17 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 			 reply, rlen);
 		goto done;
 	}
-	policy_consume(c, now);
+	/* Checked again with the use counted under one lock: an egress thread may have used the
+	 * credential meanwhile (max_uses, rate). */
+	pthread_mutex_lock(&b->lock);
+	why = policy_check(c, &j->u, j->q.method, now, b->start_ns);
+	if (!why)
+		policy_consume(c, now);
+	pthread_mutex_unlock(&b->lock);
+	if (why) {
+		r = deny(b, &j->q, why, reply, rlen);
+		goto done;
+	}
 	j->c = c;
 	r = helper_spawn(c, b->helper_timeout_ms, &j->hp, err, sizeof(err));
 	if (r) {
@@ -464,13 +479,16 @@ int broker_handle_ctl(struct broker *b, const uint8_t *msg, size_t len, char **r
 		r = error_reply("", "malformed request: need {\"op\":\"grant\"|\"status\"}", reply,
 				rlen);
 	} else if (!strcmp(op, "grant")) {
+		pthread_mutex_lock(&b->lock);
 		if (RAND_bytes(b->token, REQ_TOKEN_BYTES) != 1) {
+			pthread_mutex_unlock(&b->lock);
 			r = error_reply("", "RAND_bytes failed", reply, rlen);
 		} else {
 			b->epoch++;
 			b->have_token = true;
 			b->start_ns = broker_now_ns();
 			hex_encode(b->token, REQ_TOKEN_BYTES, hex);
+			pthread_mutex_unlock(&b->lock);
 			broker_log(b, LOG_DEBUG, "grant epoch %llu", (unsigned long long)b->epoch);
 			r = dump_reply(json_pack("{sbsIss}", "ok", 1, "epoch", (json_int_t)b->epoch,
 						 "token", hex),

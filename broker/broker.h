@@ -2,6 +2,7 @@
 #ifndef COVE_BROKER_BROKER_H
 #define COVE_BROKER_BROKER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,8 @@
 #include "common/log.h"
 #include "policy.h"
 #include "request.h"
+
+struct mitm_ca;
 
 struct broker {
 	struct policy pol;
@@ -19,6 +22,14 @@ struct broker {
 	int64_t start_ns; /* CLOCK_MONOTONIC of start or the last grant (TTL origin) */
 	int helper_timeout_ms;
 	long fetch_timeout_s;
+	/* The per-sandbox CA (--mitm-ca-dir): with it, a CONNECT to a host some credential names
+	 * is intercepted (egress_mitm.c). NULL: no interception. */
+	struct mitm_ca *mitm_ca;
+	/* The grant (epoch, token, start_ns) and the credentials' usage state are read and
+	 * changed by the event loop and by egress connection threads: under this lock. A zeroed
+	 * struct broker holds a usable one (glibc's PTHREAD_MUTEX_INITIALIZER is all zeros);
+	 * main() initializes it explicitly. */
+	pthread_mutex_t lock;
 	/* A line per denial, and per allowed request at LOG_DEBUG (-v); never the secret. NULL:
 	 * silent (tests). */
 	struct logger *log;

@@ -4,6 +4,7 @@
 #include "egress.h"
 #include "dest.h"
 #include "egress_head.h"
+#include "egress_mitm.h"
 #include "egress_relay.h"
 
 #include <arpa/inet.h>
@@ -292,6 +293,27 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 	e.method = h.method;
 	e.host = h.host;
 	e.port = h.port;
+	/* A host a credential names: the broker ends the guest's TLS and injects (egress_mitm.c).
+	 * The guest waits for the "200" before its TLS hello; early bytes are refused. */
+	if (h.is_connect && egress_mitm_wanted(b, h.host, h.port)) {
+		if (got > (size_t)end) {
+			e.status = 400;
+			e.reason = "data before the tunnel opened";
+			reply_error(gfd, 400, e.reason);
+			goto out;
+		}
+		free(buf);
+		buf = NULL;
+		if (egress_mitm_serve(b, gfd, stop_fd, h.host, h.port, &e.status, e.addr,
+				      sizeof(e.addr), why, sizeof(why)) &&
+		    e.status != 200) {
+			e.reason = why;
+			reply_error(gfd, e.status, why);
+			goto out;
+		}
+		e.reason = why;
+		goto allowed;
+	}
 	e.rule = egress_match(pol, h.host, h.port, h.method, why, sizeof(why));
 	if (e.rule < 0) {
 		e.status = 403;

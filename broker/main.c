@@ -1,7 +1,8 @@
 /* cove-broker: holds credentials for one sandbox and makes policy-checked requests for it.
  *   cove-broker --policy FILE --listen PATH --ctl PATH --audit FILE [--initial-epoch N]
  *               [--initial-token HEX] [--helper-timeout-ms N] [--timeout-s N]
- *               [--audit-key FILE] [--user NAME --client NAME] [--egress-listen PATH] [-v]
+ *               [--audit-key FILE] [--user NAME --client NAME] [--egress-listen PATH]
+ *               [--mitm-ca-dir DIR] [-v]
  *   cove-broker verify-audit [--key KEYFILE] FILE
  *   cove-broker check-policy FILE */
 #include "audit.h"
@@ -9,12 +10,14 @@
 #include "egress.h"
 #include "broker.h"
 #include "loop.h"
+#include "mitm_ca.h"
 #include "policy.h"
 #include "request.h"
 #include "helper.h"
 #include "fetch.h"
 #include "user.h"
 #include "wipe_alloc.h"
+#include "common/dirfd_io.h"
 #include "common/hex.h"
 
 #include <curl/curl.h>
@@ -35,9 +38,12 @@ static void usage(FILE *f)
 		"                   [--initial-epoch N] [--initial-token HEX32]\n"
 		"                   [--helper-timeout-ms N] [--timeout-s N]\n"
 		"                   [--audit-key FILE] [--user NAME --client NAME]\n"
-		"                   [--confine DIR]... [--egress-listen PATH] [-v]\n"
+		"                   [--confine DIR]... [--egress-listen PATH]\n"
+		"                   [--mitm-ca-dir DIR] [-v]\n"
 		"  --egress-listen PATH: the guest's HTTP proxy (CONNECT and http://) under the\n"
 		"  policy's \"egress\" rules; give it <vsock uds>_1026\n"
+		"  --mitm-ca-dir DIR: the sandbox's CA (mitm-ca.key, mitm-ca.crt; made when absent):\n"
+		"  with it, a CONNECT to a host a credential names is intercepted and injected\n"
 		"  --confine DIR: once its files and sockets are open, the broker sees DIR as an\n"
 		"  empty directory (its own mount namespace) and drops every capability\n"
 		"       cove-broker verify-audit [--key KEYFILE] FILE\n"
@@ -86,11 +92,61 @@ static int cmd_check_policy(const char *path)
 	return 0;
 }
 
+/* The per-sandbox CA in dir (created 0700 when missing), named after the sandbox: dir's parent
+ * directory's name when dir is ".../NAME/mitm-ca", else dir's own name. 0 or -errno. */
+static int open_mitm_ca(const char *dir, struct mitm_ca *ca, char *err, size_t errlen)
+{
+	char name[65] = "sandbox", path[4096];
+	const char *base, *slash;
+	size_t len;
+	int dfd, r;
+
+	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		path[--len] = '\0';
+	slash = strrchr(path, '/');
+	base = slash ? slash + 1 : path;
+	if (!strcmp(base, "mitm-ca") && slash && slash > path) {
+		const char *end = slash, *p = slash;
+
+		while (p > path && p[-1] != '/')
+			p--;
+		snprintf(name, sizeof(name), "%.*s", (int)(end - p > 64 ? 64 : end - p), p);
+	} else if (*base) {
+		snprintf(name, sizeof(name), "%.64s", base);
+	}
+	for (char *p = name; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+			*p = '_';
+	if (!name[0])
+		snprintf(name, sizeof(name), "sandbox");
+	dfd = dirfd_open_dir(dir, true, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	r = mitm_ca_open(ca, dfd, name, err, errlen);
+	close(dfd);
+	return r;
+}
+
 /* Options that take a string (a path, a user name, the token): each sets one. */
-enum { S_POLICY, S_LISTEN, S_CTL, S_AUDIT, S_TOKEN, S_KEY, S_USER, S_CLIENT, S_EGRESS, S_COUNT };
-static const char *const str_opt_names[S_COUNT] = {"policy", "listen",	      "ctl",
-						   "audit",  "initial-token", "audit-key",
-						   "user",   "client",	      "egress-listen"};
+enum {
+	S_POLICY,
+	S_LISTEN,
+	S_CTL,
+	S_AUDIT,
+	S_TOKEN,
+	S_KEY,
+	S_USER,
+	S_CLIENT,
+	S_EGRESS,
+	S_MITM_CA,
+	S_COUNT
+};
+static const char *const str_opt_names[S_COUNT] = {
+    "policy", "listen", "ctl", "audit", "initial-token", "audit-key", "user", "client",
+    "egress-listen", "mitm-ca-dir"};
 /* Options that take a number. */
 enum { N_EPOCH, N_HELPER_MS, N_TIMEOUT_S, N_COUNT };
 static const char *const num_opt_names[N_COUNT] = {"initial-epoch", "helper-timeout-ms",
@@ -222,6 +278,8 @@ int main(int argc, char **argv)
 	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove-broker"};
 	const char *policy, *listen_path, *ctl_path, *key_path, *egress_path;
 	struct egress_server *egress = NULL;
+	struct mitm_ca ca = {0};
+	bool have_ca = false;
 	char key_default[4096], err[512];
 	uint8_t key[AUDIT_KEY_LEN];
 	int gfd = -1, cfd = -1, efd = -1, r, rc = 1;
@@ -250,6 +308,7 @@ int main(int argc, char **argv)
 		log.level = LOG_DEBUG;
 	b.log = &log;
 	signal(SIGPIPE, SIG_IGN);
+	pthread_mutex_init(&b.lock, NULL);
 	if (wipe_alloc_install()) {
 		broker_log(&b, LOG_ERROR, "cannot install wiping allocators in OpenSSL/libcurl");
 		return 1;
@@ -276,6 +335,15 @@ int main(int argc, char **argv)
 	if (r) {
 		broker_log(&b, LOG_ERROR, "%s", err);
 		goto out;
+	}
+	/* The CA key is read here, before --confine hides the sandbox's directory. */
+	if (a.str[S_MITM_CA]) {
+		if (open_mitm_ca(a.str[S_MITM_CA], &ca, err, sizeof(err))) {
+			broker_log(&b, LOG_ERROR, "--mitm-ca-dir %s: %s", a.str[S_MITM_CA], err);
+			goto out;
+		}
+		have_ca = true;
+		b.mitm_ca = &ca;
 	}
 	gfd = loop_listen_unix(listen_path);
 	if (gfd < 0) {
@@ -327,8 +395,9 @@ int main(int argc, char **argv)
 			broker_log(&b, LOG_ERROR, "egress: %s", strerror(-r));
 			goto out;
 		}
-		broker_log(&b, LOG_INFO, "egress: %zu rules, listening on %s", b.pol.egress.nrules,
-			   egress_path);
+		broker_log(&b, LOG_INFO, "egress: %zu rules, listening on %s%s", b.pol.egress.nrules,
+			   egress_path,
+			   b.mitm_ca ? "; CONNECTs to credential hosts are intercepted" : "");
 	}
 	r = loop_run(&b, gfd, cfd);
 	/* Before the policy and the audit log go: the egress threads use them. */
@@ -353,6 +422,8 @@ out:
 		unlink(egress_path);
 	}
 	audit_close(&b.audit);
+	if (have_ca)
+		mitm_ca_free(&ca);
 	policy_free(&b.pol);
 	curl_global_cleanup();
 	return rc;

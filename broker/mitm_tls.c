@@ -75,6 +75,7 @@ struct tunnel {
 	char in[MITM_HEAD_MAX + READ_CHUNK];
 	size_t in_len;
 	http_parser_settings req_set, resp_set;
+	int last_status; /* the status the guest got for the current request (0: none yet) */
 };
 
 static const char *ossl_why(char *buf, size_t cap)
@@ -367,7 +368,10 @@ static void guest_error(struct tunnel *t, int status, const char *why)
 					     : "Bad Gateway";
 	size_t wl = strnlen(why, 400);
 	char buf[700];
-	int n = snprintf(buf, sizeof(buf),
+	int n;
+
+	t->last_status = status;
+	n = snprintf(buf, sizeof(buf),
 			 "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
 			 "Connection: close\r\n\r\ncove: %.*s\n",
 			 status, reason, wl + 7, (int)wl, why);
@@ -557,6 +561,7 @@ static int send_head(struct resp *r)
 
 	if (!head)
 		return rs_fail(r, -ENOMEM, "out of memory");
+	r->t->last_status = (int)status;
 	len = (size_t)snprintf(head, cap, "HTTP/1.1 %u %s\r\n", status,
 			       printable(r->reason) ? r->reason : "");
 	for (i = 0; i < r->hd.nh; i++) {
@@ -739,7 +744,7 @@ static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, cha
 	size_t uhead_len = 0, done;
 	long hl;
 	SSL *us = NULL;
-	int ufd = -1, r, keep, expect;
+	int ufd = -1, r, keep, expect, decided = 0;
 	const char *ex;
 
 	memset(&sec, 0, sizeof(sec));
@@ -785,6 +790,10 @@ static int serve_one(struct tunnel *t, struct guest_req *g, struct resp *rs, cha
 	mr.port = up->port;
 	mr.method = http_method_str(g->p.method);
 	mr.target = g->hd.arena + g->hd.url_off;
+	mr.h = g->hd.h;
+	mr.nh = g->hd.nh;
+	t->last_status = 0;
+	decided = 1;
 	r = up->decide ? up->decide(up->arg, &mr, &cred, &sec, err, errlen) : 0;
 	if (r) {
 		guest_error(t, r == -EACCES ? 403 : 502, r == -EACCES ? err : "request failed");
@@ -869,6 +878,8 @@ out:
 	secret_wipe(&sec);
 	scrub_free(&sc);
 	upstream_close(us, ufd);
+	if (decided && up->done)
+		up->done(up->arg, &mr, t->last_status, r < 0 ? r : 0);
 	return r;
 }
 

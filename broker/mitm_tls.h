@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "helper.h"
+#include "inject.h"
 #include "mitm_ca.h"
 #include "policy.h"
 
@@ -24,6 +25,8 @@ struct mitm_request {
 	unsigned port;
 	const char *method;
 	const char *target; /* origin-form path and query, as the guest sent it */
+	const struct inject_hdr *h; /* the guest's headers, as parsed (for an allowlist) */
+	size_t nh;
 };
 
 /*
@@ -37,6 +40,12 @@ typedef int (*mitm_decide_fn)(void *arg, const struct mitm_request *rq,
 			      const struct cred_policy **cred, struct secret *sec, char *err,
 			      size_t errlen);
 
+/* Called once for every request up->decide saw, when it is over: status is what the guest got
+ * (the upstream's status once its head was relayed, else the proxy's own 403/502/...; 0 when
+ * nothing was answered) and result 0 or the -errno that ended the tunnel. Where the proxy
+ * writes its audit record with the outcome. */
+typedef void (*mitm_done_fn)(void *arg, const struct mitm_request *rq, int status, int result);
+
 struct mitm_upstream {
 	const char *host; /* as in the CONNECT: SNI and the certificate name checked */
 	unsigned port;
@@ -46,6 +55,7 @@ struct mitm_upstream {
 	const char *ca_file; /* PEM bundle replacing the system CAs (a policy's ca_file), or NULL */
 	int timeout_ms;	     /* per socket read/write/connect; 0 = MITM_TIMEOUT_MS */
 	mitm_decide_fn decide;
+	mitm_done_fn done; /* optional */
 	void *arg;
 };
 

@@ -28,6 +28,7 @@
 #include "lifecycle/tombstone.h"
 #include "lifecycle/vmm_args.h"
 #include "sandbox/agent_client.h"
+#include "cli/ca_install.h"
 
 /* How long a start may take before the command gives up (a box boots in seconds). */
 #define START_WAIT_S 300
@@ -309,6 +310,17 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 		goto out;
+	}
+	/* A fresh boot with a policy: the broker's CA into the guest's trust store (its own
+	 * overlay). Not fatal: without it the guest's TLS to intercepted hosts fails, closed. */
+	if (spec->policy[0] && !restore) {
+		char cerr[512];
+
+		if (sbx_ca_install(dfd, uds, cerr, sizeof(cerr)))
+			fprintf(stderr,
+				"cove: warning: %s: the sandbox CA could not be installed in the "
+				"guest (HTTPS to credential hosts will fail): %s\n",
+				name, cerr);
 	}
 	ret = sbx_event_append(dfd, sbx_state_name(st), "running", why);
 out:

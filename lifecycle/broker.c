@@ -274,8 +274,8 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 		  char *err, size_t errlen)
 {
 	char exe[PATH_MAX], listen[PATH_MAX], ctl[PATH_MAX], audit[PATH_MAX], epoch[24], tail[300];
-	char state_dir[PATH_MAX], run_dir[PATH_MAX], egress[PATH_MAX];
-	char *argv[20];
+	char state_dir[PATH_MAX], run_dir[PATH_MAX], egress[PATH_MAX], ca_dir[PATH_MAX];
+	char *argv[24];
 	int rfd, ret, n = 0;
 	pid_t sup = -1;
 	double deadline;
@@ -300,7 +300,9 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	    snprintf(state_dir, sizeof(state_dir), "%s/%s", r->state, name) >=
 		(int)sizeof(state_dir) ||
 	    snprintf(audit, sizeof(audit), "%s/%s", state_dir, SBX_BROKER_AUDIT) >=
-		(int)sizeof(audit)) {
+		(int)sizeof(audit) ||
+	    snprintf(ca_dir, sizeof(ca_dir), "%s/%s", state_dir, SBX_BROKER_MITM_CA) >=
+		(int)sizeof(ca_dir)) {
 		ret = errmsg(err, errlen, -ENAMETOOLONG, "broker paths too long");
 		goto out;
 	}
@@ -324,6 +326,8 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	argv[n++] = epoch;
 	argv[n++] = "--egress-listen";
 	argv[n++] = egress;
+	argv[n++] = "--mitm-ca-dir";
+	argv[n++] = ca_dir;
 	/* Its jail profile: the VMM's files (chain, disks, console, sockets) out of its sight. */
 	argv[n++] = "--confine";
 	argv[n++] = state_dir;
@@ -334,6 +338,11 @@ int sbx_broker_up(const struct sbx_root *r, const char *name, int dfd, const cha
 	if (mkdirat(rfd, SBX_BROKER_CTL_DIR, 0700) && errno != EEXIST) {
 		ret = errmsg(err, errlen, -errno, "%s/%s: %s", run_dir, SBX_BROKER_CTL_DIR,
 			     strerror(errno));
+		goto out;
+	}
+	/* The CA's directory exists before any VMM starts, so its jail hides it (vmm_args.c). */
+	if (mkdirat(dfd, SBX_BROKER_MITM_CA, 0700) && errno != EEXIST) {
+		ret = errmsg(err, errlen, -errno, "%s: %s", ca_dir, strerror(errno));
 		goto out;
 	}
 	ret = launch(rfd, dfd, exe, argv, &sup, err, errlen);

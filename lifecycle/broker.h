@@ -17,6 +17,12 @@
 #define SBX_BROKER_LOG	 "broker.log"
 #define SBX_BROKER_AUDIT "audit.jsonl"
 #define SBX_BROKER_EPOCH "broker.epoch"
+/* The sandbox's own CA for the egress proxy's interception (cove-broker --mitm-ca-dir):
+ * mitm-ca.key never leaves the host (the VMM's jail shows the directory empty); mitm-ca.crt
+ * goes into the guest's trust store (sandbox/ca_install.c). A fork gets a copy. */
+#define SBX_BROKER_MITM_CA	"mitm-ca"
+#define SBX_BROKER_MITM_CA_KEY	"mitm-ca.key" /* the names broker/mitm_ca.h gives them */
+#define SBX_BROKER_MITM_CA_CERT "mitm-ca.crt"
 
 #define SBX_TOKEN_HEX 32 /* a grant's token: 128 bits as hex */
 
@@ -39,7 +45,9 @@ int sbx_broker_check_policy(const char *exe, const char *file, char *err, size_t
  * Makes sure NAME's broker runs: when nobody holds run/NAME/broker.lock, starts one detached
  * (own session) through a small supervisor that holds the lock for exactly as long as the
  * broker lives: --policy POLICY --listen run/NAME/vsock.sock_1025 --ctl run/NAME/broker.ctl
- * --egress-listen run/NAME/vsock.sock_1026 --audit DIR/audit.jsonl --initial-epoch <the last one granted>, stderr to DIR/broker.log, and
+ * --egress-listen run/NAME/vsock.sock_1026 --mitm-ca-dir DIR/mitm-ca (made 0700 here, so the
+ * VMM's jail can hide it) --audit DIR/audit.jsonl --initial-epoch <the last one granted>,
+ * stderr to DIR/broker.log, and
  * waits until its control socket answers. A live one is reused. The caller holds the start lock
  * and made run/NAME. 0 or -errno with one line in err.
  */

@@ -1,5 +1,6 @@
 /* A sandbox directory cloned for `cove fork NAME NEW`: spec rewritten, committed layers shared. */
 #include "lifecycle/clone.h"
+#include "lifecycle/broker.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -358,6 +359,38 @@ static int clone_spec(int sdfd, int tdfd, const char *from, const char *to, char
 	return ret;
 }
 
+/* The parent's CA into the clone (a copy, 0600): the clone's disk trusts the certificate the
+ * parent's create installed, so the clone's broker signs with the same CA. None: nothing. */
+static int clone_mitm_ca(int sdfd, int tdfd, struct sbx_clone_stats *st, char *err,
+			 size_t errlen)
+{
+	static const char *const files[] = {SBX_BROKER_MITM_CA_KEY, SBX_BROKER_MITM_CA_CERT};
+	int s = open_sub(sdfd, SBX_BROKER_MITM_CA, false), t, ret = 0;
+
+	if (s == -ENOENT)
+		return 0;
+	if (s < 0)
+		return errmsg(err, errlen, s, "%s: %s", SBX_BROKER_MITM_CA, strerror(-s));
+	t = open_sub(tdfd, SBX_BROKER_MITM_CA, true);
+	if (t < 0) {
+		close(s);
+		return errmsg(err, errlen, t, "%s: %s", SBX_BROKER_MITM_CA, strerror(-t));
+	}
+	for (size_t i = 0; !ret && i < sizeof(files) / sizeof(*files); i++) {
+		if (faccessat(s, files[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+			continue;
+		ret = copy_file(s, t, files[i], st);
+		if (ret)
+			errmsg(err, errlen, ret, "copy %s/%s: %s", SBX_BROKER_MITM_CA, files[i],
+			       strerror(-ret));
+	}
+	if (!ret && (ret = dirfd_sync(t)))
+		errmsg(err, errlen, ret, "sync %s: %s", SBX_BROKER_MITM_CA, strerror(-ret));
+	close(s);
+	close(t);
+	return ret;
+}
+
 int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *to,
 	      unsigned flags, const char *cause, struct sbx_clone_stats *st, char *err,
 	      size_t errlen)
@@ -388,6 +421,8 @@ int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *
 	if (!ret)
 		ret = state == SBX_ARCHIVED ? clone_archive(sdfd, tdfd, flags, st, err, errlen)
 					    : clone_chain(sdfd, tdfd, flags, st, err, errlen);
+	if (!ret)
+		ret = clone_mitm_ca(sdfd, tdfd, st, err, errlen);
 	if (!ret && (ret = sbx_event_append(tdfd, sbx_state_name(SBX_CREATING),
 					    st->archived ? "archived" : "stopped", cause)))
 		errmsg(err, errlen, ret, "event log: %s", strerror(-ret));

@@ -60,7 +60,7 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	/* cove-broker's files beside the VMM's: shown empty in its jail (broker_jail.h). */
 	static const char *const broker_files[] = {SBX_POLICY, SBX_POLICY ".audit-key",
 						   SBX_BROKER_AUDIT, SBX_BROKER_LOG,
-						   SBX_BROKER_EPOCH};
+						   SBX_BROKER_EPOCH, SBX_BROKER_MITM_CA};
 	if (!ret && !s->no_jail)
 		ret = add(a, "--jail-hide") ?: add(a, "%s/%s/%s", r->run, name, SBX_BROKER_CTL_DIR);
 	for (size_t i = 0; !ret && !s->no_jail && i < sizeof(broker_files) / sizeof(*broker_files);

@@ -10,6 +10,7 @@
 #include "devices/overlay.h"
 #include "file_helpers.h"
 #include "lifecycle/archive.h"
+#include "lifecycle/broker.h"
 #include "lifecycle/clone.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
@@ -286,6 +287,42 @@ static void test_clone_copies(void **state)
 	assert_true(source_sum(f) == before);
 }
 
+/* The parent's CA (issue 16) goes along: the clone's disk trusts it, so its broker signs with
+ * it. A copy of its own (0600), never a link. */
+static void test_clone_mitm_ca(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_clone_stats st;
+	char err[256], dir[256], p[256], q[256];
+	struct stat sa, sb;
+
+	path_of(f, "a", "", SBX_BROKER_MITM_CA, dir, sizeof(dir));
+	assert_int_equal(mkdir(dir, 0700), 0);
+	path_of(f, "a", SBX_BROKER_MITM_CA, SBX_BROKER_MITM_CA_KEY, p, sizeof(p));
+	write_file(p, "key\n", 4);
+	assert_int_equal(chmod(p, 0600), 0);
+	path_of(f, "a", SBX_BROKER_MITM_CA, SBX_BROKER_MITM_CA_CERT, p, sizeof(p));
+	write_file(p, "cert\n", 5);
+	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "d", 0, "cove fork a", &st, err,
+				   sizeof(err)),
+			 0);
+	assert_int_equal(st.copied, 4); /* keys, layer-seq, the CA's key and certificate */
+	for (int i = 0; i < 2; i++) {
+		const char *n = i ? SBX_BROKER_MITM_CA_CERT : SBX_BROKER_MITM_CA_KEY;
+
+		path_of(f, "a", SBX_BROKER_MITM_CA, n, p, sizeof(p));
+		path_of(f, "d", SBX_BROKER_MITM_CA, n, q, sizeof(q));
+		assert_same_content(p, q);
+		assert_int_equal(stat(p, &sa), 0);
+		assert_int_equal(stat(q, &sb), 0);
+		assert_true(sa.st_ino != sb.st_ino);
+		assert_int_equal(sb.st_mode & 0777, 0600);
+	}
+	path_of(f, "d", "", SBX_BROKER_MITM_CA, q, sizeof(q));
+	assert_int_equal(stat(q, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0700);
+}
+
 static void test_clone_refused(void **state)
 {
 	struct fx *f = *state;
@@ -383,6 +420,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_clone_links, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_copies, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_clone_mitm_ca, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_archived, setup, teardown),
 	};
