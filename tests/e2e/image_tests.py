@@ -15,7 +15,9 @@ import http.server
 import json
 import os
 import re
+import secrets
 import shutil
+import ssl
 import statistics
 import subprocess
 import tempfile
@@ -188,7 +190,7 @@ class EgressSandbox:
     box's own (files.cove.test = 127.0.0.1, where a test HTTP server runs) and one that resolves
     to the metadata address without allow_private; cove-broker beside it serves the egress."""
 
-    def __init__(self, name, www):
+    def __init__(self, name, www, policy=None, env=None):
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix=f"{name}-")
         self.state, self.run = os.path.join(self.tmp, "state"), os.path.join(self.tmp, "run")
@@ -196,16 +198,18 @@ class EgressSandbox:
                         COVE_GUEST_DIR="/work")
         if not os.path.exists(os.path.join(os.path.dirname(bt.COVE), "cove-broker")):
             self.env["COVE_BROKER"] = at.BROKER
+        self.env.update(env or {})
         self.httpd = http.server.ThreadingHTTPServer(
             ("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         _hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
-        policy = {"egress": {"rules": [
-            {"host": "files.cove.test", "ports": [self.port], "methods": ["GET"],
-             "allow_private": True},
-            {"host": "metadata.cove.test", "ports": [80], "methods": ["GET"]}],
-            "max_connections": 64}}
+        if policy is None:
+            policy = {"egress": {"rules": [
+                {"host": "files.cove.test", "ports": [self.port], "methods": ["GET"],
+                 "allow_private": True},
+                {"host": "metadata.cove.test", "ports": [80], "methods": ["GET"]}],
+                "max_connections": 64}}
         pol = os.path.join(self.tmp, "policy.json")
         with open(pol, "w") as f:
             json.dump(policy, f)
@@ -347,9 +351,174 @@ def test_image_egress_parallel_and_pip():
         shutil.rmtree(www, ignore_errors=True)
 
 
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """The credential's upstream: records what it was sent and answers with the Authorization
+    header it saw (so a secret in the answer must be scrubbed on its way to the guest)."""
+    seen = []
+
+    def do_GET(self):
+        auth = self.headers.get("Authorization", "")
+        _Echo.seen.append((self.path, auth))
+        body = f"path={self.path} auth={auth}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def _openssl(tmp, *args):
+    r = subprocess.run(["openssl"] + list(args), cwd=tmp, capture_output=True, text=True)
+    check(r.returncode == 0, f"openssl {' '.join(args)[:80]}: {r.stderr[-300:]!r}")
+
+
+def _scan(root, needles, where):
+    """Which needles occur in any file under root (read in overlapping chunks); where[needle]
+    gets the files."""
+    found = set()
+    keep = max(len(n) for n in needles)
+    for d, _, files in os.walk(root):
+        for fn in files:
+            path = os.path.join(d, fn)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            with open(path, "rb") as f:
+                tail = b""
+                while True:
+                    chunk = f.read(8 << 20)
+                    if not chunk:
+                        break
+                    buf = tail + chunk
+                    for n in needles:
+                        if n in buf:
+                            found.add(n)
+                            where.setdefault(n, set()).add(os.path.relpath(path, root))
+                    tail = buf[-keep:]
+    return found
+
+
+def _b64_forms(text):
+    """base64 of text at the three alignments it can start at inside a longer base64 string."""
+    out = []
+    for pad in range(3):
+        enc = base64.b64encode(b"x" * pad + text)
+        # Drop the characters that depend on the padding bytes and on what follows.
+        start = (pad * 4 + 2) // 3
+        out.append(enc[start:len(enc) - 4])
+    return out
+
+
+def test_image_credential_injection():
+    """HTTPS from an unmodified curl in the Debian sandbox to a host a credential names: the
+    sandbox's cove-broker terminates the TLS with the sandbox's CA (installed in its overlay at
+    create), fetches the token from a real pass store, injects it (also in place of a
+    cove-credential:NAME placeholder), verifies the upstream's certificate, and scrubs the token
+    from the answer. A path the policy does not allow is a 403. After a stop, the token is
+    nowhere in the sandbox's files (memory layers, disk overlay, logs), in the guest's
+    environment or files; a planted control string is found by the same scan."""
+    need_image()
+    tmp = tempfile.mkdtemp(prefix="inject-")
+    secret = "tok-" + secrets.token_hex(20)
+    control = "control-" + secrets.token_hex(20)
+    try:
+        _openssl(tmp, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                 "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=cove e2e test CA",
+                 "-days", "2")
+        _openssl(tmp, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=api.cove.test")
+        with open(os.path.join(tmp, "ext"), "w") as f:
+            f.write("subjectAltName=DNS:api.cove.test\nextendedKeyUsage=serverAuth\n")
+        _openssl(tmp, "x509", "-req", "-in", "srv.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", "srv.crt", "-days", "2", "-extfile", "ext")
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(tmp, "srv.crt"), os.path.join(tmp, "srv.key"))
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        port = httpd.server_address[1]
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        _hosts_add(["127.0.0.1 api.cove.test"])
+        helper, senv = at.secret_store(tmp, secret)
+        policy = {"credentials": {"api": {
+            "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
+            "inject": {"header": "Authorization", "template": "Bearer {password}"},
+            "allow": {"schemes": ["https"], "hosts": ["api.cove.test"], "ports": [port],
+                      "path_prefixes": ["/v1/"], "methods": ["GET"]},
+            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
+        _Echo.seen = []
+        sb = EgressSandbox("deb-inject", tmp, policy=policy,
+                           env={"GNUPGHOME": senv["GNUPGHOME"],
+                                "PASSWORD_STORE_DIR": senv["PASSWORD_STORE_DIR"]})
+        try:
+            url = f"https://api.cove.test:{port}/v1/hello"
+            rc, out, err = sb.sh(f"curl -sS {url}")
+            check(rc == 0 and out.startswith("path=/v1/hello auth=") and secret not in out,
+                  f"curl through the interception: rc={rc} {out!r} {err!r}; broker.log "
+                  f"{sb.tail('broker.log')!r}")
+            check(_Echo.seen[-1:] == [("/v1/hello", "Bearer " + secret)],
+                  f"upstream saw {_Echo.seen[-1:]!r}")
+            print(f"    curl https://api.cove.test: upstream got the token, the guest saw "
+                  f"{out.strip()!r}")
+            rc, out, err = sb.sh(f"curl -sS -H 'Authorization: Bearer cove-credential:api' "
+                                 f"{url}?x=1")
+            check(rc == 0 and secret not in out and
+                  _Echo.seen[-1] == ("/v1/hello?x=1", "Bearer " + secret),
+                  f"placeholder: rc={rc} {out!r} {err!r}; upstream {_Echo.seen[-1:]!r}")
+            n = len(_Echo.seen)
+            rc, out, err = sb.sh(f"curl -sS -w '\\n%{{http_code}}' "
+                                 f"https://api.cove.test:{port}/admin")
+            check(out.splitlines()[-1:] == ["403"] and len(_Echo.seen) == n,
+                  f"a path the policy does not allow: rc={rc} {out!r} {err!r}")
+            # The guest's environments hold no token (its files: the overlay scan below; the
+            # token must never be in a guest command line, which would put it in guest RAM).
+            # Plant the control string in its memory (a process's environment) and on its disk.
+            rc, out, err = sb.sh(f"env; cat /proc/1/environ | tr '\\0' '\\n'; "
+                                 f"echo {control} > /root/control; sync; "
+                                 f"CONTROL={control} setsid sleep 100000 >/dev/null 2>&1 & "
+                                 f"echo planted")
+            check(rc == 0 and secret not in out and out.strip().endswith("planted"),
+                  f"guest env: rc={rc} {secret in out} {err!r}")
+            deadline = time.monotonic() + 10  # a refusal's record follows its answer
+            while True:
+                with open(os.path.join(sb.state, sb.name, "audit.jsonl"), "rb") as f:
+                    raw = f.read()
+                inj = [r for r in map(json.loads, raw.splitlines())
+                       if r.get("kind") == "egress-inject"]
+                if any(r["decision"] == "deny" for r in inj) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            check(sum(1 for r in inj if r["decision"] == "allow") >= 2 and
+                  any(r["decision"] == "deny" for r in inj), f"egress-inject records: {inj}")
+            check(secret.encode() not in raw, "the audit log holds the token")
+            print(f"    audit: {len(inj)} egress-inject records; {sb.verify_audit()}")
+            r = sb.cove("stop", sb.name)
+            check(r.returncode == 0, f"cove stop: {r.stderr!r}")
+            user_tok = f"bot:{secret}".encode()
+            needles = [secret.encode(), control.encode()] + _b64_forms(user_tok) + \
+                _b64_forms(secret.encode())
+            where = {}
+            found = _scan(os.path.join(sb.state, sb.name), needles, where)
+            check(control.encode() in found, "the scan did not find the planted control string: "
+                                             "it would not find the token either")
+            leaked = found - {control.encode()}
+            check(not leaked, "token forms found in the sandbox's files: " +
+                  "; ".join(f"{n.decode()} in {sorted(where[n])}" for n in leaked))
+            print("    after stop: the token (raw, base64 of user:token and of the token, three "
+                  "alignments each) is in no file of the sandbox; the planted control is found")
+        finally:
+            sb.close()
+            httpd.shutdown()
+    finally:
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 TESTS = [
     test_image_tools,
     test_image_boot_to_ready,
     test_image_egress_refusals,
     test_image_egress_parallel_and_pip,
+    test_image_credential_injection,
 ]
