@@ -515,10 +515,172 @@ def test_image_credential_injection():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _GitCGI(http.server.BaseHTTPRequestHandler):
+    """git http-backend behind the test's TLS server: it answers only requests that carry the
+    expected basic credentials (401 otherwise), as a private repository on a forge would."""
+    root = want = None
+    seen = []
+
+    def _cgi(self):
+        auth = self.headers.get("Authorization", "")
+        _GitCGI.seen.append((self.command, self.path, auth == _GitCGI.want))
+        if auth != _GitCGI.want:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="private"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        path, _, query = self.path.partition("?")
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        env = {"GIT_PROJECT_ROOT": _GitCGI.root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
+               "QUERY_STRING": query, "REQUEST_METHOD": self.command, "REMOTE_USER": "bot",
+               "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+               "CONTENT_LENGTH": str(len(body)), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+               "GIT_PROTOCOL": self.headers.get("Git-Protocol", "")}
+        r = subprocess.run(["/usr/lib/git-core/git-http-backend"], input=body, env=env,
+                           capture_output=True, timeout=120)
+        head, _, rest = r.stdout.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.split(b"\r\n"):
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"status":
+                status = int(v.split()[0])
+            elif k.strip():
+                headers.append((k.strip().decode(), v.strip().decode()))
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(rest)))
+        self.end_headers()
+        self.wfile.write(rest)
+
+    do_GET = do_POST = _cgi
+
+    def log_message(self, *a):
+        pass
+
+
+def _tls_server(tmp, host, handler):
+    """A test CA (ca.crt in tmp) and a threaded HTTPS server on 127.0.0.1 for host; returns
+    (server, port). The box resolves host to 127.0.0.1."""
+    if not os.path.exists(os.path.join(tmp, "ca.crt")):
+        _openssl(tmp, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                 "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-subj",
+                 "/CN=cove e2e test CA", "-days", "2")
+    _openssl(tmp, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", f"{host}.key", "-out", f"{host}.csr", "-subj", f"/CN={host}")
+    with open(os.path.join(tmp, "ext"), "w") as f:
+        f.write(f"subjectAltName=DNS:{host}\nextendedKeyUsage=serverAuth\n")
+    _openssl(tmp, "x509", "-req", "-in", f"{host}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", f"{host}.crt", "-days", "2", "-extfile", "ext")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.path.join(tmp, f"{host}.crt"), os.path.join(tmp, f"{host}.key"))
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _hosts_add([f"127.0.0.1 {host}"])
+    return httpd, httpd.server_address[1]
+
+
+def test_image_git_clone():
+    """git clone over HTTPS of a private repository (git http-backend; 401 without the token)
+    in the Debian sandbox, with no token in the guest: the sandbox's cove-broker intercepts,
+    adds basic auth built from a real pass store's username and password, and the clone
+    succeeds; the audit log shows the injections and verifies; after a stop neither the token
+    nor base64 of user:token is in any file of the sandbox, while a planted control is."""
+    need_image()
+    for t in ("git", "/usr/lib/git-core/git-http-backend"):
+        if not shutil.which(t):
+            raise Skip(f"{t} is not in the box (tests/e2e/run adds it when the host has git)")
+    tmp = tempfile.mkdtemp(prefix="gitclone-")
+    secret = "ghp-" + secrets.token_hex(20)
+    control = "control-" + secrets.token_hex(20)
+    content = "private content " + secrets.token_hex(8)
+    try:
+        work, repos = os.path.join(tmp, "work"), os.path.join(tmp, "repos")
+        os.makedirs(work)
+        os.makedirs(repos)
+        g = ["git", "-c", "user.name=e2e", "-c", "user.email=e2e@cove.invalid",
+             "-c", "init.defaultBranch=main"]
+        # The bare repository is committed to directly (no local transport: the box has only
+        # git and git-http-backend, not git's other helper programs).
+        bare = os.path.join(repos, "private.git")
+        gd = g + [f"--git-dir={bare}", f"--work-tree={work}"]
+        with open(os.path.join(work, "README"), "w") as f:
+            f.write(content + "\n")
+        for argv in (g + ["init", "-q", "--bare", bare], gd + ["add", "README"],
+                     gd + ["commit", "-q", "-m", "first"]):
+            r = subprocess.run(argv, capture_output=True, text=True)
+            check(r.returncode == 0, f"{' '.join(argv[7:])}: {r.stderr[-300:]!r}")
+        _GitCGI.root = repos
+        _GitCGI.want = "Basic " + base64.b64encode(f"bot:{secret}".encode()).decode()
+        _GitCGI.seen = []
+        httpd, port = _tls_server(tmp, "git.cove.test", _GitCGI)
+        helper, senv = at.secret_store(tmp, secret)
+        policy = {"credentials": {"git": {
+            "helper": helper, "helper_input": {"protocol": "https", "host": "git.cove.test"},
+            "inject": {"header": "Authorization", "template": "Basic {username}:{password}"},
+            "allow": {"schemes": ["https"], "hosts": ["git.cove.test"], "ports": [port],
+                      "path_prefixes": ["/private.git/"], "methods": ["GET", "POST"],
+                      "headers": ["Accept", "Accept-Language", "Content-Type", "Git-Protocol",
+                                  "Pragma", "User-Agent", "Content-Encoding"]},
+            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
+        sb = EgressSandbox("deb-git", tmp, policy=policy,
+                           env={"GNUPGHOME": senv["GNUPGHOME"],
+                                "PASSWORD_STORE_DIR": senv["PASSWORD_STORE_DIR"]})
+        try:
+            t0 = time.monotonic()
+            rc, out, err = sb.sh(f"git clone -q https://git.cove.test:{port}/private.git "
+                                 f"/root/private && cat /root/private/README", timeout=600)
+            dt = time.monotonic() - t0
+            check(rc == 0 and out.strip() == content,
+                  f"git clone: rc={rc} {out[-300:]!r} {err[-600:]!r}; server saw "
+                  f"{_GitCGI.seen[-4:]!r}; broker.log {sb.tail('broker.log')!r}")
+            check(_GitCGI.seen and all(ok for _, _, ok in _GitCGI.seen),
+                  f"a request without the token reached the server: {_GitCGI.seen!r}")
+            print(f"    git clone https://git.cove.test/private.git: {dt:.1f} s, "
+                  f"{len(_GitCGI.seen)} requests, each with basic auth the broker added")
+            rc, out, err = sb.sh(f"git -C /root/private config --list; env; "
+                                 f"echo {control} > /root/control; sync; "
+                                 f"CONTROL={control} setsid sleep 100000 >/dev/null 2>&1 & "
+                                 f"echo planted")
+            check(rc == 0 and secret not in out and out.strip().endswith("planted"),
+                  f"guest config/env: rc={rc} {secret in out} {err!r}")
+            with open(os.path.join(sb.state, sb.name, "audit.jsonl"), "rb") as f:
+                raw = f.read()
+            inj = [r for r in map(json.loads, raw.splitlines())
+                   if r.get("kind") == "egress-inject"]
+            check(len(inj) >= 2 and all(r["decision"] == "allow" for r in inj) and
+                  secret.encode() not in raw, f"egress-inject records: {inj}")
+            print(f"    audit: {len(inj)} egress-inject records; {sb.verify_audit()}")
+            r = sb.cove("stop", sb.name)
+            check(r.returncode == 0, f"cove stop: {r.stderr!r}")
+            needles = [secret.encode(), control.encode()] + \
+                _b64_forms(f"bot:{secret}".encode()) + _b64_forms(secret.encode())
+            where = {}
+            found = _scan(os.path.join(sb.state, sb.name), needles, where)
+            check(control.encode() in found, "the scan did not find the planted control string")
+            leaked = found - {control.encode()}
+            check(not leaked, "token forms found in the sandbox's files: " +
+                  "; ".join(f"{n.decode()} in {sorted(where[n])}" for n in leaked))
+            print("    after stop: no token, no base64 of bot:token in any file of the sandbox "
+                  "(memory layers, overlay, logs); the planted control is found")
+        finally:
+            sb.close()
+            httpd.shutdown()
+    finally:
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 TESTS = [
     test_image_tools,
     test_image_boot_to_ready,
     test_image_egress_refusals,
     test_image_egress_parallel_and_pip,
     test_image_credential_injection,
+    test_image_git_clone,
 ]
