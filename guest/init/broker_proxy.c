@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -37,6 +38,13 @@ static int broker_connect(struct agent *ag)
 	fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* Linux gives up on a vsock connect after 2 s; a host busy with many streams may answer
+	 * later than that (50 downloads at once lost some), so wait as long as a TCP connect. */
+	if (!ag->test_uds) {
+		struct timeval tv = {.tv_sec = VSOCK_CONNECT_TIMEOUT_S};
+
+		(void)setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv));
+	}
 	if (connect(fd, sa, salen) < 0) {
 		int e = errno;
 

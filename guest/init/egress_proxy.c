@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "common/splice.h"
 #include <linux/vm_sockets.h>
 
 #include "common/splice.h"
@@ -44,6 +44,13 @@ static int upstream_connect(const struct egress_proxy *p)
 	fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* Linux gives up on a vsock connect after 2 s; a host busy with many streams may answer
+	 * later than that (50 downloads at once lost some), so wait as long as a TCP connect. */
+	if (!p->test_uds) {
+		struct timeval tv = {.tv_sec = VSOCK_CONNECT_TIMEOUT_S};
+
+		(void)setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv));
+	}
 	while (connect(fd, sa, salen) < 0) {
 		int e = errno;
 

@@ -10,6 +10,7 @@
 #include "common/log.h"
 
 #define EGRESS_HOST_PORT   1026 /* host vsock port (CID 2): cove-broker's proxy side */
+#define VSOCK_CONNECT_TIMEOUT_S 30 /* a guest connect to a host port waits this long (Linux: 2 s) */
 #define EGRESS_LISTEN_PORT 3128
 #define EGRESS_RELAYS_MAX  256
 
