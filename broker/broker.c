@@ -124,24 +124,6 @@ static int fill_template(const char *header, const char *tpl, const struct secre
 	return 0;
 }
 
-static int scrub_secret(struct scrubber *sc, const struct cred_policy *c, const struct secret *s)
-{
-	char both[sizeof(s->username) + sizeof(s->password) + 2];
-	int r = 0;
-
-	if (s->password[0])
-		r = scrub_add(sc, s->password, strlen(s->password));
-	if (!r && s->username[0] && strstr(c->inject_template, "{username}"))
-		r = scrub_add(sc, s->username, strlen(s->username));
-	if (!r && s->username[0] && s->password[0]) {
-		/* HTTP Basic encodes "user:password". */
-		snprintf(both, sizeof(both), "%s:%s", s->username, s->password);
-		r = scrub_add(sc, both, strlen(both));
-		OPENSSL_cleanse(both, sizeof(both));
-	}
-	return r;
-}
-
 /* Scrubs the response into the reply object. Returns 0 or -ENOMEM. */
 static int build_ok_reply(const struct scrubber *sc, const struct fetch_resp *resp, char **reply,
 			  size_t *rlen)
@@ -247,7 +229,7 @@ int broker_guest_begin(struct broker *b, const uint8_t *msg, size_t len, char **
 	}
 	pthread_mutex_lock(&b->lock);
 	stale = !j->q.has_token || !b->have_token || j->q.epoch != b->epoch ||
-	    CRYPTO_memcmp(j->q.token, b->token, REQ_TOKEN_BYTES);
+		CRYPTO_memcmp(j->q.token, b->token, REQ_TOKEN_BYTES);
 	pthread_mutex_unlock(&b->lock);
 	if (stale) {
 		r = deny(b, &j->q, "stale epoch", reply, rlen);
@@ -354,7 +336,7 @@ int broker_job_advance(struct broker *b, struct broker_job *j, char **reply, siz
 	inject[0] = '\0';
 	r = fill_template(j->c->inject_header, j->c->inject_template, &sec, inject, sizeof(inject));
 	if (!r)
-		r = scrub_secret(&j->sc, j->c, &sec);
+		r = scrub_add_credential(&j->sc, j->c->inject_template, sec.username, sec.password);
 	secret_wipe(&sec);
 	if (r) {
 		OPENSSL_cleanse(inject, sizeof(inject));

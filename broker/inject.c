@@ -379,18 +379,5 @@ out:
 
 int inject_scrubber(struct scrubber *sc, const struct cred_policy *c, const struct secret *s)
 {
-	char both[sizeof(s->username) + sizeof(s->password) + 2];
-	int r = 0;
-
-	if (s->password[0])
-		r = scrub_add(sc, s->password, strlen(s->password));
-	if (!r && s->username[0] && c && strstr(c->inject_template, "{username}"))
-		r = scrub_add(sc, s->username, strlen(s->username));
-	if (!r && s->username[0] && s->password[0]) {
-		/* HTTP Basic encodes "user:password". */
-		snprintf(both, sizeof(both), "%s:%s", s->username, s->password);
-		r = scrub_add(sc, both, strlen(both));
-		OPENSSL_cleanse(both, sizeof(both));
-	}
-	return r;
+	return scrub_add_credential(sc, c ? c->inject_template : NULL, s->username, s->password);
 }

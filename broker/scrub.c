@@ -346,3 +346,28 @@ void scrub_free(struct scrubber *s)
 	}
 	s->n = 0;
 }
+
+int scrub_add_credential(struct scrubber *sc, const char *tmpl, const char *username,
+			 const char *password)
+{
+	size_t lu = strlen(username), lp = strlen(password);
+	char *both;
+	int r = 0;
+
+	if (lp)
+		r = scrub_add(sc, password, lp);
+	if (!r && lu && tmpl && strstr(tmpl, "{username}"))
+		r = scrub_add(sc, username, lu);
+	if (r || !lu || !lp)
+		return r;
+	both = malloc(lu + lp + 2);
+	if (!both)
+		return -ENOMEM;
+	memcpy(both, username, lu);
+	both[lu] = ':';
+	memcpy(both + lu + 1, password, lp + 1);
+	r = scrub_add(sc, both, lu + 1 + lp);
+	OPENSSL_cleanse(both, lu + lp + 2);
+	free(both);
+	return r;
+}

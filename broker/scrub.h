@@ -22,6 +22,14 @@ struct scrubber {
  * -ENOMEM / -ENOSPC. */
 int scrub_add(struct scrubber *s, const char *value, size_t len);
 
+/*
+ * The forms of one credential an answer must not carry: the password, the username when the
+ * template (tmpl, may be NULL) sends it, and "username:password" (what HTTP Basic encodes).
+ * 0 or -ENOMEM.
+ */
+int scrub_add_credential(struct scrubber *sc, const char *tmpl, const char *username,
+			 const char *password);
+
 /* Replaces every occurrence of every pattern in buf[0..len) with SCRUB_REPLACEMENT. An
  * occurrence may spell any of its bytes as a percent escape (%41, %4a or %4A, '+' for a space)
  * or a JSON escape (\u0041, \/, \", \\; \uXXXX also for a non-ASCII character), in any mix.
