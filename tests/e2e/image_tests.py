@@ -27,7 +27,7 @@ import zipfile
 
 import agent_tests as at
 import box_tests as bt
-from covetest import Skip, check
+from covetest import Skip, check, hosts_add
 
 IMAGE = os.environ.get("IMAGE", "/work/image/rootfs.ext4")
 PACKAGES = os.path.join(os.path.dirname(IMAGE), "packages.txt")
@@ -146,16 +146,6 @@ def test_image_boot_to_ready():
         check(all(0 < r < f for r, f in runs), f"{kind}: ready after the first exec? {runs}")
 
 
-def _hosts_add(lines):
-    """Names the box resolves (cove-broker resolves on the host): appended to /etc/hosts once."""
-    with open("/etc/hosts", "a+") as f:
-        f.seek(0)
-        have = f.read()
-        for line in lines:
-            if line not in have:
-                f.write(line + "\n")
-
-
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *a):
         pass
@@ -203,7 +193,7 @@ class EgressSandbox:
             ("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        _hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
+        hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
         if policy is None:
             policy = {"egress": {"rules": [
                 {"host": "files.cove.test", "ports": [self.port], "methods": ["GET"],
@@ -410,6 +400,23 @@ def _b64_forms(text):
     return out
 
 
+def stop_and_scan(sb, secret, control, user):
+    """Stops the sandbox (its memory goes into its chain) and scans every file of it for the
+    token: raw, and base64 of user:token and of the token at the three alignments; the planted
+    control string must be found by the same scan, or the scan proves nothing."""
+    r = sb.cove("stop", sb.name)
+    check(r.returncode == 0, f"cove stop: {r.stderr!r}")
+    needles = [secret.encode(), control.encode()] + _b64_forms(f"{user}:{secret}".encode()) + \
+        _b64_forms(secret.encode())
+    where = {}
+    found = _scan(os.path.join(sb.state, sb.name), needles, where)
+    check(control.encode() in found, "the scan did not find the planted control string: it "
+                                     "would not find the token either")
+    leaked = found - {control.encode()}
+    check(not leaked, "token forms found in the sandbox's files: " +
+          "; ".join(f"{n.decode()} in {sorted(where[n])}" for n in leaked))
+
+
 def test_image_credential_injection():
     """HTTPS from an unmodified curl in the Debian sandbox to a host a credential names: the
     sandbox's cove-broker terminates the TLS with the sandbox's CA (installed in its overlay at
@@ -423,22 +430,7 @@ def test_image_credential_injection():
     secret = "tok-" + secrets.token_hex(20)
     control = "control-" + secrets.token_hex(20)
     try:
-        _openssl(tmp, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                 "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=cove e2e test CA",
-                 "-days", "2")
-        _openssl(tmp, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                 "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=api.cove.test")
-        with open(os.path.join(tmp, "ext"), "w") as f:
-            f.write("subjectAltName=DNS:api.cove.test\nextendedKeyUsage=serverAuth\n")
-        _openssl(tmp, "x509", "-req", "-in", "srv.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", "srv.crt", "-days", "2", "-extfile", "ext")
-        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(os.path.join(tmp, "srv.crt"), os.path.join(tmp, "srv.key"))
-        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
-        port = httpd.server_address[1]
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        _hosts_add(["127.0.0.1 api.cove.test"])
+        httpd, port = _tls_server(tmp, "api.cove.test", _Echo)
         helper, senv = at.secret_store(tmp, secret)
         policy = {"credentials": {"api": {
             "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
@@ -492,18 +484,7 @@ def test_image_credential_injection():
                   any(r["decision"] == "deny" for r in inj), f"egress-inject records: {inj}")
             check(secret.encode() not in raw, "the audit log holds the token")
             print(f"    audit: {len(inj)} egress-inject records; {sb.verify_audit()}")
-            r = sb.cove("stop", sb.name)
-            check(r.returncode == 0, f"cove stop: {r.stderr!r}")
-            user_tok = f"bot:{secret}".encode()
-            needles = [secret.encode(), control.encode()] + _b64_forms(user_tok) + \
-                _b64_forms(secret.encode())
-            where = {}
-            found = _scan(os.path.join(sb.state, sb.name), needles, where)
-            check(control.encode() in found, "the scan did not find the planted control string: "
-                                             "it would not find the token either")
-            leaked = found - {control.encode()}
-            check(not leaked, "token forms found in the sandbox's files: " +
-                  "; ".join(f"{n.decode()} in {sorted(where[n])}" for n in leaked))
+            stop_and_scan(sb, secret, control, "bot")
             print("    after stop: the token (raw, base64 of user:token and of the token, three "
                   "alignments each) is in no file of the sandbox; the planted control is found")
         finally:
@@ -580,7 +561,7 @@ def _tls_server(tmp, host, handler):
     ctx.load_cert_chain(os.path.join(tmp, f"{host}.crt"), os.path.join(tmp, f"{host}.key"))
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    _hosts_add([f"127.0.0.1 {host}"])
+    hosts_add([f"127.0.0.1 {host}"])
     return httpd, httpd.server_address[1]
 
 
@@ -655,16 +636,7 @@ def test_image_git_clone():
             check(len(inj) >= 2 and all(r["decision"] == "allow" for r in inj) and
                   secret.encode() not in raw, f"egress-inject records: {inj}")
             print(f"    audit: {len(inj)} egress-inject records; {sb.verify_audit()}")
-            r = sb.cove("stop", sb.name)
-            check(r.returncode == 0, f"cove stop: {r.stderr!r}")
-            needles = [secret.encode(), control.encode()] + \
-                _b64_forms(f"bot:{secret}".encode()) + _b64_forms(secret.encode())
-            where = {}
-            found = _scan(os.path.join(sb.state, sb.name), needles, where)
-            check(control.encode() in found, "the scan did not find the planted control string")
-            leaked = found - {control.encode()}
-            check(not leaked, "token forms found in the sandbox's files: " +
-                  "; ".join(f"{n.decode()} in {sorted(where[n])}" for n in leaked))
+            stop_and_scan(sb, secret, control, "bot")
             print("    after stop: no token, no base64 of bot:token in any file of the sandbox "
                   "(memory layers, overlay, logs); the planted control is found")
         finally:

@@ -18,7 +18,7 @@ import time
 
 import agent_tests as at
 import box_tests as bt
-from covetest import framed_call
+from covetest import framed_call, hosts_add
 
 COVE = bt.COVE
 STATE = "/tmp/cove-life"
@@ -719,16 +719,6 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _hosts_add(lines):
-    """Names the box resolves (cove-broker resolves on the host): appended to /etc/hosts once."""
-    with open("/etc/hosts", "a+") as f:
-        f.seek(0)
-        have = f.read()
-        for line in lines:
-            if line not in have:
-                f.write(line + "\n")
-
-
 def test_lifecycle_egress():
     """cove create --policy with egress rules: a guest program's plain HTTP request goes
     wget -> cove-init's proxy (127.0.0.1:3128) -> vsock port 1026 -> the sandbox's cove-broker,
@@ -754,7 +744,7 @@ def test_lifecycle_egress():
         ("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
     port = httpd.server_address[1]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    _hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
+    hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
     sbdir = os.path.join(STATE, name)
     created = False
 

@@ -368,3 +368,14 @@ def main(test):
         sys.exit(1)
     print("PASS")
     sys.exit(0)
+
+
+def hosts_add(lines):
+    """Names the KVM box resolves (cove-broker resolves on the host), e.g. "127.0.0.1 x.test":
+    appended to /etc/hosts once. Only for the throwaway box."""
+    with open("/etc/hosts", "a+") as f:
+        f.seek(0)
+        have = f.read()
+        for line in lines:
+            if line not in have:
+                f.write(line + "\n")
