@@ -20,6 +20,7 @@
 #include "devices/overlay.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/name.h"
+#include "lifecycle/policy.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
 #include "lifecycle/tombstone.h"
@@ -131,8 +132,7 @@ static int map_frozen(int cdfd, const char *name)
 		return 0;
 	if (fstat(fd, &s) == 0 && S_ISREG(s.st_mode) && s.st_size > 0 &&
 	    (uint64_t)s.st_size <= OVERLAY_MAP_HDR_SEALED + (uint64_t)OVERLAY_BITMAP_MAX &&
-	    (buf = malloc((size_t)s.st_size)) &&
-	    pread_full(fd, buf, (size_t)s.st_size, 0) == 0 &&
+	    (buf = malloc((size_t)s.st_size)) && pread_full(fd, buf, (size_t)s.st_size, 0) == 0 &&
 	    overlay_map_parse(buf, (size_t)s.st_size, &m, err, sizeof(err)) == 0)
 		frozen = (m.flags & OVERLAY_MAP_FROZEN) != 0;
 	free(buf);
@@ -173,8 +173,7 @@ static int share_disk_layers(int sdfd, int ddfd, unsigned flags, struct sbx_clon
 }
 
 /* chain.json as committed (the clone's own file: a copy of these bytes), parsed into c. */
-static int read_chain(int cdfd, char **text, size_t *len, struct chain *c, char *err,
-		      size_t errlen)
+static int read_chain(int cdfd, char **text, size_t *len, struct chain *c, char *err, size_t errlen)
 {
 	int fd = dirfd_open(cdfd, CHAIN_FILE, O_RDONLY | O_CLOEXEC);
 	struct stat s;
@@ -286,8 +285,8 @@ out:
 }
 
 /* NAME/archive/ into the clone: every file linked (unpacking reads them and removes its own). */
-static int clone_archive(int sdfd, int tdfd, unsigned flags, struct sbx_clone_stats *st,
-			 char *err, size_t errlen)
+static int clone_archive(int sdfd, int tdfd, unsigned flags, struct sbx_clone_stats *st, char *err,
+			 size_t errlen)
 {
 	int sad = open_sub(sdfd, SBX_ARCHIVE, false), dad, fd, ret = 0;
 	struct dirent *e;
@@ -339,15 +338,42 @@ static void rename_cmdline(char *cmdline, size_t cap, const char *from, const ch
 	free(out);
 }
 
-static int clone_spec(int sdfd, int tdfd, const char *from, const char *to, char *err,
-		      size_t errlen)
+/*
+ * A sandbox with a policy: the clone keeps a copy of its own, and its spec names that copy (its
+ * broker's audit key goes beside it, its own), so the clone does not lean on the parent's files.
+ */
+static int clone_policy(const struct sbx_root *r, int sdfd, int tdfd, const char *to,
+			struct sbx_spec *s, char *err, size_t errlen)
+{
+	char *buf = NULL, why[256];
+	size_t len = 0;
+	int ret;
+
+	if (!s->policy[0])
+		return 0;
+	ret = sbx_policy_load_at(sdfd, &buf, &len, why, sizeof(why));
+	if (ret)
+		return errmsg(err, errlen, ret, "its policy: %s", why);
+	ret = sbx_policy_write(tdfd, buf, len);
+	free(buf);
+	if (ret)
+		return errmsg(err, errlen, ret, "cannot write its policy: %s", strerror(-ret));
+	if ((size_t)snprintf(s->policy, sizeof(s->policy), "%s/%s/%s", r->state, to, SBX_POLICY) >=
+	    sizeof(s->policy))
+		return errmsg(err, errlen, -ENAMETOOLONG, "its policy path is too long");
+	return 0;
+}
+
+static int clone_spec(const struct sbx_root *r, int sdfd, int tdfd, const char *from,
+		      const char *to, char *err, size_t errlen)
 {
 	struct sbx_spec *s = malloc(sizeof(*s));
 	int ret;
 
 	if (!s)
 		return errmsg(err, errlen, -ENOMEM, "out of memory");
-	ret = sbx_spec_read(sdfd, s, err, errlen);
+	ret =
+	    sbx_spec_read(sdfd, s, err, errlen) ?: clone_policy(r, sdfd, tdfd, to, s, err, errlen);
 	if (!ret) {
 		rename_cmdline(s->cmdline, sizeof(s->cmdline), from, to);
 		s->created_ms = realtime_ms();
@@ -361,8 +387,7 @@ static int clone_spec(int sdfd, int tdfd, const char *from, const char *to, char
 
 /* The parent's CA into the clone (a copy, 0600): the clone's disk trusts the certificate the
  * parent's create installed, so the clone's broker signs with the same CA. None: nothing. */
-static int clone_mitm_ca(int sdfd, int tdfd, struct sbx_clone_stats *st, char *err,
-			 size_t errlen)
+static int clone_mitm_ca(int sdfd, int tdfd, struct sbx_clone_stats *st, char *err, size_t errlen)
 {
 	static const char *const files[] = {SBX_BROKER_MITM_CA_KEY, SBX_BROKER_MITM_CA_CERT};
 	int s = open_sub(sdfd, SBX_BROKER_MITM_CA, false), t, ret = 0;
@@ -391,9 +416,8 @@ static int clone_mitm_ca(int sdfd, int tdfd, struct sbx_clone_stats *st, char *e
 	return ret;
 }
 
-int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *to,
-	      unsigned flags, const char *cause, struct sbx_clone_stats *st, char *err,
-	      size_t errlen)
+int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *to, unsigned flags,
+	      const char *cause, struct sbx_clone_stats *st, char *err, size_t errlen)
 {
 	const char *names[1] = {to};
 	enum sbx_state state;
@@ -417,7 +441,7 @@ int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *
 	tdfd = open_sub(r->dfd, tmp, true);
 	if (tdfd < 0)
 		return errmsg(err, errlen, tdfd, "%s/%s: %s", r->state, tmp, strerror(-tdfd));
-	ret = clone_spec(sdfd, tdfd, from, to, err, errlen);
+	ret = clone_spec(r, sdfd, tdfd, from, to, err, errlen);
 	if (!ret)
 		ret = state == SBX_ARCHIVED ? clone_archive(sdfd, tdfd, flags, st, err, errlen)
 					    : clone_chain(sdfd, tdfd, flags, st, err, errlen);

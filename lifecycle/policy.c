@@ -35,16 +35,13 @@ int sbx_policy_check(const char *buf, size_t len, char *err, size_t errlen)
 	return ret;
 }
 
-int sbx_policy_load(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+/* Reads and checks an open policy file; closes fd. */
+static int load_fd(int fd, char **buf, size_t *len, char *err, size_t errlen)
 {
 	struct stat st;
 	char *b = NULL;
-	int fd, ret;
+	int ret;
 
-	*buf = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return errmsg(err, errlen, -errno, "%s", strerror(errno));
 	if (fstat(fd, &st) < 0) {
 		ret = errmsg(err, errlen, -errno, "%s", strerror(errno));
 		goto out;
@@ -78,6 +75,28 @@ out:
 	*buf = b;
 	*len = (size_t)st.st_size;
 	return 0;
+}
+
+int sbx_policy_load(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+{
+	int fd;
+
+	*buf = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "%s", strerror(errno));
+	return load_fd(fd, buf, len, err, errlen);
+}
+
+int sbx_policy_load_at(int dfd, char **buf, size_t *len, char *err, size_t errlen)
+{
+	int fd;
+
+	*buf = NULL;
+	fd = dirfd_open(dfd, SBX_POLICY, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return errmsg(err, errlen, fd, "%s", strerror(-fd));
+	return load_fd(fd, buf, len, err, errlen);
 }
 
 int sbx_policy_write(int dfd, const char *buf, size_t len)

@@ -22,5 +22,8 @@ int sbx_policy_load(const char *path, char **buf, size_t *len, char *err, size_t
 
 /* Writes SBX_POLICY beneath the sandbox directory dfd, mode 0600 (temp file, fsync, rename). */
 int sbx_policy_write(int dfd, const char *buf, size_t len);
+/* The same as sbx_policy_load for the SBX_POLICY kept beneath a sandbox's dfd (not following a
+ * link). */
+int sbx_policy_load_at(int dfd, char **buf, size_t *len, char *err, size_t errlen);
 
 #endif

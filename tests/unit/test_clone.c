@@ -13,6 +13,7 @@
 #include "lifecycle/broker.h"
 #include "lifecycle/clone.h"
 #include "lifecycle/root.h"
+#include "lifecycle/policy.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
 #include "lifecycle/vmm_args.h"
@@ -35,13 +36,18 @@ static const struct {
 	bool shared; /* linked (or copied with SBX_CLONE_COPY); else absent or copied */
 	bool carried;
 } chain_files[] = {
-    {"mem-1", true, true},	       {"state-1", true, true},
-    {"mem-2", true, true},	       {"state-2", true, true},
-    {"disk0-000001.ovl", true, true},  {"disk0-000001.ovl.map", true, true},
+    {"mem-1", true, true},
+    {"state-1", true, true},
+    {"mem-2", true, true},
+    {"state-2", true, true},
+    {"disk0-000001.ovl", true, true},
+    {"disk0-000001.ovl.map", true, true},
     {"disk0-000002.ovl", false, false}, /* the live top: the running VMM's own */
     {"disk0-000002.ovl.map", false, false},
-    {"keys", false, true},	       {"layer-seq", false, true},
-    {"chain.json", false, true},       {"junk", false, false},
+    {"keys", false, true},
+    {"layer-seq", false, true},
+    {"chain.json", false, true},
+    {"junk", false, false},
 };
 
 static void put(const char *dir, const char *name, const char *text)
@@ -102,10 +108,10 @@ static void make_source(struct fx *f)
 	c->chain_id[0] = 0x42;
 	c->ram_size = 64 << 20;
 	c->nr_layers = 2;
-	c->layers[0] = (struct chain_layer){.id = 1, .full = true, .mem = "mem-1",
-					    .state = "state-1", .present = 1, .stored = 1};
-	c->layers[1] = (struct chain_layer){.id = 2, .parent = 1, .mem = "mem-2",
-					    .state = "state-2", .present = 1, .stored = 1};
+	c->layers[0] = (struct chain_layer){
+	    .id = 1, .full = true, .mem = "mem-1", .state = "state-1", .present = 1, .stored = 1};
+	c->layers[1] = (struct chain_layer){
+	    .id = 2, .parent = 1, .mem = "mem-2", .state = "state-2", .present = 1, .stored = 1};
 	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
 	free(c);
 }
@@ -239,11 +245,10 @@ static void test_clone_links(void **state)
 	uint64_t before = source_sum(f);
 	int bfd;
 
-	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "b", 0, "cove fork a", &st, err,
-				   sizeof(err)),
-			 0);
-	assert_int_equal(st.linked, 6);	  /* mem, state x 2; the frozen disk layer and its map */
-	assert_int_equal(st.copied, 2);	  /* keys, layer-seq */
+	assert_int_equal(
+	    sbx_clone(&f->root, "a", f->adfd, "b", 0, "cove fork a", &st, err, sizeof(err)), 0);
+	assert_int_equal(st.linked, 6); /* mem, state x 2; the frozen disk layer and its map */
+	assert_int_equal(st.copied, 2); /* keys, layer-seq */
 	assert_false(st.archived);
 	check_clone(f, "b", false);
 	/* Nothing of a changed: same names, inodes, sizes, contents. */
@@ -278,8 +283,8 @@ static void test_clone_copies(void **state)
 	char err[256];
 	uint64_t before = source_sum(f);
 
-	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "c", SBX_CLONE_COPY, "cove fork a",
-				   &st, err, sizeof(err)),
+	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "c", SBX_CLONE_COPY, "cove fork a", &st,
+				   err, sizeof(err)),
 			 0);
 	assert_int_equal(st.linked, 0);
 	assert_int_equal(st.copied, 8);
@@ -303,9 +308,8 @@ static void test_clone_mitm_ca(void **state)
 	assert_int_equal(chmod(p, 0600), 0);
 	path_of(f, "a", SBX_BROKER_MITM_CA, SBX_BROKER_MITM_CA_CERT, p, sizeof(p));
 	write_file(p, "cert\n", 5);
-	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "d", 0, "cove fork a", &st, err,
-				   sizeof(err)),
-			 0);
+	assert_int_equal(
+	    sbx_clone(&f->root, "a", f->adfd, "d", 0, "cove fork a", &st, err, sizeof(err)), 0);
 	assert_int_equal(st.copied, 4); /* keys, layer-seq, the CA's key and certificate */
 	for (int i = 0; i < 2; i++) {
 		const char *n = i ? SBX_BROKER_MITM_CA_CERT : SBX_BROKER_MITM_CA_KEY;
@@ -321,6 +325,40 @@ static void test_clone_mitm_ca(void **state)
 	path_of(f, "d", "", SBX_BROKER_MITM_CA, q, sizeof(q));
 	assert_int_equal(stat(q, &sb), 0);
 	assert_int_equal(sb.st_mode & 0777, 0700);
+}
+
+/* A parent with a policy: the clone keeps its own copy, and its spec names that copy, so the
+ * clone's broker neither reads the parent's policy nor writes its audit key beside it. */
+static void test_clone_policy(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_clone_stats st;
+	struct sbx_spec *s = calloc(1, sizeof(*s));
+	const char *pol = "{\"egress\":{\"rules\":[]}}";
+	char err[256], p[256], q[256];
+	struct stat sa, sb;
+
+	assert_non_null(s);
+	assert_int_equal(sbx_policy_write(f->adfd, pol, strlen(pol)), 0);
+	assert_int_equal(sbx_spec_read(f->adfd, s, err, sizeof(err)), 0);
+	path_of(f, "a", "", SBX_POLICY, s->policy, sizeof(s->policy));
+	assert_int_equal(sbx_spec_write(f->adfd, s), 0);
+	assert_int_equal(
+	    sbx_clone(&f->root, "a", f->adfd, "d", 0, "cove fork a", &st, err, sizeof(err)), 0);
+	int ddfd = sbx_dir_open(&f->root, "d", false, err, sizeof(err));
+	assert_true(ddfd >= 0);
+	memset(s, 0, sizeof(*s));
+	assert_int_equal(sbx_spec_read(ddfd, s, err, sizeof(err)), 0);
+	close(ddfd);
+	path_of(f, "d", "", SBX_POLICY, q, sizeof(q));
+	assert_string_equal(s->policy, q);
+	path_of(f, "a", "", SBX_POLICY, p, sizeof(p));
+	assert_same_content(p, q);
+	assert_int_equal(stat(p, &sa), 0);
+	assert_int_equal(stat(q, &sb), 0);
+	assert_true(sa.st_ino != sb.st_ino);
+	assert_int_equal(sb.st_mode & 0777, 0600);
+	free(s);
 }
 
 static void test_clone_refused(void **state)
@@ -344,9 +382,8 @@ static void test_clone_refused(void **state)
 	assert_true(tree_sum(p) == b_before);
 	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "a", 0, "t", &st, err, sizeof(err)),
 			 -EEXIST);
-	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "Bad_Name", 0, "t", &st, err,
-				   sizeof(err)),
-			 -EINVAL);
+	assert_int_equal(
+	    sbx_clone(&f->root, "a", f->adfd, "Bad_Name", 0, "t", &st, err, sizeof(err)), -EINVAL);
 	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "../x", 0, "t", &st, err, sizeof(err)),
 			 -EINVAL);
 	assert_int_equal(sbx_clone_check(&f->root, "a", dup, 3, err, sizeof(err)), -EALREADY);
@@ -388,9 +425,8 @@ static void test_clone_archived(void **state)
 	assert_int_equal(sbx_archive_pack(f->adfd, &as, err, sizeof(err)), 0);
 	assert_int_equal(sbx_event_append(f->adfd, "stopped", "archived", "cove archive"), 0);
 	before = source_sum(f);
-	assert_int_equal(sbx_clone(&f->root, "a", f->adfd, "b", 0, "cove fork a", &st, err,
-				   sizeof(err)),
-			 0);
+	assert_int_equal(
+	    sbx_clone(&f->root, "a", f->adfd, "b", 0, "cove fork a", &st, err, sizeof(err)), 0);
 	assert_true(st.archived);
 	assert_true(st.linked == as.files + 1); /* every packed file and the manifest */
 	bfd = sbx_dir_open(&f->root, "b", false, err, sizeof(err));
@@ -421,6 +457,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_clone_links, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_copies, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_mitm_ca, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_clone_policy, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_clone_archived, setup, teardown),
 	};
