@@ -829,8 +829,62 @@ def test_lifecycle_egress():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_lifecycle_fork_policy():
+    """cove fork of a sandbox with a policy: the clone keeps its own copy of the policy (its
+    spec names it) and its own audit key, so once the parent is removed the clone still starts
+    its broker and its guest's egress works, audited in its own log."""
+    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
+    env = dict(ENV)
+    if not os.path.exists(broker_bin):
+        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
+        broker_bin = env["COVE_BROKER"] = at.BROKER
+    fresh()
+    a, b = "polfork-a", "polfork-b"
+    tmp = tempfile.mkdtemp(prefix="life-polfork-")
+    with open(os.path.join(tmp, "hello"), "w") as f:
+        f.write("hello clone\n")
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=tmp))
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    hosts_add(["127.0.0.1 files.cove.test"])
+
+    def run(*args, timeout=300):
+        return cove(*args, timeout=timeout, env=env)
+
+    try:
+        pol = os.path.join(tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump({"egress": {"rules": [{"host": "files.cove.test", "ports": [port],
+                                             "methods": ["GET"], "allow_private": True}]}}, f)
+        rc, out, err = run("create", a, "--snapshot-every", "off", "--policy", pol)
+        bt.check(rc == 0, f"cove create --policy: rc={rc} {err.strip()!r}")
+        rc, out, err = run("fork", a, b)
+        bt.check(rc == 0, f"cove fork: rc={rc} {err.strip()!r}")
+        with open(os.path.join(STATE, b, "spec.json")) as f:
+            spec = json.load(f)
+        kept = os.path.realpath(os.path.join(STATE, b, "policy.json"))
+        bt.check(spec["policy"] == kept, f"the clone's spec names {spec['policy']!r}, not {kept!r}")
+        rc, out, err = run("rm", a)
+        bt.check(rc == 0, f"cove rm {a}: rc={rc} {err!r}")
+        rc, out, err = run("exec", b, "--", "busybox", "wget", "-q", "-O", "-",
+                           f"http://files.cove.test:{port}/hello")
+        bt.check(rc == 0 and out == "hello clone\n",
+                 f"egress from the clone after its parent's rm: rc={rc} {out!r} {err!r}; "
+                 f"broker.log {_tail(os.path.join(STATE, b, 'broker.log'))!r}")
+        v = subprocess.run([broker_bin, "verify-audit", "--key", kept + ".audit-key",
+                            os.path.join(STATE, b, "audit.jsonl")], capture_output=True, text=True)
+        bt.check(v.returncode == 0, f"verify-audit of the clone's log: {v.stdout!r} {v.stderr!r}")
+        print(f"    clone after its parent's rm: egress works; {v.stdout.strip()}")
+    finally:
+        for n in (a, b):
+            run("rm", n)
+        httpd.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
          test_lifecycle_kill9_during_layer_write,
          test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_idle_stop,
          test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm, test_lifecycle_fork,
-         test_lifecycle_broker_policy, test_lifecycle_egress]
+         test_lifecycle_broker_policy, test_lifecycle_egress, test_lifecycle_fork_policy]
