@@ -541,18 +541,24 @@ def _broker_pid(name):
         return int(f.read().strip() or 0)
 
 
+def _broker_env():
+    """cove-broker's path and the environment that makes cove find it: beside cove in the box
+    (/work/cove, /work/cove-broker), else at agent_tests' BROKER (COVE_BROKER)."""
+    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
+    env = dict(ENV)
+    if not os.path.exists(broker_bin):
+        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
+        broker_bin = env["COVE_BROKER"] = at.BROKER
+    return broker_bin, env
+
+
 def test_lifecycle_broker_policy():
     """cove create --policy: a cove-broker runs beside the sandbox (found beside cove, audit log
     in NAME/audit.jsonl); cove-fetch in the guest gets a real credential through it; cove stop
     ends it; the reconnecting exec starts a new broker whose first grant is a newer epoch, the
     fetch works again, and the token the guest held before the stop is refused (stale epoch);
     cove rm ends the broker."""
-    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
-    env = dict(ENV)
-    if not os.path.exists(broker_bin):
-        # cove finds it beside itself in the box (/work/cove, /work/cove-broker); else say where.
-        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
-        broker_bin = env["COVE_BROKER"] = at.BROKER
+    broker_bin, env = _broker_env()
     fresh()
     name = "agentpol"
     secret = "s3cr3t-" + secrets.token_hex(16)
@@ -726,11 +732,7 @@ def test_lifecycle_egress():
     8 downloads at once too; a host, a port or an address the rules do not allow (the host's
     127.0.0.1, a name resolving to 169.254.169.254) gets a 403 that names why; every
     connection is one line in the audit log, which verifies."""
-    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
-    env = dict(ENV)
-    if not os.path.exists(broker_bin):
-        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
-        broker_bin = env["COVE_BROKER"] = at.BROKER
+    broker_bin, env = _broker_env()
     fresh()
     name = "agentegress"
     tmp = tempfile.mkdtemp(prefix="life-egress-")
@@ -833,11 +835,7 @@ def test_lifecycle_fork_policy():
     """cove fork of a sandbox with a policy: the clone keeps its own copy of the policy (its
     spec names it) and its own audit key, so once the parent is removed the clone still starts
     its broker and its guest's egress works, audited in its own log."""
-    broker_bin = os.path.join(os.path.dirname(os.path.abspath(COVE)), "cove-broker")
-    env = dict(ENV)
-    if not os.path.exists(broker_bin):
-        bt.check(os.path.exists(at.BROKER), f"no cove-broker beside {COVE} nor at {at.BROKER}")
-        broker_bin = env["COVE_BROKER"] = at.BROKER
+    broker_bin, env = _broker_env()
     fresh()
     a, b = "polfork-a", "polfork-b"
     tmp = tempfile.mkdtemp(prefix="life-polfork-")
