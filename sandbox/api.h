@@ -28,7 +28,7 @@ struct api_snapshot_result {
 	uint64_t layer_id;
 	bool full, compacted, staged;
 	uint64_t pages, stored, bytes;
-	uint64_t pause_us, write_us, total_us;
+	uint64_t precopy_us, pause_us, write_us, total_us;
 };
 
 #define API_MAX_FORKS 16

@@ -496,6 +496,7 @@ static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snap
 					    .pages = st.pages,
 					    .stored = st.stored,
 					    .bytes = st.bytes,
+					    .precopy_us = st.precopy_us,
 					    .pause_us = st.pause_us,
 					    .write_us = st.write_us,
 					    .total_us = st.total_us};

@@ -52,6 +52,14 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 	const char *dio = getenv("COVE_SNAP_DIRECT");
 	if (dio && !strcmp(dio, "0"))
 		s->direct = false;
+	/*
+	 * Pre-copy: dirty pages are staged with the guest running and only those it writes
+	 * again are copied in the pause (bench/pause: the copy was most of a box pause).
+	 */
+	s->precopy = true;
+	const char *pc = getenv("COVE_SNAP_PRECOPY");
+	if (pc && !strcmp(pc, "0"))
+		s->precopy = false;
 	s->keep = SNAP_DEFAULT_KEEP;
 	if (snprintf(s->dir, sizeof(s->dir), "%s", dir) >= (int)sizeof(s->dir))
 		return errmsg(err, errlen, -ENAMETOOLONG, "snapshot directory name is too long");
@@ -78,6 +86,13 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 		return -ENOMEM;
 	}
 	s->stored_bm = bm;
+	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		  -1, 0);
+	if (bm == MAP_FAILED) {
+		snap_ctx_free(s);
+		return -ENOMEM;
+	}
+	s->redirty = bm;
 	return 0;
 }
 
@@ -115,6 +130,9 @@ void snap_ctx_free(struct snap_ctx *s)
 	if (s->stored_bm)
 		munmap(s->stored_bm, bytes);
 	s->stored_bm = NULL;
+	if (s->redirty)
+		munmap(s->redirty, bytes);
+	s->redirty = NULL;
 	snap_crypt_close(&s->crypt);
 	if (s->prov)
 		keyprov_free(s->prov);
@@ -162,6 +180,8 @@ struct stage {
 	size_t mapped_len;
 	struct write_extent *ext;
 	size_t next, cap;
+	size_t frozen;	/* ext[0..frozen) are the pre-copy's, sorted: never merged into */
+	uint64_t used;	/* staging bytes filled */
 	uint64_t present, stored;
 };
 
@@ -198,7 +218,7 @@ static void stage_release(struct stage *g)
 
 static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
 {
-	if (g->next && g->ext[g->next - 1].file_off + g->ext[g->next - 1].len == file_off &&
+	if (g->next > g->frozen && g->ext[g->next - 1].file_off + g->ext[g->next - 1].len == file_off &&
 	    g->ext[g->next - 1].buf_off + g->ext[g->next - 1].len == buf_off) {
 		g->ext[g->next - 1].len += PAGE_SIZE;
 		return 0;
@@ -249,7 +269,7 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 		g->buf = m->host;
 		g->buf_len = m->size;
 	}
-	uint64_t used = 0;
+	uint64_t used = g->used;
 	for (size_t w = 0; w < words; w++) {
 		uint64_t bits = s->bitmap[w];
 		while (bits) {
@@ -271,6 +291,71 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			int r = add_extent(g, li->data_off + p * PAGE_SIZE, buf_off);
 			if (r)
 				return r;
+		}
+	}
+	g->used = used;
+	return 0;
+}
+
+/* Where the pre-copy staged page `p`: its staging offset, or -1 (not staged: it was zero). */
+static int64_t staged_at(const struct stage *g, const struct mem_layer_info *li, uint64_t p)
+{
+	uint64_t off = li->data_off + p * PAGE_SIZE;
+	size_t lo = 0, hi = g->frozen;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct write_extent *e = &g->ext[mid];
+		if (off < e->file_off)
+			hi = mid;
+		else if (off >= e->file_off + e->len)
+			lo = mid + 1;
+		else
+			return (int64_t)(e->buf_off + (off - e->file_off));
+	}
+	return -1;
+}
+
+/*
+ * Paused, after a pre-copy: the pages in s->redirty were written (by the guest or a device)
+ * since they were staged, or appeared since. Each is copied again into its staging slot or
+ * added; s->bitmap becomes the union. -ENOSPC when the staging buffer is too small for the
+ * additions (the caller then stages everything again).
+ */
+static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g)
+{
+	struct guest_mem *m = &s->vm->mem;
+	size_t words = dirty_log_bitmap_words(s->vm);
+	uint64_t pages = m->size / PAGE_SIZE;
+	for (size_t w = 0; w < words; w++) {
+		uint64_t bits = s->redirty[w];
+		while (bits) {
+			uint64_t p = (uint64_t)w * 64 + (uint64_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			if (p >= pages)
+				break;
+			const uint8_t *src = m->host + p * PAGE_SIZE;
+			bool held = s->bitmap[w] & (1ULL << (p % 64));
+			int64_t at = held ? staged_at(g, li, p) : -1;
+			if (at >= 0) {
+				memcpy(g->buf + at, src, PAGE_SIZE); /* may be zeros now: still right */
+				continue;
+			}
+			if (!held) {
+				s->bitmap[w] |= 1ULL << (p % 64);
+				g->present++;
+			}
+			if (mem_page_is_zero(src))
+				continue;
+			if (g->used + PAGE_SIZE > g->buf_len)
+				return -ENOSPC;
+			memcpy(g->buf + g->used, src, PAGE_SIZE);
+			int r = add_extent(g, li->data_off + p * PAGE_SIZE, g->used);
+			if (r)
+				return r;
+			g->used += PAGE_SIZE;
+			g->stored++;
+			if (s->encrypted)
+				s->stored_bm[w] |= 1ULL << (p % 64);
 		}
 	}
 	return 0;
@@ -457,6 +542,8 @@ struct take {
 	bool was_paused; /* paused by its owner before the snapshot: stays paused */
 	bool paused;	 /* paused by us and not yet resumed */
 	bool collected;	 /* the dirty log was read into s->bitmap: merge it back on failure */
+	bool precopied;	 /* pages were staged before the pause; the pause adds s->redirty */
+	uint64_t pre_pages;
 	uint64_t id;
 	const struct chain_layer *prev; /* the parent layer (Diff) */
 	struct chain *next;		/* chain.json after this layer (heap: ~45 KiB) */
@@ -465,7 +552,8 @@ struct take {
 	struct state_buf sb;
 	struct stage g;
 	struct mem_layer_info li;
-	uint64_t t0, t_resumed;
+	uint64_t t_pre, t0, t_resumed;
+	uint64_t t_paused, t_prepared, t_kvm; /* debug split of the pause */
 };
 
 /*
@@ -550,10 +638,72 @@ static int take_before_pause(struct snap_ctx *s, struct take *t, char *err, size
 	return 0;
 }
 
+/* The layer's header fields known before its pages are. */
+static void take_layer_info(struct snap_ctx *s, struct take *t)
+{
+	struct mem_layer_info *li = &t->li;
+	li->flags = (t->full ? MEM_LAYER_FULL : 0) | (s->encrypted ? MEM_LAYER_ENCRYPTED : 0);
+	mem_layer_layout(li, s->vm->mem.size);
+	li->layer_id = t->id;
+	li->parent_id = t->full ? 0 : t->prev->id;
+	memcpy(li->chain_id, t->next->chain_id, 16);
+}
+
+/* Forgets what was staged, keeping the staging buffer. */
+static void stage_reset(struct stage *g)
+{
+	g->buf = g->mapped;
+	g->buf_len = g->mapped_len;
+	g->staged = false;
+	g->next = g->frozen = 0;
+	g->used = g->present = g->stored = 0;
+}
+
+/*
+ * Before the pause, the VM running: the dirty log is read and re-armed (Full: logging starts,
+ * every page counts) and those pages are staged. A page the guest writes after this is logged
+ * again and copied once more in the pause, so the layer still holds every page as it was at
+ * the pause. The VMM's own bitmap is left for the pause. Nothing is staged here when the
+ * pages do not fit the staging buffer reserved for them.
+ */
+static int take_precopy(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	struct vm *vm = s->vm;
+	if (!s->precopy || !t->g.buf || t->was_paused || (!t->full && !vm->track_dirty))
+		return 0;
+	int r;
+	if (t->full) {
+		r = dirty_log_start(vm);
+		if (!r) /* discarded: every page is copied after this */
+			r = dirty_log_collect_kvm(vm, s->redirty);
+		if (r)
+			return errmsg(err, errlen, r, "cannot start dirty page tracking: %s",
+				      strerror(-r));
+		mark_all_pages(s);
+	} else {
+		r = dirty_log_collect_kvm(vm, s->bitmap);
+		if (r)
+			return errmsg(err, errlen, r, "cannot read the dirty page log: %s",
+				      strerror(-r));
+		t->collected = true;
+	}
+	take_layer_info(s, t);
+	r = stage_pages(s, &t->li, &t->g);
+	if (r || !t->g.staged) {
+		stage_reset(&t->g); /* the pause stages them all */
+		return r == -ENOMEM ? 0 : r;
+	}
+	t->g.frozen = t->g.next;
+	t->pre_pages = t->g.present;
+	t->precopied = true;
+	return 0;
+}
+
 /* Paused: the state file (machine description, vCPUs, devices), after the owner's prepare. */
 static int take_state(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
 {
 	state_buf_init(&t->sb);
+	t->t_paused = mono_us();
 	board_quiesce(s->board);
 	if (s->prepare) {
 		char *cfg = NULL;
@@ -566,9 +716,11 @@ static int take_state(struct snap_ctx *s, struct take *t, char *err, size_t errl
 		}
 	}
 	state_put(&t->sb, SEC_CONFIG, 0, s->config_json, strlen(s->config_json));
+	t->t_prepared = mono_us();
 	int r = kvm_state_save(s->vm, &t->sb);
 	if (r)
 		return errmsg(err, errlen, r, "cannot read the vCPU state: %s", strerror(-r));
+	t->t_kvm = mono_us();
 	board_save(s->board, &t->sb);
 	r = state_finish(&t->sb);
 	if (r)
@@ -592,11 +744,32 @@ static int take_dirty(struct snap_ctx *s, struct take *t, char *err, size_t errl
 		mark_all_pages(s);
 		return 0;
 	}
-	r = dirty_log_collect(s->vm, s->bitmap);
+	/* After a pre-copy that staged nothing, s->bitmap already holds what it collected. */
+	r = dirty_log_collect(s->vm, t->collected ? s->redirty : s->bitmap);
 	if (r)
 		return errmsg(err, errlen, r, "cannot read the dirty page log: %s", strerror(-r));
+	if (t->collected)
+		for (size_t w = 0; w < dirty_log_bitmap_words(s->vm); w++)
+			s->bitmap[w] |= s->redirty[w];
 	t->collected = true;
 	return 0;
+}
+
+/*
+ * Paused, after a pre-copy: what was written since is copied again or added; s->bitmap ends
+ * as the union (also on failure, so a failed snapshot gives every page back).
+ */
+static int take_restage(struct snap_ctx *s, struct take *t)
+{
+	int r = restage_pages(s, &t->li, &t->g);
+	for (size_t w = 0; w < dirty_log_bitmap_words(s->vm); w++)
+		s->bitmap[w] |= s->redirty[w];
+	if (r == -ENOSPC) {
+		/* More was written than the buffer has room for: stage it all again. */
+		stage_reset(&t->g);
+		r = stage_pages(s, &t->li, &t->g);
+	}
+	return r;
 }
 
 /*
@@ -615,22 +788,21 @@ static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t err
 	if (r)
 		return r;
 	uint64_t t_q = mono_us();
-	r = take_dirty(s, t, err, errlen);
-	if (r)
-		return r;
 	struct mem_layer_info *li = &t->li;
-	li->flags = (t->full ? MEM_LAYER_FULL : 0) | (s->encrypted ? MEM_LAYER_ENCRYPTED : 0);
-	mem_layer_layout(li, vm->mem.size);
-	li->layer_id = t->id;
-	li->parent_id = t->full ? 0 : t->prev->id;
-	memcpy(li->chain_id, t->next->chain_id, 16);
+	if (t->precopied) {
+		r = dirty_log_collect(vm, s->redirty);
+		if (r)
+			return errmsg(err, errlen, r, "cannot read the dirty page log: %s",
+				      strerror(-r));
+	} else {
+		r = take_dirty(s, t, err, errlen);
+		if (r)
+			return r;
+		take_layer_info(s, t);
+	}
 	uint64_t t_c = mono_us();
-	r = stage_pages(s, li, &t->g);
-	log_debug(vm->log,
-		  "snapshot pause: quiesce+prepare %llu us, state+dirty log %llu us, "
-		  "staging %llu us",
-		  (unsigned long long)(t_q - t->t0), (unsigned long long)(t_c - t_q),
-		  (unsigned long long)(mono_us() - t_c));
+	r = t->precopied ? take_restage(s, t) : stage_pages(s, li, &t->g);
+	uint64_t t_s = mono_us();
 	if (r)
 		return errmsg(err, errlen, r, "cannot stage pages: %s", strerror(-r));
 	li->present = t->g.present;
@@ -641,6 +813,15 @@ static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t err
 		t->paused = false;
 		t->t_resumed = mono_us();
 	}
+	log_debug(vm->log,
+		  "snapshot pause: stop %llu us, quiesce+prepare %llu us, kvm state %llu us, "
+		  "devices %llu us, dirty log %llu us, %s %llu us (%llu pages pre-copied)",
+		  (unsigned long long)(t->t_paused - t->t0),
+		  (unsigned long long)(t->t_prepared - t->t_paused),
+		  (unsigned long long)(t->t_kvm - t->t_prepared),
+		  (unsigned long long)(t_q - t->t_kvm), (unsigned long long)(t_c - t_q),
+		  t->precopied ? "re-staging" : "staging", (unsigned long long)(t_s - t_c),
+		  (unsigned long long)t->pre_pages);
 	return 0;
 }
 
@@ -747,6 +928,9 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		return errmsg(err, errlen, -E2BIG, "chain is full (%d layers)", CHAIN_MAX_LAYERS);
 	struct take t = {.full = full, .was_paused = vm_get_state(s->vm) == VM_PAUSED};
 	int r = take_before_pause(s, &t, err, errlen);
+	t.t_pre = mono_us();
+	if (!r)
+		r = take_precopy(s, &t, err, errlen);
 	if (!r)
 		r = take_paused(s, &t, err, errlen);
 	if (!r)
@@ -762,10 +946,11 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 	st->stored = t.g.stored;
 	st->bytes = t.g.stored * PAGE_SIZE;
 	st->staged = t.g.staged;
+	st->precopy_us = t.t0 - t.t_pre;
 	st->pause_us = t.t_resumed - t.t0;
 	st->write_us = mono_us() - t.t_resumed;
 	take_compact(s, st, err, errlen);
-	st->total_us = mono_us() - t.t0;
+	st->total_us = mono_us() - t.t_pre;
 	take_free(&t);
 	return 0;
 }

@@ -39,6 +39,9 @@ struct snap_ctx {
 	/* A new chain's data key (borrowed; NULL: a new key): see keyfile_create_with_key. */
 	const struct snap_key *inherit_key;
 	uint64_t *stored_bm;	 /* scratch: pages with data, for encrypted layers */
+	/* Pre-copy (default; COVE_SNAP_PRECOPY=0 turns it off): pages staged before the pause. */
+	bool precopy;
+	uint64_t *redirty; /* scratch: pages written again after the pre-copy */
 	/* RAM is filled lazily (userfaultfd): a full snapshot must read every page, not the memfd's. */
 	bool ram_lazy;
 	/*
@@ -58,9 +61,10 @@ struct snap_stats {
 	uint64_t pages;	    /* pages in the layer */
 	uint64_t stored;    /* of those, pages with data (not all zeros) */
 	uint64_t bytes;	    /* page bytes written */
+	uint64_t precopy_us; /* before the pause: dirty pages staged, the guest running */
 	uint64_t pause_us;  /* vCPUs stopped */
 	uint64_t write_us;  /* after resume: write, sync, commit */
-	uint64_t total_us;
+	uint64_t total_us;  /* from the pre-copy to the commit */
 	bool staged;	    /* pages were copied out, the VM ran during the write */
 };
 

@@ -2,6 +2,7 @@
 #include "vmm/dirty_log.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +32,7 @@ size_t dirty_log_bitmap_words(const struct vm *vm)
 	return (size_t)(((vm->mem.size >> PAGE_SHIFT) + 63) / 64);
 }
 
-int dirty_log_collect(struct vm *vm, uint64_t *bitmap)
+static int collect(struct vm *vm, uint64_t *bitmap, bool with_vmm)
 {
 	if (!vm->track_dirty)
 		return -ENODATA;
@@ -66,6 +67,8 @@ int dirty_log_collect(struct vm *vm, uint64_t *bitmap)
 			bitmap[base + w] |= tmp[w];
 		free(tmp);
 	}
+	if (!with_vmm)
+		return 0;
 	pthread_mutex_lock(&vm->dirty_lock);
 	for (size_t w = 0; w < words; w++) {
 		/* Write only non-zero words: touching the whole bitmap would cost RSS. */
@@ -76,6 +79,16 @@ int dirty_log_collect(struct vm *vm, uint64_t *bitmap)
 	}
 	pthread_mutex_unlock(&vm->dirty_lock);
 	return 0;
+}
+
+int dirty_log_collect(struct vm *vm, uint64_t *bitmap)
+{
+	return collect(vm, bitmap, true);
+}
+
+int dirty_log_collect_kvm(struct vm *vm, uint64_t *bitmap)
+{
+	return collect(vm, bitmap, false);
 }
 
 int dirty_log_start(struct vm *vm)

@@ -17,6 +17,12 @@ size_t dirty_log_bitmap_words(const struct vm *vm);
  * when the VM was created without dirty tracking, or -errno.
  */
 int dirty_log_collect(struct vm *vm, uint64_t *bitmap);
+/*
+ * The same for KVM's log only, leaving the VMM's own bitmap in place: a snapshot's pre-copy
+ * with the guest running reads this, and the pause then collects both (a device may mark a
+ * page before it writes it, so the VMM's bits are taken only with the devices quiesced).
+ */
+int dirty_log_collect_kvm(struct vm *vm, uint64_t *bitmap);
 
 /*
  * Turns on KVM dirty logging for every slot of a running VM (a full snapshot does this, so
