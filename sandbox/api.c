@@ -474,9 +474,9 @@ static void route_snapshot_put(const struct api_backend *be, json_t *body,
 			     (json_int_t)r.layer_id, "snapshot_type", r.full ? "Full" : "Diff",
 			     "pages", (json_int_t)r.pages, "stored_pages", (json_int_t)r.stored,
 			     "bytes", (json_int_t)r.bytes, "precopy_us", (json_int_t)r.precopy_us,
-			     "pause_us", (json_int_t)r.pause_us,
-			     "write_us", (json_int_t)r.write_us, "total_us", (json_int_t)r.total_us,
-			     "compacted", r.compacted, "staged", r.staged));
+			     "pause_us", (json_int_t)r.pause_us, "write_us", (json_int_t)r.write_us,
+			     "total_us", (json_int_t)r.total_us, "compacted", r.compacted, "staged",
+			     r.staged));
 }
 
 /*

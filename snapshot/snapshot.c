@@ -86,8 +86,8 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 		return -ENOMEM;
 	}
 	s->stored_bm = bm;
-	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		  -1, 0);
+	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE,
+		  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (bm == MAP_FAILED) {
 		snap_ctx_free(s);
 		return -ENOMEM;
@@ -180,8 +180,8 @@ struct stage {
 	size_t mapped_len;
 	struct write_extent *ext;
 	size_t next, cap;
-	size_t frozen;	/* ext[0..frozen) are the pre-copy's, sorted: never merged into */
-	uint64_t used;	/* staging bytes filled */
+	size_t frozen; /* ext[0..frozen) are the pre-copy's, sorted: never merged into */
+	uint64_t used; /* staging bytes filled */
 	uint64_t present, stored;
 };
 
@@ -218,8 +218,9 @@ static void stage_release(struct stage *g)
 
 static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
 {
-	if (g->next > g->frozen && g->ext[g->next - 1].file_off + g->ext[g->next - 1].len == file_off &&
-	    g->ext[g->next - 1].buf_off + g->ext[g->next - 1].len == buf_off) {
+	struct write_extent *last = g->next > g->frozen ? &g->ext[g->next - 1] : NULL;
+	if (last && last->file_off + last->len == file_off &&
+	    last->buf_off + last->len == buf_off) {
 		g->ext[g->next - 1].len += PAGE_SIZE;
 		return 0;
 	}
@@ -337,7 +338,8 @@ static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, st
 			bool held = s->bitmap[w] & (1ULL << (p % 64));
 			int64_t at = held ? staged_at(g, li, p) : -1;
 			if (at >= 0) {
-				memcpy(g->buf + at, src, PAGE_SIZE); /* may be zeros now: still right */
+				/* It may be all zeros now: stored as data, still right. */
+				memcpy(g->buf + at, src, PAGE_SIZE);
 				continue;
 			}
 			if (!held) {
