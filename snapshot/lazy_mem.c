@@ -129,6 +129,27 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 	}
 }
 
+/* One prefetch run (no fault waits): false when every page with data is filled. */
+static bool prefetch_step(struct lazy_mem *lm)
+{
+	uint64_t first, n;
+	if (!lazy_next_run(lm->filled, lm->nr_pages, lm->ls, lm->prefetch_next, LAZY_WIN_MIN * 4,
+			   &first, &n))
+		return false;
+	lazy_open_run(lm->cc, lm->chain_id, lm->ls, first, n, lm->plain, lm->tags, lm->res);
+	uint64_t good = 0;
+	while (good < n && lm->res[good] == 0)
+		good++;
+	if (good) {
+		copy_run(lm, first, good, 0);
+		set_filled(lm, first, good);
+		lm->pages_prefetched += good;
+	}
+	/* A page that failed stays missing: its fault, if one comes, stops the VM. */
+	lm->prefetch_next = first + (good < n ? good + 1 : n);
+	return true;
+}
+
 static void *lazy_thread(void *arg)
 {
 	struct lazy_mem *lm = arg;
@@ -140,11 +161,17 @@ static void *lazy_thread(void *arg)
 		vm_request_stop(lm->vm, 1, "userfaultfd thread: set-up failed: %s", strerror(-hr));
 		return NULL;
 	}
+	bool prefetching = lm->prefetch;
 	for (;;) {
-		if (poll(pf, 2, -1) < 0) {
+		int pr = poll(pf, 2, prefetching ? 0 : -1);
+		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
+		}
+		if (pr == 0) { /* nothing waits: prefetch a run, then look again */
+			prefetching = prefetch_step(lm);
+			continue;
 		}
 		if (pf[1].revents)
 			break;
@@ -192,6 +219,8 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	if (r)
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
 	lm->nr_pages = vm->mem.size / MEM_LAYER_PAGE;
+	const char *pf = getenv("COVE_LAZY_PREFETCH");
+	lm->prefetch = !(pf && !strcmp(pf, "0"));
 	lm->plain = aligned_alloc(MEM_LAYER_PAGE, LAZY_WIN_MAX * MEM_LAYER_PAGE);
 	lm->tags = malloc(LAZY_WIN_MAX * CRYPTO_TAG_LEN);
 	lm->res = calloc(LAZY_WIN_MAX, sizeof(*lm->res));

@@ -27,7 +27,9 @@ struct lazy_mem {
 	uint64_t *filled; /* bit p: RAM page p was filled by this thread */
 	uint64_t nr_pages;
 	struct lazy_ra ra;
-	uint64_t faults, zero_pages, bad_pages, pages_filled;
+	bool prefetch;		/* fill the rest while no fault waits (COVE_LAZY_PREFETCH=0: off) */
+	uint64_t prefetch_next; /* where the prefetch goes on */
+	uint64_t faults, zero_pages, bad_pages, pages_filled, pages_prefetched;
 };
 
 /*
@@ -35,9 +37,12 @@ struct lazy_mem {
  * that serves missing pages from the newest layer holding them: decrypted and authenticated
  * (AES-GCM tag) before UFFDIO_COPY, or zero. A fault fills a run of not yet filled pages with
  * data around it in one UFFDIO_COPY (lazy_window_pick: a small aligned window, growing while
- * faults are sequential); a neighbour that fails authentication is left out of the run.  A page
- * that fails authentication is never given to the guest: the VM is stopped with a message naming
- * layer and page.  Takes ownership of `ls`. 0 or -errno with a message in `err`.
+ * faults are sequential); a neighbour that fails authentication is left out of the run. While
+ * no fault waits, the thread fills the pages with data that nothing touched yet, in the same
+ * runs, lowest first (prefetch; COVE_LAZY_PREFETCH=0 turns it off), so the guest soon stops
+ * faulting; a page that fails authentication is left for its own fault (which stops the VM).  A
+ * page that fails authentication is never given to the guest: the VM is stopped with a message
+ * naming layer and page.  Takes ownership of `ls`. 0 or -errno with a message in `err`.
  */
 int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 		   const struct snap_crypt *sc, char *err, size_t errlen);

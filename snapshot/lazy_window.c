@@ -53,6 +53,40 @@ void lazy_window_pick(const uint64_t *filled, uint64_t nr_pages, const struct la
 	ra->next = b;
 }
 
+/* No layer holds a page of the 64 that word w of the bitmaps covers. */
+static bool word_empty(const struct layer_set *ls, uint64_t w)
+{
+	for (int i = 0; i < ls->nr; i++) {
+		const struct mem_layer *l = &ls->layers[i];
+		if (w < (l->info.nr_pages + 63) / 64 && l->bitmap[w])
+			return false;
+	}
+	return true;
+}
+
+bool lazy_next_run(const uint64_t *filled, uint64_t nr_pages, const struct layer_set *ls,
+		   uint64_t from, uint64_t max, uint64_t *first, uint64_t *count)
+{
+	uint64_t q = from;
+	while (q < nr_pages) {
+		if (q % 64 == 0 && (filled[q / 64] == ~0ULL || word_empty(ls, q / 64))) {
+			q += 64;
+			continue;
+		}
+		if (!is_filled(filled, q) && lazy_page_stored(ls, q))
+			break;
+		q++;
+	}
+	if (q >= nr_pages || !max)
+		return false;
+	uint64_t b = q + 1;
+	while (b < nr_pages && b - q < max && !is_filled(filled, b) && lazy_page_stored(ls, b))
+		b++;
+	*first = q;
+	*count = b - q;
+	return true;
+}
+
 /* Pages [p, p + n) of layer l, all stored in it: one read of data, one of tags, n opens. */
 static void open_span(struct crypto_ctx *cc, const uint8_t *chain_id, const struct mem_layer *l,
 		      uint64_t p, uint64_t n, uint8_t *plain, uint8_t *tags, int *res)

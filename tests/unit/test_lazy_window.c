@@ -138,6 +138,46 @@ static void test_window_stops_at_holes_and_filled(void **state)
 	fake_free(&s);
 }
 
+static void next_run(const uint64_t *filled, struct fake_set *s, uint64_t from, uint64_t max,
+		     bool want, uint64_t want_first, uint64_t want_count)
+{
+	uint64_t first = ~0ULL, count = ~0ULL;
+	bool got = lazy_next_run(filled, s->nr_pages, &s->ls, from, max, &first, &count);
+	assert_int_equal(got, want);
+	if (want && (first != want_first || count != want_count))
+		fail_msg("from %llu: run [%llu, +%llu), expected [%llu, +%llu)",
+			 (unsigned long long)from, (unsigned long long)first,
+			 (unsigned long long)count, (unsigned long long)want_first,
+			 (unsigned long long)want_count);
+}
+
+/* Prefetch runs: only unfilled pages with data, capped, skipping empty words, up to RAM's end. */
+static void test_next_run(void **state)
+{
+	(void)state;
+	struct fake_set s = {.nr_pages = 1000};
+	fake_layer(&s, 0);
+	fake_layer(&s, 1);
+	hold(&s, 0, 5, 9, true);
+	hold(&s, 0, 300, 700, true);
+	hold(&s, 1, 310, 320, false); /* newer zero pages split the base's run */
+	hold(&s, 1, 990, 1000, true);
+	uint64_t filled[16] = {0};
+	next_run(filled, &s, 0, 64, true, 5, 4);
+	next_run(filled, &s, 9, 64, true, 300, 10);
+	next_run(filled, &s, 310, 64, true, 320, 64);
+	next_run(filled, &s, 384, 1000, true, 384, 316);
+	filled[6] = ~0ULL; /* pages 384..447 filled */
+	next_run(filled, &s, 384, 1000, true, 448, 252);
+	next_run(filled, &s, 700, 64, true, 990, 10);
+	next_run(filled, &s, 995, 2, true, 995, 2);
+	next_run(filled, &s, 1000, 64, false, 0, 0);
+	next_run(filled, &s, 0, 0, false, 0, 0);
+	filled[0] = 0x1e0; /* 5..8 filled */
+	next_run(filled, &s, 0, 64, true, 300, 10);
+	fake_free(&s);
+}
+
 /* The sealed fixture chain, opened for restore with every layer checked (subkeys registered). */
 struct run_fx {
 	char dir[64];
@@ -281,6 +321,7 @@ int main(void)
 	    cmocka_unit_test(test_window_grows_when_sequential),
 	    cmocka_unit_test(test_window_ram_ends),
 	    cmocka_unit_test(test_window_stops_at_holes_and_filled),
+	    cmocka_unit_test(test_next_run),
 	    cmocka_unit_test_setup_teardown(test_open_run_all_layers, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_open_run_tampered, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_open_run_short_read, setup, teardown),
