@@ -69,6 +69,33 @@ static int open_layer(const struct setup *s, int direct)
 	return fd;
 }
 
+/* Reads a few sealed pages back from the file (data and tag) and opens them. */
+static int verify(struct setup *s, uint64_t first, uint64_t pages)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/seal-bench-layer", s->dir);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -errno;
+	uint8_t *c = aligned_alloc(PAGE, PAGE), *o = aligned_alloc(PAGE, PAGE), tag[16];
+	int r = c && o ? 0 : -ENOMEM;
+	uint64_t probe[4] = {0, 1, pages / 2, pages - 1};
+	for (int i = 0; i < 4 && !r; i++) {
+		uint64_t p = first + probe[i];
+		r = pread_full(fd, c, PAGE, (off_t)(DATA_OFF + p * PAGE));
+		if (!r)
+			r = pread_full(fd, tag, 16, (off_t)(TAG_OFF + p * 16));
+		if (!r)
+			r = crypto_open_page(s->cc, chain, s->layer, p, c, PAGE, o, tag);
+		if (!r && memcmp(o, s->ram + probe[i] * PAGE, PAGE))
+			r = -EBADMSG;
+	}
+	free(c);
+	free(o);
+	close(fd);
+	return r;
+}
+
 /* One layer written and synced; the staged copy (the pause's work) is not timed. */
 static double one(struct setup *s, int mode, enum write_method m)
 {
@@ -120,6 +147,8 @@ static double one(struct setup *s, int mode, enum write_method m)
 		r = -errno;
 	double t = now() - t0;
 	close(fd);
+	if (!r && mode)
+		r = verify(s, first, pages);
 	if (r) {
 		fprintf(stderr, "seal_write_bench: mode %d: %s\n", mode, strerror(-r));
 		return -1;
