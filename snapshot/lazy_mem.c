@@ -221,6 +221,9 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	lm->nr_pages = vm->mem.size / MEM_LAYER_PAGE;
 	const char *pf = getenv("COVE_LAZY_PREFETCH");
 	lm->prefetch = !(pf && !strcmp(pf, "0"));
+	/* The largest run a fault fills (benchmarks: 1 is the page-by-page restore of before). */
+	const char *win = getenv("COVE_LAZY_WINDOW");
+	lm->ra.max = win ? (uint32_t)strtoul(win, NULL, 10) : 0;
 	lm->plain = aligned_alloc(MEM_LAYER_PAGE, LAZY_WIN_MAX * MEM_LAYER_PAGE);
 	lm->tags = malloc(LAZY_WIN_MAX * CRYPTO_TAG_LEN);
 	lm->res = calloc(LAZY_WIN_MAX, sizeof(*lm->res));

@@ -35,12 +35,13 @@ void lazy_window_pick(const uint64_t *filled, uint64_t nr_pages, const struct la
 		*count = 1;
 		return;
 	}
+	uint32_t cap = ra->max && ra->max < LAZY_WIN_MAX ? ra->max : LAZY_WIN_MAX;
 	if (ra->win && p == ra->next) {
-		ra->win = ra->win * 2 > LAZY_WIN_MAX ? LAZY_WIN_MAX : ra->win * 2;
+		ra->win = ra->win * 2 > cap ? cap : ra->win * 2;
 		lo = p;
 	} else {
-		ra->win = LAZY_WIN_MIN;
-		lo = p - p % LAZY_WIN_MIN;
+		ra->win = LAZY_WIN_MIN < cap ? LAZY_WIN_MIN : cap;
+		lo = p - p % ra->win;
 	}
 	hi = nr_pages - lo < ra->win ? nr_pages : lo + ra->win;
 	uint64_t a = p, b = p + 1;

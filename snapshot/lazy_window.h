@@ -19,6 +19,7 @@
 struct lazy_ra {
 	uint64_t next; /* the page after the previous run */
 	uint32_t win;  /* 0 before the first fault */
+	uint32_t max;  /* the largest window (1: page by page); 0: LAZY_WIN_MAX */
 };
 
 /* The newest layer of `ls` that holds page p (NULL: none, a zero page). */

@@ -77,6 +77,15 @@ static void test_window_grows_when_sequential(void **state)
 		p += count;
 	}
 	assert_int_equal(ra.win, LAZY_WIN_MAX);
+	/* A smaller cap: windows never grow past it; 1 is page by page. */
+	ra = (struct lazy_ra){.max = 64};
+	pick(filled, &s, 100, &ra, 96, LAZY_WIN_MIN);
+	for (uint64_t q = 112, w = 32; q<400; q += w, w = w * 2> 64 ? 64 : w * 2)
+		pick(filled, &s, q, &ra, q, w);
+	ra = (struct lazy_ra){.max = 1};
+	pick(filled, &s, 77, &ra, 77, 1);
+	pick(filled, &s, 78, &ra, 78, 1);
+	ra = (struct lazy_ra){0};
 	/* A jump elsewhere starts small again. */
 	pick(filled, &s, 3000, &ra, 3000 - 3000 % LAZY_WIN_MIN, LAZY_WIN_MIN);
 	fake_free(&s);
