@@ -163,7 +163,8 @@ static void *lazy_thread(void *arg)
 	}
 	bool prefetching = lm->prefetch;
 	for (;;) {
-		int pr = poll(pf, 2, prefetching ? 0 : -1);
+		bool now = prefetching && (lm->prefetch_now || lm->faults);
+		int pr = poll(pf, 2, now ? 0 : -1);
 		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
@@ -219,8 +220,13 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	if (r)
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
 	lm->nr_pages = vm->mem.size / MEM_LAYER_PAGE;
+	/*
+	 * Prefetch: "1" from the start, "0" never; by default once the guest runs (its first fault)
+	 * and only with more than one CPU (on one it would only take time from the vCPU).
+	 */
 	const char *pf = getenv("COVE_LAZY_PREFETCH");
-	lm->prefetch = !(pf && !strcmp(pf, "0"));
+	lm->prefetch = pf ? strcmp(pf, "0") != 0 : sysconf(_SC_NPROCESSORS_ONLN) > 1;
+	lm->prefetch_now = pf && !strcmp(pf, "1");
 	/* The largest run a fault fills (benchmarks: 1 is the page-by-page restore of before). */
 	const char *win = getenv("COVE_LAZY_WINDOW");
 	lm->ra.max = win ? (uint32_t)strtoul(win, NULL, 10) : 0;

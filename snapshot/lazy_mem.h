@@ -27,7 +27,8 @@ struct lazy_mem {
 	uint64_t *filled; /* bit p: RAM page p was filled by this thread */
 	uint64_t nr_pages;
 	struct lazy_ra ra;
-	bool prefetch;		/* fill the rest while no fault waits (COVE_LAZY_PREFETCH=0: off) */
+	bool prefetch;	   /* fill the rest while no fault waits (COVE_LAZY_PREFETCH=0: off) */
+	bool prefetch_now; /* from the start, not from the first fault (COVE_LAZY_PREFETCH=1) */
 	uint64_t prefetch_next; /* where the prefetch goes on */
 	uint64_t faults, zero_pages, bad_pages, pages_filled, pages_prefetched;
 };
@@ -39,11 +40,12 @@ struct lazy_mem {
  * data around it in one UFFDIO_COPY (lazy_window_pick: a small aligned window, growing while
  * faults are sequential); a neighbour that fails authentication is left out of the run. While
  * no fault waits, the thread fills the pages with data that nothing touched yet, in the same
- * runs, lowest first (prefetch; COVE_LAZY_PREFETCH=0 turns it off; COVE_LAZY_WINDOW=N caps a run at
- * N pages), so the guest soon stops faulting; a page that fails authentication is left for its own
- * fault (which stops the VM).  A page that fails authentication is never given to the guest: the VM
- * is stopped with a message naming layer and page.  Takes ownership of `ls`. 0 or -errno with a
- * message in `err`.
+ * runs, lowest first (prefetch, from the first fault on and with more than one CPU;
+ * COVE_LAZY_PREFETCH=1: from the start, =0: never; COVE_LAZY_WINDOW=N caps a run at N pages), so
+ * the guest soon stops faulting; a page that fails authentication is left for its own fault (which
+ * stops the VM).  A page that fails authentication is never given to the guest: the VM is stopped
+ * with a message naming layer and page.  Takes ownership of `ls`. 0 or -errno with a message in
+ * `err`.
  */
 int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 		   const struct snap_crypt *sc, char *err, size_t errlen);

@@ -388,6 +388,23 @@ static void test_prefetch_fills_untouched(void **state)
 	assert_false(f->vm->stop_requested);
 }
 
+/* By default nothing is prefetched before the guest's first fault (the restore is not slowed). */
+static void test_prefetch_waits_for_first_fault(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	unsetenv("COVE_LAZY_PREFETCH");
+	struct lazy_mem lm;
+	start(f, &lm);
+	assert_false(lm.prefetch_now);
+	bool which[FX_PAGES];
+	usleep(100000);
+	assert_int_equal(resident(f->vm, which), 0);
+	assert_page(f->vm, 1, fx_expect(2, 1));
+	lazy_mem_stop(&lm);
+	assert_int_equal(lm.faults, 1);
+}
+
 /* A page that fails authentication is never prefetched: it stays missing for its own fault. */
 static void test_prefetch_skips_tampered(void **state)
 {
@@ -485,6 +502,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tampered_page_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_prefetch_fills_untouched, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_prefetch_skips_tampered, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prefetch_waits_for_first_fault, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unchecked_layers_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_fails_on_unmapped_ram, setup, teardown),
 	};
