@@ -1,5 +1,5 @@
-/* Lazy restore of encrypted layers: a userfaultfd thread decrypts each page the first time anything
- * touches it. */
+/* Lazy restore of encrypted layers: a userfaultfd thread decrypts pages the first time anything
+ * touches them, with each fault a run of neighbours in one UFFDIO_COPY. */
 #include "snapshot/lazy_mem.h"
 
 #include <errno.h>
@@ -33,29 +33,75 @@ static int open_page(struct crypto_ctx *cc, const uint8_t chain_id[16], const st
 	return r;
 }
 
-/* Serves one missing page. */
+static void set_filled(struct lazy_mem *lm, uint64_t first, uint64_t n)
+{
+	for (uint64_t p = first; p < first + n; p++)
+		lm->filled[p / 64] |= 1ULL << (p % 64);
+}
+
+/*
+ * UFFDIO_COPY of pages [first, first + n) from lm->plain + off pages. A page already there (a
+ * fault queued twice) is skipped, and the thread that faulted on it woken.
+ */
+static void copy_run(struct lazy_mem *lm, uint64_t first, uint64_t n, uint64_t off)
+{
+	struct guest_mem *m = &lm->vm->mem;
+	uint64_t done = 0;
+	while (done < n) {
+		uint64_t addr = (uint64_t)(uintptr_t)m->host + (first + done) * MEM_LAYER_PAGE;
+		struct uffdio_copy c = {
+		    .dst = addr,
+		    .src = (uint64_t)(uintptr_t)(lm->plain + (off + done) * MEM_LAYER_PAGE),
+		    .len = (n - done) * MEM_LAYER_PAGE};
+		if (ioctl(lm->uffd, UFFDIO_COPY, &c) == 0) {
+			done = n;
+			break;
+		}
+		int e = errno;
+		uint64_t got = c.copy > 0 ? (uint64_t)c.copy / MEM_LAYER_PAGE : 0;
+		done += got;
+		if (e == EAGAIN && got)
+			continue;
+		if (e == EEXIST) { /* this page is there: wake whoever waits for it, go on */
+			struct uffdio_range w = {.start = addr + got * MEM_LAYER_PAGE,
+						 .len = MEM_LAYER_PAGE};
+			(void)ioctl(lm->uffd, UFFDIO_WAKE, &w);
+			done++;
+			continue;
+		}
+		log_err(lm->vm->log, "lazy restore: UFFDIO_COPY of pages %llu..%llu: %s",
+			(unsigned long long)(first + done), (unsigned long long)(first + n - 1),
+			strerror(e));
+		return;
+	}
+}
+
+/* Serves one missing page and the run of neighbours lazy_window_pick gives with it. */
 static void serve(struct lazy_mem *lm, uint64_t addr)
 {
 	struct guest_mem *m = &lm->vm->mem;
 	uint64_t page_addr = addr & ~(MEM_LAYER_PAGE - 1);
 	uint64_t p = (page_addr - (uint64_t)(uintptr_t)m->host) / MEM_LAYER_PAGE;
 	lm->faults++;
-	const struct mem_layer *src = NULL;
-	for (int i = lm->ls->nr - 1; i >= 0; i--) {
-		if (mem_layer_has(&lm->ls->layers[i], p)) {
-			src = &lm->ls->layers[i];
-			break;
-		}
-	}
+	if (p >= lm->nr_pages)
+		return;
+	uint64_t first, n;
+	lazy_window_pick(lm->filled, lm->nr_pages, lm->ls, p, &lm->ra, &first, &n);
+	const struct mem_layer *src = lazy_source(lm->ls, p);
 	if (src && mem_layer_stored(src, p)) {
-		int r = open_page(lm->cc, lm->chain_id, src, p, lm->cipher, lm->plain);
+		lazy_open_run(lm->cc, lm->chain_id, lm->ls, first, n, lm->plain, lm->tags, lm->res);
+		int r = lm->res[p - first];
 		if (r == 0) {
-			struct uffdio_copy c = {.dst = page_addr,
-						.src = (uint64_t)(uintptr_t)lm->plain,
-						.len = MEM_LAYER_PAGE};
-			if (ioctl(lm->uffd, UFFDIO_COPY, &c) < 0 && errno != EEXIST)
-				log_err(lm->vm->log, "lazy restore: UFFDIO_COPY of page %llu: %s",
-					(unsigned long long)p, strerror(errno));
+			/* The run around p without neighbours that failed: they wait for their
+			 * fault. */
+			uint64_t a = p, b = p + 1;
+			while (a > first && lm->res[a - 1 - first] == 0)
+				a--;
+			while (b < first + n && lm->res[b - first] == 0)
+				b++;
+			copy_run(lm, a, b - a, a - first);
+			set_filled(lm, a, b - a);
+			lm->pages_filled += b - a;
 			return;
 		}
 		lm->bad_pages++;
@@ -70,10 +116,38 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 		 */
 	}
 	lm->zero_pages++;
+	set_filled(lm, p, 1);
 	struct uffdio_zeropage z = {.range = {.start = page_addr, .len = MEM_LAYER_PAGE}};
-	if (ioctl(lm->uffd, UFFDIO_ZEROPAGE, &z) < 0 && errno != EEXIST)
-		log_err(lm->vm->log, "lazy restore: UFFDIO_ZEROPAGE of page %llu: %s",
-			(unsigned long long)p, strerror(errno));
+	if (ioctl(lm->uffd, UFFDIO_ZEROPAGE, &z) < 0) {
+		if (errno == EEXIST) {
+			struct uffdio_range w = {.start = page_addr, .len = MEM_LAYER_PAGE};
+			(void)ioctl(lm->uffd, UFFDIO_WAKE, &w);
+		} else {
+			log_err(lm->vm->log, "lazy restore: UFFDIO_ZEROPAGE of page %llu: %s",
+				(unsigned long long)p, strerror(errno));
+		}
+	}
+}
+
+/* One prefetch run (no fault waits): false when every page with data is filled. */
+static bool prefetch_step(struct lazy_mem *lm)
+{
+	uint64_t first, n;
+	if (!lazy_next_run(lm->filled, lm->nr_pages, lm->ls, lm->prefetch_next, LAZY_WIN_MIN * 4,
+			   &first, &n))
+		return false;
+	lazy_open_run(lm->cc, lm->chain_id, lm->ls, first, n, lm->plain, lm->tags, lm->res);
+	uint64_t good = 0;
+	while (good < n && lm->res[good] == 0)
+		good++;
+	if (good) {
+		copy_run(lm, first, good, 0);
+		set_filled(lm, first, good);
+		lm->pages_prefetched += good;
+	}
+	/* A page that failed stays missing: its fault, if one comes, stops the VM. */
+	lm->prefetch_next = first + (good < n ? good + 1 : n);
+	return true;
 }
 
 static void *lazy_thread(void *arg)
@@ -87,11 +161,18 @@ static void *lazy_thread(void *arg)
 		vm_request_stop(lm->vm, 1, "userfaultfd thread: set-up failed: %s", strerror(-hr));
 		return NULL;
 	}
+	bool prefetching = lm->prefetch;
 	for (;;) {
-		if (poll(pf, 2, -1) < 0) {
+		bool now = prefetching && (lm->prefetch_now || lm->faults);
+		int pr = poll(pf, 2, now ? 0 : -1);
+		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
+		}
+		if (pr == 0) { /* nothing waits: prefetch a run, then look again */
+			prefetching = prefetch_step(lm);
+			continue;
 		}
 		if (pf[1].revents)
 			break;
@@ -138,9 +219,22 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	int r = crypto_ctx_dup(sc->cc, &lm->cc); /* with the layers plan_load registered */
 	if (r)
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
-	lm->cipher = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);
-	lm->plain = aligned_alloc(MEM_LAYER_PAGE, MEM_LAYER_PAGE);
-	if (!lm->cipher || !lm->plain) {
+	lm->nr_pages = vm->mem.size / MEM_LAYER_PAGE;
+	/*
+	 * Prefetch: "1" from the start, "0" never; by default once the guest runs (its first fault)
+	 * and only with more than one CPU (on one it would only take time from the vCPU).
+	 */
+	const char *pf = getenv("COVE_LAZY_PREFETCH");
+	lm->prefetch = pf ? strcmp(pf, "0") != 0 : sysconf(_SC_NPROCESSORS_ONLN) > 1;
+	lm->prefetch_now = pf && !strcmp(pf, "1");
+	/* The largest run a fault fills (benchmarks: 1 is the page-by-page restore of before). */
+	const char *win = getenv("COVE_LAZY_WINDOW");
+	lm->ra.max = win ? (uint32_t)strtoul(win, NULL, 10) : 0;
+	lm->plain = aligned_alloc(MEM_LAYER_PAGE, LAZY_WIN_MAX * MEM_LAYER_PAGE);
+	lm->tags = malloc(LAZY_WIN_MAX * CRYPTO_TAG_LEN);
+	lm->res = calloc(LAZY_WIN_MAX, sizeof(*lm->res));
+	lm->filled = calloc((size_t)((lm->nr_pages + 63) / 64) + 1, sizeof(*lm->filled));
+	if (!lm->plain || !lm->tags || !lm->res || !lm->filled) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -213,9 +307,13 @@ void lazy_mem_stop(struct lazy_mem *lm)
 	if (lm->cc)
 		crypto_ctx_free(lm->cc);
 	lm->cc = NULL;
-	free(lm->cipher);
 	free(lm->plain);
-	lm->cipher = lm->plain = NULL;
+	free(lm->tags);
+	free(lm->res);
+	free(lm->filled);
+	lm->plain = lm->tags = NULL;
+	lm->res = NULL;
+	lm->filled = NULL;
 	if (lm->ls) {
 		layer_set_close(lm->ls);
 		free(lm->ls);

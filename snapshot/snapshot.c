@@ -23,6 +23,7 @@
 #include "snapshot/keyfile.h"
 #include "snapshot/keyprov.h"
 #include "snapshot/kvm_state.h"
+#include "snapshot/layer_seal.h"
 #include "snapshot/mem_layer.h"
 #include "snapshot/snap_crypt.h"
 #include "snapshot/state_file.h"
@@ -386,37 +387,26 @@ static void report_progress(void *opaque, uint64_t done, uint64_t total)
 
 /*
  * Encrypts the staged pages in place (AES-256-GCM, nonce from layer id and page number, see
- * snapshot/CRYPTO.md) and writes their tags into the tag region.
+ * snapshot/CRYPTO.md) on up to layer_seal_threads() threads; their tags come back in whole
+ * 4 KiB blocks of the tag region (written after the data, O_DIRECT as well).
  */
-static int seal_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g, int fd)
+static int seal_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g,
+		      struct seal_tags *tags)
 {
+	memset(tags, 0, sizeof(*tags));
 	if (!g->stored)
 		return 0;
-	uint8_t *tags = malloc(g->stored * 16);
-	struct write_extent *te = malloc(g->next * sizeof(*te));
-	int r = 0;
-	if (!tags || !te) {
-		r = -ENOMEM;
-		goto out;
-	}
-	uint64_t t = 0;
-	for (size_t i = 0; i < g->next && !r; i++) {
-		const struct write_extent *e = &g->ext[i];
-		uint64_t first = (e->file_off - li->data_off) / PAGE_SIZE;
-		te[i] = (struct write_extent){ li->tag_off + first * 16, t * 16, e->len / PAGE_SIZE * 16 };
-		for (uint64_t k = 0; k < e->len / PAGE_SIZE && !r; k++, t++) {
-			uint8_t *pg = g->buf + e->buf_off + k * PAGE_SIZE;
-			r = crypto_seal_page(s->crypt.cc, s->crypt.chain_id, li->layer_id, first + k, pg,
-					     PAGE_SIZE, pg, tags + t * 16);
-		}
-	}
-	if (!r)
-		r = layer_write_extents(fd, WRITE_PWRITE, tags, g->stored * 16, te, g->next, NULL,
-					NULL);
-out:
-	free(tags);
-	free(te);
-	return r;
+	struct seal_job j = {.cc = s->crypt.cc,
+			     .key = s->crypt.key,
+			     .chain_id = s->crypt.chain_id,
+			     .layer_id = li->layer_id,
+			     .salt = li->salt,
+			     .data_off = li->data_off,
+			     .tag_off = li->tag_off,
+			     .buf = g->buf,
+			     .ext = g->ext,
+			     .n = g->next};
+	return layer_seal(&j, layer_seal_threads(g->stored), tags);
 }
 
 /* Writes the layer file under a temporary name; the caller renames it once all is synced. */
@@ -424,8 +414,8 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 			   struct stage *g, char *err, size_t errlen)
 {
 	int fd = -EINVAL;
-	/* Tags are 16-byte writes: no O_DIRECT for encrypted layers. */
-	if (s->direct && !s->encrypted)
+	struct seal_tags tags = {0}; /* encrypted: whole 4 KiB blocks, so O_DIRECT holds for them */
+	if (s->direct)
 		fd = dirfd_create(s->dfd, tmp, O_WRONLY | O_DIRECT, 0600);
 	if (fd < 0) /* tmpfs and some others refuse O_DIRECT */
 		fd = dirfd_create(s->dfd, tmp, O_WRONLY, 0600);
@@ -458,7 +448,7 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 	}
 	mem_layer_header_build(li, hb);
 	if (s->encrypted) {
-		r = seal_pages(s, li, g, fd);
+		r = seal_pages(s, li, g, &tags);
 		if (!r)
 			r = snap_crypt_seal_meta(&s->crypt, hb, hb + li->bitmap_off, bms, li->meta);
 		if (r) {
@@ -482,6 +472,9 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 	struct progress pr = { s->vm, 256ULL << 20 };
 	r = layer_write_extents_ring(s->ring, fd, s->method, g->buf, g->buf_len, g->ext, g->next,
 				report_progress, &pr);
+	if (!r && tags.n)
+		r = layer_write_extents_ring(s->ring, fd, s->method, tags.buf, tags.len, tags.ext,
+					     tags.n, NULL, NULL);
 	if (r) {
 		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
 		goto out;
@@ -489,6 +482,7 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 	if (fdatasync(fd) < 0)
 		r = errmsg(err, errlen, -errno, "syncing %s: %s", tmp, strerror(errno));
 out:
+	seal_tags_free(&tags);
 	close(fd);
 	return r;
 }

@@ -79,6 +79,8 @@ static int setup(void **state)
 	snap_crypt_close(&writer);
 	f->log = (struct logger){.level = LOG_ERROR, .out = stderr};
 	f->vm = fake_vm(&f->log);
+	/* Fault-driven tests count faults: the background prefetch has tests of its own. */
+	setenv("COVE_LAZY_PREFETCH", "0", 1);
 	*state = f;
 	return 0;
 }
@@ -225,7 +227,9 @@ static void test_fill_on_first_touch(void **state)
 	for (uint64_t p = 0; p < FX_PAGES; p++) /* second reads: no more faults */
 		assert_page(f->vm, p, fx_expect(2, p));
 	lazy_mem_stop(&lm); /* joins the thread: its counters are final */
-	assert_int_equal(lm.faults, FX_PAGES);
+	/* RAM is one window: the first fault filled all of it in one run. */
+	assert_int_equal(lm.faults, 1);
+	assert_int_equal(lm.pages_filled, FX_PAGES);
 	assert_int_equal(lm.zero_pages, 0);
 	assert_int_equal(lm.bad_pages, 0);
 	assert_false(f->vm->stop_requested);
@@ -344,6 +348,86 @@ static void test_write_first_touch(void **state)
  * A page that fails authentication never reaches RAM: the faulting thread gets a zero page, the
  * VM is asked to stop with a message naming page and layer, and other pages still serve.
  */
+/* RAM pages resident (filled) now, by mincore: it looks without faulting anything in. */
+static uint64_t resident(const struct vm *vm, bool *which)
+{
+	unsigned char v[FX_PAGES];
+	assert_int_equal(mincore(vm->mem.host, RAM_BYTES, v), 0);
+	uint64_t n = 0;
+	for (int i = 0; i < FX_PAGES; i++) {
+		which[i] = v[i] & 1;
+		n += v[i] & 1;
+	}
+	return n;
+}
+
+/* Waits up to 5 s until `want` pages are resident. */
+static void wait_resident(const struct vm *vm, uint64_t want, bool *which)
+{
+	for (int i = 0; i < 500 && resident(vm, which) < want; i++)
+		usleep(10000);
+	assert_int_equal(resident(vm, which), want);
+}
+
+/* With nothing touching RAM, the prefetch fills every page with data, each from its layer. */
+static void test_prefetch_fills_untouched(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	setenv("COVE_LAZY_PREFETCH", "1", 1);
+	struct lazy_mem lm;
+	start(f, &lm);
+	assert_true(lm.prefetch);
+	bool which[FX_PAGES];
+	wait_resident(f->vm, FX_PAGES, which);
+	lazy_mem_stop(&lm);
+	assert_int_equal(lm.faults, 0);
+	assert_int_equal(lm.pages_prefetched, FX_PAGES);
+	for (uint64_t p = 0; p < FX_PAGES; p++)
+		assert_page(f->vm, p, fx_expect(2, p));
+	assert_false(f->vm->stop_requested);
+}
+
+/* By default nothing is prefetched before the guest's first fault (the restore is not slowed). */
+static void test_prefetch_waits_for_first_fault(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	unsetenv("COVE_LAZY_PREFETCH");
+	struct lazy_mem lm;
+	start(f, &lm);
+	assert_false(lm.prefetch_now);
+	bool which[FX_PAGES];
+	usleep(100000);
+	assert_int_equal(resident(f->vm, which), 0);
+	assert_page(f->vm, 1, fx_expect(2, 1));
+	lazy_mem_stop(&lm);
+	assert_int_equal(lm.faults, 1);
+}
+
+/* A page that fails authentication is never prefetched: it stays missing for its own fault. */
+static void test_prefetch_skips_tampered(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	tamper(f, 2, tag_off(f, 2, 2));
+	setenv("COVE_LAZY_PREFETCH", "1", 1);
+	struct lazy_mem lm;
+	start(f, &lm);
+	bool which[FX_PAGES];
+	wait_resident(f->vm, FX_PAGES - 1, which);
+	assert_false(which[2]);
+	usleep(50000); /* it does not come back for it */
+	assert_int_equal(resident(f->vm, which), FX_PAGES - 1);
+	assert_page(f->vm, 2, 0); /* its fault: zero page, VM stopped */
+	lazy_mem_stop(&lm);
+	assert_int_equal(lm.pages_prefetched, FX_PAGES - 1);
+	assert_int_equal(lm.bad_pages, 1);
+	assert_int_equal(lm.faults, 1);
+	assert_true(f->vm->stop_requested);
+	assert_one_line_error(f->vm->exit.reason, "page 2 of layer 3 failed authentication");
+}
+
 static void test_tampered_page_refused(void **state)
 {
 	struct lazy_fx *f = *state;
@@ -416,6 +500,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_write_first_touch, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent_touch, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_tampered_page_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prefetch_fills_untouched, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prefetch_skips_tampered, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prefetch_waits_for_first_fault, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unchecked_layers_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_fails_on_unmapped_ram, setup, teardown),
 	};

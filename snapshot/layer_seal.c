@@ -1,0 +1,204 @@
+/* Sealing a memory layer's staged pages: AES-256-GCM in place, on several threads, with the tags
+ * gathered in whole 4 KiB blocks of the tag region so the layer can be written with O_DIRECT. */
+#include "snapshot/layer_seal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PAGE  4096ULL
+#define BLOCK 4096ULL
+
+void seal_tags_free(struct seal_tags *t)
+{
+	free(t->buf);
+	free(t->ext);
+	memset(t, 0, sizeof(*t));
+}
+
+unsigned layer_seal_threads(uint64_t pages)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t by_work = pages / SEAL_PAGES_PER_THREAD_MIN;
+	uint64_t t = cpus > 0 ? (uint64_t)cpus : 1;
+	if (t > by_work)
+		t = by_work;
+	if (t > SEAL_THREADS_MAX)
+		t = SEAL_THREADS_MAX;
+	return t ? (unsigned)t : 1;
+}
+
+/* Per extent: its first page's index among all pages and its first tag block's slot. */
+struct plan {
+	uint64_t *page0; /* n + 1 entries: page0[n] = all pages */
+	uint64_t *slot0;
+	uint64_t total;
+};
+
+static uint64_t layer_page(const struct seal_job *j, size_t e, uint64_t k)
+{
+	return (j->ext[e].file_off - j->data_off) / PAGE + k;
+}
+
+/* Slots for the tag blocks, extents for the tag writes (consecutive blocks merged). */
+static int plan_tags(const struct seal_job *j, struct plan *pl, struct seal_tags *t)
+{
+	size_t cap = 16;
+	uint64_t slots = 0, last_block = UINT64_MAX;
+	pl->page0 = calloc(j->n + 1, sizeof(uint64_t));
+	pl->slot0 = calloc(j->n + 1, sizeof(uint64_t));
+	t->ext = malloc(cap * sizeof(*t->ext));
+	if (!pl->page0 || !pl->slot0 || !t->ext)
+		return -ENOMEM;
+	for (size_t e = 0; e < j->n; e++) {
+		if (j->ext[e].file_off < j->data_off || (j->ext[e].file_off - j->data_off) % PAGE ||
+		    j->ext[e].len % PAGE || j->ext[e].buf_off % PAGE)
+			return -EINVAL;
+		uint64_t pages = j->ext[e].len / PAGE;
+		pl->page0[e + 1] = pl->page0[e] + pages;
+		if (!pages) {
+			pl->slot0[e] = slots;
+			continue;
+		}
+		uint64_t b0 = layer_page(j, e, 0) / SEAL_TAGS_PER_BLOCK;
+		uint64_t b1 = layer_page(j, e, pages - 1) / SEAL_TAGS_PER_BLOCK;
+		if (last_block != UINT64_MAX && b0 < last_block)
+			return -EINVAL; /* extents go up the file */
+		/* The first block may be the previous extent's last one. */
+		pl->slot0[e] = b0 == last_block ? slots - 1 : slots;
+		for (uint64_t b = b0 == last_block ? b0 + 1 : b0; b <= b1; b++) {
+			uint64_t off = j->tag_off + b * BLOCK;
+			if (t->n && t->ext[t->n - 1].file_off + t->ext[t->n - 1].len == off) {
+				t->ext[t->n - 1].len += BLOCK;
+			} else {
+				if (t->n == cap) {
+					cap *= 2;
+					struct write_extent *ne =
+					    realloc(t->ext, cap * sizeof(*ne));
+					if (!ne)
+						return -ENOMEM;
+					t->ext = ne;
+				}
+				t->ext[t->n++] = (struct write_extent){off, slots * BLOCK, BLOCK};
+			}
+			slots++;
+		}
+		last_block = b1;
+	}
+	pl->total = pl->page0[j->n];
+	t->len = (size_t)(slots * BLOCK);
+	if (t->len) {
+		t->buf = aligned_alloc(BLOCK, t->len);
+		if (!t->buf)
+			return -ENOMEM;
+		memset(t->buf, 0, t->len);
+	}
+	return 0;
+}
+
+struct worker {
+	const struct seal_job *j;
+	const struct plan *pl;
+	struct seal_tags *t;
+	struct crypto_ctx *cc;
+	uint64_t g0, g1; /* pages [g0, g1) of all */
+	int r;
+	pthread_t th;
+};
+
+static void *seal_range(void *arg)
+{
+	struct worker *w = arg;
+	const struct seal_job *j = w->j;
+	/* The extent holding page g0 (page0 is sorted). */
+	size_t lo = 0, hi = j->n;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (w->pl->page0[mid] <= w->g0)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	w->r = 0;
+	for (size_t e = lo; e < j->n && w->pl->page0[e] < w->g1 && !w->r; e++) {
+		uint64_t pages = j->ext[e].len / PAGE;
+		uint64_t k0 = w->g0 > w->pl->page0[e] ? w->g0 - w->pl->page0[e] : 0;
+		uint64_t k1 = w->g1 - w->pl->page0[e] < pages ? w->g1 - w->pl->page0[e] : pages;
+		uint64_t b0 = layer_page(j, e, 0) / SEAL_TAGS_PER_BLOCK;
+		for (uint64_t k = k0; k < k1 && !w->r; k++) {
+			uint64_t p = layer_page(j, e, k);
+			uint64_t slot = w->pl->slot0[e] + p / SEAL_TAGS_PER_BLOCK - b0;
+			uint8_t *tag = w->t->buf + slot * BLOCK + (p % SEAL_TAGS_PER_BLOCK) * 16;
+			uint8_t *pg = j->buf + j->ext[e].buf_off + k * PAGE;
+			w->r =
+			    crypto_seal_page(w->cc, j->chain_id, j->layer_id, p, pg, PAGE, pg, tag);
+		}
+	}
+	return NULL;
+}
+
+int layer_seal(const struct seal_job *j, unsigned threads, struct seal_tags *t)
+{
+	struct plan pl = {0};
+	memset(t, 0, sizeof(*t));
+	int r = plan_tags(j, &pl, t);
+	if (r || !pl.total)
+		goto out;
+	if (threads < 1)
+		threads = 1;
+	if (threads > SEAL_THREADS_MAX)
+		threads = SEAL_THREADS_MAX;
+	if (threads > pl.total)
+		threads = (unsigned)pl.total;
+	struct worker w[SEAL_THREADS_MAX];
+	memset(w, 0, sizeof(w));
+	unsigned started = 0;
+	for (unsigned i = 0; i < threads; i++) {
+		w[i] = (struct worker){.j = j,
+				       .pl = &pl,
+				       .t = t,
+				       .cc = j->cc,
+				       .g0 = pl.total * i / threads,
+				       .g1 = pl.total * (i + 1) / threads};
+		if (i == 0)
+			continue;
+		/* Its own context, keyed for this layer only (no other layer's subkey derived). */
+		int e = crypto_ctx_new(j->key, &w[i].cc);
+		if (!e)
+			e = crypto_ctx_add_layer(w[i].cc, j->layer_id, j->salt);
+		if (!e)
+			e = -pthread_create(&w[i].th, NULL, seal_range, &w[i]);
+		if (e) {
+			if (w[i].cc)
+				crypto_ctx_free(w[i].cc);
+			w[i].cc = NULL;
+			/* This share goes to the calling thread's after the others. */
+			w[0].g1 = w[0].g1; /* unchanged: seal it below */
+			w[i].r = 1;
+			continue;
+		}
+		started |= 1u << i;
+	}
+	seal_range(&w[0]);
+	r = w[0].r;
+	for (unsigned i = 1; i < threads; i++) {
+		if (started & (1u << i)) {
+			pthread_join(w[i].th, NULL);
+			crypto_ctx_free(w[i].cc);
+			if (!r)
+				r = w[i].r;
+		} else if (!r) { /* no thread for this share: the caller seals it */
+			w[i].cc = j->cc;
+			seal_range(&w[i]);
+			r = w[i].r;
+		}
+	}
+out:
+	free(pl.page0);
+	free(pl.slot0);
+	if (r)
+		seal_tags_free(t);
+	return r;
+}

@@ -1,0 +1,51 @@
+/* Sealing a memory layer's staged pages: AES-256-GCM in place, on several threads, with the tags
+ * gathered in whole 4 KiB blocks of the tag region so the layer can be written with O_DIRECT. */
+#ifndef COVE_LAYER_SEAL_H
+#define COVE_LAYER_SEAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snapshot/crypto.h"
+#include "snapshot/layer_write.h"
+
+/* Tags per 4 KiB block of the tag region (16 bytes per page). */
+#define SEAL_TAGS_PER_BLOCK 256u
+/* Below this many pages one thread seals (a thread costs more than it saves). */
+#define SEAL_PAGES_PER_THREAD_MIN 512u
+#define SEAL_THREADS_MAX	  4u
+
+/* What to seal: the pages of `ext` (data extents of a layer: file_off = data_off + page * 4096). */
+struct seal_job {
+	struct crypto_ctx *cc;	    /* the caller's context, the layer registered */
+	const struct snap_key *key; /* for the other threads' contexts */
+	const uint8_t *chain_id;
+	uint64_t layer_id;
+	const uint8_t *salt;
+	uint64_t data_off, tag_off; /* the layer's, both 4 KiB aligned */
+	uint8_t *buf;		    /* the staging buffer the extents point into */
+	const struct write_extent *ext;
+	size_t n;
+};
+
+/* The tag blocks the pages touched: an aligned buffer and its extents (file offsets). */
+struct seal_tags {
+	uint8_t *buf;
+	size_t len;
+	struct write_extent *ext;
+	size_t n;
+};
+
+/*
+ * Seals every page of the job in place (page p of the layer under nonce (layer, p)), on up to
+ * `threads` threads (each its own context keyed for this layer only), and fills `tags`: every
+ * 4 KiB block of the tag region that holds a tag of these pages, whole (entries of other pages
+ * zero, as the sparse file reads them), so the tag writes are block aligned. 0 or -errno (no
+ * partial result is kept: tags freed).
+ */
+int layer_seal(const struct seal_job *j, unsigned threads, struct seal_tags *tags);
+void seal_tags_free(struct seal_tags *t);
+/* The number of sealing threads for `pages` pages on this host (1..SEAL_THREADS_MAX). */
+unsigned layer_seal_threads(uint64_t pages);
+
+#endif
