@@ -38,6 +38,8 @@ IDLE_S = float(os.environ.get("DENSITY_IDLE_S", "60"))
 IDLE_N = int(os.environ.get("DENSITY_IDLE_N", "16"))
 BOOT_RUNS = int(os.environ.get("DENSITY_BOOT_RUNS", "5"))
 PAUSE_RUNS = int(os.environ.get("DENSITY_PAUSE_RUNS", "5"))
+ENC_SIZES = [int(x) for x in os.environ.get("DENSITY_ENC_SIZES", "8").split(",")
+             if x and x != "none"]
 ORCH = os.environ.get("DENSITY_ORCH", "1") == "1"
 EXEC_TIMEOUT = 300
 TICK = os.sysconf("SC_CLK_TCK")
@@ -405,6 +407,77 @@ def orchestrator_burst(n, chain, run_dir):
             "exec_s": summ([r["s"] for r in res], 3), "vmm_stderr": errs[:5]}
 
 
+def burst(base, prefix, n, keep_rows):
+    """Forks N stopped clones of the stopped sandbox `base` and execs into all of them at once;
+    then idles and measures their memory; removes them."""
+    guest_bytes = 256 << 20
+    names = [f"{prefix}{n}-{i}" for i in range(n)]
+    t0 = time.monotonic()
+    for k in range(0, n, 16):
+        cove("fork", base, *names[k:k + 16], "--stopped")
+    fork_s = time.monotonic() - t0
+    log(f"launch {prefix} N={n}: {n} stopped clones forked in {fork_s:.1f} s; exec into all")
+    c0 = box_cpu()
+    wall, res = run_concurrently([[COVE, "exec", nm, "--", "true"] for nm in names])
+    c1 = box_cpu()
+    lost = [(nm, r) for nm, r in zip(names, res) if r["rc"] != 0]
+    busy = c1[0] - c0[0]
+    b = {"n": n, "fork_stopped_s": round(fork_s, 2), "wall_s": round(wall, 3),
+         "lost": len(lost), "lost_errors": [f"{nm}: rc={r['rc']} {r['err']}"
+                                            for nm, r in lost][:8],
+         "launches_per_s_per_box_cpu": round(n / (wall * NCPU), 3),
+         "box_busy_cpu_s": round(busy, 2), "box_idle_cpu_s": round(c1[1] - c0[1], 2),
+         "launches_per_box_busy_cpu_s": round(n / busy, 3) if busy > 0 else None,
+         "exec_s": summ([r["s"] for r in res], 3)}
+    log(f"launch {prefix} N={n}: wall {wall:.2f} s, lost {len(lost)}, box busy {busy:.1f} s, "
+        f"{b['launches_per_s_per_box_cpu']} launches/s/CPU")
+    for nm, r in lost[:4]:
+        log(f"  lost {nm}: rc={r['rc']} {r['err'].strip()}")
+    if IDLE_S > 0:
+        log(f"launch {prefix} N={n}: {IDLE_S:.0f} s idle, then PSS")
+        time.sleep(IDLE_S)
+    m = clone_memory(names, guest_bytes)
+    m["idle_s"] = IDLE_S
+    log(f"launch {prefix} N={n}: VMM PSS {m['vmm_only_pss_mib']}, "
+        f"sharing {m.get('share_unwritten_pages')}")
+    if not keep_rows:
+        m.pop("per_sandbox", None)
+    b["memory_after_idle"] = m
+    t0 = time.monotonic()
+    parallel(lambda nm: cove("rm", nm, check=False), names)
+    log(f"launch {prefix} N={n}: removed in {time.monotonic() - t0:.1f} s")
+    return b
+
+
+# A test key command (tools/key-cmd-openssl's protocol, as the e2e lifecycle tests use): XOR
+# with the KEK file.
+KEK_CMD = """import base64, sys
+kek = open(sys.argv[1], "rb").read()
+data = base64.b64decode(sys.stdin.readline())
+print(base64.b64encode(bytes(b ^ kek[i % len(kek)] for i, b in enumerate(data))).decode())
+"""
+
+
+def part_launch_encrypted():
+    """The same bursts from an encrypted chain: clones restore into private memory, pages
+    decrypted through userfaultfd on first touch, so nothing is shared."""
+    kd = "/tmp/dens-kek"
+    os.makedirs(kd, exist_ok=True)
+    with open(f"{kd}/kek.py", "w") as f:
+        f.write(KEK_CMD)
+    with open(f"{kd}/kek", "wb") as f:
+        f.write(os.urandom(32))
+    cove("create", "ebase", "--mem", "256M", "--snapshot-every", "off", "--key",
+         f"key-cmd:{sys.executable} {kd}/kek.py {kd}/kek")
+    cove("exec", "ebase", "--", "true")
+    cove("stop", "ebase")
+    out = {"what": "as bursts, from a sandbox created with --key key-cmd (a test XOR key "
+           "command, as the e2e tests use)",
+           "bursts": {str(n): burst("ebase", "e", n, True) for n in ENC_SIZES}}
+    cove("rm", "ebase", check=False)
+    return out
+
+
 def part_launch():
     out = {"guest_mem": "256M", "box_vcpus": NCPU, "what":
            "cove fork base c-1..c-N --stopped, then N concurrent `cove exec c-i -- true`, no "
@@ -415,45 +488,15 @@ def part_launch():
     cove("exec", "base", "--", "true")
     out["base_create_s"] = round(time.monotonic() - t0, 2)
     cove("stop", "base")
-    out["bursts"] = {}
-    guest_bytes = 256 << 20
-    for n in SIZES:
-        names = [f"c{n}-{i}" for i in range(n)]
-        t0 = time.monotonic()
-        for k in range(0, n, 16):
-            cove("fork", "base", *names[k:k + 16], "--stopped")
-        fork_s = time.monotonic() - t0
-        log(f"launch N={n}: {n} stopped clones forked in {fork_s:.1f} s; exec into all at once")
-        c0 = box_cpu()
-        wall, res = run_concurrently([[COVE, "exec", nm, "--", "true"] for nm in names])
-        c1 = box_cpu()
-        lost = [(nm, r) for nm, r in zip(names, res) if r["rc"] != 0]
-        busy = c1[0] - c0[0]
-        b = {"n": n, "fork_stopped_s": round(fork_s, 2), "wall_s": round(wall, 3),
-             "lost": len(lost), "lost_errors": [f"{nm}: rc={r['rc']} {r['err']}"
-                                                for nm, r in lost][:8],
-             "launches_per_s_per_box_cpu": round(n / (wall * NCPU), 3),
-             "box_busy_cpu_s": round(busy, 2), "box_idle_cpu_s": round(c1[1] - c0[1], 2),
-             "launches_per_box_busy_cpu_s": round(n / busy, 3) if busy > 0 else None,
-             "exec_s": summ([r["s"] for r in res], 3)}
-        log(f"launch N={n}: wall {wall:.2f} s, lost {len(lost)}, box busy {busy:.1f} s, "
-            f"{b['launches_per_s_per_box_cpu']} launches/s/CPU")
-        for nm, r in lost[:4]:
-            log(f"  lost {nm}: rc={r['rc']} {r['err'].strip()}")
-        if IDLE_S > 0:
-            log(f"launch N={n}: {IDLE_S:.0f} s idle, then PSS")
-            time.sleep(IDLE_S)
-        b["memory_after_idle"] = clone_memory(names, guest_bytes)
-        b["memory_after_idle"]["idle_s"] = IDLE_S
-        m = b["memory_after_idle"]
-        log(f"launch N={n}: PSS {m['pss_mib']}, sharing {m.get('share_unwritten_pages')}")
-        if n != max(SIZES):
-            b["memory_after_idle"].pop("per_sandbox", None)
-        out["bursts"][str(n)] = b
-        t0 = time.monotonic()
-        parallel(lambda nm: cove("rm", nm, check=False), names)
-        log(f"launch N={n}: removed in {time.monotonic() - t0:.1f} s")
+    out["bursts"] = {str(n): burst("base", "c", n, n == max(SIZES)) for n in SIZES}
     cove("rm", "base", check=False)
+    if ENC_SIZES:
+        try:
+            out["encrypted"] = part_launch_encrypted()
+        except Exception as e:  # noqa: BLE001: reported, the plain figures stand
+            out["encrypted"] = {"error": f"{type(e).__name__}: {e}"}
+            log(f"encrypted launch FAILED: {e}")
+            cove("rm", "ebase", check=False)
     if ORCH:
         out["orchestrator"] = part_orchestrator()
     return out
