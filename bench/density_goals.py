@@ -100,6 +100,8 @@ def goals(res, errors, encrypt_json):
         g["idle_cpu_cove_over_qemu"] = goal(
             r, 0.5, r <= 0.5, cove_cpu_s=I["cove"]["cpu_s_total"],
             qemu_cpu_s=I["qemu"]["cpu_s_total"],
+            cove_vmm_own_cpu_s=I["cove"].get("vmm_own_cpu_s"),
+            qemu_vmm_own_cpu_s=I["qemu"].get("vmm_own_cpu_s"),
             cove_exits_per_guest_per_s=I["cove"]["exits_per_guest_per_s"],
             qemu_exits_per_guest_per_s=I["qemu"]["exits_per_guest_per_s"], guests=I["guests"],
             idle_s=I["idle_s"])

@@ -112,14 +112,15 @@ def tree(pid, kids=None):
 
 
 def cpu_ticks(pid):
-    """utime + stime of the process (all its threads), in ticks; None when gone."""
+    """(utime + stime, guest_time) of the process (all its threads), in ticks; None when gone.
+    guest_time (time in the guest, KVM_RUN) is part of utime: the rest is the VMM's own."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
     except OSError:
         return None
     fields = s[s.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])
+    return int(fields[11]) + int(fields[12]), int(fields[40])
 
 
 def rollup(pid):
@@ -246,11 +247,15 @@ def idle_window(groups, seconds):
     out = {"seconds": round(dt, 2), "box_busy_s": round(cb[0] - ca[0], 2),
            "box_kvm_exits_per_s": round((gb - ga) / dt, 1) if ga is not None else None}
     for label, (pids, guests) in groups.items():
-        ticks = [y - x for x, y in zip(a[label]["ticks"], b[label]["ticks"])
+        pairs = [(x, y) for x, y in zip(a[label]["ticks"], b[label]["ticks"])
                  if x is not None and y is not None]
+        ticks = [y[0] - x[0] for x, y in pairs]
         cpu_s = sum(ticks) / TICK
+        guest_s = sum(y[1] - x[1] for x, y in pairs) / TICK
         out[label] = {"guests": guests, "processes": len(pids),
                       "alive_whole_window": len(ticks), "cpu_s_total": round(cpu_s, 2),
+                      "guest_time_s": round(guest_s, 2),
+                      "vmm_own_cpu_s": round(cpu_s - guest_s, 2),
                       "cpu_pct_of_one_cpu_total": round(100 * cpu_s / dt, 2),
                       "cpu_ms_per_guest_per_s": round(1000 * cpu_s / dt / max(guests, 1), 3),
                       "kvm_vms_seen": b[label]["vms"],
