@@ -123,6 +123,14 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12]), int(fields[40])
 
 
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def rollup(pid):
     out = {}
     try:
@@ -252,13 +260,22 @@ def idle_window(groups, seconds):
         ticks = [y[0] - x[0] for x, y in pairs]
         cpu_s = sum(ticks) / TICK
         guest_s = sum(y[1] - x[1] for x, y in pairs) / TICK
+        by_comm = {}
+        for p, x, y in zip(pids, a[label]["ticks"], b[label]["ticks"]):
+            if x is None or y is None:
+                continue
+            c = comm(p)
+            e = by_comm.setdefault(c, {"processes": 0, "cpu_s": 0.0, "guest_s": 0.0})
+            e["processes"] += 1
+            e["cpu_s"] = round(e["cpu_s"] + (y[0] - x[0]) / TICK, 2)
+            e["guest_s"] = round(e["guest_s"] + (y[1] - x[1]) / TICK, 2)
         out[label] = {"guests": guests, "processes": len(pids),
                       "alive_whole_window": len(ticks), "cpu_s_total": round(cpu_s, 2),
                       "guest_time_s": round(guest_s, 2),
                       "vmm_own_cpu_s": round(cpu_s - guest_s, 2),
                       "cpu_pct_of_one_cpu_total": round(100 * cpu_s / dt, 2),
                       "cpu_ms_per_guest_per_s": round(1000 * cpu_s / dt / max(guests, 1), 3),
-                      "kvm_vms_seen": b[label]["vms"],
+                      "kvm_vms_seen": b[label]["vms"], "by_comm": by_comm,
                       "exits_per_guest_per_s": (round((b[label]["exits"] - a[label]["exits"])
                                                       / dt / max(guests, 1), 2)
                                                 if b[label]["vms"] else None)}
