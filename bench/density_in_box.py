@@ -200,8 +200,13 @@ def kvm_debugfs():
     return os.path.isdir(KVM_DEBUG)
 
 
-def kvm_vm_exits():
-    """{pid: exits} summed over the VMs each process created (debugfs dirs are PID-FD)."""
+EXIT_KINDS = ("io_exits", "mmio_exits", "halt_exits", "irq_exits", "signal_exits",
+              "request_irq_exits", "irq_window_exits", "halt_wakeup", "insn_emulation")
+
+
+def kvm_vm_exits(name="exits"):
+    """{pid: count} of debugfs counter `name` summed over the VMs each process created
+    (debugfs dirs are PID-FD)."""
     out = {}
     if not os.path.isdir(KVM_DEBUG):
         return out
@@ -210,7 +215,7 @@ def kvm_vm_exits():
         if not m:
             continue
         try:
-            with open(f"{KVM_DEBUG}/{d}/exits") as f:
+            with open(f"{KVM_DEBUG}/{d}/{name}") as f:
                 out[int(m.group(1))] = out.get(int(m.group(1)), 0) + int(f.read())
         except (OSError, ValueError):
             pass
@@ -240,10 +245,13 @@ def idle_window(groups, seconds):
     exits of each group's processes over `seconds`."""
     def snap():
         exits = kvm_vm_exits()
+        kinds = {kind: kvm_vm_exits(kind) for kind in EXIT_KINDS}
         res = {}
         for label, (pids, _) in groups.items():
             tids = threads_of(pids)
             res[label] = {"ticks": [cpu_ticks(p) for p in pids],
+                          "kinds": {kind: sum(v for k, v in kinds[kind].items() if k in tids)
+                                    for kind in EXIT_KINDS},
                           "exits": sum(v for k, v in exits.items() if k in tids),
                           "vms": sum(1 for k in exits if k in tids)}
         return res, kvm_global("exits"), box_cpu()
@@ -276,6 +284,9 @@ def idle_window(groups, seconds):
                       "cpu_pct_of_one_cpu_total": round(100 * cpu_s / dt, 2),
                       "cpu_ms_per_guest_per_s": round(1000 * cpu_s / dt / max(guests, 1), 3),
                       "kvm_vms_seen": b[label]["vms"], "by_comm": by_comm,
+                      "exit_kinds_per_guest_per_s": {
+                          k: round((b[label]["kinds"][k] - a[label]["kinds"][k]) / dt
+                                   / max(guests, 1), 2) for k in EXIT_KINDS},
                       "exits_per_guest_per_s": (round((b[label]["exits"] - a[label]["exits"])
                                                       / dt / max(guests, 1), 2)
                                                 if b[label]["vms"] else None)}
