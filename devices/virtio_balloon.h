@@ -56,6 +56,8 @@ struct balloon_info {
 };
 
 struct virtio_balloon;
+struct device_type;
+extern const struct device_type virtio_balloon_type;
 
 /* Asks the guest to hold `pages` 4 KiB pages in its balloon (capped to RAM). */
 void virtio_balloon_set_target(struct virtio_balloon *b, uint64_t pages);
