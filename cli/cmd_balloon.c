@@ -55,14 +55,16 @@ int cmd_balloon(int argc, char **argv)
 		}
 	}
 	if (!sock) {
-		fprintf(stderr, "cove balloon: the sandbox's API socket is required (try --help)\n");
+		fprintf(stderr,
+			"cove balloon: the sandbox's API socket is required (try --help)\n");
 		return 2;
 	}
 	if (target) {
 		char *end;
 		unsigned long long mib = strtoull(target, &end, 10);
 		if (end == target || *end || *target == '-' || mib > (1ULL << 20)) {
-			fprintf(stderr, "cove balloon: --target: '%s' is not a size in MiB\n", target);
+			fprintf(stderr, "cove balloon: --target: '%s' is not a size in MiB\n",
+				target);
 			return 2;
 		}
 		char body[64];

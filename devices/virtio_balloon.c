@@ -29,7 +29,8 @@ struct virtio_balloon {
 	uint64_t ram_pages;
 	bool stats_held; /* the driver's stats buffer is with us until we want fresh numbers */
 	uint16_t stats_head;
-	struct balloon_info n; /* counters and the last statistics (target/actual/features unused) */
+	struct balloon_info
+	    n; /* counters and the last statistics (target/actual/features unused) */
 	struct virtq_chain chain;
 	uint32_t pfns[PFN_CHUNK];
 };
@@ -232,7 +233,8 @@ static void balloon_config_write(void *dev, uint32_t off, const uint8_t *data, u
 		if (at < off || at < 4 || at >= 8)
 			continue;
 		uint32_t shift = 8 * (at - 4);
-		b->actual_pages = (b->actual_pages & ~(0xffu << shift)) | (uint32_t)data[i] << shift;
+		b->actual_pages = (b->actual_pages & ~(0xffu << shift)) | (uint32_t)data[i]
+									      << shift;
 	}
 }
 
@@ -286,7 +288,8 @@ void virtio_balloon_info(struct virtio_balloon *b, struct balloon_info *out)
 	out->target_pages = b->target_pages;
 	out->actual_pages = b->actual_pages;
 	out->features = b->mmio.driver_features;
-	out->deflate_on_oom = virtio_mmio_has_feature(&b->mmio, 1ULL << VIRTIO_BALLOON_F_DEFLATE_ON_OOM);
+	out->deflate_on_oom =
+	    virtio_mmio_has_feature(&b->mmio, 1ULL << VIRTIO_BALLOON_F_DEFLATE_ON_OOM);
 	out->reporting = virtio_mmio_has_feature(&b->mmio, 1ULL << VIRTIO_BALLOON_F_REPORTING);
 	out->stats_vq = virtio_mmio_has_feature(&b->mmio, 1ULL << VIRTIO_BALLOON_F_STATS_VQ);
 	/* Hand the stats buffer back: the driver refills it with fresh numbers (next read). */
@@ -361,8 +364,8 @@ static int balloon_restore(void *dev, const void *in, char *err, size_t errlen)
 	struct virtio_balloon_state st;
 	memcpy(&st, in, sizeof(st));
 	if (st.version != BALLOON_STATE_VERSION)
-		return errmsg(err, errlen, -EINVAL, "virtio-balloon: state version %u is not supported",
-			      st.version);
+		return errmsg(err, errlen, -EINVAL,
+			      "virtio-balloon: state version %u is not supported", st.version);
 	if (st.target_pages > b->ram_pages || st.actual_pages > b->ram_pages || st.stats_held > 1 ||
 	    st.stats_head >= VIRTQ_MAX_SIZE)
 		return errmsg(err, errlen, -EINVAL,
@@ -448,9 +451,8 @@ static int balloon_spec_from_json(json_t *j, void *cfg, char *err, size_t errlen
 	struct balloon_cfg *c = cfg;
 	json_t *t = json_object_get(j, "target_mib"), *o = json_object_get(j, "deflate_on_oom"),
 	       *r = json_object_get(j, "reporting"), *s = json_object_get(j, "stats");
-	if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-	    json_integer_value(t) > (1 << 20) || !json_is_boolean(o) || !json_is_boolean(r) ||
-	    !json_is_boolean(s))
+	if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > (1 << 20) ||
+	    !json_is_boolean(o) || !json_is_boolean(r) || !json_is_boolean(s))
 		return errmsg(err, errlen, -EINVAL,
 			      "balloon needs target_mib (0..1048576) and booleans deflate_on_oom, "
 			      "reporting, stats");

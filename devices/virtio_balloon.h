@@ -33,25 +33,25 @@
 
 /* The device's configuration (device_spec.cfg): `--balloon[=TARGET_MIB][,nooom][,noreport]`. */
 struct balloon_cfg {
-	uint32_t target_mib;   /* initial inflate target */
-	bool deflate_on_oom;   /* offer VIRTIO_BALLOON_F_DEFLATE_ON_OOM */
-	bool reporting;	       /* offer VIRTIO_BALLOON_F_REPORTING */
-	bool stats;	       /* offer VIRTIO_BALLOON_F_STATS_VQ */
+	uint32_t target_mib; /* initial inflate target */
+	bool deflate_on_oom; /* offer VIRTIO_BALLOON_F_DEFLATE_ON_OOM */
+	bool reporting;	     /* offer VIRTIO_BALLOON_F_REPORTING */
+	bool stats;	     /* offer VIRTIO_BALLOON_F_STATS_VQ */
 };
 
 /* What the host sees of the balloon (GET /balloon, /balloon/statistics). */
 struct balloon_info {
-	uint32_t target_pages;	   /* num_pages: what the host asks the guest to give */
-	uint32_t actual_pages;	   /* what the driver says it holds */
-	uint64_t features;	   /* negotiated (driver) features */
+	uint32_t target_pages; /* num_pages: what the host asks the guest to give */
+	uint32_t actual_pages; /* what the driver says it holds */
+	uint64_t features;     /* negotiated (driver) features */
 	bool deflate_on_oom, reporting, stats_vq;
-	uint64_t reported_bytes;   /* given back through free page reporting */
-	uint64_t reported_ranges;  /* ranges reported */
+	uint64_t reported_bytes;  /* given back through free page reporting */
+	uint64_t reported_ranges; /* ranges reported */
 	uint64_t inflated_pages, deflated_pages;
-	uint64_t invalid;	   /* PFNs or ranges refused (outside RAM, misaligned) */
-	uint64_t discard_errors;   /* host calls that failed */
-	uint64_t stats_updates;	   /* stats buffers received */
-	uint32_t stats_valid;	   /* bit t: stats[t] was sent */
+	uint64_t invalid;	 /* PFNs or ranges refused (outside RAM, misaligned) */
+	uint64_t discard_errors; /* host calls that failed */
+	uint64_t stats_updates;	 /* stats buffers received */
+	uint32_t stats_valid;	 /* bit t: stats[t] was sent */
 	uint64_t stats[BALLOON_NR_STATS];
 };
 

@@ -1,0 +1,132 @@
+"""e2e balloon tests (issue 17), run inside the KVM box by box_tests.py: a Linux guest with
+virtio-balloon free page reporting allocates and frees 200 MiB; the memfd behind its RAM gives
+at least 150 MiB back within 10 s; the next snapshot layer does not hold the freed pages, and
+after restore the guest's live data has the checksum it had before."""
+import json
+import os
+import re
+import time
+
+import box_tests as bt
+from covetest import Failure, check, http_json
+from snapshot_tests import fresh, kill, layers, wait_file
+
+MIB = 1 << 20
+BIG_MIB = 200
+# The guest: 8 MiB of random live data it keeps (its checksum printed), then 200 MiB of copies
+# of it (not zeros: pages the host did not get back would then be stored by the snapshot),
+# freed again; then it prints the live data's checksum every 2 s (also after restore).
+GUEST = (
+    "mkdir -p /mnt/b && mount -t tmpfs -o size=400m tmpfs /mnt/b && "
+    "echo ORDER $(cat /sys/module/page_reporting/parameters/page_reporting_order 2>&1) && "
+    "ls /sys/bus/virtio/drivers/ && "
+    "dd if=/dev/urandom of=/mnt/b/live bs=1M count=8 2>/dev/null && "
+    "echo LIVE $(md5sum /mnt/b/live | cut -c1-32) && "
+    "sleep 6; "  # the host takes its full snapshot meanwhile
+    f"for i in $(seq {BIG_MIB // 8}); do cat /mnt/b/live; done > /mnt/b/big && "
+    "echo ALLOCATED $(du -m /mnt/b/big | cut -f1) && sleep 6 && rm /mnt/b/big && echo FREED && "
+    "while :; do echo SUM $(md5sum /mnt/b/live | cut -c1-32) "
+    "$(grep MemFree /proc/meminfo | tr -s ' ' | cut -d' ' -f2); sleep 2; done"
+)
+LIVE = re.compile(r"LIVE ([0-9a-f]{32})")
+SUM = re.compile(r"SUM ([0-9a-f]{32}) (\d+)")
+
+
+def memfd_path(pid):
+    """The /proc path of the cove process's guest RAM memfd."""
+    d = f"/proc/{pid}/fd"
+    for fd in os.listdir(d):
+        try:
+            if os.readlink(os.path.join(d, fd)).startswith("/memfd:cove-guest-ram"):
+                return os.path.join(d, fd)
+        except OSError:
+            continue
+    raise Failure(f"no cove-guest-ram memfd among pid {pid}'s fds")
+
+
+def allocated(path):
+    return os.stat(path).st_blocks * 512
+
+
+def test_balloon_reporting_gives_back_and_snapshot_restores():
+    d, con1, con2 = "/tmp/bal", "/tmp/bal.out", "/tmp/bal.restored"
+    sock, sock2 = "/tmp/bal.api", "/tmp/bal2.api"
+    fresh(d, con1, con2, sock, sock2)
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "512M",
+           "--cmdline", bt.cmdline_for(GUEST), "--balloon", "--api-sock", sock,
+           "--snapshot-dir", d, "--console", con1, "--log-level", "info"]
+    p = bt.subprocess.Popen(run, stdin=bt.subprocess.DEVNULL, stderr=bt.subprocess.PIPE)
+    try:
+        text = wait_file(con1, lambda t: LIVE.search(t), bt.BOOT_TIMEOUT, "the live data", p)
+        live = LIVE.search(text).group(1)
+        check("virtio_balloon" in text, f"the guest has no virtio_balloon driver: {text[-800:]}")
+        ram = memfd_path(p.pid)
+        status, body = http_json(sock, "PUT", "/snapshot/create", {"snapshot_type": "Full"},
+                                 timeout=120)
+        check(status == 200, f"full snapshot: {status} {body}")
+        base = allocated(ram)
+        text = wait_file(con1, lambda t: "ALLOCATED" in t, 180, "the 200 MiB", p)
+        peak = allocated(ram)
+        wait_file(con1, lambda t: "FREED" in t, 60, "the free", p)
+        t0 = time.monotonic()
+        low, given, took = peak, 0, None
+        while time.monotonic() - t0 < 30:
+            now = allocated(ram)
+            low = min(low, now)
+            given = peak - low
+            if given >= 150 * MIB and took is None:
+                took = time.monotonic() - t0
+                break
+            time.sleep(0.1)
+        status, bal = http_json(sock, "GET", "/balloon")
+        check(status == 200, f"GET /balloon: {status} {bal}")
+        status, stats = http_json(sock, "GET", "/balloon/statistics")
+        check(status == 200, f"GET /balloon/statistics: {status} {stats}")
+        print(f"    memfd: {base / MIB:.1f} MiB before, {peak / MIB:.1f} MiB with 200 MiB "
+              f"allocated, {low / MIB:.1f} MiB after the free: {given / MIB:.1f} MiB given "
+              f"back in {'%.2f s' % took if took is not None else 'more than 30 s'}")
+        print(f"    balloon: {json.dumps(bal)}")
+        print(f"    statistics: {json.dumps(stats)}")
+        check(peak - base >= 180 * MIB, f"the guest's 200 MiB did not reach the memfd "
+              f"({(peak - base) / MIB:.1f} MiB)")
+        check(took is not None and took <= 10,
+              f"only {given / MIB:.1f} MiB given back, goal 150 MiB within 10 s")
+        # The next layer: the pages the guest wrote and freed are dirty, but given back.
+        status, snap = http_json(sock, "PUT", "/snapshot/create", {"snapshot_type": "Diff"},
+                                 timeout=120)
+        check(status == 200, f"incremental snapshot: {status} {snap}")
+        top = layers(d)[-1]
+        layer_file = os.path.join(d, top["mem"])
+        layer_alloc = allocated(layer_file)
+        after = allocated(ram)
+        print(f"    layer {top['mem']}: {snap.get('pages')} pages in its bitmap, "
+              f"{snap.get('stored')} stored ({snap.get('stored', 0) * 4096 / MIB:.1f} MiB), "
+              f"file allocates {layer_alloc / MIB:.1f} MiB; memfd after it {after / MIB:.1f} "
+              f"MiB; pause {snap.get('pause_us')} us")
+        check(snap.get("stored", 0) * 4096 < 50 * MIB and layer_alloc < 60 * MIB,
+              f"the layer holds freed pages: {snap}")
+        check(after <= low + 20 * MIB,
+              f"the snapshot allocated given-back pages again ({low / MIB:.1f} -> "
+              f"{after / MIB:.1f} MiB)")
+        print(f"BALLOON_RESULT {json.dumps({'given_back_mib': round(given / MIB, 1), 'seconds': round(took, 2), 'peak_mib': round(peak / MIB, 1), 'after_mib': round(low / MIB, 1), 'layer_stored_mib': round(snap.get('stored', 0) * 4096 / MIB, 2), 'layer_alloc_mib': round(layer_alloc / MIB, 2)})}")
+    finally:
+        kill(p)
+    r = bt.subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--api-sock", sock2,
+                             "--log-level", "info"],
+                            stdin=bt.subprocess.DEVNULL, stderr=bt.subprocess.PIPE)
+    try:
+        text = wait_file(con2, lambda t: len(SUM.findall(t)) >= 2, 120,
+                         "the restored guest's checksum", r)
+        sums = [m[0] for m in SUM.findall(text)]
+        check(all(s == live for s in sums),
+              f"live data changed across the snapshot: {live} before, {sums} after")
+        status, bal = http_json(sock2, "GET", "/balloon")
+        check(status == 200, f"restored GET /balloon: {status} {bal}")
+        print(f"    restored: live data checksum {live} matches ({len(sums)} checks); "
+              f"balloon {json.dumps(bal)}")
+    finally:
+        kill(r)
+    fresh(d, con1, con2, sock, sock2)
+
+
+TESTS = [test_balloon_reporting_gives_back_and_snapshot_restores]
