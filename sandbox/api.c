@@ -529,8 +529,7 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 }
 
 /* Firecracker's GET /balloon shape, plus what free page reporting gave back. */
-static void route_balloon_get(const struct api_backend *be, json_t *body,
-			      struct api_response *resp)
+static void route_balloon_get(const struct api_backend *be, json_t *body, struct api_response *resp)
 {
 	(void)body;
 	struct balloon_info bi;
@@ -546,10 +545,11 @@ static void route_balloon_get(const struct api_backend *be, json_t *body,
 	reply_json(resp, 200,
 		   json_pack("{s:I,s:I,s:I,s:b,s:b,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "amount_mib",
 			     (json_int_t)(bi.target_pages / 256), "target_pages",
-			     (json_int_t)bi.target_pages, "actual_pages", (json_int_t)bi.actual_pages,
-			     "deflate_on_oom", bi.deflate_on_oom, "free_page_reporting", bi.reporting,
-			     "stats", bi.stats_vq, "reported_bytes", (json_int_t)bi.reported_bytes,
-			     "reported_ranges", (json_int_t)bi.reported_ranges, "inflated_pages",
+			     (json_int_t)bi.target_pages, "actual_pages",
+			     (json_int_t)bi.actual_pages, "deflate_on_oom", bi.deflate_on_oom,
+			     "free_page_reporting", bi.reporting, "stats", bi.stats_vq,
+			     "reported_bytes", (json_int_t)bi.reported_bytes, "reported_ranges",
+			     (json_int_t)bi.reported_ranges, "inflated_pages",
 			     (json_int_t)bi.inflated_pages, "deflated_pages",
 			     (json_int_t)bi.deflated_pages, "invalid", (json_int_t)bi.invalid,
 			     "discard_errors", (json_int_t)bi.discard_errors));
@@ -560,9 +560,10 @@ static void route_balloon_stats_get(const struct api_backend *be, json_t *body,
 				    struct api_response *resp)
 {
 	static const char *const names[BALLOON_NR_STATS] = {
-	    "swap_in",	     "swap_out",	  "major_faults",	  "minor_faults",
-	    "free_memory",   "total_memory",	  "available_memory",	  "disk_caches",
-	    "hugetlb_allocations", "hugetlb_failures"};
+	    "swap_in",		"swap_out",    "major_faults",
+	    "minor_faults",	"free_memory", "total_memory",
+	    "available_memory", "disk_caches", "hugetlb_allocations",
+	    "hugetlb_failures"};
 	(void)body;
 	struct balloon_info bi;
 	int r = be->balloon_get ? be->balloon_get(be->opaque, &bi) : -ENODEV;
@@ -574,11 +575,11 @@ static void route_balloon_stats_get(const struct api_backend *be, json_t *body,
 		reply_backend_error(resp, "balloon statistics", r);
 		return;
 	}
-	json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I}", "target_pages", (json_int_t)bi.target_pages,
-			      "actual_pages", (json_int_t)bi.actual_pages, "target_mib",
-			      (json_int_t)(bi.target_pages / 256), "actual_mib",
-			      (json_int_t)(bi.actual_pages / 256), "updates",
-			      (json_int_t)bi.stats_updates);
+	json_t *o =
+	    json_pack("{s:I,s:I,s:I,s:I,s:I}", "target_pages", (json_int_t)bi.target_pages,
+		      "actual_pages", (json_int_t)bi.actual_pages, "target_mib",
+		      (json_int_t)(bi.target_pages / 256), "actual_mib",
+		      (json_int_t)(bi.actual_pages / 256), "updates", (json_int_t)bi.stats_updates);
 	for (int t = 0; o && t < BALLOON_NR_STATS; t++)
 		if (names[t] && bi.stats_valid & (1u << t))
 			json_object_set_new(o, names[t], json_integer((json_int_t)bi.stats[t]));

@@ -102,10 +102,9 @@ static inline int host_fake_init(struct host_fake *f, const struct guest_mem *me
 	if (r)
 		return r;
 	/* In struct order; every entry has its own signature, so a slip does not compile. */
-	static const struct vm_host_ops ops = {host_fake_set_irq,      host_fake_mark_dirty,
-					       host_fake_request_stop, host_fake_note_panic,
-					       host_fake_irqfd,	       host_fake_ioeventfd,
-					       host_fake_discard};
+	static const struct vm_host_ops ops = {
+	    host_fake_set_irq, host_fake_mark_dirty, host_fake_request_stop, host_fake_note_panic,
+	    host_fake_irqfd,   host_fake_ioeventfd,  host_fake_discard};
 	f->host = (struct vm_host){
 	    .ctx = f,
 	    .ops = &ops,
