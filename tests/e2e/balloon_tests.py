@@ -115,20 +115,20 @@ def test_balloon_reporting_gives_back_and_snapshot_restores():
         layer_alloc = allocated(layer_file)
         after = allocated(ram)
         print(f"    layer {top['mem']}: {snap.get('pages')} pages in its bitmap, "
-              f"{snap.get('stored')} stored ({snap.get('stored', 0) * 4096 / MIB:.1f} MiB), "
+              f"{snap.get('stored_pages')} stored ({snap.get('stored_pages', 0) * 4096 / MIB:.1f} MiB), "
               f"file allocates {layer_alloc / MIB:.1f} MiB; memfd after it {after / MIB:.1f} "
               f"MiB; pause {snap.get('pause_us')} us")
         result = {"given_back_mib": round(given / MIB, 1),
                   "seconds": round(took, 2) if took is not None else None,
                   "memfd_peak_mib": round(peak / MIB, 1), "memfd_after_mib": round(low / MIB, 1),
-                  "layer_stored_mib": round(snap.get("stored", 0) * 4096 / MIB, 2),
+                  "layer_stored_mib": round(snap.get("stored_pages", 0) * 4096 / MIB, 2),
                   "layer_alloc_mib": round(layer_alloc / MIB, 2)}
         print(f"BALLOON_RESULT {json.dumps(result)}", flush=True)
         check(peak - base >= 180 * MIB, f"the guest's 200 MiB did not reach the memfd "
               f"({(peak - base) / MIB:.1f} MiB)")
         check(took is not None and took <= 10,
               f"only {given / MIB:.1f} MiB given back, goal 150 MiB within 10 s")
-        check(snap.get("stored", 0) * 4096 < 50 * MIB and layer_alloc < 60 * MIB,
+        check(snap.get("stored_pages", 0) * 4096 < 50 * MIB and layer_alloc < 60 * MIB,
               f"the layer holds freed pages: {snap}")
         check(after <= low + 20 * MIB,
               f"the snapshot allocated given-back pages again ({low / MIB:.1f} -> "
