@@ -281,9 +281,23 @@ void virtio_balloon_set_target(struct virtio_balloon *b, uint64_t pages)
 	pthread_mutex_unlock(&b->mmio.lock);
 }
 
+/*
+ * Linux primes the stats queue with its first buffer before it sets DRIVER_OK, when the
+ * transport does not pass kicks on yet: look at the queue whenever the host asks.
+ */
+static void stats_take_primed(struct virtio_balloon *b)
+{
+	if (!(b->mmio.status & VIRTIO_STATUS_DRIVER_OK) || b->stats_held)
+		return;
+	for (uint32_t qi = 2; qi < BALLOON_MAX_QUEUES; qi++)
+		if (queue_role(&b->mmio, qi) == Q_STATS && b->mmio.queues[qi].ready)
+			balloon_queue_notify(b, &b->mmio, qi);
+}
+
 void virtio_balloon_info(struct virtio_balloon *b, struct balloon_info *out)
 {
 	pthread_mutex_lock(&b->mmio.lock);
+	stats_take_primed(b);
 	*out = b->n;
 	out->target_pages = b->target_pages;
 	out->actual_pages = b->actual_pages;

@@ -293,6 +293,26 @@ static void put_stat(uint8_t *p, uint16_t tag, uint64_t v)
 		p[2 + i] = (uint8_t)(v >> (8 * i));
 }
 
+/* Linux offers its first stats buffer before DRIVER_OK: the kick is lost, the buffer is not. */
+static void test_stats_primed_before_driver_ok(void **state)
+{
+	(void)state;
+	struct fix *f = fix_new(NULL, F_ALL, 4);
+	uint8_t *p = gp(f, DATA, 10);
+	put_stat(p, BALLOON_STAT_AVAIL, 31337);
+	struct seg s = {DATA, 10};
+	uint32_t status = f->m->status;
+	f->m->status &= ~VIRTIO_STATUS_DRIVER_OK; /* as during the driver's probe */
+	offer(f, QI_STATS, &s, 1, false);
+	f->m->status = status;
+	assert_int_equal(f->m->queues[QI_STATS].last_avail, 0); /* the kick did nothing */
+	struct balloon_info bi = info(f);
+	assert_int_equal(bi.stats_updates, 1);
+	assert_int_equal(bi.stats[BALLOON_STAT_AVAIL], 31337);
+	assert_int_equal(used_idx(f, QI_STATS), 1); /* and handed back for fresh numbers */
+	fix_free(f);
+}
+
 static void test_stats(void **state)
 {
 	(void)state;
@@ -517,6 +537,7 @@ int main(void)
 	    cmocka_unit_test(test_hostile_reports),
 	    cmocka_unit_test(test_inflate_deflate),
 	    cmocka_unit_test(test_stats),
+	    cmocka_unit_test(test_stats_primed_before_driver_ok),
 	    cmocka_unit_test(test_queue_numbers_follow_features),
 	    cmocka_unit_test(test_target_and_config),
 	    cmocka_unit_test(test_save_restore),
