@@ -38,8 +38,24 @@ LIVE = re.compile(r"LIVE ([0-9a-f]{32})")
 SUM = re.compile(r"SUM ([0-9a-f]{32}) (\d+)")
 
 
+def vmm_pid(pid):
+    """The process that runs the guest: `pid` itself, or (jailed) its last descendant."""
+    while True:
+        kids = []
+        try:
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{t}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
+        except OSError:
+            return pid
+        if not kids:
+            return pid
+        pid = kids[-1]
+
+
 def memfd_path(pid):
     """The /proc path of the cove process's guest RAM memfd."""
+    pid = vmm_pid(pid)
     d = f"/proc/{pid}/fd"
     for fd in os.listdir(d):
         try:
@@ -56,7 +72,7 @@ def allocated(path):
 
 def rss_anon(pid):
     """Private anonymous memory of a process (a restored guest's copied-on-write RAM)."""
-    with open(f"/proc/{pid}/status") as f:
+    with open(f"/proc/{vmm_pid(pid)}/status") as f:
         for line in f:
             if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
