@@ -38,32 +38,36 @@ LIVE = re.compile(r"LIVE ([0-9a-f]{32})")
 SUM = re.compile(r"SUM ([0-9a-f]{32}) (\d+)")
 
 
-def vmm_pid(pid):
-    """The process that runs the guest: `pid` itself, or (jailed) its last descendant."""
-    while True:
-        kids = []
+def family(pid):
+    """`pid` and its descendants (a jailed cove runs the guest below itself, beside helpers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
         try:
-            for t in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{t}/children") as f:
-                    kids += [int(k) for k in f.read().split()]
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(k) for k in f.read().split()]
         except OSError:
-            return pid
-        if not kids:
-            return pid
-        pid = kids[-1]
+            pass
+    return out
 
 
 def memfd_path(pid):
-    """The /proc path of the cove process's guest RAM memfd."""
-    pid = vmm_pid(pid)
-    d = f"/proc/{pid}/fd"
-    for fd in os.listdir(d):
+    """The /proc path of the guest RAM memfd of cove `pid` (or of its jailed child)."""
+    for p in family(pid):
+        d = f"/proc/{p}/fd"
         try:
-            if os.readlink(os.path.join(d, fd)).startswith("/memfd:cove-guest-ram"):
-                return os.path.join(d, fd)
+            fds = os.listdir(d)
         except OSError:
             continue
-    raise Failure(f"no cove-guest-ram memfd among pid {pid}'s fds")
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(d, fd)).startswith("/memfd:cove-guest-ram"):
+                    return os.path.join(d, fd)
+            except OSError:
+                continue
+    raise Failure(f"no cove-guest-ram memfd among the fds of pid {pid} and its children")
 
 
 def allocated(path):
@@ -71,12 +75,21 @@ def allocated(path):
 
 
 def rss_anon(pid):
-    """Private anonymous memory of a process (a restored guest's copied-on-write RAM)."""
-    with open(f"/proc/{vmm_pid(pid)}/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise Failure(f"no RssAnon in /proc/{pid}/status")
+    """Private anonymous memory of the process running the guest (the largest of cove `pid`
+    and its children): a restored guest's copied-on-write RAM."""
+    best = None
+    for p in family(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        v = int(line.split()[1]) * 1024
+                        best = v if best is None or v > best else best
+        except OSError:
+            continue
+    if best is None:
+        raise Failure(f"no RssAnon for pid {pid}")
+    return best
 
 
 def wait_drop(measure, peak, want, limit=30):
