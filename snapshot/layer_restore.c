@@ -73,7 +73,8 @@ static int apply_run(const struct mem_layer *l, uint8_t *ram, uint64_t p, uint64
 			data = off;
 		if (data - off >= ZERO_RUN_MAP &&
 		    mmap(dst, data - off, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED) {
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+			 0) != MAP_FAILED) {
 			(void)madvise(dst, data - off, MADV_DONTDUMP);
 			dst += data - off;
 			off = data;
@@ -84,13 +85,16 @@ static int apply_run(const struct mem_layer *l, uint8_t *ram, uint64_t p, uint64
 		while (stop < end) {
 			off_t h = lseek(l->fd, (off_t)stop, SEEK_HOLE);
 			uint64_t hole = h < 0 ? end : (uint64_t)h;
-			hole = hole > end ? end : (hole + MEM_LAYER_PAGE - 1) & ~(MEM_LAYER_PAGE - 1);
+			hole =
+			    hole > end ? end : (hole + MEM_LAYER_PAGE - 1) & ~(MEM_LAYER_PAGE - 1);
 			if (hole <= stop) {
 				stop = end;
 				break;
 			}
 			off_t n = hole < end ? lseek(l->fd, (off_t)hole, SEEK_DATA) : -1;
-			uint64_t next = n < 0 ? end : (uint64_t)n > end ? end : (uint64_t)n & ~(MEM_LAYER_PAGE - 1);
+			uint64_t next = n < 0		    ? end
+					: (uint64_t)n > end ? end
+							    : (uint64_t)n & ~(MEM_LAYER_PAGE - 1);
 			stop = hole;
 			if (next - hole >= ZERO_RUN_MAP || hole >= end)
 				break;
