@@ -9,6 +9,7 @@ int cmd_restore(int argc, char **argv);
 /* cove's run/restore: execs cove-vmm with argv0 then argv (vmm_exec.c); returns 1 if it cannot. */
 int cmd_vmm(const char *argv0, int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
+int cmd_balloon(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);

@@ -26,6 +26,8 @@ static const struct command commands[] = {
     {"gc", cmd_gc, "archive and delete sandboxes past their --archive-after/--delete-after"},
     {"run", NULL, "boot a microVM and run it until the guest stops"},
     {"snapshot", cmd_snapshot, "snapshot a running sandbox (full or incremental)"},
+    {"balloon", cmd_balloon,
+     "show a sandbox's balloon (memory given back, stats) or set its target"},
     {"restore", NULL, "start a sandbox from a snapshot chain (memory mapped lazily)"},
     {"fork", cmd_fork, "clone a named sandbox (NAME NEW...) or a running VM (API_SOCK -n N)"},
     {"doctor", cmd_doctor, "check /dev/kvm and whether Linux guests run natively here"},

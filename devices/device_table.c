@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-#define DEVICE_TYPES(X) X(virtio_blk_type) X(virtio_vsock_type) X(virtio_rng_type)
+#define DEVICE_TYPES(X)                                                                            \
+	X(virtio_blk_type) X(virtio_vsock_type) X(virtio_rng_type) X(virtio_balloon_type)
 
 #define DECLARE(t) extern const struct device_type t;
 DEVICE_TYPES(DECLARE)

@@ -529,7 +529,92 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 	reply_json(resp, 200, json_pack("{s:o}", "clones", arr));
 }
 
+/* Firecracker's GET /balloon shape, plus what free page reporting gave back. */
+static void route_balloon_get(const struct api_backend *be, json_t *body, struct api_response *resp)
+{
+	(void)body;
+	struct balloon_info bi;
+	int r = be->balloon_get ? be->balloon_get(be->opaque, &bi) : -ENODEV;
+	if (r == -ENODEV) {
+		reply_fault(resp, 400, "the VM has no balloon device (cove run --balloon)");
+		return;
+	}
+	if (r < 0) {
+		reply_backend_error(resp, "balloon", r);
+		return;
+	}
+	reply_json(resp, 200,
+		   json_pack("{s:I,s:I,s:I,s:b,s:b,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "amount_mib",
+			     (json_int_t)(bi.target_pages / 256), "target_pages",
+			     (json_int_t)bi.target_pages, "actual_pages",
+			     (json_int_t)bi.actual_pages, "deflate_on_oom", bi.deflate_on_oom,
+			     "free_page_reporting", bi.reporting, "stats", bi.stats_vq,
+			     "reported_bytes", (json_int_t)bi.reported_bytes, "reported_ranges",
+			     (json_int_t)bi.reported_ranges, "inflated_pages",
+			     (json_int_t)bi.inflated_pages, "deflated_pages",
+			     (json_int_t)bi.deflated_pages, "invalid", (json_int_t)bi.invalid,
+			     "discard_errors", (json_int_t)bi.discard_errors));
+}
+
+/* Firecracker's names for the driver's statistics; absent ones are left out. */
+static void route_balloon_stats_get(const struct api_backend *be, json_t *body,
+				    struct api_response *resp)
+{
+	static const char *const names[BALLOON_NR_STATS] = {
+	    "swap_in",		"swap_out",    "major_faults",
+	    "minor_faults",	"free_memory", "total_memory",
+	    "available_memory", "disk_caches", "hugetlb_allocations",
+	    "hugetlb_failures"};
+	(void)body;
+	struct balloon_info bi;
+	int r = be->balloon_get ? be->balloon_get(be->opaque, &bi) : -ENODEV;
+	if (r == -ENODEV) {
+		reply_fault(resp, 400, "the VM has no balloon device (cove run --balloon)");
+		return;
+	}
+	if (r < 0) {
+		reply_backend_error(resp, "balloon statistics", r);
+		return;
+	}
+	json_t *o =
+	    json_pack("{s:I,s:I,s:I,s:I,s:I}", "target_pages", (json_int_t)bi.target_pages,
+		      "actual_pages", (json_int_t)bi.actual_pages, "target_mib",
+		      (json_int_t)(bi.target_pages / 256), "actual_mib",
+		      (json_int_t)(bi.actual_pages / 256), "updates", (json_int_t)bi.stats_updates);
+	for (int t = 0; o && t < BALLOON_NR_STATS; t++)
+		if (names[t] && bi.stats_valid & (1u << t))
+			json_object_set_new(o, names[t], json_integer((json_int_t)bi.stats[t]));
+	reply_json(resp, 200, o);
+}
+
+/* PATCH /balloon {"amount_mib": N}: the guest inflates (or deflates) towards N MiB. */
+static void route_balloon_patch(const struct api_backend *be, json_t *body,
+				struct api_response *resp)
+{
+	static const struct api_field fields[] = {{.name = "amount_mib", .type = JSON_INTEGER}};
+	if (validate_object(body, fields, 1, resp) < 0)
+		return;
+	json_int_t mib = json_integer_value(json_object_get(body, "amount_mib"));
+	if (mib < 0 || mib > (1 << 20)) {
+		reply_fault(resp, 400, "amount_mib must be 0..1048576");
+		return;
+	}
+	int r = be->balloon_set ? be->balloon_set(be->opaque, (uint64_t)mib) : -ENODEV;
+	if (r == -ENODEV) {
+		reply_fault(resp, 400, "the VM has no balloon device (cove run --balloon)");
+		return;
+	}
+	if (r < 0) {
+		reply_backend_error(resp, "balloon", r);
+		return;
+	}
+	reply_empty(resp, 204);
+}
+
 static const struct api_route routes[] = {
+    {"/balloon", "GET", route_balloon_get, false},
+    {"/balloon", "PATCH", route_balloon_patch, true},
+    {"/balloon/statistics", "GET", route_balloon_stats_get, false},
     {"/snapshot/create", "PUT", route_snapshot_put, true},
     {"/fork", "PUT", route_fork_put, true},
     {"/", "GET", route_root_get, false},

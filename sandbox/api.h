@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devices/virtio_balloon.h"
+
 /* Largest request body accepted; bigger bodies get 413 and are never buffered. */
 #define API_MAX_BODY (16 * 1024)
 
@@ -68,6 +70,9 @@ struct api_backend {
 	/* `identity`: each clone gets a fresh RNG seed and clock before this returns. */
 	int (*fork)(void *opaque, int count, bool identity, struct api_clone *out, char *err,
 		    size_t errlen);
+	/* The balloon (NULL or -ENODEV: the VM has none): read it, or set its target in MiB. */
+	int (*balloon_get)(void *opaque, struct balloon_info *out);
+	int (*balloon_set)(void *opaque, uint64_t target_mib);
 	/* Told of every request (an idle sandbox is one nobody asks anything); may be NULL. */
 	void (*on_request)(void *opaque);
 };

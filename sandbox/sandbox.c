@@ -27,6 +27,7 @@
 #include "snapshot/keyprov.h"
 #include "snapshot/snap_crypt.h"
 #include "devices/overlay.h"
+#include "devices/virtio_balloon.h"
 #include "devices/virtio_blk.h"
 #include "devices/virtio_vsock.h"
 #include "sandbox/vm_api.h"
@@ -459,6 +460,30 @@ static int api_dir_allowed(struct sandbox *sb, const char *dir, char *err, size_
 		      dir);
 }
 
+/* The board's balloon (the first one), or NULL. */
+static struct virtio_balloon *sandbox_balloon(struct sandbox *sb)
+{
+	return board_nth(&sb->board, &virtio_balloon_type, 0);
+}
+
+static int be_balloon_get(void *opaque, struct balloon_info *out)
+{
+	struct virtio_balloon *b = sandbox_balloon(sandbox_of(opaque));
+	if (!b)
+		return -ENODEV;
+	virtio_balloon_info(b, out);
+	return 0;
+}
+
+static int be_balloon_set(void *opaque, uint64_t target_mib)
+{
+	struct virtio_balloon *b = sandbox_balloon(sandbox_of(opaque));
+	if (!b)
+		return -ENODEV;
+	virtio_balloon_set_target(b, target_mib * 256);
+	return 0;
+}
+
 static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snapshot_result *out,
 		       char *err, size_t errlen)
 {
@@ -837,6 +862,8 @@ int sandbox_serve(struct sandbox *sb, const char *api_sock)
 		vm_api_backend(&sb->vm, &sb->be);
 		sb->be.snapshot = be_snapshot;
 		sb->be.fork = be_fork;
+		sb->be.balloon_get = be_balloon_get;
+		sb->be.balloon_set = be_balloon_set;
 		sb->be.on_request = on_api_request;
 		int r = api_server_start(&sb->api, api_sock, &sb->be, loop);
 		if (r) {

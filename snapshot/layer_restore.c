@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "common/file_io.h"
@@ -51,6 +52,65 @@ void layer_set_close(struct layer_set *ls)
 	ls->nr = 0;
 }
 
+/* Held zero pages at least this long are mapped, not read (bounds the mappings a restore adds). */
+#define ZERO_RUN_MAP (2ULL << 20)
+
+/*
+ * Pages [p, p+run) held by layer `l` into the private RAM mapping. Long runs of held zero pages
+ * (holes in the layer file: pages a balloon gave back, or never written) get fresh anonymous
+ * memory, which reads zeros without allocating; reading them would copy zeros into anonymous
+ * memory of their own. Everything else is read. 0 or -errno.
+ */
+static int apply_run(const struct mem_layer *l, uint8_t *ram, uint64_t p, uint64_t run)
+{
+	uint64_t off = l->info.data_off + p * MEM_LAYER_PAGE, end = off + run * MEM_LAYER_PAGE;
+	uint8_t *dst = ram + p * MEM_LAYER_PAGE;
+	while (off < end) {
+		off_t d = lseek(l->fd, (off_t)off, SEEK_DATA);
+		uint64_t data = d < 0 ? (errno == ENXIO ? end : off) : (uint64_t)d;
+		data = data > end ? end : data & ~(MEM_LAYER_PAGE - 1);
+		if (data < off)
+			data = off;
+		if (data - off >= ZERO_RUN_MAP &&
+		    mmap(dst, data - off, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+			 0) != MAP_FAILED) {
+			(void)madvise(dst, data - off, MADV_DONTDUMP);
+			dst += data - off;
+			off = data;
+			continue;
+		}
+		/* Read up to the next hole worth mapping (short holes are read with the data). */
+		uint64_t stop = data;
+		while (stop < end) {
+			off_t h = lseek(l->fd, (off_t)stop, SEEK_HOLE);
+			uint64_t hole = h < 0 ? end : (uint64_t)h;
+			hole =
+			    hole > end ? end : (hole + MEM_LAYER_PAGE - 1) & ~(MEM_LAYER_PAGE - 1);
+			if (hole <= stop) {
+				stop = end;
+				break;
+			}
+			off_t n = hole < end ? lseek(l->fd, (off_t)hole, SEEK_DATA) : -1;
+			uint64_t next = n < 0		    ? end
+					: (uint64_t)n > end ? end
+							    : (uint64_t)n & ~(MEM_LAYER_PAGE - 1);
+			stop = hole;
+			if (next - hole >= ZERO_RUN_MAP || hole >= end)
+				break;
+			stop = next;
+		}
+		if (stop <= off)
+			stop = off + MEM_LAYER_PAGE;
+		int r = pread_full(l->fd, dst, stop - off, (off_t)off);
+		if (r)
+			return r;
+		dst += stop - off;
+		off = stop;
+	}
+	return 0;
+}
+
 int layer_set_apply(const struct layer_set *ls, uint8_t *ram, uint64_t *pages_copied)
 {
 	uint64_t copied = 0;
@@ -70,8 +130,7 @@ int layer_set_apply(const struct layer_set *ls, uint8_t *ram, uint64_t *pages_co
 			uint64_t run = 1;
 			while (p + run < n && mem_layer_has(l, p + run))
 				run++;
-			int r = pread_full(l->fd, ram + p * MEM_LAYER_PAGE, run * MEM_LAYER_PAGE,
-						(off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
+			int r = apply_run(l, ram, p, run);
 			if (r)
 				return r;
 			copied += run;

@@ -237,6 +237,35 @@ static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
 	return 0;
 }
 
+/* A known run of memfd pages [lo, hi) (bytes), all holes or all data. */
+struct hole_cursor {
+	uint64_t lo, hi;
+	bool hole;
+};
+
+/*
+ * Memfd RAM: is the page at `off` a hole (given back by the balloon and not written since)?
+ * Asked only for discarded pages, so a snapshot without them makes no call; a run found once
+ * answers for the pages after it. An lseek error answers "data": the page is then read.
+ */
+static bool page_is_hole(int fd, uint64_t size, struct hole_cursor *c, uint64_t off)
+{
+	if (off >= c->lo && off < c->hi)
+		return c->hole;
+	off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+	if (d < 0) {
+		*c = (struct hole_cursor){off, errno == ENXIO ? size : off, errno == ENXIO};
+		return c->hole;
+	}
+	if ((uint64_t)d > off) {
+		*c = (struct hole_cursor){off, (uint64_t)d, true};
+		return true;
+	}
+	off_t h = lseek(fd, (off_t)off, SEEK_HOLE);
+	*c = (struct hole_cursor){off, h > (off_t)off ? (uint64_t)h : off + PAGE_SIZE, false};
+	return false;
+}
+
 /*
  * With the VM paused: every page in the bitmap is either all zeros (held, written as a hole)
  * or copied to the staging buffer (or, past stage_max, written later straight from RAM while
@@ -271,6 +300,16 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 		g->buf = m->host;
 		g->buf_len = m->size;
 	}
+	/*
+	 * Pages the balloon gave back: in a memfd, reading a hole through the mapping would
+	 * allocate it again, so a hole is taken as the zero page it reads as, unread. (A private
+	 * mapping reads its anonymous zero pages without allocating.) Taken even when not used,
+	 * so the set starts empty for the next snapshot.
+	 */
+	uint64_t *discarded = calloc(words ? words : 1, sizeof(uint64_t));
+	if (discarded)
+		dirty_log_take_discarded(s->vm, discarded);
+	struct hole_cursor hc = {0, 0, false};
 	uint64_t used = g->used;
 	for (size_t w = 0; w < words; w++) {
 		uint64_t bits = s->bitmap[w];
@@ -279,6 +318,9 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			bits &= bits - 1;
 			const uint8_t *src = m->host + p * PAGE_SIZE;
 			g->present++;
+			if (discarded && m->fd >= 0 && discarded[w] & (1ULL << (p % 64)) &&
+			    page_is_hole(m->fd, m->size, &hc, p * PAGE_SIZE))
+				continue;
 			if (mem_page_is_zero(src))
 				continue;
 			g->stored++;
@@ -291,10 +333,13 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 				used += PAGE_SIZE;
 			}
 			int r = add_extent(g, li->data_off + p * PAGE_SIZE, buf_off);
-			if (r)
+			if (r) {
+				free(discarded);
 				return r;
+			}
 		}
 	}
+	free(discarded);
 	g->used = used;
 	return 0;
 }
@@ -323,11 +368,13 @@ static int64_t staged_at(const struct stage *g, const struct mem_layer_info *li,
  * added; s->bitmap becomes the union. -ENOSPC when the staging buffer is too small for the
  * additions (the caller then stages everything again).
  */
-static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g)
+static int restage_run(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g,
+		       const uint64_t *discarded)
 {
 	struct guest_mem *m = &s->vm->mem;
 	size_t words = dirty_log_bitmap_words(s->vm);
 	uint64_t pages = m->size / PAGE_SIZE;
+	struct hole_cursor hc = {0, 0, false};
 	for (size_t w = 0; w < words; w++) {
 		uint64_t bits = s->redirty[w];
 		while (bits) {
@@ -338,6 +385,18 @@ static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, st
 			const uint8_t *src = m->host + p * PAGE_SIZE;
 			bool held = s->bitmap[w] & (1ULL << (p % 64));
 			int64_t at = held ? staged_at(g, li, p) : -1;
+			/* Given back by the balloon since the pre-copy and still a hole: a zero page,
+			 * taken without reading it (a read would allocate it again). */
+			if (discarded && m->fd >= 0 && discarded[w] & (1ULL << (p % 64)) &&
+			    page_is_hole(m->fd, m->size, &hc, p * PAGE_SIZE)) {
+				if (at >= 0) {
+					memset(g->buf + at, 0, PAGE_SIZE);
+				} else if (!held) {
+					s->bitmap[w] |= 1ULL << (p % 64);
+					g->present++;
+				}
+				continue;
+			}
 			if (at >= 0) {
 				/* It may be all zeros now: stored as data, still right. */
 				memcpy(g->buf + at, src, PAGE_SIZE);
@@ -362,6 +421,20 @@ static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, st
 		}
 	}
 	return 0;
+}
+
+static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g)
+{
+	size_t words = dirty_log_bitmap_words(s->vm);
+	uint64_t *discarded = calloc(words ? words : 1, sizeof(uint64_t));
+	if (discarded)
+		dirty_log_take_discarded(s->vm, discarded);
+	int r = restage_run(s, li, g, discarded);
+	/* -ENOSPC: everything is staged again, and that pass needs the set too. */
+	if (r && discarded)
+		dirty_log_return_discarded(s->vm, discarded);
+	free(discarded);
+	return r;
 }
 
 static void stage_free(struct stage *g)

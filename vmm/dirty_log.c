@@ -150,3 +150,40 @@ int64_t dirty_log_count(struct vm *vm)
 	pthread_mutex_unlock(&vm->dirty_lock);
 	return (int64_t)n;
 }
+
+int dirty_log_discard(struct vm *vm, uint64_t gpa, uint64_t len)
+{
+	pthread_mutex_lock(&vm->dirty_lock);
+	int r = guest_mem_discard(&vm->mem, gpa, len);
+	for (uint64_t a = gpa; !r && a < gpa + len; a += PAGE_SIZE) {
+		int64_t idx = guest_mem_page_index(&vm->mem, a);
+		if (idx < 0)
+			continue;
+		vm->vmm_dirty[idx / 64] |= 1ULL << (idx % 64);
+		if (vm->discarded)
+			vm->discarded[idx / 64] |= 1ULL << (idx % 64);
+	}
+	pthread_mutex_unlock(&vm->dirty_lock);
+	return r;
+}
+
+void dirty_log_take_discarded(struct vm *vm, uint64_t *out)
+{
+	size_t words = dirty_log_bitmap_words(vm);
+	pthread_mutex_lock(&vm->dirty_lock);
+	for (size_t w = 0; w < words; w++) {
+		out[w] = vm->discarded ? vm->discarded[w] : 0;
+		if (out[w])
+			vm->discarded[w] = 0;
+	}
+	pthread_mutex_unlock(&vm->dirty_lock);
+}
+
+void dirty_log_return_discarded(struct vm *vm, const uint64_t *bits)
+{
+	size_t words = dirty_log_bitmap_words(vm);
+	pthread_mutex_lock(&vm->dirty_lock);
+	for (size_t w = 0; vm->discarded && w < words; w++)
+		vm->discarded[w] |= bits[w];
+	pthread_mutex_unlock(&vm->dirty_lock);
+}

@@ -39,4 +39,16 @@ void dirty_log_merge_back(struct vm *vm, const uint64_t *bitmap);
  */
 int64_t dirty_log_count(struct vm *vm);
 
+/*
+ * Gives guest pages [gpa, gpa+len) back to the host (guest_mem_discard) and, under the dirty
+ * lock so a collection sees both or neither, marks them dirty (KVM's log does not see a punch)
+ * and discarded: the next snapshot stores them as zero pages (holes), not their old bytes.
+ * 0 or -errno (nothing marked).
+ */
+int dirty_log_discard(struct vm *vm, uint64_t gpa, uint64_t len);
+/* Moves the discarded set into `out` (overwritten, dirty_log_bitmap_words long) and clears it. */
+void dirty_log_take_discarded(struct vm *vm, uint64_t *out);
+/* Puts a taken set back (a snapshot step that took it failed or starts over). */
+void dirty_log_return_discarded(struct vm *vm, const uint64_t *bits);
+
 #endif

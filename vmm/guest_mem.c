@@ -2,6 +2,7 @@
 #include "vmm/guest_mem.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -138,4 +139,45 @@ int64_t guest_mem_page_index(const struct guest_mem *mem, uint64_t gpa)
 	if (!s)
 		return -1;
 	return (int64_t)((s->file_off + (gpa - s->gpa)) >> PAGE_SHIFT);
+}
+
+int guest_mem_discard(const struct guest_mem *mem, uint64_t gpa, uint64_t len)
+{
+	if (!mem->host || !len || (gpa | len) & (PAGE_SIZE - 1))
+		return -EINVAL;
+	const struct mem_slot *s = slot_of(mem, gpa, len);
+	if (!s)
+		return -EINVAL;
+	uint64_t off = s->file_off + (gpa - s->gpa);
+	if (mem->fd >= 0) {
+		/*
+		 * Shared memfd: MADV_DONTNEED would only drop this mapping's page table entries and
+		 * free nothing. A punched hole frees the pages (KVM's MMU notifier drops its own
+		 * mappings of them); reads see zeros, and a userfaultfd-registered range (lazy
+		 * restore) faults into its handler again, which serves the layer's page: old bytes
+		 * of a free page, which the guest does not read before it writes.
+		 */
+		if (fallocate(mem->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+			      (off_t)len) < 0)
+			return -errno;
+		return 0;
+	}
+	/*
+	 * Private mapping of a snapshot layer (a restored sandbox): MADV_DONTNEED would free the
+	 * copy-on-write copy but let the range read back the layer's old bytes from the page
+	 * cache, and the next snapshot would then store those old bytes again. Fresh anonymous
+	 * memory over the range frees the copy and reads as zeros (the shared zero page, no
+	 * memory) until the guest writes: what a memfd hole gives. KVM's slot keeps its host
+	 * address; the MMU notifier of the replaced range drops its old mappings.
+	 */
+	uint8_t *p = mem->host + off;
+	void *q = mmap(p, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (q == MAP_FAILED) {
+		/* Out of mappings (vm.max_map_count): still free the copy; old bytes read back. */
+		int e = -errno;
+		return madvise(p, len, MADV_DONTNEED) < 0 ? -errno : e;
+	}
+	(void)madvise(p, len, MADV_DONTDUMP);
+	return 0;
 }

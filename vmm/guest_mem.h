@@ -52,6 +52,13 @@ uint64_t guest_mem_end(const struct guest_mem *mem);
  * pointer to [gpa, gpa+len) if that range is RAM inside one slot, else NULL.
  */
 void *guest_mem_ptr(const struct guest_mem *mem, uint64_t gpa, uint64_t len);
+/*
+ * Gives the host the memory behind [gpa, gpa+len) (page-aligned, RAM inside one slot): the
+ * guest reads zeros there afterwards. A memfd gets a hole punched; a private file mapping gets
+ * fresh anonymous zero pages mapped over the range. 0, -EINVAL for a range that is not
+ * page-aligned RAM, or -errno of the system call.
+ */
+int guest_mem_discard(const struct guest_mem *mem, uint64_t gpa, uint64_t len);
 /* Offset of a guest page inside the memfd/bitmap index space; -1 if not RAM. */
 int64_t guest_mem_page_index(const struct guest_mem *mem, uint64_t gpa);
 

@@ -120,6 +120,11 @@ static int setup_memory(struct vm *vm, const struct vm_config *cfg)
 	if (bm == MAP_FAILED)
 		return -ENOMEM;
 	vm->vmm_dirty = bm;
+	bm = mmap(NULL, vm->vmm_dirty_bytes, PROT_READ | PROT_WRITE,
+		  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (bm == MAP_FAILED)
+		return -ENOMEM;
+	vm->discarded = bm;
 	return 0;
 }
 
@@ -241,6 +246,9 @@ void vm_destroy(struct vm *vm)
 	if (vm->vmm_dirty)
 		munmap(vm->vmm_dirty, vm->vmm_dirty_bytes);
 	vm->vmm_dirty = NULL;
+	if (vm->discarded)
+		munmap(vm->discarded, vm->vmm_dirty_bytes);
+	vm->discarded = NULL;
 	if (vm->stop_efd >= 0)
 		close(vm->stop_efd);
 	vm->stop_efd = -1;

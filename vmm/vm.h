@@ -86,6 +86,12 @@ struct vm {
 	/* Dirty pages written by the VMM itself (KVM does not see these); one bit per RAM page. */
 	uint64_t *vmm_dirty;
 	size_t vmm_dirty_bytes;
+	/*
+	 * Pages given back to the host (balloon) since the last snapshot, same size and lock as
+	 * vmm_dirty: a snapshot checks these for holes instead of reading them (reading a memfd
+	 * hole through the mapping would allocate the page again). NULL: none tracked.
+	 */
+	uint64_t *discarded;
 	bool dirty_manual; /* KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 enabled: GET then CLEAR */
 	bool track_dirty;  /* slots carry KVM_MEM_LOG_DIRTY_PAGES */
 	pthread_mutex_t dirty_lock;

@@ -3,6 +3,7 @@
 
 #include <linux/kvm.h>
 
+#include "vmm/dirty_log.h"
 #include "vmm/kvm_util.h"
 #include "vmm/vm.h"
 
@@ -53,9 +54,15 @@ static int host_ioeventfd(void *ctx, int fd, uint64_t addr, uint32_t datamatch, 
 		      : kvm_ioctl_raw(vm->vm_fd, KVM_IOEVENTFD, &io);
 }
 
+static int host_discard(void *ctx, uint64_t gpa, uint64_t len)
+{
+	return dirty_log_discard(ctx, gpa, len);
+}
+
 /* In struct order; every entry has its own signature, so a slip does not compile. */
 static const struct vm_host_ops kvm_host_ops = {host_set_irq,	 host_mark_dirty, host_request_stop,
-						host_note_panic, host_irqfd,	  host_ioeventfd};
+						host_note_panic, host_irqfd,	  host_ioeventfd,
+						host_discard};
 
 void vm_host_init(struct vm *vm)
 {

@@ -24,6 +24,11 @@ struct vm_host_ops {
 	int (*irqfd)(void *ctx, int fd, uint32_t gsi, bool assign);
 	/* A 4-byte guest write of `datamatch` at `addr` signals `fd` (KVM ioeventfd). */
 	int (*ioeventfd)(void *ctx, int fd, uint64_t addr, uint32_t datamatch, bool assign);
+	/*
+	 * Gives page-aligned guest RAM [gpa, gpa+len) back to the host (the guest reads zeros
+	 * there next) and records it for the next snapshot. 0 or -errno.
+	 */
+	int (*discard)(void *ctx, uint64_t gpa, uint64_t len);
 };
 
 /*

@@ -13,6 +13,9 @@ struct fake_vm {
 	int pauses, resumes, cads, dirty_calls;
 	const struct api_dirty_range *ranges;
 	size_t nr_ranges;
+	bool has_balloon;
+	uint64_t balloon_mib; /* the target last set */
+	int balloon_sets;
 };
 
 static inline int fake_get_info(void *opaque, struct api_vm_info *out)
@@ -73,6 +76,34 @@ static inline int fake_dirty_pages(void *opaque, struct api_dirty_range *out, si
 	return vm->nr_ranges > max ? -E2BIG : vm->dirty_ret;
 }
 
+static inline int fake_balloon_get(void *opaque, struct balloon_info *out)
+{
+	struct fake_vm *vm = opaque;
+
+	if (!vm->has_balloon)
+		return -ENODEV;
+	memset(out, 0, sizeof(*out));
+	out->target_pages = (uint32_t)(vm->balloon_mib * 256);
+	out->actual_pages = 512;
+	out->reporting = true;
+	out->reported_bytes = 150ull << 20;
+	out->stats_valid = 1u << BALLOON_STAT_MEMFREE;
+	out->stats[BALLOON_STAT_MEMFREE] = 4242;
+	out->stats[BALLOON_STAT_MEMTOT] = 99; /* not valid: left out */
+	return 0;
+}
+
+static inline int fake_balloon_set(void *opaque, uint64_t mib)
+{
+	struct fake_vm *vm = opaque;
+
+	if (!vm->has_balloon)
+		return -ENODEV;
+	vm->balloon_sets++;
+	vm->balloon_mib = mib;
+	return 0;
+}
+
 static inline struct fake_vm fake_running(void)
 {
 	return (struct fake_vm){.state = "Running", .vcpus = 2, .mem_bytes = 256ull << 20};
@@ -87,6 +118,8 @@ static inline struct api_backend fake_backend(struct fake_vm *vm)
 	    .resume = fake_resume,
 	    .ctrl_alt_del = fake_ctrl_alt_del,
 	    .dirty_pages = fake_dirty_pages,
+	    .balloon_get = fake_balloon_get,
+	    .balloon_set = fake_balloon_set,
 	};
 }
 

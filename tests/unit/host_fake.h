@@ -26,6 +26,9 @@ struct host_fake {
 	/* Where device writes to guest memory are reported (NULL: nowhere). */
 	void (*on_dirty)(void *opaque, uint64_t gpa, uint64_t len);
 	void *dirty_opaque;
+	/* Ranges given back (discard): the real guest_mem_discard, then on_dirty. */
+	uint64_t discards, discarded_bytes;
+	int discard_err; /* nonzero: every discard fails with it */
 };
 
 static inline int host_fake_set_irq(void *ctx, uint32_t irq, int level)
@@ -73,6 +76,21 @@ static inline int host_fake_ioeventfd(void *ctx, int fd, uint64_t addr, uint32_t
 	return 0;
 }
 
+static inline int host_fake_discard(void *ctx, uint64_t gpa, uint64_t len)
+{
+	struct host_fake *f = ctx;
+	if (f->discard_err)
+		return f->discard_err;
+	int r = guest_mem_discard(f->host.mem, gpa, len);
+	if (r)
+		return r;
+	f->discards++;
+	f->discarded_bytes += len;
+	if (f->on_dirty)
+		f->on_dirty(f->dirty_opaque, gpa, len);
+	return 0;
+}
+
 /* Fills `f` for guest memory `mem` (may be NULL for port devices). 0 or -errno. */
 static inline int host_fake_init(struct host_fake *f, const struct guest_mem *mem)
 {
@@ -84,9 +102,9 @@ static inline int host_fake_init(struct host_fake *f, const struct guest_mem *me
 	if (r)
 		return r;
 	/* In struct order; every entry has its own signature, so a slip does not compile. */
-	static const struct vm_host_ops ops = {host_fake_set_irq,      host_fake_mark_dirty,
-					       host_fake_request_stop, host_fake_note_panic,
-					       host_fake_irqfd,	       host_fake_ioeventfd};
+	static const struct vm_host_ops ops = {
+	    host_fake_set_irq, host_fake_mark_dirty, host_fake_request_stop, host_fake_note_panic,
+	    host_fake_irqfd,   host_fake_ioeventfd,  host_fake_discard};
 	f->host = (struct vm_host){
 	    .ctx = f,
 	    .ops = &ops,

@@ -142,6 +142,38 @@ static void test_ctrl_alt_del(void **state)
 	assert_int_equal(vm.cads, 1);
 }
 
+static void test_balloon(void **state)
+{
+	struct fake_vm vm = fake_running();
+	json_t *j;
+
+	(void)state;
+	expect_fault_str(&vm, "GET", "/balloon", NULL, 400, "no balloon");
+	expect_fault_str(&vm, "PATCH", "/balloon", "{\"amount_mib\":1}", 400, "no balloon");
+	vm.has_balloon = true;
+	assert_int_equal(request_str(&vm, "PATCH", "/balloon", "{\"amount_mib\":64}", &j), 204);
+	assert_int_equal(vm.balloon_mib, 64);
+	assert_int_equal(request_str(&vm, "GET", "/balloon", NULL, &j), 200);
+	assert_int_equal(json_integer_value(json_object_get(j, "amount_mib")), 64);
+	assert_int_equal(json_integer_value(json_object_get(j, "actual_pages")), 512);
+	assert_int_equal(json_integer_value(json_object_get(j, "reported_bytes")), 150 << 20);
+	assert_true(json_is_true(json_object_get(j, "free_page_reporting")));
+	json_decref(j);
+	assert_int_equal(request_str(&vm, "GET", "/balloon/statistics", NULL, &j), 200);
+	assert_int_equal(json_integer_value(json_object_get(j, "free_memory")), 4242);
+	assert_null(json_object_get(j, "total_memory"));
+	assert_int_equal(json_integer_value(json_object_get(j, "actual_mib")), 2);
+	json_decref(j);
+	/* Bad targets never reach the backend. */
+	expect_fault_str(&vm, "PATCH", "/balloon", "{\"amount_mib\":-1}", 400, "amount_mib");
+	expect_fault_str(&vm, "PATCH", "/balloon", "{\"amount_mib\":99999999}", 400, "amount_mib");
+	expect_fault_str(&vm, "PATCH", "/balloon", "{\"amount_mib\":\"8\"}", 400, "amount_mib");
+	expect_fault_str(&vm, "PATCH", "/balloon", "{}", 400, "amount_mib");
+	expect_fault_str(&vm, "PATCH", "/balloon", "{\"amount_mib\":1,\"x\":2}", 400, NULL);
+	expect_fault_str(&vm, "PUT", "/balloon", "{}", 405, NULL);
+	assert_int_equal(vm.balloon_sets, 1);
+}
+
 static void test_dirty_pages(void **state)
 {
 	static const struct api_dirty_range r[] = {{0, 3}, {100, 1}, {1ull << 40, 16}};
@@ -403,6 +435,7 @@ int main(void)
 	    cmocka_unit_test(test_pause_resume),
 	    cmocka_unit_test(test_pause_idempotent),
 	    cmocka_unit_test(test_ctrl_alt_del),
+	    cmocka_unit_test(test_balloon),
 	    cmocka_unit_test(test_dirty_pages),
 	    cmocka_unit_test(test_dirty_pages_empty),
 	    cmocka_unit_test(test_dirty_pages_truncated),

@@ -329,6 +329,7 @@ static void test_vmm_args(void **state)
 	assert_true(has_arg(a, "/tmp/cove-life-run/box/vsock.sock"));
 	assert_true(has_arg(a, "60000ms"));
 	assert_true(has_arg(a, "--track-dirty-pages"));
+	assert_true(has_arg(a, "--balloon"));
 	assert_null(a->argv[a->argc]);
 
 	/* Restore names the chain and the overlay's base, never a path the chain holds. */
