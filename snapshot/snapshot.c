@@ -267,6 +267,25 @@ static bool page_is_hole(int fd, uint64_t size, struct hole_cursor *c, uint64_t 
 }
 
 /*
+ * The given-back pages a staging pass did not look at (a pre-copy stages only KVM's log; the
+ * balloon's pages come with the devices' log in the pause) go back to the set for the next
+ * pass. Frees `discarded`.
+ */
+static void give_back_unused(struct vm *vm, uint64_t *discarded, const uint64_t *looked_at)
+{
+	if (!discarded)
+		return;
+	bool any = false;
+	for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++) {
+		discarded[w] &= ~looked_at[w];
+		any = any || discarded[w];
+	}
+	if (any)
+		dirty_log_return_discarded(vm, discarded);
+	free(discarded);
+}
+
+/*
  * With the VM paused: every page in the bitmap is either all zeros (held, written as a hole)
  * or copied to the staging buffer (or, past stage_max, written later straight from RAM while
  * the VM stays paused).
@@ -334,12 +353,14 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			}
 			int r = add_extent(g, li->data_off + p * PAGE_SIZE, buf_off);
 			if (r) {
+				if (discarded)
+					dirty_log_return_discarded(s->vm, discarded);
 				free(discarded);
 				return r;
 			}
 		}
 	}
-	free(discarded);
+	give_back_unused(s->vm, discarded, s->bitmap);
 	g->used = used;
 	return 0;
 }
@@ -433,7 +454,10 @@ static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, st
 	/* -ENOSPC: everything is staged again, and that pass needs the set too. */
 	if (r && discarded)
 		dirty_log_return_discarded(s->vm, discarded);
-	free(discarded);
+	if (r)
+		free(discarded);
+	else
+		give_back_unused(s->vm, discarded, s->redirty);
 	return r;
 }
 
@@ -756,6 +780,16 @@ static int take_precopy(struct snap_ctx *s, struct take *t, char *err, size_t er
 				      strerror(-r));
 		t->collected = true;
 	}
+	/*
+	 * Too many pages to stage: the pause writes them from guest RAM, so copying them now
+	 * would only read them twice (and take the balloon's set of given-back pages, which the
+	 * pause's pass needs to leave those holes unread).
+	 */
+	uint64_t candidates = 0;
+	for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++)
+		candidates += (uint64_t)__builtin_popcountll(s->bitmap[w]);
+	if (!s->encrypted && candidates * PAGE_SIZE > s->stage_max)
+		return 0;
 	take_layer_info(s, t);
 	r = stage_pages(s, &t->li, &t->g);
 	if (r || !t->g.staged) {
