@@ -2,9 +2,12 @@
 #include "vmm/boot.h"
 
 #include <errno.h>
-#include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/file_io.h"
 #include "vmm/loader.h"
 #include "vmm/mptable.h"
 #include "vmm/vm.h"
@@ -16,27 +19,39 @@
 static int load_initrd(struct vm *vm, const char *path, uint64_t kernel_end, uint64_t *addr_out,
 		       uint64_t *size_out)
 {
-	char err[256];
-	uint8_t *buf;
-	size_t len;
-	int r = loader_read_file(path, &buf, &len, err, sizeof(err));
-	if (r) {
-		log_err(vm->log, "initrd: %s", err);
-		return r;
+	/* Read straight into guest RAM: one copy, no whole-file buffer. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		log_err(vm->log, "initrd: cannot open %s: %s", path, strerror(e));
+		return -e;
 	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > LOADER_MAX_FILE) {
+		log_err(vm->log, "initrd: %s is not a regular file of at most %llu MiB", path,
+			LOADER_MAX_FILE >> 20);
+		close(fd);
+		return -EINVAL;
+	}
+	size_t len = (size_t)st.st_size;
 	uint64_t top = vm->mem.slots[0].size;
 	if (top > INITRD_ADDR_MAX + 1)
 		top = INITRD_ADDR_MAX + 1;
 	/* Highest page-aligned spot under `top`, as bootloaders do, clear of the kernel. */
 	uint64_t addr = len < top ? (top - len) & ~(PAGE_SIZE - 1) : 0;
-	if (len == 0 || addr < kernel_end || !guest_mem_ptr(&vm->mem, addr, len)) {
+	void *dst = guest_mem_ptr(&vm->mem, addr, len);
+	if (len == 0 || addr < kernel_end || !dst) {
 		log_err(vm->log, "initrd %s (%zu bytes) does not fit in guest RAM between 0x%llx and 0x%llx",
 			path, len, (unsigned long long)kernel_end, (unsigned long long)top);
-		free(buf);
+		close(fd);
 		return len == 0 ? -EINVAL : -EFBIG;
 	}
-	memcpy(guest_mem_ptr(&vm->mem, addr, len), buf, len);
-	free(buf);
+	int r = pread_full(fd, dst, len, 0);
+	close(fd);
+	if (r) {
+		log_err(vm->log, "initrd: short read of %s", path);
+		return r;
+	}
 	*addr_out = addr;
 	*size_out = len;
 	return 0;
@@ -45,16 +60,8 @@ static int load_initrd(struct vm *vm, const char *path, uint64_t kernel_end, uin
 int boot_load(struct vm *vm, const struct boot_spec *spec)
 {
 	char err[256];
-	uint8_t *buf;
-	size_t len;
 	struct kernel_image img;
-	int r = loader_read_file(spec->kernel, &buf, &len, err, sizeof(err));
-	if (r) {
-		log_err(vm->log, "kernel: %s", err);
-		return r;
-	}
-	r = loader_load_image(&vm->mem, buf, len, &img, err, sizeof(err));
-	free(buf);
+	int r = loader_load_file(&vm->mem, spec->kernel, &img, err, sizeof(err));
 	if (r) {
 		log_err(vm->log, "kernel %s: %s", spec->kernel, err);
 		return r;

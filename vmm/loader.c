@@ -55,12 +55,42 @@ static uint64_t find_pvh_entry(const uint8_t *notes, uint64_t size)
 	return 0;
 }
 
-static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
-		    struct kernel_image *img, char *err, size_t errlen)
+/*
+ * Where an ELF's bytes come from: a buffer, or the file itself, so a vmlinux's segments go
+ * straight from the page cache into guest RAM (one copy) instead of through a whole-file
+ * buffer. read() fills exactly len bytes at off, already checked to lie within len_total.
+ */
+struct elf_src {
+	uint64_t len;
+	int (*read)(const struct elf_src *src, uint64_t off, void *dst, size_t len);
+	const uint8_t *buf;
+	int fd;
+};
+
+static int src_read_buf(const struct elf_src *src, uint64_t off, void *dst, size_t len)
 {
-	if (len < sizeof(Elf64_Ehdr))
+	memcpy(dst, src->buf + off, len);
+	return 0;
+}
+
+static int src_read_fd(const struct elf_src *src, uint64_t off, void *dst, size_t len)
+{
+	return pread_full(src->fd, dst, len, (off_t)off);
+}
+
+/* Largest PT_NOTE segment read for the PVH entry (vmlinux's is ~100 bytes). */
+#define LOADER_MAX_NOTES (64u << 10)
+
+static int load_elf(struct guest_mem *mem, const struct elf_src *src, struct kernel_image *img,
+		    char *err, size_t errlen)
+{
+	uint64_t len = src->len;
+	Elf64_Ehdr ehdr;
+	if (len < sizeof(ehdr))
 		return errmsg(err, errlen, -ENOEXEC, "truncated ELF header");
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)buf;
+	if (src->read(src, 0, &ehdr, sizeof(ehdr)))
+		return errmsg(err, errlen, -EIO, "cannot read the ELF header");
+	const Elf64_Ehdr *eh = &ehdr;
 	if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB)
 		return errmsg(err, errlen, -ENOEXEC, "not a 64-bit little-endian ELF");
 	if (eh->e_machine != EM_X86_64)
@@ -73,6 +103,9 @@ static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
 			    eh->e_phnum, eh->e_phentsize);
 	if (eh->e_phoff > len || (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > len - eh->e_phoff)
 		return errmsg(err, errlen, -ENOEXEC, "ELF program headers lie outside the file");
+	Elf64_Phdr phs[LOADER_MAX_PHDRS];
+	if (src->read(src, eh->e_phoff, phs, eh->e_phnum * sizeof(Elf64_Phdr)))
+		return errmsg(err, errlen, -EIO, "cannot read the ELF program headers");
 
 	bool entry_ok = false;
 	int nr_load = 0;
@@ -80,11 +113,21 @@ static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	/* Check every segment before copying any, so a bad image leaves RAM untouched. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (unsigned i = 0; i < eh->e_phnum; i++) {
-			Elf64_Phdr ph;
-			memcpy(&ph, buf + eh->e_phoff + i * sizeof(ph), sizeof(ph));
+			const Elf64_Phdr ph = phs[i];
 			if (pass == 0 && ph.p_type == PT_NOTE && ph.p_offset <= len &&
-			    ph.p_filesz <= len - ph.p_offset && !pvh)
-				pvh = find_pvh_entry(buf + ph.p_offset, ph.p_filesz);
+			    ph.p_filesz <= len - ph.p_offset && ph.p_filesz <= LOADER_MAX_NOTES &&
+			    !pvh) {
+				uint8_t *notes = malloc(ph.p_filesz ? ph.p_filesz : 1);
+				if (!notes)
+					return errmsg(err, errlen, -ENOMEM,
+						      "out of memory for ELF notes");
+				if (src->read(src, ph.p_offset, notes, ph.p_filesz)) {
+					free(notes);
+					return errmsg(err, errlen, -EIO, "cannot read ELF notes");
+				}
+				pvh = find_pvh_entry(notes, ph.p_filesz);
+				free(notes);
+			}
 			if (ph.p_type != PT_LOAD || ph.p_memsz == 0)
 				continue;
 			if (pass == 0) {
@@ -108,7 +151,10 @@ static int load_elf(struct guest_mem *mem, const uint8_t *buf, size_t len,
 				continue;
 			}
 			uint8_t *dst = guest_mem_ptr(mem, ph.p_paddr, ph.p_memsz);
-			memcpy(dst, buf + ph.p_offset, ph.p_filesz);
+			if (src->read(src, ph.p_offset, dst, ph.p_filesz))
+				return errmsg(
+				    err, errlen, -EIO,
+				    "segment %u: short read (the file changed while loading?)", i);
 			memset(dst + ph.p_filesz, 0, ph.p_memsz - ph.p_filesz);
 		}
 		if (pass == 0 && nr_load == 0)
@@ -197,8 +243,10 @@ int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	memset(img, 0, sizeof(*img));
 	if (len == 0)
 		return errmsg(err, errlen, -ENOEXEC, "kernel image is empty");
-	if (len >= SELFMAG && memcmp(buf, ELFMAG, SELFMAG) == 0)
-		return load_elf(mem, buf, len, img, err, errlen);
+	if (len >= SELFMAG && memcmp(buf, ELFMAG, SELFMAG) == 0) {
+		struct elf_src src = {.len = len, .read = src_read_buf, .buf = buf, .fd = -1};
+		return load_elf(mem, &src, img, err, errlen);
+	}
 	if (is_bzimage(buf, len))
 		return load_bzimage(mem, buf, len, img, err, errlen);
 	return load_flat(mem, buf, len, img, err, errlen);
@@ -239,6 +287,50 @@ int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err
 	*out = buf;
 	*out_len = len;
 	r = 0;
+out_close:
+	close(fd);
+	return r;
+}
+
+int loader_load_file(struct guest_mem *mem, const char *path, struct kernel_image *img, char *err,
+		     size_t errlen)
+{
+	memset(img, 0, sizeof(*img));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "cannot open %s: %s", path, strerror(errno));
+	struct stat st;
+	uint8_t magic[SELFMAG];
+	int r;
+	if (fstat(fd, &st) < 0) {
+		r = errmsg(err, errlen, -errno, "cannot stat %s: %s", path, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = errmsg(err, errlen, -EINVAL, "%s is not a regular file", path);
+		goto out_close;
+	}
+	if ((uint64_t)st.st_size > LOADER_MAX_FILE) {
+		r = errmsg(err, errlen, -EFBIG, "%s is larger than %llu MiB", path,
+			   LOADER_MAX_FILE >> 20);
+		goto out_close;
+	}
+	/* An ELF is loaded segment by segment from the file; anything else is read whole. */
+	if ((uint64_t)st.st_size >= SELFMAG && pread_full(fd, magic, SELFMAG, 0) == 0 &&
+	    memcmp(magic, ELFMAG, SELFMAG) == 0) {
+		struct elf_src src = {.len = (uint64_t)st.st_size, .read = src_read_fd, .fd = fd};
+		r = load_elf(mem, &src, img, err, errlen);
+		goto out_close;
+	}
+	close(fd);
+	uint8_t *buf;
+	size_t len;
+	r = loader_read_file(path, &buf, &len, err, errlen);
+	if (r)
+		return r;
+	r = loader_load_image(mem, buf, len, img, err, errlen);
+	free(buf);
+	return r;
 out_close:
 	close(fd);
 	return r;

@@ -34,6 +34,12 @@ struct kernel_image {
  */
 int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len,
 		      struct kernel_image *img, char *err, size_t errlen);
+/*
+ * loader_load_image on a file: an ELF goes from the file straight into guest RAM, segment by
+ * segment (the headers checked first, as above); other images are read whole first.
+ */
+int loader_load_file(struct guest_mem *mem, const char *path, struct kernel_image *img, char *err,
+		     size_t errlen);
 /* Reads a whole file (capped at LOADER_MAX_FILE) into a malloc'd buffer. */
 int loader_read_file(const char *path, uint8_t **buf, size_t *len, char *err, size_t errlen);
 

@@ -2,6 +2,7 @@
 #include <elf.h>
 
 #include "helpers.h"
+#include "file_helpers.h"
 #include "vmm/guest_mem.h"
 #include "vmm/loader.h"
 #include "vmm/x86_boot.h"
@@ -213,6 +214,54 @@ static void test_loader_pvh_note(void **state)
 	assert_non_null(strstr(f->err, "PVH"));
 }
 
+/*
+ * loader_load_file reads an ELF segment by segment from the file: the same image, PVH note and
+ * zeroed bss as from a buffer; a file cut short inside a segment is refused before RAM is
+ * touched; a bzImage still loads through the whole-file path.
+ */
+static void test_loader_file(void **state)
+{
+	struct loader_fx *f = *state;
+	char path[] = "/tmp/cove-test-loader-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	struct {
+		struct elf_img img;
+		uint32_t note[6];
+	} e;
+	make_elf(&e.img);
+	uint32_t note[6] = {4, 8, 18, 0x006e6558, 0x100004, 0};
+	memcpy(e.note, note, sizeof(note));
+	e.img.ph[1] = (Elf64_Phdr){
+	    .p_type = PT_NOTE, .p_offset = offsetof(__typeof__(e), note), .p_filesz = sizeof(note)};
+	write_file(path, &e, sizeof(e));
+	memset(f->m.host + 0x100000, 0x55, 0x2000);
+	assert_int_equal(loader_load_file(&f->m, path, &f->k, f->err, sizeof(f->err)), 0);
+	assert_int_equal(f->k.kind, KERNEL_ELF);
+	assert_int_equal(f->k.entry, 0x100010);
+	assert_int_equal(f->k.pvh_entry, 0x100004);
+	assert_int_equal(f->k.load_end, 0x102000);
+	assert_memory_equal(f->m.host + 0x100000, e.img.code, sizeof(e.img.code));
+	for (size_t i = sizeof(e.img.code); i < 0x2000; i++)
+		assert_int_equal(f->m.host[0x100000 + i], 0);
+	/* Cut inside the loadable segment: refused, RAM untouched. */
+	memset(f->m.host + 0x100000, 0x55, 0x2000);
+	write_file(path, &e, offsetof(struct elf_img, code) + 8);
+	assert_int_equal(loader_load_file(&f->m, path, &f->k, f->err, sizeof(f->err)), -ENOEXEC);
+	assert_non_null(strstr(f->err, "outside the file"));
+	assert_int_equal(f->m.host[0x100000], 0x55);
+	/* A flat image goes through the whole-file path. */
+	uint8_t flat[32];
+	memset(flat, 0xf4, sizeof(flat));
+	write_file(path, flat, sizeof(flat));
+	assert_int_equal(loader_load_file(&f->m, path, &f->k, f->err, sizeof(f->err)), 0);
+	assert_int_equal(f->k.kind, KERNEL_FLAT);
+	assert_int_equal(f->m.host[0x100000], 0xf4);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(loader_load_file(&f->m, path, &f->k, f->err, sizeof(f->err)), -ENOENT);
+}
+
 int main(void)
 {
 	uint64_t ram = 16ULL << 20, bz_ram = 64ULL << 20;
@@ -221,6 +270,7 @@ int main(void)
 	    cmocka_unit_test_prestate_setup_teardown(test_loader_rejects, setup, teardown, &ram),
 	    cmocka_unit_test_prestate_setup_teardown(test_loader_bzimage, setup, teardown, &bz_ram),
 	    cmocka_unit_test_prestate_setup_teardown(test_loader_pvh_note, setup, teardown, &ram),
+	    cmocka_unit_test_prestate_setup_teardown(test_loader_file, setup, teardown, &ram),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
