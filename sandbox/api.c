@@ -529,20 +529,29 @@ static void route_fork_put(const struct api_backend *be, json_t *body, struct ap
 	reply_json(resp, 200, json_pack("{s:o}", "clones", arr));
 }
 
+/* The balloon's state into `bi`: 0, or -1 with the fault already in `resp`. */
+static int balloon_fetch(const struct api_backend *be, struct api_response *resp, const char *what,
+			 struct balloon_info *bi)
+{
+	int r = be->balloon_get ? be->balloon_get(be->opaque, bi) : -ENODEV;
+	if (r == -ENODEV) {
+		reply_fault(resp, 400, "the VM has no balloon device (cove run --balloon)");
+		return -1;
+	}
+	if (r < 0) {
+		reply_backend_error(resp, what, r);
+		return -1;
+	}
+	return 0;
+}
+
 /* Firecracker's GET /balloon shape, plus what free page reporting gave back. */
 static void route_balloon_get(const struct api_backend *be, json_t *body, struct api_response *resp)
 {
 	(void)body;
 	struct balloon_info bi;
-	int r = be->balloon_get ? be->balloon_get(be->opaque, &bi) : -ENODEV;
-	if (r == -ENODEV) {
-		reply_fault(resp, 400, "the VM has no balloon device (cove run --balloon)");
+	if (balloon_fetch(be, resp, "balloon", &bi))
 		return;
-	}
-	if (r < 0) {
-		reply_backend_error(resp, "balloon", r);
-		return;
-	}
 	reply_json(resp, 200,
 		   json_pack("{s:I,s:I,s:I,s:b,s:b,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "amount_mib",
 			     (json_int_t)(bi.target_pages / 256), "target_pages",
@@ -567,15 +576,8 @@ static void route_balloon_stats_get(const struct api_backend *be, json_t *body,
 	    "hugetlb_failures"};
 	(void)body;
 	struct balloon_info bi;
-	int r = be->balloon_get ? be->balloon_get(be->opaque, &bi) : -ENODEV;
-	if (r == -ENODEV) {
-		reply_fault(resp, 400, "the VM has no balloon device (cove run --balloon)");
+	if (balloon_fetch(be, resp, "balloon statistics", &bi))
 		return;
-	}
-	if (r < 0) {
-		reply_backend_error(resp, "balloon statistics", r);
-		return;
-	}
 	json_t *o =
 	    json_pack("{s:I,s:I,s:I,s:I,s:I}", "target_pages", (json_int_t)bi.target_pages,
 		      "actual_pages", (json_int_t)bi.actual_pages, "target_mib",

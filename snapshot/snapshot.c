@@ -267,25 +267,6 @@ static bool page_is_hole(int fd, uint64_t size, struct hole_cursor *c, uint64_t 
 }
 
 /*
- * The given-back pages a staging pass did not look at (a pre-copy stages only KVM's log; the
- * balloon's pages come with the devices' log in the pause) go back to the set for the next
- * pass. Frees `discarded`.
- */
-static void give_back_unused(struct vm *vm, uint64_t *discarded, const uint64_t *looked_at)
-{
-	if (!discarded)
-		return;
-	bool any = false;
-	for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++) {
-		discarded[w] &= ~looked_at[w];
-		any = any || discarded[w];
-	}
-	if (any)
-		dirty_log_return_discarded(vm, discarded);
-	free(discarded);
-}
-
-/*
  * With the VM paused: every page in the bitmap is either all zeros (held, written as a hole)
  * or copied to the staging buffer (or, past stage_max, written later straight from RAM while
  * the VM stays paused).
@@ -322,12 +303,12 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 	/*
 	 * Pages the balloon gave back: in a memfd, reading a hole through the mapping would
 	 * allocate it again, so a hole is taken as the zero page it reads as, unread. (A private
-	 * mapping reads its anonymous zero pages without allocating.) Taken even when not used,
-	 * so the set starts empty for the next snapshot.
+	 * mapping reads its anonymous zero pages without allocating.) Only a copy: the set is
+	 * cleared when the snapshot commits (a pre-copy and the pause both need it).
 	 */
 	uint64_t *discarded = calloc(words ? words : 1, sizeof(uint64_t));
 	if (discarded)
-		dirty_log_take_discarded(s->vm, discarded);
+		dirty_log_peek_discarded(s->vm, discarded);
 	struct hole_cursor hc = {0, 0, false};
 	uint64_t used = g->used;
 	for (size_t w = 0; w < words; w++) {
@@ -353,14 +334,12 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			}
 			int r = add_extent(g, li->data_off + p * PAGE_SIZE, buf_off);
 			if (r) {
-				if (discarded)
-					dirty_log_return_discarded(s->vm, discarded);
 				free(discarded);
 				return r;
 			}
 		}
 	}
-	give_back_unused(s->vm, discarded, s->bitmap);
+	free(discarded);
 	g->used = used;
 	return 0;
 }
@@ -412,7 +391,7 @@ static int restage_run(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			    page_is_hole(m->fd, m->size, &hc, p * PAGE_SIZE)) {
 				if (at >= 0) {
 					memset(g->buf + at, 0, PAGE_SIZE);
-				} else if (!held) {
+				} else if (!held) { /* held and not staged: a zero page already */
 					s->bitmap[w] |= 1ULL << (p % 64);
 					g->present++;
 				}
@@ -449,15 +428,9 @@ static int restage_pages(struct snap_ctx *s, const struct mem_layer_info *li, st
 	size_t words = dirty_log_bitmap_words(s->vm);
 	uint64_t *discarded = calloc(words ? words : 1, sizeof(uint64_t));
 	if (discarded)
-		dirty_log_take_discarded(s->vm, discarded);
+		dirty_log_peek_discarded(s->vm, discarded);
 	int r = restage_run(s, li, g, discarded);
-	/* -ENOSPC: everything is staged again, and that pass needs the set too. */
-	if (r && discarded)
-		dirty_log_return_discarded(s->vm, discarded);
-	if (r)
-		free(discarded);
-	else
-		give_back_unused(s->vm, discarded, s->redirty);
+	free(discarded);
 	return r;
 }
 
@@ -1038,6 +1011,8 @@ int snap_create(struct snap_ctx *s, bool full, struct snap_stats *st, char *err,
 		r = take_paused(s, &t, err, errlen);
 	if (!r)
 		r = take_commit(s, &t, err, errlen);
+	if (!r) /* the given-back pages this layer holds as zeros need no more care */
+		dirty_log_clear_discarded(s->vm, s->bitmap);
 	if (r) {
 		take_unwind(s, &t);
 		take_free(&t);

@@ -167,23 +167,21 @@ int dirty_log_discard(struct vm *vm, uint64_t gpa, uint64_t len)
 	return r;
 }
 
-void dirty_log_take_discarded(struct vm *vm, uint64_t *out)
+void dirty_log_peek_discarded(struct vm *vm, uint64_t *out)
 {
 	size_t words = dirty_log_bitmap_words(vm);
 	pthread_mutex_lock(&vm->dirty_lock);
-	for (size_t w = 0; w < words; w++) {
+	for (size_t w = 0; w < words; w++)
 		out[w] = vm->discarded ? vm->discarded[w] : 0;
-		if (out[w])
-			vm->discarded[w] = 0;
-	}
 	pthread_mutex_unlock(&vm->dirty_lock);
 }
 
-void dirty_log_return_discarded(struct vm *vm, const uint64_t *bits)
+void dirty_log_clear_discarded(struct vm *vm, const uint64_t *bitmap)
 {
 	size_t words = dirty_log_bitmap_words(vm);
 	pthread_mutex_lock(&vm->dirty_lock);
 	for (size_t w = 0; vm->discarded && w < words; w++)
-		vm->discarded[w] |= bits[w];
+		if (vm->discarded[w] & bitmap[w])
+			vm->discarded[w] &= ~bitmap[w];
 	pthread_mutex_unlock(&vm->dirty_lock);
 }

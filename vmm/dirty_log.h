@@ -46,9 +46,9 @@ int64_t dirty_log_count(struct vm *vm);
  * 0 or -errno (nothing marked).
  */
 int dirty_log_discard(struct vm *vm, uint64_t gpa, uint64_t len);
-/* Moves the discarded set into `out` (overwritten, dirty_log_bitmap_words long) and clears it. */
-void dirty_log_take_discarded(struct vm *vm, uint64_t *out);
-/* Puts a taken set back (a snapshot step that took it failed or starts over). */
-void dirty_log_return_discarded(struct vm *vm, const uint64_t *bits);
+/* Copies the discarded set into `out` (dirty_log_bitmap_words long); the set is unchanged. */
+void dirty_log_peek_discarded(struct vm *vm, uint64_t *out);
+/* Clears the discarded marks of the pages in `bitmap` (a committed layer holds them). */
+void dirty_log_clear_discarded(struct vm *vm, const uint64_t *bitmap);
 
 #endif

@@ -252,26 +252,31 @@ int loader_load_image(struct guest_mem *mem, const uint8_t *buf, size_t len,
 	return load_flat(mem, buf, len, img, err, errlen);
 }
 
-int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err, size_t errlen)
+/* Opens `path` for reading: a regular file of at most LOADER_MAX_FILE. The fd, or -errno. */
+static int open_image(const char *path, struct stat *st, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r;
 	if (fd < 0)
 		return errmsg(err, errlen, -errno, "cannot open %s: %s", path, strerror(errno));
-	struct stat st;
-	int r;
-	if (fstat(fd, &st) < 0) {
+	if (fstat(fd, st) < 0)
 		r = errmsg(err, errlen, -errno, "cannot stat %s: %s", path, strerror(errno));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
+	else if (!S_ISREG(st->st_mode))
 		r = errmsg(err, errlen, -EINVAL, "%s is not a regular file", path);
-		goto out_close;
-	}
-	if ((uint64_t)st.st_size > LOADER_MAX_FILE) {
+	else if ((uint64_t)st->st_size > LOADER_MAX_FILE)
 		r = errmsg(err, errlen, -EFBIG, "%s is larger than %llu MiB", path,
-			 LOADER_MAX_FILE >> 20);
-		goto out_close;
-	}
+			   LOADER_MAX_FILE >> 20);
+	else
+		return fd;
+	close(fd);
+	return r;
+}
+
+int loader_read_file(const char *path, uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+	struct stat st;
+	int r, fd = open_image(path, &st, err, errlen);
+	if (fd < 0)
+		return fd;
 	size_t len = (size_t)st.st_size;
 	uint8_t *buf = malloc(len ? len : 1);
 	if (!buf) {
@@ -296,25 +301,11 @@ int loader_load_file(struct guest_mem *mem, const char *path, struct kernel_imag
 		     size_t errlen)
 {
 	memset(img, 0, sizeof(*img));
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errmsg(err, errlen, -errno, "cannot open %s: %s", path, strerror(errno));
 	struct stat st;
 	uint8_t magic[SELFMAG];
-	int r;
-	if (fstat(fd, &st) < 0) {
-		r = errmsg(err, errlen, -errno, "cannot stat %s: %s", path, strerror(errno));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = errmsg(err, errlen, -EINVAL, "%s is not a regular file", path);
-		goto out_close;
-	}
-	if ((uint64_t)st.st_size > LOADER_MAX_FILE) {
-		r = errmsg(err, errlen, -EFBIG, "%s is larger than %llu MiB", path,
-			   LOADER_MAX_FILE >> 20);
-		goto out_close;
-	}
+	int r, fd = open_image(path, &st, err, errlen);
+	if (fd < 0)
+		return fd;
 	/* An ELF is loaded segment by segment from the file; anything else is read whole. */
 	if ((uint64_t)st.st_size >= SELFMAG && pread_full(fd, magic, SELFMAG, 0) == 0 &&
 	    memcmp(magic, ELFMAG, SELFMAG) == 0) {
