@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fuzz.h"
 #include "sandbox/api.h"
@@ -92,6 +93,31 @@ static int fork_vm(void *o, int count, bool identity, struct api_clone *out, cha
 	return r;
 }
 
+/* The balloon hooks: bit 7 of `fail` says "no balloon device". */
+static int balloon_get(void *o, struct balloon_info *out)
+{
+	struct fake *f = o;
+	if (f->fail & 0x80)
+		return -ENODEV;
+	memset(out, 0, sizeof(*out));
+	out->target_pages = 4096;
+	out->actual_pages = 1024;
+	out->reporting = out->stats_vq = out->deflate_on_oom = true;
+	out->stats_updates = 1;
+	out->stats_valid = 0x30;
+	out->stats[4] = 100ULL << 20;
+	out->stats[5] = 256ULL << 20;
+	return 0;
+}
+
+static int balloon_set(void *o, uint64_t target_mib)
+{
+	struct fake *f = o;
+	if (f->fail & 0x80)
+		return -ENODEV;
+	return target_mib > (1ULL << 20) ? -EINVAL : 0;
+}
+
 static void on_request(void *o)
 {
 	(void)o;
@@ -114,8 +140,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fuzz_in in = {data, size};
 	struct fake f = {.fail = fuzz_u8(&in)};
 	f.paused = f.fail & 0x40;
-	const struct api_backend be = {&f,    get_info, pause_vm, resume_vm, cad,
-				       dirty, snapshot, fork_vm,  on_request};
+	const struct api_backend be = {.opaque = &f,
+				       .get_info = get_info,
+				       .pause = pause_vm,
+				       .resume = resume_vm,
+				       .ctrl_alt_del = cad,
+				       .dirty_pages = dirty,
+				       .snapshot = snapshot,
+				       .fork = fork_vm,
+				       .balloon_get = balloon_get,
+				       .balloon_set = balloon_set,
+				       .on_request = on_request};
 	struct api_response resp = {0};
 	char *method = take_line(&in), *path = take_line(&in);
 	/* The body exactly as long as the rest of the input, not NUL-terminated. */
