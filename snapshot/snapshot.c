@@ -266,6 +266,33 @@ static bool page_is_hole(int fd, uint64_t size, struct hole_cursor *c, uint64_t 
 	return false;
 }
 
+/* Pages set in s->bitmap. */
+static uint64_t bitmap_pages(const struct snap_ctx *s)
+{
+	uint64_t n = 0;
+	for (size_t w = 0; w < dirty_log_bitmap_words(s->vm); w++)
+		n += (uint64_t)__builtin_popcountll(s->bitmap[w]);
+	return n;
+}
+
+/* Whether `pages` pages are copied to the staging buffer (else written from guest RAM). */
+static bool stageable(const struct snap_ctx *s, uint64_t pages)
+{
+	/* Encryption seals the staged copy in place: guest RAM itself is never encrypted. */
+	return pages * PAGE_SIZE <= s->stage_max || s->encrypted;
+}
+
+/*
+ * Page `p` of memfd RAM is one the balloon gave back (in `discarded`) and still a hole: a zero
+ * page, to be taken without reading it (a read through the mapping would allocate it again).
+ */
+static bool given_back_hole(const struct guest_mem *m, const uint64_t *discarded,
+			    struct hole_cursor *hc, uint64_t p)
+{
+	return discarded && m->fd >= 0 && discarded[p / 64] & (1ULL << (p % 64)) &&
+	       page_is_hole(m->fd, m->size, hc, p * PAGE_SIZE);
+}
+
 /*
  * With the VM paused: every page in the bitmap is either all zeros (held, written as a hole)
  * or copied to the staging buffer (or, past stage_max, written later straight from RAM while
@@ -276,11 +303,8 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 	struct guest_mem *m = &s->vm->mem;
 	uint64_t pages = m->size / PAGE_SIZE;
 	size_t words = (size_t)((pages + 63) / 64);
-	uint64_t candidates = 0;
-	for (size_t w = 0; w < words; w++)
-		candidates += (uint64_t)__builtin_popcountll(s->bitmap[w]);
-	/* Encryption seals the staged copy in place: guest RAM itself is never encrypted. */
-	g->staged = candidates * PAGE_SIZE <= s->stage_max || s->encrypted;
+	uint64_t candidates = bitmap_pages(s);
+	g->staged = stageable(s, candidates);
 	if (g->staged && candidates) {
 		/* Usually reserved before the pause; growing here costs page faults in the pause. */
 		if (candidates * PAGE_SIZE > g->buf_len) {
@@ -318,8 +342,7 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			bits &= bits - 1;
 			const uint8_t *src = m->host + p * PAGE_SIZE;
 			g->present++;
-			if (discarded && m->fd >= 0 && discarded[w] & (1ULL << (p % 64)) &&
-			    page_is_hole(m->fd, m->size, &hc, p * PAGE_SIZE))
+			if (given_back_hole(m, discarded, &hc, p))
 				continue;
 			if (mem_page_is_zero(src))
 				continue;
@@ -385,10 +408,8 @@ static int restage_run(struct snap_ctx *s, const struct mem_layer_info *li, stru
 			const uint8_t *src = m->host + p * PAGE_SIZE;
 			bool held = s->bitmap[w] & (1ULL << (p % 64));
 			int64_t at = held ? staged_at(g, li, p) : -1;
-			/* Given back by the balloon since the pre-copy and still a hole: a zero page,
-			 * taken without reading it (a read would allocate it again). */
-			if (discarded && m->fd >= 0 && discarded[w] & (1ULL << (p % 64)) &&
-			    page_is_hole(m->fd, m->size, &hc, p * PAGE_SIZE)) {
+			/* Given back by the balloon since the pre-copy: zero, unread. */
+			if (given_back_hole(m, discarded, &hc, p)) {
 				if (at >= 0) {
 					memset(g->buf + at, 0, PAGE_SIZE);
 				} else if (!held) { /* held and not staged: a zero page already */
@@ -693,9 +714,7 @@ static int take_before_pause(struct snap_ctx *s, struct take *t, char *err, size
 	int64_t cnt = -1;
 	if (t->full) {
 		mark_all_pages(s);
-		cnt = 0;
-		for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++)
-			cnt += __builtin_popcountll(s->bitmap[w]);
+		cnt = (int64_t)bitmap_pages(s);
 	} else {
 		cnt = dirty_log_count(vm);
 	}
@@ -753,15 +772,9 @@ static int take_precopy(struct snap_ctx *s, struct take *t, char *err, size_t er
 				      strerror(-r));
 		t->collected = true;
 	}
-	/*
-	 * Too many pages to stage: the pause writes them from guest RAM, so copying them now
-	 * would only read them twice (and take the balloon's set of given-back pages, which the
-	 * pause's pass needs to leave those holes unread).
-	 */
-	uint64_t candidates = 0;
-	for (size_t w = 0; w < dirty_log_bitmap_words(vm); w++)
-		candidates += (uint64_t)__builtin_popcountll(s->bitmap[w]);
-	if (!s->encrypted && candidates * PAGE_SIZE > s->stage_max)
+	/* Too many to stage: the pause writes them from guest RAM, so copying now would only
+	 * read them twice. */
+	if (!stageable(s, bitmap_pages(s)))
 		return 0;
 	take_layer_info(s, t);
 	r = stage_pages(s, &t->li, &t->g);

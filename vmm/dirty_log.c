@@ -155,10 +155,10 @@ int dirty_log_discard(struct vm *vm, uint64_t gpa, uint64_t len)
 {
 	pthread_mutex_lock(&vm->dirty_lock);
 	int r = guest_mem_discard(&vm->mem, gpa, len);
-	for (uint64_t a = gpa; !r && a < gpa + len; a += PAGE_SIZE) {
-		int64_t idx = guest_mem_page_index(&vm->mem, a);
-		if (idx < 0)
-			continue;
+	/* guest_mem_discard took only a range inside one slot: its pages are consecutive. */
+	int64_t first = r ? -1 : guest_mem_page_index(&vm->mem, gpa);
+	for (uint64_t i = 0; first >= 0 && i < len / PAGE_SIZE; i++) {
+		uint64_t idx = (uint64_t)first + i;
 		vm->vmm_dirty[idx / 64] |= 1ULL << (idx % 64);
 		if (vm->discarded)
 			vm->discarded[idx / 64] |= 1ULL << (idx % 64);
