@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/errmsg.h"
 #include "devices/device.h"
 
@@ -144,10 +145,8 @@ static void serve_stats(struct virtio_balloon *b, const struct virtq *q)
 	for (uint64_t i = 0; i < BALLOON_MAX_STAT_ENTRIES; i++) {
 		if (virtq_chain_read(q, &b->chain, i * STAT_ENTRY, e, STAT_ENTRY) != STAT_ENTRY)
 			break;
-		uint16_t tag = (uint16_t)(e[0] | e[1] << 8);
-		uint64_t v = 0;
-		for (int k = 7; k >= 0; k--)
-			v = v << 8 | e[2 + k];
+		uint16_t tag = get_le16(e);
+		uint64_t v = get_le64(e + 2);
 		if (tag < BALLOON_NR_STATS) {
 			b->n.stats[tag] = v;
 			b->n.stats_valid |= 1u << tag;
@@ -206,12 +205,6 @@ static void balloon_queue_notify(void *dev, struct virtio_mmio *t, uint32_t qi)
 	}
 	if (pushed)
 		virtio_mmio_notify_used(t, qi);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void balloon_config_read(void *dev, uint32_t off, uint8_t *data, uint32_t len)
