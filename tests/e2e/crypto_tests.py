@@ -75,7 +75,7 @@ def test_encrypted_snapshots_pkcs11():
     run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "256M",
            "--cmdline", bt.cmdline_for(COUNTER), "--snapshot-dir", d, "--snapshot-interval", "1s",
            "--snapshot-key", "pkcs11:token=cove;object=kek1", "--api-sock", sock,
-           "--console", con]
+           "--console", con, "--log-level", "info"]
     p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         wait_file(con, lambda t: len(counts(t)) >= 3, bt.BOOT_TIMEOUT, "the guest to count", p)
@@ -83,9 +83,16 @@ def test_encrypted_snapshots_pkcs11():
         # slow in the box: every layer so far may predate the first count).
         want = max(3, len(layers(d)) + 1)
         end = time.monotonic() + 120
-        while len(layers(d)) < want and time.monotonic() < end:
+        while len(layers(d)) < want and time.monotonic() < end and p.poll() is None:
             time.sleep(0.2)
-        check(len(layers(d)) >= want, f"chain: {layers(d)}")
+        if len(layers(d)) < want:
+            # Why no layer came: did cove exit, and what did it log (snapshot failures)?
+            rc = p.poll()
+            kill(p)
+            err = p.stderr.read().decode(errors="replace")[-2000:]
+            raise Failure(f"{len(layers(d))} of {want} layers after 120 s (cove "
+                          f"{'exited ' + str(rc) if rc is not None else 'still running'}); "
+                          f"chain: {layers(d)}; cove stderr {err!r}")
     finally:
         kill(p)
 
