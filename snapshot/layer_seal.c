@@ -174,8 +174,7 @@ int layer_seal(const struct seal_job *j, unsigned threads, struct seal_tags *t)
 			if (w[i].cc)
 				crypto_ctx_free(w[i].cc);
 			w[i].cc = NULL;
-			/* This share goes to the calling thread's after the others. */
-			w[0].g1 = w[0].g1; /* unchanged: seal it below */
+			/* No thread for this share: the calling thread seals it after its own. */
 			w[i].r = 1;
 			continue;
 		}
