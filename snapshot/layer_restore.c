@@ -1,7 +1,9 @@
-/* Opening a chain's memory layers for restore: validation, then RAM = base mapped privately + increments copied in. */
+/* Opening a chain's memory layers for restore: validation, then RAM = base mapped privately +
+ * increments copied in. */
 #include "snapshot/layer_restore.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -10,8 +12,7 @@
 #include "common/file_io.h"
 #include "common/errmsg.h"
 
-int layer_set_open(struct layer_set *ls, const struct chain *c, int upto, char *err,
-		   size_t errlen)
+int layer_set_open(struct layer_set *ls, const struct chain *c, int upto, char *err, size_t errlen)
 {
 	ls->nr = 0;
 	if (upto < 0 || upto >= c->nr_layers)
@@ -111,9 +112,41 @@ static int apply_run(const struct mem_layer *l, uint8_t *ram, uint64_t p, uint64
 	return 0;
 }
 
+/*
+ * Runs of at least this many pages of an increment are mapped from its file (privately, like
+ * the base), not read: a restore then costs the same whether the increment is small or holds
+ * everything the sandbox wrote since the last layer. Shorter runs are copied (one mapping per
+ * scattered page would cost more, and the number of mappings is bounded).
+ */
+#define MAP_RUN_MIN  16
+#define MAP_RUNS_MAX 4096
+
+/* Whether pages [p, p+run) of layer `l` are one hole of at least ZERO_RUN_MAP (zero pages that
+ * apply_run maps as fresh anonymous memory, not as page cache). */
+static bool all_hole(const struct mem_layer *l, uint64_t p, uint64_t run)
+{
+	if (run * MEM_LAYER_PAGE < ZERO_RUN_MAP)
+		return false;
+	uint64_t off = l->info.data_off + p * MEM_LAYER_PAGE;
+	off_t d = lseek(l->fd, (off_t)off, SEEK_DATA);
+	return (d < 0 && errno == ENXIO) || (d >= 0 && (uint64_t)d >= off + run * MEM_LAYER_PAGE);
+}
+
+static int map_run(const struct mem_layer *l, uint8_t *ram, uint64_t p, uint64_t run)
+{
+	uint8_t *dst = ram + p * MEM_LAYER_PAGE;
+	void *m = mmap(dst, run * MEM_LAYER_PAGE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, l->fd,
+		       (off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
+	if (m == MAP_FAILED)
+		return -errno;
+	(void)madvise(dst, run * MEM_LAYER_PAGE, MADV_DONTDUMP);
+	return 0;
+}
+
 int layer_set_apply(const struct layer_set *ls, uint8_t *ram, uint64_t *pages_copied)
 {
-	uint64_t copied = 0;
+	uint64_t copied = 0, mapped_runs = 0;
 	for (int i = 1; i < ls->nr; i++) {
 		const struct mem_layer *l = &ls->layers[i];
 		uint64_t p = 0, n = l->info.nr_pages;
@@ -130,10 +163,16 @@ int layer_set_apply(const struct layer_set *ls, uint8_t *ram, uint64_t *pages_co
 			uint64_t run = 1;
 			while (p + run < n && mem_layer_has(l, p + run))
 				run++;
-			int r = apply_run(l, ram, p, run);
-			if (r)
-				return r;
-			copied += run;
+			bool mapped = run >= MAP_RUN_MIN && mapped_runs < MAP_RUNS_MAX &&
+				      !all_hole(l, p, run) && map_run(l, ram, p, run) == 0;
+			if (mapped) {
+				mapped_runs++;
+			} else {
+				int r = apply_run(l, ram, p, run);
+				if (r)
+					return r;
+				copied += run;
+			}
 			p += run;
 		}
 	}
