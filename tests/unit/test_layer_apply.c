@@ -10,7 +10,7 @@
 #include "chain_fixture.h"
 #include "snapshot/layer_restore.h"
 
-#define PAGES 1024ULL /* 4 MiB: room for a hole of 2 MiB */
+#define PAGES 2048ULL /* 8 MiB: room for mapped runs and a hole of 2 MiB */
 #define PG    MEM_LAYER_PAGE
 
 /* What layer k holds at page p: -1 not held, 0 a zero page (a hole in the file), else a byte. */
@@ -18,22 +18,24 @@ static int held(int k, uint64_t p)
 {
 	switch (k) {
 	case 0:
-		return p >= 600 ? 0 : (int)(p % 251) + 1;
+		return p >= 1200 ? 0 : (int)(p % 251) + 1;
 	case 1:
-		if (p >= 10 && p < 42)
-			return 0xa1; /* 32 pages: mapped */
-		if (p == 100)
+		if (p >= 10 && p < 310)
+			return 0xa1; /* 300 pages: mapped */
+		if (p == 1050)
 			return 0xa2; /* one page: copied */
-		if (p >= 200 && p < 720)
+		if (p >= 500 && p < 1020)
 			return 0; /* 520 zero pages (> 2 MiB): anonymous memory */
-		if (p >= 800 && p < 816)
+		if (p >= 1100 && p < 1356)
 			return 0xa3; /* exactly the shortest run that is mapped */
+		if (p >= 1500 && p < 1532)
+			return 0xa4; /* 32 pages: copied */
 		return -1;
 	default:
 		if (p >= 20 && p < 23)
 			return 0xb1; /* copied into layer 1's mapped run */
-		if (p >= 30 && p < 62)
-			return 0xb2; /* mapped over the end of layer 1's run */
+		if (p >= 250 && p < 550)
+			return 0xb2; /* mapped over the end of layer 1's run and into its hole */
 		return -1;
 	}
 }
@@ -132,8 +134,9 @@ static void test_apply_maps_copies_and_zeroes(void **state)
 	assert_true(ram != MAP_FAILED);
 	uint64_t copied = 0;
 	assert_int_equal(layer_set_apply(ls, ram, &copied), 0);
-	/* Copied: page 100, pages 20-22 and the hole's 520 pages (mapped anonymously). */
-	assert_int_equal(copied, 1 + 3 + 520);
+	/* Copied: page 1050, pages 1500-1531, 20-22 and the hole's 520 pages (mapped
+	 * anonymously). */
+	assert_int_equal(copied, 1 + 32 + 3 + 520);
 	uint64_t data1 = ls->layers[1].info.data_off;
 	layer_set_close(ls);
 	for (uint64_t p = 0; p < PAGES; p++) {
@@ -145,26 +148,30 @@ static void test_apply_maps_copies_and_zeroes(void **state)
 	snprintf(want, sizeof(want), "%s/mem-1", dir);
 	mapped_file(ram + 10 * PG, where, sizeof(where));
 	assert_string_equal(where, want);
-	mapped_file(ram + 800 * PG, where, sizeof(where));
+	mapped_file(ram + 1100 * PG, where, sizeof(where));
 	assert_string_equal(where, want);
-	mapped_file(ram + 200 * PG, where, sizeof(where));
+	mapped_file(ram + 800 * PG, where, sizeof(where));
 	assert_string_equal(where, ""); /* the long hole: anonymous */
 	snprintf(want, sizeof(want), "%s/mem-2", dir);
-	mapped_file(ram + 45 * PG, where, sizeof(where));
+	mapped_file(ram + 260 * PG, where, sizeof(where));
+	assert_string_equal(where, want);
+	mapped_file(ram + 540 * PG, where, sizeof(where));
 	assert_string_equal(where, want);
 	snprintf(want, sizeof(want), "%s/mem-0", dir);
-	mapped_file(ram + 100 * PG, where, sizeof(where)); /* copied into the base mapping */
+	mapped_file(ram + 1050 * PG, where, sizeof(where)); /* copied into the base mapping */
+	assert_string_equal(where, want);
+	mapped_file(ram + 1510 * PG, where, sizeof(where));
 	assert_string_equal(where, want);
 	/* Writes stay private: the layer files are unchanged. */
 	memset(ram + 15 * PG, 0x77, PG);
-	memset(ram + 40 * PG, 0x77, PG);
+	memset(ram + 200 * PG, 0x77, PG);
 	snprintf(want, sizeof(want), "%s/mem-1", dir);
 	int fd1 = open(want, O_RDONLY);
 	assert_true(fd1 >= 0);
 	uint8_t b = 0;
 	assert_int_equal(pread(fd1, &b, 1, (off_t)(data1 + 15 * PG)), 1);
 	assert_int_equal(b, 0xa1);
-	assert_int_equal(pread(fd1, &b, 1, (off_t)(data1 + 40 * PG)), 1);
+	assert_int_equal(pread(fd1, &b, 1, (off_t)(data1 + 200 * PG)), 1);
 	assert_int_equal(b, 0xa1);
 	close(fd1);
 	munmap(ram, PAGES * PG);
