@@ -136,6 +136,12 @@ def test_lifecycle_stop_reconnect():
         rc, out, _ = sh(name, "cat /tmp/counter")
         before = int(out.strip() or 0)
         bt.check(before > 0, f"counter not running: {out!r}")
+        # 16 MiB in guest RAM (tmpfs) after the base layer cove create wrote: the stop's
+        # increment holds it in long runs, which the restore maps from the layer file.
+        rc, out, err = sh(name, "dd if=/dev/urandom of=/tmp/big bs=1M count=16 2>/dev/null && "
+                                "md5sum /tmp/big")
+        bt.check(rc == 0 and len(out.split()) == 2, f"16 MiB file: rc={rc} {out!r} {err!r}")
+        big_sum = out.split()[0]
         pid = vmm_pid(name)
         check_jailed(pid)
         t0 = time.monotonic()
@@ -146,6 +152,12 @@ def test_lifecycle_stop_reconnect():
         st = ls(name)
         bt.check(st["state"] == "stopped", f"state after stop: {st}")
         bt.check(st["chain_bytes"] > 0, f"no chain after stop: {st}")
+        with open(os.path.join(STATE, name, "chain", "chain.json")) as f:
+            chain = json.load(f)["layers"]
+        bt.check(len(chain) == 2 and chain[0]["full"] and not chain[1]["full"] and
+                 chain[1]["stored"] >= 4096,
+                 f"want the base layer from create and the stop's increment with the 16 MiB: "
+                 f"{chain}")
         t0 = time.monotonic()
         rc, out, err = sh(name, "cat /lifecycle-file /tmp/counter /proc/sys/kernel/random/boot_id")
         took = time.monotonic() - t0
@@ -159,6 +171,9 @@ def test_lifecycle_stop_reconnect():
         time.sleep(1.0)
         rc, out, _ = sh(name, "cat /tmp/counter")
         bt.check(int(out.strip()) > after, f"counter did not go on after restore: {out!r}")
+        rc, out, _ = sh(name, "md5sum /tmp/big")
+        bt.check(rc == 0 and out.split()[0] == big_sum,
+                 f"/tmp/big changed across the stop: {out!r} != {big_sum}")
         ev = events(name)
         bt.check([(e["from"], e["to"]) for e in ev] ==
                  [("creating", "running"), ("running", "stopped"), ("stopped", "running")],
