@@ -221,22 +221,6 @@ static void broker_keep(const struct sbx_root *r, const char *name, int dfd, con
 	free(spec);
 }
 
-/* A full snapshot through the control socket: the chain's first layer. */
-static int base_snapshot(const char *api, char *err, size_t errlen)
-{
-	char fault[256], *reply = NULL;
-	long status;
-	int ret = api_call(api, "PUT", "/snapshot/create", "{\"snapshot_type\":\"Full\"}", 3600,
-			   &status, &reply, err, errlen);
-
-	if (!ret && status != 200) {
-		api_fault_text(reply, fault, sizeof(fault));
-		ret = errmsg(err, errlen, -EIO, "%s", fault);
-	}
-	free(reply);
-	return ret;
-}
-
 int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
 	      size_t errlen)
 {
@@ -347,7 +331,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	if (!restore) {
 		char serr[512];
 
-		if (base_snapshot(api, serr, sizeof(serr)))
+		if (sbx_snapshot_now(api, serr, sizeof(serr)))
 			fprintf(stderr, "cove: warning: %s: no base snapshot yet: %s\n", name,
 				serr);
 	}
