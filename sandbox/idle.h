@@ -11,11 +11,11 @@ struct evloop;
 
 /*
  * Activity is any of: an API request, vsock traffic or an open vsock connection (exec, attach,
- * forward, cp, the broker), guest CPU time above IDLE_CPU_PERMILLE of one CPU, or a command the
- * guest agent says is still running (attached or detached; asked only once everything else has
- * been quiet). After limit_ms without any, the sandbox snapshots into its chain, appends
- * running -> stopped ("idle D") to DIR/events.jsonl when it has an events directory, and stops
- * with status 0. A failed snapshot keeps it running.
+ * forward, cp, the broker), guest CPU time above IDLE_CPU_PERMILLE of one CPU averaged over
+ * the quiet window, or a command the guest agent says is still running (attached or detached;
+ * asked only once everything else has been quiet). After limit_ms without any, the sandbox
+ * snapshots into its chain, appends running -> stopped ("idle D") to DIR/events.jsonl when it
+ * has an events directory, and stops with status 0. A failed snapshot keeps it running.
  */
 #define IDLE_CPU_PERMILLE 20
 
@@ -23,8 +23,8 @@ struct idle_watch {
 	uint64_t limit_ms;
 	const char *events_dir; /* the lifecycle's sandbox directory, or NULL */
 	int timer_fd;
-	uint64_t quiet_since_ns, last_tick_ns;
-	uint64_t last_cpu_ns, last_vsock_bytes, last_api;
+	uint64_t quiet_since_ns, quiet_cpu_ns; /* the quiet window: its start, CPU time then */
+	uint64_t last_vsock_bytes, last_api;
 	uint64_t api_calls; /* bumped from the API server's thread (atomic) */
 	/* The agent question runs on a thread of its own: the vsock device lives on the loop. */
 	pthread_t asker;
