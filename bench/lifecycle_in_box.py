@@ -38,6 +38,40 @@ def first_byte(*args):
     return took
 
 
+def recopy_layers(name):
+    """Rewrites each memory layer of NAME's chain as a fresh copy of itself (same bytes, same
+    holes, owner and mode): its pages in the page cache are then new pages. A control for the
+    emulator, not a cove feature: QEMU TCG keeps the box's translated guest code keyed by the
+    physical page it ran from, so a layer whose pages already ran guest code (a reconnect before)
+    starts warm, and a copy of it starts cold, as the first reconnect after a create does."""
+    d = os.path.join(STATE, name, "chain")
+    for f in sorted(os.listdir(d)):
+        if not f.startswith("mem-"):
+            continue
+        src_path, tmp = os.path.join(d, f), os.path.join(d, f + ".recopy")
+        st = os.stat(src_path)
+        src = os.open(src_path, os.O_RDONLY)
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        off = 0
+        while off < st.st_size:
+            try:
+                data_at = os.lseek(src, off, os.SEEK_DATA)
+            except OSError:
+                break
+            hole_at = os.lseek(src, data_at, os.SEEK_HOLE)
+            while data_at < hole_at:
+                chunk = os.pread(src, min(hole_at - data_at, 1 << 20), data_at)
+                os.pwrite(dst, chunk, data_at)
+                data_at += len(chunk)
+            off = hole_at
+        os.ftruncate(dst, st.st_size)
+        os.fchown(dst, st.st_uid, st.st_gid)
+        os.fchmod(dst, st.st_mode & 0o7777)
+        os.close(src)
+        os.close(dst)
+        os.rename(tmp, src_path)
+
+
 def lifecycle_round(mem, i):
     name = f"b{mem.lower()}-{i}"
     t0 = time.monotonic()
@@ -50,10 +84,14 @@ def lifecycle_round(mem, i):
     # for any sandbox that took a snapshot before its stop (every 60 s by default).
     cove("stop", name)
     again = first_byte(name, "--", "echo", "x")
+    # The control: stopped once more, its layers copied to fresh pages, then reconnected.
+    cove("stop", name)
+    recopy_layers(name)
+    recopied = first_byte(name, "--", "echo", "x")
     cove("archive", name)
     archived = first_byte(name, "--", "echo", "x")
     cove("rm", name)
-    return cold, stopped, again, archived
+    return cold, stopped, again, recopied, archived
 
 
 def unjailed_round(mem, i):
@@ -103,17 +141,18 @@ def main():
     results = {}
     for mem in ("256M", "1G"):
         rows = {"create_cold_s": [], "reconnect_stopped_s": [], "reconnect_stopped_again_s": [],
-                "reconnect_archived_s": [],
+                "reconnect_stopped_layers_recopied_s": [], "reconnect_archived_s": [],
                 "by_hand_run_exec_s": [], "by_hand_restore_exec_s": [],
                 "reconnect_stopped_unjailed_s": []}
         for i in range(RUNS):
-            c, s, g, a = lifecycle_round(mem, i)
+            c, s, g, rc, a = lifecycle_round(mem, i)
             b, r = by_hand_round(mem, i)
             u = unjailed_round(mem, i)
-            for k, v in zip(rows, (c, s, g, a, b, r, u)):
+            for k, v in zip(rows, (c, s, g, rc, a, b, r, u)):
                 rows[k].append(round(v, 3))
             print(f"{mem} round {i}: create {c:.2f} s, stopped {s:.2f} s (unjailed {u:.2f} s), "
-                  f"stopped again {g:.2f} s, archived {a:.2f} s; by hand: run {b:.2f} s, "
+                  f"stopped again {g:.2f} s, layers recopied {rc:.2f} s, archived {a:.2f} s; "
+                  f"by hand: run {b:.2f} s, "
                   f"restore {r:.2f} s",
                   file=sys.stderr, flush=True)
         med = {k: statistics.median(v) for k, v in rows.items()}
@@ -122,6 +161,9 @@ def main():
                                                        med["create_cold_s"], 3),
                         "reconnect_again_over_create": round(
                             med["reconnect_stopped_again_s"] / med["create_cold_s"], 3),
+                        "recopied_over_again": round(
+                            med["reconnect_stopped_layers_recopied_s"] /
+                            med["reconnect_stopped_again_s"], 3),
                         "by_hand_restore_over_run": round(med["by_hand_restore_exec_s"] /
                                                           med["by_hand_run_exec_s"], 3),
                         "jailed_over_unjailed_reconnect": round(
@@ -131,7 +173,13 @@ def main():
     growth = round(big["reconnect_stopped_s"] / small["reconnect_stopped_s"], 3)
     out = {"bench": "lifecycle", "runs": RUNS, "results": results,
            "goals": {"stopped_reconnect_over_cold_create_256M":
-                     {"value": ratio, "goal": 0.15, "met": ratio <= 0.15},
+                     {"value": ratio, "goal": 0.15, "met": ratio <= 0.15,
+                      "second_reconnect": results["256M"]["reconnect_again_over_create"],
+                      "recopied_over_second": results["256M"]["recopied_over_again"],
+                      "note": "value: the first reconnect after a create; second_reconnect: the "
+                              "next stop and reconnect; recopied_over_second: a third after its "
+                              "layer files were rewritten as copies of themselves (fresh pages, "
+                              "cold QEMU TCG translations), over the second (README)"},
                      "reconnect_1G_over_256M": {"value": growth, "goal": 1.3, "met": growth <= 1.3}}}
     os.makedirs("/work/out", exist_ok=True)
     with open("/work/out/lifecycle.json", "w") as f:
