@@ -139,11 +139,49 @@ static void *seal_range(void *arg)
 	return NULL;
 }
 
-int layer_seal(const struct seal_job *j, unsigned threads, struct seal_tags *t)
+static int by_file_off(const void *a, const void *b)
+{
+	const struct write_extent *x = a, *y = b;
+	return x->file_off < y->file_off ? -1 : x->file_off > y->file_off;
+}
+
+/*
+ * The job's extents going up the file: as given, or a sorted copy in *copy (freed by the
+ * caller). A snapshot's pause appends the pages written since its pre-copy after the
+ * pre-copy's sorted extents, at any place in the file. Two extents sharing a page: -EINVAL.
+ */
+static int ascending(const struct seal_job *j, struct write_extent **copy)
+{
+	const struct write_extent *e = j->ext;
+	size_t i = 1;
+	*copy = NULL;
+	while (i < j->n && e[i].file_off >= e[i - 1].file_off)
+		i++;
+	if (i < j->n) {
+		*copy = malloc(j->n * sizeof(**copy));
+		if (!*copy)
+			return -ENOMEM;
+		memcpy(*copy, e, j->n * sizeof(**copy));
+		qsort(*copy, j->n, sizeof(**copy), by_file_off);
+		e = *copy;
+	}
+	for (i = 1; i < j->n; i++)
+		if (e[i].file_off < e[i - 1].file_off + e[i - 1].len)
+			return -EINVAL;
+	return 0;
+}
+
+int layer_seal(const struct seal_job *job, unsigned threads, struct seal_tags *t)
 {
 	struct plan pl = {0};
+	struct seal_job sorted = *job, *j = &sorted;
+	struct write_extent *copy;
 	memset(t, 0, sizeof(*t));
-	int r = plan_tags(j, &pl, t);
+	int r = ascending(job, &copy);
+	if (copy)
+		sorted.ext = copy;
+	if (!r)
+		r = plan_tags(j, &pl, t);
 	if (r || !pl.total)
 		goto out;
 	if (threads < 1)
@@ -195,6 +233,7 @@ int layer_seal(const struct seal_job *j, unsigned threads, struct seal_tags *t)
 		}
 	}
 out:
+	free(copy);
 	free(pl.page0);
 	free(pl.slot0);
 	if (r)

@@ -15,7 +15,8 @@
 #define SEAL_PAGES_PER_THREAD_MIN 512u
 #define SEAL_THREADS_MAX	  4u
 
-/* What to seal: the pages of `ext` (data extents of a layer: file_off = data_off + page * 4096). */
+/* What to seal: the pages of `ext` (data extents of a layer: file_off = data_off + page * 4096),
+ * in any order, no page twice. */
 struct seal_job {
 	struct crypto_ctx *cc;	    /* the caller's context, the layer registered */
 	const struct snap_key *key; /* for the other threads' contexts */

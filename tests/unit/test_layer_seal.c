@@ -1,5 +1,6 @@
-/* Unit tests of snapshot/layer_seal.c: pages sealed in place on one or more threads give the same
- * bytes, every tag lands at its place in whole 4 KiB tag blocks, and bad extents are refused. */
+/* Unit tests of snapshot/layer_seal.c: pages sealed in place on one or more threads and from
+ * extents in any order give the same bytes, every tag lands at its place in whole 4 KiB tag
+ * blocks, and bad extents are refused. */
 #include "helpers.h"
 
 #include "snapshot/layer_seal.h"
@@ -147,7 +148,39 @@ static void test_seal_threads_agree(void **state)
 	free(one);
 }
 
-/* Misaligned or descending extents are refused, and nothing is left allocated. */
+/*
+ * Extents in any order seal as they do going up the file: a snapshot's pause appends the pages
+ * written since its pre-copy after the pre-copy's extents (an encrypted Diff failed with
+ * EINVAL in the KVM box whenever one of them lay below the pre-copy's last page).
+ */
+static void test_seal_any_order(void **state)
+{
+	struct fx *f = *state;
+	struct write_extent rev[NRUNS];
+	struct seal_tags t1, t2;
+	uint8_t *one = malloc(f->len);
+	assert_non_null(one);
+	memcpy(f->buf, f->plain, f->len);
+	struct seal_job j = job(f, f->ext, NRUNS);
+	assert_int_equal(layer_seal(&j, 1, &t1), 0);
+	memcpy(one, f->buf, f->len);
+	for (size_t i = 0; i < NRUNS; i++)
+		rev[i] = f->ext[NRUNS - 1 - i];
+	memcpy(f->buf, f->plain, f->len);
+	j = job(f, rev, NRUNS);
+	assert_int_equal(layer_seal(&j, 3, &t2), 0);
+	check_sealed(f, &t2);
+	assert_memory_equal(one, f->buf, f->len);
+	assert_int_equal(t1.len, t2.len);
+	assert_memory_equal(t1.buf, t2.buf, t1.len);
+	/* The caller's extents are left as they were. */
+	assert_int_equal(rev[0].file_off, f->ext[NRUNS - 1].file_off);
+	seal_tags_free(&t1);
+	seal_tags_free(&t2);
+	free(one);
+}
+
+/* Misaligned or overlapping extents are refused, and nothing is left allocated. */
 static void test_seal_bad_extents(void **state)
 {
 	struct fx *f = *state;
@@ -158,8 +191,9 @@ static void test_seal_bad_extents(void **state)
 	assert_null(t.buf);
 	bad[0] = (struct write_extent){DATA_OFF - 4096, 0, 4096};
 	assert_int_equal(layer_seal(&j, 1, &t), -EINVAL);
-	bad[0] = (struct write_extent){DATA_OFF + 40 * 4096 * 256, 0, 4096};
-	bad[1] = (struct write_extent){DATA_OFF + 4096, 4096, 4096};
+	/* One page in two extents (given in descending order). */
+	bad[0] = (struct write_extent){DATA_OFF + 2 * 4096, 0, 4096};
+	bad[1] = (struct write_extent){DATA_OFF + 4096, 4096, 2 * 4096};
 	j = job(f, bad, 2);
 	assert_int_equal(layer_seal(&j, 1, &t), -EINVAL);
 	assert_null(t.ext);
@@ -195,6 +229,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_seal_threads_agree, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_seal_any_order, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_seal_bad_extents, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_seal_empty, setup, teardown),
 	    cmocka_unit_test(test_seal_threads_bounds),
