@@ -152,8 +152,7 @@ def main():
                 rows[k].append(round(v, 3))
             print(f"{mem} round {i}: create {c:.2f} s, stopped {s:.2f} s (unjailed {u:.2f} s), "
                   f"stopped again {g:.2f} s, layers recopied {rc:.2f} s, archived {a:.2f} s; "
-                  f"by hand: run {b:.2f} s, "
-                  f"restore {r:.2f} s",
+                  f"by hand: run {b:.2f} s, restore {r:.2f} s",
                   file=sys.stderr, flush=True)
         med = {k: statistics.median(v) for k, v in rows.items()}
         results[mem] = {"runs": rows, "median": med,

@@ -136,8 +136,9 @@ static void on_tick(void *opaque, uint32_t events)
 						      : "the guest agent runs a command or did not "
 							"answer");
 			quiet_restart(w, now, cpu);
-		} else
+		} else {
 			stop_idle(sb);
+		}
 		return;
 	}
 	if (vsock_busy || other_busy) {
@@ -150,9 +151,9 @@ static void on_tick(void *opaque, uint32_t events)
 	 * Quiet long enough. Guest CPU time counts averaged over the whole window: an idle
 	 * kernel's periodic work (writeback, RCU, timers) comes in bursts that one short tick
 	 * would take for activity, the more so on a loaded host; a guest that computes stays
-	 * above the threshold over any window.
+	 * above the threshold over any window. (Another thread's CPU clock was seen to step back
+	 * a little in the KVM box: no wrap to "busy".)
 	 */
-	/* Another thread's CPU clock was seen to step back a little in the KVM box. */
 	used = cpu > w->quiet_cpu_ns ? cpu - w->quiet_cpu_ns : 0;
 	if (used * 1000 > (uint64_t)IDLE_CPU_PERMILLE * (now - w->quiet_since_ns)) {
 		log_info(&sb->log, "idle: not idle: guest CPU %.1f%% over the last %.1f s",
