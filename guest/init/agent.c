@@ -121,13 +121,23 @@ out:
 	close(fd);
 }
 
-/* Reaps every child of the agent (it is a subreaper, so orphans of exec'd commands too). */
+/*
+ * Reaps every child of the agent (it is a subreaper, so orphans of exec'd commands too). With no
+ * child it sleeps until a spawn, with no timer: an idle guest should not wake for nothing. Every
+ * fork is counted under the lock, so a spawn between `seen` and the ECHILD is never missed (an
+ * orphan reparented to us needs a living or zombie child of ours, so waitpid waits for it).
+ */
 static void *reaper_thread(void *arg)
 {
 	struct agent *ag = arg;
 
 	for (;;) {
 		int wstatus;
+
+		pthread_mutex_lock(&ag->lock);
+		uint64_t seen = ag->spawns;
+		pthread_mutex_unlock(&ag->lock);
+
 		pid_t pid = waitpid(-1, &wstatus, 0);
 
 		if (pid > 0) {
@@ -136,13 +146,9 @@ static void *reaper_thread(void *arg)
 		}
 		if (errno == EINTR)
 			continue;
-		/* ECHILD: sleep until a spawn says there is a child, or a second passes. */
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
 		pthread_mutex_lock(&ag->lock);
-		pthread_cond_timedwait(&ag->child_cond, &ag->lock, &ts);
+		while (ag->spawns == seen)
+			pthread_cond_wait(&ag->child_cond, &ag->lock);
 		pthread_mutex_unlock(&ag->lock);
 	}
 	return NULL;

@@ -61,6 +61,7 @@ struct session;
 struct agent {
 	pthread_mutex_t lock;
 	pthread_cond_t child_cond; /* a child was spawned: the reaper has work */
+	uint64_t spawns;	   /* children forked, counted under lock with the broadcast */
 	struct session *sessions;
 	unsigned nsessions;
 	unsigned next_id;

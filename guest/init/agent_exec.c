@@ -586,6 +586,7 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 	s->next = ag->sessions;
 	ag->sessions = s;
 	ag->nsessions++;
+	ag->spawns++;
 	pthread_cond_broadcast(&ag->child_cond);
 	pthread_mutex_unlock(&ag->lock);
 
