@@ -98,8 +98,10 @@ def goals(res, errors, encrypt_json):
     if I and I.get("cpu_cove_over_qemu") is not None:
         r = I["cpu_cove_over_qemu"]
         g["idle_cpu_cove_over_qemu"] = goal(
-            r, 0.5, r <= 0.5, cove_cpu_s=I["cove"]["cpu_s_total"],
-            qemu_cpu_s=I["qemu"]["cpu_s_total"],
+            r, 0.5, r <= 0.5, cove_cpu_s=I["cove"].get("cpu_s_schedstat"),
+            qemu_cpu_s=I["qemu"].get("cpu_s_schedstat"),
+            cove_cpu_s_ticks=I["cove"]["cpu_s_total"], qemu_cpu_s_ticks=I["qemu"]["cpu_s_total"],
+            ratio_ticks=I.get("cpu_cove_over_qemu_ticks"), cmdline=I.get("cmdline"),
             cove_vmm_own_cpu_s=I["cove"].get("vmm_own_cpu_s"),
             qemu_vmm_own_cpu_s=I["qemu"].get("vmm_own_cpu_s"),
             cove_exits_per_guest_per_s=I["cove"]["exits_per_guest_per_s"],
