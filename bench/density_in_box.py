@@ -230,34 +230,30 @@ def kvm_global(name):
         return None
 
 
-def thread_cpu_ns(pids):
-    """{tid: ns on a CPU} of every thread of the processes, from /proc/PID/task/TID/schedstat
-    (the scheduler's own count, in ns; /proc/PID/stat's ticks are 10 ms steps, too coarse once
-    idle guests stopped waking)."""
+def threads_of(pids):
+    """{tid: pid} of every thread of the processes."""
     out = {}
     for p in pids:
         try:
-            tids = os.listdir(f"/proc/{p}/task")
+            out.update((int(t), p) for t in os.listdir(f"/proc/{p}/task"))
         except OSError:
-            continue
-        for t in tids:
-            try:
-                with open(f"/proc/{p}/task/{t}/schedstat") as f:
-                    ns = int(f.read().split()[0])
-                with open(f"/proc/{p}/task/{t}/comm") as f:
-                    name = re.sub(r"\d+$", "N", f.read().strip())
-                out[int(t)] = (ns, name)
-            except (OSError, ValueError, IndexError):
-                pass
+            pass
     return out
 
 
-def threads_of(pids):
-    out = set()
-    for p in pids:
+def thread_cpu_ns(tids):
+    """{tid: (ns on a CPU, name)} of the threads ({tid: pid}), from /proc/PID/task/TID/schedstat
+    (the scheduler's own count, in ns; /proc/PID/stat's ticks are 10 ms steps, too coarse once
+    idle guests stopped waking); the name has a trailing number made N (iou-wrk-N)."""
+    out = {}
+    for t, p in tids.items():
         try:
-            out.update(int(t) for t in os.listdir(f"/proc/{p}/task"))
-        except OSError:
+            with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/{p}/task/{t}/comm") as f:
+                name = re.sub(r"\d+$", "N", f.read().strip())
+            out[t] = (ns, name)
+        except (OSError, ValueError, IndexError):
             pass
     return out
 
@@ -271,7 +267,7 @@ def idle_window(groups, seconds):
         res = {}
         for label, (pids, _) in groups.items():
             tids = threads_of(pids)
-            res[label] = {"ticks": [cpu_ticks(p) for p in pids], "ns": thread_cpu_ns(pids),
+            res[label] = {"ticks": [cpu_ticks(p) for p in pids], "ns": thread_cpu_ns(tids),
                           "kinds": {kind: sum(v for k, v in kinds[kind].items() if k in tids)
                                     for kind in EXIT_KINDS},
                           "exits": sum(v for k, v in exits.items() if k in tids),
@@ -291,12 +287,11 @@ def idle_window(groups, seconds):
         cpu_s = sum(ticks) / TICK
         na, nb = a[label]["ns"], b[label]["ns"]
         # Threads alive at both ends (one that ended inside the window is not counted).
-        cpu_ns_s = sum(nb[t][0] - na[t][0] for t in nb if t in na) / 1e9
+        whole = [t for t in nb if t in na]
         by_thread = {}
-        for t in nb:
-            if t in na:
-                name = nb[t][1]
-                by_thread[name] = by_thread.get(name, 0) + (nb[t][0] - na[t][0]) / 1e9
+        for t in whole:
+            by_thread[nb[t][1]] = by_thread.get(nb[t][1], 0) + (nb[t][0] - na[t][0]) / 1e9
+        cpu_ns_s = sum(by_thread.values())
         guest_s = sum(y[1] - x[1] for x, y in pairs) / TICK
         by_comm = {}
         for p, x, y in zip(pids, a[label]["ticks"], b[label]["ticks"]):
@@ -310,7 +305,7 @@ def idle_window(groups, seconds):
         out[label] = {"guests": guests, "processes": len(pids),
                       "alive_whole_window": len(ticks), "cpu_s_total": round(cpu_s, 2),
                       "cpu_s_schedstat": round(cpu_ns_s, 4),
-                      "threads_whole_window": sum(1 for t in nb if t in na),
+                      "threads_whole_window": len(whole),
                       "cpu_s_by_thread_name": {k: round(v, 4) for k, v in
                                                sorted(by_thread.items())},
                       "guest_time_s": round(guest_s, 2),
