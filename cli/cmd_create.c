@@ -247,7 +247,8 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 	}
 	/*
 	 * tsc=reliable: the guest's clocksource is kvm-clock, so the TSC watchdog (a timer every
-	 * 0.5 s comparing the two) only wakes an idle guest; KVM keeps the TSC it gives stable.
+	 * 0.5 s comparing the two) only wakes an idle guest; on a host with a constant TSC, KVM
+	 * keeps the guest's TSC stable.
 	 */
 	snprintf(s->cmdline, sizeof(s->cmdline),
 		 "console=ttyS0 reboot=k panic=-1 quiet tsc=reliable "
