@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
@@ -115,21 +116,16 @@ static const struct {
     {SCMP_SYS(readlinkat), E},
     {SCMP_SYS(mkdirat), E},
     {SCMP_SYS(flock), E}, /* an encrypted chain's layer-id counter */
-    {SCMP_SYS(unlinkat), E},
-    {SCMP_SYS(renameat), E},
-    {SCMP_SYS(renameat2), E},
+    /* a clone adopts its parent's frozen disk layers by a new link (a link never replaces, and
+       the new name is as unwritable as the old: see the openat rules) */
     {SCMP_SYS(linkat), E},
-    /* by path: socket clean-up at stop, overlay freeze, a new API snapshot directory */
-    {SCMP_SYS(unlink), E},
-    {SCMP_SYS(rename), E},
+    /* a new API snapshot directory */
     {SCMP_SYS(mkdir), E},
     {SCMP_SYS(access), E},
     {SCMP_SYS(faccessat), E},
     {SCMP_SYS(faccessat2), E},
     {SCMP_SYS(readlink), E},
     {SCMP_SYS(getcwd), E},
-    {SCMP_SYS(fchmod), E},
-    {SCMP_SYS(fchmodat), E},
     {SCMP_SYS(ftruncate), E},
     {SCMP_SYS(copy_file_range), E},
     {SCMP_SYS(sendfile), E},
@@ -149,6 +145,18 @@ static const struct {
     {SCMP_SYS(geteuid), E},
     {SCMP_SYS(getgid), E},
     {SCMP_SYS(getegid), E},
+};
+
+/*
+ * Calls that would change a file the VMM did not make in this run (replace, remove or re-mode
+ * it): refused with EPERM in every thread, so the VMM's own best-effort clean-ups (a temporary
+ * file after a failed write, its socket at stop) fail quietly and the host cleans up instead.
+ * A committed layer, the chain's earlier files, a sibling clone's shared layers: none of them
+ * can be rewritten, replaced, unlinked or made writable from inside (SECCOMP.md, "Files").
+ */
+static const int refused_file_calls[] = {
+    SCMP_SYS(unlink), SCMP_SYS(unlinkat), SCMP_SYS(rmdir), SCMP_SYS(rename),   SCMP_SYS(renameat),
+    SCMP_SYS(fchmod), SCMP_SYS(fchmodat), SCMP_SYS(chmod), SCMP_SYS(truncate),
 };
 
 /* KVM ioctls on vCPU fds from the vCPU thread: run, and read rip for a fatal exit's message. */
@@ -350,16 +358,28 @@ static int add_arg_rules(scmp_filter_ctx ctx, enum seccomp_kind kind)
 			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
 					    SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX, 0));
 		/*
-		 * Opens: reading by path, or creating beneath a directory fd (the chain's).
-		 * Creating a file by a path (dirfd AT_FDCWD with O_CREAT) traps; open and creat
-		 * themselves are not allowed at all.
+		 * Opens: for reading only (no write access mode, no O_CREAT, no O_TRUNC), or a
+		 * new file beneath a directory fd (O_CREAT|O_EXCL: an existing file, or a link in
+		 * its place, fails). So no thread gets a writable fd to a file it did not create
+		 * in this run. Anything else traps: creating by a path (AT_FDCWD), opening an
+		 * existing file for writing, O_TMPFILE; open, creat and openat2 are not allowed.
 		 */
 		r = r
 			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-					    SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_CREAT, 0));
+					    SCMP_A2_32(SCMP_CMP_MASKED_EQ,
+						       O_ACCMODE | O_CREAT | O_TRUNC, O_RDONLY));
 		r = r
-			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-					    SCMP_A0_32(SCMP_CMP_NE, (uint32_t)AT_FDCWD, 0));
+			?: seccomp_rule_add(
+			       ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 2,
+			       SCMP_A0_32(SCMP_CMP_NE, (uint32_t)AT_FDCWD, 0),
+			       SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_CREAT | O_EXCL, O_CREAT | O_EXCL));
+		/* A commit renames its new file to a name nothing has yet: never over one. */
+		r = r
+			?: seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat2), 1,
+					    SCMP_A4_32(SCMP_CMP_EQ, RENAME_NOREPLACE, 0));
+		r = r
+			?: seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(renameat2), 1,
+					    SCMP_A4_32(SCMP_CMP_NE, RENAME_NOREPLACE, 0));
 		/* Threads only: a new process could exec. */
 		r = r
 			?: seccomp_rule_add(
@@ -386,6 +406,9 @@ int seccomp_install(enum seccomp_kind kind, char *err, size_t errlen)
 	for (size_t i = 0; !r && i < sizeof(plain_calls) / sizeof(plain_calls[0]); i++)
 		if (plain_calls[i].kinds & bit)
 			r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, plain_calls[i].nr, 0);
+	for (size_t i = 0; !r && i < sizeof(refused_file_calls) / sizeof(refused_file_calls[0]);
+	     i++)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused_file_calls[i], 0);
 	if (!r)
 		r = add_arg_rules(ctx, kind);
 	/* Another architecture's system calls (an int 0x80 from 64-bit code) end the process. */

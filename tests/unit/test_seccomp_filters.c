@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,9 +31,15 @@ enum action {
 	ACT_OPEN_NEW, /* create a file by path */
 	ACT_MMAP_EXEC,
 	ACT_MPROTECT_EXEC,
-	ACT_FORK,	   /* clone without CLONE_THREAD */
-	ACT_KVM_CREATE_VM, /* an ioctl request no thread may make after start */
+	ACT_FORK,	    /* clone without CLONE_THREAD */
+	ACT_KVM_CREATE_VM,  /* an ioctl request no thread may make after start */
+	ACT_FILE_CHANGES,   /* replace, remove, re-mode an existing file: EPERM (event loop) */
+	ACT_OPEN_OLD_RW,    /* an existing file opened for writing beneath a directory fd */
+	ACT_OPEN_OLD_TRUNC, /* ... or truncated by O_TRUNC, read-only mode */
 };
+
+/* The file the mutation tests aim at: made before the filter, outlives the child. */
+#define OLD_FILE "/tmp/cove-seccomp-unit-old"
 
 /* In the child: name the thread, install kind's filter, act. Exits 0 if it lived. */
 static void child(enum seccomp_kind kind, enum action act, int errfd)
@@ -73,9 +80,43 @@ static void child(enum seccomp_kind kind, enum action act, int errfd)
 			snprintf(tmp, sizeof(tmp), "cove-seccomp-unit-%d", (int)getpid());
 			int nfd =
 			    dfd >= 0 ? openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600) : -1;
-			if (s < 0 || fd < 0 || nfd < 0 || unlinkat(dfd, tmp, 0))
+			if (s < 0 || fd < 0 || nfd < 0)
 				_exit(15);
+			/* Its own new file may not be removed either (the host cleans up). */
+			if (unlinkat(dfd, tmp, 0) == 0 || errno != EPERM)
+				_exit(16);
 		}
+		_exit(0);
+	}
+	case ACT_FILE_CHANGES: {
+		int dfd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		char tmp[64];
+		snprintf(tmp, sizeof(tmp), "cove-seccomp-unit-%d", (int)getpid());
+		int nfd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		const char *old = OLD_FILE + 5;
+		if (dfd < 0 || nfd < 0)
+			_exit(20);
+		if (renameat(dfd, tmp, dfd, old) == 0 || errno != EPERM)
+			_exit(21);
+		if (rename("/tmp/x-new", OLD_FILE) == 0 || errno != EPERM)
+			_exit(22);
+		if (renameat2(dfd, tmp, dfd, old, 0) == 0 || errno != EPERM)
+			_exit(23);
+		if (renameat2(dfd, tmp, dfd, old, RENAME_EXCHANGE) == 0 || errno != EPERM)
+			_exit(24);
+		/* no-replace: the one rename allowed, and it cannot land on an existing name */
+		if (renameat2(dfd, tmp, dfd, old, RENAME_NOREPLACE) == 0 || errno != EEXIST)
+			_exit(25);
+		if (unlinkat(dfd, old, 0) == 0 || errno != EPERM || unlink(OLD_FILE) == 0)
+			_exit(26);
+		if (fchmodat(dfd, old, 0666, 0) == 0 || errno != EPERM)
+			_exit(27);
+		int rfd = openat(dfd, old, O_RDONLY | O_CLOEXEC);
+		if (rfd < 0 || fchmod(rfd, 0666) == 0 || errno != EPERM)
+			_exit(28);
+		/* O_EXCL on an existing name fails rather than opening it */
+		if (openat(dfd, old, O_RDWR | O_CREAT | O_EXCL, 0600) >= 0 || errno != EEXIST)
+			_exit(29);
 		_exit(0);
 	}
 	case ACT_EXECVE: {
@@ -104,6 +145,16 @@ static void child(enum seccomp_kind kind, enum action act, int errfd)
 	case ACT_KVM_CREATE_VM:
 		ioctl(STDERR_FILENO, 0xae01 /* KVM_CREATE_VM */, 0);
 		break;
+	case ACT_OPEN_OLD_RW: {
+		int dfd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		openat(dfd, OLD_FILE + 5, O_RDWR | O_CLOEXEC);
+		break;
+	}
+	case ACT_OPEN_OLD_TRUNC: {
+		int dfd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		openat(dfd, OLD_FILE + 5, O_RDONLY | O_TRUNC | O_CLOEXEC);
+		break;
+	}
 	}
 	_exit(0); /* it lived: the call was not forbidden */
 }
@@ -180,6 +231,50 @@ static void test_open_new_path_dies(void **state)
 	assert_int_equal(access("/tmp/cove-seccomp-unit-new", F_OK), -1);
 }
 
+/* A file made before the filter: what the mutation tests must leave as it was. */
+static void old_file_make(void)
+{
+	unlink(OLD_FILE);
+	int fd = open(OLD_FILE, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "committed", 9), 9);
+	close(fd);
+}
+
+static void old_file_check(void)
+{
+	struct stat st;
+	char buf[16] = "";
+	int fd = open(OLD_FILE, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(read(fd, buf, sizeof(buf)), 9);
+	close(fd);
+	assert_memory_equal(buf, "committed", 9);
+	assert_int_equal(st.st_mode & 07777, 0400);
+}
+
+/* Event loop: no replace, unlink, re-mode or write-open of a file it did not make. */
+static void test_old_file_stays(void **state)
+{
+	(void)state;
+	old_file_make();
+	char out[1024];
+	int st = run(SECCOMP_EVLOOP, ACT_FILE_CHANGES, out, sizeof(out));
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("file changes: status 0x%x (exit %d): %s", st,
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+	old_file_check();
+	for (int k = 0; k < SECCOMP_KINDS; k++) {
+		expect_sigsys((enum seccomp_kind)k, ACT_OPEN_OLD_RW, "openat");
+		expect_sigsys((enum seccomp_kind)k, ACT_OPEN_OLD_TRUNC, "openat");
+	}
+	old_file_check();
+	unlink(OLD_FILE);
+	/* The children's own new files (the host's clean-up in production). */
+	system("rm -f /tmp/cove-seccomp-unit-[0-9]*");
+}
+
 static void test_exec_mapping_dies(void **state)
 {
 	(void)state;
@@ -220,6 +315,7 @@ int main(void)
 	    cmocka_unit_test(test_execve_dies),
 	    cmocka_unit_test(test_inet_socket_dies),
 	    cmocka_unit_test(test_open_new_path_dies),
+	    cmocka_unit_test(test_old_file_stays),
 	    cmocka_unit_test(test_exec_mapping_dies),
 	    cmocka_unit_test(test_process_and_kvm_setup_die),
 	};
