@@ -28,7 +28,7 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	memset(out, 0, sizeof(*out));
 	if (len < OVERLAY_MAP_HDR_V1)
 		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %d)",
-			    len, OVERLAY_MAP_HDR_V1);
+			      len, OVERLAY_MAP_HDR_V1);
 	if (memcmp(buf, OVERLAY_MAP_MAGIC, 8))
 		return errmsg(err, errlen, -EINVAL, "not a cove overlay map (bad magic)");
 	uint32_t version = get_le32(buf + 8);
@@ -40,8 +40,8 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 		     : version == OVERLAY_MAP_VERSION ? OVERLAY_MAP_HDR_SIZE
 						      : OVERLAY_MAP_HDR_SEALED;
 	if (len < hdr)
-		return errmsg(err, errlen, -EINVAL, "truncated (%zu bytes, the header alone is %zu)",
-			    len, hdr);
+		return errmsg(err, errlen, -EINVAL,
+			      "truncated (%zu bytes, the header alone is %zu)", len, hdr);
 	if (crc32_update(0, buf, hdr - 4) != get_le32(buf + hdr - 4))
 		return errmsg(err, errlen, -EINVAL, "header checksum mismatch (corrupted)");
 	/* The fields every version has; v1 maps have no flags, depth or parent. */
@@ -76,11 +76,11 @@ int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *o
 	uint64_t bytes = (m.nr_chunks + 7) / 8;
 	if (bytes > OVERLAY_BITMAP_MAX)
 		return errmsg(err, errlen, -EINVAL, "bitmap of %llu bytes is over the %u byte cap",
-			    (unsigned long long)bytes, OVERLAY_BITMAP_MAX);
+			      (unsigned long long)bytes, OVERLAY_BITMAP_MAX);
 	if (len != hdr + bytes)
 		return errmsg(err, errlen, -EINVAL, "%s (%zu bytes, want %llu)",
-			    len < hdr + bytes ? "truncated" : "trailing bytes", len,
-			    (unsigned long long)(hdr + bytes));
+			      len < hdr + bytes ? "truncated" : "trailing bytes", len,
+			      (unsigned long long)(hdr + bytes));
 	const uint8_t *bm = buf + hdr;
 	if (crc32_update(0, bm, bytes) != get_le32(buf + 32))
 		return errmsg(err, errlen, -EINVAL, "bitmap checksum mismatch (corrupted)");
@@ -447,6 +447,24 @@ out:
 	return r;
 }
 
+/*
+ * Rewrites a map in place through its open fd, then syncs it. The map's length never changes for
+ * a given disk, so the write covers the whole file; a torn write (power loss mid-write) fails the
+ * map's CRCs at the next open, which is refused with one line, never read as a different map.
+ */
+static int write_map_fd(int fd, const uint8_t *buf, size_t len)
+{
+	struct stat st;
+	int r = pwrite_full(fd, buf, len, 0);
+	if (!r && fstat(fd, &st) < 0)
+		r = -errno;
+	if (!r && (uint64_t)st.st_size != len && ftruncate(fd, (off_t)len) < 0)
+		r = -errno;
+	if (!r && fdatasync(fd) < 0)
+		r = -errno;
+	return r;
+}
+
 /* Replaces the top's map file (see write_map_buf); *crc: the CRC-32 of what was written. */
 static int write_map(struct overlay *ov, uint32_t *crc)
 {
@@ -457,7 +475,8 @@ static int write_map(struct overlay *ov, uint32_t *crc)
 		return r;
 	if (crc)
 		*crc = crc32_update(0, buf, len);
-	r = write_map_buf(ov->map_path, buf, len);
+	r = ov->map_fd >= 0 ? write_map_fd(ov->map_fd, buf, len)
+			    : write_map_buf(ov->map_path, buf, len);
 	free(buf);
 	return r;
 }
@@ -518,8 +537,8 @@ static char *map_path_of(const char *path)
 }
 
 /* Reads and parses a map file; -ENOENT (with a message) when it does not exist. */
-static int load_map(const char *mpath, uint8_t **mbuf, size_t *mlen,
-		    struct overlay_map_info *info, char *err, size_t errlen)
+static int load_map(const char *mpath, uint8_t **mbuf, size_t *mlen, struct overlay_map_info *info,
+		    char *err, size_t errlen)
 {
 	int fd = open(mpath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
@@ -545,29 +564,31 @@ static int check_layer(const struct overlay *ov, const char *base,
 {
 	const char *m = ov->map_path;
 	if (info->disk_size != ov->disk_size)
-		return errmsg(err, errlen, -EINVAL,
-			    "overlay map %s was made for a %llu-byte disk but base %s is %llu bytes",
-			    m, (unsigned long long)info->disk_size, base,
-			    (unsigned long long)ov->disk_size);
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "overlay map %s was made for a %llu-byte disk but base %s is %llu bytes", m,
+		    (unsigned long long)info->disk_size, base, (unsigned long long)ov->disk_size);
 	if (i > 0 && info->chunk_size != ov->chunk_size)
 		return errmsg(err, errlen, -EINVAL,
-			    "overlay map %s has %u-byte chunks, the layer below %u-byte ones", m,
-			    info->chunk_size, ov->chunk_size);
+			      "overlay map %s has %u-byte chunks, the layer below %u-byte ones", m,
+			      info->chunk_size, ov->chunk_size);
 	if (info->depth != (uint32_t)i)
 		return errmsg(err, errlen, -EINVAL,
-			    "overlay map %s is layer %u of its chain but was given as layer %d", m,
-			    info->depth, i);
+			      "overlay map %s is layer %u of its chain but was given as layer %d",
+			      m, info->depth, i);
 	if (info->parent_crc != parent)
-		return errmsg(err, errlen, -EINVAL,
-			    "overlay map %s was made on another parent layer (parent map checksum "
-			    "%08x, the layer below is %08x)",
-			    m, info->parent_crc, parent);
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "overlay map %s was made on another parent layer (parent map checksum "
+		    "%08x, the layer below is %08x)",
+		    m, info->parent_crc, parent);
 	bool is_frozen = info->flags & OVERLAY_MAP_FROZEN;
 	if (is_frozen != frozen)
-		return errmsg(err, errlen, -EINVAL,
-			    is_frozen ? "overlay map %s is a frozen layer: it cannot be the writable top"
-				      : "overlay map %s is not frozen: it cannot be a lower layer",
-			    m);
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    is_frozen ? "overlay map %s is a frozen layer: it cannot be the writable top"
+			      : "overlay map %s is not frozen: it cannot be a lower layer",
+		    m);
 	return 0;
 }
 
@@ -592,8 +613,8 @@ static int open_in_parent(const char *path, int flags, mode_t mode)
 	return fd;
 }
 
-static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size, char *err,
-		      size_t errlen)
+static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size, bool fresh,
+		      char *err, size_t errlen)
 {
 	/*
 	 * A data file left without a map (a crash before the first map write) holds no chunk
@@ -604,14 +625,21 @@ static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size,
 	ov->bitmap_bytes = (size_t)((ov->nr_chunks + 7) / 8);
 	if (ov->bitmap_bytes > OVERLAY_BITMAP_MAX)
 		return errmsg(err, errlen, -EINVAL, "overlay: disk too large for chunk size %u",
-			    chunk_size);
+			      chunk_size);
 	ov->bitmap = calloc(1, ov->bitmap_bytes);
 	if (!ov->bitmap)
 		return -ENOMEM;
-	/* Never through a link: a chain or overlay directory may have been seeded with one. */
-	ov->data_fd = open_in_parent(path, O_RDWR | O_CREAT, 0600);
+	/*
+	 * Never through a link: a chain or overlay directory may have been seeded with one. A
+	 * freeze (fresh) makes new files only: the filter allows nothing else (SECCOMP.md).
+	 */
+	ov->data_fd = open_in_parent(path, O_RDWR | O_CREAT | (fresh ? O_EXCL : 0), 0600);
 	if (ov->data_fd < 0)
 		return errmsg(err, errlen, -errno, "overlay data %s: %s", path, strerror(errno));
+	ov->map_fd = open_in_parent(ov->map_path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (ov->map_fd < 0)
+		return errmsg(err, errlen, -errno, "overlay map %s: %s", ov->map_path,
+			      strerror(errno));
 	struct stat st;
 	if (fstat(ov->data_fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return errmsg(err, errlen, -EINVAL, "overlay data %s: not a regular file", path);
@@ -626,19 +654,18 @@ static int create_top(struct overlay *ov, const char *path, uint32_t chunk_size,
 }
 
 /* Opens a layer's data file and checks it covers the disk. The fd, or -errno. */
-static int open_data(const struct overlay *ov, const char *path, bool rw, char *err,
-		     size_t errlen)
+static int open_data(const struct overlay *ov, const char *path, bool rw, char *err, size_t errlen)
 {
 	int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errmsg(err, errlen, -errno, "overlay data %s: %s (its map exists)", path,
-			    strerror(errno));
+			      strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < ov->disk_size) {
 		close(fd);
 		return errmsg(err, errlen, -EINVAL,
-			    "overlay data %s: not a regular file of at least %llu bytes", path,
-			    (unsigned long long)ov->disk_size);
+			      "overlay data %s: not a regular file of at least %llu bytes", path,
+			      (unsigned long long)ov->disk_size);
 	}
 	return fd;
 }
@@ -678,12 +705,12 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 		       uint32_t chunk_size, char *err, size_t errlen)
 {
 	memset(ov, 0, sizeof(*ov));
-	ov->base_fd = ov->data_fd = -1;
+	ov->base_fd = ov->data_fd = ov->map_fd = -1;
 	int r;
 	uint8_t *mbuf = NULL;
 	if (n < 1 || n > OVERLAY_CHAIN_MAX)
 		return errmsg(err, errlen, -EINVAL, "overlay: a chain has 1 to %d layers, not %d",
-			    OVERLAY_CHAIN_MAX, n);
+			      OVERLAY_CHAIN_MAX, n);
 	if (!chunk_size)
 		chunk_size = OVERLAY_CHUNK_DEFAULT;
 	if (!chunk_size_ok(chunk_size))
@@ -700,8 +727,9 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 	}
 	off_t end = lseek(ov->base_fd, 0, SEEK_END);
 	if (end <= 0 || (uint64_t)end > OVERLAY_DISK_MAX) {
-		r = errmsg(err, errlen, -EINVAL, "%s: base size %lld is empty or over the 1 PiB cap",
-			 base, (long long)end);
+		r = errmsg(err, errlen, -EINVAL,
+			   "%s: base size %lld is empty or over the 1 PiB cap", base,
+			   (long long)end);
 		goto fail;
 	}
 	ov->disk_size = (uint64_t)end;
@@ -722,7 +750,8 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 		if (r == -ENOENT && top) {
 			ov->depth = (uint32_t)i;
 			ov->parent_crc = parent;
-			r = create_top(ov, paths[i], i ? ov->chunk_size : chunk_size, err, errlen);
+			r = create_top(ov, paths[i], i ? ov->chunk_size : chunk_size, false, err,
+				       errlen);
 			if (r)
 				goto fail;
 			break;
@@ -750,6 +779,12 @@ int overlay_open_chain(struct overlay *ov, const char *base, const char *const *
 		if (top) {
 			ov->bitmap = bm;
 			ov->data_fd = fd;
+			ov->map_fd = open(ov->map_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+			if (ov->map_fd < 0) {
+				r = errmsg(err, errlen, -errno, "overlay map %s: %s", ov->map_path,
+					   strerror(errno));
+				goto fail;
+			}
 			ov->depth = (uint32_t)i;
 			ov->parent_crc = parent;
 		} else {
@@ -795,7 +830,6 @@ static char *top_data_path(const struct overlay *ov)
  */
 static int seal_top(struct overlay *ov, const char *tmp, const uint8_t salt[OVERLAY_SALT_LEN])
 {
-	(void)unlink(tmp); /* a leftover of a crash mid-freeze: nothing refers to it */
 	int fd = open_in_parent(tmp, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0)
 		return -errno;
@@ -856,25 +890,24 @@ static int build_sealed_map(const struct overlay *ov, const uint8_t salt[OVERLAY
 
 /* What freezing needs to switch tops and, on failure, switch back. */
 struct saved_top {
-	int data_fd;
+	int data_fd, map_fd;
 	uint8_t *bitmap;
 	char *map_path;
 	uint32_t depth, parent_crc;
 };
 
 /* Makes the frozen top writable again after a failed freeze; the next flush fixes its map. */
-static void restore_top(struct overlay *ov, const struct saved_top *t, bool remove_new,
-			const char *path, const char *mpath)
+static void restore_top(struct overlay *ov, const struct saved_top *t)
 {
 	if (ov->data_fd >= 0)
 		close(ov->data_fd);
-	if (remove_new) {
-		unlink(path);
-		unlink(mpath);
-	}
+	if (ov->map_fd >= 0)
+		close(ov->map_fd);
+	/* A new top's files stay behind (nothing refers to them; the host removes them). */
 	free(ov->bitmap);
 	free(ov->map_path);
 	ov->data_fd = t->data_fd;
+	ov->map_fd = t->map_fd;
 	ov->bitmap = t->bitmap;
 	ov->map_path = t->map_path;
 	ov->depth = t->depth;
@@ -883,11 +916,45 @@ static void restore_top(struct overlay *ov, const struct saved_top *t, bool remo
 	ov->map_dirty = true;
 }
 
+/* A new file beside the others, written whole and synced; never through a link. */
+static int write_new_file(const char *path, const uint8_t *buf, size_t len)
+{
+	int fd = open_in_parent(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return -errno;
+	int r = pwrite_full(fd, buf, len, 0);
+	if (!r && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && !r)
+		r = -errno;
+	return r;
+}
+
+int overlay_layer_path(const struct overlay *ov, int k, char *out, size_t cap)
+{
+	if (k < 0 || k >= ov->nr_layers || !ov->layers[k].map_path)
+		return -ERANGE;
+	const char *m = ov->layers[k].map_path;
+	size_t n = strlen(m) - strlen(OVERLAY_MAP_SUFFIX);
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	memcpy(out, m, n);
+	out[n] = 0;
+	return 0;
+}
+
+/*
+ * The frozen top becomes layer n: a plain top keeps its files (its map now says frozen), and the
+ * layer reads them through a new read-only fd, so not even this process holds a way to write a
+ * committed layer; a sealed one is written as new files, X-sealed.ovl and its map, and the plain
+ * top is emptied (only the live top is ever in clear). No file is replaced or removed: the VMM's
+ * filter allows neither (sandbox/SECCOMP.md).
+ */
 int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errlen)
 {
 	if (ov->nr_layers + 1 >= OVERLAY_CHAIN_MAX)
 		return errmsg(err, errlen, -E2BIG, "overlay: the chain is at its %d-layer cap",
-			    OVERLAY_CHAIN_MAX);
+			      OVERLAY_CHAIN_MAX);
 	char *mpath = map_path_of(path);
 	if (!mpath)
 		return errmsg(err, errlen, -ENOMEM, "overlay: out of memory");
@@ -898,7 +965,7 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 		r = errmsg(err, errlen, -errno, "overlay map %s: %s", mpath, strerror(errno));
 	else if (fdatasync(ov->data_fd) < 0)
 		r = errmsg(err, errlen, -errno, "overlay: cannot sync the data file: %s",
-			 strerror(errno));
+			   strerror(errno));
 	if (r) {
 		free(mpath);
 		return r;
@@ -906,86 +973,108 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 	bool sealed = ov->sealer != NULL;
 	uint8_t salt[OVERLAY_SALT_LEN] = {0}, *mbuf = NULL;
 	size_t mlen = 0;
-	char *dpath = NULL, *tmp = NULL;
-	int sealed_fd = -1;
+	char *dpath = top_data_path(ov), *spath = NULL, *smap = NULL;
+	int sealed_fd = -1, ro_fd = -1;
+	if (!dpath) {
+		free(mpath);
+		return errmsg(err, errlen, -ENOMEM, "overlay: out of memory");
+	}
 	ov->frozen = true;
 	if (sealed) {
-		/* The sealed copy first: the plain data stays the top until everything is in place.
-		 */
-		dpath = top_data_path(ov);
-		tmp = dpath ? malloc(strlen(dpath) + sizeof(".seal.tmp")) : NULL;
-		if (!tmp) {
+		/* X.ovl's sealed copy is X-sealed.ovl (+ .map): new names, never a replacement. */
+		size_t dl = strlen(dpath), sl = strlen(".ovl");
+		size_t stem = dl > sl && !strcmp(dpath + dl - sl, ".ovl") ? dl - sl : dl;
+		spath = malloc(stem + sizeof("-sealed.ovl"));
+		smap = spath ? malloc(stem + sizeof("-sealed.ovl") + strlen(OVERLAY_MAP_SUFFIX))
+			     : NULL;
+		if (!smap) {
 			r = -ENOMEM;
 		} else {
-			sprintf(tmp, "%s.seal.tmp", dpath);
+			sprintf(spath, "%.*s-sealed.ovl", (int)stem, dpath);
+			sprintf(smap, "%s%s", spath, OVERLAY_MAP_SUFFIX);
 			static const uint8_t zero[OVERLAY_SALT_LEN];
 			if (getrandom(salt, sizeof(salt), 0) != (ssize_t)sizeof(salt) ||
 			    !memcmp(salt, zero, sizeof(salt)))
 				r = -EIO;
 		}
 		if (!r) {
-			sealed_fd = seal_top(ov, tmp, salt);
+			sealed_fd = seal_top(ov, spath, salt);
 			r = sealed_fd < 0 ? sealed_fd : 0;
 		}
 		if (!r)
 			r = build_sealed_map(ov, salt, &mbuf, &mlen);
+		if (!r)
+			r = write_new_file(smap, mbuf, mlen);
+		if (!r)
+			r = fsync_parent(smap);
 	} else {
 		r = overlay_map_build(ov, &mbuf, &mlen);
 		/* Data is durable; the map now says "frozen" and is never rewritten. */
 		if (!r)
-			r = write_map_buf(ov->map_path, mbuf, mlen);
+			r = ov->map_fd >= 0 ? write_map_fd(ov->map_fd, mbuf, mlen)
+					    : write_map_buf(ov->map_path, mbuf, mlen);
+		if (!r) {
+			ro_fd = open(dpath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			r = ro_fd < 0 ? -errno : 0;
+		}
 	}
 	if (r) {
 		ov->frozen = false;
-		if (sealed_fd >= 0) {
+		if (sealed_fd >= 0)
 			close(sealed_fd);
-			unlink(tmp);
-		}
+		if (ro_fd >= 0)
+			close(ro_fd);
+		/* A frozen map written in place goes back to unfrozen at the next flush. */
+		ov->map_dirty = true;
 		errmsg(err, errlen, r, "overlay: cannot %s the layer %s: %s",
 		       sealed ? "seal" : "freeze", ov->map_path, strerror(-r));
 		goto out;
 	}
 	ov->map_dirty = false;
 	uint32_t crc = crc32_update(0, mbuf, mlen);
-	struct saved_top t = {ov->data_fd, ov->bitmap, ov->map_path, ov->depth, ov->parent_crc};
-	ov->data_fd = -1;
+	struct saved_top t = {ov->data_fd,  ov->map_fd, ov->bitmap,
+			      ov->map_path, ov->depth,	ov->parent_crc};
+	ov->data_fd = ov->map_fd = -1;
 	ov->bitmap = NULL;
 	ov->map_path = mpath;
 	mpath = NULL;
 	ov->depth = t.depth + 1;
 	ov->parent_crc = crc;
 	ov->frozen = false;
-	r = create_top(ov, path, ov->chunk_size, err, errlen);
+	r = create_top(ov, path, ov->chunk_size, true, err, errlen);
 	if (r) {
 		if (r == -ENOMEM)
 			errmsg(err, errlen, r, "overlay: out of memory");
 		/* The old top stays writable; the next flush rewrites its map unfrozen. */
-		restore_top(ov, &t, false, path, NULL);
-		goto fail_sealed;
+		restore_top(ov, &t);
+		if (sealed_fd >= 0)
+			close(sealed_fd);
+		if (ro_fd >= 0)
+			close(ro_fd);
+		goto out;
 	}
+	char *layer_map = t.map_path;
 	if (sealed) {
 		/*
-		 * The new top exists; now the sealed map, then the sealed data replaces the plain
-		 * data (whose inode goes when its fd closes). A failure undoes the new top.
+		 * The plain top's bytes go: only the live top is ever in clear. Should this
+		 * fail, the files are still unreferenced once the chain commits, and the host's
+		 * clean-up removes them.
 		 */
-		r = write_map_buf(t.map_path, mbuf, mlen);
-		if (!r && rename(tmp, dpath) < 0)
-			r = -errno;
-		if (!r)
-			r = fsync_parent(dpath);
-		if (r) {
-			errmsg(err, errlen, r, "overlay: cannot seal the layer %s: %s", t.map_path,
-			       strerror(-r));
-			char *npath = ov->map_path;
-			ov->map_path = NULL;
-			restore_top(ov, &t, true, path, npath);
-			free(npath);
-			goto fail_sealed;
-		}
+		int tr = ftruncate(t.data_fd, 0) | (t.map_fd >= 0 ? ftruncate(t.map_fd, 0) : 0);
+		(void)tr;
 		close(t.data_fd);
 		t.data_fd = sealed_fd;
 		sealed_fd = -1;
+		free(t.map_path);
+		layer_map = smap;
+		smap = NULL;
+	} else {
+		close(t.data_fd);
+		t.data_fd = ro_fd;
+		ro_fd = -1;
 	}
+	if (t.map_fd >= 0)
+		close(t.map_fd);
 	ov->layers[ov->nr_layers++] =
 	    (struct overlay_layer){.data_fd = t.data_fd,
 				   .bitmap = t.bitmap,
@@ -993,23 +1082,18 @@ int overlay_freeze(struct overlay *ov, const char *path, char *err, size_t errle
 				   .sealed = sealed,
 				   .layer_id = sealed ? ov->seal_layer_id : 0,
 				   .sealer = ov->sealer,
-				   .map_path = t.map_path};
+				   .map_path = layer_map};
 	if (sealed) {
 		memcpy(ov->layers[ov->nr_layers - 1].salt, salt, sizeof(salt));
 		memcpy(ov->layers[ov->nr_layers - 1].chain_id, ov->sealer->chain_id,
 		       OVERLAY_CHAIN_ID_LEN);
 	}
-	goto out;
-fail_sealed:
-	if (sealed_fd >= 0) {
-		close(sealed_fd);
-		unlink(tmp);
-	}
 out:
 	free(mpath);
 	free(mbuf);
 	free(dpath);
-	free(tmp);
+	free(spath);
+	free(smap);
 	return r;
 }
 
@@ -1074,7 +1158,9 @@ int overlay_close(struct overlay *ov)
 		close(ov->data_fd);
 	if (ov->base_fd >= 0)
 		close(ov->base_fd);
-	ov->data_fd = ov->base_fd = -1;
+	if (ov->map_fd >= 0)
+		close(ov->map_fd);
+	ov->data_fd = ov->base_fd = ov->map_fd = -1;
 	for (int i = 0; i < ov->nr_layers; i++) {
 		close(ov->layers[i].data_fd);
 		free(ov->layers[i].bitmap);

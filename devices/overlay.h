@@ -9,11 +9,11 @@
 #include <sys/uio.h>
 
 /* On-disk format: devices/OVERLAY.md. All integers little-endian. */
-#define OVERLAY_MAP_MAGIC     "COVEOVLM"
-#define OVERLAY_MAP_VERSION   2  /* written; version 1 (a single layer on the base) is still read */
-#define OVERLAY_MAP_HDR_SIZE  52 /* version 2 */
-#define OVERLAY_MAP_HDR_V1    40
-#define OVERLAY_MAP_FROZEN    1u /* flags: a read-only layer with a newer layer on top */
+#define OVERLAY_MAP_MAGIC    "COVEOVLM"
+#define OVERLAY_MAP_VERSION  2	/* written; version 1 (a single layer on the base) is still read */
+#define OVERLAY_MAP_HDR_SIZE 52 /* version 2 */
+#define OVERLAY_MAP_HDR_V1   40
+#define OVERLAY_MAP_FROZEN   1u /* flags: a read-only layer with a newer layer on top */
 /* flags: a frozen layer of an encrypted chain: chunks sealed, map authenticated (version 3) */
 #define OVERLAY_MAP_SEALED	   2u
 #define OVERLAY_MAP_VERSION_SEALED 3
@@ -23,13 +23,13 @@
 #define OVERLAY_MAC_LEN		   60
 #define OVERLAY_SALT_LEN	   16
 #define OVERLAY_TAG_LEN		   16
-#define OVERLAY_CHAIN_MAX     16 /* layers in a chain, the writable top included */
-#define OVERLAY_CHUNK_DEFAULT (64u << 10)
-#define OVERLAY_CHUNK_MIN     (4u << 10)
-#define OVERLAY_CHUNK_MAX     (16u << 20)
-#define OVERLAY_DISK_MAX      (1ULL << 50) /* 1 PiB */
-#define OVERLAY_BITMAP_MAX    (64u << 20)  /* bytes: 512 Mi chunks */
-#define OVERLAY_MAP_SUFFIX    ".map"
+#define OVERLAY_CHAIN_MAX	   16 /* layers in a chain, the writable top included */
+#define OVERLAY_CHUNK_DEFAULT	   (64u << 10)
+#define OVERLAY_CHUNK_MIN	   (4u << 10)
+#define OVERLAY_CHUNK_MAX	   (16u << 20)
+#define OVERLAY_DISK_MAX	   (1ULL << 50) /* 1 PiB */
+#define OVERLAY_BITMAP_MAX	   (64u << 20)	/* bytes: 512 Mi chunks */
+#define OVERLAY_MAP_SUFFIX	   ".map"
 
 struct overlay_map_info {
 	uint32_t version;
@@ -103,6 +103,12 @@ struct overlay {
 	size_t bitmap_bytes;
 	bool map_dirty; /* chunks allocated since the map was last written */
 	char *map_path;
+	/*
+	 * The top's map, open for writing since it was opened or made (set-up, or a freeze that
+	 * made it): rewritten in place, because under the VMM's seccomp filter no file that
+	 * exists can be opened for writing or replaced by a rename (sandbox/SECCOMP.md). -1: none.
+	 */
+	int map_fd;
 	uint8_t *chunk_buf; /* one chunk, for copy-up */
 	uint64_t copy_ups;
 	uint8_t *zero_buf; /* one chunk of zeros, allocated on the first write_zeroes */
@@ -126,6 +132,9 @@ struct overlay {
  * Checks a whole map file held in `buf` (untrusted): magic, version, chunk size, size caps,
  * exact length, CRCs, no bits past the last chunk. 0, or -EINVAL with a message in `err`.
  */
+/* Frozen layer k's data file path (its map path without ".map"), or -ENAMETOOLONG/-ERANGE. */
+int overlay_layer_path(const struct overlay *ov, int k, char *out, size_t cap);
+
 int overlay_map_parse(const uint8_t *buf, size_t len, struct overlay_map_info *out, char *err,
 		      size_t errlen);
 /* Serializes the map of `ov` into a malloc'd buffer. 0 or -errno. */

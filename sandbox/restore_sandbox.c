@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -212,10 +213,19 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	for (int i = 0; i < p->mc.nr_disks; i++) {
 		if (!p->mc.disks[i].overlay[0])
 			continue;
+		/*
+		 * A name no earlier run used: a jailed VMM is always pid 1, and an old top of
+		 * the same name would be taken up with that run's writes in it.
+		 */
+		uint32_t tag = 0;
+		if (getrandom(&tag, sizeof(tag), 0) != (ssize_t)sizeof(tag)) {
+			log_err(&sb->log, "disk %d: no random name for its top", i);
+			return 1;
+		}
 		if (snprintf(p->mc.disks[i].overlay, sizeof(p->mc.disks[i].overlay),
-			     "%s/disk%d-r%06llu-%d.ovl", topdir, i,
+			     "%s/disk%d-r%06llu-%08x.ovl", topdir, i,
 			     (unsigned long long)s->chain.layers[s->idx].id,
-			     (int)getpid()) >= (int)sizeof(p->mc.disks[i].overlay)) {
+			     tag) >= (int)sizeof(p->mc.disks[i].overlay)) {
 			log_err(&sb->log, "disk overlay path too long");
 			return 1;
 		}

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "sandbox/agent_client.h"
@@ -332,8 +333,17 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 			continue;
 		struct disk_chain *ch = &mc->chains[i];
 		char top[4096];
-		if (snprintf(top, sizeof(top), "%s/disk%d-%06llu.ovl", sb->snap.dir, i,
-			     (unsigned long long)layer_id) >= (int)sizeof(top))
+		/*
+		 * A new name each time (random: a crashed run's top may hold this layer id, and a
+		 * jailed VMM is always pid 1), made with O_EXCL: the VMM never reopens or
+		 * replaces a file (SECCOMP.md).
+		 */
+		uint32_t tag = 0;
+		if (getrandom(&tag, sizeof(tag), 0) != (ssize_t)sizeof(tag))
+			return errmsg(err, errlen, -EIO, "disk %d: no random name for its new top",
+				      i);
+		if (snprintf(top, sizeof(top), "%s/disk%d-%06llu-%08x.ovl", sb->snap.dir, i,
+			     (unsigned long long)layer_id, tag) >= (int)sizeof(top))
 			return errmsg(err, errlen, -ENAMETOOLONG, "disk overlay path too long");
 		if (ch->n >= BOARD_DISK_LAYERS) {
 			int r =
@@ -355,8 +365,13 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 		if (r)
 			return r;
 		if (frozen) {
-			snprintf(ch->paths[ch->n++], sizeof(ch->paths[0]), "%s",
-				 mc->disks[i].overlay);
+			/* Where the frozen layer now is: the old top, or its sealed copy. */
+			struct overlay *fov = disk->ov;
+			if (overlay_layer_path(fov, fov->nr_layers - 1, ch->paths[ch->n],
+					       sizeof(ch->paths[0])))
+				return errmsg(err, errlen, -ENAMETOOLONG,
+					      "disk %d: frozen layer path too long", i);
+			ch->n++;
 			snprintf(mc->disks[i].overlay, sizeof(mc->disks[i].overlay), "%s", top);
 			log_info(&sb->log, "snapshot: disk %d: froze its overlay, now writing %s",
 				 i, top);

@@ -413,35 +413,131 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
 	return r;
 }
 
-/* DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE); replaced atomically under flock of DIR. */
-static int seq_write(const char *dir, uint64_t next)
+/*
+ * DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE), written by the host (a new chain, or folded
+ * by keyfile_seq_settle); each id the VMM takes is a new empty file DIR/layer-seq.N beside it.
+ * The VMM's seccomp filter lets it make new files but never replace one (sandbox/SECCOMP.md),
+ * so the counter only ever grows by files: next = max(layer-seq, every N + 1).
+ */
+static int seq_write(const char *dir, uint64_t next, int noreplace)
 {
 	uint8_t buf[SEQ_LEN];
 	put_le64(buf, next);
 	put_le32(buf + 8, crc32_update(0, buf, 8));
-	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, noreplace);
 }
 
-/* 1 and the counter, 0 when DIR/layer-seq does not exist, -errno (err set) when unusable. */
+/* N of "layer-seq.N" (digits only, no leading zero but "0"), or -1 for another name. */
+static int seq_taken_id(const char *name, uint64_t *id)
+{
+	size_t sl = strlen(SEQ_NAME);
+	if (strncmp(name, SEQ_NAME, sl) || name[sl] != '.')
+		return -1;
+	const char *p = name + sl + 1;
+	if (!*p || strlen(p) > 20 || (p[0] == '0' && p[1]))
+		return -1;
+	for (const char *q = p; *q; q++)
+		if (!isdigit((unsigned char)*q))
+			return -1;
+	errno = 0;
+	unsigned long long v = strtoull(p, NULL, 10);
+	if (errno)
+		return -1;
+	*id = v;
+	return 0;
+}
+
+/* The highest N + 1 of the layer-seq.N files in DIR (0 when none): *next raised to it. */
+static int seq_scan_taken(const char *dir, uint64_t *next, bool *any)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	uint64_t id;
+	while ((e = readdir(d)))
+		if (seq_taken_id(e->d_name, &id) == 0) {
+			*any = true;
+			if (id != UINT64_MAX && id + 1 > *next)
+				*next = id + 1;
+		}
+	closedir(d);
+	return 0;
+}
+
+/* 1 and the counter, 0 when DIR holds no counter at all, -errno (err set) when unusable. */
 static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
 {
 	char path[PATH_MAX_LEN];
 	uint8_t buf[SEQ_LEN + 1];
+	bool any = false;
 	int r = path_in(path, dir, SEQ_NAME);
 	if (r)
 		return errmsg(err, errlen, r, "%s: path too long", dir);
+	*next = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return 0;
+	if (fd < 0 && errno != ENOENT)
 		return errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		close(fd);
+		if (n != SEQ_LEN || get_le32(buf + 8) != crc32_update(0, buf, 8))
+			return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
+		*next = get_le64(buf);
+		any = true;
 	}
-	ssize_t n = read(fd, buf, sizeof(buf));
-	close(fd);
-	if (n != SEQ_LEN || get_le32(buf + 8) != crc32_update(0, buf, 8))
-		return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
-	*next = get_le64(buf);
-	return 1;
+	r = seq_scan_taken(dir, next, &any);
+	if (r)
+		return errmsg(err, errlen, r, "%s: %s", dir, strerror(-r));
+	return any ? 1 : 0;
+}
+
+/* Takes id: DIR/layer-seq.ID made new (O_EXCL: an id is never taken twice), durable. */
+static int seq_take(const char *dir, uint64_t id)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "%s.%llu", SEQ_NAME, (unsigned long long)id);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int r = 0,
+	    fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || fsync(fd) || fsync(dfd))
+		r = -errno;
+	if (fd >= 0)
+		close(fd);
+	close(dfd);
+	return r;
+}
+
+int keyfile_seq_settle(const char *dir, char *err, size_t errlen)
+{
+	uint64_t next = 0;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT
+			   ? 0
+			   : errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	int r = flock(dfd, LOCK_EX)
+		    ? errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno))
+		    : seq_read(dir, &next, err, errlen);
+	if (r == 1) {
+		/* The folded counter first: a crash between the two leaves both, which agree. */
+		r = seq_write(dir, next, 0);
+		if (r)
+			errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME,
+			       strerror(-r));
+		DIR *d = r ? NULL : fdopendir(dup(dfd));
+		struct dirent *e;
+		uint64_t id;
+		while (d && (e = readdir(d)))
+			if (seq_taken_id(e->d_name, &id) == 0)
+				(void)unlinkat(dfd, e->d_name, 0);
+		if (d)
+			closedir(d);
+	}
+	close(dfd);
+	return r < 0 ? r : 0;
 }
 
 /* A new chain's counter (ids start at 1: 0 means "no parent"); one left by a crash is kept. */
@@ -453,7 +549,7 @@ static int seq_init(const char *dir, char *err, size_t errlen)
 		return r;
 	if (r == 1 && next >= 1)
 		return 0;
-	r = seq_write(dir, 1);
+	r = r == 1 ? seq_take(dir, 0) : seq_write(dir, 1, 1);
 	return r ? errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r))
 		 : 0;
 }
@@ -493,8 +589,18 @@ int keyfile_name_layer_id(const char *name, uint64_t *id)
 	if (tmp || strncmp(p, "disk", 4))
 		return 0;
 	p += 4;
-	if (take_id(&p, &k) || *p++ != '-' || take_id(&p, id))
+	if (take_id(&p, &k) || *p++ != '-')
 		return 0;
+	if (*p == 'r') /* a restored run's top: diskK-rN-TAG.ovl */
+		p++;
+	if (take_id(&p, id))
+		return 0;
+	/* diskK-N[-TAG][-sealed].ovl, TAG 8 hex digits (sandbox.c names new tops so) */
+	if (p[0] == '-' && strspn(p + 1, "0123456789abcdef") == 8 && p[9] != 0 &&
+	    !isxdigit((unsigned char)p[9]))
+		p += 9;
+	if (!strncmp(p, "-sealed", 7))
+		p += 7;
 	return !strcmp(p, ".ovl") || !strcmp(p, ".ovl.map") || !strcmp(p, ".ovl.map.tmp");
 }
 
@@ -566,7 +672,7 @@ int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errle
 		goto out;
 	}
 	/* Durable before the id is handed out: no file with this id exists before the counter. */
-	r = seq_write(dir, next + 1);
+	r = seq_take(dir, next);
 	if (r) {
 		r = errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r));
 		goto out;

@@ -88,5 +88,10 @@ int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errle
 int keyfile_check_layer_ids(const char *dir, char *err, size_t errlen);
 /* The layer id in a chain file's name (mem-N, state-N, diskK-N.ovl[.map], temporaries): 1/0. */
 int keyfile_name_layer_id(const char *name, uint64_t *id);
+/*
+ * The host's clean-up of DIR's counter (never the VMM's: it replaces and removes files): the
+ * ids taken as layer-seq.N files folded into layer-seq, the files removed. 0 without a counter.
+ */
+int keyfile_seq_settle(const char *dir, char *err, size_t errlen);
 
 #endif

@@ -407,7 +407,17 @@ static void test_sealed_overlay(void **state)
 	assert_true(file_holds(l0, SECRET)); /* the live top is in clear, as guest RAM is */
 	ov.sealer = &sealer->ops;
 	ov.seal_layer_id = 1;
-	assert_int_equal(overlay_freeze(&ov, top, err, sizeof(err)), 0);
+	int fr = overlay_freeze(&ov, top, err, sizeof(err));
+	if (fr)
+		fail_msg("freeze: %s", err);
+	/* the plain top is emptied; the sealed layer is new files beside it */
+	assert_false(file_holds(l0, SECRET));
+	assert_false(file_holds(l0map, SECRET));
+	char sl0[160];
+	assert_int_equal(overlay_layer_path(&ov, 0, sl0, sizeof(sl0)), 0);
+	snprintf(l0, sizeof(l0), "%s/disk0-000001-sealed.ovl", dir);
+	assert_string_equal(sl0, l0);
+	snprintf(l0map, sizeof(l0map), "%s.map", l0);
 	assert_false(file_holds(l0, SECRET));
 	assert_false(file_holds(l0map, SECRET));
 	size_t mlen;
