@@ -34,7 +34,7 @@ static const char restore_usage[] =
     "  --snapshot-dir DIR2 where this sandbox's snapshots go (default: DIR when restoring the\n"
     "                      latest layer, continuing its chain incrementally)\n"
     "  --snapshot-interval T, --snapshot-keep N, --snapshot-root DIR   as for cove run\n"
-    "  --idle-stop T, --events-dir DIR   as for cove run (the chain is DIR or --snapshot-dir)\n"
+    "  --idle-stop T       as for cove run (the chain is DIR or --snapshot-dir)\n"
     "  --key SPEC          key provider of an encrypted chain (required for one: it must be\n"
     "                      the provider DIR/keys records; PKCS#11 PINs come from\n"
     "                      COVE_PKCS11_PIN or pin-file=)\n"
@@ -70,7 +70,6 @@ enum {
 	O_SROOT,
 	O_CMAX,
 	O_IDLE,
-	O_EVDIR,
 	O_VRATE
 };
 
@@ -93,7 +92,6 @@ static const struct option long_opts[] = {
     {"snapshot-root", required_argument, NULL, O_SROOT},
     {"console-max", required_argument, NULL, O_CMAX},
     {"idle-stop", required_argument, NULL, O_IDLE},
-    {"events-dir", required_argument, NULL, O_EVDIR},
     {"vsock-rate", required_argument, NULL, O_VRATE},
     JAIL_LONG_OPTS,
     {"help", no_argument, NULL, 'h'},
@@ -173,9 +171,6 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 		case O_IDLE:
 			if (opt_idle_stop(optarg, &o->idle_stop_ms, err, errlen))
 				return -EINVAL;
-			break;
-		case O_EVDIR:
-			o->events_dir = optarg;
 			break;
 		case O_SKEEP:
 			if (opt_snapshot_keep(optarg, &o->keep, err, errlen))

@@ -45,7 +45,6 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 	if (boot_load(&sb->vm, &spec))
 		return 1;
 	sb->idle.limit_ms = o->idle_stop_ms;
-	sb->idle.events_dir = o->events_dir;
 	sb->snap_root = o->snapshot_root;
 	if (o->snapshot_dir &&
 	    sandbox_snapshots(sb, o->snapshot_dir, o->snapshot_interval_ms, o->snapshot_keep))

@@ -151,7 +151,7 @@ static void supervise(int rfd, int dfd, const char *exe, char *const argv[], int
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	setsid();
-	lk = sbx_lock_take(rfd, SBX_BROKER_LOCK, false, false);
+	lk = sbx_lock_take_rw(rfd, SBX_BROKER_LOCK);
 	if (lk < 0) {
 		e = -lk;
 		goto fail;

@@ -39,8 +39,7 @@ int sbx_clone_check(const struct sbx_root *r, const char *from, const char *cons
  * 0; -EEXIST when `to` exists (nothing created); -ENOENT when `from` has no committed layer;
  * -errno; one line in err.
  */
-int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *to,
-	      unsigned flags, const char *cause, struct sbx_clone_stats *st, char *err,
-	      size_t errlen);
+int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *to, unsigned flags,
+	      const char *cause, struct sbx_clone_stats *st, char *err, size_t errlen);
 
 #endif

@@ -22,7 +22,8 @@ enum sbx_gc_action sbx_gc_due(enum sbx_state state, int64_t since_ms, int64_t no
 
 /*
  * Deletes NAME (dfd: its directory, closed here): the VMM's process if any is killed, then its
- * cove-broker if one runs, a tombstone saying `why` is left, the directory and its runtime directory go. 0 or -errno.
+ * cove-broker if one runs, a tombstone saying `why` is left, the directory and its runtime
+ * directory go. 0 or -errno.
  */
 int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *from,
 	       const char *why);

@@ -100,8 +100,8 @@ int sbx_guest_find(char *kernel, char *rootfs, size_t cap, char *err, size_t err
 	char k[4096] = "", r[4096] = "";
 
 	/* $COVE_GUEST_DIR pins its own layout: kernel/ and rootfs/ (tests pin the busybox root). */
-	if (!((gd && *gd && !try_layout(gd, false, k, r, sizeof(k))) || !try_cache(k, r, sizeof(k)) ||
-	      !try_layout("/usr/share/cove", true, k, r, sizeof(k))))
+	if (!((gd && *gd && !try_layout(gd, false, k, r, sizeof(k))) ||
+	      !try_cache(k, r, sizeof(k)) || !try_layout("/usr/share/cove", true, k, r, sizeof(k))))
 		return errmsg(
 		    err, errlen, -ENOENT,
 		    "no guest kernel and root image found ($COVE_GUEST_DIR, the build "

@@ -14,6 +14,8 @@
 #include "common/errmsg.h"
 #include "common/file_io.h"
 #include "lifecycle/lock.h"
+#include "lifecycle/vmm_args.h"
+#include "sandbox/idle.h"
 
 /* In the child: everything up to exec; on failure the errno goes up the pipe. */
 /* fd moved to a number above both inherited slots, close-on-exec; -1 on failure. */
@@ -71,9 +73,21 @@ static void child(int dfd, char *const argv[], int ready_wr, int report)
 		e = errno;
 		goto fail;
 	}
-	if (ftruncate(lk, 0) < 0 || dprintf(lk, "%d\n", (int)getpid()) < 0) {
+	e = -sbx_lock_write_pid(dfd, SBX_LOCK_VMM, getpid());
+	if (e)
+		goto fail;
+	/*
+	 * The chain directory exists before the jail binds it (else the jail would bind its
+	 * parent, the sandbox's own directory); an idle stop's note of an earlier run goes.
+	 */
+	if (mkdirat(dfd, SBX_CHAIN, 0700) < 0 && errno != EEXIST) {
 		e = errno;
 		goto fail;
+	}
+	int cdfd = openat(dfd, SBX_CHAIN, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (cdfd >= 0) {
+		(void)unlinkat(cdfd, SBX_IDLE_NOTE, 0);
+		close(cdfd);
 	}
 	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
 	log =

@@ -3,13 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <unistd.h>
 
-int sbx_lock_take(int dfd, const char *file, bool wait, bool keep_on_exec)
+static int lock_take(int dfd, const char *file, int mode, bool wait, bool keep_on_exec)
 {
-	int flags = O_RDWR | O_CREAT | O_NOFOLLOW | (keep_on_exec ? 0 : O_CLOEXEC);
+	int flags = mode | O_CREAT | O_NOFOLLOW | (keep_on_exec ? 0 : O_CLOEXEC);
 	int fd = openat(dfd, file, flags, 0600);
 
 	if (fd < 0)
@@ -23,6 +24,31 @@ int sbx_lock_take(int dfd, const char *file, bool wait, bool keep_on_exec)
 		return e == EAGAIN ? -EWOULDBLOCK : -e;
 	}
 	return fd;
+}
+
+int sbx_lock_take(int dfd, const char *file, bool wait, bool keep_on_exec)
+{
+	/* Read-only: flock needs no write access, and whoever inherits it cannot write. */
+	return lock_take(dfd, file, O_RDONLY, wait, keep_on_exec);
+}
+
+int sbx_lock_take_rw(int dfd, const char *file)
+{
+	return lock_take(dfd, file, O_RDWR, false, false);
+}
+
+int sbx_lock_write_pid(int dfd, const char *file, pid_t pid)
+{
+	int fd = openat(dfd, file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	int r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, 0) < 0 || dprintf(fd, "%d\n", (int)pid) < 0)
+		r = -errno;
+	if (close(fd) < 0 && !r)
+		r = -errno;
+	return r;
 }
 
 int sbx_lock_held(int dfd, const char *file)

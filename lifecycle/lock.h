@@ -22,6 +22,16 @@
  * the VMM's life lock); else it is O_CLOEXEC. The fd holding the lock, or -errno.
  */
 int sbx_lock_take(int dfd, const char *file, bool wait, bool keep_on_exec);
+/* The same, not waiting, O_CLOEXEC, through a read-write fd (a host process that writes its
+ * pid into the file later, such as the broker's supervisor). */
+int sbx_lock_take_rw(int dfd, const char *file);
+
+/*
+ * Writes pid into `file` (whose lock the caller holds) through a descriptor of its own, closed
+ * at once: the lock's fd is read-only, so the VMM that inherits it cannot rewrite the pid the
+ * host signals. 0 or -errno.
+ */
+int sbx_lock_write_pid(int dfd, const char *file, pid_t pid);
 
 /* 1 when some process holds `file`'s lock, 0 when nobody does (or no such file), or -errno. */
 int sbx_lock_held(int dfd, const char *file);

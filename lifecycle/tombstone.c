@@ -29,8 +29,8 @@ static int stones_dir(const struct sbx_root *r, bool create)
 int sbx_tombstone_write(const struct sbx_root *r, const char *name, const char *why)
 {
 	char file[80], tmp[88];
-	json_t *j = json_pack("{s:s,s:I,s:s}", "name", name, "deleted_ms", (json_int_t)realtime_ms(),
-			      "why", why);
+	json_t *j = json_pack("{s:s,s:I,s:s}", "name", name, "deleted_ms",
+			      (json_int_t)realtime_ms(), "why", why);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	int dfd, fd, ret;
 

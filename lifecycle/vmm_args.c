@@ -44,7 +44,6 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	if (!ret && s->snapshot_every_ms)
 		ret = add(a, "--snapshot-interval")
 			  ?: add(a, "%llums", (unsigned long long)s->snapshot_every_ms);
-	/* The VMM stops itself when idle and logs it in the sandbox's event log. */
 	if (!ret && s->vsock_rate)
 		ret = add(a, "--vsock-rate") ?: add(a, "%llu", (unsigned long long)s->vsock_rate);
 	/* Every start and restore: the spec asked for it at create (it warns in the log). */
@@ -58,7 +57,7 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 		      add(a, "%u", (unsigned)getegid()) ?: add(a, "--jail-keep-fd") ?:
 		      add(a, "%d", SBX_LOCK_FD);
 	/* cove-broker's files beside the VMM's: shown empty in its jail (broker_jail.h). */
-	static const char *const broker_files[] = {SBX_POLICY, SBX_POLICY ".audit-key",
+	static const char *const broker_files[] = {SBX_POLICY,	     SBX_POLICY ".audit-key",
 						   SBX_BROKER_AUDIT, SBX_BROKER_LOG,
 						   SBX_BROKER_EPOCH, SBX_BROKER_MITM_CA};
 	if (!ret && !s->no_jail)
@@ -66,9 +65,10 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	for (size_t i = 0; !ret && !s->no_jail && i < sizeof(broker_files) / sizeof(*broker_files);
 	     i++)
 		ret = add(a, "--jail-hide") ?: add(a, "%s/%s/%s", r->state, name, broker_files[i]);
+	/* It leaves a note in its chain; the host records the stop (lifecycle/state.c). */
 	if (!ret && s->idle_stop_ms)
-		ret = add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms)
-			?: add(a, "--events-dir") ?: add(a, "%s/%s", r->state, name);
+		ret =
+		    add(a, "--idle-stop") ?: add(a, "%llums", (unsigned long long)s->idle_stop_ms);
 	return ret;
 }
 
@@ -96,9 +96,13 @@ int sbx_args_run(struct sbx_args *a, const struct sbx_root *r, const char *name,
 		char rate[128];
 
 		ret = disk_rate_format(&d->rate, rate, sizeof(rate)) ?: add(a, "--disk");
+		/*
+		 * The first top lives in the chain directory, as every later one does: the jail
+		 * binds that directory, never the sandbox's own (spec, locks, event log).
+		 */
 		if (!ret && d->overlay)
-			ret = add(a, "%s,overlay=%s/%s/disk%d.ovl%s", d->path, r->state, name, i,
-				  rate);
+			ret = add(a, "%s,overlay=%s/%s/%s/disk%d.ovl%s", d->path, r->state, name,
+				  SBX_CHAIN, i, rate);
 		else if (!ret)
 			ret = add(a, "%s%s%s", d->path, d->read_only ? ",ro" : "", rate);
 	}

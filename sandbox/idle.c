@@ -15,7 +15,6 @@
 #include "common/clock.h"
 #include "devices/virtio_vsock.h"
 #include "sandbox/agent_client.h"
-#include "sandbox/event_log.h"
 #include "sandbox/sandbox.h"
 #include "vmm/evloop.h"
 
@@ -82,7 +81,6 @@ static void stop_idle(struct sandbox *sb)
 {
 	struct idle_watch *w = &sb->idle;
 	char err[256], cause[64];
-	int dfd;
 
 	if (sandbox_snapshot_now(sb, err, sizeof(err))) {
 		log_warn(&sb->log,
@@ -92,13 +90,15 @@ static void stop_idle(struct sandbox *sb)
 		return;
 	}
 	snprintf(cause, sizeof(cause), "idle %llus", (unsigned long long)(w->limit_ms / 1000));
-	if (w->events_dir) {
-		dfd = open(w->events_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd < 0 || sbx_event_append(dfd, "running", "stopped", cause))
-			log_warn(&sb->log, "idle stop: cannot append to %s/%s", w->events_dir,
-				 SBX_EVENTS);
-		if (dfd >= 0)
-			close(dfd);
+	/* A new empty file beside the layer just written: a claim the host checks, not a record. */
+	if (sb->snap_ready) {
+		int fd = openat(sb->snap.dfd, SBX_IDLE_NOTE,
+				O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			log_warn(&sb->log, "idle stop: cannot leave %s in the chain: %s",
+				 SBX_IDLE_NOTE, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 	}
 	log_info(&sb->log, "%s: snapshot taken, stopping", cause);
 	vm_request_stop(&sb->vm, 0, "stopped after %s", cause);

@@ -14,14 +14,16 @@ struct evloop;
  * forward, cp, the broker), guest CPU time above IDLE_CPU_PERMILLE of one CPU averaged over
  * the quiet window, or a command the guest agent says is still running (attached or detached;
  * asked only once everything else has been quiet). After limit_ms without any, the sandbox
- * snapshots into its chain, appends running -> stopped ("idle D") to DIR/events.jsonl when it
- * has an events directory, and stops with status 0. A failed snapshot keeps it running.
+ * snapshots into its chain, leaves the note SBX_IDLE_NOTE there and stops with status 0. The
+ * VMM never writes the lifecycle's event log (nothing it writes is read back as the host's own
+ * record): the host turns the note into running -> stopped ("idle") the next time it looks
+ * (lifecycle/state.c). A failed snapshot keeps it running.
  */
+#define SBX_IDLE_NOTE	  "idle-stop"
 #define IDLE_CPU_PERMILLE 20
 
 struct idle_watch {
 	uint64_t limit_ms;
-	const char *events_dir; /* the lifecycle's sandbox directory, or NULL */
 	int timer_fd;
 	uint64_t quiet_since_ns, quiet_cpu_ns; /* the quiet window: its start, CPU time then */
 	uint64_t last_vsock_bytes, last_api;

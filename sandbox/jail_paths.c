@@ -2,26 +2,51 @@
 #include "sandbox/jail_paths.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/errmsg.h"
 #include "sandbox/jail.h"
 #include "snapshot/keyprov_relay.h"
 
-/* A path cove creates or replaces (sockets, console, overlays): its directory is bound. */
+/* A socket the VMM binds at set-up: its directory is bound (the run directory: sockets only). */
 static int put_new(struct jail *j, const char **p, char *err, size_t errlen)
 {
 	return *p ? jail_path(j, *p, JAIL_PARENT, p, err, errlen) : 0;
 }
 
-/* A directory that may not exist yet (cove makes it): itself, else its parent. */
+/*
+ * The console file: made here, outside the jail (0600, never through a link), and bound alone,
+ * so the jail sees that one file and not the directory beside it (a sandbox's spec, locks and
+ * event log live there).
+ */
+static int put_file(struct jail *j, const char **p, char *err, size_t errlen)
+{
+	if (!*p)
+		return 0;
+	int fd = open(*p, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "jail: '%s': %s", *p, strerror(errno));
+	struct stat st;
+	int r = fstat(fd, &st) ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+	close(fd);
+	if (r)
+		return errmsg(err, errlen, r, "jail: '%s' is not a regular file", *p);
+	return jail_path(j, *p, 0, p, err, errlen);
+}
+
+/* A directory cove writes into (a chain): made here if absent, then bound itself, never its
+ * parent. */
 static int put_dir(struct jail *j, const char **p, char *err, size_t errlen)
 {
 	if (!*p)
 		return 0;
-	return jail_path(j, *p, access(*p, F_OK) ? JAIL_PARENT : 0, p, err, errlen);
+	if (mkdir(*p, 0700) && errno != EEXIST)
+		return errmsg(err, errlen, -errno, "jail: mkdir '%s': %s", *p, strerror(errno));
+	return jail_path(j, *p, 0, p, err, errlen);
 }
 
 static int put_disks(struct jail *j, struct disk_opt *d, int nr, char *err, size_t errlen)
@@ -72,16 +97,16 @@ static struct jail *jail_new(const struct jail_opts *jo, struct logger *log, cha
 
 /* What run and restore share: sockets, console, chain directories, the key relay. */
 struct shared_paths {
-	const char **api_sock, **console, **vsock_uds, **snap_dir, **snap_root, **events_dir;
+	const char **api_sock, **console, **vsock_uds, **snap_dir, **snap_root;
 	const char *key;
 	int *relay_fd;
 };
 
 static int put_shared(struct jail *j, const struct shared_paths *s, char *err, size_t errlen)
 {
-	return put_new(j, s->api_sock, err, errlen) ?: put_new(j, s->console, err, errlen)
+	return put_new(j, s->api_sock, err, errlen) ?: put_file(j, s->console, err, errlen)
 		?: put_new(j, s->vsock_uds, err, errlen) ?: put_dir(j, s->snap_dir, err, errlen)
-		?: put_dir(j, s->snap_root, err, errlen) ?: put_dir(j, s->events_dir, err, errlen)
+		?: put_dir(j, s->snap_root, err, errlen)
 		?: put_key_relay(j, s->key, s->relay_fd, err, errlen);
 }
 
@@ -93,9 +118,9 @@ int jail_run_opts(struct run_opts *o, struct logger *log, char *err, size_t errl
 	struct jail *j = jail_new(&o->jail, log, err, errlen, &r);
 	if (!j)
 		return r;
-	struct shared_paths sp = {&o->api_sock,	    &o->console,	  &o->vsock_uds,
-				  &o->snapshot_dir, &o->snapshot_root,	  &o->events_dir,
-				  o->snapshot_key,  &o->jail.key_relay_fd};
+	struct shared_paths sp = {&o->api_sock,		&o->console,	   &o->vsock_uds,
+				  &o->snapshot_dir,	&o->snapshot_root, o->snapshot_key,
+				  &o->jail.key_relay_fd};
 	r = jail_path(j, o->kernel, JAIL_RO, &o->kernel, err, errlen);
 	if (!r && o->initrd)
 		r = jail_path(j, o->initrd, JAIL_RO, &o->initrd, err, errlen);
@@ -115,9 +140,8 @@ int jail_restore_opts(struct sandbox_restore_opts *o, struct logger *log, char *
 	struct jail *j = jail_new(jo, log, err, errlen, &r);
 	if (!j)
 		return r;
-	struct shared_paths sp = {&o->api_sock, &o->console,	      &o->vsock_uds,
-				  &o->snap_dir, &o->snap_root,	      &o->events_dir,
-				  o->key,	&o->jail.key_relay_fd};
+	struct shared_paths sp = {&o->api_sock,	 &o->console, &o->vsock_uds,	    &o->snap_dir,
+				  &o->snap_root, o->key,      &o->jail.key_relay_fd};
 	r = jail_path(j, o->dir, 0, &o->dir, err, errlen);
 	if (!r)
 		r = put_disks(j, o->disks, o->nr_disks, err, errlen)

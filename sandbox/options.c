@@ -45,7 +45,6 @@ static const char run_usage[] =
     "                      the API's PUT /snapshot/create may omit the paths\n"
     "  --idle-stop T          after T with no API call, vsock traffic, guest CPU use or\n"
     "                         running command: snapshot into --snapshot-dir, then exit 0\n"
-    "  --events-dir DIR       append the idle stop to DIR/events.jsonl (the lifecycle's)\n"
     "  --snapshot-interval T  take a snapshot every T (e.g. 60s, 500ms, 5m): full first, then\n"
     "                      incremental; needs --snapshot-dir\n"
     "  --snapshot-keep N   compact the chain into one full layer past N layers (default 16)\n"
@@ -140,7 +139,6 @@ enum {
 	OPT_SNAP_ROOT,
 	OPT_CONSOLE_MAX,
 	OPT_IDLE_STOP,
-	OPT_EVENTS_DIR,
 	OPT_VSOCK_RATE
 };
 
@@ -511,7 +509,6 @@ static const struct option run_builtin_opts[] = {
     {"console", required_argument, NULL, OPT_CONSOLE},
     {"console-max", required_argument, NULL, OPT_CONSOLE_MAX},
     {"idle-stop", required_argument, NULL, OPT_IDLE_STOP},
-    {"events-dir", required_argument, NULL, OPT_EVENTS_DIR},
     {"log-level", required_argument, NULL, OPT_LOG},
     {"track-dirty-pages", no_argument, NULL, OPT_DIRTY},
     {"no-seccomp", no_argument, NULL, OPT_NO_SECCOMP},
@@ -563,7 +560,6 @@ static const struct {
     {OPT_SNAP_DIR, offsetof(struct run_opts, snapshot_dir), opt_snapshot_dir},
     {OPT_SNAP_KEY, offsetof(struct run_opts, snapshot_key), check_snapshot_key},
     {OPT_SNAP_ROOT, offsetof(struct run_opts, snapshot_root), opt_snapshot_root},
-    {OPT_EVENTS_DIR, offsetof(struct run_opts, events_dir), NULL},
 };
 static const struct {
 	int code;

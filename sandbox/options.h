@@ -36,7 +36,6 @@ struct run_opts {
 	uint64_t snapshot_interval_ms; /* 0: only on request */
 	int snapshot_keep;	       /* 0: the default */
 	uint64_t idle_stop_ms;	       /* 0: never */
-	const char *events_dir;	       /* the lifecycle's sandbox directory, or NULL */
 	const char *snapshot_key;      /* key provider spec: encrypt snapshots; NULL: plain */
 	const char
 	    *snapshot_root; /* API snapshot_dir may name ROOT/NAME; NULL: only snapshot_dir */

@@ -293,7 +293,6 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		layer_set_close(s->ls);
 	sb->ready_fd = o->ready_fd;
 	sb->idle.limit_ms = o->idle_stop_ms;
-	sb->idle.events_dir = o->events_dir;
 	sb->snap_root = o->snap_root;
 	return sandbox_serve(sb, o->api_sock);
 }

@@ -19,7 +19,6 @@ struct sandbox_restore_opts {
 	uint64_t vsock_cid, interval_ms;
 	uint64_t vsock_rate;	/* --vsock-rate, 0: none (never from the chain) */
 	uint64_t idle_stop_ms;	/* --idle-stop, 0: never */
-	const char *events_dir; /* --events-dir, or NULL */
 	int keep;
 	int ready_fd;
 	enum log_level level;

@@ -14,6 +14,7 @@
 #include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/lock.h"
+#include "sandbox/idle.h"
 #include "lifecycle/name.h"
 #include "lifecycle/policy.h"
 #include "lifecycle/root.h"
@@ -164,6 +165,11 @@ static void test_locks(void **state)
 	fd = sbx_lock_take(dfd, SBX_LOCK_VMM, false, false);
 	assert_true(fd >= 0);
 	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	/* The lock's fd (the one a VMM inherits) is read-only: the pid in it is the host's. */
+	assert_int_equal(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+	assert_int_equal(write(fd, "1\n", 2), -1);
+	assert_int_equal(sbx_lock_write_pid(dfd, SBX_LOCK_VMM, 4242), 0);
+	assert_int_equal(sbx_lock_pid(dfd, SBX_LOCK_VMM), 4242);
 	close(fd);
 	/* A link in place of a lock file is refused. */
 	assert_int_equal(symlinkat("/tmp/x", dfd, SBX_LOCK_START), 0);
@@ -200,6 +206,30 @@ static void test_events_and_state(void **state)
 	waitpid(pid, &status, 0);
 	assert_int_equal(sbx_state_read(dfd, &st, NULL), 0);
 	assert_int_equal(st, SBX_CRASHED);
+
+	/*
+	 * An idle stop: the VMM leaves a note in its chain and exits; the host records the stop
+	 * itself, once (the note is taken), and a symbolic link is no note.
+	 */
+	assert_int_equal(sbx_event_append(dfd, "crashed", "running", "cove start"), 0);
+	assert_int_equal(mkdirat(dfd, SBX_CHAIN, 0700), 0);
+	snprintf(path, sizeof(path), "%s/ev/%s/%s", f->dir, SBX_CHAIN, SBX_IDLE_NOTE);
+	assert_int_equal(symlink("/etc/passwd", path), 0);
+	assert_int_equal(sbx_state_read(dfd, &st, NULL), 0);
+	assert_int_equal(st, SBX_CRASHED);
+	assert_int_equal(unlink(path), 0);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(sbx_state_read(dfd, &st, &ev), 0);
+	assert_int_equal(st, SBX_STOPPED);
+	assert_string_equal(ev.from, "running");
+	assert_string_equal(ev.to, "stopped");
+	assert_string_equal(ev.cause, "idle");
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(sbx_state_read(dfd, &st, NULL), 0);
+	assert_int_equal(st, SBX_STOPPED);
+	assert_int_equal(sbx_event_append(dfd, "stopped", "running", "cove start"), 0);
 
 	/* A stop, then a torn line a crash left mid-write: the last whole line counts. */
 	assert_int_equal(sbx_event_append(dfd, "running", "stopped", "cove stop"), 0);
@@ -324,7 +354,7 @@ static void test_vmm_args(void **state)
 	base_spec(&s);
 	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), 0);
 	assert_string_equal(a->argv[1], "run");
-	snprintf(want, sizeof(want), "/base/rootfs.ext4,overlay=%s/box/disk0.ovl", f->dir);
+	snprintf(want, sizeof(want), "/base/rootfs.ext4,overlay=%s/box/chain/disk0.ovl", f->dir);
 	assert_true(has_arg(a, want));
 	assert_true(has_arg(a, "/tmp/cove-life-run/box/vsock.sock"));
 	assert_true(has_arg(a, "60000ms"));
@@ -370,7 +400,7 @@ static void test_vmm_args(void **state)
 	s.vsock_rate = 4096;
 	assert_int_equal(sbx_args_run(a, &f->root, "box", &s), 0);
 	snprintf(want, sizeof(want),
-		 "/base/rootfs.ext4,overlay=%s/box/disk0.ovl,bw=1048576,iops=100", f->dir);
+		 "/base/rootfs.ext4,overlay=%s/box/chain/disk0.ovl,bw=1048576,iops=100", f->dir);
 	assert_true(has_arg(a, want));
 	assert_true(has_arg(a, "--vsock-rate") && has_arg(a, "4096"));
 	assert_int_equal(sbx_args_restore(a, &f->root, "box", &s), 0);
