@@ -4,15 +4,18 @@ jailed and serves exec again; from the host side its process has no capability, 
 a seccomp filter, namespaces of its own, a root holding only its paths, rlimits and a cgroup v2
 with the limits asked for (the box mounts cgroup2). A guest that fills its memory past the
 jail's memory.max is killed by the cgroup, not the host."""
+import hashlib
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import time
 
 import agent_tests as at
 import box_tests as bt
+import lifecycle_tests as lt
 from covetest import Failure, check, http_json
 
 UID = 1000
@@ -223,4 +226,113 @@ def test_jail_memory_max_kills_the_vmm():
         shutil.rmtree(sdir, ignore_errors=True)
 
 
-TESTS = [test_jail_unprivileged_exec_snapshot_restore, test_jail_memory_max_kills_the_vmm]
+PROBE = "/work/cove-jail-probe"
+
+
+def _probe(pid, action, d, name):
+    """cove-jail-probe: the broken-into VMM's attempt, from inside its jail (mounts, root, user,
+    no capability, the event-loop filter). Refused: exit 0, or death by the filter's SIGSYS."""
+    r = subprocess.run([PROBE, str(pid), action, d, name], capture_output=True, timeout=60)
+    out = (r.stdout + r.stderr).decode(errors="replace").strip()
+    check("joined:" in out, f"the probe did not join VMM {pid}'s jail: rc={r.returncode} {out!r}")
+    check(r.returncode != 3, f"a broken-into VMM got through: {action} {d}/{name}:\n{out}")
+    check(r.returncode in (0, -signal.SIGSYS),
+          f"probe {action} {d}/{name}: rc={r.returncode} {out!r}")
+    if r.returncode == -signal.SIGSYS:
+        check("forbidden system call" in out, f"SIGSYS without the filter's line: {out!r}")
+    return out
+
+
+def _sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _newest(chain, prefix):
+    names = sorted(n for n in os.listdir(chain) if n.startswith(prefix) and "." not in n)
+    check(names, f"no {prefix}* layer in {chain}: {os.listdir(chain)}")
+    return names[-1]
+
+
+def test_jail_broken_in_vmm():
+    """Issue 27: a guest that has taken over its jailed VMM (played by cove-jail-probe inside the
+    VMM's jail, as its user, without capabilities, under the project's own event-loop filter)
+    cannot write what the next start trusts (spec, event log, locks, log), nor replace, unlink,
+    re-mode or write a committed layer of its own chain or of its parent's shared through a fork,
+    nor create a file outside its chain. spec.json is unchanged after, the parent's guest memory
+    too, and the next start runs jailed and filtered on every thread."""
+    check(os.access(PROBE, os.X_OK), f"{PROBE} is missing (tests/e2e/run adds it)")
+    lt.fresh()
+    a, b = "atk-a", "atk-b"
+    lt.create(a)
+    try:
+        # Memory only the parent's guest holds: a tmpfs file, and its checksum.
+        rc, out, err = lt.sh(a, "mkdir -p /m && mount -t tmpfs none /m && "
+                             "dd if=/dev/urandom of=/m/mark bs=1M count=8 2>/dev/null && "
+                             "md5sum /m/mark")
+        check(rc == 0 and len(out.split()) == 2, f"parent's mark: rc={rc} {out!r} {err!r}")
+        mark = out.split()[0]
+        rc, out, err = lt.cove("fork", a, b)
+        check(rc == 0, f"cove fork {a} {b}: rc={rc} {err!r}")
+        sa, sb = os.path.join(lt.STATE, a), os.path.join(lt.STATE, b)
+        ca, cb = os.path.join(sa, "chain"), os.path.join(sb, "chain")
+        mem_b = _newest(cb, "mem-")
+        check(os.path.exists(os.path.join(ca, mem_b)) and
+              os.stat(os.path.join(ca, mem_b)).st_ino == os.stat(os.path.join(cb, mem_b)).st_ino,
+              f"the clone's {mem_b} is not its parent's file (a hard link)")
+        spec_sha = {n: _sha(os.path.join(lt.STATE, n, "spec.json")) for n in (a, b)}
+        layer_sha = _sha(os.path.join(cb, mem_b))
+        tried = 0
+        for name, sd, chain in ((b, sb, cb), (a, sa, ca)):
+            vmm = vmm_pid(lt.vmm_pid(name))
+            layer, state = _newest(chain, "mem-"), _newest(chain, "state-")
+            for f in ("spec.json", "events.jsonl", "vmm.lock", "start.lock", "vmm.log"):
+                _probe(vmm, "write", sd, f)
+                _probe(vmm, "write-at", sd, f)
+            _probe(vmm, "write-at", chain, "../spec.json")
+            _probe(vmm, "rename-over", sd, "spec.json")
+            for lay in (layer, state):
+                _probe(vmm, "rename-over", chain, lay)
+                _probe(vmm, "unlink-create", chain, lay)
+                _probe(vmm, "chmod-write", chain, lay)
+                _probe(vmm, "write-at", chain, lay)
+                _probe(vmm, "write", chain, lay)
+                _probe(vmm, "link", chain, lay)
+            for d in (sd, "/", os.path.dirname(sd), os.path.dirname(chain) + "/jail"):
+                _probe(vmm, "create", d, "planted")
+            tried += 1
+        out = _probe(vmm_pid(lt.vmm_pid(b)), "write-at", cb, mem_b)
+        print(f"    writing the parent's layer from the clone's jail: {out.splitlines()[-1]}")
+        for n in (a, b):
+            check(_sha(os.path.join(lt.STATE, n, "spec.json")) == spec_sha[n],
+                  f"{n}'s spec.json changed")
+            check(not os.path.exists(os.path.join(lt.STATE, n, "planted")), "a file was planted")
+        check(_sha(os.path.join(cb, mem_b)) == layer_sha, f"the shared layer {mem_b} changed")
+        rc, out, err = lt.sh(a, "md5sum /m/mark")
+        check(rc == 0 and out.split()[0] == mark,
+              f"the parent's guest memory changed: {out!r} (was {mark}) {err!r}")
+        # The next start: jailed, with every VMM thread under a filter.
+        rc, out, err = lt.cove("stop", b)
+        check(rc == 0, f"cove stop {b}: rc={rc} {err!r}")
+        rc, out, err = lt.cove("start", b)
+        check(rc == 0, f"cove start {b}: rc={rc} {err!r}")
+        waiter = lt.vmm_pid(b)
+        with open(f"/proc/{waiter}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+        check("--jail" in argv and "--no-seccomp" not in argv, f"next start's argv: {argv}")
+        vmm = vmm_pid(waiter)
+        threads = {}
+        for tid in os.listdir(f"/proc/{vmm}/task"):
+            st = status_fields(f"{vmm}/task/{tid}")
+            threads[tid] = (st["Name"], st["Seccomp"])
+        check(len(threads) >= 2 and all(v[1] == "2" for v in threads.values()),
+              f"the restarted VMM's threads: {threads}")
+        print(f"    {tried} VMMs (clone and parent) refused every attempt; spec.json unchanged; "
+              f"next start jailed, threads {sorted(v[0] for v in threads.values())} all Seccomp 2")
+    finally:
+        for n in (a, b):
+            lt.cove("rm", n)
+
+
+TESTS = [test_jail_unprivileged_exec_snapshot_restore, test_jail_memory_max_kills_the_vmm,
+         test_jail_broken_in_vmm]
