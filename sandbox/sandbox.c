@@ -175,6 +175,16 @@ static int seccomp_begin(struct sandbox *sb)
 	return 0;
 }
 
+/* Disk i as a clone is given it (the spawner gives a clone no other). */
+static void clone_disk_arg(const struct sandbox *sb, int i, char *out, size_t cap)
+{
+	char rate[120]; /* the parent's limits: a clone is host configured as its parent */
+	if (disk_rate_format(&sb->mc.disks[i].rate, rate, sizeof(rate)))
+		rate[0] = '\0'; /* cannot happen: four numbers fit */
+	snprintf(out, cap, "%s%s%s", sb->mc.disks[i].path, sb->mc.disks[i].read_only ? ",ro" : "",
+		 rate);
+}
+
 int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool track_dirty, int mem_fd,
 		  uint64_t mem_off)
 {
@@ -192,7 +202,14 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	 * and threads exist, and before any filter (the filtered VMM never forks or execs).
 	 */
 	if (sb->api_sock && sb->spawner.sock < 0) {
-		int e = spawner_start(&sb->spawner, sb->snap_key, sb->exe_fd);
+		struct spawner_disks *disks = calloc(1, sizeof(*disks));
+		if (!disks)
+			return -ENOMEM;
+		for (int i = 0; i < sb->mc.nr_disks && i < SPAWNER_DISKS_MAX; i++)
+			clone_disk_arg(sb, i, disks->arg[i], sizeof(disks->arg[i]));
+		disks->nr = sb->mc.nr_disks;
+		int e = spawner_start_disks(&sb->spawner, sb->snap_key, disks, sb->exe_fd);
+		free(disks);
 		if (e) {
 			log_err(&sb->log, "cannot start the clone spawner: %s", strerror(-e));
 			return e;
@@ -644,11 +661,7 @@ static int spawn_clone(struct sandbox *sb, uint64_t layer, int k, struct api_clo
 	/* The host's disks (a base, under an overlay): a clone takes no host path from the chain.
 	 */
 	for (int i = 0; i < sb->mc.nr_disks; i++) {
-		char rate[120]; /* the parent's limits: a clone is host configured as its parent */
-		if (disk_rate_format(&sb->mc.disks[i].rate, rate, sizeof(rate)))
-			rate[0] = '\0'; /* cannot happen: four numbers fit */
-		snprintf(disk_arg[i], sizeof(disk_arg[i]), "%s%s%s", sb->mc.disks[i].path,
-			 sb->mc.disks[i].read_only ? ",ro" : "", rate);
+		clone_disk_arg(sb, i, disk_arg[i], sizeof(disk_arg[i]));
 		argv[n++] = "--disk";
 		argv[n++] = disk_arg[i];
 	}

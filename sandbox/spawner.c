@@ -83,13 +83,23 @@ static int send_with_fd(int sock, const void *buf, size_t len, int fd)
  * read as --key (an abbreviation, --key=...) other than "--key" followed by exactly that spec is
  * refused.
  */
-static int allowed(char *const argv[], int argc, const char *key)
+static int allowed(char *const argv[], int argc, const char *key, const struct spawner_disks *disks)
 {
+	int nr_disk = 0;
 	if (argc < 2 || strcmp(argv[0], "cove") || strcmp(argv[1], "restore"))
 		return -EPERM;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--"))
 			return -EPERM;
+		/* Each disk exactly the parent's, in order ("--d": getopt's shortest for it). */
+		if (!strncmp(argv[i], "--d", 3)) {
+			if (strcmp(argv[i], "--disk") || i + 1 >= argc || !disks ||
+			    nr_disk >= disks->nr || strcmp(argv[i + 1], disks->arg[nr_disk]))
+				return -EPERM;
+			nr_disk++;
+			i++;
+			continue;
+		}
 		/* A clone always runs under filters: no --no-seccomp (or a prefix getopt takes). */
 		if (!strncmp(argv[i], "--n", 3))
 			return -EPERM;
@@ -138,7 +148,8 @@ static void exec_clone(char *const argv[], int fd3)
 	_exit(127);
 }
 
-static int spawn_one(char *buf, size_t n, int fd3, const char *key, int *pid)
+static int spawn_one(char *buf, size_t n, int fd3, const char *key,
+		     const struct spawner_disks *disks, int *pid)
 {
 	char *argv[SPAWNER_ARGS_MAX + 1];
 	int argc = 0;
@@ -150,7 +161,7 @@ static int spawn_one(char *buf, size_t n, int fd3, const char *key, int *pid)
 		argv[argc++] = buf + at;
 	}
 	argv[argc] = NULL;
-	int r = allowed(argv, argc, key);
+	int r = allowed(argv, argc, key, disks);
 	if (r)
 		return r;
 	/* Single-threaded: fork is safe; fds 3 (our socket) and 4 (the binary) close on exec. */
@@ -164,7 +175,7 @@ static int spawn_one(char *buf, size_t n, int fd3, const char *key, int *pid)
 }
 
 /* The spawner's life: one request at a time; clones reaped as they exit; EOF ends it. */
-static void serve(int sock, const char *key)
+static void serve(int sock, const char *key, const struct spawner_disks *disks)
 {
 	prctl(PR_SET_NAME, "cove-spawner", 0, 0, 0);
 	sigset_t chld;
@@ -198,7 +209,7 @@ static void serve(int sock, const char *key)
 			_exit(0); /* the VMM is gone */
 		struct spawn_reply rep = {0, 0};
 		int pidfd = -1, pid = 0;
-		rep.r = n < 0 ? (int32_t)n : spawn_one(buf, (size_t)n, fd3, key, &pid);
+		rep.r = n < 0 ? (int32_t)n : spawn_one(buf, (size_t)n, fd3, key, disks, &pid);
 		if (!rep.r) {
 			/* Before this loop reaps it, so the pid cannot name another process yet. */
 			pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -216,6 +227,12 @@ static void serve(int sock, const char *key)
 }
 
 int spawner_start(struct spawner *sp, const char *key, int exe_fd)
+{
+	return spawner_start_disks(sp, key, NULL, exe_fd);
+}
+
+int spawner_start_disks(struct spawner *sp, const char *key, const struct spawner_disks *disks,
+			int exe_fd)
 {
 	sp->sock = -1;
 	sp->pid = -1;
@@ -250,7 +267,7 @@ int spawner_start(struct spawner *sp, const char *key, int exe_fd)
 		    dup3(exe, SPAWNER_EXE_FD, O_CLOEXEC) < 0)
 			_exit(1);
 		syscall(SYS_close_range, SPAWNER_EXE_FD + 1, ~0U, 0);
-		serve(SPAWNER_SOCK_FD, key);
+		serve(SPAWNER_SOCK_FD, key, disks); /* the child's copy of *disks */
 		_exit(0);
 	}
 	close(sv[1]);

@@ -17,6 +17,18 @@ struct spawner {
 	int pid;  /* the spawner process; the VMM reaps it in spawner_stop */
 };
 
+#define SPAWNER_DISKS_MAX 8
+
+/*
+ * The only --disk values a clone may be given, in order (its parent's own disks, as the parent
+ * formats them for a clone): a VMM a guest has broken into must not hand a clone a committed
+ * layer, or any other file its jail shows, as a read-write disk. The strings are copied.
+ */
+struct spawner_disks {
+	int nr;
+	char arg[SPAWNER_DISKS_MAX][4352];
+};
+
 #define SPAWNER_MSG_MAX (64 * 1024) /* bytes of argv strings in one request */
 
 /*
@@ -26,6 +38,9 @@ struct spawner {
  * 0 or -errno.
  */
 int spawner_start(struct spawner *sp, const char *key, int exe_fd);
+/* The same, with the disks a clone may be given (NULL: any --disk is refused). */
+int spawner_start_disks(struct spawner *sp, const char *key, const struct spawner_disks *disks,
+			int exe_fd);
 /*
  * Starts a clone: argv (NULL-terminated, argv[0] "cove", argv[1] "restore") gets fd3 as its
  * fd 3 (its other fds: stdin and stdout /dev/null, stderr ours), a session of its own, the

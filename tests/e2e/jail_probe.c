@@ -134,10 +134,12 @@ static void act(struct probe *p, const char *action)
 		step(p, "fchmod 0644 of a read-only fd", fd >= 0 ? fchmod(fd, 0644) : -1);
 		step(p, "then open it to write", openat(p->dfd, p->name, O_WRONLY | O_CLOEXEC));
 	} else if (!strcmp(action, "link")) {
-		/* Allowed (a clone adopts its parent's frozen layers so): not a way out by itself. */
+		/* Allowed (a clone adopts its parent's frozen layers so): not a way out by itself.
+		 */
 		int l = linkat(p->dfd, p->name, p->dfd, other, 0);
 		printf("linkat to a new name: %s\n",
-		       l == 0 ? "made (a new name of the same file, as unwritable)" : strerror(errno));
+		       l == 0 ? "made (a new name of the same file, as unwritable)"
+			      : strerror(errno));
 		step(p, "open the new name to write", openat(p->dfd, other, O_RDWR | O_CLOEXEC));
 	} else if (!strcmp(action, "write-at")) {
 		step(p, "open beneath the directory's fd to write",

@@ -134,6 +134,57 @@ static void test_refuses(void **state)
 	spawner_stop(&sp);
 }
 
+/* A clone's disks are exactly its parent's, in order: never a committed layer made a disk. */
+static void test_disks_only_the_parents(void **state)
+{
+	(void)state;
+	struct spawner sp;
+	struct spawner_disks *d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	d->nr = 2;
+	snprintf(d->arg[0], sizeof(d->arg[0]), "/img/root.ext4,ro");
+	snprintf(d->arg[1], sizeof(d->arg[1]), "/img/work.ext4,bw=1048576");
+	assert_int_equal(spawner_start_disks(&sp, NULL, d, -1), 0);
+	free(d); /* the spawner keeps its own copy */
+	int pid = 0, pidfd = -1;
+	const char *layer[] = {"cove", "restore", "/c", "--disk", "/c/mem-000003", NULL};
+	const char *rw[] = {"cove", "restore", "/c", "--disk", "/img/root.ext4", NULL};
+	const char *order[] = {
+	    "cove",   "restore",	   "/c", "--disk", "/img/work.ext4,bw=1048576",
+	    "--disk", "/img/root.ext4,ro", NULL};
+	const char *third[] = {"cove",
+			       "restore",
+			       "/c",
+			       "--disk",
+			       "/img/root.ext4,ro",
+			       "--disk",
+			       "/img/work.ext4,bw=1048576",
+			       "--disk",
+			       "/c/state-000003",
+			       NULL};
+	const char *eq[] = {"cove", "restore", "/c", "--disk=/img/root.ext4,ro", NULL};
+	const char *abbrev[] = {"cove", "restore", "/c", "--di", "/img/root.ext4,ro", NULL};
+	const char *const *refused[] = {layer, rw, order, third, eq, abbrev};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		assert_int_equal(spawner_spawn(&sp, refused[i], -1, &pid, &pidfd), -EPERM);
+	const char *good[] = {"cove",
+			      "restore",
+			      "/c",
+			      "--disk",
+			      "/img/root.ext4,ro",
+			      "--disk",
+			      "/img/work.ext4,bw=1048576",
+			      NULL};
+	spawn_expect(&sp, good,
+		     "restore /c --disk /img/root.ext4,ro --disk /img/work.ext4,bw=1048576 "
+		     "fd4=closed stdin=null\n");
+	spawner_stop(&sp);
+	/* Started without a list (spawner_start): no --disk at all. */
+	assert_int_equal(spawner_start(&sp, NULL, -1), 0);
+	assert_int_equal(spawner_spawn(&sp, good, -1, &pid, &pidfd), -EPERM);
+	spawner_stop(&sp);
+}
+
 static void test_too_long_and_stopped(void **state)
 {
 	(void)state;
@@ -206,6 +257,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_spawns_restore_with_fd3_only),
 	    cmocka_unit_test(test_refuses),
+	    cmocka_unit_test(test_disks_only_the_parents),
 	    cmocka_unit_test(test_too_long_and_stopped),
 	    cmocka_unit_test(test_from_a_filtered_process),
 	};
