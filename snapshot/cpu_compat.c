@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/errmsg.h"
 
 #define ALL (~(uint64_t)0)
@@ -462,5 +463,55 @@ int cpu_compat_check(const struct cpu_compat_in *in, struct kvm_msr_entry *keep,
 	if (bad.items)
 		return errmsg(err, errlen, -EINVAL, "this host cannot take vCPU %u's CPU state: %s",
 			      in->vcpu, badbuf);
+	return 0;
+}
+
+int cpu_compat_xsave(uint32_t vcpu, uint8_t *xsave, size_t len, uint64_t xcr0, uint64_t cr4,
+		     uint64_t host_xfeatures, cpu_compat_note_fn note, void *ctx, char *err,
+		     size_t errlen)
+{
+	const uint64_t fp_sse = 0x3, pkru = 1ull << 9, cr4_pke = 1ull << 22;
+	/* The XSAVE header (XSTATE_BV first) follows the 512-byte legacy area. */
+	if (len < 576)
+		return errmsg(err, errlen, -EINVAL, "state file: vCPU %u XSAVE area is short",
+			      vcpu);
+	host_xfeatures |= fp_sse;
+	char badbuf[512];
+	struct line bad = {badbuf, sizeof(badbuf), 0, 0};
+	badbuf[0] = 0;
+	for (int bit = 0; bit < 64; bit++) {
+		uint64_t m = 1ull << bit;
+		if ((xcr0 & m) && !(host_xfeatures & m))
+			line_add(&bad, "%sXCR0 bit %d %s (the guest enabled it; not offered here)",
+				 bad.items++ ? "; " : "", bit,
+				 bit < 32 && ld_0_eax[bit] ? ld_0_eax[bit] : "(unnamed)");
+	}
+	uint64_t bv = get_le64(xsave + 512);
+	for (int bit = 0; bit < 64; bit++) {
+		uint64_t m = 1ull << bit;
+		if (!(bv & m) || (host_xfeatures & m))
+			continue;
+		const char *name = bit < 32 && ld_0_eax[bit] ? ld_0_eax[bit] : "(unnamed)";
+		/*
+		 * Without the XCR0 bit no instruction reaches the component (XRSTOR's mask is
+		 * XCR0, the registers #UD); PKRU alone is reached through CR4.PKE instead.
+		 */
+		bool reachable = (xcr0 & m) || (m == pkru && (cr4 & cr4_pke));
+		if (reachable) {
+			if (!(xcr0 & m)) /* else already named as an XCR0 bit */
+				line_add(&bad, "%sXSAVE component %d %s (in use; not offered here)",
+					 bad.items++ ? "; " : "", bit, name);
+			continue;
+		}
+		bv &= ~m;
+		note_line(note, ctx, 1,
+			  "vCPU %u: XSAVE component %d %s dropped (not offered here): the guest "
+			  "never enabled it, nothing it can reach is lost",
+			  vcpu, bit, name);
+	}
+	if (bad.items)
+		return errmsg(err, errlen, -EINVAL, "this host cannot take vCPU %u's CPU state: %s",
+			      vcpu, badbuf);
+	put_le64(xsave + 512, bv);
 	return 0;
 }

@@ -58,4 +58,15 @@ struct cpu_compat_in {
 int cpu_compat_check(const struct cpu_compat_in *in, struct kvm_msr_entry *keep, uint32_t *nkeep,
 		     cpu_compat_note_fn note, void *ctx, char *err, size_t errlen);
 
+/*
+ * The vCPU's XSAVE area (KVM_GET_XSAVE's standard format, `len` bytes) against this host's
+ * XSAVE features (CPUID 0xD.0 EDX:EAX). A component the guest enabled in XCR0 (or PKRU while
+ * CR4.PKE is on) that this host lacks is refused by number and name; one the guest never
+ * enabled holds nothing it can reach, so its bit is cleared from XSTATE_BV with a note.
+ * 0 or -EINVAL with one line in err.
+ */
+int cpu_compat_xsave(uint32_t vcpu, uint8_t *xsave, size_t len, uint64_t xcr0, uint64_t cr4,
+		     uint64_t host_xfeatures, cpu_compat_note_fn note, void *ctx, char *err,
+		     size_t errlen);
+
 #endif

@@ -203,7 +203,8 @@ static void log_note(void *ctx, int warn, const char *line)
  */
 static int check_cpu(struct vm *vm, uint32_t id, const struct state_section_ref *s, size_t n,
 		     const struct kvm_msr_entry *saved, uint32_t nsaved, struct kvm_msrs *msrs,
-		     char *err, size_t errlen)
+		     struct kvm_xsave *xs, const struct kvm_xcrs *xcrs,
+		     const struct kvm_sregs *sregs, char *err, size_t errlen)
 {
 	struct kvm_msr_list *list = msr_index_list(vm);
 	if (!list)
@@ -233,6 +234,18 @@ static int check_cpu(struct vm *vm, uint32_t id, const struct state_section_ref 
 	    .nhost_cpuid = host->nent,
 	};
 	r = cpu_compat_check(&in, msrs->entries, &msrs->nmsrs, log_note, vm, err, errlen);
+	if (r)
+		goto out;
+	/* XSAVE state the guest holds must fit this host's XSAVE features (CPUID 0xD.0). */
+	uint64_t xcr0 = 1, host_xf = 0;
+	for (uint32_t i = 0; i < xcrs->nr_xcrs && i < KVM_MAX_XCRS; i++)
+		if (xcrs->xcrs[i].xcr == 0)
+			xcr0 = xcrs->xcrs[i].value;
+	for (uint32_t i = 0; i < host->nent; i++)
+		if (host->entries[i].function == 0xd && host->entries[i].index == 0)
+			host_xf = host->entries[i].eax | (uint64_t)host->entries[i].edx << 32;
+	r = cpu_compat_xsave(id, (uint8_t *)xs->region, sizeof(xs->region), xcr0, sregs->cr4,
+			     host_xf, log_note, vm, err, errlen);
 out:
 	free(seen);
 	free(host);
@@ -340,7 +353,7 @@ static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_sectio
 		return -ENOMEM;
 	}
 	memcpy(saved, msec->payload, msec->len);
-	int rc = check_cpu(vm, id, s, n, saved, nmsrs, msrs, err, errlen);
+	int rc = check_cpu(vm, id, s, n, saved, nmsrs, msrs, xsave, &x, &sr, err, errlen);
 	free(saved);
 	if (rc) {
 		free(xsave);

@@ -77,7 +77,8 @@ static void check(struct run *r, const struct kvm_msr_entry *msrs, uint32_t n, c
  * chain-v2 against a 40-MSR host that lacks three of its 43. Which three the failing machine
  * lacked is not recorded; these are the chain-v2 MSRs that KVM lists only after probing the host
  * CPU (TSX_CTRL: needs TSX_CTRL in the host's ARCH_CAPABILITIES, the KVM box lacks it;
- * FEAT_CTL: Intel's; VM_HSAVE_PA: AMD's). test_chain_v2_any_three covers every other choice.
+ * FEAT_CTL: Intel's; VM_HSAVE_PA: AMD's, each listed only when the host answers a read of it).
+ * test_chain_v2_any_three covers every other choice.
  */
 static void test_chain_v2_on_40(void **state)
 {
@@ -336,6 +337,52 @@ static void test_between_box_and_pvm(void **state)
 	free(r);
 }
 
+/*
+ * XSAVE: chain-v2's area (XSTATE_BV = 0x200, PKRU, which its PVM host saves; XCR0 = 1;
+ * CR4.PKE off) in the KVM box, whose XSAVE features are x87|SSE|AVX: PKRU is unreachable and
+ * dropped. Reachable state the host lacks is refused by component.
+ */
+static void test_xsave(void **state)
+{
+	(void)state;
+	uint8_t xs[4096];
+	memset(xs, 0, sizeof(xs));
+	put_le64(xs + 512, 0x200);
+	struct notes ns;
+	memset(&ns, 0, sizeof(ns));
+	char err[512];
+	assert_int_equal(
+	    cpu_compat_xsave(0, xs, sizeof(xs), 1, 0x20, 0x7, collect, &ns, err, sizeof(err)), 0);
+	assert_int_equal(get_le64(xs + 512), 0);
+	assert_true(noted(&ns, "vCPU 0: XSAVE component 9 pkru dropped (not offered here): the "
+			       "guest never enabled it"));
+
+	/* PKRU reachable through CR4.PKE. */
+	put_le64(xs + 512, 0x203);
+	assert_int_equal(cpu_compat_xsave(0, xs, sizeof(xs), 1, 0x20 | (1u << 22), 0x7, collect,
+					  &ns, err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "this host cannot take vCPU 0's CPU state: XSAVE component 9 pkru "
+				 "(in use; not offered here)");
+	assert_int_equal(get_le64(xs + 512), 0x203);
+
+	/* AVX enabled in XCR0, host without it: named once, as the XCR0 bit. */
+	put_le64(xs + 512, 0x7);
+	assert_int_equal(
+	    cpu_compat_xsave(0, xs, sizeof(xs), 0x7, 0, 0x3, collect, &ns, err, sizeof(err)),
+	    -EINVAL);
+	assert_string_equal(err, "this host cannot take vCPU 0's CPU state: XCR0 bit 2 avx (the "
+				 "guest enabled it; not offered here)");
+	/* Everything offered: nothing changes, nothing noted. */
+	int before = ns.n;
+	assert_int_equal(
+	    cpu_compat_xsave(0, xs, sizeof(xs), 0x7, 0, 0x207, collect, &ns, err, sizeof(err)), 0);
+	assert_int_equal(get_le64(xs + 512), 0x7);
+	assert_int_equal(ns.n, before);
+	assert_int_equal(cpu_compat_xsave(0, xs, 100, 1, 0, 0x7, collect, &ns, err, sizeof(err)),
+			 -EINVAL);
+}
+
 /* Rewrites a finished state file's version and CRCs. */
 static void set_version(struct state_buf *b, uint32_t v)
 {
@@ -402,6 +449,7 @@ int main(void)
 	    cmocka_unit_test(test_cpuid_feature_refused),
 	    cmocka_unit_test(test_between_box_and_pvm),
 	    cmocka_unit_test(test_state_file_cpuid),
+	    cmocka_unit_test(test_xsave),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
