@@ -9,11 +9,13 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tarfile
 import tempfile
+import zlib
 
-from covetest import Failure, Vm, check, guest, main
+from covetest import Failure, Vm, check, guest, main, run_cove
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
@@ -135,9 +137,116 @@ def test_pvm_chain(tmp):
     restore_elsewhere(tmp, "chain-pvm")
 
 
+# The state file (snapshot/state_file.c): header magic, version, header size, body length, body
+# CRC, header CRC; sections type, instance, length, reserved, payload padded to 8.
+SEC_MSRS, SEC_CPUID = 9, 15
+
+
+def read_state(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    secs, pos = [], 32
+    while pos < len(b):
+        t, inst, ln, _ = struct.unpack_from("<IIII", b, pos)
+        secs.append([t, inst, b[pos + 16:pos + 16 + ln]])
+        pos += 16 + ((ln + 7) & ~7)
+    return b[:32], secs
+
+
+def write_state(path, hdr, secs):
+    body = b"".join(struct.pack("<IIII", t, i, len(p), 0) + p + b"\0" * (-len(p) % 8)
+                    for t, i, p in secs)
+    h = bytearray(hdr[:16]) + struct.pack("<QI", len(body), zlib.crc32(body))
+    h += struct.pack("<I", zlib.crc32(bytes(h)))
+    with open(path, "wb") as f:
+        f.write(bytes(h) + body)
+
+
+def edited_chain(src, dst, edit):
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "state-000001")
+    hdr, secs = read_state(path)
+    edit({(t, i): s for t, i, s in ((s[0], s[1], s) for s in secs)})
+    write_state(path, hdr, secs)
+    return dst
+
+
+def saved_msrs(sec):
+    return {struct.unpack_from("<I", sec[2], k)[0] for k in range(0, len(sec[2]), 16)}
+
+
+def add_msr(index, value):
+    def edit(secs):
+        s = secs[(SEC_MSRS, 0)]
+        s[2] += struct.pack("<IIQ", index, 0, value)
+    return edit
+
+
+def test_cpu_rule_here(tmp):
+    """The rule end to end on this host's KVM: a chain saved here, then given an MSR this KVM
+    does not save (at a droppable value: restores, with the line naming it; at a value a guest
+    relies on: refused naming it) or a CPUID feature this host does not offer (refused)."""
+    d = os.path.join(tmp, "chain")
+    with Vm(guest("counter"), mem="2M", extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 2\n")
+        last = vm.pause_at_tick()
+        vm.snapshot("Full")
+        vm.stop(signal.SIGKILL)
+    hdr, secs = read_state(os.path.join(d, "state-000001"))
+    check(struct.unpack_from("<I", hdr, 8)[0] == 2, "state file is not version 2")
+    have = saved_msrs(next(s for s in secs if s[:2] == [SEC_MSRS, 0]))
+    cpuid = next((s for s in secs if s[:2] == [SEC_CPUID, 0]), None)
+    check(cpuid is not None and len(cpuid[2]) % 40 == 0, "no CPUID recorded for vCPU 0")
+
+    drop = [(0x1db, "LASTBRANCHFROMIP"), (0x34, "SMI_COUNT"), (0x8b, "IA32_UCODE_REV"),
+            (0x40000020, "HV_X64_TIME_REF_COUNT")]
+    index, name = next((i, n) for i, n in drop if i not in have)
+    c = edited_chain(d, os.path.join(tmp, "drop"), add_msr(index, 0x1234))
+    with Vm(None, restore=c) as r:
+        r.wait_output(f"tick {last + 1}\n")
+        r.stop(signal.SIGKILL)
+        err = r.stderr()
+    want = f"vCPU 0: MSR {index:#x} {name} dropped (this host's KVM does not save it): "
+    check(want in err, f"no line {want!r} in {err!r}")
+    print(f"  {next(x for x in err.splitlines() if want in x)}")
+
+    refuse = [(0x1d9, "IA32_DEBUGCTL"), (0x122, "IA32_TSX_CTRL"), (0x3f1, "IA32_PEBS_ENABLE"),
+              (0x6a0, "IA32_U_CET")]
+    index, name = next((i, n) for i, n in refuse if i not in have)
+    c = edited_chain(d, os.path.join(tmp, "refuse"), add_msr(index, 1))
+    r = run_cove(["restore", c])
+    want = (f"cove: error: this host cannot take vCPU 0's CPU state: MSR {index:#x} {name} = "
+            f"0x1, not its reset value 0x0 (")
+    check(r.returncode != 0 and want in r.stderr and r.stderr.count("cove: error:") == 1,
+          f"restore with an armed {name}: {r.returncode} {r.stderr!r}")
+    print(f"  {want}...")
+
+    # A leaf-7 feature this host does not offer (what it offers is what the chain recorded).
+    ebx = None
+    for k in range(0, len(cpuid[2]), 40):
+        fn, idx, _flags, _a, b = struct.unpack_from("<IIIII", cpuid[2], k)
+        if fn == 7 and idx == 0:
+            ebx = (k, b)
+    check(ebx is not None, "recorded CPUID has no leaf 7")
+    features = [(16, "avx512f"), (11, "rtm"), (14, "mpx"), (4, "hle"), (2, "sgx"), (30, "avx512bw")]
+    bit, name = next((b, n) for b, n in features if not ebx[1] & (1 << b))
+
+    def more_cpuid(secs):
+        s = secs[(SEC_CPUID, 0)]
+        s[2] = s[2][:ebx[0] + 16] + struct.pack("<I", ebx[1] | 1 << bit) + s[2][ebx[0] + 20:]
+    c = edited_chain(d, os.path.join(tmp, "cpuid"), more_cpuid)
+    r = run_cove(["restore", c])
+    want = f"CPUID 0x7.0 EBX bit {bit} {name} not offered here"
+    check(r.returncode != 0 and want in r.stderr and r.stderr.count("cove: error:") == 1,
+          f"restore with {name} in CPUID: {r.returncode} {r.stderr!r}")
+    print(f"  cove: error: ...{want}")
+    print("ok CPU-state rule on this host: MSR dropped with its line, MSR and CPUID refused")
+
+
 def run_all():
     for t in (test_chain_v2_restores, test_chain_v2_without_vsock_uds,
-              test_table_device_restores, test_box_chain, test_pvm_chain):
+              test_table_device_restores, test_box_chain, test_pvm_chain,
+              test_cpu_rule_here):
         tmp = tempfile.mkdtemp(prefix="cove-fixture-")
         try:
             t(tmp)
