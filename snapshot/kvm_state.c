@@ -260,7 +260,7 @@ out:
  */
 static int set_msrs(struct vm *vm, struct vcpu *v, struct kvm_msrs *msrs, char *err, size_t errlen)
 {
-	uint32_t id = (uint32_t)v->id, total = msrs->nmsrs;
+	uint32_t id = (uint32_t)v->id, total = msrs->nmsrs, done = 0;
 	while (msrs->nmsrs) {
 		int k = kvm_ioctl_raw(v->fd, KVM_SET_MSRS, msrs);
 		if (k < 0)
@@ -276,11 +276,12 @@ static int set_msrs(struct vm *vm, struct vcpu *v, struct kvm_msrs *msrs, char *
 			    "restoring vCPU %u: KVM refused MSR 0x%x%s%s = 0x%llx (%u of %u "
 			    "set)",
 			    id, e->index, name ? " " : "", name ? name : "",
-			    (unsigned long long)e->data, (unsigned)k, total);
+			    (unsigned long long)e->data, done + (uint32_t)k, total);
 		log_warn(vm->log,
 			 "vCPU %u: MSR 0x%x %s = 0x%llx dropped: this host's KVM refused the value "
 			 "and CPU_COMPAT.md lets it go",
 			 id, e->index, name, (unsigned long long)e->data);
+		done += (uint32_t)k;
 		uint32_t rest = msrs->nmsrs - (uint32_t)k - 1;
 		memmove(msrs->entries, msrs->entries + k + 1, rest * sizeof(msrs->entries[0]));
 		msrs->nmsrs = rest;

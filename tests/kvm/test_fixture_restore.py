@@ -210,6 +210,25 @@ def test_cpu_rule_here(tmp):
     check(want in err, f"no line {want!r} in {err!r}")
     print(f"  {next(x for x in err.splitlines() if want in x)}")
 
+    # A value this host's KVM refuses (PERF_CAPABILITIES beyond what it supports): the table
+    # lets that MSR go, so it is dropped with its line and the MSRs after it are still set.
+    if 0x345 in have:
+        def bad_perf_caps(secs):
+            p = bytearray(secs[(SEC_MSRS, 0)][2])
+            for k in range(0, len(p), 16):
+                if struct.unpack_from("<I", p, k)[0] == 0x345:
+                    struct.pack_into("<Q", p, k + 8, 2**64 - 1)
+            secs[(SEC_MSRS, 0)][2] = bytes(p)
+        c = edited_chain(d, os.path.join(tmp, "value"), bad_perf_caps)
+        with Vm(None, restore=c) as r:
+            r.wait_output(f"tick {last + 1}\n")
+            r.stop(signal.SIGKILL)
+            err = r.stderr()
+        want = ("vCPU 0: MSR 0x345 IA32_PERF_CAPABILITIES = 0xffffffffffffffff dropped: this "
+                "host's KVM refused the value")
+        check(want in err, f"no line {want!r} in {err!r}")
+        print(f"  {next(x for x in err.splitlines() if want in x)}")
+
     refuse = [(0x1d9, "IA32_DEBUGCTL"), (0x122, "IA32_TSX_CTRL"), (0x3f1, "IA32_PEBS_ENABLE"),
               (0x6a0, "IA32_U_CET")]
     index, name = next((i, n) for i, n in refuse if i not in have)
