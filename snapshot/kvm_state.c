@@ -9,10 +9,15 @@
 #include <linux/kvm.h>
 
 #include "common/errmsg.h"
+#include "snapshot/cpu_compat.h"
+#include "vmm/cpuid.h"
 #include "vmm/kvm_util.h"
 #include "vmm/vm.h"
 
 #define MAX_MSRS 256
+
+_Static_assert(sizeof(struct kvm_cpuid_entry2) == STATE_CPUID_ENTRY_SIZE,
+	       "the state file's CPUID entry is KVM's struct");
 
 /* The MSRs KVM saves and restores for this host: what a snapshot may hold. NULL on error. */
 static struct kvm_msr_list *msr_index_list(struct vm *vm)
@@ -96,6 +101,19 @@ static int save_vcpu(struct vm *vm, struct vcpu *v, struct state_buf *b)
 	r = save_msrs(vm, v, b);
 	if (r)
 		goto out;
+	/* What this vCPU was given by KVM_SET_CPUID2: a later host is checked against it. */
+	struct kvm_cpuid2 *c = cpuid_for_vcpu(vm->cpuid, v->id, vm->nr_vcpus);
+	if (!c) {
+		r = -ENOMEM;
+		goto out;
+	}
+	if (c->nent > STATE_MAX_CPUID) {
+		free(c);
+		r = -E2BIG;
+		goto out;
+	}
+	state_put(b, SEC_VCPU_CPUID, id, c->entries, c->nent * sizeof(c->entries[0]));
+	free(c);
 	/* Events last: reading the others must not change what is pending. */
 	if ((r = KVM_IOCTL(vm->log, v->fd, KVM_GET_VCPU_EVENTS, &ev)) < 0)
 		goto out;
@@ -168,34 +186,107 @@ static const void *need(const struct state_section_ref *s, size_t n, uint32_t ty
 				      strerror(-_r));                                              \
 	} while (0)
 
+static void log_note(void *ctx, int warn, const char *line)
+{
+	struct vm *vm = ctx;
+	if (warn)
+		log_warn(vm->log, "%s", line);
+	else
+		log_info(vm->log, "%s", line);
+}
+
 /*
- * Every saved MSR must be one KVM lists for save/restore here, each at most once: the count is
- * then bounded by what we saved. The values are KVM's to check (KVM_SET_MSRS stops at the
- * first one it refuses, and restore_vcpu reports that MSR).
+ * The CPU-state rule (cpu_compat.c): the MSRs both sides have go to `msrs` for KVM_SET_MSRS,
+ * the chain's other MSRs are dropped or refused per CPU_COMPAT.md, and the CPUID the guest saw
+ * must be what this host offers. The values are KVM's to check (KVM_SET_MSRS stops at the
+ * first one it refuses; set_msrs deals with that).
  */
-static int check_msrs(struct vm *vm, uint32_t id, const struct kvm_msr_entry *e, uint32_t n,
-		      char *err, size_t errlen)
+static int check_cpu(struct vm *vm, uint32_t id, const struct state_section_ref *s, size_t n,
+		     const struct kvm_msr_entry *saved, uint32_t nsaved, struct kvm_msrs *msrs,
+		     struct kvm_xsave *xs, const struct kvm_xcrs *xcrs,
+		     const struct kvm_sregs *sregs, char *err, size_t errlen)
 {
 	struct kvm_msr_list *list = msr_index_list(vm);
 	if (!list)
 		return errmsg(err, errlen, -EIO, "restoring vCPU %u: cannot list KVM's MSRs", id);
-	int r = 0;
-	if (n > list->nmsrs)
-		r = errmsg(err, errlen, -EINVAL,
-			   "state file: vCPU %u has %u MSRs, more than the %u KVM saves", id, n,
-			   list->nmsrs);
-	for (uint32_t i = 0; i < n && !r; i++) {
-		bool listed = false, dup = false;
-		for (uint32_t k = 0; k < list->nmsrs && !listed; k++)
-			listed = list->indices[k] == e[i].index;
-		for (uint32_t k = 0; k < i && !dup; k++)
-			dup = e[k].index == e[i].index;
-		if (!listed || dup)
-			r = errmsg(err, errlen, -EINVAL, "state file: vCPU %u MSR 0x%x is %s", id,
-				   e[i].index, dup ? "listed twice" : "not one KVM saves");
+	struct kvm_cpuid2 *host = cpuid_for_vcpu(vm->cpuid, (int)id, vm->nr_vcpus);
+	struct kvm_cpuid_entry2 *seen = NULL;
+	const struct state_section_ref *csec = state_find(s, n, SEC_VCPU_CPUID, id);
+	int r = -ENOMEM;
+	if (!host)
+		goto out;
+	if (csec && csec->len) {
+		/* A copy: the payload is only 8-byte aligned. state_parse bounded its size. */
+		seen = malloc(csec->len);
+		if (!seen)
+			goto out;
+		memcpy(seen, csec->payload, csec->len);
 	}
+	struct cpu_compat_in in = {
+	    .vcpu = id,
+	    .msrs = saved,
+	    .nmsrs = nsaved,
+	    .host_msrs = list->indices,
+	    .nhost_msrs = list->nmsrs,
+	    .cpuid = seen,
+	    .ncpuid = csec ? csec->len / (uint32_t)sizeof(*seen) : 0,
+	    .host_cpuid = host->entries,
+	    .nhost_cpuid = host->nent,
+	};
+	r = cpu_compat_check(&in, msrs->entries, &msrs->nmsrs, log_note, vm, err, errlen);
+	if (r)
+		goto out;
+	/* XSAVE state the guest holds must fit this host's XSAVE features (CPUID 0xD.0). */
+	uint64_t xcr0 = 1, host_xf = 0;
+	for (uint32_t i = 0; i < xcrs->nr_xcrs && i < KVM_MAX_XCRS; i++)
+		if (xcrs->xcrs[i].xcr == 0)
+			xcr0 = xcrs->xcrs[i].value;
+	for (uint32_t i = 0; i < host->nent; i++)
+		if (host->entries[i].function == 0xd && host->entries[i].index == 0)
+			host_xf = host->entries[i].eax | (uint64_t)host->entries[i].edx << 32;
+	r = cpu_compat_xsave(id, (uint8_t *)xs->region, sizeof(xs->region), xcr0, sregs->cr4,
+			     host_xf, log_note, vm, err, errlen);
+out:
+	free(seen);
+	free(host);
 	free(list);
 	return r;
+}
+
+/*
+ * KVM_SET_MSRS stops at the first value KVM refuses. Such an MSR that the table lets go (a
+ * description of the old host, say) is dropped with a log line and the rest are set; any other
+ * is named.
+ */
+static int set_msrs(struct vm *vm, struct vcpu *v, struct kvm_msrs *msrs, char *err, size_t errlen)
+{
+	uint32_t id = (uint32_t)v->id, total = msrs->nmsrs, done = 0;
+	while (msrs->nmsrs) {
+		int k = kvm_ioctl_raw(v->fd, KVM_SET_MSRS, msrs);
+		if (k < 0)
+			return errmsg(err, errlen, k, "restoring vCPU %u: KVM_SET_MSRS failed: %s",
+				      id, strerror(-k));
+		if ((uint32_t)k >= msrs->nmsrs)
+			return 0;
+		const struct kvm_msr_entry *e = &msrs->entries[k];
+		const char *name = cpu_msr_name(e->index);
+		if (!cpu_msr_droppable(e->index, e->data))
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "restoring vCPU %u: KVM refused MSR 0x%x%s%s = 0x%llx (%u of %u "
+			    "set)",
+			    id, e->index, name ? " " : "", name ? name : "",
+			    (unsigned long long)e->data, done + (uint32_t)k, total);
+		log_warn(vm->log,
+			 "vCPU %u: MSR 0x%x %s = 0x%llx dropped: this host's KVM refused the value "
+			 "and CPU_COMPAT.md lets it go",
+			 id, e->index, name, (unsigned long long)e->data);
+		done += (uint32_t)k;
+		uint32_t rest = msrs->nmsrs - (uint32_t)k - 1;
+		memmove(msrs->entries, msrs->entries + k + 1, rest * sizeof(msrs->entries[0]));
+		msrs->nmsrs = rest;
+	}
+	return 0;
 }
 
 /*
@@ -256,9 +347,15 @@ static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_sectio
 		return -ENOMEM;
 	}
 	memcpy(xsave, xs, sizeof(*xsave));
-	msrs->nmsrs = nmsrs;
-	memcpy(msrs->entries, msec->payload, msec->len);
-	int rc = check_msrs(vm, id, msrs->entries, nmsrs, err, errlen);
+	struct kvm_msr_entry *saved = malloc(msec->len ? msec->len : 1);
+	if (!saved) {
+		free(xsave);
+		free(msrs);
+		return -ENOMEM;
+	}
+	memcpy(saved, msec->payload, msec->len);
+	int rc = check_cpu(vm, id, s, n, saved, nmsrs, msrs, xsave, &x, &sr, err, errlen);
+	free(saved);
 	if (rc) {
 		free(xsave);
 		free(msrs);
@@ -276,13 +373,13 @@ static int restore_vcpu(struct vm *vm, struct vcpu *v, const struct state_sectio
 	e.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR |
 		   KVM_VCPUEVENT_VALID_SHADOW;
 	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
-		int k = kvm_ioctl_raw(v->fd, reqs[i], args[i]);
-		if (reqs[i] == KVM_SET_MSRS && k >= 0 && (uint32_t)k != nmsrs) {
-			rc = errmsg(err, errlen, -EINVAL,
-				    "restoring vCPU %u: KVM took %d of %u MSRs (MSR 0x%x refused)",
-				    id, k, nmsrs, msrs->entries[k].index);
-			break;
+		if (reqs[i] == KVM_SET_MSRS) {
+			rc = set_msrs(vm, v, msrs, err, errlen);
+			if (rc)
+				break;
+			continue;
 		}
+		int k = kvm_ioctl_raw(v->fd, reqs[i], args[i]);
 		if (k < 0) {
 			rc = errmsg(err, errlen, k, "restoring vCPU %u: %s failed: %s", id,
 				    names[i], strerror(-k));

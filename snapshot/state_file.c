@@ -1,4 +1,5 @@
-/* Snapshot state file: a checksummed header over typed sections (TLV); writer and bounds-checked reader. */
+/* Snapshot state file: a checksummed header over typed sections (TLV); writer and bounds-checked
+ * reader. */
 #include "snapshot/state_file.h"
 
 #include <errno.h>
@@ -7,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 
 #include "common/byteorder.h"
 #include "common/crc32.h"
@@ -106,10 +106,10 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 	if (get_le32(buf + 28) != crc32_update(0, buf, 28))
 		return errmsg(err, errlen, -EINVAL, "state file header is corrupt (CRC mismatch)");
 	uint32_t version = get_le32(buf + 8);
-	if (version != STATE_VERSION)
+	if (version < STATE_MIN_VERSION || version > STATE_VERSION)
 		return errmsg(err, errlen, -EINVAL,
-			      "state file version %u is not supported (this cove reads %u)", version,
-			      STATE_VERSION);
+			      "state file version %u is not supported (this cove reads %u to %u)",
+			      version, STATE_MIN_VERSION, STATE_VERSION);
 	if (get_le32(buf + 12) != STATE_HDR_SIZE)
 		return errmsg(err, errlen, -EINVAL, "state file header size is wrong");
 	uint64_t body = get_le64(buf + 16);
@@ -117,9 +117,10 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 		return errmsg(err, errlen, -EINVAL, "state file body is too large (%llu bytes)",
 			      (unsigned long long)body);
 	if (body != len - STATE_HDR_SIZE)
-		return errmsg(err, errlen, -EINVAL,
-			      "state file is truncated or has trailing bytes (%zu of %llu body bytes)",
-			      len - STATE_HDR_SIZE, (unsigned long long)body);
+		return errmsg(
+		    err, errlen, -EINVAL,
+		    "state file is truncated or has trailing bytes (%zu of %llu body bytes)",
+		    len - STATE_HDR_SIZE, (unsigned long long)body);
 	if (get_le32(buf + 24) != crc32_update(0, buf + STATE_HDR_SIZE, (size_t)body))
 		return errmsg(err, errlen, -EINVAL, "state file is corrupt (CRC mismatch)");
 
@@ -131,7 +132,8 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 	while (pos < len) {
 		if (len - pos < SEC_HDR) {
 			free(s);
-			return errmsg(err, errlen, -EINVAL, "state file: section header past the end");
+			return errmsg(err, errlen, -EINVAL,
+				      "state file: section header past the end");
 		}
 		uint32_t type = get_le32(buf + pos), inst = get_le32(buf + pos + 4);
 		uint32_t slen = get_le32(buf + pos + 8);
@@ -146,6 +148,14 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 			return errmsg(err, errlen, -EINVAL, "state file: unknown section type %u",
 				      type);
 		}
+		/* A section newer than the file's version is not one its writer could have put. */
+		if (type == SEC_VCPU_CPUID && (version < 2 || slen % STATE_CPUID_ENTRY_SIZE ||
+					       slen / STATE_CPUID_ENTRY_SIZE > STATE_MAX_CPUID)) {
+			free(s);
+			return errmsg(err, errlen, -EINVAL,
+				      "state file: CPUID of vCPU %u is bad (%u bytes, version %u)",
+				      inst, slen, version);
+		}
 		if (cnt == cap) {
 			cap *= 2;
 			struct state_section_ref *ns = realloc(s, cap * sizeof(*s));
@@ -155,7 +165,7 @@ int state_parse(const uint8_t *buf, size_t len, struct state_section_ref **out, 
 			}
 			s = ns;
 		}
-		s[cnt++] = (struct state_section_ref){ type, inst, buf + pos + SEC_HDR, slen };
+		s[cnt++] = (struct state_section_ref){type, inst, buf + pos + SEC_HDR, slen};
 		pos += SEC_HDR + padded;
 	}
 	*out = s;

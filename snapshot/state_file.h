@@ -1,4 +1,5 @@
-/* Snapshot state file: a checksummed header over typed sections (TLV); writer and bounds-checked reader. */
+/* Snapshot state file: a checksummed header over typed sections (TLV); writer and bounds-checked
+ * reader. */
 #ifndef COVE_STATE_FILE_H
 #define COVE_STATE_FILE_H
 
@@ -6,27 +7,33 @@
 #include <stdint.h>
 
 #define STATE_MAGIC "COVESTAT"
-#define STATE_VERSION 1
-#define STATE_HDR_SIZE 32
+/* 2 added SEC_VCPU_CPUID; version 1 files (no CPUID recorded) still load. */
+#define STATE_VERSION	  2
+#define STATE_MIN_VERSION 1
+#define STATE_HDR_SIZE	  32
 /* A state file holds registers and device structs: a few hundred KiB even with 64 vCPUs. */
-#define STATE_MAX_BODY (16u << 20)
+#define STATE_MAX_BODY	  (16u << 20)
 #define STATE_MAX_SECTION (1u << 20)
+/* CPUID entries per vCPU: KVM_GET_SUPPORTED_CPUID gives ~60; cove asks for at most 256. */
+#define STATE_MAX_CPUID	       256
+#define STATE_CPUID_ENTRY_SIZE 40 /* sizeof(struct kvm_cpuid_entry2), checked in kvm_state.c */
 
 enum state_section {
-	SEC_CONFIG = 1,	  /* JSON: how to rebuild the machine (memory, vCPUs, devices) */
-	SEC_CLOCK,	  /* struct kvm_clock_data */
-	SEC_IRQCHIP,	  /* struct kvm_irqchip; instance = chip id */
-	SEC_PIT,	  /* struct kvm_pit_state2 */
-	SEC_VCPU_REGS,	  /* instance = vCPU id, for every SEC_VCPU_* */
+	SEC_CONFIG = 1, /* JSON: how to rebuild the machine (memory, vCPUs, devices) */
+	SEC_CLOCK,	/* struct kvm_clock_data */
+	SEC_IRQCHIP,	/* struct kvm_irqchip; instance = chip id */
+	SEC_PIT,	/* struct kvm_pit_state2 */
+	SEC_VCPU_REGS,	/* instance = vCPU id, for every SEC_VCPU_* */
 	SEC_VCPU_SREGS,
 	SEC_VCPU_XSAVE,
 	SEC_VCPU_XCRS,
-	SEC_VCPU_MSRS,	  /* array of struct kvm_msr_entry */
+	SEC_VCPU_MSRS, /* array of struct kvm_msr_entry */
 	SEC_VCPU_LAPIC,
 	SEC_VCPU_EVENTS,
 	SEC_VCPU_MP_STATE,
 	SEC_VCPU_DEBUGREGS,
-	SEC_DEVICE,	  /* instance = device slot; payload = that device's plain state struct */
+	SEC_DEVICE,	/* instance = device slot; payload = that device's plain state struct */
+	SEC_VCPU_CPUID, /* version 2: array of struct kvm_cpuid_entry2, what the guest saw */
 	SEC_MAX,
 };
 

@@ -46,7 +46,9 @@ def write_state(path, secs):
     body = b""
     for t, inst, p in secs:
         body += struct.pack("<IIII", t, inst, len(p), 0) + p + b"\0" * (((len(p) + 7) & ~7) - len(p))
-    hdr = b"COVESTAT" + struct.pack("<IIQI", 1, 32, len(body), zlib.crc32(body))
+    with open(path, "rb") as f:  # the writer's format version (2 records CPUID), kept
+        version = struct.unpack_from("<I", f.read(12), 8)[0]
+    hdr = b"COVESTAT" + struct.pack("<IIQI", version, 32, len(body), zlib.crc32(body))
     hdr += struct.pack("<I", zlib.crc32(hdr))
     with open(path, "wb") as f:
         f.write(hdr + body)

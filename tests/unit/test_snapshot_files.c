@@ -221,10 +221,10 @@ static void test_state_bad_files(void **st)
 	expect_state_error(img, len, "bad magic");
 
 	RESET();
-	put_le32(img + 8, 2);
+	put_le32(img + 8, 3);
 	expect_state_error(img, len, "header is corrupt"); /* CRC catches it first */
 	state_fix_hdr(img);
-	expect_state_error(img, len, "version 2 is not supported");
+	expect_state_error(img, len, "version 3 is not supported");
 	RESET();
 	put_le32(img + 8, 0);
 	state_fix_hdr(img);
