@@ -772,15 +772,194 @@ static void test_policy_errors(void **state)
 	    "egress.rules[0].host");
 }
 
+/* ---- pipelining: an upstream that ignores "Connection: close" and logs every request line ---- */
+
+struct logup {
+	int lfd, port;
+	pthread_t t;
+	volatile int stop;
+	pthread_mutex_t mu;
+	char log[8192]; /* request lines, one a line */
+	size_t loglen;
+	unsigned conns;
+};
+
+static void logup_note(struct logup *u, const char *line, size_t len)
+{
+	pthread_mutex_lock(&u->mu);
+	if (u->loglen + len + 2 < sizeof(u->log)) {
+		memcpy(u->log + u->loglen, line, len);
+		u->loglen += len;
+		u->log[u->loglen++] = '\n';
+		u->log[u->loglen] = '\0';
+	}
+	pthread_mutex_unlock(&u->mu);
+}
+
+/* Answers every request head on the connection (body: its request line), skipping a
+ * Content-Length body, and reads on whatever the request said about closing. */
+static void logup_serve(struct logup *u, int fd)
+{
+	char buf[65536];
+	size_t len = 0;
+
+	for (;;) {
+		char *e, *cl, resp[1024];
+		size_t hl, ll, blen = 0;
+		int rl;
+
+		while (!(e = memmem(buf, len, "\r\n\r\n", 4))) {
+			ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+
+			if (n <= 0 || len + (size_t)n >= sizeof(buf) - 1)
+				return;
+			len += (size_t)n;
+		}
+		buf[len] = '\0';
+		hl = (size_t)(e + 4 - buf);
+		ll = strcspn(buf, "\r\n");
+		logup_note(u, buf, ll);
+		cl = strcasestr(buf, "\r\nContent-Length: ");
+		if (cl && cl < e)
+			blen = strtoul(cl + 18, NULL, 10);
+		while (len < hl + blen) {
+			ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+
+			if (n <= 0)
+				return;
+			len += (size_t)n;
+		}
+		/* The body is the request line, '|' and the body length as 6 digits at most. */
+		rl = snprintf(resp, sizeof(resp),
+			      "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%.*s|%06zu",
+			      ll + 1 + 6, (int)ll, buf, blen % 1000000);
+		if (send(fd, resp, (size_t)rl, MSG_NOSIGNAL) != rl)
+			return;
+		memmove(buf, buf + hl + blen, len - hl - blen);
+		len -= hl + blen;
+	}
+}
+
+static void *logup_main(void *arg)
+{
+	struct logup *u = arg;
+
+	while (!u->stop) {
+		struct pollfd p = {.fd = u->lfd, .events = POLLIN};
+		int fd;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		fd = accept(u->lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		pthread_mutex_lock(&u->mu);
+		u->conns++;
+		pthread_mutex_unlock(&u->mu);
+		logup_serve(u, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void logup_start(struct logup *u)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+
+	memset(u, 0, sizeof(*u));
+	pthread_mutex_init(&u->mu, NULL);
+	u->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(u->lfd >= 0);
+	assert_int_equal(bind(u->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(u->lfd, 16), 0);
+	assert_int_equal(getsockname(u->lfd, (struct sockaddr *)&sa, &sl), 0);
+	u->port = ntohs(sa.sin_port);
+	assert_int_equal(pthread_create(&u->t, NULL, logup_main, u), 0);
+}
+
+static void logup_stop(struct logup *u)
+{
+	u->stop = 1;
+	pthread_join(u->t, NULL);
+	close(u->lfd);
+	pthread_mutex_destroy(&u->mu);
+}
+
+/* The answer the upstream gives to a request line with a body of blen bytes. */
+static void logup_answer(char *out, size_t cap, const char *line, size_t blen)
+{
+	snprintf(out, cap, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%s|%06zu",
+		 strlen(line) + 7, line, blen);
+}
+
+/* The guest's pipelined requests in one write, then its half-close; everything back. */
+static char *pipeline(const struct fx *f, const char *reqs)
+{
+	return ask(f, reqs);
+}
+
+static char *only_get(const struct logup *u, char *pol, size_t cap)
+{
+	snprintf(pol, cap,
+		 "{\"egress\":{\"rules\":[{\"host\":\"127.0.0.1\",\"ports\":[%d],"
+		 "\"methods\":[\"GET\",\"POST\"],\"allow_private\":true}],\"idle_timeout_s\":5}}",
+		 u->port);
+	return pol;
+}
+
+/* Every request on a plain-HTTP connection is checked: two allowed GETs pipelined in one write
+ * are both served (each by its own upstream connection), the DELETE behind them is refused
+ * with a 403 after their answers and never reaches the upstream, nor does anything after it. */
+static void test_pipeline_method(void **state)
+{
+	struct fx f;
+	struct logup u;
+	char pol[512], req[1024], want[2048], a1[256], a2[256], *r, *log;
+
+	(void)state;
+	logup_start(&u);
+	fx_start(&f, only_get(&u, pol, sizeof(pol)));
+	snprintf(req, sizeof(req),
+		 "GET http://127.0.0.1:%d/one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+		 "GET http://127.0.0.1:%d/two HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+		 "DELETE http://127.0.0.1:%d/admin/users/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+		 "GET http://127.0.0.1:%d/three HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+		 u.port, u.port, u.port, u.port);
+	r = pipeline(&f, req);
+	logup_answer(a1, sizeof(a1), "GET /one HTTP/1.1", 0);
+	logup_answer(a2, sizeof(a2), "GET /two HTTP/1.1", 0);
+	snprintf(want, sizeof(want),
+		 "%s%sHTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 57\r\n"
+		 "Connection: close\r\n\r\ncove-egress: denied: egress rule 0 does not allow "
+		 "DELETE\n",
+		 a1, a2);
+	if (strcmp(r, want))
+		fail_msg("got:\n%s\nwanted:\n%s", r, want);
+	free(r);
+	assert_int_equal(fx_stop(&f, &log), 3);
+	logup_stop(&u);
+	assert_string_equal(u.log, "GET /one HTTP/1.1\nGET /two HTTP/1.1\n");
+	assert_int_equal(u.conns, 2);
+	if (!strstr(log, "\"method\":\"DELETE\",\"host\":\"127.0.0.1\"") ||
+	    !strstr(log, "\"decision\":\"deny\",\"rule\":null,\"reason\":\"egress rule 0 does not "
+			 "allow DELETE\",\"status\":403,"))
+		fail_msg("%s", log);
+	assert_non_null(strstr(log, "\"decision\":\"allow\",\"rule\":0,\"reason\":\"closed\","
+				    "\"status\":0,\"bytes_up\":0,\"bytes_down\":63,"));
+	free(log);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_head_parse),	  cmocka_unit_test(test_head_random),
-	    cmocka_unit_test(test_match),	  cmocka_unit_test(test_policy_errors),
-	    cmocka_unit_test(test_dest_literals), cmocka_unit_test(test_connect_tunnel),
-	    cmocka_unit_test(test_get_absolute),  cmocka_unit_test(test_refusals),
-	    cmocka_unit_test(test_bad_heads),	  cmocka_unit_test(test_max_connections),
-	    cmocka_unit_test(test_limits),	  cmocka_unit_test(test_stop_ends_tunnels),
+	    cmocka_unit_test(test_head_parse),	    cmocka_unit_test(test_head_random),
+	    cmocka_unit_test(test_match),	    cmocka_unit_test(test_policy_errors),
+	    cmocka_unit_test(test_dest_literals),   cmocka_unit_test(test_connect_tunnel),
+	    cmocka_unit_test(test_get_absolute),    cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_bad_heads),	    cmocka_unit_test(test_max_connections),
+	    cmocka_unit_test(test_limits),	    cmocka_unit_test(test_stop_ends_tunnels),
+	    cmocka_unit_test(test_pipeline_method),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
