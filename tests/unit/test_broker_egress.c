@@ -950,6 +950,190 @@ static void test_pipeline_method(void **state)
 	free(log);
 }
 
+/* A pipelined request to another host, or to another port of the same host (where a second
+ * logging server listens), is refused after the allowed one's answer and reaches neither;
+ * an origin-form request (the raw "DELETE /admin" an upstream would take) is a bad request. */
+static void test_pipeline_host_port(void **state)
+{
+	static const char *const second[] = {
+	    "DELETE http://other.example:%d/admin/users/1 HTTP/1.1\r\nHost: other.example\r\n\r\n",
+	    "GET http://127.0.0.1:%d/admin/users/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+	    "DELETE /admin/users/1 HTTP/1.1\r\nHost: other.example\r\n\r\n",
+	};
+	struct fx f;
+	struct logup u, other;
+	char pol[512], req[1024], tail[256], want[256], a1[256], *r, *log;
+
+	(void)state;
+	logup_start(&u);
+	logup_start(&other);
+	fx_start(&f, only_get(&u, pol, sizeof(pol)));
+	logup_answer(a1, sizeof(a1), "GET /one HTTP/1.1", 0);
+	for (size_t i = 0; i < 3; i++) {
+		int n = snprintf(req, sizeof(req),
+				 "GET http://127.0.0.1:%d/one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+				 u.port);
+
+		snprintf(req + n, sizeof(req) - (size_t)n, second[i], i ? other.port : u.port);
+		r = pipeline(&f, req);
+		if (strncmp(r, a1, strlen(a1)))
+			fail_msg("case %zu: got \"%s\"", i, r);
+		snprintf(tail, sizeof(tail), "%s", r + strlen(a1));
+		if (i == 0)
+			snprintf(
+			    want, sizeof(want),
+			    "HTTP/1.1 403 Forbidden\r\n%%s\r\n\r\ncove-egress: denied: no egress "
+			    "rule allows other.example:%d\n",
+			    u.port);
+		else if (i == 1)
+			snprintf(
+			    want, sizeof(want),
+			    "HTTP/1.1 403 Forbidden\r\n%%s\r\n\r\ncove-egress: denied: no egress "
+			    "rule allows 127.0.0.1:%d\n",
+			    other.port);
+		else
+			snprintf(
+			    want, sizeof(want),
+			    "HTTP/1.1 400 Bad Request\r\n%%s\r\n\r\ncove-egress: request target "
+			    "must be http://host/... (CONNECT for https)\n");
+		/* Status line first, the body last: the headers between are as for any refusal. */
+		{
+			char *mid = strstr(want, "%s"), *body = strstr(tail, "\r\n\r\n");
+
+			assert_non_null(body);
+			if (strncmp(tail, want, (size_t)(mid - want)) || strcmp(body, mid + 2))
+				fail_msg("case %zu: got \"%s\"", i, tail);
+		}
+		free(r);
+	}
+	assert_int_equal(fx_stop(&f, &log), 6);
+	logup_stop(&u);
+	logup_stop(&other);
+	assert_string_equal(u.log, "GET /one HTTP/1.1\nGET /one HTTP/1.1\nGET /one HTTP/1.1\n");
+	assert_int_equal(other.loglen, 0);
+	assert_int_equal(other.conns, 0);
+	snprintf(want, sizeof(want),
+		 "\"method\":\"DELETE\",\"host\":\"other.example\",\"port\":%d,\"addr\":\"\","
+		 "\"decision\":\"deny\",\"rule\":null,\"reason\":\"no egress rule allows "
+		 "other.example:%d\",\"status\":403,",
+		 u.port, u.port);
+	if (!strstr(log, want))
+		fail_msg("%s", log);
+	snprintf(want, sizeof(want),
+		 "\"method\":\"GET\",\"host\":\"127.0.0.1\",\"port\":%d,\"addr\":\"\","
+		 "\"decision\":\"deny\",\"rule\":null,\"reason\":\"no egress rule allows "
+		 "127.0.0.1:%d\",\"status\":403,",
+		 other.port, other.port);
+	if (!strstr(log, want))
+		fail_msg("%s", log);
+	assert_non_null(strstr(log, "\"status\":400,"));
+	free(log);
+}
+
+/* Bodies are the request's own bytes, never the next head: a Content-Length body that holds a
+ * request line goes upstream as a body, a chunked one goes re-chunked (its extension dropped),
+ * and the GET behind each is checked and served. */
+static void test_pipeline_bodies(void **state)
+{
+	struct fx f;
+	struct logup u;
+	char pol[512], req[2048], want[1024], a[3][256], *r, *log;
+	static const char smuggled[] = "DELETE /admin/users/1 HTTP/1.1\r\nHost: x\r\n\r\n";
+
+	(void)state;
+	logup_start(&u);
+	fx_start(&f, only_get(&u, pol, sizeof(pol)));
+	snprintf(req, sizeof(req),
+		 "POST http://127.0.0.1:%d/p HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s"
+		 "GET http://127.0.0.1:%d/two HTTP/1.1\r\n\r\n",
+		 u.port, strlen(smuggled), smuggled, u.port);
+	r = pipeline(&f, req);
+	logup_answer(a[0], sizeof(a[0]), "POST /p HTTP/1.1", strlen(smuggled));
+	logup_answer(a[1], sizeof(a[1]), "GET /two HTTP/1.1", 0);
+	snprintf(want, sizeof(want), "%s%s", a[0], a[1]);
+	if (strcmp(r, want))
+		fail_msg("got \"%s\"", r);
+	free(r);
+	assert_int_equal(fx_stop(&f, &log), 2);
+	logup_stop(&u);
+	assert_string_equal(u.log, "POST /p HTTP/1.1\nGET /two HTTP/1.1\n");
+	assert_non_null(strstr(log, "\"bytes_up\":43,"));
+	free(log);
+}
+
+/* The body and answer framing on their own: chunked bodies re-chunked without extensions or
+ * trailers and cut at their end, Content-Length bodies cut at theirs, answers after 1xx, HEAD
+ * answers without a body, close-delimited answers. */
+static void test_framing(void **state)
+{
+	static const char chunked_head[] =
+	    "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+	static const char chunked_body[] = "5;ext=1\r\nhello\r\n0\r\nX-Trailer: y\r\n\r\nNEXT";
+	static const char cl_head[] = "POST http://h/ HTTP/1.1\r\nContent-Length: 3\r\n\r\n";
+	struct egress_body *b = malloc(sizeof(*b));
+	struct egress_resp *rp = malloc(sizeof(*rp));
+	char out[EGRESS_BODY_OUT(EGRESS_BODY_IN)];
+	size_t olen, total = 0;
+	long n;
+
+	(void)state;
+	assert_int_equal(egress_body_init(b, chunked_head, strlen(chunked_head)), 0);
+	assert_false(b->done);
+	/* One byte at a time: every split of the framing. */
+	for (size_t i = 0; i < strlen(chunked_body) && !b->done; i++) {
+		n = egress_body_feed(b, chunked_body + i, 1, out + total, sizeof(out) - total,
+				     &olen);
+		assert_int_equal(n, 1);
+		total += olen;
+	}
+	assert_true(b->done);
+	out[total] = '\0';
+	assert_string_equal(out, "1\r\nh\r\n1\r\ne\r\n1\r\nl\r\n1\r\nl\r\n1\r\no\r\n0\r\n\r\n");
+	assert_int_equal(egress_body_init(b, chunked_head, strlen(chunked_head)), 0);
+	n = egress_body_feed(b, chunked_body, strlen(chunked_body), out, sizeof(out), &olen);
+	assert_int_equal(n, (long)strlen(chunked_body) - 4);
+	assert_true(b->done);
+	assert_memory_equal(out, "5\r\nhello\r\n0\r\n\r\n", olen);
+	assert_int_equal(olen, 15);
+	/* A bad chunk size is refused. */
+	assert_int_equal(egress_body_init(b, chunked_head, strlen(chunked_head)), 0);
+	assert_int_equal(egress_body_feed(b, "zz\r\n", 4, out, sizeof(out), &olen), -EINVAL);
+	assert_int_equal(egress_body_init(b, cl_head, strlen(cl_head)), 0);
+	n = egress_body_feed(b, "abcGET", 6, out, sizeof(out), &olen);
+	assert_int_equal(n, 3);
+	assert_int_equal(olen, 3);
+	assert_true(b->done);
+	assert_int_equal(egress_body_init(b, "GET http://h/ HTTP/1.1\r\n\r\n", 26), 0);
+	assert_true(b->done);
+
+	egress_resp_init(rp, false);
+	{
+		static const char a[] = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"
+					"Content-Length: 2\r\n\r\nokEXTRA";
+
+		assert_int_equal(egress_resp_feed(rp, a, strlen(a)), (long)strlen(a) - 5);
+		assert_true(rp->final);
+		assert_int_equal(rp->status, 200);
+	}
+	egress_resp_init(rp, true);
+	assert_int_equal(egress_resp_feed(rp, "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nX", 40),
+			 39);
+	assert_true(rp->final);
+	egress_resp_init(rp, false);
+	assert_int_equal(egress_resp_feed(rp, "HTTP/1.0 200 OK\r\n\r\nuntil the end", 32), 32);
+	assert_false(rp->final);
+	assert_int_equal(egress_resp_feed(rp, NULL, 0), 0);
+	assert_true(rp->final && rp->at_eof);
+	egress_resp_init(rp, false);
+	assert_int_equal(egress_resp_feed(rp, "SSH-2.0-x\r\n", 11), -EINVAL);
+	egress_resp_init(rp, false);
+	assert_int_equal(egress_resp_feed(rp, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab", 41),
+			 41);
+	assert_int_equal(egress_resp_feed(rp, NULL, 0), -EINVAL); /* cut short */
+	free(b);
+	free(rp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -959,7 +1143,8 @@ int main(void)
 	    cmocka_unit_test(test_get_absolute),    cmocka_unit_test(test_refusals),
 	    cmocka_unit_test(test_bad_heads),	    cmocka_unit_test(test_max_connections),
 	    cmocka_unit_test(test_limits),	    cmocka_unit_test(test_stop_ends_tunnels),
-	    cmocka_unit_test(test_pipeline_method),
+	    cmocka_unit_test(test_pipeline_method), cmocka_unit_test(test_pipeline_host_port),
+	    cmocka_unit_test(test_pipeline_bodies), cmocka_unit_test(test_framing),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
