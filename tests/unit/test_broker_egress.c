@@ -1106,6 +1106,20 @@ static void test_framing(void **state)
 	assert_int_equal(egress_body_init(b, "GET http://h/ HTTP/1.1\r\n\r\n", 26), 0);
 	assert_true(b->done);
 
+	/* Two framings at once (a smuggling classic) never get as far as a body. */
+	{
+		static const char both[] = "POST http://h/ HTTP/1.1\r\nContent-Length: 3\r\n"
+					   "Transfer-Encoding: chunked\r\n\r\n";
+		struct egress_head h;
+		char err[128];
+
+		assert_int_equal(egress_head_parse(both, strlen(both), &h, err, sizeof(err)),
+				 -EINVAL);
+		assert_string_equal(err, "bad request head (HPE_UNEXPECTED_CONTENT_LENGTH)");
+		assert_int_equal(egress_body_init(b, both, strlen(both)), -EINVAL);
+		egress_head_free(&h);
+	}
+
 	egress_resp_init(rp, false);
 	{
 		static const char a[] = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"
