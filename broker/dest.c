@@ -16,16 +16,38 @@
 
 static bool v4_private(uint32_t a)
 {
-	return (a >> 24) == 0 ||		    /* 0.0.0.0/8 */
-	       (a >> 24) == 10 ||		    /* 10/8 */
-	       (a >> 22) == (100u << 2 | 1) ||	    /* 100.64/10 CGNAT */
-	       (a >> 24) == 127 ||		    /* loopback */
-	       (a >> 16) == (169u << 8 | 254) ||    /* link-local */
-	       (a >> 20) == (172u << 4 | 1) ||	    /* 172.16/12 */
-	       (a >> 8) == (192u << 16 | 0 << 8) || /* 192.0.0/24 */
-	       (a >> 16) == (192u << 8 | 168) ||    /* 192.168/16 */
-	       (a >> 17) == (198u << 7 | 9) ||	    /* 198.18/15 benchmarking */
-	       (a >> 28) >= 14;			    /* 224/4 multicast, 240/4 reserved */
+	return (a >> 24) == 0 ||			   /* 0.0.0.0/8 */
+	       (a >> 24) == 10 ||			   /* 10/8 */
+	       (a >> 22) == (100u << 2 | 1) ||		   /* 100.64/10 CGNAT */
+	       (a >> 24) == 127 ||			   /* loopback */
+	       (a >> 16) == (169u << 8 | 254) ||	   /* link-local */
+	       (a >> 20) == (172u << 4 | 1) ||		   /* 172.16/12 */
+	       (a >> 8) == (192u << 16 | 0 << 8) ||	   /* 192.0.0/24 */
+	       (a >> 8) == (192u << 16 | 2) ||		   /* 192.0.2/24 TEST-NET-1 */
+	       (a >> 8) == (198u << 16 | 51 << 8 | 100) || /* 198.51.100/24 TEST-NET-2 */
+	       (a >> 8) == (203u << 16 | 0 << 8 | 113) ||  /* 203.0.113/24 TEST-NET-3 */
+	       (a >> 16) == (192u << 8 | 168) ||	   /* 192.168/16 */
+	       (a >> 17) == (198u << 7 | 9) ||		   /* 198.18/15 benchmarking */
+	       (a >> 28) >= 14;				   /* 224/4 multicast, 240/4 reserved */
+}
+
+/* IPv6 blocks refused as a whole: none is a public internet destination. */
+static const struct {
+	uint8_t p[6];
+	unsigned bits;
+} v6_blocked[] = {
+    {{0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48}, /* 64:ff9b:1::/48 local-use NAT64 */
+    {{0x20, 0x01, 0x0d, 0xb8}, 32},		/* 2001:db8::/32 documentation */
+    {{0x3f, 0xff, 0x00}, 20},			/* 3fff::/20 documentation */
+    {{0x20, 0x01, 0x00, 0x02, 0x00, 0x00}, 48}, /* 2001:2::/48 benchmarking */
+};
+
+static bool v6_prefix(const uint8_t *a, const uint8_t *p, unsigned bits)
+{
+	unsigned whole = bits / 8, rest = bits % 8;
+
+	return !memcmp(a, p, whole) &&
+	       (!rest || ((a[whole] ^ p[whole]) & (uint8_t)(0xff << (8 - rest))) == 0);
 }
 
 bool dest_addr_is_private(const struct sockaddr *sa)
@@ -48,6 +70,14 @@ bool dest_addr_is_private(const struct sockaddr *sa)
 			return true;
 		if (!memcmp(b, zero, 12)) /* deprecated IPv4-compatible */
 			return true;
+		/* 6to4 (2002::/16) holds in bits 16-47 the IPv4 address a relay tunnels the packet
+		 * to: it is that address that is reached. */
+		if (b[0] == 0x20 && b[1] == 0x02)
+			return v4_private((uint32_t)b[2] << 24 | (uint32_t)b[3] << 16 |
+					  (uint32_t)b[4] << 8 | b[5]);
+		for (size_t i = 0; i < sizeof(v6_blocked) / sizeof(v6_blocked[0]); i++)
+			if (v6_prefix(b, v6_blocked[i].p, v6_blocked[i].bits))
+				return true;
 		return (b[0] & 0xfe) == 0xfc ||			  /* fc00::/7 ULA */
 		       (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || /* fe80::/10 link-local */
 		       (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) || /* fec0::/10 site-local */

@@ -15,7 +15,9 @@ struct dest_addrs {
 };
 
 /* True for loopback, private (RFC 1918, ULA), link-local, CGNAT, unspecified, multicast,
- * reserved/benchmark ranges, and IPv4-mapped/NAT64 forms of those. */
+ * reserved, benchmark and documentation ranges (IPv4 and IPv6), local-use NAT64
+ * (64:ff9b:1::/48), and the IPv4-mapped, NAT64, IPv4-compatible and 6to4 forms of a private
+ * IPv4 address. */
 bool dest_addr_is_private(const struct sockaddr *sa);
 
 /* Resolves host (all addresses). When !allow_private and any address is private, returns

@@ -169,18 +169,20 @@ void egress_refuse(struct broker *b, int guest_fd, int status, const char *reaso
 	audit_egress(b, &e);
 }
 
-/* Reads until the head ends. Returns its length, 0 when the guest closed first, -E2BIG,
- * -ETIMEDOUT, -ECANCELED (stopping) or -errno. *got is what was read (head and beyond). */
-static long read_head(int fd, int stop_fd, char *buf, size_t cap, size_t *got)
+/* Reads until the head ends; buf already holds *got bytes (what followed the last request).
+ * Returns its length, 0 when the guest closed first, -E2BIG, -ETIMEDOUT, -ECANCELED (stopping)
+ * or -errno. *got is what was read (head and beyond). */
+static long read_head(int fd, int stop_fd, char *buf, size_t cap, size_t *got, int timeout_ms)
 {
-	int64_t deadline = broker_now_ns() + (int64_t)EGRESS_HEAD_TIMEOUT_MS * 1000000;
+	int64_t deadline = broker_now_ns() + (int64_t)timeout_ms * 1000000;
+	long end = egress_head_end(buf, *got);
 
-	*got = 0;
+	if (end)
+		return end;
 	for (;;) {
 		struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
 				      {.fd = stop_fd, .events = POLLIN}};
 		int64_t left = (deadline - broker_now_ns()) / 1000000;
-		long end;
 		ssize_t n;
 
 		if (left <= 0)
@@ -253,6 +255,252 @@ static int open_upstream(struct broker *b, const struct egress_head *h,
 	return fd;
 }
 
+/* Plain HTTP keeps the guest's connection open across requests, and an upstream may read on
+ * after "Connection: close". So every request head on the connection is checked against the
+ * rules and gets an upstream connection of its own; the broker reads the guest's next request
+ * only after this one's body and answer ended, and passes on nothing beyond either end. */
+struct plain {
+	struct broker *b;
+	int gfd, stop_fd;
+	char *buf; /* guest bytes read and not used yet: the next head and what follows */
+	size_t got;
+	uint64_t up, down; /* the connection's totals, for max_bytes */
+};
+
+/* Sends the guest bytes buffered in c (at most what the request's body framing covers) on to
+ * the upstream. Returns NULL to go on, or why the exchange ends. */
+static const char *pump_body(struct plain *c, struct egress_body *bd, int ufd, char *out,
+			     size_t outcap, struct relay_stats *st)
+{
+	const struct egress_policy *pol = &c->b->pol.egress;
+
+	while (!bd->done && c->got) {
+		size_t olen;
+		long used = egress_body_feed(bd, c->buf, c->got, out, outcap, &olen);
+
+		if (used < 0)
+			return "bad request body";
+		if ((uint64_t)used > pol->max_bytes - c->up)
+			return "over max_bytes";
+		if (olen && send_all(ufd, out, olen))
+			return "upstream reset";
+		c->up += (uint64_t)used;
+		st->up += (uint64_t)used;
+		memmove(c->buf, c->buf + used, c->got - (size_t)used);
+		c->got -= (size_t)used;
+	}
+	return NULL;
+}
+
+/* One request's body up and its answer down. *more: the guest's connection can carry the next
+ * request (both ended where their framing says). Returns how the exchange ended. */
+static const char *exchange(struct plain *c, int ufd, struct egress_body *bd, bool head_req,
+			    struct relay_stats *st, bool *more)
+{
+	const struct egress_policy *pol = &c->b->pol.egress;
+	struct egress_resp *rp = malloc(sizeof(*rp));
+	char *out = malloc(EGRESS_BODY_OUT(EGRESS_BODY_IN)), *down = malloc(EGRESS_RELAY_BUF);
+	const char *why = NULL;
+
+	*more = false;
+	if (!rp || !out || !down) {
+		why = "out of memory";
+		goto out;
+	}
+	egress_resp_init(rp, head_req);
+	why = pump_body(c, bd, ufd, out, EGRESS_BODY_OUT(EGRESS_BODY_IN), st);
+	while (!why && !rp->final) {
+		struct pollfd p[3] = {{.fd = c->gfd, .events = POLLIN},
+				      {.fd = ufd, .events = POLLIN},
+				      {.fd = c->stop_fd, .events = POLLIN}};
+		ssize_t n;
+		long used;
+
+		/* Once the body ended the guest's next bytes wait in the socket until the answer
+		 * is over: they are the next request. */
+		if (bd->done || c->got == EGRESS_HEAD_MAX)
+			p[0].fd = -1;
+		n = poll(p, 3, (int)pol->idle_timeout_s * 1000);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			why = "poll failed";
+			break;
+		}
+		if (n == 0) {
+			why = "idle timeout";
+			break;
+		}
+		if (p[2].revents) {
+			why = "broker stopping";
+			break;
+		}
+		if (p[0].revents) {
+			size_t room = EGRESS_HEAD_MAX - c->got;
+
+			n = recv(c->gfd, c->buf + c->got,
+				 room < EGRESS_BODY_IN ? room : EGRESS_BODY_IN, MSG_DONTWAIT);
+			if (n < 0 && errno != EAGAIN && errno != EINTR) {
+				why = "guest reset";
+				break;
+			}
+			if (n == 0) {
+				why = "guest went away"; /* before its body ended */
+				break;
+			}
+			if (n > 0) {
+				c->got += (size_t)n;
+				why =
+				    pump_body(c, bd, ufd, out, EGRESS_BODY_OUT(EGRESS_BODY_IN), st);
+			}
+			if (why)
+				break;
+		}
+		if (!p[1].revents)
+			continue;
+		n = recv(ufd, down, EGRESS_RELAY_BUF, MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (n < 0) {
+			why = "upstream reset";
+			break;
+		}
+		used = egress_resp_feed(rp, down, (size_t)n);
+		if (n == 0) {
+			why = used < 0 ? "upstream closed before its answer ended" : NULL;
+			break;
+		}
+		if (used < 0) {
+			/* Not HTTP the proxy can frame: the guest gets what came, then the end. */
+			send_all(c->gfd, down, (size_t)n);
+			why = "upstream answer not HTTP/1.x";
+			break;
+		}
+		if ((uint64_t)used > pol->max_bytes - c->down) {
+			why = "over max_bytes";
+			break;
+		}
+		if (send_all(c->gfd, down, (size_t)used)) {
+			why = "guest went away";
+			break;
+		}
+		c->down += (uint64_t)used;
+		st->down += (uint64_t)used;
+	}
+	if (!why && !bd->done)
+		why = "answered before the request body ended";
+	/* An answer that ended at the upstream's close tells the guest so only by the close; and
+	 * when the guest's request or the answer says the connection closes, the guest expects
+	 * that close (the answer goes to the guest as it came, its Connection header too). */
+	*more = !why && !rp->at_eof && rp->status != 101 && http_should_keep_alive(&rp->p) &&
+		http_should_keep_alive(&bd->p);
+out:
+	free(rp);
+	free(out);
+	free(down);
+	return why ? why : "closed";
+}
+
+/* Serves the plain-HTTP requests of a connection whose first head (buf[0..end), got bytes read)
+ * parsed into *h. Audits one record per request. */
+static void serve_plain(struct broker *b, int gfd, int stop_fd, char *buf, size_t got, long end,
+			struct egress_head *h, int64_t t0)
+{
+	const struct egress_policy *pol = &b->pol.egress;
+	struct plain c = {.b = b, .gfd = gfd, .stop_fd = stop_fd, .buf = buf, .got = got};
+	char why[512];
+	bool first = true;
+
+	for (;;) {
+		struct egress_rec e = {.decision = "deny",
+				       .rule = -1,
+				       .t0 = first ? t0 : broker_now_ns(),
+				       .method = h->method,
+				       .host = h->host,
+				       .port = h->port};
+		struct egress_body bd;
+		bool more = false;
+		int ufd;
+
+		if (h->is_connect) { /* only after a plain request: CONNECT opens its own */
+			e.status = 400;
+			e.reason = "CONNECT after a request on the same connection";
+			reply_error(gfd, 400, e.reason);
+			audit_egress(b, &e);
+			return;
+		}
+		e.rule = egress_match(pol, h->host, h->port, h->method, why, sizeof(why));
+		if (e.rule < 0) {
+			e.status = 403;
+			e.reason = why;
+			reply_error(gfd, 403, why);
+			audit_egress(b, &e);
+			return;
+		}
+		if (egress_body_init(&bd, c.buf, (size_t)end)) {
+			e.status = 400;
+			e.reason = "bad request framing";
+			reply_error(gfd, 400, e.reason);
+			audit_egress(b, &e);
+			return;
+		}
+		ufd = open_upstream(b, h, &pol->rules[e.rule], stop_fd, &e, why, sizeof(why));
+		if (ufd < 0) {
+			e.reason = why;
+			reply_error(gfd, e.status, why);
+			audit_egress(b, &e);
+			return;
+		}
+		e.decision = "allow";
+		memmove(c.buf, c.buf + end, c.got - (size_t)end);
+		c.got -= (size_t)end;
+		if (send_all(ufd, h->fwd, h->fwd_len)) {
+			e.status = 502;
+			snprintf(why, sizeof(why), "upstream: sending the request failed");
+			e.reason = why;
+			reply_error(gfd, 502, why);
+		} else {
+			e.reason = exchange(&c, ufd, &bd, !strcmp(h->method, "HEAD"), &e.st, &more);
+		}
+		close(ufd);
+		audit_egress(b, &e);
+		if (!more)
+			return;
+		first = false;
+		egress_head_free(h);
+		/* The next request: as long as the connection may stay idle. */
+		end = read_head(gfd, stop_fd, c.buf, EGRESS_HEAD_MAX, &c.got,
+				(int)pol->idle_timeout_s * 1000);
+		if (end == -E2BIG) {
+			struct egress_rec r = {.decision = "deny",
+					       .rule = -1,
+					       .t0 = broker_now_ns(),
+					       .status = 400,
+					       .reason = "request head over 16384 bytes"};
+
+			reply_error(gfd, 400, r.reason);
+			audit_egress(b, &r);
+		}
+		if (end <= 0)
+			return; /* closed, idle or stopping between requests: nothing to answer */
+		if (egress_head_parse(c.buf, (size_t)end, h, why, sizeof(why))) {
+			struct egress_rec r = {.decision = "deny",
+					       .rule = -1,
+					       .t0 = broker_now_ns(),
+					       .method = h->method[0] ? h->method : NULL,
+					       .host = h->host[0] ? h->host : NULL,
+					       .port = h->port,
+					       .status = 400,
+					       .reason = why};
+
+			clean(why);
+			reply_error(gfd, 400, why);
+			audit_egress(b, &r);
+			return;
+		}
+	}
+}
+
 void egress_serve(struct broker *b, int gfd, int stop_fd)
 {
 	const struct egress_policy *pol = &b->pol.egress;
@@ -268,7 +516,7 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 		return;
 	}
 	send_timeout(gfd);
-	end = read_head(gfd, stop_fd, buf, EGRESS_HEAD_MAX, &got);
+	end = read_head(gfd, stop_fd, buf, EGRESS_HEAD_MAX, &got, EGRESS_HEAD_TIMEOUT_MS);
 	if (end <= 0) {
 		e.reason = end == 0	       ? "closed before a request"
 			   : end == -E2BIG     ? "request head over 16384 bytes"
@@ -314,6 +562,10 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 		e.reason = why;
 		goto allowed;
 	}
+	if (!h.is_connect) {
+		serve_plain(b, gfd, stop_fd, buf, got, end, &h, e.t0);
+		goto done;
+	}
 	e.rule = egress_match(pol, h.host, h.port, h.method, why, sizeof(why));
 	if (e.rule < 0) {
 		e.status = 403;
@@ -327,9 +579,9 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 		reply_error(gfd, e.status, why);
 		goto out;
 	}
-	/* Allowed and connected: the tunnel opens, or the rewritten request goes out. Bytes the
-	 * guest sent after the head (a TLS hello, a body) follow it. */
-	if (h.is_connect) {
+	/* Allowed and connected: the tunnel opens. Bytes the guest sent after the head (a TLS
+	 * hello) follow it. */
+	{
 		static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
 		e.status = 200;
@@ -337,12 +589,6 @@ void egress_serve(struct broker *b, int gfd, int stop_fd)
 			e.reason = "guest went away";
 			goto allowed;
 		}
-	} else if (send_all(ufd, h.fwd, h.fwd_len)) {
-		e.status = 502;
-		snprintf(why, sizeof(why), "upstream: sending the request failed");
-		e.reason = why;
-		reply_error(gfd, 502, why);
-		goto allowed;
 	}
 	if (got > (size_t)end) {
 		if ((uint64_t)(got - (size_t)end) > pol->max_bytes) {
@@ -363,6 +609,7 @@ allowed:
 	e.decision = "allow";
 out:
 	audit_egress(b, &e);
+done:
 	if (ufd >= 0)
 		close(ufd);
 	egress_head_free(&h);

@@ -308,3 +308,143 @@ void egress_head_free(struct egress_head *h)
 	h->fwd = NULL;
 	h->fwd_len = 0;
 }
+
+static int body_put(struct egress_body *b, const char *s, size_t n)
+{
+	if (n > b->ocap - b->olen) {
+		b->overflow = true;
+		return -1;
+	}
+	memcpy(b->out + b->olen, s, n);
+	b->olen += n;
+	return 0;
+}
+
+static int body_on_headers(http_parser *p)
+{
+	struct egress_body *b = p->data;
+
+	b->chunked = p->flags & F_CHUNKED;
+	return 0;
+}
+
+static int body_on_body(http_parser *p, const char *at, size_t len)
+{
+	struct egress_body *b = p->data;
+	char hex[24];
+	int n;
+
+	if (!b->out) /* the head carries no body bytes */
+		return 1;
+	if (!b->chunked)
+		return body_put(b, at, len) ? 1 : 0;
+	n = snprintf(hex, sizeof(hex), "%zx\r\n", len);
+	return body_put(b, hex, (size_t)n) || body_put(b, at, len) || body_put(b, "\r\n", 2) ? 1
+											     : 0;
+}
+
+static int body_on_complete(http_parser *p)
+{
+	struct egress_body *b = p->data;
+
+	if (b->chunked && b->out && body_put(b, "0\r\n\r\n", 5))
+		return 1;
+	b->done = true;
+	/* Stop right here: what follows is the next request, checked on its own. */
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+int egress_body_init(struct egress_body *b, const char *head, size_t headlen)
+{
+	size_t n;
+
+	memset(b, 0, sizeof(*b));
+	http_parser_settings_init(&b->s);
+	b->s.on_headers_complete = body_on_headers;
+	b->s.on_body = body_on_body;
+	b->s.on_message_complete = body_on_complete;
+	http_parser_init(&b->p, HTTP_REQUEST);
+	b->p.data = b;
+	n = http_parser_execute(&b->p, &b->s, head, headlen);
+	if (b->done)
+		return n == headlen ? 0 : -EINVAL;
+	if (HTTP_PARSER_ERRNO(&b->p) != HPE_OK || n != headlen || b->p.upgrade)
+		return -EINVAL;
+	return 0;
+}
+
+long egress_body_feed(struct egress_body *b, const char *in, size_t len, char *out, size_t outcap,
+		      size_t *outlen)
+{
+	size_t n;
+
+	*outlen = 0;
+	if (b->done || !len)
+		return 0;
+	if (len > EGRESS_BODY_IN)
+		len = EGRESS_BODY_IN;
+	b->out = out;
+	b->ocap = outcap;
+	b->olen = 0;
+	n = http_parser_execute(&b->p, &b->s, in, len);
+	b->out = NULL;
+	if (b->overflow || (HTTP_PARSER_ERRNO(&b->p) != HPE_OK && !b->done))
+		return -EINVAL;
+	if (!b->done && n != len)
+		return -EINVAL;
+	*outlen = b->olen;
+	return (long)n;
+}
+
+static int resp_on_headers(http_parser *p)
+{
+	struct egress_resp *r = p->data;
+
+	r->status = p->status_code;
+	/* 1 tells http-parser the answer has no body. */
+	return r->head_request && p->status_code >= 200 ? 1 : 0;
+}
+
+static int resp_on_complete(http_parser *p)
+{
+	struct egress_resp *r = p->data;
+
+	/* 1xx answers (100 Continue, 103 Early Hints) come before the final one; 101 would switch
+	 * protocols (the proxy never forwards Upgrade): it ends the exchange. */
+	if (p->status_code >= 200 || p->status_code == 101) {
+		r->final = true;
+		http_parser_pause(p, 1);
+	}
+	return 0;
+}
+
+void egress_resp_init(struct egress_resp *r, bool head_request)
+{
+	memset(r, 0, sizeof(*r));
+	r->head_request = head_request;
+	http_parser_settings_init(&r->s);
+	r->s.on_headers_complete = resp_on_headers;
+	r->s.on_message_complete = resp_on_complete;
+	http_parser_init(&r->p, HTTP_RESPONSE);
+	r->p.data = r;
+}
+
+long egress_resp_feed(struct egress_resp *r, const char *in, size_t len)
+{
+	size_t n;
+
+	if (r->final)
+		return 0;
+	n = http_parser_execute(&r->p, &r->s, in, len);
+	if (!len) {
+		/* The end: it completes an answer whose length was "until the upstream closes". */
+		r->at_eof = r->final;
+		return r->final ? 0 : -EINVAL;
+	}
+	if (r->final)
+		return (long)n;
+	if (HTTP_PARSER_ERRNO(&r->p) != HPE_OK || n != len)
+		return -EINVAL;
+	return (long)n;
+}

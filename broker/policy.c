@@ -604,9 +604,40 @@ static bool list_has(const struct strlist *l, const char *s)
 	return false;
 }
 
+/* A strict UTF-8 reader fed one byte at a time: no overlong forms (a "%c0%ae" that a lenient
+ * server decodes to '.'), no surrogates, nothing past U+10FFFF, no stray continuation bytes. */
+struct utf8_state {
+	uint32_t cp, min;
+	unsigned need;
+};
+
+static bool utf8_step(struct utf8_state *u, unsigned c)
+{
+	if (u->need) {
+		if ((c & 0xc0) != 0x80)
+			return false;
+		u->cp = u->cp << 6 | (c & 0x3f);
+		if (--u->need)
+			return true;
+		return u->cp >= u->min && u->cp <= 0x10ffff && (u->cp < 0xd800 || u->cp > 0xdfff);
+	}
+	if (c < 0x80)
+		return true;
+	if (c >= 0xc2 && c <= 0xdf)
+		*u = (struct utf8_state){.cp = c & 0x1f, .min = 0x80, .need = 1};
+	else if (c >= 0xe0 && c <= 0xef)
+		*u = (struct utf8_state){.cp = c & 0x0f, .min = 0x800, .need = 2};
+	else if (c >= 0xf0 && c <= 0xf4)
+		*u = (struct utf8_state){.cp = c & 0x07, .min = 0x10000, .need = 3};
+	else
+		return false; /* 0x80-0xc1 (stray or overlong lead), 0xf5-0xff */
+	return true;
+}
+
 int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap, const char **why)
 {
 	const char *p = path;
+	struct utf8_state u8 = {0};
 	size_t o = 0;
 
 	if (*p != '/') {
@@ -624,6 +655,10 @@ int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap
 			int c = (unsigned char)*p;
 
 			if (c == ';') {
+				if (u8.need) {
+					*why = "path is not valid UTF-8";
+					return -EINVAL;
+				}
 				if (!allow_params) {
 					*why = "path has ';' parameters";
 					return -EINVAL;
@@ -651,11 +686,21 @@ int policy_path_canon(const char *path, bool allow_params, char *out, size_t cap
 				*why = "path has a control byte or '\\'";
 				return -EINVAL;
 			}
+			/* Raw and decoded bytes alike, in one sequence: "%c0" then a raw byte
+			 * is read as one character too. */
+			if (!utf8_step(&u8, (unsigned)c)) {
+				*why = "path is not valid UTF-8";
+				return -EINVAL;
+			}
 			if (in_param)
 				continue;
 			if (o + 1 >= cap)
 				goto toolong;
 			out[o++] = (char)c;
+		}
+		if (u8.need) { /* a character cut by '/' or the end */
+			*why = "path is not valid UTF-8";
+			return -EINVAL;
 		}
 		/* Dot segments in any spelling ("..;x", "%2e%2e") that survived curl's
 		 * normalisation could climb out of the prefix on the server. */

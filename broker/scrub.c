@@ -1,5 +1,6 @@
 /* Secret scrubbing: literal, base64(url) and hex patterns, longest first, each matched also when
- * percent- or JSON-escaped, replaced by "[REDACTED]". The broker buffers whole responses, so no
+ * percent-, JSON- or HTML-escaped, in any letter case, or spread over lines, replaced by
+ * "[REDACTED]". The broker buffers whole responses, so no
  * pattern can straddle a chunk boundary. */
 #include "scrub.h"
 #include "common/base64.h"
@@ -11,6 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Patterns match whatever the case of their ASCII letters: a server may echo a secret upper- or
+ * lower-cased (an error message, a hex dump). */
+static unsigned char fold(unsigned char c)
+{
+	return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+static bool same_folded(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+
+	for (size_t i = 0; i < n; i++)
+		if (fold(x[i]) != fold(y[i]))
+			return false;
+	return true;
+}
+
 static int add_pattern(struct scrubber *s, const char *p, size_t len)
 {
 	size_t i, j;
@@ -18,7 +36,7 @@ static int add_pattern(struct scrubber *s, const char *p, size_t len)
 	if (len == 0)
 		return 0;
 	for (i = 0; i < s->n; i++)
-		if (s->len[i] == len && !memcmp(s->pat[i], p, len))
+		if (s->len[i] == len && same_folded(s->pat[i], p, len))
 			return 0;
 	if (s->n == SCRUB_MAX_PATTERNS)
 		return -ENOSPC;
@@ -153,13 +171,95 @@ static long hexn(const char *b, const char *e, int n)
 	return v;
 }
 
-/* Decodes one escape at b (percent, '+', or JSON) into out (up to 4 UTF-8 bytes). Returns the
- * escape's length in the buffer and sets *n, or 0 when b holds no escape. */
+/* cp as UTF-8 into out; the byte count, or 0 for a surrogate or a value past U+10FFFF. */
+static size_t utf8_put(long cp, uint8_t out[4])
+{
+	if (cp < 0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	if (cp < 0x80) {
+		out[0] = (uint8_t)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (uint8_t)(0xc0 | cp >> 6);
+		out[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (uint8_t)(0xe0 | cp >> 12);
+		out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+		out[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (uint8_t)(0xf0 | cp >> 18);
+	out[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3f));
+	out[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3f));
+	out[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* An HTML character reference at b ('&'): numeric (&#65; &#x41; &#X41;, ';' optional as
+ * browsers read it, leading zeros allowed) or one of the names HTML escapers and attribute
+ * encoders write for ASCII characters (&amp; &quot; &apos;, &sol; &equals; ...; ';'
+ * required, any case). Returns its length and sets out and *n, or 0. */
+static size_t html_entity(const char *b, const char *e, uint8_t out[4], size_t *n)
+{
+	static const struct {
+		const char *name;
+		char c;
+	} named[] = {
+	    {"amp", '&'},   {"lt", '<'},       {"gt", '>'},	{"quot", '"'},	 {"apos", '\''},
+	    {"sol", '/'},   {"bsol", '\\'},    {"plus", '+'},	{"equals", '='}, {"colon", ':'},
+	    {"semi", ';'},  {"lowbar", '_'},   {"period", '.'}, {"comma", ','},	 {"excl", '!'},
+	    {"quest", '?'}, {"num", '#'},      {"dollar", '$'}, {"percnt", '%'}, {"ast", '*'},
+	    {"lpar", '('},  {"rpar", ')'},     {"lsqb", '['},	{"rsqb", ']'},	 {"lcub", '{'},
+	    {"rcub", '}'},  {"verbar", '|'},   {"vert", '|'},	{"grave", '`'},	 {"commat", '@'},
+	    {"hat", '^'},   {"newline", '\n'}, {"tab", '\t'}};
+	const char *q = b + 1;
+	long cp = 0;
+	size_t len;
+
+	if (q < e && *q == '#') {
+		bool hex = ++q < e && (*q == 'x' || *q == 'X');
+		const char *d0;
+
+		q += hex;
+		for (d0 = q; q < e && q - d0 < 10; q++) {
+			int d = hex ? hex_digit(*q) : (*q >= '0' && *q <= '9' ? *q - '0' : -1);
+
+			if (d < 0)
+				break;
+			cp = cp * (hex ? 16 : 10) + d;
+		}
+		if (q == d0 || (q < e && (hex ? hex_digit(*q) >= 0 : (*q >= '0' && *q <= '9'))))
+			return 0;
+		*n = utf8_put(cp, out);
+		if (!*n)
+			return 0;
+		q += q < e && *q == ';';
+		return (size_t)(q - b);
+	}
+	for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
+		len = strlen(named[i].name);
+		if ((size_t)(e - q) > len && q[len] == ';' && same_folded(q, named[i].name, len)) {
+			out[0] = (uint8_t)named[i].c;
+			*n = 1;
+			return len + 2;
+		}
+	}
+	return 0;
+}
+
+/* Decodes one escape at b (percent, '+', JSON or an HTML character reference) into out (up to
+ * 4 UTF-8 bytes). Returns the escape's length in the buffer and sets *n, or 0 when b holds no
+ * escape. */
 static size_t unescape(const char *b, const char *e, uint8_t out[4], size_t *n)
 {
 	long cp, lo;
 
 	*n = 1;
+	if (*b == '&')
+		return html_entity(b, e, out, n);
 	if (*b == '+') {
 		out[0] = ' ';
 		return 1;
@@ -232,30 +332,78 @@ static size_t unescape(const char *b, const char *e, uint8_t out[4], size_t *n)
 	return 12;
 }
 
+/* The separator run at b between two characters of an occurrence (a server printing one
+ * character per line, or wrapping base64): at most SCRUB_MAX_GAP units of white space (raw or
+ * escaped: "\n", %0A, &#10;...) or an HTML <br>. Its length, or 0 (none, or too long). */
+static size_t gap_at(const char *b, const char *e)
+{
+	const char *q = b;
+	unsigned units = 0;
+	uint8_t dec[4];
+	size_t n, el;
+
+	while (q < e) {
+		el = 0;
+		if (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n')
+			el = 1;
+		else if (*q == '<') {
+			static const char *const br[] = {"<br>", "<br/>", "<br />"};
+
+			for (size_t i = 0; i < 3 && !el; i++)
+				if ((size_t)(e - q) >= strlen(br[i]) &&
+				    same_folded(q, br[i], strlen(br[i])))
+					el = strlen(br[i]);
+		} else if ((el = unescape(q, e, dec, &n)) &&
+			   (n != 1 || !memchr(" \t\r\n", dec[0], 4) || !dec[0])) {
+			el = 0;
+		}
+		if (!el)
+			break;
+		if (++units > SCRUB_MAX_GAP)
+			return 0;
+		q += el;
+	}
+	return (size_t)(q - b);
+}
+
 /* Length of the occurrence of pat that starts at b, or 0. Where a buffer byte is both itself
- * and the start of an escape ('%', '+', '\'), escape_first picks which reading is tried; the
- * caller tries both, so a pattern that contains those bytes is found in plain and escaped
- * text alike. */
+ * and the start of an escape ('%', '+', '\', '&'), escape_first picks which reading is tried;
+ * the caller tries both, so a pattern that contains those bytes is found in plain and escaped
+ * text alike. Letters match in either case; separators may stand between characters. */
 static size_t match_at(const char *b, const char *e, const char *pat, size_t pl, int escape_first)
 {
 	const char *q = b;
 	size_t j = 0, n, el;
+	bool after_gap = false;
 	uint8_t dec[4];
 
 	while (j < pl) {
 		if (q >= e)
 			return 0;
+		/* A <br> is a separator before it is a '<' of the pattern (unless the pattern
+		 * itself goes on with "<br"): one reading, no backtracking. */
+		if (j && !after_gap && *q == '<' &&
+		    !(pl - j >= 3 && same_folded(pat + j, "<br", 3)) && (el = gap_at(q, e))) {
+			q += el;
+			after_gap = true;
+			continue;
+		}
 		el = unescape(q, e, dec, &n);
-		if (el && (escape_first || *q != pat[j]) && n <= pl - j &&
-		    !memcmp(dec, pat + j, n)) {
+		if (el && (escape_first || fold(*q) != fold(pat[j])) && n <= pl - j &&
+		    same_folded(dec, pat + j, n)) {
 			q += el;
 			j += n;
-		} else if (*q == pat[j]) {
+		} else if (fold(*q) == fold(pat[j])) {
 			q++;
 			j++;
+		} else if (j && !after_gap && (el = gap_at(q, e))) {
+			q += el;
+			after_gap = true;
+			continue;
 		} else {
 			return 0;
 		}
+		after_gap = false;
 	}
 	return (size_t)(q - b);
 }
@@ -266,7 +414,8 @@ static size_t find_next(const char *b, const char *e, const char *pat, size_t pl
 			const unsigned char starts[256], const char **at)
 {
 	/* Both readings differ only where the pattern itself holds an escape's first byte. */
-	bool ambiguous = memchr(pat, '%', pl) || memchr(pat, '\\', pl) || memchr(pat, '+', pl);
+	bool ambiguous = memchr(pat, '%', pl) || memchr(pat, '\\', pl) || memchr(pat, '+', pl) ||
+			 memchr(pat, '&', pl);
 	size_t m;
 
 	for (; b < e; b++) {
@@ -296,17 +445,20 @@ char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t 
 		return NULL;
 	memcpy(cur, buf, len);
 	cur[len] = '\0';
-	starts['%'] = starts['\\'] = starts['+'] = 1;
+	starts['%'] = starts['\\'] = starts['+'] = starts['&'] = 1;
 	for (i = 0; i < s->n; i++) {
 		size_t pl = s->len[i], o = 0, m, hits = 0;
 		const char *end = cur + curlen;
-		unsigned char first = (unsigned char)s->pat[i][0];
-		unsigned char was = starts[first];
+		unsigned char first = fold((unsigned char)s->pat[i][0]);
+		unsigned char upper =
+		    first >= 'a' && first <= 'z' ? (unsigned char)(first - 32) : first;
+		unsigned char was = starts[first], was_upper = starts[upper];
 
-		starts[first] = 1;
+		starts[first] = starts[upper] = 1;
 		for (p = cur; (m = find_next(p, end, s->pat[i], pl, starts, &at)); p = at + m)
 			hits++;
 		if (!hits) {
+			starts[upper] = was_upper;
 			starts[first] = was;
 			continue;
 		}
@@ -323,6 +475,7 @@ char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t 
 			memcpy(next + o, SCRUB_REPLACEMENT, rl);
 			o += rl;
 		}
+		starts[upper] = was_upper;
 		starts[first] = was;
 		memcpy(next + o, p, (size_t)(end - p));
 		o += (size_t)(end - p);

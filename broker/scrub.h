@@ -1,5 +1,5 @@
-/* Removing a secret (raw, base64, base64url, hex, percent- and JSON-escaped forms) from data
- * returned to the guest. */
+/* Removing a secret (raw, base64, base64url, hex; percent-, JSON- and HTML-escaped, any letter
+ * case, spread over lines) from data returned to the guest. */
 #ifndef COVE_BROKER_SCRUB_H
 #define COVE_BROKER_SCRUB_H
 
@@ -9,6 +9,7 @@
 #define SCRUB_MAX_PATTERNS 64
 #define SCRUB_REPLACEMENT  "[REDACTED]"
 #define SCRUB_MIN_B64	   6 /* shorter base64 cores are too likely to match by chance */
+#define SCRUB_MAX_GAP	   8 /* separator units (white space, <br>) between two characters */
 
 struct scrubber {
 	char *pat[SCRUB_MAX_PATTERNS];
@@ -31,8 +32,11 @@ int scrub_add_credential(struct scrubber *sc, const char *tmpl, const char *user
 			 const char *password);
 
 /* Replaces every occurrence of every pattern in buf[0..len) with SCRUB_REPLACEMENT. An
- * occurrence may spell any of its bytes as a percent escape (%41, %4a or %4A, '+' for a space)
- * or a JSON escape (\u0041, \/, \", \\; \uXXXX also for a non-ASCII character), in any mix.
+ * occurrence may spell any of its bytes as a percent escape (%41, %4a or %4A, '+' for a space),
+ * a JSON escape (\u0041, \/, \", \\; \uXXXX also for a non-ASCII character) or an HTML
+ * character reference (&#65; &#x41; &amp; &quot; ...), in any mix; its ASCII letters in either
+ * case; and between any two of its characters up to SCRUB_MAX_GAP units of white space (raw or
+ * escaped) or <br> (one character per line, wrapped base64).
  * Returns a new malloc'd buffer (NUL-terminated, *outlen set) or NULL on ENOMEM. */
 char *scrub_apply(const struct scrubber *s, const char *buf, size_t len, size_t *outlen);
 

@@ -1,8 +1,9 @@
 /*
  * libFuzzer target: cove-broker's parsers of guest and file input (broker/): message framing
  * (frame.c), request messages (request.c), URLs (url.c, libcurl's parser) and the policy file
- * and its checks (policy.c). Every input goes through all of them: the framing, then the
- * payload as a request checked against a fixed policy, then the bytes as a policy document.
+ * and its checks (policy.c), and the scrubber (scrub.c) over an answer. Every input goes through
+ * all of them: the framing, then the payload as a request checked against a fixed policy, then
+ * the bytes as a policy document, a path and an upstream's answer to scrub.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "fuzz.h"
 #include "policy.h"
 #include "request.h"
+#include "scrub.h"
 #include "url.h"
 
 static const char fixed_policy[] =
@@ -113,6 +115,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		(void)policy_host_match("*.svc.example", s);
 		free(s);
+	}
+	/* As an answer to scrub (escapes, entities, separators): the raw secret never survives. */
+	static struct scrubber sc;
+	static const char secret[] = "Ab1&x\"<y>'Q";
+	if (!sc.n && scrub_add(&sc, secret, sizeof(secret) - 1))
+		abort();
+	size_t olen;
+	char *o = scrub_apply(&sc, (const char *)data, size, &olen);
+	if (o) {
+		if (memmem(o, olen, secret, sizeof(secret) - 1) || o[olen])
+			abort();
+		free(o);
 	}
 	return 0;
 }

@@ -455,6 +455,98 @@ static void test_private_addrs(void **state)
 	assert_int_equal(dest_resolve("no-such-host.invalid", 80, true, pin, sizeof(pin)), -ENOENT);
 }
 
+/* Issue 27: documentation, benchmarking and local-use NAT64 blocks, and 6to4 judged by the
+ * IPv4 address it embeds. */
+static void test_private_ranges_more(void **state)
+{
+	(void)state;
+	assert_true(v4("192.0.2.1"));
+	assert_true(v4("192.0.2.255"));
+	assert_false(v4("192.0.3.1"));
+	assert_true(v4("198.51.100.7"));
+	assert_false(v4("198.51.101.7"));
+	assert_true(v4("203.0.113.9"));
+	assert_false(v4("203.0.114.9"));
+	/* 6to4: the embedded IPv4 address decides. */
+	assert_true(v6("2002:c000:0201::"));	/* 192.0.2.1 */
+	assert_true(v6("2002:c000:0201::1"));	/* 192.0.2.1 */
+	assert_true(v6("2002:7f00:0001::1"));	/* 127.0.0.1 */
+	assert_true(v6("2002:a9fe:a9fe::1"));	/* 169.254.169.254 */
+	assert_true(v6("2002:0a00:0001:1::1")); /* 10.0.0.1 */
+	assert_false(v6("2002:0808:0808::1"));	/* 8.8.8.8 */
+	assert_false(v6("2002:5db8:d822::1"));	/* 93.184.216.34 */
+	/* Local-use NAT64, whatever follows; the well-known prefix still by its IPv4 address. */
+	assert_true(v6("64:ff9b:1::808:808"));
+	assert_true(v6("64:ff9b:1:ffff::1"));
+	assert_false(v6("64:ff9b::808:808"));
+	assert_false(v6("64:ff9b:2::1"));
+	assert_true(v6("2001:db8::1"));
+	assert_true(v6("2001:db8:ffff::1"));
+	assert_false(v6("2001:db9::1"));
+	assert_true(v6("3fff::1"));
+	assert_true(v6("3fff:0fff:ffff::1"));
+	assert_false(v6("3fff:1000::1"));
+	assert_true(v6("2001:2::1"));
+	assert_true(v6("2001:2:0:ffff::1"));
+	assert_false(v6("2001:2:1::1"));
+	assert_false(v6("2001:3::1"));
+}
+
+/* Issue 27: a path that is not valid UTF-8, raw or percent-decoded (overlong forms, surrogates,
+ * stray continuation bytes, cut characters), is refused: a lenient server might read "%c0%ae"
+ * as '.'. */
+static void test_path_utf8(void **state)
+{
+	static const char *const bad[] = {
+	    "/v1/%c0%ae%c0%ae/admin", /* overlong '.' */
+	    "/v1/\xc0\xae\xc0\xae/admin",
+	    "/v1/%c0\xae%c0\xae/admin", /* one escaped, one raw byte */
+	    "/v1/%c0%af",		/* overlong '/' */
+	    "/v1/%e0%80%ae",		/* three-byte overlong */
+	    "/v1/%f0%80%80%ae",		/* four-byte overlong */
+	    "/v1/%c1%bf",
+	    "/v1/%ed%a0%80",	/* a surrogate */
+	    "/v1/%f4%90%80%80", /* over U+10FFFF */
+	    "/v1/%f5%80%80%80",
+	    "/v1/%80", /* a stray continuation byte */
+	    "/v1/\xbf",
+	    "/v1/%ff",
+	    "/v1/\xfe",
+	    "/v1/%c3",	 /* cut by the end */
+	    "/v1/%c3/a", /* cut by '/' */
+	    "/v1/%e2%82/a",
+	    "/v1/%c3;x/a",
+	    "/v1;%c0%ae/a", /* in a parameter too */
+	};
+	static const char *const good[] = {"/v1/%c3%a9",      "/v1/\xc3\xa9",	  "/v1/%c3\xa9",
+					   "/v1/%e2%82%ac",   "/v1/%f0%9f%98%80", "/v1/%ef%bf%bd",
+					   "/v1/%f4%8f%bf%bf"};
+	struct policy p;
+	struct cred_policy *c;
+	char canon[64];
+	const char *why = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		why = NULL;
+		if (policy_path_canon(bad[i], true, canon, sizeof(canon), &why) != -EINVAL)
+			fail_msg("accepted %s", bad[i]);
+		assert_string_equal(why, "path is not valid UTF-8");
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		if (policy_path_canon(good[i], false, canon, sizeof(canon), &why))
+			fail_msg("refused %s: %s", good[i], why);
+	assert_int_equal(policy_path_canon("/v1/%c3\xa9", false, canon, sizeof(canon), &why), 0);
+	assert_string_equal(canon, "/v1/\xc3\xa9");
+	/* Through the whole check: the issue's URL under a "/v1/" prefix. */
+	load(&p);
+	c = policy_find(&p, "demo");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/%c0%ae%c0%ae/admin", "GET", S, 0),
+			    "path is not valid UTF-8");
+	assert_string_equal(check(c, "http://127.0.0.1:8080/v1/%c3%a9", "GET", S, 0), "ok");
+	policy_free(&p);
+}
+
 /* The socket-level check behind the pin: curl never connects to a private address unless the
  * credential allows it (a real listener on 127.0.0.1 sees whether a connection arrived). */
 static void test_fetch_socket_check(void **state)
@@ -490,11 +582,12 @@ static void test_fetch_socket_check(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_policy_parse_good), cmocka_unit_test(test_policy_parse_errors),
-	    cmocka_unit_test(test_url_split),	      cmocka_unit_test(test_host_match),
-	    cmocka_unit_test(test_policy_check),      cmocka_unit_test(test_rate_and_uses),
-	    cmocka_unit_test(test_private_addrs),     cmocka_unit_test(test_fetch_socket_check),
-	    cmocka_unit_test(test_header_allowlist),  cmocka_unit_test(test_path_bypass),
+	    cmocka_unit_test(test_policy_parse_good),	cmocka_unit_test(test_policy_parse_errors),
+	    cmocka_unit_test(test_url_split),		cmocka_unit_test(test_host_match),
+	    cmocka_unit_test(test_policy_check),	cmocka_unit_test(test_rate_and_uses),
+	    cmocka_unit_test(test_private_addrs),	cmocka_unit_test(test_fetch_socket_check),
+	    cmocka_unit_test(test_header_allowlist),	cmocka_unit_test(test_path_bypass),
+	    cmocka_unit_test(test_private_ranges_more), cmocka_unit_test(test_path_utf8),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -772,15 +772,393 @@ static void test_policy_errors(void **state)
 	    "egress.rules[0].host");
 }
 
+/* ---- pipelining: an upstream that ignores "Connection: close" and logs every request line ---- */
+
+struct logup {
+	int lfd, port;
+	pthread_t t;
+	volatile int stop;
+	pthread_mutex_t mu;
+	char log[8192]; /* request lines, one a line */
+	size_t loglen;
+	unsigned conns;
+};
+
+static void logup_note(struct logup *u, const char *line, size_t len)
+{
+	pthread_mutex_lock(&u->mu);
+	if (u->loglen + len + 2 < sizeof(u->log)) {
+		memcpy(u->log + u->loglen, line, len);
+		u->loglen += len;
+		u->log[u->loglen++] = '\n';
+		u->log[u->loglen] = '\0';
+	}
+	pthread_mutex_unlock(&u->mu);
+}
+
+/* Answers every request head on the connection (body: its request line), skipping a
+ * Content-Length body, and reads on whatever the request said about closing. */
+static void logup_serve(struct logup *u, int fd)
+{
+	char buf[65536];
+	size_t len = 0;
+
+	for (;;) {
+		char *e, *cl, resp[1024];
+		size_t hl, ll, blen = 0;
+		int rl;
+
+		while (!(e = memmem(buf, len, "\r\n\r\n", 4))) {
+			ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+
+			if (n <= 0 || len + (size_t)n >= sizeof(buf) - 1)
+				return;
+			len += (size_t)n;
+		}
+		buf[len] = '\0';
+		hl = (size_t)(e + 4 - buf);
+		ll = strcspn(buf, "\r\n");
+		logup_note(u, buf, ll);
+		cl = strcasestr(buf, "\r\nContent-Length: ");
+		if (cl && cl < e)
+			blen = strtoul(cl + 18, NULL, 10);
+		while (len < hl + blen) {
+			ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+
+			if (n <= 0)
+				return;
+			len += (size_t)n;
+		}
+		/* The body is the request line, '|' and the body length as 6 digits at most. */
+		rl = snprintf(resp, sizeof(resp),
+			      "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%.*s|%06zu",
+			      ll + 1 + 6, (int)ll, buf, blen % 1000000);
+		if (send(fd, resp, (size_t)rl, MSG_NOSIGNAL) != rl)
+			return;
+		memmove(buf, buf + hl + blen, len - hl - blen);
+		len -= hl + blen;
+	}
+}
+
+static void *logup_main(void *arg)
+{
+	struct logup *u = arg;
+
+	while (!u->stop) {
+		struct pollfd p = {.fd = u->lfd, .events = POLLIN};
+		int fd;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		fd = accept(u->lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		pthread_mutex_lock(&u->mu);
+		u->conns++;
+		pthread_mutex_unlock(&u->mu);
+		logup_serve(u, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void logup_start(struct logup *u)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+
+	memset(u, 0, sizeof(*u));
+	pthread_mutex_init(&u->mu, NULL);
+	u->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(u->lfd >= 0);
+	assert_int_equal(bind(u->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(u->lfd, 16), 0);
+	assert_int_equal(getsockname(u->lfd, (struct sockaddr *)&sa, &sl), 0);
+	u->port = ntohs(sa.sin_port);
+	assert_int_equal(pthread_create(&u->t, NULL, logup_main, u), 0);
+}
+
+static void logup_stop(struct logup *u)
+{
+	u->stop = 1;
+	pthread_join(u->t, NULL);
+	close(u->lfd);
+	pthread_mutex_destroy(&u->mu);
+}
+
+/* The answer the upstream gives to a request line with a body of blen bytes. */
+static void logup_answer(char *out, size_t cap, const char *line, size_t blen)
+{
+	snprintf(out, cap, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%s|%06zu",
+		 strlen(line) + 7, line, blen);
+}
+
+/* The guest's pipelined requests in one write, then its half-close; everything back. */
+static char *pipeline(const struct fx *f, const char *reqs)
+{
+	return ask(f, reqs);
+}
+
+static char *only_get(const struct logup *u, char *pol, size_t cap)
+{
+	snprintf(pol, cap,
+		 "{\"egress\":{\"rules\":[{\"host\":\"127.0.0.1\",\"ports\":[%d],"
+		 "\"methods\":[\"GET\",\"POST\"],\"allow_private\":true}],\"idle_timeout_s\":5}}",
+		 u->port);
+	return pol;
+}
+
+/* Every request on a plain-HTTP connection is checked: two allowed GETs pipelined in one write
+ * are both served (each by its own upstream connection), the DELETE behind them is refused
+ * with a 403 after their answers and never reaches the upstream, nor does anything after it. */
+static void test_pipeline_method(void **state)
+{
+	struct fx f;
+	struct logup u;
+	char pol[512], req[1024], want[2048], a1[256], a2[256], *r, *log;
+
+	(void)state;
+	logup_start(&u);
+	fx_start(&f, only_get(&u, pol, sizeof(pol)));
+	snprintf(req, sizeof(req),
+		 "GET http://127.0.0.1:%d/one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+		 "GET http://127.0.0.1:%d/two HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+		 "DELETE http://127.0.0.1:%d/admin/users/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+		 "GET http://127.0.0.1:%d/three HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+		 u.port, u.port, u.port, u.port);
+	r = pipeline(&f, req);
+	logup_answer(a1, sizeof(a1), "GET /one HTTP/1.1", 0);
+	logup_answer(a2, sizeof(a2), "GET /two HTTP/1.1", 0);
+	snprintf(want, sizeof(want),
+		 "%s%sHTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 57\r\n"
+		 "Connection: close\r\n\r\ncove-egress: denied: egress rule 0 does not allow "
+		 "DELETE\n",
+		 a1, a2);
+	if (strcmp(r, want))
+		fail_msg("got:\n%s\nwanted:\n%s", r, want);
+	free(r);
+	assert_int_equal(fx_stop(&f, &log), 3);
+	logup_stop(&u);
+	assert_string_equal(u.log, "GET /one HTTP/1.1\nGET /two HTTP/1.1\n");
+	assert_int_equal(u.conns, 2);
+	if (!strstr(log, "\"method\":\"DELETE\",\"host\":\"127.0.0.1\"") ||
+	    !strstr(log, "\"decision\":\"deny\",\"rule\":null,\"reason\":\"egress rule 0 does not "
+			 "allow DELETE\",\"status\":403,"))
+		fail_msg("%s", log);
+	assert_non_null(strstr(log, "\"decision\":\"allow\",\"rule\":0,\"reason\":\"closed\","
+				    "\"status\":0,\"bytes_up\":0,\"bytes_down\":63,"));
+	free(log);
+}
+
+/* A pipelined request to another host, or to another port of the same host (where a second
+ * logging server listens), is refused after the allowed one's answer and reaches neither;
+ * an origin-form request (the raw "DELETE /admin" an upstream would take) is a bad request. */
+static void test_pipeline_host_port(void **state)
+{
+	static const char *const second[] = {
+	    "DELETE http://other.example:%d/admin/users/1 HTTP/1.1\r\nHost: other.example\r\n\r\n",
+	    "GET http://127.0.0.1:%d/admin/users/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+	    "DELETE /admin/users/1 HTTP/1.1\r\nHost: other.example\r\n\r\n",
+	};
+	struct fx f;
+	struct logup u, other;
+	char pol[512], req[1024], tail[256], want[256], a1[256], *r, *log;
+
+	(void)state;
+	logup_start(&u);
+	logup_start(&other);
+	fx_start(&f, only_get(&u, pol, sizeof(pol)));
+	logup_answer(a1, sizeof(a1), "GET /one HTTP/1.1", 0);
+	for (size_t i = 0; i < 3; i++) {
+		int n = snprintf(req, sizeof(req),
+				 "GET http://127.0.0.1:%d/one HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+				 u.port);
+
+		snprintf(req + n, sizeof(req) - (size_t)n, second[i], i ? other.port : u.port);
+		r = pipeline(&f, req);
+		if (strncmp(r, a1, strlen(a1)))
+			fail_msg("case %zu: got \"%s\"", i, r);
+		snprintf(tail, sizeof(tail), "%s", r + strlen(a1));
+		if (i == 0)
+			snprintf(
+			    want, sizeof(want),
+			    "HTTP/1.1 403 Forbidden\r\n%%s\r\n\r\ncove-egress: denied: no egress "
+			    "rule allows other.example:%d\n",
+			    u.port);
+		else if (i == 1)
+			snprintf(
+			    want, sizeof(want),
+			    "HTTP/1.1 403 Forbidden\r\n%%s\r\n\r\ncove-egress: denied: no egress "
+			    "rule allows 127.0.0.1:%d\n",
+			    other.port);
+		else
+			snprintf(
+			    want, sizeof(want),
+			    "HTTP/1.1 400 Bad Request\r\n%%s\r\n\r\ncove-egress: request target "
+			    "must be http://host/... (CONNECT for https)\n");
+		/* Status line first, the body last: the headers between are as for any refusal. */
+		{
+			char *mid = strstr(want, "%s"), *body = strstr(tail, "\r\n\r\n");
+
+			assert_non_null(body);
+			if (strncmp(tail, want, (size_t)(mid - want)) || strcmp(body, mid + 2))
+				fail_msg("case %zu: got \"%s\"", i, tail);
+		}
+		free(r);
+	}
+	assert_int_equal(fx_stop(&f, &log), 6);
+	logup_stop(&u);
+	logup_stop(&other);
+	assert_string_equal(u.log, "GET /one HTTP/1.1\nGET /one HTTP/1.1\nGET /one HTTP/1.1\n");
+	assert_int_equal(other.loglen, 0);
+	assert_int_equal(other.conns, 0);
+	snprintf(want, sizeof(want),
+		 "\"method\":\"DELETE\",\"host\":\"other.example\",\"port\":%d,\"addr\":\"\","
+		 "\"decision\":\"deny\",\"rule\":null,\"reason\":\"no egress rule allows "
+		 "other.example:%d\",\"status\":403,",
+		 u.port, u.port);
+	if (!strstr(log, want))
+		fail_msg("%s", log);
+	snprintf(want, sizeof(want),
+		 "\"method\":\"GET\",\"host\":\"127.0.0.1\",\"port\":%d,\"addr\":\"\","
+		 "\"decision\":\"deny\",\"rule\":null,\"reason\":\"no egress rule allows "
+		 "127.0.0.1:%d\",\"status\":403,",
+		 other.port, other.port);
+	if (!strstr(log, want))
+		fail_msg("%s", log);
+	assert_non_null(strstr(log, "\"status\":400,"));
+	free(log);
+}
+
+/* Bodies are the request's own bytes, never the next head: a Content-Length body that holds a
+ * request line goes upstream as a body, a chunked one goes re-chunked (its extension dropped),
+ * and the GET behind each is checked and served. */
+static void test_pipeline_bodies(void **state)
+{
+	struct fx f;
+	struct logup u;
+	char pol[512], req[2048], want[1024], a[3][256], *r, *log;
+	static const char smuggled[] = "DELETE /admin/users/1 HTTP/1.1\r\nHost: x\r\n\r\n";
+
+	(void)state;
+	logup_start(&u);
+	fx_start(&f, only_get(&u, pol, sizeof(pol)));
+	snprintf(req, sizeof(req),
+		 "POST http://127.0.0.1:%d/p HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s"
+		 "GET http://127.0.0.1:%d/two HTTP/1.1\r\n\r\n",
+		 u.port, strlen(smuggled), smuggled, u.port);
+	r = pipeline(&f, req);
+	logup_answer(a[0], sizeof(a[0]), "POST /p HTTP/1.1", strlen(smuggled));
+	logup_answer(a[1], sizeof(a[1]), "GET /two HTTP/1.1", 0);
+	snprintf(want, sizeof(want), "%s%s", a[0], a[1]);
+	if (strcmp(r, want))
+		fail_msg("got \"%s\"", r);
+	free(r);
+	assert_int_equal(fx_stop(&f, &log), 2);
+	logup_stop(&u);
+	assert_string_equal(u.log, "POST /p HTTP/1.1\nGET /two HTTP/1.1\n");
+	assert_non_null(strstr(log, "\"bytes_up\":43,"));
+	free(log);
+}
+
+/* The body and answer framing on their own: chunked bodies re-chunked without extensions or
+ * trailers and cut at their end, Content-Length bodies cut at theirs, answers after 1xx, HEAD
+ * answers without a body, close-delimited answers. */
+static void test_framing(void **state)
+{
+	static const char chunked_head[] =
+	    "POST http://h/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+	static const char chunked_body[] = "5;ext=1\r\nhello\r\n0\r\nX-Trailer: y\r\n\r\nNEXT";
+	static const char cl_head[] = "POST http://h/ HTTP/1.1\r\nContent-Length: 3\r\n\r\n";
+	struct egress_body *b = malloc(sizeof(*b));
+	struct egress_resp *rp = malloc(sizeof(*rp));
+	char out[EGRESS_BODY_OUT(EGRESS_BODY_IN)];
+	size_t olen, total = 0;
+	long n;
+
+	(void)state;
+	assert_int_equal(egress_body_init(b, chunked_head, strlen(chunked_head)), 0);
+	assert_false(b->done);
+	/* One byte at a time: every split of the framing. */
+	for (size_t i = 0; i < strlen(chunked_body) && !b->done; i++) {
+		n = egress_body_feed(b, chunked_body + i, 1, out + total, sizeof(out) - total,
+				     &olen);
+		assert_int_equal(n, 1);
+		total += olen;
+	}
+	assert_true(b->done);
+	out[total] = '\0';
+	assert_string_equal(out, "1\r\nh\r\n1\r\ne\r\n1\r\nl\r\n1\r\nl\r\n1\r\no\r\n0\r\n\r\n");
+	assert_int_equal(egress_body_init(b, chunked_head, strlen(chunked_head)), 0);
+	n = egress_body_feed(b, chunked_body, strlen(chunked_body), out, sizeof(out), &olen);
+	assert_int_equal(n, (long)strlen(chunked_body) - 4);
+	assert_true(b->done);
+	assert_memory_equal(out, "5\r\nhello\r\n0\r\n\r\n", olen);
+	assert_int_equal(olen, 15);
+	/* A bad chunk size is refused. */
+	assert_int_equal(egress_body_init(b, chunked_head, strlen(chunked_head)), 0);
+	assert_int_equal(egress_body_feed(b, "zz\r\n", 4, out, sizeof(out), &olen), -EINVAL);
+	assert_int_equal(egress_body_init(b, cl_head, strlen(cl_head)), 0);
+	n = egress_body_feed(b, "abcGET", 6, out, sizeof(out), &olen);
+	assert_int_equal(n, 3);
+	assert_int_equal(olen, 3);
+	assert_true(b->done);
+	assert_int_equal(egress_body_init(b, "GET http://h/ HTTP/1.1\r\n\r\n", 26), 0);
+	assert_true(b->done);
+
+	/* Two framings at once (a smuggling classic) never get as far as a body. */
+	{
+		static const char both[] = "POST http://h/ HTTP/1.1\r\nContent-Length: 3\r\n"
+					   "Transfer-Encoding: chunked\r\n\r\n";
+		struct egress_head h;
+		char err[128];
+
+		assert_int_equal(egress_head_parse(both, strlen(both), &h, err, sizeof(err)),
+				 -EINVAL);
+		assert_string_equal(err, "bad request head (HPE_UNEXPECTED_CONTENT_LENGTH)");
+		assert_int_equal(egress_body_init(b, both, strlen(both)), -EINVAL);
+		egress_head_free(&h);
+	}
+
+	egress_resp_init(rp, false);
+	{
+		static const char a[] = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"
+					"Content-Length: 2\r\n\r\nokEXTRA";
+
+		assert_int_equal(egress_resp_feed(rp, a, strlen(a)), (long)strlen(a) - 5);
+		assert_true(rp->final);
+		assert_int_equal(rp->status, 200);
+	}
+	egress_resp_init(rp, true);
+	assert_int_equal(egress_resp_feed(rp, "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nX", 40),
+			 39);
+	assert_true(rp->final);
+	egress_resp_init(rp, false);
+	assert_int_equal(egress_resp_feed(rp, "HTTP/1.0 200 OK\r\n\r\nuntil the end", 32), 32);
+	assert_false(rp->final);
+	assert_int_equal(egress_resp_feed(rp, NULL, 0), 0);
+	assert_true(rp->final && rp->at_eof);
+	egress_resp_init(rp, false);
+	assert_int_equal(egress_resp_feed(rp, "SSH-2.0-x\r\n", 11), -EINVAL);
+	egress_resp_init(rp, false);
+	assert_int_equal(egress_resp_feed(rp, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab", 41),
+			 41);
+	assert_int_equal(egress_resp_feed(rp, NULL, 0), -EINVAL); /* cut short */
+	free(b);
+	free(rp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_head_parse),	  cmocka_unit_test(test_head_random),
-	    cmocka_unit_test(test_match),	  cmocka_unit_test(test_policy_errors),
-	    cmocka_unit_test(test_dest_literals), cmocka_unit_test(test_connect_tunnel),
-	    cmocka_unit_test(test_get_absolute),  cmocka_unit_test(test_refusals),
-	    cmocka_unit_test(test_bad_heads),	  cmocka_unit_test(test_max_connections),
-	    cmocka_unit_test(test_limits),	  cmocka_unit_test(test_stop_ends_tunnels),
+	    cmocka_unit_test(test_head_parse),	    cmocka_unit_test(test_head_random),
+	    cmocka_unit_test(test_match),	    cmocka_unit_test(test_policy_errors),
+	    cmocka_unit_test(test_dest_literals),   cmocka_unit_test(test_connect_tunnel),
+	    cmocka_unit_test(test_get_absolute),    cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_bad_heads),	    cmocka_unit_test(test_max_connections),
+	    cmocka_unit_test(test_limits),	    cmocka_unit_test(test_stop_ends_tunnels),
+	    cmocka_unit_test(test_pipeline_method), cmocka_unit_test(test_pipeline_host_port),
+	    cmocka_unit_test(test_pipeline_bodies), cmocka_unit_test(test_framing),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

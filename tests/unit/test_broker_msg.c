@@ -458,6 +458,74 @@ static void test_scrub_encodings(void **state)
 	scrub_free(&s);
 }
 
+/* Issue 27: what a reflecting server plausibly makes of a secret besides the encodings above:
+ * HTML character references (decimal, hex, named), a change of letter case, one character per
+ * line (or wrapped base64). Separators are bounded and never taken around an occurrence. */
+static void test_scrub_reflections(void **state)
+{
+	const char *secret = "Ab1&x\"<y>'Q";
+	struct scrubber s = {0};
+	char enc[128], in[512];
+	size_t i, o;
+
+	(void)state;
+	assert_int_equal(scrub_add(&s, secret, strlen(secret)), 0);
+	/* html.escape / htmlspecialchars / Go's html.EscapeString. */
+	scrubs_to(&s, "<p>Ab1&amp;x&quot;&lt;y&gt;&#x27;Q</p>", "<p>[REDACTED]</p>");
+	scrubs_to(&s, "<p>Ab1&amp;x&#34;&lt;y&gt;&#39;Q</p>", "<p>[REDACTED]</p>");
+	scrubs_to(&s, "v=\"Ab1&amp;x&quot;&lt;y&gt;&#039;Q\"", "v=\"[REDACTED]\"");
+	/* Every character as a numeric reference, hex and decimal, any case, ';' optional. */
+	scrubs_to(&s, "&#x41;&#x62;&#x31;&#x26;&#x78;&#x22;&#x3C;&#x79;&#x3e;&#x27;&#x51;",
+		  "[REDACTED]");
+	scrubs_to(&s, "&#65;&#98;&#49;&#38;&#120;&#34;&#60;&#121;&#62;&#39;&#81;.", "[REDACTED].");
+	scrubs_to(&s, "&#X41&#0098;1&AMP;x&QUOT;&LT;y&GT;&apos;Q", "[REDACTED]");
+	/* Upper- and lower-cased. */
+	scrubs_to(&s, "ERROR: BAD TOKEN AB1&X\"<Y>'Q!", "ERROR: BAD TOKEN [REDACTED]!");
+	scrubs_to(&s, "bad token ab1&x\"<y>'q", "bad token [REDACTED]");
+	scrubs_to(&s, "AB1&AMP;X&QUOT;&LT;Y&GT;&#X27;Q", "[REDACTED]");
+	/* One character per line: LF, CRLF, <br>, escaped newlines in JSON. */
+	for (i = o = 0; secret[i]; i++) {
+		in[o++] = secret[i];
+		in[o++] = '\n';
+	}
+	in[o] = '\0';
+	scrubs_to(&s, in, "[REDACTED]\n");
+	for (i = o = 0; secret[i]; i++)
+		o += (size_t)snprintf(in + o, sizeof(in) - o, "%c\r\n", secret[i]);
+	scrubs_to(&s, in, "[REDACTED]\r\n");
+	scrubs_to(&s,
+		  "A<br>b<br/>1<BR />&amp;<br>x<br>&quot;<br>&lt;<br>y<br>&gt;<br>&#39;<br>Q<br>",
+		  "[REDACTED]<br>");
+	scrubs_to(&s, "[\"A\\nb\\n1\\n&\\nx\\n\\\"\\n<\\ny\\n>\\n'\\nQ\"]", "[\"[REDACTED]\"]");
+	scrubs_to(&s, "A b 1 & x \" < y > ' Q", "[REDACTED]");
+	/* Too much between two characters is not one occurrence; what surrounds one is kept. */
+	scrubs_to(&s, "Ab1&x\"<y>'\n\n\n\n\n\n\n\n\nQ", "Ab1&x\"<y>'\n\n\n\n\n\n\n\n\nQ");
+	scrubs_to(&s, "\n\nAb1&x\"<y>'Q\n\n", "\n\n[REDACTED]\n\n");
+	scrub_free(&s);
+	/* Base64 wrapped at 76 columns (MIME, PEM-like) is found across the line breaks. */
+	{
+		const char *long_secret = "0123456789abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ"
+					  "KLMNOPQRSTUVWXYZ-long";
+		char *out;
+
+		assert_int_equal(scrub_add(&s, long_secret, strlen(long_secret)), 0);
+		b64_encode((const uint8_t *)long_secret, strlen(long_secret), enc);
+		assert_true(strlen(enc) > 76);
+		snprintf(in, sizeof(in), "%.76s\r\n%s\r\n", enc, enc + 76);
+		out = scrub_str(&s, in);
+		if (strcmp(out, "[REDACTED]\r\n"))
+			fail_msg("wrapped base64: \"%s\"", out);
+		free(out);
+		scrub_free(&s);
+	}
+	/* Hex upper- or mixed-case, the same pattern. */
+	assert_int_equal(scrub_add(&s, "k3y!", 4), 0);
+	scrubs_to(&s, "6B337921 6b337921 6B33 7921", "[REDACTED] [REDACTED] [REDACTED]");
+	/* Unrelated references are left alone. */
+	scrubs_to(&s, "&amp; &#x41; &#65 &nosuch; &#xZZ;", "&amp; &#x41; &#65 &nosuch; &#xZZ;");
+	scrub_free(&s);
+}
+
 /* The record of a GET by credential "demo" the policy refused. */
 static struct audit_rec denied_get(uint64_t epoch, const char *url)
 {
@@ -836,13 +904,20 @@ static void test_handle_fuzz(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_frame),	    cmocka_unit_test(test_b64),
-	    cmocka_unit_test(test_request_parse),   cmocka_unit_test(test_request_huge),
+	    cmocka_unit_test(test_frame),
+	    cmocka_unit_test(test_b64),
+	    cmocka_unit_test(test_request_parse),
+	    cmocka_unit_test(test_request_huge),
 
-	    cmocka_unit_test(test_helper_parse),    cmocka_unit_test(test_helper_run),
-	    cmocka_unit_test(test_scrub),	    cmocka_unit_test(test_scrub_b64_cores),
-	    cmocka_unit_test(test_scrub_encodings), cmocka_unit_test(test_audit_chain),
-	    cmocka_unit_test(test_audit_mac),	    cmocka_unit_test(test_handle_malformed),
+	    cmocka_unit_test(test_helper_parse),
+	    cmocka_unit_test(test_helper_run),
+	    cmocka_unit_test(test_scrub),
+	    cmocka_unit_test(test_scrub_b64_cores),
+	    cmocka_unit_test(test_scrub_encodings),
+	    cmocka_unit_test(test_scrub_reflections),
+	    cmocka_unit_test(test_audit_chain),
+	    cmocka_unit_test(test_audit_mac),
+	    cmocka_unit_test(test_handle_malformed),
 	    cmocka_unit_test(test_handle_fuzz),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
