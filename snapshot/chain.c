@@ -1,4 +1,4 @@
-/* A snapshot chain directory: generation files list the layers (full base, then increments) and their digests; writing one is the commit point. */
+/* A snapshot chain directory: generation files list the layers and their digests; creating one is the commit point. */
 #include "snapshot/chain.h"
 
 #include <ctype.h>
@@ -18,6 +18,7 @@
 #include "common/fd_io.h"
 #include "common/file_io.h"
 #include "snapshot/digest.h"
+#include "snapshot/keyfile.h"
 
 void chain_id_hex(const uint8_t id[16], char out[33])
 {
@@ -64,7 +65,6 @@ static int get_name(json_t *o, const char *key, char out[CHAIN_NAME_MAX])
 	snprintf(out, CHAIN_NAME_MAX, "%s", json_string_value(v));
 	return 0;
 }
-
 
 const uint8_t *chain_digest_get(const struct chain *c, const char *name)
 {
@@ -129,7 +129,8 @@ static int parse_digests(json_t *root, struct chain *c, char *err, size_t errlen
 {
 	json_t *m = json_object_get(root, "sha256");
 	if (!json_is_object(m))
-		return errmsg(err, errlen, -EINVAL, "chain file: sha256 is missing or not an object");
+		return errmsg(err, errlen, -EINVAL,
+			      "chain file: sha256 is missing or not an object");
 	if (json_object_size(m) > CHAIN_MAX_DIGESTS)
 		return errmsg(err, errlen, -EINVAL, "chain file: more than %d digests",
 			      CHAIN_MAX_DIGESTS);
@@ -140,10 +141,12 @@ static int parse_digests(json_t *root, struct chain *c, char *err, size_t errlen
 		uint8_t d[32];
 		if (!plain_name(k) || !json_is_string(v) || digest_unhex(json_string_value(v), d) ||
 		    chain_digest_set(c, k, d))
-			return errmsg(err, errlen, -EINVAL, "chain file: a sha256 entry is malformed");
+			return errmsg(err, errlen, -EINVAL,
+				      "chain file: a sha256 entry is malformed");
 	}
 	for (int i = 0; i < c->nr_layers; i++)
-		if (!chain_digest_get(c, c->layers[i].mem) || !chain_digest_get(c, c->layers[i].state))
+		if (!chain_digest_get(c, c->layers[i].mem) ||
+		    !chain_digest_get(c, c->layers[i].state))
 			return errmsg(err, errlen, -EINVAL,
 				      "chain file: layer %d has no sha256 of its files", i);
 	c->has_digests = true;
@@ -176,19 +179,21 @@ int chain_parse(const char *text, size_t len, struct chain *c, char *err, size_t
 		       (unsigned long long)version);
 		goto out;
 	}
-	if (version == 2 && (get_u64(root, "generation", &c->gen) || c->gen == 0 ||
-			     c->gen > CHAIN_GEN_MAX)) {
+	if (version == 2 &&
+	    (get_u64(root, "generation", &c->gen) || c->gen == 0 || c->gen > CHAIN_GEN_MAX)) {
 		errmsg(err, errlen, -EINVAL, "chain file: generation is missing or out of range");
 		goto out;
 	}
 	if (!json_is_string(id) || unhex(json_string_value(id), c->chain_id) ||
-	    get_u64(root, "ram_size", &c->ram_size) || !json_is_array(layers) ||
-	    c->ram_size == 0 || c->ram_size % 4096 || c->ram_size > (1ULL << 40)) {
-		errmsg(err, errlen, -EINVAL, "chain file: chain_id, ram_size or layers is missing or bad");
+	    get_u64(root, "ram_size", &c->ram_size) || !json_is_array(layers) || c->ram_size == 0 ||
+	    c->ram_size % 4096 || c->ram_size > (1ULL << 40)) {
+		errmsg(err, errlen, -EINVAL,
+		       "chain file: chain_id, ram_size or layers is missing or bad");
 		goto out;
 	}
 	if (json_array_size(layers) > CHAIN_MAX_LAYERS) {
-		errmsg(err, errlen, -EINVAL, "chain file has more than %d layers", CHAIN_MAX_LAYERS);
+		errmsg(err, errlen, -EINVAL, "chain file has more than %d layers",
+		       CHAIN_MAX_LAYERS);
 		goto out;
 	}
 	c->nr_layers = 0;
@@ -209,16 +214,18 @@ int chain_parse(const char *text, size_t len, struct chain *c, char *err, size_t
 		}
 		cl->full = json_is_true(full);
 		if (cl->stored > cl->present) {
-			errmsg(err, errlen, -EINVAL, "chain file: layer %zu stores more pages than it holds", i);
+			errmsg(err, errlen, -EINVAL,
+			       "chain file: layer %zu stores more pages than it holds", i);
 			goto out;
 		}
 		/* Layer 0 is a full one; each later layer names the one before as its parent. */
-		bool ok = c->nr_layers == 0 ? cl->full
-					    : (!cl->full && cl->parent == c->layers[c->nr_layers - 1].id &&
-					       cl->id > cl->parent);
+		bool ok = c->nr_layers == 0
+			      ? cl->full
+			      : (!cl->full && cl->parent == c->layers[c->nr_layers - 1].id &&
+				 cl->id > cl->parent);
 		if (!ok || cl->id == 0) {
-			errmsg(err, errlen, -EINVAL, "chain file: layer %zu does not follow layer %zu", i,
-			       i ? i - 1 : 0);
+			errmsg(err, errlen, -EINVAL,
+			       "chain file: layer %zu does not follow layer %zu", i, i ? i - 1 : 0);
 			goto out;
 		}
 		c->nr_layers++;
@@ -342,6 +349,7 @@ static int load_at(int dfd, struct chain *c, char *err, size_t errlen)
 	}
 	/* chain.json (settled, or a chain from before generations) and the generation it is. */
 	char jerr[512] = "";
+	memset(base, 0, sizeof(*base));
 	memcpy(base->dir, c->dir, sizeof(c->dir));
 	int jr = load_one(dfd, dir, CHAIN_FILE, 0, buf, base, jerr, sizeof(jerr));
 	uint64_t jgen = jr ? 0 : base->gen;
@@ -423,11 +431,11 @@ static char *chain_text(const struct chain *c, uint64_t gen)
 	for (int i = 0; i < c->nr_layers; i++) {
 		const struct chain_layer *l = &c->layers[i];
 		json_array_append_new(
-			layers, json_pack("{s:I,s:I,s:b,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)l->id,
-					  "parent", (json_int_t)l->parent, "full", l->full, "mem",
-					  l->mem, "state", l->state, "present", (json_int_t)l->present,
-					  "stored", (json_int_t)l->stored, "created_ns",
-					  (json_int_t)l->created_ns));
+		    layers,
+		    json_pack("{s:I,s:I,s:b,s:s,s:s,s:I,s:I,s:I}", "id", (json_int_t)l->id,
+			      "parent", (json_int_t)l->parent, "full", l->full, "mem", l->mem,
+			      "state", l->state, "present", (json_int_t)l->present, "stored",
+			      (json_int_t)l->stored, "created_ns", (json_int_t)l->created_ns));
 	}
 	json_t *dg = json_object();
 	for (int i = 0; dg && i < c->nr_digests; i++) {
@@ -464,7 +472,8 @@ static int write_named(int dfd, const char *dir, const char *name, const char *t
 			errmsg(err, errlen, r, "rename to %s/%s: %s", dir, name, strerror(-r));
 	}
 	if (r)
-		(void)dirfd_unlink(dfd, tmp); /* best effort: EPERM in the jail, settle removes it */
+		(void)dirfd_unlink(dfd,
+				   tmp); /* best effort: EPERM in the jail, settle removes it */
 	else
 		(void)dirfd_sync(dfd);
 	return r;
@@ -570,6 +579,10 @@ int chain_settle(const char *dir, char *err, size_t errlen)
 		r = 0; /* no chain: only leftovers to remove */
 	if (r)
 		goto out; /* nothing valid: remove nothing */
+	/* An encrypted chain's layer id counter, moved by create-only steps in the jail. */
+	r = keyfile_settle_layer_seq(dir, err, errlen);
+	if (r)
+		goto out;
 	if (have && strcmp(c->source, CHAIN_FILE)) {
 		char *text = chain_text(c, c->gen);
 		r = text ? write_named(dfd, dir, CHAIN_FILE, text, true, err, errlen) : -ENOMEM;

@@ -1,4 +1,4 @@
-/* A snapshot chain directory: generation files list the layers (full base, then increments) and their digests; writing one is the commit point. */
+/* A snapshot chain directory: generation files list the layers and their digests; creating one is the commit point. */
 #ifndef COVE_CHAIN_H
 #define COVE_CHAIN_H
 
@@ -6,31 +6,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHAIN_FILE "chain.json"
+#define CHAIN_FILE	 "chain.json"
 #define CHAIN_MAX_LAYERS 256
-#define CHAIN_NAME_MAX 64
-#define CHAIN_MAX_BYTES (1u << 20)
+#define CHAIN_NAME_MAX	 64
+#define CHAIN_MAX_BYTES	 (1u << 20)
 /*
  * Generation files: "chain.NNNNNNNNNN.json" (ten digits, the generation). A commit creates the
  * next one (never replaces a file: the jailed VMM cannot); chain_load reads the newest that
  * is valid; chain_settle (host side) folds them back into chain.json. See snapshot/DIGEST.md.
  */
-#define CHAIN_GEN_PREFIX "chain."
-#define CHAIN_GEN_SUFFIX ".json"
-#define CHAIN_GEN_DIGITS 10
-#define CHAIN_GEN_MAX 9999999999ULL
+#define CHAIN_GEN_PREFIX   "chain."
+#define CHAIN_GEN_SUFFIX   ".json"
+#define CHAIN_GEN_DIGITS   10
+#define CHAIN_GEN_MAX	   9999999999ULL
 #define CHAIN_GEN_SCAN_MAX 4096 /* more generation files than this: refused (settle first) */
-#define CHAIN_GEN_TRY_MAX 16	/* invalid newest generations skipped before giving up */
+#define CHAIN_GEN_TRY_MAX  16	/* invalid newest generations skipped before giving up */
 /* Digests a chain records: every layer's mem and state, and the frozen disk layers. */
 #define CHAIN_MAX_DIGESTS 1024
 
 struct chain_layer {
 	uint64_t id, parent; /* parent 0: a full layer */
 	bool full;
-	char mem[CHAIN_NAME_MAX];   /* file names inside the chain directory */
+	char mem[CHAIN_NAME_MAX]; /* file names inside the chain directory */
 	char state[CHAIN_NAME_MAX];
-	uint64_t present, stored;   /* pages held / pages with data */
-	uint64_t created_ns;	    /* CLOCK_REALTIME */
+	uint64_t present, stored; /* pages held / pages with data */
+	uint64_t created_ns;	  /* CLOCK_REALTIME */
 };
 
 struct chain_digest {

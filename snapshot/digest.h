@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DIGEST_LEN 32
+#define DIGEST_LEN     32
 #define DIGEST_HEX_LEN 65 /* 64 hex digits and a NUL */
-#define DIGEST_CHUNK (1u << 20)
+#define DIGEST_CHUNK   (1u << 20)
 
 /*
  * The digest of a file's content, "cove-sha256-tree" (snapshot/DIGEST.md):

@@ -1,4 +1,4 @@
-/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, atomic commit. */
+/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, create-only commit. */
 #include "snapshot/snapshot.h"
 
 #include <errno.h>
@@ -81,8 +81,8 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 		return -ENOMEM;
 	}
 	s->bitmap = bm;
-	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		  -1, 0);
+	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE,
+		  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (bm == MAP_FAILED) {
 		snap_ctx_free(s);
 		return -ENOMEM;
@@ -111,7 +111,8 @@ int snap_ctx_encrypt(struct snap_ctx *s, struct keyprov *prov, char *err, size_t
 	if (r == 0 && c.nr_layers && access(keys, F_OK) != 0)
 		return errmsg(err, errlen, -EINVAL,
 			      "%s holds an unencrypted chain: use another directory for encrypted "
-			      "snapshots", s->dir);
+			      "snapshots",
+			      s->dir);
 	s->encrypted = true;
 	s->prov = prov;
 	return 0;
@@ -165,7 +166,8 @@ static void mark_all_pages(struct snap_ctx *s)
 			off_t h = lseek(m->fd, d, SEEK_HOLE);
 			if (h < 0)
 				h = (off_t)m->size;
-			for (uint64_t p = (uint64_t)d / PAGE_SIZE; p < ((uint64_t)h + PAGE_SIZE - 1) / PAGE_SIZE && p < pages; p++)
+			for (uint64_t p = (uint64_t)d / PAGE_SIZE;
+			     p < ((uint64_t)h + PAGE_SIZE - 1) / PAGE_SIZE && p < pages; p++)
 				s->bitmap[p / 64] |= 1ULL << (p % 64);
 			off = h;
 		}
@@ -175,7 +177,7 @@ static void mark_all_pages(struct snap_ctx *s)
 }
 
 struct stage {
-	uint8_t *buf;	  /* staging copy, or guest RAM itself when not staged */
+	uint8_t *buf; /* staging copy, or guest RAM itself when not staged */
 	size_t buf_len;
 	bool staged;
 	uint8_t *mapped; /* the staging mapping we own (buf when staged) */
@@ -234,7 +236,7 @@ static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
 		g->ext = e;
 		g->cap = cap;
 	}
-	g->ext[g->next++] = (struct write_extent){ file_off, buf_off, PAGE_SIZE };
+	g->ext[g->next++] = (struct write_extent){file_off, buf_off, PAGE_SIZE};
 	return 0;
 }
 
@@ -307,7 +309,8 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 	uint64_t candidates = bitmap_pages(s);
 	g->staged = stageable(s, candidates);
 	if (g->staged && candidates) {
-		/* Usually reserved before the pause; growing here costs page faults in the pause. */
+		/* Usually reserved before the pause; growing here costs page faults in the pause.
+		 */
 		if (candidates * PAGE_SIZE > g->buf_len) {
 			stage_release(g);
 			if (stage_reserve(g, candidates * PAGE_SIZE, false))
@@ -569,9 +572,9 @@ static int write_mem_layer(struct snap_ctx *s, const char *final, char *tmp, siz
 		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
 		goto out;
 	}
-	struct progress pr = { s->vm, 256ULL << 20 };
+	struct progress pr = {s->vm, 256ULL << 20};
 	r = layer_write_extents_ring(s->ring, fd, s->method, g->buf, g->buf_len, g->ext, g->next,
-				report_progress, &pr);
+				     report_progress, &pr);
 	if (!r && tags.n)
 		r = layer_write_extents_ring(s->ring, fd, s->method, tags.buf, tags.len, tags.ext,
 					     tags.n, NULL, NULL);
@@ -589,8 +592,7 @@ out:
 
 /* Writes the state file under a fresh temporary name (into tmp[cap]) and digests its bytes. */
 static int write_state(struct snap_ctx *s, uint64_t id, const char *final, char *tmp, size_t cap,
-		       const struct state_buf *b, uint8_t sha[DIGEST_LEN], char *err,
-		       size_t errlen)
+		       const struct state_buf *b, uint8_t sha[DIGEST_LEN], char *err, size_t errlen)
 {
 	tmp[0] = 0;
 	const uint8_t *data = b->p;
@@ -599,7 +601,8 @@ static int write_state(struct snap_ctx *s, uint64_t id, const char *final, char 
 	if (s->encrypted) {
 		int r = snap_crypt_seal_state(&s->crypt, id, b->p, b->len, &sealed, &len);
 		if (r)
-			return errmsg(err, errlen, r, "encrypting the state file: %s", strerror(-r));
+			return errmsg(err, errlen, r, "encrypting the state file: %s",
+				      strerror(-r));
 		data = sealed;
 	}
 	int r = digest_buf(data, len, sha);
@@ -636,7 +639,8 @@ static void remove_unlisted(const struct chain *before, const struct chain *afte
 			mem_used |= !strcmp(after->layers[j].mem, o->mem);
 			state_used |= !strcmp(after->layers[j].state, o->state);
 		}
-		/* Names from chain.json are plain names (chain_parse): only files beneath dfd go. */
+		/* Names from chain.json are plain names (chain_parse): only files beneath dfd go.
+		 */
 		if (!mem_used)
 			(void)dirfd_unlink(dfd, o->mem);
 		if (!state_used)
@@ -984,7 +988,7 @@ static int take_digests(struct snap_ctx *s, struct take *t, char *err, size_t er
 	if (r)
 		errmsg(err, errlen, r, "the machine description names bad disk layers");
 	for (int i = 0; !r && i < nd + 2 * n->nr_layers; i++) {
-		const char *name = i < nd ? names[i]
+		const char *name = i < nd	  ? names[i]
 				   : (i - nd) % 2 ? n->layers[(i - nd) / 2].state
 						  : n->layers[(i - nd) / 2].mem;
 		if (chain_digest_get(n, name))

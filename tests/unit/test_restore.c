@@ -286,18 +286,20 @@ static void test_digest_old_chain(void **state)
 	char hex[33];
 	chain_id_hex(f->c.chain_id, hex);
 	char text[4096];
-	int len = snprintf(text, sizeof(text),
-			   "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"%s\",\"ram_size\":%llu,"
-			   "\"layers\":[",
-			   hex, (unsigned long long)f->c.ram_size);
+	int len = snprintf(
+	    text, sizeof(text),
+	    "{\"format\":\"cove-chain\",\"version\":1,\"chain_id\":\"%s\",\"ram_size\":%llu,"
+	    "\"layers\":[",
+	    hex, (unsigned long long)f->c.ram_size);
 	for (int i = 0; i < f->c.nr_layers; i++) {
 		const struct chain_layer *l = &f->c.layers[i];
-		len += snprintf(text + len, sizeof(text) - (size_t)len,
-				"%s{\"id\":%llu,\"parent\":%llu,\"full\":%s,\"mem\":\"%s\",\"state\":\"%s\","
-				"\"present\":%llu,\"stored\":%llu,\"created_ns\":1}",
-				i ? "," : "", (unsigned long long)l->id, (unsigned long long)l->parent,
-				l->full ? "true" : "false", l->mem, l->state,
-				(unsigned long long)l->present, (unsigned long long)l->stored);
+		len += snprintf(
+		    text + len, sizeof(text) - (size_t)len,
+		    "%s{\"id\":%llu,\"parent\":%llu,\"full\":%s,\"mem\":\"%s\",\"state\":\"%s\","
+		    "\"present\":%llu,\"stored\":%llu,\"created_ns\":1}",
+		    i ? "," : "", (unsigned long long)l->id, (unsigned long long)l->parent,
+		    l->full ? "true" : "false", l->mem, l->state, (unsigned long long)l->present,
+		    (unsigned long long)l->stored);
 	}
 	len += snprintf(text + len, sizeof(text) - (size_t)len, "]}");
 	assert_int_equal(unlink(path), 0);
