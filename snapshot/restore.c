@@ -200,7 +200,10 @@ static int verify_digests(struct snap_restore *sr, const struct snap_restore_arg
 		r = errmsg(err, errlen, -errno, "%s: %s", a->dir, strerror(errno));
 	for (int i = 0; !r && i < n; i++) {
 		r = digest_file_at(dfd, names[i], d);
-		if (r)
+		if (r == -ELOOP)
+			errmsg(err, errlen, r, "%s/%s: a link where a chain file should be, refused",
+			       a->dir, names[i]);
+		else if (r)
 			errmsg(err, errlen, r, "%s/%s: cannot read it: %s", a->dir, names[i],
 			       strerror(-r));
 		else
