@@ -1,4 +1,5 @@
-/* A snapshot chain directory: generation files list the layers and their digests; creating one is the commit point. */
+/* A snapshot chain directory: generation files list the layers and their digests; creating one is
+ * the commit point. */
 #include "snapshot/chain.h"
 
 #include <ctype.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -614,5 +616,156 @@ int chain_settle(const char *dir, char *err, size_t errlen)
 out:
 	free(c);
 	close(dfd);
+	return r;
+}
+
+/* One line of a stamp file: a file as it was when its digest was last checked. */
+struct stamp {
+	char name[CHAIN_NAME_MAX];
+	unsigned long long dev, ino, size, cs, cn, ms, mn;
+	char hex[DIGEST_HEX_LEN];
+};
+
+static void stamp_of(struct stamp *t, const char *name, const struct stat *st, const char *hex)
+{
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->dev = (unsigned long long)st->st_dev;
+	t->ino = (unsigned long long)st->st_ino;
+	t->size = (unsigned long long)st->st_size;
+	t->cs = (unsigned long long)st->st_ctim.tv_sec;
+	t->cn = (unsigned long long)st->st_ctim.tv_nsec;
+	t->ms = (unsigned long long)st->st_mtim.tv_sec;
+	t->mn = (unsigned long long)st->st_mtim.tv_nsec;
+	snprintf(t->hex, sizeof(t->hex), "%s", hex);
+}
+
+/* The stamp file (untrusted format, capped): entries into t[CHAIN_MAX_DIGESTS], their count. */
+static int read_stamps(const char *path, struct stamp *t)
+{
+	FILE *f = path ? fopen(path, "re") : NULL;
+	if (!f)
+		return 0;
+	int n = 0;
+	char line[512];
+	while (n < CHAIN_MAX_DIGESTS && fgets(line, sizeof(line), f)) {
+		struct stamp *s = &t[n];
+		char name[256], hex[80];
+		if (sscanf(line, "%255s %llu %llu %llu %llu %llu %llu %llu %79s", name, &s->dev,
+			   &s->ino, &s->size, &s->cs, &s->cn, &s->ms, &s->mn, hex) != 9 ||
+		    !plain_name(name) || strlen(hex) != 64)
+			continue;
+		snprintf(s->name, sizeof(s->name), "%s", name);
+		snprintf(s->hex, sizeof(s->hex), "%s", hex);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static int write_stamps(const char *path, const struct stamp *t, int n)
+{
+	char tmp[4200];
+	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		unlink(tmp);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s %llu %llu %llu %llu %llu %llu %llu %s\n", t[i].name, t[i].dev,
+			t[i].ino, t[i].size, t[i].cs, t[i].cn, t[i].ms, t[i].mn, t[i].hex);
+	int r = fflush(f) || fsync(fd) ? -errno : 0;
+	if (fclose(f) && !r)
+		r = -EIO;
+	if (!r && rename(tmp, path) < 0)
+		r = -errno;
+	if (r)
+		unlink(tmp);
+	return r;
+}
+
+int chain_verify_stamped(const char *dir, const char *stamps, char *err, size_t errlen)
+{
+	struct chain *c = malloc(sizeof(*c));
+	struct stamp *old = calloc(CHAIN_MAX_DIGESTS, sizeof(*old));
+	struct stamp *now = calloc(CHAIN_MAX_DIGESTS, sizeof(*now));
+	int dfd = -1, r = -ENOMEM, nnow = 0;
+	if (!c || !old || !now)
+		goto out;
+	r = chain_load(dir, c, err, errlen);
+	if (r)
+		goto out;
+	if (!c->has_digests) {
+		r = 1;
+		goto out;
+	}
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		r = errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+		goto out;
+	}
+	int nold = read_stamps(stamps, old);
+	struct timespec ts; /* before any file is read */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	for (int i = 0; i < c->nr_digests; i++) {
+		const struct chain_digest *d = &c->digests[i];
+		char hex[DIGEST_HEX_LEN];
+		digest_hex(d->sha256, hex);
+		int fd = dirfd_open(dfd, d->name, O_RDONLY);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			r = errmsg(err, errlen, fd < 0 ? fd : -EINVAL, "%s: %s: %s", dir, d->name,
+				   fd == -ELOOP ? "a link where a chain file should be, refused"
+				   : fd < 0	? strerror(-fd)
+						: "not a regular file");
+			if (fd >= 0)
+				close(fd);
+			goto out;
+		}
+		struct stamp cur;
+		stamp_of(&cur, d->name, &st, hex);
+		bool fresh = false;
+		for (int k = 0; k < nold && !fresh; k++)
+			fresh = !memcmp(&old[k], &cur, sizeof(cur));
+		if (!fresh) {
+			uint8_t got[DIGEST_LEN];
+			r = digest_fd(fd, got);
+			if (!r && memcmp(got, d->sha256, DIGEST_LEN))
+				r = errmsg(
+				    err, errlen, -EBADMSG,
+				    "%s: %s: SHA-256 does not match the chain (the file changed "
+				    "after its commit)",
+				    dir, d->name);
+			else if (r)
+				errmsg(err, errlen, r, "%s: %s: %s", dir, d->name, strerror(-r));
+		}
+		close(fd);
+		if (r)
+			goto out;
+		/*
+		 * File times come from a coarse clock (a jiffy): a write within the granule of the
+		 * last change would keep this ctime. Changed in the 100 ms before this check began:
+		 * not stamped, read again next time.
+		 */
+		int64_t age_ns = ((int64_t)ts.tv_sec - (int64_t)st.st_ctim.tv_sec) * 1000000000LL +
+				 ((int64_t)ts.tv_nsec - (int64_t)st.st_ctim.tv_nsec);
+		if (age_ns > 100000000LL)
+			now[nnow++] = cur;
+	}
+	r = 0;
+	if (stamps && (r = write_stamps(stamps, now, nnow)))
+		errmsg(err, errlen, r, "cannot write %s: %s", stamps, strerror(-r));
+out:
+	if (dfd >= 0)
+		close(dfd);
+	free(now);
+	free(old);
+	free(c);
 	return r;
 }

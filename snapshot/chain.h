@@ -1,4 +1,5 @@
-/* A snapshot chain directory: generation files list the layers and their digests; creating one is the commit point. */
+/* A snapshot chain directory: generation files list the layers and their digests; creating one is
+ * the commit point. */
 #ifndef COVE_CHAIN_H
 #define COVE_CHAIN_H
 
@@ -81,6 +82,16 @@ int chain_commit(struct chain *c, char *err, size_t errlen);
  * links and directories are left alone. 0 (also when DIR holds no chain) or -errno + `err`.
  */
 int chain_settle(const char *dir, char *err, size_t errlen);
+/*
+ * Host side, outside the jail (no VMM on DIR): checks every file the newest generation records a
+ * digest for against it, reading only files whose (device, inode, size, ctime, mtime) and
+ * digest differ from a line of `stamps` (a file of the host's, which the VMM cannot write; NULL:
+ * read them all), then rewrites `stamps` with the files checked (one changed in the last 100 ms
+ * is not stamped: file times come from a coarse clock). A write through a kept fd changes ctime,
+ * which no unprivileged process can set back. 0; -EBADMSG with one line naming the file on a
+ * mismatch (the stamps then untouched); -ENOENT without a chain; 1 when the chain has no digests.
+ */
+int chain_verify_stamped(const char *dir, const char *stamps, char *err, size_t errlen);
 /* The digest recorded for `name`, or NULL. */
 const uint8_t *chain_digest_get(const struct chain *c, const char *name);
 /* Records (or replaces) the digest of `name`: 0, -EINVAL (bad name) or -E2BIG (table full). */

@@ -91,19 +91,19 @@ static int check_digest(const struct snap_restore *sr, const char *dir, const ch
 }
 
 /* Reads, decrypts and parses the layer's state file; it must hold a machine description. */
-static int open_state(struct snap_restore *sr, const char *dir, const char *path, char *err,
-		      size_t errlen)
+static int open_state(struct snap_restore *sr, const struct snap_restore_args *a, const char *path,
+		      char *err, size_t errlen)
 {
 	int r = state_read_file(path, &sr->state, &sr->state_len, err, errlen);
 	if (r)
 		return r;
 	/* The bytes parsed are the bytes checked: a state file with valid CRCs is not enough. */
-	if (sr->chain.has_digests) {
+	if (sr->chain.has_digests && !a->digests_checked) {
 		uint8_t d[DIGEST_LEN];
 		r = digest_buf(sr->state, sr->state_len, d);
 		if (r)
 			return errmsg(err, errlen, r, "%s: digest: %s", path, strerror(-r));
-		r = check_digest(sr, dir, sr->chain.layers[sr->idx].state, d, err, errlen);
+		r = check_digest(sr, a->dir, sr->chain.layers[sr->idx].state, d, err, errlen);
 		if (r)
 			return r;
 	}
@@ -153,7 +153,7 @@ int snap_restore_open(struct snap_restore *sr, const struct snap_restore_args *a
 	if (sr->encrypted && (r = open_key(sr, a, err, errlen)))
 		return r;
 	snprintf(path, sizeof(path), "%s/%s", a->dir, sr->chain.layers[sr->idx].state);
-	return open_state(sr, a->dir, path, err, errlen);
+	return open_state(sr, a, path, err, errlen);
 }
 
 /*
@@ -175,6 +175,8 @@ static int verify_digests(struct snap_restore *sr, const struct snap_restore_arg
 		sr->unverified = true;
 		return 0;
 	}
+	if (a->digests_checked)
+		return 0;
 	uint8_t d[DIGEST_LEN];
 	int r = 0;
 	for (int i = 0; !r && i < sr->ls->nr; i++) {
@@ -201,8 +203,9 @@ static int verify_digests(struct snap_restore *sr, const struct snap_restore_arg
 	for (int i = 0; !r && i < n; i++) {
 		r = digest_file_at(dfd, names[i], d);
 		if (r == -ELOOP)
-			errmsg(err, errlen, r, "%s/%s: a link where a chain file should be, refused",
-			       a->dir, names[i]);
+			errmsg(err, errlen, r,
+			       "%s/%s: a link where a chain file should be, refused", a->dir,
+			       names[i]);
 		else if (r)
 			errmsg(err, errlen, r, "%s/%s: cannot read it: %s", a->dir, names[i],
 			       strerror(-r));

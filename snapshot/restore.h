@@ -27,6 +27,11 @@ struct snap_restore_args {
 	/* Where the one-line warnings go (a skipped generation, a chain without digests);
 	 * NULL: stderr as "cove: warning: ...". */
 	struct logger *log;
+	/*
+	 * The host checked every digest just before starting this process (chain_verify_stamped,
+	 * outside the jail): the restore does not read the files again. Only the host sets it.
+	 */
+	bool digests_checked;
 };
 
 /* One opened layer of a chain: everything restore reads from the chain directory. */

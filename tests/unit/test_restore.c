@@ -365,6 +365,65 @@ static void test_digest_disk_layers(void **state)
 	expect_refused(&a, -EBADMSG, "disk0-000002.ovl.map: SHA-256 does not match the chain");
 }
 
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	int n = 0, ch;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* Host side: every recorded file checked, stamps kept outside the chain; a change is caught. */
+static void test_verify_stamped(void **state)
+{
+	struct chain_fx *f = *state;
+	char stamps[128], err[512], path[200];
+	snprintf(stamps, sizeof(stamps), "%s-stamps", f->dir);
+	unlink(stamps);
+	usleep(150 * 1000);
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), 0);
+	assert_int_equal(count_lines(stamps), 6); /* mem-0..2, state-0..2 */
+	/* A file changed in the last 100 ms (here: the same byte written again) is checked but
+	 * not stamped: a later write could keep its coarse ctime. */
+	snprintf(path, sizeof(path), "%s/state-0", f->dir);
+	uint8_t same;
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &same, 1, 0), 1);
+	assert_int_equal(pwrite(fd, &same, 1, 0), 1);
+	close(fd);
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), 0);
+	assert_int_equal(count_lines(stamps), 5);
+	/* A byte changed after the stamp: its ctime moved, it is read again and refused. */
+	snprintf(path, sizeof(path), "%s/mem-1", f->dir);
+	uint8_t b = 0x42;
+	fx_write(path, &b, 1, (off_t)(MEM_LAYER_HDR * 2 + MEM_LAYER_PAGE + 5), false);
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "mem-1: SHA-256 does not match the chain"));
+	assert_null(strchr(err, '\n'));
+	assert_int_equal(count_lines(stamps), 5); /* untouched by the refusal */
+	/* A hostile stamp file is only a cache: garbage lines are ignored, files still read. */
+	fx_write(stamps, "../x 1 2 3 4 5 6 7 zz\ngarbage\n", 29, 0, true);
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), -EBADMSG);
+	/* The VMM started after such a check (digests_checked) does not read them again. */
+	struct snap_restore_args a = {.dir = f->dir, .digests_checked = true};
+	struct snap_restore sr;
+	assert_int_equal(open_validate(&a, &sr, err, sizeof(err)), 0);
+	snap_restore_close(&sr);
+	a.digests_checked = false;
+	expect_refused(&a, -EBADMSG, "mem-1: SHA-256 does not match the chain");
+	/* A link in place of a recorded file is refused, never followed. */
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(symlink("/etc/passwd", path), 0);
+	assert_int_equal(chain_verify_stamped(f->dir, NULL, err, sizeof(err)), -ELOOP);
+	assert_non_null(strstr(err, "a link where a chain file should be"));
+	unlink(stamps);
+}
+
 /* A keys file makes the chain encrypted: the host must name the provider, never the chain. */
 static void test_encrypted_needs_key(void **state)
 {
@@ -391,6 +450,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_digest_state_rewritten, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_digest_old_chain, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_digest_disk_layers, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_verify_stamped, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
