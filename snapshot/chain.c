@@ -503,8 +503,25 @@ int chain_commit(struct chain *c, char *err, size_t errlen)
 	}
 	if (!r)
 		c->has_digests = true;
-	/* A name another writer took (EEXIST) moves on to the next generation, a few times. */
+	/*
+	 * Past chain.json's generation too (a settled chain; a Full snapshot's new chain starts
+	 * with gen 0): a lower number would lose to it at the next load.
+	 */
 	uint64_t floor = c->gen;
+	char *jbuf = r ? NULL : malloc(CHAIN_MAX_BYTES + 1);
+	struct chain *jc = r ? NULL : malloc(sizeof(*jc));
+	if (!r && (!jbuf || !jc))
+		r = -ENOMEM;
+	if (!r) {
+		char e2[8];
+		memset(jc, 0, sizeof(*jc));
+		if (load_one(dfd, c->dir, CHAIN_FILE, 0, jbuf, jc, e2, sizeof(e2)) == 0 &&
+		    jc->gen > floor)
+			floor = jc->gen;
+	}
+	free(jbuf);
+	free(jc);
+	/* A name another writer took (EEXIST) moves on to the next generation, a few times. */
 	for (int attempt = 0; !r && attempt < 4; attempt++) {
 		int n = list_gens(dfd, gens);
 		if (n < 0) {

@@ -418,7 +418,8 @@ static void test_chain_commit_load(void **state)
 	assert_int_equal(stat(f->path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
 
-	/* A chain file padded to exactly the cap loads; one byte more is skipped, with a warning. */
+	/* A chain file padded to exactly the cap loads; one byte more is skipped, with a warning.
+	 */
 	size_t len;
 	uint8_t *text = read_all(f->path, &len);
 	char *big = malloc(CHAIN_MAX_BYTES + 2);
@@ -466,7 +467,8 @@ static void test_chain_commit_load(void **state)
 	assert_one_line_error(err, "not valid JSON");
 	free(text);
 
-	/* A new commit never replaces anything: it creates the next generation past a broken one. */
+	/* A new commit never replaces anything: it creates the next generation past a broken one.
+	 */
 	write_file(f->path, "{", 1);
 	sample_chain(c, f->dir, 2);
 	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
@@ -557,11 +559,15 @@ static void test_chain_settle(void **state)
 	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
 	/* Leftovers of crashed commits, hostile names, links and a directory. */
 	static const char *const ours[] = {".mem-000005.123-abcdef01.tmp",
-					   ".state-000005.123-abcdef01.tmp", ".mem-000005.tmp",
-					   ".chain.json.tmp", ".chain.0000000003.json.9-00000000.tmp",
-					   "mem-000007", "mem-000003-c2"};
-	static const char *const theirs[] = {"junk", ".mem-x/y", "mem-1x", ".keys.tmp",
-					     "disk0-000001.ovl", "state-0.bin.bak", ".mem-0.tmpx"};
+					   ".state-000005.123-abcdef01.tmp",
+					   ".mem-000005.tmp",
+					   ".chain.json.tmp",
+					   ".chain.0000000003.json.9-00000000.tmp",
+					   "mem-000007",
+					   "mem-000003-c2"};
+	static const char *const theirs[] = {"junk",	   ".mem-x/y",	       "mem-1x",
+					     ".keys.tmp",  "disk0-000001.ovl", "state-0.bin.bak",
+					     ".mem-0.tmpx"};
 	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
 		snprintf(p, sizeof(p), "%s/%s", f->dir, ours[i]);
 		write_file(p, "x", 1);
@@ -605,13 +611,21 @@ static void test_chain_settle(void **state)
 	assert_int_equal(chain_commit(back, err, sizeof(err)), 0);
 	assert_int_equal(back->gen, 3);
 	assert_true(present(f->dir, "chain.0000000003.json"));
+	/* A new chain (a Full snapshot's: generation 0 in memory) still goes past chain.json's. */
+	assert_int_equal(chain_settle(f->dir, err, sizeof(err)), 0);
+	sample_chain(c, f->dir, 1);
+	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
+	assert_int_equal(c->gen, 4);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 4);
+	assert_int_equal(back->nr_layers, 1);
 	/* A second settle with nothing valid removes nothing. */
 	snprintf(p, sizeof(p), "%s/%s", f->dir, CHAIN_FILE);
 	write_file(p, "{", 1);
-	snprintf(p, sizeof(p), "%s/chain.0000000003.json", f->dir);
+	snprintf(p, sizeof(p), "%s/chain.0000000004.json", f->dir);
 	write_file(p, "{", 1);
 	assert_int_equal(chain_settle(f->dir, err, sizeof(err)), -EINVAL);
-	assert_true(present(f->dir, "mem-0") && present(f->dir, "chain.0000000003.json"));
+	assert_true(present(f->dir, "mem-0") && present(f->dir, "chain.0000000004.json"));
 	free(back);
 	free(c);
 }
@@ -662,8 +676,9 @@ static void test_digest(void **state)
 	/* The disk layers a machine description names, and their maps; hostile names refused. */
 	char names[8][64];
 	int n = 0;
-	static const char cfg[] = "{\"format\":1,\"disks\":[{\"size\":1,\"layers\":[\"disk0-000001-l0.ovl\","
-				  "\"disk0-000002.ovl\"]},{\"size\":2,\"layers\":[]}]}";
+	static const char cfg[] =
+	    "{\"format\":1,\"disks\":[{\"size\":1,\"layers\":[\"disk0-000001-l0.ovl\","
+	    "\"disk0-000002.ovl\"]},{\"size\":2,\"layers\":[]}]}";
 	assert_int_equal(digest_config_files(cfg, strlen(cfg), names, 8, &n), 0);
 	assert_int_equal(n, 4);
 	assert_string_equal(names[1], "disk0-000001-l0.ovl.map");
