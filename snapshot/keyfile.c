@@ -589,8 +589,24 @@ static int take_id(const char **p, uint64_t *id)
 	return 0;
 }
 
+/* ".PID-XXXXXXXX.tmp": what dirfd_create_tmp puts after a temporary file's final name. */
+static bool tmp_suffix(const char *p)
+{
+	if (*p++ != '.' || !isdigit((unsigned char)*p))
+		return false;
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (*p++ != '-')
+		return false;
+	for (int i = 0; i < 8; i++, p++)
+		if (!isxdigit((unsigned char)*p))
+			return false;
+	return !strcmp(p, ".tmp");
+}
+
 /*
- * The layer id a chain file's name carries: mem-N, state-N (and their .NAME.tmp), diskK-N.ovl
+ * The layer id a chain file's name carries: mem-N, state-N (and their temporaries .NAME.tmp and
+ * .NAME.PID-XXXXXXXX.tmp), diskK-N.ovl
  * (and .map, .map.tmp). 1 with *id, or 0 for other names.
  */
 int keyfile_name_layer_id(const char *name, uint64_t *id)
@@ -604,7 +620,7 @@ int keyfile_name_layer_id(const char *name, uint64_t *id)
 		p += *p == 'm' ? 4 : 6;
 		if (take_id(&p, id))
 			return 0;
-		return tmp ? !strcmp(p, ".tmp") : !*p;
+		return tmp ? !strcmp(p, ".tmp") || tmp_suffix(p) : !*p;
 	}
 	if (tmp || strncmp(p, "disk", 4))
 		return 0;

@@ -294,6 +294,14 @@ static void test_commit_under_jail_rules(void **state)
 	uint64_t id;
 	assert_int_equal(keyfile_next_layer_id(f->dir, &id, err, sizeof(err)), 0);
 	assert_int_equal(id, 8);
+	/* A temporary file of a later id (a write that died) still shows a rolled-back counter. */
+	assert_int_equal(keyfile_name_layer_id(".mem-000012.4242-0a1b2c3d.tmp", &id), 1);
+	assert_int_equal(id, 12);
+	assert_int_equal(keyfile_name_layer_id(".state-000012.4242-0a1b2c3.tmp", &id), 0);
+	char p[200];
+	snprintf(p, sizeof(p), "%s/.mem-000012.4242-0a1b2c3d.tmp", f->dir);
+	fx_write(p, "x", 1, 0, true);
+	assert_int_equal(keyfile_next_layer_id(f->dir, &id, err, sizeof(err)), -ESTALE);
 	expect_ram(f->dir, 2);
 	free(c);
 }
