@@ -671,8 +671,8 @@ static int read_stamps(const char *path, struct stamp *t)
 			   &s->ino, &s->size, &s->cs, &s->cn, &s->ms, &s->mn, hex) != 9 ||
 		    !plain_name(name) || strlen(hex) != 64)
 			continue;
-		snprintf(s->name, sizeof(s->name), "%s", name);
-		snprintf(s->hex, sizeof(s->hex), "%s", hex);
+		memcpy(s->name, name, strlen(name) + 1); /* plain_name: shorter than the field */
+		memcpy(s->hex, hex, sizeof(s->hex));	 /* 64 digits and the NUL */
 		n++;
 	}
 	fclose(f);
