@@ -25,7 +25,7 @@ struct snap_restore_args {
 	bool verify;	      /* encrypted: authenticate every stored page before the guest runs */
 	const char *snap_dir; /* where the restored sandbox's snapshots go, or NULL */
 	/* Where the one-line warnings go (a skipped generation, a chain without digests);
-	 * NULL: stderr as "cove: warning: ...". */
+	 * NULL: stderr as "cove: warn: ...". */
 	struct logger *log;
 	/*
 	 * The host checked every digest just before starting this process (chain_verify_stamped,

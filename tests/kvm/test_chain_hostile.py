@@ -454,7 +454,7 @@ def test_digests(tmp):
         r.stop(signal.SIGKILL)
         err = r.stderr()
     warns = [l for l in err.splitlines() if "SHA-256" in l]
-    check(len(warns) == 1 and "warning" in warns[0] and "no SHA-256 digests" in warns[0],
+    check(len(warns) == 1 and "warn" in warns[0] and "no SHA-256 digests" in warns[0],
           f"want one warning line about the missing digests: {err!r}")
     c = chain(old)
     check(os.path.basename(chain_file(old)) == "chain.0000000001.json" and len(c["layers"]) == 3,
