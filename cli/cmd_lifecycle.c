@@ -13,6 +13,7 @@
 #include "cli/sandbox_up.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
+#include "lifecycle/chain_check.h"
 #include "lifecycle/broker.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/gc.h"
@@ -161,6 +162,10 @@ static int stop_locked(const char *cmd, struct target *t, const char *why)
 	}
 	sbx_event_append(t->dfd, sbx_state_name(t->state), "stopped", why);
 	t->state = SBX_STOPPED;
+	/* The final snapshot's new files are checked now, off the next reconnect's path. */
+	bool checked;
+	if (sbx_chain_check(&t->root, t->name, &checked, err, sizeof(err)))
+		fprintf(stderr, "cove %s: %s: warning: %s\n", cmd, t->name, err);
 	return 0;
 }
 
@@ -201,7 +206,8 @@ int cmd_archive(int argc, char **argv)
 	} else if ((t.state == SBX_RUNNING || t.state == SBX_PAUSED) &&
 		   (st = stop_locked("archive", &t, "cove archive"))) {
 		/* the final snapshot failed: it keeps running, nothing is archived */
-	} else if (sbx_archive_pack(t.dfd, &as, err, sizeof(err))) {
+	} else if (sbx_chain_check_archive(&t.root, t.name, err, sizeof(err)) ||
+		   sbx_archive_pack(t.dfd, &as, err, sizeof(err))) {
 		fprintf(stderr, "cove archive: %s: %s (its chain is as it was)\n", t.name, err);
 		st = 1;
 	} else {

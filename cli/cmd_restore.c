@@ -19,6 +19,9 @@ static const char restore_usage[] =
     "Memory is mapped from the layer files and read only when the guest touches it.\n"
     "\n"
     "  --layer ID          restore this layer instead of the latest\n"
+    "  --digests-checked   the caller has just checked every file's SHA-256 against the chain\n"
+    "                      (the lifecycle, outside the jail): the restore does not read them "
+    "again\n"
     "  --api-sock PATH     serve the control API on this Unix socket\n"
     "  --console FILE      serial console to FILE instead of stdout\n"
     "  --console-max SIZE  as for cove run (default 64M)\n"
@@ -70,11 +73,13 @@ enum {
 	O_SROOT,
 	O_CMAX,
 	O_IDLE,
-	O_VRATE
+	O_VRATE,
+	O_DIGESTS_CHECKED
 };
 
 static const struct option long_opts[] = {
     {"layer", required_argument, NULL, O_LAYER},
+    {"digests-checked", no_argument, NULL, O_DIGESTS_CHECKED},
     {"api-sock", required_argument, NULL, O_API},
     {"console", required_argument, NULL, O_CONSOLE},
     {"vsock-uds", required_argument, NULL, O_UDS},
@@ -126,6 +131,9 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 		switch (c) {
 		case 'h':
 			return 1;
+		case O_DIGESTS_CHECKED:
+			o->digests_checked = true;
+			break;
 		case O_LAYER:
 			if (parse_u64(optarg, 1, UINT64_MAX, &o->layer))
 				return errmsg(err, errlen, -EINVAL,

@@ -19,6 +19,7 @@
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/broker.h"
+#include "lifecycle/chain_check.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
@@ -290,7 +291,21 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 			goto out;
 	}
 	restore = has_chain(dfd);
+	/*
+	 * The chain as the host sees it, before any VMM runs on it: generations folded into
+	 * chain.json, crashed commits' leftovers gone, then every recorded digest checked here,
+	 * outside the jail, reading only files changed since the host last checked them (a file
+	 * of the host's stamps). A mismatch is one line and nothing starts.
+	 */
+	bool checked = false;
+	if (restore) {
+		ret = sbx_chain_check(r, name, &checked, err, errlen);
+		if (ret)
+			goto out;
+	}
 	ret = restore ? sbx_args_restore(args, r, name, spec) : sbx_args_run(args, r, name, spec);
+	if (!ret && checked)
+		ret = sbx_args_append(args, "--digests-checked");
 	if (ret) {
 		errmsg(err, errlen, ret, "%s: the VMM's command line is too long", name);
 		goto out;

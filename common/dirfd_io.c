@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,6 +88,28 @@ int dirfd_create(int dfd, const char *name, int flags, mode_t mode)
 	return fd < 0 ? -errno : fd;
 }
 
+int dirfd_create_new(int dfd, const char *name, int flags, mode_t mode)
+{
+	if (!component_ok(name))
+		return -EINVAL;
+	int fd = openat(dfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	return fd < 0 ? -errno : fd;
+}
+
+int dirfd_create_tmp(int dfd, const char *final, char *tmp, size_t cap, int flags, mode_t mode)
+{
+	int fd = -EEXIST;
+	for (int i = 0; i < 8 && fd == -EEXIST; i++) {
+		uint32_t rnd = 0;
+		if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+			rnd ^= (uint32_t)i * 0x9e3779b9u; /* uniqueness only; EEXIST moves on */
+		if (snprintf(tmp, cap, ".%s.%d-%08x.tmp", final, (int)getpid(), rnd) >= (int)cap)
+			return -ENAMETOOLONG;
+		fd = dirfd_create_new(dfd, tmp, flags, mode);
+	}
+	return fd;
+}
+
 int dirfd_open(int dfd, const char *name, int flags)
 {
 	if (!component_ok(name) || (flags & O_CREAT))
@@ -99,6 +123,13 @@ int dirfd_rename(int dfd, const char *from, const char *to)
 	if (!component_ok(from) || !component_ok(to))
 		return -EINVAL;
 	return renameat(dfd, from, dfd, to) < 0 ? -errno : 0;
+}
+
+int dirfd_rename_noreplace(int dfd, const char *from, const char *to)
+{
+	if (!component_ok(from) || !component_ok(to))
+		return -EINVAL;
+	return renameat2(dfd, from, dfd, to, RENAME_NOREPLACE) < 0 ? -errno : 0;
 }
 
 int dirfd_unlink(int dfd, const char *name)

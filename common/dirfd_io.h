@@ -29,11 +29,24 @@ int dirfd_open_parent(const char *path, char *name, size_t cap);
  * ours: a temp file a crash left), then O_CREAT|O_EXCL|O_NOFOLLOW. The fd, or -errno.
  */
 int dirfd_create(int dfd, const char *name, int flags, mode_t mode);
+/*
+ * Creates `name` in `dfd` only if no file or link of that name exists (O_CREAT|O_EXCL|
+ * O_NOFOLLOW; never unlinks: the jailed VMM may not). The fd, or -errno (-EEXIST).
+ */
+int dirfd_create_new(int dfd, const char *name, int flags, mode_t mode);
+/*
+ * A fresh temporary file for `final` in `dfd`: ".FINAL.PID-XXXXXXXX.tmp" (random hex), created
+ * by dirfd_create_new, another name tried on EEXIST. Its name goes into tmp[cap]. The fd, or
+ * -errno. chain_settle recognises these names (and the older ".FINAL.tmp") as leftovers.
+ */
+int dirfd_create_tmp(int dfd, const char *final, char *tmp, size_t cap, int flags, mode_t mode);
 /* Opens an existing `name` in `dfd` without following a link (O_CREAT is refused). */
 int dirfd_open(int dfd, const char *name, int flags);
 /* renameat within `dfd`, unlinkat, fsync of the directory: 0 or -errno. */
 int dirfd_rename(int dfd, const char *from, const char *to);
 int dirfd_unlink(int dfd, const char *name);
+/* renameat2(RENAME_NOREPLACE) within `dfd`: -EEXIST when `to` exists; never replaces a file. */
+int dirfd_rename_noreplace(int dfd, const char *from, const char *to);
 int dirfd_sync(int dfd);
 
 #endif

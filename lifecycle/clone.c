@@ -172,12 +172,23 @@ static int share_disk_layers(int sdfd, int ddfd, unsigned flags, struct sbx_clon
 	return ret;
 }
 
-/* chain.json as committed (the clone's own file: a copy of these bytes), parsed into c. */
+/*
+ * The newest committed generation (the clone's own chain.json: a copy of these bytes), parsed
+ * into c. A running parent's VMM commits generation files chain.N.json (snapshot/DIGEST.md):
+ * chain_load finds the newest valid one; chain.json alone is only the host's settled copy.
+ */
 static int read_chain(int cdfd, char **text, size_t *len, struct chain *c, char *err, size_t errlen)
 {
-	int fd = dirfd_open(cdfd, CHAIN_FILE, O_RDONLY | O_CLOEXEC);
+	char self[64], name[CHAIN_NAME_MAX];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", cdfd);
+	int ret = chain_load(self, c, err, errlen);
+	if (ret == -ENOENT)
+		return errmsg(err, errlen, -ENOENT, "it has no committed snapshot to fork from");
+	if (ret)
+		return ret;
+	snprintf(name, sizeof(name), "%s", c->source[0] ? c->source : CHAIN_FILE);
+	int fd = dirfd_open(cdfd, name, O_RDONLY | O_CLOEXEC);
 	struct stat s;
-	int ret;
 
 	if (fd < 0)
 		return errmsg(err, errlen, fd == -ENOENT ? -ENOENT : fd,
@@ -227,13 +238,42 @@ static int open_sub(int dfd, const char *name, bool create)
 	return fd < 0 ? -errno : fd;
 }
 
+/* The name of the highest layer-seq.NNNNNNNNNNNNNNNNNNNN step in the chain: 0, or -ENOENT. */
+static int newest_seq_step(int cdfd, char *out, size_t cap)
+{
+	int fd = dup(cdfd), found = -ENOENT;
+	size_t pl = strlen(LAYER_SEQ) + 1;
+	struct dirent *e;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOENT;
+	}
+	rewinddir(d);
+	while ((e = readdir(d))) {
+		const char *n = e->d_name;
+		if (strlen(n) != pl + 20 || strncmp(n, LAYER_SEQ ".", pl) ||
+		    strspn(n + pl, "0123456789") != 20)
+			continue;
+		/* Zero-padded to one width: the greatest name is the greatest step. */
+		if (found || strcmp(n, out) > 0) {
+			snprintf(out, cap, "%s", n);
+			found = 0;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
 /* NAME/chain/ into the clone: committed layers, frozen disk layers, keys, then chain.json. */
 static int clone_chain(int sdfd, int tdfd, unsigned flags, struct sbx_clone_stats *st, char *err,
 		       size_t errlen)
 {
 	struct chain *c = malloc(sizeof(*c));
 	int scd = open_sub(sdfd, SBX_CHAIN, false), dcd = -1, ret;
-	char *text = NULL;
+	char *text = NULL, name_buf[64];
 	size_t len = 0;
 
 	if (!c) {
@@ -272,6 +312,9 @@ static int clone_chain(int sdfd, int tdfd, unsigned flags, struct sbx_clone_stat
 	 */
 	if (!ret && faccessat(scd, LAYER_SEQ, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		ret = share_file(scd, dcd, LAYER_SEQ, flags | SBX_CLONE_COPY, st, err, errlen);
+	/* A running parent's counter moves by create-only steps layer-seq.N: its highest. */
+	if (!ret && newest_seq_step(scd, name_buf, sizeof(name_buf)) == 0)
+		ret = share_file(scd, dcd, name_buf, flags | SBX_CLONE_COPY, st, err, errlen);
 	if (!ret && (ret = dirfd_sync(dcd)))
 		errmsg(err, errlen, ret, "chain: sync: %s", strerror(-ret));
 out:

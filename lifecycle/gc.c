@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/broker.h"
+#include "lifecycle/chain_check.h"
 #include "sandbox/event_log.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
@@ -94,7 +95,8 @@ static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool
 	if (dry_run)
 		goto out;
 	if (a == SBX_GC_ARCHIVE) {
-		ret = sbx_archive_pack(dfd, &as, err, sizeof(err));
+		ret = sbx_chain_check_archive(r, name, err, sizeof(err))
+			  ?: sbx_archive_pack(dfd, &as, err, sizeof(err));
 		if (!ret)
 			sbx_event_append(dfd, sbx_state_name(st), "archived", "archive-after");
 		else

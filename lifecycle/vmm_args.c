@@ -72,6 +72,11 @@ static int common_args(struct sbx_args *a, const struct sbx_root *r, const char 
 	return ret;
 }
 
+int sbx_args_append(struct sbx_args *a, const char *arg)
+{
+	return add(a, "%s", arg);
+}
+
 int sbx_args_run(struct sbx_args *a, const struct sbx_root *r, const char *name,
 		 const struct sbx_spec *s)
 {

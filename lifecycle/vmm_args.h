@@ -26,6 +26,12 @@ struct sbx_args {
  */
 int sbx_args_run(struct sbx_args *a, const struct sbx_root *r, const char *name,
 		 const struct sbx_spec *s);
+/* One more argument at the end of a built argv: 0 or -E2BIG. */
+int sbx_args_append(struct sbx_args *a, const char *arg);
+
+/* The host's record of the chain files whose digests it checked (chain_verify_stamped). */
+#define SBX_DIGEST_STAMPS "digest-stamps"
+
 int sbx_args_restore(struct sbx_args *a, const struct sbx_root *r, const char *name,
 		     const struct sbx_spec *s);
 

@@ -24,6 +24,7 @@ static struct snap_restore_args snap_args(const struct sandbox_restore_opts *o)
 					  .key = o->key,
 					  .key_relay = o->jail.key_relay_fd,
 					  .verify = o->verify,
+					  .digests_checked = o->digests_checked,
 					  .snap_dir = o->snap_dir};
 }
 

@@ -17,13 +17,16 @@ struct sandbox_restore_opts {
 	uint64_t layer; /* 0: latest */
 	const char *api_sock, *console, *vsock_uds, *snap_dir, *snap_root;
 	uint64_t vsock_cid, interval_ms;
-	uint64_t vsock_rate;	/* --vsock-rate, 0: none (never from the chain) */
-	uint64_t idle_stop_ms;	/* --idle-stop, 0: never */
+	uint64_t vsock_rate;   /* --vsock-rate, 0: none (never from the chain) */
+	uint64_t idle_stop_ms; /* --idle-stop, 0: never */
 	int keep;
 	int ready_fd;
 	enum log_level level;
 	const char *key;
 	bool verify;
+	/* --digests-checked: the host (lifecycle) checked every digest just now
+	 * (snapshot/DIGEST.md) */
+	bool digests_checked;
 	bool no_seccomp; /* --no-seccomp */
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */

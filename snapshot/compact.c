@@ -12,6 +12,7 @@
 #include "common/file_io.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "snapshot/digest.h"
 #include "snapshot/layer_restore.h"
 #include "snapshot/mem_layer.h"
 #include "snapshot/state_file.h"
@@ -83,22 +84,24 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 	if (r)
 		return r;
 	const struct chain_layer *last = chain_latest(c);
-	char name[CHAIN_NAME_MAX], tmp[CHAIN_NAME_MAX + 8];
+	char name[CHAIN_NAME_MAX], tmp[CHAIN_NAME_MAX + 32];
 	snprintf(name, sizeof(name), "mem-%06llu-c", (unsigned long long)last->id);
-	snprintf(tmp, sizeof(tmp), ".%s.tmp", name);
+	tmp[0] = 0;
 	uint8_t *buf = malloc(RUN_MAX * MEM_LAYER_PAGE);
 	uint8_t *meta = NULL;
 	struct chain *nc = malloc(sizeof(*nc));
 	int out = -1;
+	bool placed = false;
 	int dfd = dirfd_open_dir(c->dir, false, err, errlen);
 	if (dfd < 0) {
 		r = dfd;
 		goto out;
 	}
-	out = dirfd_create(dfd, tmp, O_RDWR, 0600);
+	/* A fresh name: nothing is replaced or unlinked first (the jailed VMM may not). */
+	out = dirfd_create_tmp(dfd, name, tmp, sizeof(tmp), O_RDWR, 0600);
 	if (!buf || !nc || out < 0) {
-		r = out < 0 ? errmsg(err, errlen, out, "cannot create %s/%s: %s", c->dir, tmp,
-				     strerror(-out))
+		r = out < 0 ? errmsg(err, errlen, out, "cannot create a temporary file in %s: %s",
+				     c->dir, strerror(-out))
 			    : -ENOMEM;
 		goto out;
 	}
@@ -133,9 +136,22 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 		r = -EIO;
 		goto fail;
 	}
-	r = dirfd_rename(dfd, tmp, name);
+	uint8_t sha[DIGEST_LEN];
+	r = digest_fd(out, sha);
 	if (r)
 		goto fail;
+	/* mem-N-c, or (one left by a compaction that died before its commit) mem-N-c2, ... */
+	for (int k = 1; k <= 16; k++) {
+		if (k > 1)
+			snprintf(name, sizeof(name), "mem-%06llu-c%d", (unsigned long long)last->id,
+				 k);
+		r = dirfd_rename_noreplace(dfd, tmp, name);
+		if (r != -EEXIST)
+			break;
+	}
+	if (r)
+		goto fail;
+	placed = true;
 	*nc = *c;
 	nc->nr_layers = 1;
 	nc->layers[0] = *last;
@@ -144,16 +160,19 @@ int chain_compact(struct chain *c, char *err, size_t errlen)
 	snprintf(nc->layers[0].mem, CHAIN_NAME_MAX, "%s", name);
 	nc->layers[0].present = li.present;
 	nc->layers[0].stored = li.stored;
-	r = chain_commit(nc, err, errlen);
-	if (r) {
-		(void)dirfd_unlink(dfd, name);
-		goto out;
-	}
+	/* The state file and disk layers keep their digests; the merged layer gets its own. */
+	chain_digest_prune(nc);
+	r = chain_digest_set(nc, name, sha); /* chain_commit reads a state file without one */
+	if (!r)
+		r = chain_commit(nc, err, errlen);
+	if (r)
+		goto fail;
 	*c = *nc;
 	goto out;
 fail:
 	errmsg(err, errlen, r, "compacting %s: %s", c->dir, strerror(-r));
-	(void)dirfd_unlink(dfd, tmp);
+	/* Best effort (EPERM in the jail): chain_settle removes what no generation lists. */
+	(void)dirfd_unlink(dfd, placed ? name : tmp);
 out:
 	if (out >= 0)
 		close(out);

@@ -413,131 +413,151 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
 	return r;
 }
 
-/*
- * DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE), written by the host (a new chain, or folded
- * by keyfile_seq_settle); each id the VMM takes is a new empty file DIR/layer-seq.N beside it.
- * The VMM's seccomp filter lets it make new files but never replace one (sandbox/SECCOMP.md),
- * so the counter only ever grows by files: next = max(layer-seq, every N + 1).
- */
-static int seq_write(const char *dir, uint64_t next, int noreplace)
+/* "layer-seq.NNNNNNNNNNNNNNNNNNNN" (20 digits): a create-only counter step; 1 with its value. */
+static int seq_marker_name(const char *n, uint64_t *v)
 {
-	uint8_t buf[SEQ_LEN];
-	put_le64(buf, next);
-	put_le32(buf + 8, crc32_update(0, buf, 8));
-	return replace_file(dir, SEQ_NAME, buf, SEQ_LEN, noreplace);
+	size_t pl = strlen(SEQ_NAME) + 1;
+	if (strlen(n) != pl + 20 || strncmp(n, SEQ_NAME ".", pl))
+		return 0;
+	uint64_t x = 0;
+	for (size_t i = pl; i < pl + 20; i++) {
+		if (!isdigit((unsigned char)n[i]) || x > (UINT64_MAX - 9) / 10)
+			return 0;
+		x = x * 10 + (uint64_t)(n[i] - '0');
+	}
+	*v = x;
+	return 1;
 }
 
-/* N of "layer-seq.N" (digits only, no leading zero but "0"), or -1 for another name. */
-static int seq_taken_id(const char *name, uint64_t *id)
+/* The largest counter step in DIR (0: none), or -errno. */
+static int seq_markers_max(const char *dir, uint64_t *max)
 {
-	size_t sl = strlen(SEQ_NAME);
-	if (strncmp(name, SEQ_NAME, sl) || name[sl] != '.')
-		return -1;
-	const char *p = name + sl + 1;
-	if (!*p || strlen(p) > 20 || (p[0] == '0' && p[1]))
-		return -1;
-	for (const char *q = p; *q; q++)
-		if (!isdigit((unsigned char)*q))
-			return -1;
-	errno = 0;
-	unsigned long long v = strtoull(p, NULL, 10);
-	if (errno)
-		return -1;
-	*id = v;
-	return 0;
-}
-
-/* The highest N + 1 of the layer-seq.N files in DIR (0 when none): *next raised to it. */
-static int seq_scan_taken(const char *dir, uint64_t *next, bool *any)
-{
+	*max = 0;
 	DIR *d = opendir(dir);
 	if (!d)
 		return -errno;
 	struct dirent *e;
-	uint64_t id;
+	uint64_t v;
 	while ((e = readdir(d)))
-		if (seq_taken_id(e->d_name, &id) == 0) {
-			*any = true;
-			if (id != UINT64_MAX && id + 1 > *next)
-				*next = id + 1;
-		}
+		if (seq_marker_name(e->d_name, &v) && v > *max)
+			*max = v;
 	closedir(d);
 	return 0;
 }
 
-/* 1 and the counter, 0 when DIR holds no counter at all, -errno (err set) when unusable. */
-static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
-{
-	char path[PATH_MAX_LEN];
-	uint8_t buf[SEQ_LEN + 1];
-	bool any = false;
-	int r = path_in(path, dir, SEQ_NAME);
-	if (r)
-		return errmsg(err, errlen, r, "%s: path too long", dir);
-	*next = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && errno != ENOENT)
-		return errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	if (fd >= 0) {
-		ssize_t n = read(fd, buf, sizeof(buf));
-		close(fd);
-		if (n != SEQ_LEN || get_le32(buf + 8) != crc32_update(0, buf, 8))
-			return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
-		*next = get_le64(buf);
-		any = true;
-	}
-	r = seq_scan_taken(dir, next, &any);
-	if (r)
-		return errmsg(err, errlen, r, "%s: %s", dir, strerror(-r));
-	return any ? 1 : 0;
-}
-
-/* Takes id: DIR/layer-seq.ID made new (O_EXCL: an id is never taken twice), durable. */
-static int seq_take(const char *dir, uint64_t id)
+/*
+ * Create-only step of the counter: DIR/layer-seq.NEXT, made with O_EXCL beneath DIR's fd. The
+ * jailed VMM may create files but neither replace nor unlink one, so there the counter moves
+ * by these; the counter is the larger of layer-seq and the largest step, and keyfile_settle_
+ * layer_seq (host side) folds the steps back into layer-seq.
+ */
+static int seq_step(const char *dir, uint64_t next)
 {
 	char name[64];
-	snprintf(name, sizeof(name), "%s.%llu", SEQ_NAME, (unsigned long long)id);
+	snprintf(name, sizeof(name), "%s.%020llu", SEQ_NAME, (unsigned long long)next);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	int r = 0,
-	    fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0 || fsync(fd) || fsync(dfd))
-		r = -errno;
+	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int r = fd < 0 ? -errno : 0;
 	if (fd >= 0)
 		close(fd);
+	if (!r && fsync(dfd))
+		r = -errno;
 	close(dfd);
 	return r;
 }
 
-int keyfile_seq_settle(const char *dir, char *err, size_t errlen)
+/* DIR/layer-seq: next id (u64 LE) | crc32 (u32 LE); replaced atomically under flock of DIR. */
+static int seq_write(const char *dir, uint64_t next)
 {
-	uint64_t next = 0;
+	uint8_t buf[SEQ_LEN];
+	put_le64(buf, next);
+	put_le32(buf + 8, crc32_update(0, buf, 8));
+	int r = replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+	/* Replacing is not allowed here (the jail's filter): a create-only step instead. */
+	if (r == -EPERM || r == -EACCES)
+		r = seq_step(dir, next);
+	return r;
+}
+
+/* 1 and the counter, 0 when DIR/layer-seq does not exist, -errno (err set) when unusable. */
+static int seq_read(const char *dir, uint64_t *next, char *err, size_t errlen)
+{
+	char path[PATH_MAX_LEN];
+	uint8_t buf[SEQ_LEN + 1];
+	int r = path_in(path, dir, SEQ_NAME);
+	if (r)
+		return errmsg(err, errlen, r, "%s: path too long", dir);
+	uint64_t step = 0;
+	r = seq_markers_max(dir, &step);
+	if (r)
+		return errmsg(err, errlen, r, "%s: %s", dir, strerror(-r));
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		if (errno == ENOENT && step) {
+			*next = step;
+			return 1;
+		}
+		if (errno == ENOENT)
+			return 0;
+		return errmsg(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	}
+	ssize_t n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n != SEQ_LEN || get_le32(buf + 8) != crc32_update(0, buf, 8))
+		return errmsg(err, errlen, -EINVAL, "%s: corrupt layer id counter", path);
+	*next = get_le64(buf);
+	if (step > *next)
+		*next = step;
+	return 1;
+}
+
+int keyfile_settle_layer_seq(const char *dir, char *err, size_t errlen)
+{
+	uint64_t step = 0, next = 0;
+	int r = seq_markers_max(dir, &step);
+	if (r == -ENOENT)
+		return 0;
+	if (r)
+		return errmsg(err, errlen, r, "%s: %s", dir, strerror(-r));
+	if (!step)
+		return 0;
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
-		return errno == ENOENT
-			   ? 0
-			   : errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
-	int r = flock(dfd, LOCK_EX)
-		    ? errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno))
-		    : seq_read(dir, &next, err, errlen);
-	if (r == 1) {
-		/* The folded counter first: a crash between the two leaves both, which agree. */
-		r = seq_write(dir, next, 0);
-		if (r)
-			errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME,
-			       strerror(-r));
-		DIR *d = r ? NULL : fdopendir(dup(dfd));
-		struct dirent *e;
-		uint64_t id;
-		while (d && (e = readdir(d)))
-			if (seq_taken_id(e->d_name, &id) == 0)
-				(void)unlinkat(dfd, e->d_name, 0);
-		if (d)
-			closedir(d);
+		return errmsg(err, errlen, -errno, "%s: %s", dir, strerror(errno));
+	if (flock(dfd, LOCK_EX)) {
+		r = errmsg(err, errlen, -errno, "flock %s: %s", dir, strerror(errno));
+		goto out;
 	}
-	close(dfd);
-	return r < 0 ? r : 0;
+	r = seq_read(dir, &next, err, errlen);
+	if (r < 0)
+		goto out;
+	uint8_t buf[SEQ_LEN];
+	put_le64(buf, next);
+	put_le32(buf + 8, crc32_update(0, buf, 8));
+	r = replace_file(dir, SEQ_NAME, buf, SEQ_LEN, 0);
+	if (r) {
+		r = errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r));
+		goto out;
+	}
+	/* Only now that layer-seq says as much: the steps (regular files, never links) go. */
+	DIR *d = fdopendir(dup(dfd));
+	struct dirent *e;
+	uint64_t v;
+	while (d && (e = readdir(d))) {
+		struct stat st;
+		bool tmp = !strncmp(e->d_name, SEQ_NAME ".tmp.", strlen(SEQ_NAME) + 5);
+		if ((seq_marker_name(e->d_name, &v) || tmp) &&
+		    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+			(void)unlinkat(dfd, e->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+	(void)fsync(dfd);
+out:
+	close(dfd); /* drops the flock */
+	return r;
 }
 
 /* A new chain's counter (ids start at 1: 0 means "no parent"); one left by a crash is kept. */
@@ -549,7 +569,7 @@ static int seq_init(const char *dir, char *err, size_t errlen)
 		return r;
 	if (r == 1 && next >= 1)
 		return 0;
-	r = r == 1 ? seq_take(dir, 0) : seq_write(dir, 1, 1);
+	r = seq_write(dir, 1);
 	return r ? errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r))
 		 : 0;
 }
@@ -569,8 +589,24 @@ static int take_id(const char **p, uint64_t *id)
 	return 0;
 }
 
+/* ".PID-XXXXXXXX.tmp": what dirfd_create_tmp puts after a temporary file's final name. */
+static bool tmp_suffix(const char *p)
+{
+	if (*p++ != '.' || !isdigit((unsigned char)*p))
+		return false;
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (*p++ != '-')
+		return false;
+	for (int i = 0; i < 8; i++, p++)
+		if (!isxdigit((unsigned char)*p))
+			return false;
+	return !strcmp(p, ".tmp");
+}
+
 /*
- * The layer id a chain file's name carries: mem-N, state-N (and their .NAME.tmp), diskK-N.ovl
+ * The layer id a chain file's name carries: mem-N, state-N (and their temporaries .NAME.tmp and
+ * .NAME.PID-XXXXXXXX.tmp), diskK-N.ovl
  * (and .map, .map.tmp). 1 with *id, or 0 for other names.
  */
 int keyfile_name_layer_id(const char *name, uint64_t *id)
@@ -584,7 +620,7 @@ int keyfile_name_layer_id(const char *name, uint64_t *id)
 		p += *p == 'm' ? 4 : 6;
 		if (take_id(&p, id))
 			return 0;
-		return tmp ? !strcmp(p, ".tmp") : !*p;
+		return tmp ? !strcmp(p, ".tmp") || tmp_suffix(p) : !*p;
 	}
 	if (tmp || strncmp(p, "disk", 4))
 		return 0;
@@ -672,7 +708,7 @@ int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errle
 		goto out;
 	}
 	/* Durable before the id is handed out: no file with this id exists before the counter. */
-	r = seq_take(dir, next);
+	r = seq_write(dir, next + 1);
 	if (r) {
 		r = errmsg(err, errlen, r, "cannot write %s/%s: %s", dir, SEQ_NAME, strerror(-r));
 		goto out;

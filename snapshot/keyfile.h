@@ -84,14 +84,16 @@ int keyfile_describe(const char *dir, enum keyprov_type *type, char *config, siz
  * -EINVAL when corrupt, -ERANGE once ids pass CRYPTO_LAYER_MAX.
  */
 int keyfile_next_layer_id(const char *dir, uint64_t *id, char *err, size_t errlen);
+/*
+ * Where replacing layer-seq is not allowed (the jailed VMM's filter answers EPERM), the counter
+ * moves by create-only steps, DIR/layer-seq.N (N the next id, 20 digits); the counter is the
+ * larger of layer-seq and the largest step. Host side (no VMM running on DIR): folds the steps
+ * into layer-seq and removes them and the temporary files a refused replace left. 0 or -errno.
+ */
+int keyfile_settle_layer_seq(const char *dir, char *err, size_t errlen);
 /* The checks of keyfile_next_layer_id without taking an id (restore, before the guest runs). */
 int keyfile_check_layer_ids(const char *dir, char *err, size_t errlen);
 /* The layer id in a chain file's name (mem-N, state-N, diskK-N.ovl[.map], temporaries): 1/0. */
 int keyfile_name_layer_id(const char *name, uint64_t *id);
-/*
- * The host's clean-up of DIR's counter (never the VMM's: it replaces and removes files): the
- * ids taken as layer-seq.N files folded into layer-seq, the files removed. 0 without a counter.
- */
-int keyfile_seq_settle(const char *dir, char *err, size_t errlen);
 
 #endif

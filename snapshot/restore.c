@@ -5,7 +5,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include "common/errmsg.h"
+#include "common/log.h"
+#include "snapshot/digest.h"
 #include "snapshot/board_state.h"
 #include "snapshot/keyfile.h"
 #include "snapshot/keyprov.h"
@@ -62,12 +66,47 @@ static int open_key(struct snap_restore *sr, const struct snap_restore_args *a, 
 	return 0;
 }
 
+static void warn(const struct snap_restore_args *a, const char *msg)
+{
+	struct logger l = {.level = LOG_WARN, .out = stderr, .name = NULL};
+	log_warn(a->log ? a->log : &l, "%s", msg);
+}
+
+/* The digest of what was read (or of the open file) against the chain's, by file name. */
+static int check_digest(const struct snap_restore *sr, const char *dir, const char *name,
+			const uint8_t got[DIGEST_LEN], char *err, size_t errlen)
+{
+	const uint8_t *want = chain_digest_get(&sr->chain, name);
+	if (!want)
+		return errmsg(err, errlen, -EBADMSG,
+			      "%s: %s: no SHA-256 in the chain for a file the restore uses "
+			      "(altered chain file)",
+			      dir, name);
+	if (memcmp(want, got, DIGEST_LEN))
+		return errmsg(err, errlen, -EBADMSG,
+			      "%s: %s: SHA-256 does not match the chain (the file changed after "
+			      "its commit)",
+			      dir, name);
+	return 0;
+}
+
 /* Reads, decrypts and parses the layer's state file; it must hold a machine description. */
-static int open_state(struct snap_restore *sr, const char *path, char *err, size_t errlen)
+static int open_state(struct snap_restore *sr, const struct snap_restore_args *a, const char *path,
+		      char *err, size_t errlen)
 {
 	int r = state_read_file(path, &sr->state, &sr->state_len, err, errlen);
 	if (r)
 		return r;
+	/* The bytes parsed are the bytes checked: a state file with valid CRCs is not enough. */
+	if (sr->chain.has_digests && !a->digests_checked) {
+		uint8_t d[DIGEST_LEN];
+		r = digest_buf(sr->state, sr->state_len, d);
+		if (r)
+			return errmsg(err, errlen, r, "%s: digest: %s", path, strerror(-r));
+		r = check_digest(sr, a->dir, sr->chain.layers[sr->idx].state, d, err, errlen);
+		if (r)
+			return r;
+	}
 	char e2[200];
 	if (sr->encrypted != snap_state_is_encrypted(sr->state, sr->state_len))
 		return errmsg(err, errlen, -EINVAL, "%s: the state file is %s but the chain is %s",
@@ -101,6 +140,8 @@ int snap_restore_open(struct snap_restore *sr, const struct snap_restore_args *a
 		return errmsg(err, errlen, r, "%s holds no snapshot chain (no chain.json)", a->dir);
 	if (r)
 		return r;
+	if (sr->chain.warning[0])
+		warn(a, sr->chain.warning);
 	if (!sr->chain.nr_layers)
 		return errmsg(err, errlen, -EINVAL, "the chain in %s has no layers", a->dir);
 	r = pick_layer(sr, a, err, errlen);
@@ -112,7 +153,69 @@ int snap_restore_open(struct snap_restore *sr, const struct snap_restore_args *a
 	if (sr->encrypted && (r = open_key(sr, a, err, errlen)))
 		return r;
 	snprintf(path, sizeof(path), "%s/%s", a->dir, sr->chain.layers[sr->idx].state);
-	return open_state(sr, path, err, errlen);
+	return open_state(sr, a, path, err, errlen);
+}
+
+/*
+ * Every file the restore uses against its recorded digest, before the guest runs: memory
+ * layers 0..idx (their open fds, the ones RAM is built from), then the frozen disk layers
+ * and maps the machine description names (beneath the directory, never through a link).
+ * The state file was checked as it was read.
+ */
+static int verify_digests(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
+			  size_t errlen)
+{
+	if (!sr->chain.has_digests) {
+		char msg[4400];
+		snprintf(msg, sizeof(msg),
+			 "%s: the chain records no SHA-256 digests (written before cove recorded "
+			 "them): its files are not checked; the next snapshot records them",
+			 a->dir);
+		warn(a, msg);
+		sr->unverified = true;
+		return 0;
+	}
+	if (a->digests_checked)
+		return 0;
+	uint8_t d[DIGEST_LEN];
+	int r = 0;
+	for (int i = 0; !r && i < sr->ls->nr; i++) {
+		r = digest_fd(sr->ls->layers[i].fd, d);
+		if (r)
+			return errmsg(err, errlen, r, "%s/%s: cannot read it: %s", a->dir,
+				      sr->chain.layers[i].mem, strerror(-r));
+		r = check_digest(sr, a->dir, sr->chain.layers[i].mem, d, err, errlen);
+	}
+	if (r)
+		return r;
+	char(*names)[64] = malloc(CHAIN_MAX_DIGESTS * sizeof(*names));
+	if (!names)
+		return -ENOMEM;
+	int n = 0;
+	r = digest_config_files((const char *)sr->config->payload, sr->config->len, names,
+				CHAIN_MAX_DIGESTS, &n);
+	if (r)
+		errmsg(err, errlen, r, "%s/%s: the machine description names bad disk layers",
+		       a->dir, sr->chain.layers[sr->idx].state);
+	int dfd = r ? -1 : open(a->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!r && dfd < 0)
+		r = errmsg(err, errlen, -errno, "%s: %s", a->dir, strerror(errno));
+	for (int i = 0; !r && i < n; i++) {
+		r = digest_file_at(dfd, names[i], d);
+		if (r == -ELOOP)
+			errmsg(err, errlen, r,
+			       "%s/%s: a link where a chain file should be, refused", a->dir,
+			       names[i]);
+		else if (r)
+			errmsg(err, errlen, r, "%s/%s: cannot read it: %s", a->dir, names[i],
+			       strerror(-r));
+		else
+			r = check_digest(sr, a->dir, names[i], d, err, errlen);
+	}
+	if (dfd >= 0)
+		close(dfd);
+	free(names);
+	return r;
 }
 
 int snap_restore_validate(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
@@ -137,6 +240,9 @@ int snap_restore_validate(struct snap_restore *sr, const struct snap_restore_arg
 				      "%s/%s: header or page bitmap failed authentication", a->dir,
 				      sr->chain.layers[i].mem);
 	}
+	r = verify_digests(sr, a, err, errlen);
+	if (r)
+		return r;
 	if (sr->encrypted && a->verify)
 		return lazy_mem_verify_all(sr->ls, &sr->crypt, err, errlen);
 	return 0;

@@ -14,6 +14,7 @@
 
 struct vm;
 struct board;
+struct logger;
 
 /* What the host says about the restore; nothing here comes from the chain. */
 struct snap_restore_args {
@@ -23,6 +24,14 @@ struct snap_restore_args {
 	int key_relay;	      /* > 2: run that provider through this key relay (a jail); 0: none */
 	bool verify;	      /* encrypted: authenticate every stored page before the guest runs */
 	const char *snap_dir; /* where the restored sandbox's snapshots go, or NULL */
+	/* Where the one-line warnings go (a skipped generation, a chain without digests);
+	 * NULL: stderr as "cove: warn: ...". */
+	struct logger *log;
+	/*
+	 * The host checked every digest just before starting this process (chain_verify_stamped,
+	 * outside the jail): the restore does not read the files again. Only the host sets it.
+	 */
+	bool digests_checked;
 };
 
 /* One opened layer of a chain: everything restore reads from the chain directory. */
@@ -37,6 +46,8 @@ struct snap_restore {
 	struct state_section_ref *secs;
 	size_t nsecs;
 	const struct state_section_ref *config; /* the machine description (SEC_CONFIG) */
+	/* The chain records no digests (written before them): nothing was checked, one warning. */
+	bool unverified;
 };
 
 /*
@@ -47,9 +58,14 @@ struct snap_restore {
 int snap_restore_open(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
 		      size_t errlen);
 /*
- * Validate: opens memory layers 0..idx, checks each against chain.json and its parent, its
+ * Validate: opens memory layers 0..idx, checks each against the chain and its parent, its
  * encryption against the chain's and (encrypted) authenticates its header and bitmap, and
- * with --verify every stored page. 0 or -errno with one line in `err`.
+ * with --verify every stored page. Then, before any guest instruction, every file the restore
+ * uses (those memory layers, the state file, the frozen disk layers and maps the machine
+ * description names) is read and compared with the SHA-256 digest the chain recorded at
+ * commit (snapshot/DIGEST.md): a mismatch is refused with one line naming the file; a chain
+ * without digests restores with one warning. Nothing in the directory is changed.
+ * 0 or -errno with one line in `err`.
  */
 int snap_restore_validate(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
 			  size_t errlen);

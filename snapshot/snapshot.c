@@ -1,4 +1,4 @@
-/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, atomic commit. */
+/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, create-only commit. */
 #include "snapshot/snapshot.h"
 
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include "common/file_io.h"
 #include "snapshot/board_state.h"
 #include "snapshot/compact.h"
+#include "snapshot/digest.h"
 #include "vmm/dirty_log.h"
 #include "common/errmsg.h"
 #include "snapshot/keyfile.h"
@@ -80,8 +81,8 @@ int snap_ctx_init(struct snap_ctx *s, struct vm *vm, struct board *board, const 
 		return -ENOMEM;
 	}
 	s->bitmap = bm;
-	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		  -1, 0);
+	bm = mmap(NULL, words * 8, PROT_READ | PROT_WRITE,
+		  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (bm == MAP_FAILED) {
 		snap_ctx_free(s);
 		return -ENOMEM;
@@ -110,7 +111,8 @@ int snap_ctx_encrypt(struct snap_ctx *s, struct keyprov *prov, char *err, size_t
 	if (r == 0 && c.nr_layers && access(keys, F_OK) != 0)
 		return errmsg(err, errlen, -EINVAL,
 			      "%s holds an unencrypted chain: use another directory for encrypted "
-			      "snapshots", s->dir);
+			      "snapshots",
+			      s->dir);
 	s->encrypted = true;
 	s->prov = prov;
 	return 0;
@@ -164,7 +166,8 @@ static void mark_all_pages(struct snap_ctx *s)
 			off_t h = lseek(m->fd, d, SEEK_HOLE);
 			if (h < 0)
 				h = (off_t)m->size;
-			for (uint64_t p = (uint64_t)d / PAGE_SIZE; p < ((uint64_t)h + PAGE_SIZE - 1) / PAGE_SIZE && p < pages; p++)
+			for (uint64_t p = (uint64_t)d / PAGE_SIZE;
+			     p < ((uint64_t)h + PAGE_SIZE - 1) / PAGE_SIZE && p < pages; p++)
 				s->bitmap[p / 64] |= 1ULL << (p % 64);
 			off = h;
 		}
@@ -174,7 +177,7 @@ static void mark_all_pages(struct snap_ctx *s)
 }
 
 struct stage {
-	uint8_t *buf;	  /* staging copy, or guest RAM itself when not staged */
+	uint8_t *buf; /* staging copy, or guest RAM itself when not staged */
 	size_t buf_len;
 	bool staged;
 	uint8_t *mapped; /* the staging mapping we own (buf when staged) */
@@ -233,7 +236,7 @@ static int add_extent(struct stage *g, uint64_t file_off, uint64_t buf_off)
 		g->ext = e;
 		g->cap = cap;
 	}
-	g->ext[g->next++] = (struct write_extent){ file_off, buf_off, PAGE_SIZE };
+	g->ext[g->next++] = (struct write_extent){file_off, buf_off, PAGE_SIZE};
 	return 0;
 }
 
@@ -306,7 +309,8 @@ static int stage_pages(struct snap_ctx *s, const struct mem_layer_info *li, stru
 	uint64_t candidates = bitmap_pages(s);
 	g->staged = stageable(s, candidates);
 	if (g->staged && candidates) {
-		/* Usually reserved before the pause; growing here costs page faults in the pause. */
+		/* Usually reserved before the pause; growing here costs page faults in the pause.
+		 */
 		if (candidates * PAGE_SIZE > g->buf_len) {
 			stage_release(g);
 			if (stage_reserve(g, candidates * PAGE_SIZE, false))
@@ -500,18 +504,26 @@ static int seal_pages(struct snap_ctx *s, const struct mem_layer_info *li, struc
 	return layer_seal(&j, layer_seal_threads(g->stored), tags);
 }
 
-/* Writes the layer file under a temporary name; the caller renames it once all is synced. */
-static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer_info *li,
-			   struct stage *g, char *err, size_t errlen)
+/*
+ * Writes the layer file under a fresh temporary name (into tmp[cap]); the caller renames it
+ * once all is synced. Nothing is unlinked first: names are unique per process and attempt.
+ */
+static int write_mem_layer(struct snap_ctx *s, const char *final, char *tmp, size_t cap,
+			   struct mem_layer_info *li, struct stage *g, char *err, size_t errlen)
 {
 	int fd = -EINVAL;
 	struct seal_tags tags = {0}; /* encrypted: whole 4 KiB blocks, so O_DIRECT holds for them */
-	if (s->direct)
-		fd = dirfd_create(s->dfd, tmp, O_WRONLY | O_DIRECT, 0600);
-	if (fd < 0) /* tmpfs and some others refuse O_DIRECT */
-		fd = dirfd_create(s->dfd, tmp, O_WRONLY, 0600);
+	tmp[0] = 0;
+	fd = dirfd_create_tmp(s->dfd, final, tmp, cap, O_WRONLY, 0600);
 	if (fd < 0)
-		return errmsg(err, errlen, fd, "cannot create %s/%s: %s", s->dir, tmp, strerror(-fd));
+		return errmsg(err, errlen, fd, "cannot create a temporary file for %s/%s: %s",
+			      s->dir, final, strerror(-fd));
+	/* O_DIRECT where the file system takes it (tmpfs and some others refuse it). */
+	if (s->direct) {
+		int fl = fcntl(fd, F_GETFL);
+		if (fl >= 0)
+			(void)fcntl(fd, F_SETFL, fl | O_DIRECT);
+	}
 	int r;
 	/* Header and bitmap in one aligned buffer (O_DIRECT wants 4 KiB alignment). */
 	size_t meta = (size_t)li->data_off;
@@ -560,9 +572,9 @@ static int write_mem_layer(struct snap_ctx *s, const char *tmp, struct mem_layer
 		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
 		goto out;
 	}
-	struct progress pr = { s->vm, 256ULL << 20 };
+	struct progress pr = {s->vm, 256ULL << 20};
 	r = layer_write_extents_ring(s->ring, fd, s->method, g->buf, g->buf_len, g->ext, g->next,
-				report_progress, &pr);
+				     report_progress, &pr);
 	if (!r && tags.n)
 		r = layer_write_extents_ring(s->ring, fd, s->method, tags.buf, tags.len, tags.ext,
 					     tags.n, NULL, NULL);
@@ -578,24 +590,33 @@ out:
 	return r;
 }
 
-static int write_state(struct snap_ctx *s, uint64_t id, const char *tmp, const struct state_buf *b,
-		       char *err, size_t errlen)
+/* Writes the state file under a fresh temporary name (into tmp[cap]) and digests its bytes. */
+static int write_state(struct snap_ctx *s, uint64_t id, const char *final, char *tmp, size_t cap,
+		       const struct state_buf *b, uint8_t sha[DIGEST_LEN], char *err, size_t errlen)
 {
+	tmp[0] = 0;
 	const uint8_t *data = b->p;
 	size_t len = b->len;
 	uint8_t *sealed = NULL;
 	if (s->encrypted) {
 		int r = snap_crypt_seal_state(&s->crypt, id, b->p, b->len, &sealed, &len);
 		if (r)
-			return errmsg(err, errlen, r, "encrypting the state file: %s", strerror(-r));
+			return errmsg(err, errlen, r, "encrypting the state file: %s",
+				      strerror(-r));
 		data = sealed;
 	}
-	int fd = dirfd_create(s->dfd, tmp, O_WRONLY, 0600);
+	int r = digest_buf(data, len, sha);
+	if (r) {
+		free(sealed);
+		return errmsg(err, errlen, r, "digest of the state file: %s", strerror(-r));
+	}
+	int fd = dirfd_create_tmp(s->dfd, final, tmp, cap, O_WRONLY, 0600);
 	if (fd < 0) {
 		free(sealed);
-		return errmsg(err, errlen, fd, "cannot create %s/%s: %s", s->dir, tmp, strerror(-fd));
+		return errmsg(err, errlen, fd, "cannot create a temporary file for %s/%s: %s",
+			      s->dir, final, strerror(-fd));
 	}
-	int r = pwrite_full(fd, data, len, 0);
+	r = pwrite_full(fd, data, len, 0);
 	free(sealed);
 	if (!r && fdatasync(fd) < 0)
 		r = -errno;
@@ -605,7 +626,10 @@ static int write_state(struct snap_ctx *s, uint64_t id, const char *tmp, const s
 	return r;
 }
 
-/* Files of layers no longer in the chain (after a full snapshot or compaction). */
+/*
+ * Files of layers no longer in the chain (after a full snapshot or compaction), best effort:
+ * in the jail unlink answers EPERM and chain_settle removes them on the host side.
+ */
 static void remove_unlisted(const struct chain *before, const struct chain *after, int dfd)
 {
 	for (int i = 0; i < before->nr_layers; i++) {
@@ -615,7 +639,8 @@ static void remove_unlisted(const struct chain *before, const struct chain *afte
 			mem_used |= !strcmp(after->layers[j].mem, o->mem);
 			state_used |= !strcmp(after->layers[j].state, o->state);
 		}
-		/* Names from chain.json are plain names (chain_parse): only files beneath dfd go. */
+		/* Names from chain.json are plain names (chain_parse): only files beneath dfd go.
+		 */
 		if (!mem_used)
 			(void)dirfd_unlink(dfd, o->mem);
 		if (!state_used)
@@ -672,6 +697,18 @@ static int take_layer_id(struct snap_ctx *s, struct take *t, char *err, size_t e
 	return 0;
 }
 
+/* A file of layer `id` exists (committed or left by a snapshot that died). */
+static bool id_taken(int dfd, uint64_t id)
+{
+	char n[CHAIN_NAME_MAX];
+	struct stat st;
+	snprintf(n, sizeof(n), "mem-%06llu", (unsigned long long)id);
+	if (fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return true;
+	snprintf(n, sizeof(n), "state-%06llu", (unsigned long long)id);
+	return fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 /*
  * Before the pause: the next chain, the layer id (key provider calls included) and a staging
  * buffer sized from what is dirty now (plus a margin for what the guest writes before the
@@ -711,6 +748,12 @@ static int take_before_pause(struct snap_ctx *s, struct take *t, char *err, size
 		    chain_latest(t->old)->id >= t->id)
 			t->id = chain_latest(t->old)->id + 1;
 	}
+	/*
+	 * A plain chain's id is its parent's plus one; files of that id left by a snapshot that
+	 * died before its commit cannot be replaced (RENAME_NOREPLACE), so the id moves past them.
+	 */
+	for (int i = 0; !s->encrypted && i < 1024 && id_taken(s->dfd, t->id); i++)
+		t->id++;
 	int64_t cnt = -1;
 	if (t->full) {
 		mark_all_pages(s);
@@ -914,31 +957,98 @@ static int take_paused(struct snap_ctx *s, struct take *t, char *err, size_t err
 	return 0;
 }
 
+/* The digest of `name` (a committed file of the chain) from what is known, else read. */
+static int known_or_read(struct snap_ctx *s, const struct take *t, const char *name,
+			 uint8_t out[DIGEST_LEN])
+{
+	const uint8_t *d = chain_digest_get(&s->chain, name);
+	if (!d && t->old_ok)
+		d = chain_digest_get(t->old, name);
+	if (d) {
+		memcpy(out, d, DIGEST_LEN);
+		return 0;
+	}
+	return digest_file_at(s->dfd, name, out);
+}
+
 /*
- * Commit: the layer and state files under temporary names, synced, renamed into place, then
- * chain.json replaced (the commit point). Resumes a VM still paused once its pages are out.
- * On failure the temporary files go and nothing saved before changes.
+ * The digests the next generation records beside the new layer's own: the frozen disk layers
+ * the saved machine description names, and (a chain from before digests) every older layer's
+ * files, read once here. Known digests are copied, never recomputed.
+ */
+static int take_digests(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
+{
+	struct chain *n = t->next;
+	char(*names)[64] = malloc(CHAIN_MAX_DIGESTS * sizeof(*names));
+	if (!names)
+		return -ENOMEM;
+	int nd = 0;
+	int r = digest_config_files(s->config_json, strlen(s->config_json), names,
+				    CHAIN_MAX_DIGESTS, &nd);
+	if (r)
+		errmsg(err, errlen, r, "the machine description names bad disk layers");
+	for (int i = 0; !r && i < nd + 2 * n->nr_layers; i++) {
+		const char *name = i < nd	  ? names[i]
+				   : (i - nd) % 2 ? n->layers[(i - nd) / 2].state
+						  : n->layers[(i - nd) / 2].mem;
+		if (chain_digest_get(n, name))
+			continue;
+		uint8_t d[DIGEST_LEN];
+		r = known_or_read(s, t, name, d);
+		if (r) {
+			errmsg(err, errlen, r, "cannot digest %s/%s: %s", s->dir, name,
+			       strerror(-r));
+			break;
+		}
+		r = chain_digest_set(n, name, d);
+		if (r)
+			errmsg(err, errlen, r, "cannot record the digest of %s/%s", s->dir, name);
+	}
+	free(names);
+	return r;
+}
+
+/*
+ * Commit: the layer and state files under fresh temporary names, synced, renamed into place
+ * without replacing anything (RENAME_NOREPLACE), their digests recorded, then the next
+ * chain generation created (the commit point). Nothing is replaced or unlinked, which the
+ * jailed VMM may not do. Resumes a VM still paused once its pages are out. On failure the
+ * temporary files go (best effort: the jail answers EPERM, chain_settle removes them later)
+ * and nothing saved before changes.
  */
 static int take_commit(struct snap_ctx *s, struct take *t, char *err, size_t errlen)
 {
 	char mem_name[CHAIN_NAME_MAX], state_name[CHAIN_NAME_MAX];
-	char tmp_mem[CHAIN_NAME_MAX + 8], tmp_state[CHAIN_NAME_MAX + 8];
+	char tmp_mem[CHAIN_NAME_MAX + 32], tmp_state[CHAIN_NAME_MAX + 32];
+	uint8_t mem_sha[DIGEST_LEN], state_sha[DIGEST_LEN];
 	snprintf(mem_name, sizeof(mem_name), "mem-%06llu", (unsigned long long)t->id);
 	snprintf(state_name, sizeof(state_name), "state-%06llu", (unsigned long long)t->id);
-	snprintf(tmp_mem, sizeof(tmp_mem), ".%s.tmp", mem_name);
-	snprintf(tmp_state, sizeof(tmp_state), ".%s.tmp", state_name);
+	tmp_state[0] = 0;
+	bool mem_placed = false, state_placed = false;
 
-	int r = write_mem_layer(s, tmp_mem, &t->li, &t->g, err, errlen);
+	int r = write_mem_layer(s, mem_name, tmp_mem, sizeof(tmp_mem), &t->li, &t->g, err, errlen);
 	if (t->paused) {
 		vm_resume(s->vm);
 		t->paused = false;
 		t->t_resumed = mono_us();
 	}
+	/* One read of what was just synced: the writer's extents are in no file order. */
+	if (!r && (r = digest_file_at(s->dfd, tmp_mem, mem_sha)))
+		errmsg(err, errlen, r, "cannot digest %s/%s: %s", s->dir, tmp_mem, strerror(-r));
 	if (!r)
-		r = write_state(s, t->id, tmp_state, &t->sb, err, errlen);
-	if (!r && ((r = dirfd_rename(s->dfd, tmp_mem, mem_name)) ||
-		   (r = dirfd_rename(s->dfd, tmp_state, state_name))))
-		errmsg(err, errlen, r, "cannot rename the new layer into place: %s", strerror(-r));
+		r = write_state(s, t->id, state_name, tmp_state, sizeof(tmp_state), &t->sb,
+				state_sha, err, errlen);
+	if (!r) {
+		r = dirfd_rename_noreplace(s->dfd, tmp_mem, mem_name);
+		mem_placed = !r;
+		if (!r) {
+			r = dirfd_rename_noreplace(s->dfd, tmp_state, state_name);
+			state_placed = !r;
+		}
+		if (r)
+			errmsg(err, errlen, r, "cannot rename the new layer into place: %s",
+			       strerror(-r));
+	}
 	if (!r) {
 		struct chain_layer *l = &t->next->layers[t->next->nr_layers++];
 		memset(l, 0, sizeof(*l));
@@ -950,11 +1060,19 @@ static int take_commit(struct snap_ctx *s, struct take *t, char *err, size_t err
 		l->present = t->g.present;
 		l->stored = t->g.stored;
 		l->created_ns = (uint64_t)realtime_ns();
-		r = chain_commit(t->next, err, errlen); /* the commit point */
+		if ((r = chain_digest_set(t->next, mem_name, mem_sha)) ||
+		    (r = chain_digest_set(t->next, state_name, state_sha)))
+			errmsg(err, errlen, r, "cannot record the layer's digests");
+		if (!r)
+			r = take_digests(s, t, err, errlen);
+		if (!r)
+			r = chain_commit(t->next, err, errlen); /* the commit point */
 	}
 	if (r) {
-		(void)dirfd_unlink(s->dfd, tmp_mem);
-		(void)dirfd_unlink(s->dfd, tmp_state);
+		/* Best effort (EPERM in the jail): uncommitted files are settle's to remove. */
+		(void)dirfd_unlink(s->dfd, mem_placed ? mem_name : tmp_mem);
+		if (tmp_state[0])
+			(void)dirfd_unlink(s->dfd, state_placed ? state_name : tmp_state);
 		return r;
 	}
 	if (t->full && t->old_ok)
@@ -970,14 +1088,18 @@ static void take_compact(struct snap_ctx *s, struct snap_stats *st, char *err, s
 	/* Encrypted chains are not compacted yet (it means re-sealing every page): see README. */
 	if (s->chain.nr_layers <= s->keep || s->encrypted)
 		return;
-	struct chain before = s->chain;
+	struct chain *before = malloc(sizeof(*before));
+	if (!before)
+		return;
+	*before = s->chain;
 	int cr = chain_compact(&s->chain, err, errlen);
 	if (cr) {
 		log_warn(s->vm->log, "snapshot: compaction failed (the chain is intact): %s", err);
 	} else {
-		remove_unlisted(&before, &s->chain, s->dfd);
+		remove_unlisted(before, &s->chain, s->dfd);
 		st->compacted = true;
 	}
+	free(before);
 }
 
 static void take_free(struct take *t)

@@ -6,7 +6,10 @@ touched: their sha256 is unchanged and no guest serial byte appears."""
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
+import subprocess
 import socket
 import struct
 import time
@@ -22,9 +25,45 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def chain_file(d):
+    """The newest generation file (snapshot/DIGEST.md): chain.NNNNNNNNNN.json, else chain.json."""
+    gens = sorted(f for f in os.listdir(d) if re.fullmatch(r"chain\.\d{10}\.json", f))
+    return os.path.join(d, gens[-1] if gens else "chain.json")
+
+
 def chain(d):
-    with open(os.path.join(d, "chain.json")) as f:
+    with open(chain_file(d)) as f:
         return json.load(f)
+
+
+def tree_digest(path):
+    """snapshot/digest.h's "cove-sha256-tree": SHA-256 over the size and each 1 MiB chunk's SHA-256."""
+    size = os.path.getsize(path)
+    top = hashlib.sha256(b"cove-sha256-tree\0" + struct.pack("<QI", size, 1 << 20))
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            top.update(hashlib.sha256(b).digest())
+    return top.hexdigest()
+
+
+def reseal(d, name):
+    """What an attacker who can rewrite the chain file too would do: the newest generation
+    records the tampered file's digest, so the parsers behind the digest check are reached."""
+    path = chain_file(d)
+    with open(path) as f:
+        c = json.load(f)
+    if "sha256" in c:
+        c["sha256"][name] = tree_digest(os.path.join(d, name))
+        with open(path, "w") as f:
+            json.dump(c, f)
+
+
+def listing(d):
+    return sorted((f, os.lstat(os.path.join(d, f)).st_size, os.lstat(os.path.join(d, f)).st_mtime_ns)
+                  for f in os.listdir(d))
 
 
 def read_state(path):
@@ -55,12 +94,14 @@ def write_state(path, secs):
 
 
 def set_config(d, cfg):
-    state = os.path.join(d, chain(d)["layers"][-1]["state"])
+    name = chain(d)["layers"][-1]["state"]
+    state = os.path.join(d, name)
     secs = read_state(state)
     for s in secs:
         if s[0] == SEC_CONFIG:
             s[2] = json.dumps(cfg).encode() if not isinstance(cfg, bytes) else cfg
     write_state(state, secs)
+    reseal(d, name)
 
 
 def get_config(d):
@@ -208,10 +249,21 @@ def test_frozen_layers(tmp):
         fds = [os.readlink(f"/proc/{r.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{r.proc.pid}/fd")]
         check(lp in fds and base in fds and ovl not in fds,
               f"restore did not read the chain's layer and the host's base: {fds}")
-    # The chain's layer swapped for a link to a host file: refused, nothing read through it.
+    # The chain's layer swapped for a link to a host file: refused, nothing read through it
+    # (the digest check before the guest runs opens it first, without following links).
     os.rename(lp, lp + ".orig")
     os.symlink(ovl, lp)
-    refused([d, "--disk", base], "overlay data", "frozen layer through a link")
+    refused([d, "--disk", base], "a link where a chain file should be", "frozen layer through a link")
+    os.unlink(lp)
+    os.rename(lp + ".orig", lp)
+    # The frozen layer's map altered after the commit: refused by its digest, naming it.
+    with open(lp + ".map", "r+b") as f:
+        f.seek(os.path.getsize(lp + ".map") - 1)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x10]))
+    refused([d, "--disk", base], f"{layers[0]}.map: SHA-256 does not match the chain",
+            "frozen layer map altered")
     print("ok frozen layers: linked into the chain, restored by name, links refused")
 
 
@@ -228,9 +280,10 @@ def test_symlinked_temps(tmp):
     before = sha(canary)
     d = os.path.join(tmp, "chain")
     os.mkdir(d, 0o700)
-    for name in (".mem-000001.tmp", ".state-000001.tmp", ".chain.json.tmp", ".mem-000002.tmp",
-                 ".state-000002.tmp", ".mem-000003.tmp", ".state-000003.tmp",
-                 ".mem-000003-c.tmp"):
+    planted = (".mem-000001.tmp", ".state-000001.tmp", ".chain.json.tmp", ".mem-000002.tmp",
+               ".state-000002.tmp", ".mem-000003.tmp", ".state-000003.tmp", ".mem-000003-c.tmp",
+               "chain.0000000002.json.tmp")
+    for name in planted:
         seed(os.path.join(d, name), canary)
     od = os.path.join(tmp, "ovl")
     os.mkdir(od, 0o700)
@@ -248,9 +301,10 @@ def test_symlinked_temps(tmp):
             check(sha(canary) == before, f"the {kind} snapshot wrote through a planted link")
         check(body.get("compacted"), f"the third snapshot did not compact: {body}")
     check(sha(canary) == before, "a snapshot wrote through a planted link into the canary")
-    for f in os.listdir(d):
-        p = os.path.join(d, f)
-        check(not f.endswith(".tmp") or not os.path.islink(p), f"{f} is still a link")
+    # Commits create fresh names (never unlink or replace): the planted links are left as they
+    # were, never followed; chain_settle on the host side removes only regular files.
+    for f in planted:
+        check(os.path.islink(os.path.join(d, f)), f"{f}: a planted link was replaced or removed")
     for l in chain(d)["layers"]:
         for f in (l["mem"], l["state"]):
             check(not os.path.islink(os.path.join(d, f)), f"{f} is a link")
@@ -330,9 +384,93 @@ def test_console_file(tmp):
     print("ok console file: 0600, no links, capped with one log line")
 
 
+def flip_page_byte(path):
+    """Flips one byte inside the page data of a memory layer (snapshot/mem_layer.h): the first
+    page its bitmap holds. Header, bitmap and their CRCs stay valid."""
+    with open(path, "r+b") as f:
+        hdr = f.read(4096)
+        bm_off, bm_len, data_off = struct.unpack_from("<QQQ", hdr, 48)
+        f.seek(bm_off)
+        bm = f.read(bm_len)
+        page = next(i for i in range(bm_len * 8) if bm[i // 8] >> (i % 8) & 1)
+        f.seek(data_off + page * 4096 + 100)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x01]))
+        return data_off + page * 4096 + 100, b
+
+
+def test_digests(tmp):
+    """Issue 27: every committed file's digest is recorded at commit; a byte flipped in a
+    memory layer's page data, or a state file rewritten with valid CRCs, is refused with one line
+    naming the file before the guest runs, and nothing in the directory changes. A chain from
+    before digests restores with one warning and gets them at its next commit."""
+    d = os.path.join(tmp, "chain")
+    with Vm(guest("counter"), extra=["--snapshot-dir", d]) as vm:
+        vm.wait_output("tick 2\n")
+        for kind in ("Full", "Diff"):
+            status, body = vm.request("PUT", "/snapshot/create", {"snapshot_type": kind})
+            check(status == 200, f"{kind} snapshot: {status} {body}")
+        vm.stop(signal.SIGKILL)
+    c = chain(d)
+    check(c["version"] == 2 and os.path.basename(chain_file(d)) == "chain.0000000002.json",
+          f"the second commit is not generation 2: {os.listdir(d)}")
+    for l in c["layers"]:
+        for f in (l["mem"], l["state"]):
+            check(c["sha256"].get(f) == tree_digest(os.path.join(d, f)),
+                  f"{f}: recorded digest {c['sha256'].get(f)} is not its content's")
+    mem = c["layers"][0]["mem"]
+    state = c["layers"][-1]["state"]
+    off, orig = flip_page_byte(os.path.join(d, mem))
+    before = listing(d)
+    refused([d], f"{mem}: SHA-256 does not match the chain", "page byte flipped")
+    check(listing(d) == before, "a refused restore changed the chain directory")
+    with open(os.path.join(d, mem), "r+b") as f:
+        f.seek(off)
+        f.write(orig)
+    # The state file with one byte of a device section changed and every CRC recomputed.
+    secs = read_state(os.path.join(d, state))
+    sec = next(s for s in secs if s[0] != SEC_CONFIG and len(s[2]) > 0)
+    sec[2] = bytes([sec[2][0] ^ 0x01]) + sec[2][1:]
+    saved = open(os.path.join(d, state), "rb").read()
+    write_state(os.path.join(d, state), secs)
+    refused([d], f"{state}: SHA-256 does not match the chain", "state rewritten, CRCs valid")
+    with open(os.path.join(d, state), "wb") as f:
+        f.write(saved)
+    with Vm(None, restore=d) as r:
+        r.wait_output("tick ")  # the guest runs again once the files are as committed
+    # A chain from before digests (tests/kvm/fixtures/chain-v2.tar.xz): one warning line.
+    oldroot = os.path.join(tmp, "old")
+    os.mkdir(oldroot, 0o700)
+    subprocess.run(["tar", "-C", oldroot, "-xJf", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "fixtures", "chain-v2.tar.xz")], check=True)
+    old = os.path.join(oldroot, "chain")
+    uds = os.path.join(tmp, "old.sock")
+    with Vm(None, restore=old, extra=["--disk", os.path.join(old, "base.img"),
+                                      "--vsock-uds", uds]) as r:
+        with open(os.path.join(old, "LAST_TICK")) as f:
+            last = int(f.read())
+        r.wait_output(f"tick {last + 1}\n")
+        status, body = r.request("PUT", "/snapshot/create", {"snapshot_type": "Diff"})
+        check(status == 200 and body["layer_id"] == 3, f"old chain continues: {status} {body}")
+        r.stop(signal.SIGKILL)
+        err = r.stderr()
+    warns = [l for l in err.splitlines() if "SHA-256" in l]
+    check(len(warns) == 1 and "warn" in warns[0] and "no SHA-256 digests" in warns[0],
+          f"want one warning line about the missing digests: {err!r}")
+    c = chain(old)
+    check(os.path.basename(chain_file(old)) == "chain.0000000001.json" and len(c["layers"]) == 3,
+          f"the old chain's next commit: {os.listdir(old)}")
+    for l in c["layers"]:
+        for f in (l["mem"], l["state"]):
+            check(c["sha256"].get(f) == tree_digest(os.path.join(old, f)),
+                  f"{f}: no digest after the next commit")
+    print("ok digests: flipped page byte and CRC-valid state rewrite refused, old chain warned once")
+
+
 def run_all():
     names = os.environ.get("ONLY", "test_machine_paths test_frozen_layers test_symlinked_temps "
-                                   "test_console_file").split()
+                                   "test_console_file test_digests").split()
     run_each([globals()[n] for n in names], "cove-hostile-")
 
 

@@ -583,6 +583,8 @@ static void test_mem_header_mutations(void **st)
 
 /* ---- chain.json ---- */
 
+#define SHA_HEX "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58"
+#define SHA_HEX_UPPER "30E14955EBF1352266DC2FF8067E68104607E750ABB9D3B36582B8AF909FCB58"
 #define CHAIN_ID "00112233445566778899aabbccddeeff"
 #define LAYER(id, parent, full, mem, state)                                                        \
 	"{\"id\":" #id ",\"parent\":" #parent ",\"full\":" #full ",\"mem\":\"" mem                 \
@@ -690,9 +692,35 @@ static void test_chain_parse_bad(void **st)
 	    {"{\"format\":\"cove-chain\",\"version\":\"1\"}", "not a cove chain file"},
 	    {"{\"format\":\"cove-chain\",\"version\":-1}", "not a cove chain file"},
 	    {"{\"format\":\"cove-chain\",\"version\":1.0}", "not a cove chain file"},
-	    {"{\"format\":\"cove-chain\",\"version\":2,\"chain_id\":\"" CHAIN_ID
+	    {"{\"format\":\"cove-chain\",\"version\":3,\"chain_id\":\"" CHAIN_ID
 	     "\",\"ram_size\":4096,\"layers\":[]}",
-	     "version 2 is not supported"},
+	     "version 3 is not supported"},
+	    /* Version 2: a generation and a digest of every layer's files. */
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{}}",
+	     "generation"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":0,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{}}",
+	     "generation"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":10000000000,"
+	     "\"chain_id\":\"" CHAIN_ID "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{}}",
+	     "generation"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[]}",
+	     "sha256 is missing"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{\"m\":\"00\"}}",
+	     "sha256 entry is malformed"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{\"../m\":\"" SHA_HEX "\"}}",
+	     "sha256 entry is malformed"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{\"m\":\"" SHA_HEX_UPPER "\"}}",
+	     "sha256 entry is malformed"},
+	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":1,\"chain_id\":\"" CHAIN_ID
+	     "\",\"ram_size\":4096,\"layers\":[" LAYER(1, 0, true, "m", "s")
+	     "],\"sha256\":{\"m\":\"" SHA_HEX "\"}}",
+	     "layer 0 has no sha256"},
 	    {"{\"format\":\"cove-chain\",\"version\":0}", "version 0 is not supported"},
 	    /* chain_id */
 	    {"{\"format\":\"cove-chain\",\"version\":1,\"ram_size\":4096,\"layers\":[]}",

@@ -11,7 +11,9 @@
 #include "snapshot/chain.h"
 #include "common/crc32.h"
 #include "common/dirfd_io.h"
+#include "snapshot/digest.h"
 #include "snapshot/layer_write.h"
+#include <openssl/sha.h>
 #include "snapshot/mem_layer.h"
 #include "snapshot/state_file.h"
 
@@ -327,22 +329,44 @@ static void sample_chain(struct chain *c, const char *dir, int n)
 	}
 }
 
-/* The directory holds exactly chain.json (no temporary file left behind). */
-static void assert_only_chain_json(const char *dir)
+/* The layer files a sample chain names (chain_commit digests every one it lists). */
+static void sample_files(const struct chain *c)
+{
+	for (int i = 0; i < c->nr_layers; i++) {
+		char p[4200];
+		snprintf(p, sizeof(p), "%s/%s", c->dir, c->layers[i].mem);
+		write_file(p, c->layers[i].mem, strlen(c->layers[i].mem));
+		snprintf(p, sizeof(p), "%s/%s", c->dir, c->layers[i].state);
+		write_file(p, c->layers[i].state, strlen(c->layers[i].state));
+	}
+}
+
+/* The directory's chain files: exactly `want` (names, NULL-terminated), and no other dot-file. */
+static void assert_chain_files(const char *dir, const char *const *want)
 {
 	DIR *d = opendir(dir);
 	assert_non_null(d);
 	struct dirent *e;
-	int files = 0;
+	int files = 0, nwant = 0;
+	while (want[nwant])
+		nwant++;
 	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+		const char *n = e->d_name;
+		if (!strcmp(n, ".") || !strcmp(n, ".."))
 			continue;
-		if (strcmp(e->d_name, CHAIN_FILE))
-			fail_msg("unexpected file %s in %s", e->d_name, dir);
+		if (n[0] == '.')
+			fail_msg("temporary file %s left in %s", n, dir);
+		if (strncmp(n, "chain", 5))
+			continue;
+		bool ok = false;
+		for (int i = 0; i < nwant; i++)
+			ok |= !strcmp(n, want[i]);
+		if (!ok)
+			fail_msg("unexpected file %s in %s", n, dir);
 		files++;
 	}
 	closedir(d);
-	assert_int_equal(files, 1);
+	assert_int_equal(files, nwant);
 }
 
 static void test_chain_commit_load(void **state)
@@ -357,30 +381,45 @@ static void test_chain_commit_load(void **state)
 	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -ENOENT);
 	assert_one_line_error(err, CHAIN_FILE);
 
+	/* The first commit creates chain.json, the next one chain.0000000002.json. */
+	static const char *const g1[] = {CHAIN_FILE, NULL};
+	static const char *const g2[] = {CHAIN_FILE, "chain.0000000002.json", NULL};
 	for (int n = 1; n <= 4; n += 3) {
 		sample_chain(c, f->dir, n);
+		sample_files(c);
+		c->gen = n == 1 ? 0 : 1;
 		int r = chain_commit(c, err, sizeof(err));
 		if (r)
 			fail_msg("%s", err);
-		assert_only_chain_json(f->dir);
+		assert_int_equal(c->gen, n == 1 ? 1 : 2);
+		assert_chain_files(f->dir, n == 1 ? g1 : g2);
 		memset(back, 0x33, sizeof(*back));
 		r = chain_load(f->dir, back, err, sizeof(err));
 		if (r)
 			fail_msg("%s", err);
 		assert_string_equal(back->dir, f->dir);
+		assert_string_equal(back->source, n == 1 ? CHAIN_FILE : "chain.0000000002.json");
+		assert_string_equal(back->warning, "");
+		assert_true(back->has_digests);
+		assert_int_equal(back->gen, c->gen);
 		assert_memory_equal(back->chain_id, c->chain_id, 16);
 		assert_int_equal(back->ram_size, c->ram_size);
 		assert_int_equal(back->nr_layers, n);
 		for (int i = 0; i < n; i++)
 			assert_memory_equal(&back->layers[i], &c->layers[i], sizeof(c->layers[i]));
 		assert_int_equal(chain_latest(back)->id, (uint64_t)((n - 1) * 3 + 1));
+		/* Every layer's files carry their content digest. */
+		uint8_t d[32];
+		assert_int_equal(digest_buf("mem-0", 5, d), 0);
+		assert_memory_equal(chain_digest_get(back, "mem-0"), d, 32);
 	}
-	snprintf(f->path, sizeof(f->path), "%s/%s", f->dir, CHAIN_FILE);
+	snprintf(f->path, sizeof(f->path), "%s/chain.0000000002.json", f->dir);
 	struct stat st;
 	assert_int_equal(stat(f->path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
 
-	/* A chain file padded to exactly the cap loads; one byte more does not. */
+	/* A chain file padded to exactly the cap loads; one byte more is skipped, with a warning.
+	 */
 	size_t len;
 	uint8_t *text = read_all(f->path, &len);
 	char *big = malloc(CHAIN_MAX_BYTES + 2);
@@ -391,25 +430,52 @@ static void test_chain_commit_load(void **state)
 	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
 	assert_int_equal(back->nr_layers, 4);
 	write_file(f->path, big, CHAIN_MAX_BYTES + 1);
-	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EFBIG);
-	assert_one_line_error(err, "larger than");
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_string_equal(back->source, CHAIN_FILE);
+	assert_int_equal(back->nr_layers, 1);
+	assert_one_line_error(back->warning, "larger than");
+	assert_non_null(strstr(back->warning, "chain.0000000002.json"));
 	free(big);
 
-	/* Truncated on disk: a clear JSON error. */
+	/* Truncated newest: skipped with one warning naming it; the older generation is read. */
 	write_file(f->path, text, len / 2);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 1);
+	assert_one_line_error(back->warning, "not valid JSON");
+	/* A generation file that says another generation (a copy or a rename): skipped. */
+	char other[200];
+	snprintf(other, sizeof(other), "%s/chain.0000000009.json", f->dir);
+	write_file(other, text, len);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 1);
+	assert_non_null(strstr(back->warning, "says generation 2"));
+	assert_int_equal(unlink(other), 0);
+	/* A link named like a generation is not followed. */
+	assert_int_equal(symlink(f->path, other), 0);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 1);
+	assert_int_equal(unlink(other), 0);
+	/* With chain.json broken too, nothing is valid: refused. */
+	char cj[200];
+	snprintf(cj, sizeof(cj), "%s/%s", f->dir, CHAIN_FILE);
+	write_file(cj, text, 0);
 	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EINVAL);
-	assert_one_line_error(err, "not valid JSON");
-	write_file(f->path, text, 0);
+	assert_one_line_error(err, "no valid chain generation");
+	/* A lone broken chain.json: its own error. */
+	assert_int_equal(unlink(f->path), 0);
 	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EINVAL);
 	assert_one_line_error(err, "not valid JSON");
 	free(text);
 
-	/* A new commit replaces a broken file. */
+	/* A new commit never replaces anything: it creates the next generation past a broken one.
+	 */
+	write_file(f->path, "{", 1);
 	sample_chain(c, f->dir, 2);
 	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
-	assert_only_chain_json(f->dir);
+	assert_int_equal(c->gen, 3);
 	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
 	assert_int_equal(back->nr_layers, 2);
+	assert_int_equal(back->gen, 3);
 
 	/* A directory that is not there; a name that does not fit. */
 	char gone[160];
@@ -427,6 +493,203 @@ static void test_chain_commit_load(void **state)
 	free(longdir);
 	free(back);
 	free(c);
+}
+
+/* Newest wins; past CHAIN_GEN_TRY_MAX hostile newest generations the chain is refused. */
+static void test_chain_generations_hostile(void **state)
+{
+	struct fx *f = *state;
+	struct chain *c = malloc(sizeof(*c)), *back = malloc(sizeof(*back));
+	assert_non_null(c);
+	assert_non_null(back);
+	char err[512] = "", p[200];
+	sample_chain(c, f->dir, 1);
+	sample_files(c);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
+	assert_int_equal(c->gen, 3);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_string_equal(back->source, "chain.0000000003.json");
+	/* Names that are not generations are never read. */
+	snprintf(p, sizeof(p), "%s/chain.99.json", f->dir);
+	write_file(p, "{", 1);
+	snprintf(p, sizeof(p), "%s/chain.00000000010.json", f->dir);
+	write_file(p, "{", 1);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_string_equal(back->warning, "");
+	/* A few bad newest ones are skipped with one warning line. */
+	for (int g = 4; g < 4 + CHAIN_GEN_TRY_MAX - 1; g++) {
+		snprintf(p, sizeof(p), "%s/chain.%010d.json", f->dir, g);
+		write_file(p, "garbage", 7);
+	}
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 3);
+	assert_one_line_error(back->warning, "skipped 15 chain file(s)");
+	/* One more and the valid one is out of reach: refused, in one line. */
+	snprintf(p, sizeof(p), "%s/chain.%010d.json", f->dir, 4 + CHAIN_GEN_TRY_MAX);
+	write_file(p, "garbage", 7);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "no valid chain generation");
+	free(back);
+	free(c);
+}
+
+static bool present(const char *dir, const char *name)
+{
+	char p[300];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return lstat(p, &st) == 0;
+}
+
+/* chain_settle: chain.json from the newest generation; only our own leftovers go. */
+static void test_chain_settle(void **state)
+{
+	struct fx *f = *state;
+	struct chain *c = malloc(sizeof(*c)), *back = malloc(sizeof(*back));
+	assert_non_null(c);
+	assert_non_null(back);
+	char err[512] = "", p[200], canary[200];
+	/* Nothing there: nothing to do. */
+	assert_int_equal(chain_settle(f->dir, err, sizeof(err)), 0);
+	sample_chain(c, f->dir, 4);
+	sample_files(c);
+	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
+	c->nr_layers = 2; /* a later generation lists fewer layers (as after compaction) */
+	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
+	/* Leftovers of crashed commits, hostile names, links and a directory. */
+	static const char *const ours[] = {".mem-000005.123-abcdef01.tmp",
+					   ".state-000005.123-abcdef01.tmp",
+					   ".mem-000005.tmp",
+					   ".chain.json.tmp",
+					   ".chain.0000000003.json.9-00000000.tmp",
+					   "mem-000007",
+					   "mem-000003-c2"};
+	static const char *const theirs[] = {"junk",	   ".mem-x/y",	       "mem-1x",
+					     ".keys.tmp",  "disk0-000001.ovl", "state-0.bin.bak",
+					     ".mem-0.tmpx"};
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", f->dir, ours[i]);
+		write_file(p, "x", 1);
+	}
+	for (size_t i = 0; i < sizeof(theirs) / sizeof(theirs[0]); i++) {
+		if (strchr(theirs[i], '/'))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", f->dir, theirs[i]);
+		write_file(p, "x", 1);
+	}
+	snprintf(canary, sizeof(canary), "%s/canary", f->dir);
+	write_file(canary, "keep", 4);
+	/* Links and a directory with names settle would remove as files: left alone. */
+	snprintf(p, sizeof(p), "%s/.state-000009.tmp", f->dir);
+	assert_int_equal(symlink(canary, p), 0);
+	snprintf(p, sizeof(p), "%s/mem-000008", f->dir);
+	assert_int_equal(symlink(canary, p), 0);
+	snprintf(p, sizeof(p), "%s/mem-000009", f->dir);
+	assert_int_equal(mkdir(p, 0700), 0);
+	assert_int_equal(chain_settle(f->dir, err, sizeof(err)), 0);
+	assert_true(present(f->dir, CHAIN_FILE));
+	assert_false(present(f->dir, "chain.0000000002.json"));
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+		if (present(f->dir, ours[i]))
+			fail_msg("%s was left", ours[i]);
+	for (size_t i = 0; i < sizeof(theirs) / sizeof(theirs[0]); i++)
+		if (!strchr(theirs[i], '/') && !present(f->dir, theirs[i]))
+			fail_msg("%s was removed", theirs[i]);
+	/* Layers the settled chain lists stay; those it no longer lists go. */
+	assert_true(present(f->dir, "mem-0") && present(f->dir, "state-1.bin"));
+	assert_false(present(f->dir, "mem-2") || present(f->dir, "mem-3"));
+	assert_true(present(f->dir, "state-3.bin")); /* not a name cove gives a state file */
+	assert_true(present(f->dir, ".state-000009.tmp") && present(f->dir, "mem-000008") &&
+		    present(f->dir, "mem-000009") && present(f->dir, "canary"));
+	/* chain.json holds the newest generation; the next commit goes on past it. */
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_string_equal(back->source, CHAIN_FILE);
+	assert_int_equal(back->gen, 2);
+	assert_int_equal(back->nr_layers, 2);
+	assert_true(back->has_digests);
+	assert_int_equal(chain_commit(back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 3);
+	assert_true(present(f->dir, "chain.0000000003.json"));
+	/* A new chain (a Full snapshot's: generation 0 in memory) still goes past chain.json's. */
+	assert_int_equal(chain_settle(f->dir, err, sizeof(err)), 0);
+	sample_chain(c, f->dir, 1);
+	assert_int_equal(chain_commit(c, err, sizeof(err)), 0);
+	assert_int_equal(c->gen, 4);
+	assert_int_equal(chain_load(f->dir, back, err, sizeof(err)), 0);
+	assert_int_equal(back->gen, 4);
+	assert_int_equal(back->nr_layers, 1);
+	/* A second settle with nothing valid removes nothing. */
+	snprintf(p, sizeof(p), "%s/%s", f->dir, CHAIN_FILE);
+	write_file(p, "{", 1);
+	snprintf(p, sizeof(p), "%s/chain.0000000004.json", f->dir);
+	write_file(p, "{", 1);
+	assert_int_equal(chain_settle(f->dir, err, sizeof(err)), -EINVAL);
+	assert_true(present(f->dir, "mem-0") && present(f->dir, "chain.0000000004.json"));
+	free(back);
+	free(c);
+}
+
+/* The tree digest: a file's holes and written zeros digest alike; memory and file agree. */
+static void test_digest(void **state)
+{
+	struct fx *f = *state;
+	uint8_t zero[32], a[32], b[32];
+	uint8_t *buf = calloc(1, 3 * DIGEST_CHUNK + 100);
+	assert_non_null(buf);
+	assert_int_equal(SHA256(buf, DIGEST_CHUNK, zero) != NULL, 1);
+	assert_memory_equal(zero, digest_zero_chunk, 32);
+	buf[DIGEST_CHUNK + 5] = 7;
+	buf[3 * DIGEST_CHUNK + 99] = 9;
+	size_t len = 3 * DIGEST_CHUNK + 100;
+	assert_int_equal(digest_buf(buf, len, a), 0);
+	/* The same bytes as a sparse file (chunks 0 and 2 holes), then written out in full. */
+	snprintf(f->path, sizeof(f->path), "%s/sparse", f->dir);
+	int fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	assert_int_equal(pwrite(fd, buf + DIGEST_CHUNK, 4096, DIGEST_CHUNK), 4096);
+	assert_int_equal(pwrite(fd, buf + 3 * DIGEST_CHUNK, 100, 3 * DIGEST_CHUNK), 100);
+	assert_int_equal(digest_fd(fd, b), 0);
+	assert_memory_equal(a, b, 32);
+	assert_int_equal(pwrite(fd, buf, len, 0), (ssize_t)len);
+	assert_int_equal(digest_fd(fd, b), 0);
+	assert_memory_equal(a, b, 32);
+	/* One byte anywhere, or one byte more, changes it. */
+	assert_int_equal(pwrite(fd, "\1", 1, 2 * DIGEST_CHUNK + 17), 1);
+	assert_int_equal(digest_fd(fd, b), 0);
+	assert_memory_not_equal(a, b, 32);
+	assert_int_equal(digest_buf(buf, len - 1, b), 0);
+	assert_memory_not_equal(a, b, 32);
+	close(fd);
+	/* Hex: lower case only, exactly 64 digits. */
+	char hex[DIGEST_HEX_LEN];
+	digest_hex(a, hex);
+	assert_int_equal(strlen(hex), 64);
+	assert_int_equal(digest_unhex(hex, b), 0);
+	assert_memory_equal(a, b, 32);
+	hex[3] = 'G';
+	assert_int_equal(digest_unhex(hex, b), -EINVAL);
+	hex[3] = 'A';
+	assert_int_equal(digest_unhex(hex, b), -EINVAL);
+	assert_int_equal(digest_unhex("00", b), -EINVAL);
+	/* The disk layers a machine description names, and their maps; hostile names refused. */
+	char names[8][64];
+	int n = 0;
+	static const char cfg[] =
+	    "{\"format\":1,\"disks\":[{\"size\":1,\"layers\":[\"disk0-000001-l0.ovl\","
+	    "\"disk0-000002.ovl\"]},{\"size\":2,\"layers\":[]}]}";
+	assert_int_equal(digest_config_files(cfg, strlen(cfg), names, 8, &n), 0);
+	assert_int_equal(n, 4);
+	assert_string_equal(names[1], "disk0-000001-l0.ovl.map");
+	assert_string_equal(names[2], "disk0-000002.ovl");
+	assert_int_equal(digest_config_files(cfg, strlen(cfg), names, 3, &n), -E2BIG);
+	static const char bad[] = "{\"disks\":[{\"layers\":[\"../etc/passwd\"]}]}";
+	assert_int_equal(digest_config_files(bad, strlen(bad), names, 8, &n), -EINVAL);
+	static const char none[] = "{\"fixture\":true}";
+	assert_int_equal(digest_config_files(none, strlen(none), names, 8, &n), 0);
+	assert_int_equal(n, 0);
+	free(buf);
 }
 
 /* ---- extent writes ---- */
@@ -668,6 +931,18 @@ static void test_dirfd_io(void **state)
 	assert_int_equal(stat(canary, &st), 0);
 	assert_int_equal(st.st_size, 8);
 	assert_int_equal(dirfd_rename(dfd, ".mem-000001.tmp", "mem-000001"), 0);
+	/* The jail's way: create only a new name, rename without replacing, never unlink. */
+	assert_int_equal(dirfd_create_new(dfd, "mem-000001", O_WRONLY, 0600), -EEXIST);
+	char tmp[96];
+	fd = dirfd_create_tmp(dfd, "mem-000001", tmp, sizeof(tmp), O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(strncmp(tmp, ".mem-000001.", 12), 0);
+	assert_non_null(strstr(tmp, ".tmp"));
+	assert_int_equal(dirfd_rename_noreplace(dfd, tmp, "mem-000001"), -EEXIST);
+	assert_int_equal(fstatat(dfd, "mem-000001", &st, 0), 0); /* both names still there */
+	assert_int_equal(dirfd_rename_noreplace(dfd, tmp, "mem-000002"), 0);
+	assert_int_equal(dirfd_unlink(dfd, "mem-000002"), 0);
 	assert_int_equal(dirfd_create(dfd, "../escape", O_WRONLY, 0600), -EINVAL);
 	assert_int_equal(dirfd_create(dfd, "..", O_WRONLY, 0600), -EINVAL);
 	assert_int_equal(dirfd_unlink(dfd, "mem-000001"), 0);
@@ -694,6 +969,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_state_read_file, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_mem_layer_open, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chain_commit_load, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_chain_generations_hostile, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_chain_settle, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_digest, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_layer_write_small_buffer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_layer_write_large_buffer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_layer_write_einval, setup, teardown),
