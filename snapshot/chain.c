@@ -365,7 +365,8 @@ static int load_at(int dfd, struct chain *c, char *err, size_t errlen)
 	/* Newest first: generations above chain.json's, then chain.json, then older ones. */
 	for (int pass = 0; pass < 2 && !found; pass++) {
 		for (int i = 0; i < n && !found && skipped < CHAIN_GEN_TRY_MAX; i++) {
-			if (pass == 0 ? gens[i] <= jgen : gens[i] > jgen)
+			/* A generation file wins over chain.json holding the same generation. */
+			if (pass == 0 ? gens[i] < jgen : gens[i] >= jgen)
 				continue;
 			char name[CHAIN_NAME_MAX];
 			gen_file(gens[i], name);
@@ -548,6 +549,17 @@ int chain_commit(struct chain *c, char *err, size_t errlen)
 		else
 			gen_file(gen, name);
 		r = write_named(dfd, c->dir, name, text, false, err, errlen);
+		if (!r && strcmp(name, CHAIN_FILE) && !c->no_replace) {
+			/*
+			 * Committed. chain.json follows, best effort, where replacing is allowed,
+			 * for what still reads it by name; the jail refuses (EPERM), and after the
+			 * first refusal this chain stops trying: chain_settle writes it on the host
+			 * side.
+			 */
+			char e2[8];
+			int jr = write_named(dfd, c->dir, CHAIN_FILE, text, true, e2, sizeof(e2));
+			c->no_replace = jr == -EPERM || jr == -EACCES;
+		}
 		free(text);
 		if (!r) {
 			c->gen = gen;

@@ -48,6 +48,8 @@ struct chain {
 	uint64_t gen;
 	/* Version 2: every layer's mem and state has a digest (chain_parse checks). */
 	bool has_digests;
+	/* chain_commit: replacing chain.json was refused once (the jail): not tried again. */
+	bool no_replace;
 	int nr_digests;
 	struct chain_digest digests[CHAIN_MAX_DIGESTS];
 	/* chain_load: the file read, and one line when a newer generation was skipped (or ""). */

@@ -727,6 +727,7 @@ static int take_before_pause(struct snap_ctx *s, struct take *t, char *err, size
 		    sizeof(t->next->chain_id))
 			return errmsg(err, errlen, -EIO, "no randomness for a chain id");
 		t->next->ram_size = vm->mem.size;
+		t->next->no_replace = s->chain.no_replace; /* the jail refused it already */
 	} else {
 		*t->next = s->chain;
 	}
