@@ -27,6 +27,20 @@ def guest(name):
     return os.path.join(GUESTS, name)
 
 
+def sanitized_build():
+    """True when COVE is a sanitizer (ASan/UBSan) build: its cove-vmm links libasan. Such a
+    build differs on purpose (sandbox/meson.build, COVE_SANITIZED): it is linked dynamically (so
+    it maps shared libraries a static plain build does not) and runs without seccomp filters
+    (LeakSanitizer needs ptrace and clone at exit). Tests say what they do not check then."""
+    vmm = os.path.join(os.path.dirname(os.path.realpath(COVE)), "cove-vmm")
+    try:
+        with open(vmm, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return b"libasan.so" in data or b"libubsan.so" in data
+
+
 def require_kvm():
     """Exit 77 (meson: skipped) when this machine has no usable /dev/kvm."""
     if not os.path.exists("/dev/kvm"):
