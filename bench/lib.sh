@@ -1,13 +1,38 @@
-# Shared by bench/boot, bench/disk and bench/io (sourced): build cove, find the cached guest
-# kernel and rootfs, the --add list that puts QEMU microvm into the KVM box, and the
-# one-box-per-round loop.
+# Shared by the benches that run in the KVM box (sourced): build cove, find the cached guest
+# kernel and rootfs, the --add list that puts QEMU microvm into the KVM box, the
+# one-box-per-round loop, and the quick mode.
+
+# Quick mode (`bench/NAME --quick`, as the first argument; tools/test runs every bench so): no
+# build step (a missing binary fails instead of being rebuilt), and kvm_box checks the inputs of
+# the box run (tools/kvm-box --check: every file it would add, their libraries, that the in-box
+# .py scripts compile) and ends the bench there, with status 0 or 1. Nothing boots: seconds.
+bench_quick=0
+if [ "${1:-}" = --quick ]; then
+	bench_quick=1
+	shift
+fi
 
 # Sets kdir and rdir.
 bench_prepare() {
-	[ -f build/build.ninja ] || meson setup build >&2
-	ninja -C build >&2
+	if [ "$bench_quick" = 0 ]; then
+		[ -f build/build.ninja ] || meson setup build >&2
+		ninja -C build >&2
+	fi
 	kdir=$(guest/kernel/build | tail -n 1)
 	rdir=$(guest/rootfs/build | tail -n 1)
+}
+
+# tools/kvm-box with the same arguments, or in quick mode its --check (then the bench ends).
+kvm_box() {
+	if [ "$bench_quick" = 1 ]; then
+		if tools/kvm-box --check "$@" >&2; then
+			echo '{"quick": "inputs checked (tools/kvm-box --check), nothing booted"}'
+			exit 0
+		fi
+		echo "bench: quick check failed: an input of the box run is missing or broken" >&2
+		exit 1
+	fi
+	tools/kvm-box "$@"
 }
 
 # QEMU and the firmware microvm loads (it resolves bios-microvm.bin to qboot.rom), plus the

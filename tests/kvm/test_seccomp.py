@@ -9,7 +9,7 @@ import resource
 import signal
 import subprocess
 
-from covetest import Failure, Vm, check, guest, main
+from covetest import Failure, Vm, check, guest, main, sanitized_build
 
 
 def task_status(pid):
@@ -43,6 +43,16 @@ def test_filters_on_every_thread(tmp):
         vm.wait_output(f"tick {last + 1}\n", timeout=30)
         tasks = task_status(vm.proc.pid)
         names = sorted(t[0] for t in tasks.values())
+        if sanitized_build():
+            # Sanitizer builds run without filters (sandbox/meson.build: COVE_SANITIZED), and
+            # the threads are named as the filters are installed: only the vCPU has its name.
+            check("cove-vcpu0" in names, f"threads: {names}")
+            on = {tid: t for tid, t in tasks.items() if t[1] != "0"}
+            check(not on, f"sanitizer build, yet threads with a filter: {on}")
+            check(vm.alive(), "cove died after snapshots and pause/resume")
+            print(f"ASan build: no seccomp filters (by design), threads {names}; snapshots and "
+                  "pause/resume work; filters are checked in the plain build")
+            return
         check(len(tasks) >= 3 and "cove-vcpu0" in names
               and "cove-evloop" in names, f"threads: {names}")
         bad = {tid: t for tid, t in tasks.items() if t[1] != "2" or t[2] < 1}
@@ -71,6 +81,10 @@ def expect_sigsys(kind, call, syscall, thread):
 
 
 def test_violations(tmp):
+    if sanitized_build():
+        print("ASan build: forbidden calls not checked (no filters in sanitizer builds); the "
+              "plain build checks them")
+        return
     for kind, thread in (("vcpu", "cove-vcpu0"), ("evloop", "cove-evloop")):
         for call, syscall in (("execve", "execve"), ("socket", "socket"), ("open", "openat")):
             expect_sigsys(kind, call, syscall, thread)

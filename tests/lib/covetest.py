@@ -20,11 +20,29 @@ import time
 
 SKIP = 77
 COVE = os.environ.get("COVE", "build/cli/cove")
+# Waits for a guest scale by this (tests/kvm/run sets it in the KVM box, where ring 0 of the
+# guest runs under nested SVM in QEMU's software emulator, several times slower than a host's
+# /dev/kvm). Only the waits that end in a failure grow; a test's own measurements do not.
+TIMEOUT_SCALE = max(1.0, float(os.environ.get("COVE_TEST_TIMEOUT_SCALE", "1") or 1))
 GUESTS = os.environ.get("GUESTS", "build/tests/guests")
 
 
 def guest(name):
     return os.path.join(GUESTS, name)
+
+
+def sanitized_build():
+    """True when COVE is a sanitizer (ASan/UBSan) build: its cove-vmm links libasan. Such a
+    build differs on purpose (sandbox/meson.build, COVE_SANITIZED): it is linked dynamically (so
+    it maps shared libraries a static plain build does not) and runs without seccomp filters
+    (LeakSanitizer needs ptrace and clone at exit). Tests say what they do not check then."""
+    vmm = os.path.join(os.path.dirname(os.path.realpath(COVE)), "cove-vmm")
+    try:
+        with open(vmm, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return b"libasan.so" in data or b"libubsan.so" in data
 
 
 def require_kvm():
@@ -68,7 +86,8 @@ class Tally:
 
 def run_cove(args, timeout=30, stdin=None):
     """Runs cove to completion; returns CompletedProcess with text output."""
-    return subprocess.run([COVE] + args, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([COVE] + args, capture_output=True, text=True,
+                          timeout=timeout * TIMEOUT_SCALE,
                           stdin=stdin if stdin is not None else subprocess.DEVNULL)
 
 
@@ -92,7 +111,7 @@ class Vm:
             self._wait_for(lambda: os.path.exists(self.sock), 10, "API socket to appear")
 
     def _wait_for(self, pred, timeout, what):
-        end = time.monotonic() + timeout
+        end = time.monotonic() + timeout * TIMEOUT_SCALE
         while time.monotonic() < end:
             if pred():
                 return
@@ -119,7 +138,7 @@ class Vm:
             self.out += chunk
 
     def wait_output(self, text, timeout=20):
-        end = time.monotonic() + timeout
+        end = time.monotonic() + timeout * TIMEOUT_SCALE
         needle = text.encode()
         while needle not in self.out:
             left = end - time.monotonic()
@@ -137,7 +156,8 @@ class Vm:
         self.proc.stdin.flush()
 
     def request(self, method, path, body=None, headers=None, timeout=10):
-        return http_json(self.sock, method, path, body, headers=headers, timeout=timeout)
+        return http_json(self.sock, method, path, body, headers=headers,
+                         timeout=timeout * TIMEOUT_SCALE)
 
     def snapshot(self, kind, timeout=120):
         """PUT /snapshot/create of `kind` (Full, Diff); the reply's body (200 or Failure)."""
@@ -184,7 +204,7 @@ class Vm:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            self.proc.wait(timeout)
+            self.proc.wait(timeout * TIMEOUT_SCALE)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -213,7 +233,7 @@ def last_tick(console):
 def wait_file_bytes(path, needle, timeout):
     """Polls a file (a clone's console) until it holds `needle` or `timeout` passes; returns
     what it held last."""
-    end = time.monotonic() + timeout
+    end = time.monotonic() + timeout * TIMEOUT_SCALE
     out = b""
     while needle not in out and time.monotonic() < end:
         time.sleep(0.05)
