@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lib"))
-from covetest import http_json  # noqa: E402
+from covetest import chain_json, http_json  # noqa: E402
 
 SCRIPT_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(SCRIPT_DIR)
@@ -260,8 +260,7 @@ def disk_kib(path):
 
 
 def latest_mem_layer(d):
-    with open(os.path.join(d, "chain.json")) as f:
-        c = json.load(f)
+    c = chain_json(d)
     return os.path.join(d, c["layers"][-1]["mem"])
 
 

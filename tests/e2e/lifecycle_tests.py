@@ -18,7 +18,7 @@ import time
 
 import agent_tests as at
 import box_tests as bt
-from covetest import framed_call, hosts_add
+from covetest import chain_json, framed_call, hosts_add
 
 COVE = bt.COVE
 STATE = "/tmp/cove-life"
@@ -443,8 +443,7 @@ def test_lifecycle_names_and_rm():
 def _chain_inodes(name):
     """{file name: inode} of the files a sandbox's chain.json lists (memory and state layers)."""
     d = os.path.join(STATE, name, "chain")
-    with open(os.path.join(d, "chain.json")) as f:
-        chain = json.load(f)
+    chain = chain_json(d)
     names = [l[k] for l in chain["layers"] for k in ("mem", "state")]
     return {n: os.stat(os.path.join(d, n)).st_ino for n in names}
 

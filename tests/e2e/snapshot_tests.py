@@ -14,7 +14,7 @@ import threading
 import time
 
 import box_tests as bt
-from covetest import (Failure, check, frame, http_json, recv_msg, vsock_connect,
+from covetest import (Failure, chain_json, check, frame, http_json, recv_msg, vsock_connect,
                       vsock_handshake)
 
 COUNT = re.compile(r"count (\d+)\r?\n")
@@ -41,8 +41,7 @@ def wait_file(path, pred, timeout, what, proc=None):
 
 def layers(d):
     try:
-        with open(os.path.join(d, "chain.json")) as f:
-            return json.load(f)["layers"]
+        return chain_json(d)["layers"]
     except (FileNotFoundError, ValueError):
         return []
 

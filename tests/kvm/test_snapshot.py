@@ -15,15 +15,14 @@ import threading
 import time
 import zlib
 
-from covetest import COVE, Vm, check, guest, main, run_cove, run_each, wait_file_bytes
+from covetest import COVE, Vm, chain_json, check, guest, main, run_cove, run_each, wait_file_bytes
 
 PAGE = 4096
 HDR = 4096
 
 
 def chain(d):
-    with open(os.path.join(d, "chain.json")) as f:
-        return json.load(f)
+    return chain_json(d)
 
 
 class Layer:

@@ -10,7 +10,7 @@ import struct
 import subprocess
 import zlib
 
-from covetest import COVE, Vm, check, guest, main, run_cove, run_each, wait_file_bytes
+from covetest import COVE, Vm, chain_json, check, guest, main, run_cove, run_each, wait_file_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYCMD = os.path.join(HERE, "..", "..", "tools", "key-cmd-openssl")
@@ -25,8 +25,7 @@ def sh(cmd, **kw):
 
 
 def chain(d):
-    with open(os.path.join(d, "chain.json")) as f:
-        return json.load(f)
+    return chain_json(d)
 
 
 def stamped_snapshot(d, key_spec, env=None):

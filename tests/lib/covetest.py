@@ -63,6 +63,18 @@ class Skip(Exception):
     """A test that cannot run here (something it needs is absent); the message says what."""
 
 
+def chain_file(d):
+    """A chain directory's newest commit (snapshot/DIGEST.md): the highest generation file
+    chain.NNNNNNNNNN.json, else chain.json (a VMM under its filter cannot replace chain.json)."""
+    gens = sorted(f for f in os.listdir(d) if re.fullmatch(r"chain\.\d{10}\.json", f))
+    return os.path.join(d, gens[-1] if gens else "chain.json")
+
+
+def chain_json(d):
+    with open(chain_file(d)) as f:
+        return json.load(f)
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
