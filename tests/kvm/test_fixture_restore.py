@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 import zlib
 
-from covetest import Failure, Vm, check, guest, main, run_cove
+from covetest import Failure, Vm, check, guest, main, reseal_all, run_cove
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
@@ -168,6 +168,7 @@ def edited_chain(src, dst, edit):
     hdr, secs = read_state(path)
     edit({(t, i): s for t, i, s in ((s[0], s[1], s) for s in secs)})
     write_state(path, hdr, secs)
+    reseal_all(dst)  # an edited chain as a host would hand it over, its digests made right
     return dst
 
 

@@ -10,7 +10,7 @@ import struct
 import subprocess
 import zlib
 
-from covetest import COVE, Vm, chain_json, check, guest, main, run_cove, run_each, wait_file_bytes
+from covetest import COVE, Vm, chain_json, check, reseal_all, guest, main, run_cove, run_each, wait_file_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEYCMD = os.path.join(HERE, "..", "..", "tools", "key-cmd-openssl")
@@ -48,6 +48,7 @@ def stamped_snapshot(d, key_spec, env=None):
 
 
 def restore_continues(d, key, env=None, extra=()):
+    reseal_all(d)  # the files as they are now (a test put tampered bytes back)
     old = dict(os.environ)
     os.environ.update(env or {})
     try:
@@ -60,6 +61,8 @@ def restore_continues(d, key, env=None, extra=()):
 
 
 def expect_fail(d, want, key=None, env=None, extra=()):
+    # The digests resealed: what is tested here is what comes behind them (GCM, the formats).
+    reseal_all(d)
     e = dict(os.environ)
     e.update(env or {})
     extra = (["--key", key] if key else []) + list(extra)
@@ -182,6 +185,7 @@ def test_lazy_tamper_stops_vm(tmp):
         b = f.read(1)
         f.seek(data_off + 0x111 * 4096 + 8)
         f.write(bytes([b[0] ^ 0x80]))
+    reseal_all(d)
     r = subprocess.run([COVE, "restore", d, "--key", spec], capture_output=True, text=True,
                        timeout=60, stdin=subprocess.DEVNULL)
     check(r.returncode == 1 and "failed authentication" in r.stderr,
@@ -354,6 +358,10 @@ def test_sealed_disk_layers(tmp):
         vm.stop(signal.SIGKILL)
     hits = files_holding(tmp, SECRET)
     check(not hits, f"plaintext disk data after an encrypted snapshot: {hits}")
+    # The frozen layer was sealed into new files beside the top (X-sealed.ovl and its map: a
+    # filtered VMM replaces no file) and linked into the chain; the plain top was emptied.
+    check(os.path.getsize(ovl) == 0, f"the plain top still holds {os.path.getsize(ovl)} bytes")
+    ovl = ovl[:-len(".ovl")] + "-sealed.ovl"
     with open(ovl + ".map", "rb") as f:
         m = f.read()
     check(struct.unpack_from("<I", m, 8)[0] == 3 and struct.unpack_from("<I", m, 36)[0] == 3,
@@ -397,6 +405,7 @@ def test_sealed_disk_layers(tmp):
         f.write(sealed_data)
     with open(ovl + ".map", "wb") as f:
         f.write(m)
+    reseal_all(d)
     with Vm(None, restore=d, extra=["--key", spec, "--disk", base]) as r:
         r.wait_output("tick")
 

@@ -75,6 +75,37 @@ def chain_json(d):
         return json.load(f)
 
 
+def tree_digest(path):
+    """snapshot/digest.h's "cove-sha256-tree": SHA-256 over the size and each 1 MiB chunk's
+    SHA-256 (snapshot/DIGEST.md)."""
+    import hashlib
+    size = os.path.getsize(path)
+    top = hashlib.sha256(b"cove-sha256-tree\0" + struct.pack("<QI", size, 1 << 20))
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            top.update(hashlib.sha256(b).digest())
+    return top.hexdigest()
+
+
+def reseal_all(d):
+    """What an attacker who can rewrite the chain file too would do: the newest commit records
+    every file's digest as it is now, so a tampered file reaches the checks behind the digest
+    (an encrypted chain's GCM tags, the state file's format checks)."""
+    path = chain_file(d)
+    with open(path) as f:
+        c = json.load(f)
+    if "sha256" not in c:
+        return
+    for name in c["sha256"]:
+        if os.path.exists(os.path.join(d, name)):
+            c["sha256"][name] = tree_digest(os.path.join(d, name))
+    with open(path, "w") as f:
+        json.dump(c, f)
+
+
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
