@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,11 +28,17 @@ static int put_file(struct jail *j, const char **p, char *err, size_t errlen)
 {
 	if (!*p)
 		return 0;
-	int fd = open(*p, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int fd = open(*p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	bool made = fd >= 0;
+	if (!made && errno == EEXIST)
+		fd = open(*p, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errmsg(err, errlen, -errno, "jail: '%s': %s", *p, strerror(errno));
 	struct stat st;
 	int r = fstat(fd, &st) ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+	/* Made here for the jailed user, who opens it inside. */
+	if (!r && made && geteuid() == 0 && fchown(fd, (uid_t)j->o.uid, (gid_t)j->o.gid))
+		r = -errno;
 	close(fd);
 	if (r)
 		return errmsg(err, errlen, r, "jail: '%s' is not a regular file", *p);
@@ -44,8 +51,14 @@ static int put_dir(struct jail *j, const char **p, char *err, size_t errlen)
 {
 	if (!*p)
 		return 0;
-	if (mkdir(*p, 0700) && errno != EEXIST)
+	if (mkdir(*p, 0700) == 0) {
+		/* Made here for the jailed user, who would have made it inside the parent. */
+		if (geteuid() == 0 && chown(*p, (uid_t)j->o.uid, (gid_t)j->o.gid))
+			return errmsg(err, errlen, -errno, "jail: chown '%s': %s", *p,
+				      strerror(errno));
+	} else if (errno != EEXIST) {
 		return errmsg(err, errlen, -errno, "jail: mkdir '%s': %s", *p, strerror(errno));
+	}
 	return jail_path(j, *p, 0, p, err, errlen);
 }
 
