@@ -211,6 +211,12 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		return 1;
 	}
 	close(tdfd);
+	/*
+	 * The layer id in a top's name: the restored layer's in its own chain; 0 in a new chain
+	 * (--snapshot-dir elsewhere), whose layer id counter starts at 1 and must stay above
+	 * every id its files carry (snapshot/keyfile.c).
+	 */
+	uint64_t top_id = sdir && strcmp(sdir, o->dir) ? 0 : s->chain.layers[s->idx].id;
 	for (int i = 0; i < p->mc.nr_disks; i++) {
 		if (!p->mc.disks[i].overlay[0])
 			continue;
@@ -224,8 +230,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 			return 1;
 		}
 		if (snprintf(p->mc.disks[i].overlay, sizeof(p->mc.disks[i].overlay),
-			     "%s/disk%d-r%06llu-%08x.ovl", topdir, i,
-			     (unsigned long long)s->chain.layers[s->idx].id,
+			     "%s/disk%d-r%06llu-%08x.ovl", topdir, i, (unsigned long long)top_id,
 			     tag) >= (int)sizeof(p->mc.disks[i].overlay)) {
 			log_err(&sb->log, "disk overlay path too long");
 			return 1;

@@ -202,6 +202,8 @@ static void dir_snapshot(const char *dir, char *out, size_t cap)
 	while ((e = readdir(d))) {
 		struct stat st;
 		char p[300];
+		if (!strcmp(e->d_name, "..")) /* the shared temp dir: other tests change it */
+			continue;
 		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
 		assert_int_equal(lstat(p, &st), 0);
 		used += (size_t)snprintf(out + used, cap - used, "%s:%lld:%lld.%ld;", e->d_name,
