@@ -109,3 +109,42 @@ int file_write_str(const char *path, const char *text)
 	close(fd);
 	return e;
 }
+
+int file_data_runs(int fd, uint64_t size, size_t max, struct file_run **out, size_t *n)
+{
+	struct file_run *e = NULL;
+	size_t cnt = 0, cap = 0;
+	off_t off = 0;
+
+	while ((uint64_t)off < size) {
+		off_t data = lseek(fd, off, SEEK_DATA), hole;
+
+		if ((data < 0 && errno == ENXIO) || (data >= 0 && (uint64_t)data >= size))
+			break;
+		hole = data < 0 ? -1 : lseek(fd, data, SEEK_HOLE);
+		if (data < 0 || hole < 0 || cnt == max) {
+			cnt = 0; /* no usable map: the whole file */
+			e = e ? e : malloc(sizeof(*e));
+			if (!e)
+				return -ENOMEM;
+			e[cnt++] = (struct file_run){0, size};
+			break;
+		}
+		if ((uint64_t)hole > size)
+			hole = (off_t)size;
+		if (cnt == cap) {
+			struct file_run *m = realloc(e, (cap = cap ? 2 * cap : 64) * sizeof(*e));
+
+			if (!m) {
+				free(e);
+				return -ENOMEM;
+			}
+			e = m;
+		}
+		e[cnt++] = (struct file_run){(uint64_t)data, (uint64_t)(hole - data)};
+		off = hole;
+	}
+	*out = e;
+	*n = cnt;
+	return 0;
+}

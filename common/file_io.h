@@ -3,6 +3,7 @@
 #define COVE_FILE_IO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Reads exactly len bytes at off. 0, -errno, or -EIO at end of file. */
@@ -19,4 +20,14 @@ int file_write_str(const char *path, const char *text);
  * is shorter than it said).
  */
 int file_copy_runs(int in, int out, off_t from, off_t end);
+/* A run of a file's data: (offset, length). */
+struct file_run {
+	uint64_t off, len;
+};
+/*
+ * The data runs of fd's first `size` bytes (SEEK_DATA/SEEK_HOLE): layers and overlays are mostly
+ * holes. A filesystem without them, or more than `max` runs, gives one run of the whole file.
+ * *out (malloc'ed, may be NULL when *n is 0) and *n. 0 or -ENOMEM.
+ */
+int file_data_runs(int fd, uint64_t size, size_t max, struct file_run **out, size_t *n);
 #endif

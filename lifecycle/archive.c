@@ -60,54 +60,8 @@ static void digest_hex(struct pipe_io *p, char hex[65])
 	hex_encode(d, sizeof(d), hex);
 }
 
-/* A file's data as (offset, length) runs: its holes are not read, packed or written back. */
-struct extent {
-	uint64_t off, len;
-};
-
-/*
- * The data runs of fd (SEEK_DATA/SEEK_HOLE): memory layers and overlays are mostly holes. A
- * filesystem without them, or more than SBX_ARCHIVE_MAX_EXTENTS runs, gives the whole file.
- */
-static int list_extents(int fd, uint64_t size, struct extent **out, size_t *n)
-{
-	struct extent *e = NULL;
-	size_t cnt = 0, cap = 0;
-	off_t off = 0;
-
-	while ((uint64_t)off < size) {
-		off_t data = lseek(fd, off, SEEK_DATA), hole;
-
-		if (data < 0 && errno == ENXIO)
-			break;
-		hole = data < 0 ? -1 : lseek(fd, data, SEEK_HOLE);
-		if (data < 0 || hole < 0 || cnt == SBX_ARCHIVE_MAX_EXTENTS) {
-			cnt = 0; /* no usable map: the whole file */
-			e = e ? e : malloc(sizeof(*e));
-			if (!e)
-				return -ENOMEM;
-			e[cnt++] = (struct extent){0, size};
-			break;
-		}
-		if (cnt == cap) {
-			struct extent *m = realloc(e, (cap = cap ? 2 * cap : 64) * sizeof(*e));
-
-			if (!m) {
-				free(e);
-				return -ENOMEM;
-			}
-			e = m;
-		}
-		e[cnt++] = (struct extent){(uint64_t)data, (uint64_t)(hole - data)};
-		off = hole;
-	}
-	*out = e;
-	*n = cnt;
-	return 0;
-}
-
 /* Compresses the runs `ext` of fd `in` into fd `out`; *written gets the compressed size. */
-static int compress_fd(struct pipe_io *p, int in, const struct extent *ext, size_t next, int out,
+static int compress_fd(struct pipe_io *p, int in, const struct file_run *ext, size_t next, int out,
 		       uint64_t *written)
 {
 	ZSTD_CCtx *c = ZSTD_createCCtx();
@@ -162,7 +116,7 @@ static int compress_fd(struct pipe_io *p, int in, const struct extent *ext, size
 
 /* Where the next plain bytes of a stream go: run i of ext, `done` bytes into it. */
 struct placer {
-	const struct extent *ext;
+	const struct file_run *ext;
 	size_t n, i;
 	uint64_t done;
 };
@@ -254,7 +208,7 @@ static bool top_file(const char *n)
 		(len > 8 && !strcmp(n + len - 8, ".ovl.map")));
 }
 
-static json_t *extents_json(const struct extent *e, size_t n)
+static json_t *extents_json(const struct file_run *e, size_t n)
 {
 	json_t *a = json_array();
 
@@ -268,7 +222,7 @@ static int pack_one(struct pipe_io *io, int srcdir, const char *name, uint64_t s
 		    const char *area, json_t *list, struct sbx_archive_stats *st)
 {
 	char out_name[300], hex[65];
-	struct extent *ext = NULL;
+	struct file_run *ext = NULL;
 	uint64_t written = 0;
 	size_t next = 0;
 	int in, out = -1, ret;
@@ -279,7 +233,7 @@ static int pack_one(struct pipe_io *io, int srcdir, const char *name, uint64_t s
 	in = dirfd_open(srcdir, name, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
 		return in;
-	ret = list_extents(in, size, &ext, &next);
+	ret = file_data_runs(in, size, SBX_ARCHIVE_MAX_EXTENTS, &ext, &next);
 	if (!ret)
 		out = dirfd_create(adfd, out_name, O_WRONLY | O_CLOEXEC, 0600);
 	ret = ret ?: out < 0 ? out : compress_fd(io, in, ext, next, out, &written);
@@ -411,7 +365,7 @@ int sbx_archive_pack(int dfd, struct sbx_archive_stats *st, char *err, size_t er
 struct entry {
 	const char *area, *name, *sha;
 	uint64_t size, data; /* the file's length; the bytes of its runs (the stream) */
-	struct extent *ext;
+	struct file_run *ext;
 	size_t next;
 };
 
@@ -436,7 +390,7 @@ static int extents_check(json_t *a, struct entry *x)
 		if (json_array_size(e) != 2 || off < 0 || len <= 0 || (uint64_t)off < end ||
 		    (uint64_t)len > x->size || (uint64_t)off > x->size - (uint64_t)len)
 			return -EINVAL;
-		x->ext[i] = (struct extent){(uint64_t)off, (uint64_t)len};
+		x->ext[i] = (struct file_run){(uint64_t)off, (uint64_t)len};
 		end = (uint64_t)(off + len);
 		sum += (uint64_t)len;
 	}

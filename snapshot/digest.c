@@ -87,6 +87,97 @@ static int tree_finish(struct tree *t, uint8_t out[DIGEST_LEN])
 	return EVP_DigestFinal_ex(t->top, out, &dl) && dl == DIGEST_LEN ? 0 : -EIO;
 }
 
+struct digest_stream {
+	struct tree t;
+	uint64_t size, fed;
+	size_t used; /* bytes of the current chunk in buf */
+	uint8_t *buf;
+};
+
+int digest_stream_new(uint64_t size, struct digest_stream **out)
+{
+	struct digest_stream *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->size = size;
+	s->buf = malloc(DIGEST_CHUNK);
+	int r = s->buf ? tree_begin(&s->t, size) : -ENOMEM;
+	if (r) {
+		digest_stream_free(s);
+		return r;
+	}
+	*out = s;
+	return 0;
+}
+
+void digest_stream_free(struct digest_stream *s)
+{
+	if (!s)
+		return;
+	tree_end(&s->t);
+	free(s->buf);
+	free(s);
+}
+
+/* n bytes of p (NULL: zeros) in order. */
+static int stream_add(struct digest_stream *s, const uint8_t *p, uint64_t n)
+{
+	if (n > s->size - s->fed)
+		return -EOVERFLOW;
+	while (n) {
+		if (!s->used && !p && n >= DIGEST_CHUNK) {
+			int r = tree_chunk(&s->t, s->buf, DIGEST_CHUNK, true);
+			if (r)
+				return r;
+			n -= DIGEST_CHUNK;
+			s->fed += DIGEST_CHUNK;
+			continue;
+		}
+		size_t k = DIGEST_CHUNK - s->used;
+		if (k > n)
+			k = (size_t)n;
+		if (p) {
+			memcpy(s->buf + s->used, p, k);
+			p += k;
+		} else {
+			memset(s->buf + s->used, 0, k);
+		}
+		s->used += k;
+		s->fed += k;
+		n -= k;
+		if (s->used == DIGEST_CHUNK) {
+			int r = tree_chunk(&s->t, s->buf, DIGEST_CHUNK, false);
+			if (r)
+				return r;
+			s->used = 0;
+		}
+	}
+	return 0;
+}
+
+int digest_stream_feed(struct digest_stream *s, const void *p, size_t n)
+{
+	return stream_add(s, p, n);
+}
+
+int digest_stream_zeros(struct digest_stream *s, uint64_t n)
+{
+	return stream_add(s, NULL, n);
+}
+
+int digest_stream_finish(struct digest_stream *s, uint8_t out[DIGEST_LEN])
+{
+	if (s->fed != s->size)
+		return -EIO;
+	if (s->used) {
+		int r = tree_chunk(&s->t, s->buf, s->used, false);
+		if (r)
+			return r;
+		s->used = 0;
+	}
+	return tree_finish(&s->t, out);
+}
+
 int digest_buf(const void *p, size_t len, uint8_t out[DIGEST_LEN])
 {
 	struct tree t;

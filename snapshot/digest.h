@@ -25,6 +25,17 @@ int digest_buf(const void *p, size_t len, uint8_t out[DIGEST_LEN]);
 int digest_fd(int fd, uint8_t out[DIGEST_LEN]);
 /* The digest of `name` beneath `dfd` (opened read-only, never through a link). 0 or -errno. */
 int digest_file_at(int dfd, const char *name, uint8_t out[DIGEST_LEN]);
+/*
+ * The same digest over bytes that come in order (a blob's data runs and the holes between
+ * them): new(size), feed/zeros until size bytes came, finish (-EIO when short), free. Feeding
+ * past size is -EOVERFLOW.
+ */
+struct digest_stream;
+int digest_stream_new(uint64_t size, struct digest_stream **out);
+int digest_stream_feed(struct digest_stream *s, const void *p, size_t n);
+int digest_stream_zeros(struct digest_stream *s, uint64_t n);
+int digest_stream_finish(struct digest_stream *s, uint8_t out[DIGEST_LEN]);
+void digest_stream_free(struct digest_stream *s);
 /* Lower-case hex into out[DIGEST_HEX_LEN]; exactly 64 hex digits back into bytes (0/-EINVAL). */
 void digest_hex(const uint8_t d[DIGEST_LEN], char out[DIGEST_HEX_LEN]);
 int digest_unhex(const char *s, uint8_t out[DIGEST_LEN]);

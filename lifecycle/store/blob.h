@@ -1,0 +1,58 @@
+/*
+ * A store blob: one committed file's data runs, self-describing, so a sparse 1 GiB layer is not
+ * 1 GiB of zeros in the store (lifecycle/store/STORE.md, "Blobs"):
+ *
+ *   "COVEBLB1" | size le64 | nr_runs le32 | flags le32 (0) | nr_runs x (off le64, len le64) |
+ *   the runs' bytes, in order
+ *
+ * A blob is named by the "cove-sha256-tree" digest (snapshot/digest.h) of the file it holds,
+ * holes read as zeros: the digest the chain records, computed again here from the bytes
+ * themselves (never taken from chain.json or anything the VMM wrote).
+ */
+#ifndef COVE_LIFECYCLE_STORE_BLOB_H
+#define COVE_LIFECYCLE_STORE_BLOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snapshot/digest.h"
+
+#define STORE_BLOB_MAGIC    "COVEBLB1"
+#define STORE_BLOB_HDR	    24u
+#define STORE_BLOB_MAX_RUNS 65536u	 /* more: the file is packed as one run */
+#define STORE_BLOB_MAX_FILE (1ULL << 40) /* a file a blob may claim, at most */
+
+struct store_blob_info {
+	uint64_t size;	   /* the file's size */
+	uint64_t data_off; /* where the runs' bytes start in the blob */
+	uint64_t data_len; /* their sum */
+	uint32_t nr_runs;
+};
+
+/*
+ * Packs the regular file `in` (its size when called) into `out` (empty, written from offset 0)
+ * and hashes what it wrote: digest of the file's content, *blob_len the blob's length. A file
+ * that changes size while packed is -EIO. 0 or -errno with one line in err.
+ */
+int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_len, char *err,
+		    size_t errlen);
+
+/*
+ * Checks a blob (untrusted: from the store) whose bytes are in `blob` (blob_len of them):
+ * header, runs in order, inside the file, not overlapping, lengths adding up to what follows,
+ * the file at most max_size; then the digest of the file it holds must equal `want`. 0, or
+ * -EBADMSG (malformed), -EFBIG (over max_size), -EILSEQ (digest differs), -errno; err names
+ * `what` in one line.
+ */
+int store_blob_verify(int blob, uint64_t blob_len, uint64_t max_size,
+		      const uint8_t want[DIGEST_LEN], const char *what,
+		      struct store_blob_info *info, char *err, size_t errlen);
+
+/*
+ * Writes the file a verified blob holds into `out` (empty): its runs at their offsets, holes
+ * left holes, then the size. 0 or -errno with one line in err.
+ */
+int store_blob_unpack(int blob, const struct store_blob_info *info, int out, char *err,
+		      size_t errlen);
+
+#endif
