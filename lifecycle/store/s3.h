@@ -108,6 +108,8 @@ int s3_mpu_abort(struct s3_client *c, const char *key, const char *upload_id, ch
 struct s3_upload_hooks {
 	/* called after each part is stored (in the caller's thread); NULL: none */
 	void (*part_done)(void *arg, int part_number);
+	/* called as body bytes are read from the fd (retried parts count again); NULL: none */
+	void (*bytes_read)(void *arg, uint64_t total);
 	void *arg;
 };
 /*

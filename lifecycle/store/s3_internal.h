@@ -42,6 +42,8 @@ struct s3_req {
 	int out_fd;
 	off_t out_fd_off;
 	uint64_t out_fd_cap;
+	void (*on_read)(void *arg, size_t n); /* after each chunk of body read; NULL: none */
+	void *on_read_arg;
 	/* per attempt */
 	char payload_hash[65];
 	uint64_t sent;

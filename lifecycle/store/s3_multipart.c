@@ -238,7 +238,17 @@ struct upload {
 	struct slot *slots;
 	int nslots;
 	CURLM *m;
+	const struct s3_upload_hooks *hooks;
+	uint64_t bytes_read;
 };
+
+static void upload_on_read(void *arg, size_t n)
+{
+	struct upload *u = arg;
+	u->bytes_read += n;
+	if (u->hooks && u->hooks->bytes_read)
+		u->hooks->bytes_read(u->hooks->arg, u->bytes_read);
+}
 
 static int part_start(struct upload *u, struct slot *s, int part, char *err, size_t errlen)
 {
@@ -255,6 +265,8 @@ static int part_start(struct upload *u, struct slot *s, int part, char *err, siz
 	s->req.body_fd = u->fd;
 	s->req.body_off = u->off + (off_t)start;
 	s->req.body_fd_len = u->len - start < psz ? u->len - start : psz;
+	s->req.on_read = upload_on_read;
+	s->req.on_read_arg = u;
 	curl_easy_reset(s->h);
 	int e = s3_req_setup(c, &s->req, s->h, err, errlen);
 	if (e)
@@ -386,7 +398,7 @@ int s3_upload_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64
 	if ((len + psz - 1) / psz > S3_PARTS_MAX)
 		return errmsg(err, errlen, -EFBIG, "s3 upload %s: more than %d parts of %" PRIu64
 			      " bytes", key, S3_PARTS_MAX, psz);
-	struct upload u = {.c = c, .key = key, .fd = fd, .off = off, .len = len};
+	struct upload u = {.c = c, .key = key, .fd = fd, .off = off, .len = len, .hooks = hooks};
 	u.nparts = (size_t)((len + psz - 1) / psz);
 	u.nslots = c->opts.parallel < (int)u.nparts ? c->opts.parallel : (int)u.nparts;
 	char *upload_id = malloc(S3_UPLOAD_ID_MAX + 1);

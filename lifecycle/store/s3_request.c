@@ -36,6 +36,8 @@ static size_t read_cb(char *dst, size_t size, size_t nmemb, void *arg)
 		}
 	}
 	r->sent += want;
+	if (r->on_read)
+		r->on_read(r->on_read_arg, want);
 	return want;
 }
 
@@ -222,9 +224,8 @@ int s3_req_setup(struct s3_client *c, struct s3_req *r, CURL *h, char *err, size
 	}
 	snprintf(line, sizeof(line), "x-amz-content-sha256: %s", r->payload_hash);
 	e = add_header(r, line);
-	/* no 100-continue round trip: the server's refusal of a body arrives as a status anyway */
-	if (!e)
-		e = add_header(r, "Expect:");
+	/* No "Expect:" header to turn 100-continue off: curl 7.88 signs the empty header and
+	 * radosgw then answers SignatureDoesNotMatch. */
 	if (!e && (r->flags & S3_IF_NONE_MATCH))
 		e = add_header(r, "If-None-Match: *");
 	if (!e && r->range[0]) {

@@ -10,7 +10,7 @@ usage: s3server.py run -- CMD [ARG...]
   COVE_TEST_S3_DIR        the temp dir
   COVE_TEST_OTHER_CA      a CA that did not sign the server's certificate
   COVE_TEST_RGW_BOUNCE    a script: kill -9 radosgw alone, start it again on the same port in
-                          the background (returns at once)
+                          the background after $1 seconds (returns at once)
   COVE_TEST_RGW_START_S   seconds the server took to start (printed too)
 Recipe: ../shared/testbed/s3-etcd-netns.md (section A). No mock: this is Ceph's radosgw.
 """
@@ -142,9 +142,14 @@ BOUNCE = """#!/bin/sh
 T={t}
 p=$(cat "$T/rgw.pid")
 kill -9 "$p" 2>/dev/null
-while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+# gone, or a zombie of s3server.py (kill -0 succeeds on a zombie)
+while kill -0 "$p" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; do
+	sleep 0.05
+done
 echo "s3server: radosgw $p killed" >&2
-setsid radosgw -c "$T/ceph.conf" -n client.rgw.a -f >>"$T/log/rgw.out" 2>&1 </dev/null &
+# $1: seconds radosgw stays down before it is started again
+setsid sh -c 'sleep "$1"; exec radosgw -c "$2/ceph.conf" -n client.rgw.a -f' sh "${{1:-0}}" "$T" \
+	>>"$T/log/rgw.out" 2>&1 </dev/null &
 echo $! >"$T/rgw.pid"
 echo $! >>"$T/all.pids"
 """
@@ -315,11 +320,13 @@ def main():
 
     signal.signal(signal.SIGTERM, term)
     srv = Ceph()
+    child = None
     try:
         srv.start()
         print("s3server: Ceph radosgw (memstore) up on https://127.0.0.1:%d in %.2f s"
               % (srv.rgw, srv.start_s), flush=True)
-        return subprocess.call(sys.argv[3:], env=srv.env())
+        child = subprocess.Popen(sys.argv[3:], env=srv.env())
+        return child.wait()
     except Failure as e:
         print("s3server: FAILED: %s" % e, file=sys.stderr)
         return 1
@@ -327,6 +334,9 @@ def main():
         print("s3server: interrupted (%s): tearing down" % e, file=sys.stderr)
         return 1
     finally:
+        if child and child.poll() is None:
+            child.kill()
+            child.wait()
         t0 = time.monotonic()
         srv.stop()
         print("s3server: torn down in %.2f s" % (time.monotonic() - t0), flush=True)
