@@ -348,6 +348,29 @@ static void test_fault_rgw_killed_mid_upload(void **state)
 	s3_client_free(c);
 }
 
+/* An upload that gives up (here: its file is shorter than the range it was asked to send, a
+ * local error never retried) aborts its multipart upload: nothing is left in the store. */
+static void test_upload_gives_up_and_aborts(void **state)
+{
+	struct fixture *f = *state;
+	struct s3_client *c = mpu_client(f, 3);
+	size_t n = 7 * MIB;
+	uint8_t *data = malloc(n);
+	assert_non_null(data);
+	fill(data, n, 5);
+	int fd = memfd_with(data, n);
+	int r = s3_upload_fd(c, "giveup/k", fd, 0, 12 * MIB, NULL, f->err, sizeof(f->err));
+	fprintf(stderr, "gave up: %s\n", f->err);
+	assert_true(r < 0);
+	assert_null(strchr(f->err, '\n'));
+	assert_int_equal(no_uploads_left(f, "giveup/"), 0);
+	struct s3_object_info info;
+	assert_int_equal(s3_head(c, "giveup/k", &info, f->err, sizeof(f->err)), -ENOENT);
+	close(fd);
+	free(data);
+	s3_client_free(c);
+}
+
 static void test_tls_other_ca_refused(void **state)
 {
 	struct fixture *f = *state;
@@ -414,6 +437,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_tls_other_ca_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_virtual_hosted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multipart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_upload_gives_up_and_aborts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fault_rgw_killed_mid_upload, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
