@@ -12,29 +12,29 @@
 struct logger;
 struct s3_client;
 
-#define S3_KEY_MAX          1024 /* bytes of a full key (prefix included), as S3's own limit */
-#define S3_ETAG_MAX         80
-#define S3_UPLOAD_ID_MAX    512
-#define S3_REPLY_MAX        (1u << 20) /* bytes of an XML reply */
-#define S3_ERROR_BODY_MAX   4096       /* bytes of an error reply kept for its <Code> */
-#define S3_LIST_MAX         1000       /* keys per ListObjectsV2 page */
-#define S3_PART_MIN         (5u << 20)
-#define S3_PART_MAX         (512u << 20)
-#define S3_PARTS_MAX        10000
-#define S3_PARALLEL_MAX     16
+#define S3_KEY_MAX	  1024 /* bytes of a full key (prefix included), as S3's own limit */
+#define S3_ETAG_MAX	  80
+#define S3_UPLOAD_ID_MAX  512
+#define S3_REPLY_MAX	  (1u << 20) /* bytes of an XML reply */
+#define S3_ERROR_BODY_MAX 4096	     /* bytes of an error reply kept for its <Code> */
+#define S3_LIST_MAX	  1000	     /* keys per ListObjectsV2 page */
+#define S3_PART_MIN	  (5u << 20)
+#define S3_PART_MAX	  (512u << 20)
+#define S3_PARTS_MAX	  10000
+#define S3_PARALLEL_MAX	  16
 
 /* PUT flags */
 #define S3_IF_NONE_MATCH 1u /* create only: an existing key answers 412, returned as -EEXIST */
 
 struct s3_opts {
-	struct logger *log;	   /* NULL: silent */
-	int max_attempts;	   /* per request, first try included; 0: 6 */
-	unsigned base_delay_ms;	   /* backoff base; 0: 100 */
-	unsigned max_delay_ms;	   /* backoff cap; 0: 5000 */
+	struct logger *log;	     /* NULL: silent */
+	int max_attempts;	     /* per request, first try included; 0: 6 */
+	unsigned base_delay_ms;	     /* backoff base; 0: 100 */
+	unsigned max_delay_ms;	     /* backoff cap; 0: 5000 */
 	unsigned connect_timeout_ms; /* 0: 5000 */
-	unsigned stall_timeout_s;  /* a transfer under 1 KiB/s this long is cut; 0: 30 */
-	size_t part_size;	   /* multipart part size; 0: 8 MiB */
-	int parallel;		   /* parts in flight; 0: 4 */
+	unsigned stall_timeout_s;    /* a transfer under 1 KiB/s this long is cut; 0: 30 */
+	size_t part_size;	     /* multipart part size; 0: 8 MiB */
+	int parallel;		     /* parts in flight; 0: 4 */
 	/* test only: CURLOPT_RESOLVE entries ("host:port:addr"), NULL-terminated; NULL: none */
 	const char *const *resolve;
 };
@@ -56,13 +56,13 @@ void s3_client_counts(const struct s3_client *c, uint64_t *requests, uint64_t *r
 int s3_put(struct s3_client *c, const char *key, const void *buf, size_t len, unsigned flags,
 	   char *err, size_t errlen);
 /* PUTs fd's bytes [off, off+len), read with pread as they are sent. */
-int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t len,
-	      unsigned flags, char *err, size_t errlen);
+int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t len, unsigned flags,
+	      char *err, size_t errlen);
 
 /* GETs the object (len 0: whole; else bytes [off, off+len)) into buf (cap bytes); *got is
  * the byte count. A reply longer than cap is refused (-EFBIG). */
-int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf,
-	   size_t cap, size_t *got, char *err, size_t errlen);
+int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf, size_t cap,
+	   size_t *got, char *err, size_t errlen);
 /* The same, written to fd at fd_off with pwrite; at most cap bytes. */
 int s3_get_fd(struct s3_client *c, const char *key, uint64_t off, uint64_t len, int fd,
 	      off_t fd_off, uint64_t cap, uint64_t *got, char *err, size_t errlen);
@@ -98,8 +98,8 @@ struct s3_part {
 	int number;
 	char etag[S3_ETAG_MAX + 1];
 };
-int s3_mpu_create(struct s3_client *c, const char *key, char *upload_id, size_t idlen,
-		  char *err, size_t errlen);
+int s3_mpu_create(struct s3_client *c, const char *key, char *upload_id, size_t idlen, char *err,
+		  size_t errlen);
 int s3_mpu_complete(struct s3_client *c, const char *key, const char *upload_id,
 		    const struct s3_part *parts, size_t n, char *err, size_t errlen);
 int s3_mpu_abort(struct s3_client *c, const char *key, const char *upload_id, char *err,

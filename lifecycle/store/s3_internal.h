@@ -68,8 +68,7 @@ int s3_full_key(const struct s3_client *c, const char *key, char *out, size_t ou
 /* Percent-encodes s into out (RFC 3986 unreserved kept; '/' kept when keep_slash). */
 int s3_uri_encode(const char *s, bool keep_slash, char *out, size_t outlen);
 /* The request URL for key (NULL: the bucket) and query, path-style or virtual-hosted. */
-int s3_url(const struct s3_client *c, const char *key, const char *query, char *out,
-	   size_t outlen);
+int s3_url(const struct s3_client *c, const char *key, const char *query, char *out, size_t outlen);
 
 /* Removes the configured prefix from a listed key; a key outside it is -EBADMSG. */
 int s3_strip_prefix(const struct s3_client *c, char *key, char *err, size_t errlen);

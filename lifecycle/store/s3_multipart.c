@@ -24,8 +24,8 @@ static int upload_query(const char *upload_id, int part, char *q, size_t qlen)
 	return n < 0 || (size_t)n >= qlen ? -ENAMETOOLONG : 0;
 }
 
-int s3_mpu_create(struct s3_client *c, const char *key, char *upload_id, size_t idlen,
-		  char *err, size_t errlen)
+int s3_mpu_create(struct s3_client *c, const char *key, char *upload_id, size_t idlen, char *err,
+		  size_t errlen)
 {
 	char full[S3_KEY_MAX + 1];
 	int e = s3_full_key(c, key, full, sizeof(full), err, errlen);
@@ -158,10 +158,9 @@ int s3_list_uploads(struct s3_client *c, const char *prefix, size_t max,
 			e = errmsg(err, errlen, -EBADMSG, "s3 list uploads: markers too long");
 			goto out;
 		}
-		snprintf(query, S3_URL_MAX,
-			 "%s%s%smax-uploads=1000&prefix=%s&%s%s%suploads=", ek[0] ? "key-marker=" : "",
-			 ek, ek[0] ? "&" : "", enc_prefix, ei[0] ? "upload-id-marker=" : "", ei,
-			 ei[0] ? "&" : "");
+		snprintf(query, S3_URL_MAX, "%s%s%smax-uploads=1000&prefix=%s&%s%s%suploads=",
+			 ek[0] ? "key-marker=" : "", ek, ek[0] ? "&" : "", enc_prefix,
+			 ei[0] ? "upload-id-marker=" : "", ei, ei[0] ? "&" : "");
 		memset(r, 0, sizeof(*r));
 		r->method = "GET";
 		r->query = query;
@@ -311,8 +310,8 @@ static int part_finish(struct upload *u, struct slot *s, CURLcode cc,
 		return errmsg(err, errlen, e, "%s (part %d, gave up after %u attempts)", first,
 			      part, t->attempt);
 	}
-	unsigned ms = s3_backoff_ms(t->attempt, c->opts.base_delay_ms, c->opts.max_delay_ms,
-				    &c->rng);
+	unsigned ms =
+	    s3_backoff_ms(t->attempt, c->opts.base_delay_ms, c->opts.max_delay_ms, &c->rng);
 	if (c->opts.log)
 		log_warn(c->opts.log, "%s (part %d); retry %u/%d in %u ms", err, part, t->attempt,
 			 c->opts.max_attempts - 1, ms);
@@ -396,8 +395,9 @@ int s3_upload_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64
 	if (off < 0 || !len)
 		return errmsg(err, errlen, -EINVAL, "s3 upload %s: empty or negative range", key);
 	if ((len + psz - 1) / psz > S3_PARTS_MAX)
-		return errmsg(err, errlen, -EFBIG, "s3 upload %s: more than %d parts of %" PRIu64
-			      " bytes", key, S3_PARTS_MAX, psz);
+		return errmsg(err, errlen, -EFBIG,
+			      "s3 upload %s: more than %d parts of %" PRIu64 " bytes", key,
+			      S3_PARTS_MAX, psz);
 	struct upload u = {.c = c, .key = key, .fd = fd, .off = off, .len = len, .hooks = hooks};
 	u.nparts = (size_t)((len + psz - 1) / psz);
 	u.nslots = c->opts.parallel < (int)u.nparts ? c->opts.parallel : (int)u.nparts;
@@ -442,7 +442,8 @@ out:
 		if (ae && ae != -ENOENT) {
 			char first[400];
 			snprintf(first, sizeof(first), "%s", err);
-			errmsg(err, errlen, e, "%s; and the abort failed too: %s", first, abort_err);
+			errmsg(err, errlen, e, "%s; and the abort failed too: %s", first,
+			       abort_err);
 		}
 	}
 	for (int i = 0; u.slots && i < u.nslots; i++)

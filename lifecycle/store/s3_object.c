@@ -37,8 +37,8 @@ int s3_put(struct s3_client *c, const char *key, const void *buf, size_t len, un
 	return e;
 }
 
-int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t len,
-	      unsigned flags, char *err, size_t errlen)
+int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t len, unsigned flags,
+	      char *err, size_t errlen)
 {
 	if (off < 0)
 		return errmsg(err, errlen, -EINVAL, "s3 PUT %s: negative offset", key);
@@ -75,8 +75,8 @@ static int get_common(struct s3_client *c, struct s3_req *r, const char *key, ui
 	return e;
 }
 
-int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf,
-	   size_t cap, size_t *got, char *err, size_t errlen)
+int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf, size_t cap,
+	   size_t *got, char *err, size_t errlen)
 {
 	struct s3_req *r = calloc(1, sizeof(*r));
 	if (!r)

@@ -146,8 +146,8 @@ static size_t header_cb(char *line, size_t size, size_t nmemb, void *arg)
 	} else if (nl == 4 && !strncasecmp(line, "ETag", 4)) {
 		bool ok = vl <= S3_ETAG_MAX;
 		for (size_t i = 0; ok && i < vl; i++)
-			ok = v[i] > 0x20 && v[i] < 0x7f && v[i] != '<' && v[i] != '>' &&
-			     v[i] != '&';
+			ok =
+			    v[i] > 0x20 && v[i] < 0x7f && v[i] != '<' && v[i] != '>' && v[i] != '&';
 		if (!ok)
 			r->header_bad = true;
 		else
@@ -185,8 +185,8 @@ static int payload_hash(struct s3_client *c, struct s3_req *r)
 	char *buf = malloc(1 << 16);
 	int e = ctx && buf && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : -ENOMEM;
 	for (uint64_t done = 0; !e && done < r->body_fd_len;) {
-		size_t k = r->body_fd_len - done < (1 << 16) ? (size_t)(r->body_fd_len - done)
-							     : (1 << 16);
+		size_t k =
+		    r->body_fd_len - done < (1 << 16) ? (size_t)(r->body_fd_len - done) : (1 << 16);
 		e = pread_full(r->body_fd, buf, k, r->body_off + (off_t)done);
 		if (!e)
 			EVP_DigestUpdate(ctx, buf, k);
@@ -360,7 +360,8 @@ int s3_req_finish(struct s3_client *c, struct s3_req *r, CURLcode cc, bool *retr
 	    cc == CURLE_SSL_ISSUER_ERROR || cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH)
 		return errmsg(err, errlen, -EKEYREJECTED,
 			      "s3 %s %s: TLS: the store's certificate is not trusted (%s)",
-			      r->method, what, r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc));
+			      r->method, what,
+			      r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc));
 	if (cc != CURLE_OK) {
 		*retry = s3_retryable(cc, 0);
 		return errmsg(err, errlen, -EIO, "s3 %s %s: %s", r->method, what,
@@ -374,9 +375,11 @@ int s3_req_finish(struct s3_client *c, struct s3_req *r, CURLcode cc, bool *retr
 		s3_xml_error_code(r->errbody, r->errbody_len, code, sizeof(code));
 		*retry = s3_retryable(CURLE_OK, r->status);
 		if (r->status == 412 && (r->flags & S3_IF_NONE_MATCH))
-			return errmsg(err, errlen, -EEXIST, "s3 PUT %s: already exists (412)", what);
-		return errmsg(err, errlen, status_errno(r->status, r->flags), "s3 %s %s: HTTP %ld%s%s",
-			      r->method, what, r->status, code[0] ? " " : "", code);
+			return errmsg(err, errlen, -EEXIST, "s3 PUT %s: already exists (412)",
+				      what);
+		return errmsg(err, errlen, status_errno(r->status, r->flags),
+			      "s3 %s %s: HTTP %ld%s%s", r->method, what, r->status,
+			      code[0] ? " " : "", code);
 	}
 	if (strcmp(r->method, "HEAD") && r->have_cl && r->received != r->content_length) {
 		*retry = true;
@@ -387,8 +390,8 @@ int s3_req_finish(struct s3_client *c, struct s3_req *r, CURLcode cc, bool *retr
 	if (r->range[0])
 		return check_range(r, err, errlen);
 	if (r->sink_kind != S3_SINK_NONE && r->status != 200)
-		return errmsg(err, errlen, -EBADMSG, "s3 GET %s: HTTP %ld for a whole object",
-			      what, r->status);
+		return errmsg(err, errlen, -EBADMSG, "s3 GET %s: HTTP %ld for a whole object", what,
+			      r->status);
 	return 0;
 }
 

@@ -49,8 +49,7 @@ int s3_uri_encode(const char *s, bool keep_slash, char *out, size_t outlen)
 	return 0;
 }
 
-int s3_url(const struct s3_client *c, const char *key, const char *query, char *out,
-	   size_t outlen)
+int s3_url(const struct s3_client *c, const char *key, const char *query, char *out, size_t outlen)
 {
 	char enc[3 * S3_KEY_MAX + 1] = "";
 	if (key && s3_uri_encode(key, true, enc, sizeof(enc)))

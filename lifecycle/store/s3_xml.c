@@ -17,7 +17,7 @@ static xmlDocPtr parse(const char *body, size_t len)
 	/* no XML_PARSE_NOENT (no entity substitution), no DTD loading, no network */
 	return xmlReadMemory(body, (int)len, "s3.xml", NULL,
 			     XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING |
-				     XML_PARSE_NOBLANKS);
+				 XML_PARSE_NOBLANKS);
 }
 
 static bool named(xmlNodePtr n, const char *name)
@@ -52,8 +52,7 @@ static int text_of(xmlNodePtr n, char *out, size_t max, bool allow_empty)
 	return e;
 }
 
-static int child_text(xmlNodePtr parent, const char *name, char *out, size_t max,
-		      bool allow_empty)
+static int child_text(xmlNodePtr parent, const char *name, char *out, size_t max, bool allow_empty)
 {
 	xmlNodePtr n = child(parent, name);
 	return n ? text_of(n, out, max, allow_empty) : -ENOENT;
@@ -109,14 +108,13 @@ int s3_xml_error_code(const char *body, size_t len, char *code, size_t codelen)
 	return e;
 }
 
-int s3_xml_upload_id(const char *body, size_t len, char *id, size_t idlen, char *err,
-		     size_t errlen)
+int s3_xml_upload_id(const char *body, size_t len, char *id, size_t idlen, char *err, size_t errlen)
 {
 	xmlDocPtr d = parse(body, len);
 	xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
 	int e = root && named(root, "InitiateMultipartUploadResult")
-			? child_text(root, "UploadId", id, idlen - 1, false)
-			: -EBADMSG;
+		    ? child_text(root, "UploadId", id, idlen - 1, false)
+		    : -EBADMSG;
 	/* the id goes back into URLs: printable only */
 	for (const char *p = id; !e && *p; p++)
 		if ((unsigned char)*p <= 0x20 || *p == 0x7f)

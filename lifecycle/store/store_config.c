@@ -35,8 +35,7 @@ static bool printable(const char *s)
 }
 
 /* Copies a string field of at most max bytes into dst. */
-static int copy_field(json_t *v, const char *name, char *dst, size_t max, char *err,
-		      size_t errlen)
+static int copy_field(json_t *v, const char *name, char *dst, size_t max, char *err, size_t errlen)
 {
 	if (!json_is_string(v))
 		return errmsg(err, errlen, -EINVAL, "store config: \"%s\" must be a string", name);
@@ -138,8 +137,8 @@ static int creds_from_json(json_t *root, const char *what, struct store_config *
 			return r;
 	}
 	if (!id || !secret || !cfg->access_key_id[0] || !cfg->secret_access_key[0])
-		return errmsg(err, errlen, -EINVAL,
-			      "%s: needs access_key_id and secret_access_key", what);
+		return errmsg(err, errlen, -EINVAL, "%s: needs access_key_id and secret_access_key",
+			      what);
 	if (!printable(cfg->access_key_id) || !printable(cfg->secret_access_key) ||
 	    !printable(cfg->session_token))
 		return errmsg(err, errlen, -EINVAL, "%s: credentials hold non-printable bytes",
@@ -197,8 +196,7 @@ int store_cred_file_read(const char *path, struct store_config *cfg, char *err, 
 	if (!root || !json_is_object(root)) {
 		/* je.text may quote a secret: say only where */
 		r = errmsg(err, errlen, -EINVAL,
-			   "store credentials file %s: not a JSON object (line %d)", path,
-			   je.line);
+			   "store credentials file %s: not a JSON object (line %d)", path, je.line);
 		json_decref(root);
 		goto out;
 	}
@@ -272,7 +270,8 @@ static int parse_fields(json_t *root, struct store_config *cfg, char *cred_path,
 			return r;
 	}
 	if (!have_ep || !have_bucket)
-		return errmsg(err, errlen, -EINVAL, "store config: needs \"endpoint\" and \"bucket\"");
+		return errmsg(err, errlen, -EINVAL,
+			      "store config: needs \"endpoint\" and \"bucket\"");
 	if (!strcmp(addressing, "path"))
 		cfg->addressing = STORE_ADDR_PATH;
 	else if (!strcmp(addressing, "virtual"))
@@ -309,7 +308,8 @@ int store_config_parse(const char *text, size_t len, const struct store_env *env
 		goto out;
 	if (!bucket_ok(cfg->bucket)) {
 		r = errmsg(err, errlen, -EINVAL,
-			   "store config: bucket \"%s\" is not a valid S3 bucket name", cfg->bucket);
+			   "store config: bucket \"%s\" is not a valid S3 bucket name",
+			   cfg->bucket);
 		goto out;
 	}
 	if (!region_ok(cfg->region)) {

@@ -5,17 +5,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define STORE_CONFIG_DEFAULT  "/etc/cove/store.json"
-#define STORE_CONFIG_MAX      16384 /* bytes of store.json */
-#define STORE_CRED_FILE_MAX   8192  /* bytes of the credentials file */
-#define STORE_ENDPOINT_MAX    256
-#define STORE_BUCKET_MAX      63
-#define STORE_PREFIX_MAX      256
-#define STORE_REGION_MAX      32
-#define STORE_PATH_MAX        1024
-#define STORE_KEY_ID_MAX      128
-#define STORE_SECRET_MAX      128
-#define STORE_TOKEN_MAX       4096
+#define STORE_CONFIG_DEFAULT "/etc/cove/store.json"
+#define STORE_CONFIG_MAX     16384 /* bytes of store.json */
+#define STORE_CRED_FILE_MAX  8192  /* bytes of the credentials file */
+#define STORE_ENDPOINT_MAX   256
+#define STORE_BUCKET_MAX     63
+#define STORE_PREFIX_MAX     256
+#define STORE_REGION_MAX     32
+#define STORE_PATH_MAX	     1024
+#define STORE_KEY_ID_MAX     128
+#define STORE_SECRET_MAX     128
+#define STORE_TOKEN_MAX	     4096
 
 enum store_addressing { STORE_ADDR_PATH = 0, STORE_ADDR_VIRTUAL };
 

@@ -21,8 +21,8 @@ int store_probe_decide(int first, const char *first_err, int second, const char 
 			      "(If-None-Match: *), which fencing depends on: %s",
 			      first ? first_err : second_err);
 	if (first)
-		return errmsg(err, errlen, first, "store probe: the first create-only PUT failed: %s",
-			      first_err);
+		return errmsg(err, errlen, first,
+			      "store probe: the first create-only PUT failed: %s", first_err);
 	if (second == -EEXIST)
 		return 0;
 	if (!second)
@@ -47,9 +47,9 @@ int store_probe(struct s3_client *c, char *err, size_t errlen)
 	snprintf(key, sizeof(key), "probe/%d-%s", (int)getpid(), hex);
 	static const char body[] = "cove store probe\n";
 	int first = s3_put(c, key, body, sizeof(body) - 1, S3_IF_NONE_MATCH, e1, sizeof(e1));
-	int second = first == -EOPNOTSUPP ? first
-					  : s3_put(c, key, body, sizeof(body) - 1,
-						   S3_IF_NONE_MATCH, e2, sizeof(e2));
+	int second = first == -EOPNOTSUPP
+			 ? first
+			 : s3_put(c, key, body, sizeof(body) - 1, S3_IF_NONE_MATCH, e2, sizeof(e2));
 	int r = store_probe_decide(first, e1, second, e2, err, errlen);
 	char de[300];
 	int d = s3_delete(c, key, de, sizeof(de));

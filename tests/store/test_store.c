@@ -142,9 +142,8 @@ static void test_put_get_head_delete(void **state)
 	assert_int_equal(info.size, 0);
 	OK(s3_delete(f->c, "obj/a", f->err, sizeof(f->err)));
 	assert_int_equal(s3_head(f->c, "obj/a", &info, f->err, sizeof(f->err)), -ENOENT);
-	assert_int_equal(s3_get(f->c, "obj/a", 0, 0, back, sizeof(back), &got, f->err,
-				sizeof(f->err)),
-			 -ENOENT);
+	assert_int_equal(
+	    s3_get(f->c, "obj/a", 0, 0, back, sizeof(back), &got, f->err, sizeof(f->err)), -ENOENT);
 	assert_non_null(strstr(f->err, "NoSuchKey"));
 	OK(s3_delete(f->c, "obj/a", f->err, sizeof(f->err))); /* missing: still fine */
 	OK(s3_delete(f->c, "obj/b", f->err, sizeof(f->err)));
@@ -227,8 +226,8 @@ static size_t no_uploads_left(struct fixture *f, const char *prefix)
 }
 
 /* 24 MiB in 5 MiB parts, 4 in flight; a ranged GET across a part boundary. */
-static void upload_and_check(struct fixture *f, struct s3_client *c, const char *key,
-			     uint32_t seed, const struct s3_upload_hooks *hooks)
+static void upload_and_check(struct fixture *f, struct s3_client *c, const char *key, uint32_t seed,
+			     const struct s3_upload_hooks *hooks)
 {
 	size_t n = 24 * MIB;
 	uint8_t *data = malloc(n), *back = malloc(n);
@@ -333,7 +332,7 @@ static void test_fault_rgw_killed_mid_upload(void **state)
 	struct s3_client *c = mpu_client(f, 12);
 	struct bounce_state b = {0};
 	struct s3_upload_hooks hooks = {
-		.part_done = count_part, .bytes_read = bounce_halfway, .arg = &b};
+	    .part_done = count_part, .bytes_read = bounce_halfway, .arg = &b};
 	upload_and_check(f, c, "fault/big", 11, &hooks);
 	assert_true(b.bounced);
 	assert_int_equal(b.parts_done, 5);
@@ -430,15 +429,15 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	xmlInitParser();
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_put_get_head_delete, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_list_continuation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_conditional_create, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_tls_other_ca_refused, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_virtual_hosted, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_multipart, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_upload_gives_up_and_aborts, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fault_rgw_killed_mid_upload, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_put_get_head_delete, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_continuation, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_conditional_create, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_tls_other_ca_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_virtual_hosted, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_multipart, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_upload_gives_up_and_aborts, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_fault_rgw_killed_mid_upload, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();

@@ -22,8 +22,8 @@
 
 static const struct store_env ENV = {"AKID", "SECRET", NULL};
 
-static int parse(const char *json, const struct store_env *env, struct store_config *cfg,
-		 char *err, size_t errlen)
+static int parse(const char *json, const struct store_env *env, struct store_config *cfg, char *err,
+		 size_t errlen)
 {
 	return store_config_parse(json, strlen(json), env, cfg, err, errlen);
 }
@@ -48,9 +48,9 @@ static void test_config_ok(void **state)
 	store_config_wipe(&cfg);
 	assert_string_equal(cfg.secret_access_key, "");
 	/* defaults: path-style, us-east-1 */
-	assert_int_equal(parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\"}", &ENV, &cfg, err,
-			       sizeof(err)),
-			 0);
+	assert_int_equal(
+	    parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\"}", &ENV, &cfg, err, sizeof(err)),
+	    0);
 	assert_int_equal(cfg.addressing, STORE_ADDR_PATH);
 	assert_string_equal(cfg.region, "us-east-1");
 }
@@ -79,14 +79,15 @@ static void test_config_refused(void **state)
 	char longp[STORE_PREFIX_MAX + 2];
 	memset(longp, 'p', sizeof(longp) - 1);
 	longp[sizeof(longp) - 1] = '\0';
-	snprintf(json, sizeof(json), "{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"prefix\":\"%s\"}",
-		 longp);
+	snprintf(json, sizeof(json),
+		 "{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"prefix\":\"%s\"}", longp);
 	expect_refused(json, -ENAMETOOLONG, "\"prefix\" is 257 bytes");
 	expect_refused("{\"endpoint\":\"http://h\",\"bucket\":\"abc\"}", -EPERM, "TLS is required");
 	expect_refused("{\"endpoint\":\"ftp://h\",\"bucket\":\"abc\"}", -EINVAL, "https://");
 	expect_refused("{\"endpoint\":\"https://h/path\",\"bucket\":\"abc\"}", -EINVAL,
 		       "scheme://host");
-	expect_refused("{\"endpoint\":\"https://u@h\",\"bucket\":\"abc\"}", -EINVAL, "scheme://host");
+	expect_refused("{\"endpoint\":\"https://u@h\",\"bucket\":\"abc\"}", -EINVAL,
+		       "scheme://host");
 	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"AB\"}", -EINVAL, "bucket");
 	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"region\":\"US East\"}",
 		       -EINVAL, "region");
@@ -98,8 +99,8 @@ static void test_config_refused(void **state)
 		       -EINVAL, "true or false");
 	expect_refused("{\"endpoint\":\"https://h\"}", -EINVAL, "needs");
 	expect_refused("[1]", -EINVAL, "not a JSON object");
-	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"bucket\":\"abd\"}", -EINVAL,
-		       "duplicate");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"bucket\":\"abd\"}",
+		       -EINVAL, "duplicate");
 	/* http only when said explicitly */
 	struct store_config cfg;
 	char err[300];
@@ -109,14 +110,13 @@ static void test_config_refused(void **state)
 			 0);
 	/* no credentials anywhere */
 	struct store_env none = {0};
-	assert_int_equal(parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\"}", &none, &cfg, err,
-			       sizeof(err)),
-			 -ENOKEY);
+	assert_int_equal(
+	    parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\"}", &none, &cfg, err, sizeof(err)),
+	    -ENOKEY);
 	assert_non_null(strstr(err, "AWS_ACCESS_KEY_ID"));
 }
 
-static void cred_file(const char *dir, const char *name, mode_t mode, const char *text,
-		      char *path)
+static void cred_file(const char *dir, const char *name, mode_t mode, const char *text, char *path)
 {
 	sprintf(path, "%s/%s", dir, name);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -158,8 +158,8 @@ static void test_credentials_file(void **state)
 	assert_int_equal(symlink(good, link), 0);
 	assert_int_equal(store_cred_file_read(link, &cfg, err, sizeof(err)), -ELOOP);
 
-	cred_file(dir, "unknown", 0600, "{\"access_key_id\":\"a\",\"secret_access_key\":\"b\",\"x\":1}",
-		  p);
+	cred_file(dir, "unknown", 0600,
+		  "{\"access_key_id\":\"a\",\"secret_access_key\":\"b\",\"x\":1}", p);
 	assert_int_equal(store_cred_file_read(p, &cfg, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "unknown key"));
 
@@ -178,7 +178,8 @@ static void test_credentials_file(void **state)
 	free(bigc);
 	assert_int_equal(store_cred_file_read(p, &cfg, err, sizeof(err)), -EFBIG);
 
-	const char *names[] = {"good", "open", "group", "link", "unknown", "nosecret", "broken", "big"};
+	const char *names[] = {"good",	  "open",     "group",	"link",
+			       "unknown", "nosecret", "broken", "big"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
 		unlink(p);
@@ -192,9 +193,9 @@ static void test_probe_decision(void **state)
 	char err[400];
 	assert_int_equal(store_probe_decide(0, "", -EEXIST, "412", err, sizeof(err)), 0);
 	/* Swift's s3api: 501 on the first conditional PUT */
-	assert_int_equal(store_probe_decide(-EOPNOTSUPP, "HTTP 501 NotImplemented", 0, "", err,
-					    sizeof(err)),
-			 -EOPNOTSUPP);
+	assert_int_equal(
+	    store_probe_decide(-EOPNOTSUPP, "HTTP 501 NotImplemented", 0, "", err, sizeof(err)),
+	    -EOPNOTSUPP);
 	assert_non_null(strstr(err, "does not honour conditional create"));
 	/* a store that overwrites */
 	assert_int_equal(store_probe_decide(0, "", 0, "", err, sizeof(err)), -EOPNOTSUPP);
@@ -294,8 +295,8 @@ static void test_xml(void **state)
 	const char *init_bad = "<InitiateMultipartUploadResult><UploadId>a b</UploadId>"
 			       "</InitiateMultipartUploadResult>";
 	assert_int_equal(
-		s3_xml_upload_id(init_bad, strlen(init_bad), id, sizeof(id), err, sizeof(err)),
-		-EBADMSG);
+	    s3_xml_upload_id(init_bad, strlen(init_bad), id, sizeof(id), err, sizeof(err)),
+	    -EBADMSG);
 	/* an entity bomb is not expanded */
 	const char *bomb = "<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY a \"aaaaaaaaaa\">"
 			   "<!ENTITY b \"&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;\">"
@@ -325,22 +326,23 @@ static void test_xml(void **state)
 	assert_string_equal(p.next_token, "tok");
 	s3_list_page_free(&p);
 	/* more entries than asked for */
-	assert_int_equal(s3_xml_list_objects(list, strlen(list), 1, &p, err, sizeof(err)), -EBADMSG);
+	assert_int_equal(s3_xml_list_objects(list, strlen(list), 1, &p, err, sizeof(err)),
+			 -EBADMSG);
 	/* bad numbers, truncated without a token */
 	const char *bad[] = {
-		"<ListBucketResult><Contents><Key>k</Key><Size>-1</Size></Contents></ListBucketResult>",
-		"<ListBucketResult><Contents><Key>k</Key><Size>99999999999999999999</Size></Contents>"
-		"</ListBucketResult>",
-		"<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>",
-		"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
-		"<ListBucketResult><IsTruncated>yes</IsTruncated></ListBucketResult>",
-		"<Other/>",
-		"<ListBucketResult><Contents><Key>k",
+	    "<ListBucketResult><Contents><Key>k</Key><Size>-1</Size></Contents></ListBucketResult>",
+	    "<ListBucketResult><Contents><Key>k</Key><Size>99999999999999999999</Size></Contents>"
+	    "</ListBucketResult>",
+	    "<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>",
+	    "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
+	    "<ListBucketResult><IsTruncated>yes</IsTruncated></ListBucketResult>",
+	    "<Other/>",
+	    "<ListBucketResult><Contents><Key>k",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		assert_int_equal(s3_xml_list_objects(bad[i], strlen(bad[i]), 10, &p, err,
-						     sizeof(err)),
-				 -EBADMSG);
+		assert_int_equal(
+		    s3_xml_list_objects(bad[i], strlen(bad[i]), 10, &p, err, sizeof(err)),
+		    -EBADMSG);
 	struct s3_upload_entry ups[2];
 	size_t n = 0;
 	bool trunc;
@@ -348,25 +350,27 @@ static void test_xml(void **state)
 	const char *lu = "<ListMultipartUploadsResult><Upload><Key>k1</Key><UploadId>u1</UploadId>"
 			 "</Upload><Upload><Key>k2</Key><UploadId>u2</UploadId></Upload>"
 			 "<IsTruncated>false</IsTruncated></ListMultipartUploadsResult>";
-	assert_int_equal(s3_xml_list_uploads(lu, strlen(lu), 2, ups, &n, &trunc, nk, ni, err,
-					     sizeof(err)),
-			 0);
+	assert_int_equal(
+	    s3_xml_list_uploads(lu, strlen(lu), 2, ups, &n, &trunc, nk, ni, err, sizeof(err)), 0);
 	assert_int_equal(n, 2);
 	assert_string_equal(ups[1].upload_id, "u2");
 	n = 0;
-	assert_int_equal(s3_xml_list_uploads(lu, strlen(lu), 1, ups, &n, &trunc, nk, ni, err,
-					     sizeof(err)),
-			 -E2BIG);
+	assert_int_equal(
+	    s3_xml_list_uploads(lu, strlen(lu), 1, ups, &n, &trunc, nk, ni, err, sizeof(err)),
+	    -E2BIG);
 }
 
 int main(void)
 {
 	xmlInitParser();
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_config_ok),      cmocka_unit_test(test_config_refused),
-		cmocka_unit_test(test_credentials_file), cmocka_unit_test(test_probe_decision),
-		cmocka_unit_test(test_urls),	       cmocka_unit_test(test_retry_policy),
-		cmocka_unit_test(test_xml),
+	    cmocka_unit_test(test_config_ok),
+	    cmocka_unit_test(test_config_refused),
+	    cmocka_unit_test(test_credentials_file),
+	    cmocka_unit_test(test_probe_decision),
+	    cmocka_unit_test(test_urls),
+	    cmocka_unit_test(test_retry_policy),
+	    cmocka_unit_test(test_xml),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();
