@@ -370,6 +370,24 @@ static void test_upload_gives_up_and_aborts(void **state)
 	s3_client_free(c);
 }
 
+/* `cove store probe` (cove execs cove-store) on the same store.json: exit 0. */
+static void test_cli_probe(void **state)
+{
+	(void)state;
+	const char *cove = getenv("COVE_BIN");
+	assert_non_null(cove);
+	pid_t p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		execl(cove, "cove", "store", "probe", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(p, &st, 0), p);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 static void test_tls_other_ca_refused(void **state)
 {
 	struct fixture *f = *state;
@@ -433,6 +451,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_list_continuation, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_conditional_create, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cli_probe, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_tls_other_ca_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_virtual_hosted, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_multipart, setup, teardown),
