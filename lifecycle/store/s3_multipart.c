@@ -358,7 +358,7 @@ static int upload_parts(struct upload *u, const struct s3_upload_hooks *hooks, c
 			break;
 		}
 		CURLMsg *msg;
-		int left;
+		int left, finished = 0;
 		while (!e && (msg = curl_multi_info_read(u->m, &left))) {
 			if (msg->msg != CURLMSG_DONE)
 				continue;
@@ -366,9 +366,12 @@ static int upload_parts(struct upload *u, const struct s3_upload_hooks *hooks, c
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&req);
 			struct slot *s = (struct slot *)((char *)req - offsetof(struct slot, req));
 			e = part_finish(u, s, msg->data.result, hooks, &done, err, errlen);
+			finished++;
 		}
 		if (e || done == u->nparts)
 			break;
+		if (finished)
+			continue; /* slots came free: fill them before waiting */
 		long wait = 1000;
 		if (!busy && next_due != UINT64_MAX)
 			wait = next_due > now ? (long)(next_due - now) : 0;
