@@ -39,7 +39,9 @@ struct s3_opts {
 	const char *const *resolve;
 };
 
-/* A client for cfg's endpoint and bucket (cfg is copied, secrets included). 0 or -errno. */
+/* A client for cfg's endpoint and bucket (cfg is copied, secrets included). 0 or -errno.
+ * The process calls curl_global_init (and xmlInitParser) once before its first client. One
+ * client is used by one thread at a time. */
 int s3_client_new(const struct store_config *cfg, const struct s3_opts *opts,
 		  struct s3_client **out, char *err, size_t errlen);
 /* Wipes the copied secrets and frees. NULL is fine. */
