@@ -37,6 +37,7 @@ static const struct command commands[] = {
     {"cp", cmd_cp, "copy a file into or out of a sandbox (SANDBOX:/path)"},
     {"forward", cmd_forward, "forward 127.0.0.1:HOSTPORT to a TCP port in a sandbox"},
     {"ps", cmd_ps, "list registered sandboxes, or one sandbox's exec sessions"},
+    {"store", cmd_store, "object store commands: probe (does it honour create-only writes)"},
     {"version", cmd_version, "print the cove version"},
 };
 

@@ -1,0 +1,66 @@
+/* The host-side object store configuration (store.json) and the credentials it names. */
+#ifndef COVE_STORE_CONFIG_H
+#define COVE_STORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define STORE_CONFIG_DEFAULT "/etc/cove/store.json"
+#define STORE_CONFIG_MAX     16384 /* bytes of store.json */
+#define STORE_CRED_FILE_MAX  8192  /* bytes of the credentials file */
+#define STORE_ENDPOINT_MAX   256
+#define STORE_BUCKET_MAX     63
+#define STORE_PREFIX_MAX     256
+#define STORE_REGION_MAX     32
+#define STORE_PATH_MAX	     1024
+#define STORE_KEY_ID_MAX     128
+#define STORE_SECRET_MAX     128
+#define STORE_TOKEN_MAX	     4096
+
+enum store_addressing { STORE_ADDR_PATH = 0, STORE_ADDR_VIRTUAL };
+
+struct store_config {
+	/* scheme://host[:port], no path, no trailing slash */
+	char endpoint[STORE_ENDPOINT_MAX + 1];
+	bool insecure_http; /* http:// allowed: only when store.json says so explicitly */
+	char bucket[STORE_BUCKET_MAX + 1];
+	char prefix[STORE_PREFIX_MAX + 1]; /* prepended to every key; may be empty */
+	char region[STORE_REGION_MAX + 1];
+	char ca_file[STORE_PATH_MAX + 1]; /* empty: the system's CA bundle */
+	enum store_addressing addressing;
+	char access_key_id[STORE_KEY_ID_MAX + 1];
+	char secret_access_key[STORE_SECRET_MAX + 1];
+	char session_token[STORE_TOKEN_MAX + 1]; /* may be empty */
+};
+
+/* Where credentials come from when store.json names no credentials_file (the process's
+ * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; NULL when unset). */
+struct store_env {
+	const char *access_key_id;
+	const char *secret_access_key;
+	const char *session_token;
+};
+
+/* Fills env from this process's environment. */
+void store_env_from_process(struct store_env *env);
+
+/*
+ * Parses store.json's text (len bytes, at most STORE_CONFIG_MAX): unknown keys, oversized or
+ * malformed fields refused. Credentials from "credentials_file" (a regular 0600 file owned by
+ * this uid, not a link) when named, else from env. 0 or -errno with one line in err.
+ */
+int store_config_parse(const char *text, size_t len, const struct store_env *env,
+		       struct store_config *cfg, char *err, size_t errlen);
+
+/* Reads path (NULL: $COVE_STORE, else STORE_CONFIG_DEFAULT) and parses it with the process's
+ * environment. 0 or -errno with one line in err. */
+int store_config_load(const char *path, struct store_config *cfg, char *err, size_t errlen);
+
+/* Reads a credentials file (JSON: access_key_id, secret_access_key, optional session_token)
+ * into cfg after checking its owner and mode. 0 or -errno with one line in err. */
+int store_cred_file_read(const char *path, struct store_config *cfg, char *err, size_t errlen);
+
+/* Zeroes the secrets (explicit_bzero). */
+void store_config_wipe(struct store_config *cfg);
+
+#endif
