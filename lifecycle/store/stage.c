@@ -77,6 +77,35 @@ int store_stage_list(const char *dir, char (*names)[STORE_FILE_NAME_MAX], size_t
 	return r;
 }
 
+int store_stage_fd(int in, const char *as, const uint8_t *recorded, int stage_dfd,
+		   struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err, size_t errlen)
+{
+	if (!store_file_name_ok(as))
+		return errmsg(err, errlen, -EINVAL, "\"%.64s\": not a plain file name", as);
+	struct stat st;
+	int r = fstat(in, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+	if (r)
+		return errmsg(err, errlen, r, "%s: not a regular file", as);
+	int out = openat(stage_dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (out < 0)
+		return errmsg(err, errlen, -errno, "staging %s: %s", as, strerror(errno));
+	memset(f, 0, sizeof(*f));
+	snprintf(f->name, sizeof(f->name), "%s", as);
+	f->size = (uint64_t)st.st_size;
+	r = store_blob_pack(in, out, f->digest, blob_len, err, errlen);
+	if (!r && recorded && memcmp(recorded, f->digest, DIGEST_LEN))
+		r = errmsg(err, errlen, -EBADMSG,
+			   "%s: its bytes do not match the digest the chain recorded (changed "
+			   "since its commit): not uploaded",
+			   as);
+	if (r) {
+		close(out);
+		return r;
+	}
+	*blob_fd = out;
+	return 0;
+}
+
 int store_stage_file(int src_dfd, const char *name, const uint8_t *recorded, int stage_dfd,
 		     struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err,
 		     size_t errlen)
@@ -86,34 +115,9 @@ int store_stage_file(int src_dfd, const char *name, const uint8_t *recorded, int
 	int in = dirfd_open(src_dfd, name, O_RDONLY);
 	if (in < 0)
 		return errmsg(err, errlen, in, "%s: %s", name, strerror(-in));
-	struct stat st;
-	int r = fstat(in, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
-	if (r) {
-		close(in);
-		return errmsg(err, errlen, r, "%s: not a regular file", name);
-	}
-	int out = openat(stage_dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (out < 0) {
-		r = -errno;
-		close(in);
-		return errmsg(err, errlen, r, "staging %s: %s", name, strerror(-r));
-	}
-	memset(f, 0, sizeof(*f));
-	snprintf(f->name, sizeof(f->name), "%s", name);
-	f->size = (uint64_t)st.st_size;
-	r = store_blob_pack(in, out, f->digest, blob_len, err, errlen);
+	int r = store_stage_fd(in, name, recorded, stage_dfd, f, blob_fd, blob_len, err, errlen);
 	close(in);
-	if (!r && recorded && memcmp(recorded, f->digest, DIGEST_LEN))
-		r = errmsg(err, errlen, -EBADMSG,
-			   "%s: its bytes do not match the digest the chain recorded (changed "
-			   "since its commit): not uploaded",
-			   name);
-	if (r) {
-		close(out);
-		return r;
-	}
-	*blob_fd = out;
-	return 0;
+	return r;
 }
 
 int store_place_file(int blob_fd, uint64_t blob_len, const struct store_file *f, int dst_dfd,

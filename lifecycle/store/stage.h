@@ -34,6 +34,11 @@ int store_stage_file(int src_dfd, const char *name, const uint8_t *recorded, int
 		     struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err,
 		     size_t errlen);
 
+/* The same for an open file (the sandbox's kernel or a disk base), stored under the name `as`. */
+int store_stage_fd(int in, const char *as, const uint8_t *recorded, int stage_dfd,
+		   struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err,
+		   size_t errlen);
+
 /*
  * Checks a fetched blob against the manifest's entry f (digest and size) and writes the file it
  * holds as f->name beneath dst_dfd: a temporary file, synced, renamed without replacing. A

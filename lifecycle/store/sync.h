@@ -1,0 +1,82 @@
+/*
+ * Generations between a host and the store (lifecycle/store/STORE.md, "Layout"):
+ *
+ *   blobs/sha256/<digest>                 one per distinct file content, create-only
+ *   sandboxes/<name>/gen/<N, 20 digits>.json   a generation's manifest, written last, create-only
+ *   sandboxes/<name>/tombstone            `cove rm`: the sandbox is gone everywhere
+ *
+ * Upload: every file of the chain's newest generation (and the sandbox's kernel, initrd and disk
+ * bases) packed and hashed here, each blob sent unless the store has it, then the manifest of
+ * generation N+1 by a create-only PUT: two writers can never both commit N. Fetch: the newest
+ * manifest (or a given one), its MAC checked, every blob checked against its digest before it
+ * is placed; images go to the host's cache by digest, never to a path from the store.
+ */
+#ifndef COVE_LIFECYCLE_STORE_SYNC_H
+#define COVE_LIFECYCLE_STORE_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lifecycle/spec.h"
+#include "lifecycle/store/manifest.h"
+#include "lifecycle/store/s3.h"
+
+#define STORE_BLOB_PREFIX    "blobs/sha256/"
+#define STORE_SBX_PREFIX     "sandboxes/"
+#define STORE_TOMBSTONE	     "tombstone"
+#define STORE_SINGLE_PUT_MAX (16u << 20) /* larger blobs go up as a multipart upload */
+
+struct store_keyring {
+	const uint8_t *fleet_key; /* the host's own configuration: MACs every manifest */
+	size_t fleet_key_len;
+};
+
+struct store_upload_src {
+	const char *name;      /* the sandbox */
+	const char *chain_dir; /* its chain directory (no VMM writing a newer commit into it) */
+	const struct sbx_spec *spec; /* the host's spec: machine, kernel, initrd, disk bases */
+	const char *policy_id;	     /* the broker policy's id in the host's policy set, "" none */
+	const char *key_type;	     /* "" plain, "key-cmd" or "pkcs11" */
+	int stage_dfd;		     /* host scratch directory for packed blobs */
+};
+
+struct store_sync_stats {
+	uint64_t generation;
+	uint64_t files;		/* files in the generation */
+	uint64_t blobs_sent;	/* blobs uploaded */
+	uint64_t blobs_present; /* blobs the store already had */
+	uint64_t bytes_sent;	/* blob bytes uploaded */
+};
+
+/* Uploads the newest generation of src->chain_dir as generation N+1. -EEXIST: another host
+ * committed that generation first; -EIDRM: the sandbox has a tombstone. 0 or -errno + err. */
+int store_upload_generation(struct s3_client *c, const struct store_upload_src *src,
+			    const struct store_keyring *kr, struct store_sync_stats *st, char *err,
+			    size_t errlen);
+
+/*
+ * The newest committed generation of `name` (*gen, 0 when the store has none), or -EIDRM when
+ * it has a tombstone. 0 or -errno + err.
+ */
+int store_newest_generation(struct s3_client *c, const char *name, uint64_t *gen, char *err,
+			    size_t errlen);
+
+/*
+ * Fetches generation `gen` (0: the newest) of `name`: the manifest (MAC, then every field,
+ * checked; it must name this sandbox and generation) into *m, its chain files placed into
+ * chain_dfd (empty), its images (kernel, initrd, diskN-base) into images_dfd named by their
+ * digest (kept: a later fetch finds them there). 0 or -errno with one line in err naming the
+ * blob or manifest that failed; nothing partly fetched is ever left under a final name.
+ */
+int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
+			   const struct store_keyring *kr, int chain_dfd, int images_dfd,
+			   struct store_manifest *m, struct store_sync_stats *st, char *err,
+			   size_t errlen);
+
+/* Writes the tombstone of `name` (create-only; one that exists is success). */
+int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t errlen);
+
+/* True for the names store_upload_generation gives the sandbox's images. */
+bool store_image_name(const char *name);
+
+#endif
