@@ -11,6 +11,8 @@ usage: s3server.py run -- CMD [ARG...]
   COVE_TEST_OTHER_CA      a CA that did not sign the server's certificate
   COVE_TEST_RGW_BOUNCE    a script: kill -9 radosgw alone, start it again on the same port in
                           the background after $1 seconds (returns at once)
+  COVE_TEST_RGW_PORT      radosgw's TLS port (store.json's endpoint)
+  COVE_TEST_RGW_HTTP_PORT the same radosgw in plain http, for the one test of insecure_http
   COVE_TEST_RGW_START_S   seconds the server took to start (printed too)
 Recipe: ../shared/testbed/s3-etcd-netns.md (section A). No mock: this is Ceph's radosgw.
 """
@@ -131,7 +133,7 @@ osd data = {t}/osd0
 osd objectstore = memstore
 memstore device bytes = 1073741824
 [client.rgw.a]
-rgw frontends = beast ssl_endpoint=127.0.0.1:{rgw} ssl_certificate={t}/server.pem ssl_private_key={t}/server.key
+rgw frontends = beast endpoint=127.0.0.1:{http} ssl_endpoint=127.0.0.1:{rgw} ssl_certificate={t}/server.pem ssl_private_key={t}/server.key
 rgw data = {t}/rgw
 rgw zone = default
 rgw dns name = s3.test
@@ -185,15 +187,16 @@ class Ceph:
         ca_key, self.ca = make_ca(t, "ca")
         _, self.other_ca = make_ca(t, "other-ca")
         make_server_cert(t, ca_key, self.ca)
-        self.mon, self.rgw = free_port(), free_port()
-        while self.rgw == self.mon:
-            self.rgw = free_port()
+        ports = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        self.mon, self.rgw, self.http = sorted(ports)
         pmin = free_range(8)
         fsid = open("/proc/sys/kernel/random/uuid").read().strip()
         self.conf = os.path.join(t, "ceph.conf")
         with open(self.conf, "w") as f:
             f.write(CONF.format(fsid=fsid, mon=self.mon, pmin=pmin, pmax=pmin + 7, t=t,
-                                rgw=self.rgw))
+                                rgw=self.rgw, http=self.http))
         c = ["-c", self.conf]
         sh(["ceph-authtool", "--create-keyring", t + "/keyring", "--gen-key", "-n", "mon.",
             "--cap", "mon", "allow *"])
@@ -277,6 +280,7 @@ class Ceph:
                   "COVE_TEST_OTHER_CA": self.other_ca,
                   "COVE_TEST_RGW_BOUNCE": os.path.join(self.t, "rgw-bounce.sh"),
                   "COVE_TEST_RGW_PORT": str(self.rgw),
+                  "COVE_TEST_RGW_HTTP_PORT": str(self.http),
                   "COVE_TEST_RGW_START_S": "%.2f" % self.start_s})
         return e
 

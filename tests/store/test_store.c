@@ -409,6 +409,32 @@ static void test_tls_other_ca_refused(void **state)
 	store_config_wipe(&cfg);
 }
 
+/* insecure_http (said explicitly, for tests): a body streamed from an fd is hashed in a first
+ * pass (no UNSIGNED-PAYLOAD without TLS) and radosgw checks that hash. */
+static void test_insecure_http_fd_body(void **state)
+{
+	struct fixture *f = *state;
+	const char *port = getenv("COVE_TEST_RGW_HTTP_PORT");
+	assert_non_null(port);
+	struct store_config cfg = f->cfg;
+	snprintf(cfg.endpoint, sizeof(cfg.endpoint), "http://127.0.0.1:%s", port);
+	cfg.insecure_http = true;
+	struct s3_client *c;
+	OK(s3_client_new(&cfg, NULL, &c, f->err, sizeof(f->err)));
+	static uint8_t data[300000], back[300000];
+	fill(data, sizeof(data), 3);
+	int fd = memfd_with(data, sizeof(data));
+	OK(s3_put_fd(c, "http/k", fd, 1000, 200000, 0, f->err, sizeof(f->err)));
+	close(fd);
+	size_t got;
+	OK(s3_get(f->c, "http/k", 0, 0, back, sizeof(back), &got, f->err, sizeof(f->err)));
+	assert_int_equal(got, 200000);
+	assert_memory_equal(back, data + 1000, 200000);
+	OK(s3_delete(c, "http/k", f->err, sizeof(f->err)));
+	s3_client_free(c);
+	store_config_wipe(&cfg);
+}
+
 static void test_virtual_hosted(void **state)
 {
 	struct fixture *f = *state;
@@ -453,6 +479,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_cli_probe, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_tls_other_ca_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_insecure_http_fd_body, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_virtual_hosted, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_multipart, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_upload_gives_up_and_aborts, setup, teardown),
