@@ -1,0 +1,204 @@
+/* Generations through a real Ceph radosgw (tests/lib/s3server.py starts it): a chain uploaded
+ * and fetched into an empty directory; shared blobs sent once; a flipped blob refused while the
+ * previous generation still fetches; a forged manifest refused; a tombstone ends it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <libxml/parser.h>
+
+#include "../unit/chain_fixture.h"
+#include "lifecycle/store/sync.h"
+
+struct fx {
+	struct store_config cfg;
+	struct s3_client *c;
+	uint8_t key[32];
+	struct store_keyring kr;
+	char a[64], b[64], stage[64], kernel[96];
+	struct sbx_spec spec;
+	char err[512];
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	if (store_config_load(NULL, &f->cfg, f->err, sizeof(f->err)) ||
+	    s3_client_new(&f->cfg, &(struct s3_opts){0}, &f->c, f->err, sizeof(f->err)))
+		fail_msg("store: %s", f->err);
+	assert_int_equal(getrandom(f->key, sizeof(f->key), 0), (ssize_t)sizeof(f->key));
+	f->kr = (struct store_keyring){f->key, sizeof(f->key)};
+	fx_mkdtemp(f->a, sizeof(f->a), "sync-a");
+	fx_mkdtemp(f->b, sizeof(f->b), "sync-b");
+	fx_mkdtemp(f->stage, sizeof(f->stage), "sync-stage");
+	/* The host's kernel: any file; the manifest carries its digest, never its path. */
+	snprintf(f->kernel, sizeof(f->kernel), "%s/vmlinux", f->stage);
+	fx_write(f->kernel, "kernel bytes\n", 13, 0, true);
+	snprintf(f->spec.kernel, sizeof(f->spec.kernel), "%s", f->kernel);
+	f->spec.mem_bytes = 64 << 20;
+	f->spec.vcpus = 1;
+	snprintf(f->spec.cmdline, sizeof(f->spec.cmdline), "console=ttyS0");
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	s3_client_free(f->c);
+	store_config_wipe(&f->cfg);
+	fx_rmdir(f->a);
+	fx_rmdir(f->b);
+	fx_rmdir(f->stage);
+	free(f);
+	return 0;
+}
+
+static int upload(struct fx *f, const char *name, const char *dir, struct store_sync_stats *st)
+{
+	int sdfd = open(f->stage, O_RDONLY | O_DIRECTORY);
+	struct store_upload_src src = {.name = name,
+				       .chain_dir = dir,
+				       .spec = &f->spec,
+				       .policy_id = "default",
+				       .key_type = "",
+				       .stage_dfd = sdfd};
+	int r = store_upload_generation(f->c, &src, &f->kr, st, f->err, sizeof(f->err));
+	close(sdfd);
+	return r;
+}
+
+static int fetch(struct fx *f, const char *name, uint64_t gen, const char *into,
+		 struct store_sync_stats *st)
+{
+	int cdfd = open(into, O_RDONLY | O_DIRECTORY),
+	    idfd = open(f->stage, O_RDONLY | O_DIRECTORY);
+	struct store_manifest m;
+	int r = store_fetch_generation(f->c, name, gen, &f->kr, cdfd, idfd, &m, st, f->err,
+				       sizeof(f->err));
+	if (!r)
+		store_manifest_free(&m);
+	close(cdfd);
+	close(idfd);
+	return r;
+}
+
+static void test_up_and_back(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct store_sync_stats st;
+	fx_make_chain(&c, f->a, 2);
+	if (upload(f, "sync-one", f->a, &st))
+		fail_msg("upload: %s", f->err);
+	assert_int_equal(st.generation, 1);
+	assert_int_equal(st.files, 6); /* mem-0 mem-1 state-0 state-1, the chain file, kernel */
+	assert_int_equal(st.blobs_sent + st.blobs_present, 6);
+	/* The same chain again: generation 2, nothing sent twice. */
+	if (upload(f, "sync-one", f->a, &st))
+		fail_msg("upload 2: %s", f->err);
+	assert_int_equal(st.generation, 2);
+	assert_int_equal(st.blobs_sent, 0);
+	assert_int_equal(st.blobs_present, 6);
+	/* Another "host": an empty directory. */
+	char into[64], err[512];
+	fx_mkdtemp(into, sizeof(into), "sync-into");
+	if (fetch(f, "sync-one", 0, into, &st))
+		fail_msg("fetch: %s", f->err);
+	assert_int_equal(st.generation, 2);
+	struct chain got;
+	assert_int_equal(chain_load(into, &got, err, sizeof(err)), 0);
+	assert_int_equal(got.nr_layers, 2);
+	assert_memory_equal(got.chain_id, c.chain_id, 16);
+	assert_int_equal(chain_verify_stamped(into, NULL, err, sizeof(err)), 0);
+	fx_rmdir(into);
+	/* Another fleet's key: the manifest is refused before anything is fetched. */
+	f->key[0] ^= 1;
+	fx_mkdtemp(into, sizeof(into), "sync-into");
+	assert_int_equal(fetch(f, "sync-one", 0, into, &st), -EBADMSG);
+	assert_non_null(strstr(f->err, "bad MAC"));
+	f->key[0] ^= 1;
+	fx_rmdir(into);
+	/* Removed: every host answers that it is gone. */
+	assert_int_equal(store_put_tombstone(f->c, "sync-one", f->err, sizeof(f->err)), 0);
+	uint64_t g;
+	assert_int_equal(store_newest_generation(f->c, "sync-one", &g, f->err, sizeof(f->err)),
+			 -EIDRM);
+	assert_int_equal(upload(f, "sync-one", f->a, &st), -EIDRM);
+}
+
+/* A second sandbox sharing two layers sends only what differs; a flipped byte in the blob of
+ * its newest layer is refused naming it, and the first generation still fetches. */
+static void test_shared_and_flipped(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct store_sync_stats st;
+	fx_make_chain(&c, f->a, 2);
+	fx_make_chain(&c, f->b, 3);
+	if (upload(f, "sync-two", f->a, &st))
+		fail_msg("upload: %s", f->err);
+	if (upload(f, "sync-two", f->b, &st))
+		fail_msg("upload b: %s", f->err);
+	assert_int_equal(st.generation, 2);
+	/* mem-0, mem-1, state-0, state-1 and the kernel are shared: mem-2, state-2, chain file. */
+	assert_int_equal(st.blobs_present, 5);
+	assert_int_equal(st.blobs_sent, 3);
+	/* Flip a byte of mem-2's blob in the store (a store is not trusted). */
+	uint8_t d[DIGEST_LEN];
+	char path[128], key[S3_KEY_MAX], hex[DIGEST_HEX_LEN];
+	snprintf(path, sizeof(path), "%s/mem-2", f->b);
+	int fd = open(path, O_RDONLY);
+	assert_int_equal(digest_fd(fd, d), 0);
+	close(fd);
+	digest_hex(d, hex);
+	snprintf(key, sizeof(key), STORE_BLOB_PREFIX "%s", hex);
+	uint8_t *blob = malloc(1 << 20);
+	size_t got = 0;
+	assert_int_equal(s3_get(f->c, key, 0, 0, blob, 1 << 20, &got, f->err, sizeof(f->err)), 0);
+	blob[got - 1] ^= 0x20;
+	assert_int_equal(s3_put(f->c, key, blob, got, 0, f->err, sizeof(f->err)), 0);
+	free(blob);
+	char into[64];
+	fx_mkdtemp(into, sizeof(into), "sync-into");
+	int r = fetch(f, "sync-two", 0, into, &st);
+	if (r != -EILSEQ || !strstr(f->err, "mem-2"))
+		fail_msg("flipped blob: %d %s", r, f->err);
+	assert_null(strchr(f->err, '\n'));
+	/* Nothing of the refused blob was placed under its name. */
+	char placed[128];
+	snprintf(placed, sizeof(placed), "%s/mem-2", into);
+	assert_int_equal(access(placed, F_OK), -1);
+	fx_rmdir(into);
+	fx_mkdtemp(into, sizeof(into), "sync-into");
+	if (fetch(f, "sync-two", 1, into, &st))
+		fail_msg("generation 1: %s", f->err);
+	char err[512];
+	assert_int_equal(chain_verify_stamped(into, NULL, err, sizeof(err)), 0);
+	fx_rmdir(into);
+}
+
+int main(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	xmlInitParser();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_up_and_back, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_shared_and_flipped, setup, teardown),
+	};
+	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	xmlCleanupParser();
+	curl_global_cleanup();
+	return r;
+}
