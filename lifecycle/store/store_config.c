@@ -4,9 +4,11 @@
 
 #include "common/errmsg.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,6 +26,8 @@ void store_config_wipe(struct store_config *cfg)
 	explicit_bzero(cfg->access_key_id, sizeof(cfg->access_key_id));
 	explicit_bzero(cfg->secret_access_key, sizeof(cfg->secret_access_key));
 	explicit_bzero(cfg->session_token, sizeof(cfg->session_token));
+	explicit_bzero(cfg->fleet_key, sizeof(cfg->fleet_key));
+	cfg->fleet_key_len = 0;
 }
 
 static bool printable(const char *s)
@@ -230,6 +234,103 @@ static int creds_from_env(const struct store_env *env, struct store_config *cfg,
 	return 0;
 }
 
+/* "key_providers": {"key-cmd": SPEC, "pkcs11": SPEC}; each spec must be of its type. */
+static int parse_providers(json_t *v, struct store_config *cfg, char *err, size_t errlen)
+{
+	const char *k;
+	json_t *s;
+	if (!json_is_object(v))
+		return errmsg(err, errlen, -EINVAL,
+			      "store config: \"key_providers\" must be an object");
+	json_object_foreach(v, k, s)
+	{
+		char *dst = !strcmp(k, "key-cmd")  ? cfg->key_cmd_spec
+			    : !strcmp(k, "pkcs11") ? cfg->pkcs11_spec
+						   : NULL;
+		if (!dst)
+			return errmsg(err, errlen, -EINVAL,
+				      "store config: key_providers: unknown type \"%.32s\"", k);
+		int r = copy_field(s, k, dst, STORE_KEYSPEC_MAX, err, errlen);
+		if (r)
+			return r;
+		size_t tl = strlen(k);
+		if (strncmp(dst, k, tl) || dst[tl] != ':')
+			return errmsg(err, errlen, -EINVAL,
+				      "store config: key_providers: the %s spec must start with "
+				      "\"%s:\"",
+				      k, k);
+	}
+	return 0;
+}
+
+/* "policies": {ID: "/absolute/policy.json"}. */
+static int parse_policies(json_t *v, struct store_config *cfg, char *err, size_t errlen)
+{
+	const char *k;
+	json_t *s;
+	if (!json_is_object(v) || json_object_size(v) > STORE_POLICIES_MAX)
+		return errmsg(err, errlen, -EINVAL,
+			      "store config: \"policies\" must be an object of at most %d ids",
+			      STORE_POLICIES_MAX);
+	json_object_foreach(v, k, s)
+	{
+		struct store_policy *p = &cfg->policies[cfg->nr_policies];
+		size_t n = strlen(k);
+		bool ok = n && n <= STORE_POLICY_ID_LEN;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = (k[i] >= 'a' && k[i] <= 'z') || (k[i] >= '0' && k[i] <= '9') ||
+			     (i && (k[i] == '.' || k[i] == '_' || k[i] == '-'));
+		if (!ok)
+			return errmsg(
+			    err, errlen, -EINVAL,
+			    "store config: policy id \"%.64s\" is not [a-z0-9][a-z0-9._-]*", k);
+		memcpy(p->id, k, n + 1);
+		int r = copy_field(s, k, p->path, sizeof(p->path) - 1, err, errlen);
+		if (r)
+			return r;
+		if (p->path[0] != '/')
+			return errmsg(err, errlen, -EINVAL,
+				      "store config: policy %s: the path must be absolute", k);
+		cfg->nr_policies++;
+	}
+	return 0;
+}
+
+int store_fleet_key_read(const char *path, struct store_config *cfg, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return errmsg(err, errlen, -errno, "fleet key file %s: %s", path, strerror(errno));
+	struct stat st;
+	char buf[130];
+	int r = 0;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		r = errmsg(err, errlen, -EPERM, "fleet key file %s is not a regular file", path);
+	else if (st.st_uid != geteuid() || (st.st_mode & 077))
+		r = errmsg(err, errlen, -EPERM,
+			   "fleet key file %s must be owned by this uid and mode 0600", path);
+	ssize_t n = r ? 0 : pread(fd, buf, sizeof(buf), 0);
+	close(fd);
+	if (!r && n > 0 && buf[n - 1] == '\n')
+		n--;
+	if (!r && n != 2 * 32)
+		r = errmsg(err, errlen, -EINVAL, "fleet key file %s: want 64 hex digits", path);
+	for (ssize_t i = 0; !r && i < n; i += 2) {
+		unsigned hi, lo;
+		char h[3] = {buf[i], buf[i + 1], 0};
+		if (!isxdigit((unsigned char)h[0]) || !isxdigit((unsigned char)h[1]) ||
+		    sscanf(h, "%1x%1x", &hi, &lo) != 2)
+			r = errmsg(err, errlen, -EINVAL, "fleet key file %s: want 64 hex digits",
+				   path);
+		else
+			cfg->fleet_key[i / 2] = (unsigned char)(hi << 4 | lo);
+	}
+	explicit_bzero(buf, sizeof(buf));
+	if (!r)
+		cfg->fleet_key_len = 32;
+	return r;
+}
+
 static int parse_fields(json_t *root, struct store_config *cfg, char *cred_path, char *err,
 			size_t errlen)
 {
@@ -256,6 +357,18 @@ static int parse_fields(json_t *root, struct store_config *cfg, char *cred_path,
 			r = copy_field(v, k, cred_path, STORE_PATH_MAX, err, errlen);
 		} else if (!strcmp(k, "addressing")) {
 			r = copy_field(v, k, addressing, sizeof(addressing) - 1, err, errlen);
+		} else if (!strcmp(k, "fleet_key_file")) {
+			char kp[STORE_PATH_MAX + 1];
+			r = copy_field(v, k, kp, STORE_PATH_MAX, err, errlen);
+			if (!r && kp[0] != '/')
+				r = errmsg(err, errlen, -EINVAL,
+					   "store config: fleet_key_file must be an absolute path");
+			if (!r)
+				r = store_fleet_key_read(kp, cfg, err, errlen);
+		} else if (!strcmp(k, "key_providers")) {
+			r = parse_providers(v, cfg, err, errlen);
+		} else if (!strcmp(k, "policies")) {
+			r = parse_policies(v, cfg, err, errlen);
 		} else if (!strcmp(k, "insecure_http")) {
 			if (!json_is_boolean(v))
 				return errmsg(err, errlen, -EINVAL,

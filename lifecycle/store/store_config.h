@@ -19,6 +19,17 @@
 
 enum store_addressing { STORE_ADDR_PATH = 0, STORE_ADDR_VIRTUAL };
 
+#define STORE_FLEET_KEY_MAX 64	 /* bytes of the fleet key (64 hex digits in its file: 32) */
+#define STORE_KEYSPEC_MAX   1024 /* a key provider spec, as `cove create --key` takes */
+#define STORE_POLICIES_MAX  16
+#define STORE_POLICY_ID_LEN 63
+
+/* A policy id the store's manifests may name, and the host's own policy file for it. */
+struct store_policy {
+	char id[STORE_POLICY_ID_LEN + 1];
+	char path[1024 + 1];
+};
+
 struct store_config {
 	/* scheme://host[:port], no path, no trailing slash */
 	char endpoint[STORE_ENDPOINT_MAX + 1];
@@ -31,6 +42,18 @@ struct store_config {
 	char access_key_id[STORE_KEY_ID_MAX + 1];
 	char secret_access_key[STORE_SECRET_MAX + 1];
 	char session_token[STORE_TOKEN_MAX + 1]; /* may be empty */
+	/*
+	 * The host's side of what a manifest names (never taken from the store): the fleet key
+	 * that MACs manifests ("fleet_key_file": a 0600 file of 64 hex digits), the key
+	 * provider for each provider type ("key_providers": {"key-cmd": SPEC, "pkcs11": SPEC}),
+	 * and the policy file for each policy id ("policies": {ID: PATH}).
+	 */
+	unsigned char fleet_key[STORE_FLEET_KEY_MAX];
+	size_t fleet_key_len; /* 0: none configured */
+	char key_cmd_spec[STORE_KEYSPEC_MAX + 1];
+	char pkcs11_spec[STORE_KEYSPEC_MAX + 1];
+	int nr_policies;
+	struct store_policy policies[STORE_POLICIES_MAX];
 };
 
 /* Where credentials come from when store.json names no credentials_file (the process's
@@ -59,6 +82,10 @@ int store_config_load(const char *path, struct store_config *cfg, char *err, siz
 /* Reads a credentials file (JSON: access_key_id, secret_access_key, optional session_token)
  * into cfg after checking its owner and mode. 0 or -errno with one line in err. */
 int store_cred_file_read(const char *path, struct store_config *cfg, char *err, size_t errlen);
+
+/* Reads the fleet key file (regular, not a link, owned by this uid, mode 0600, 64 hex digits
+ * and an optional newline) into cfg. 0 or -errno with one line in err. */
+int store_fleet_key_read(const char *path, struct store_config *cfg, char *err, size_t errlen);
 
 /* Zeroes the secrets (explicit_bzero). */
 void store_config_wipe(struct store_config *cfg);

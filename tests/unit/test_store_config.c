@@ -187,6 +187,52 @@ static void test_credentials_file(void **state)
 	rmdir(dir);
 }
 
+/* The host's side: fleet key file, key providers per type, policies per id. */
+static void test_host_fields(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/cove-fleet-XXXXXX", kp[256], json[1024], err[300];
+	assert_non_null(mkdtemp(dir));
+	const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n";
+	cred_file(dir, "fleet.key", 0600, hex, kp);
+	struct store_config cfg;
+	snprintf(json, sizeof(json),
+		 "{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"fleet_key_file\":\"%s\","
+		 "\"key_providers\":{\"pkcs11\":\"pkcs11:token=cove;object=kek\"},"
+		 "\"policies\":{\"default\":\"/etc/cove/policy.json\"}}",
+		 kp);
+	assert_int_equal(parse(json, &ENV, &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.fleet_key_len, 32);
+	assert_int_equal(cfg.fleet_key[31], 0x1f);
+	assert_string_equal(cfg.pkcs11_spec, "pkcs11:token=cove;object=kek");
+	assert_string_equal(cfg.key_cmd_spec, "");
+	assert_int_equal(cfg.nr_policies, 1);
+	assert_string_equal(cfg.policies[0].path, "/etc/cove/policy.json");
+	store_config_wipe(&cfg);
+	assert_int_equal(cfg.fleet_key_len, 0);
+	/* A key file others can read, or not 64 hex digits: refused. */
+	assert_int_equal(chmod(kp, 0644), 0);
+	assert_int_equal(parse(json, &ENV, &cfg, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "mode 0600"));
+	unlink(kp);
+	cred_file(dir, "fleet.key", 0600, "abcd\n", kp);
+	assert_int_equal(parse(json, &ENV, &cfg, err, sizeof(err)), -EINVAL);
+	unlink(kp);
+	rmdir(dir);
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"key_providers\":"
+		       "{\"pkcs11\":\"key-cmd:/bin/sh\"}}",
+		       -EINVAL, "must start with \"pkcs11:\"");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"key_providers\":"
+		       "{\"file\":\"x\"}}",
+		       -EINVAL, "unknown type");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"policies\":"
+		       "{\"default\":\"policy.json\"}}",
+		       -EINVAL, "must be absolute");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"policies\":"
+		       "{\"../x\":\"/p\"}}",
+		       -EINVAL, "policy id");
+}
+
 static void test_probe_decision(void **state)
 {
 	(void)state;
@@ -364,13 +410,10 @@ int main(void)
 {
 	xmlInitParser();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_config_ok),
-	    cmocka_unit_test(test_config_refused),
-	    cmocka_unit_test(test_credentials_file),
-	    cmocka_unit_test(test_probe_decision),
-	    cmocka_unit_test(test_urls),
-	    cmocka_unit_test(test_retry_policy),
-	    cmocka_unit_test(test_xml),
+	    cmocka_unit_test(test_config_ok),	     cmocka_unit_test(test_config_refused),
+	    cmocka_unit_test(test_credentials_file), cmocka_unit_test(test_host_fields),
+	    cmocka_unit_test(test_probe_decision),   cmocka_unit_test(test_urls),
+	    cmocka_unit_test(test_retry_policy),     cmocka_unit_test(test_xml),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();
