@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import box_tests as bt
-from covetest import Failure, check, http_json
+from covetest import Failure, chain_file, check, http_json, reseal_all
 from snapshot_tests import COUNTER, counts, fresh, kill, layers, wait_file
 
 SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
@@ -157,14 +157,22 @@ def test_encrypted_snapshots_pkcs11():
             break
     check(page is not None, f"no layer of {d} stores a page")
     shutil.copy2(lay, lay + ".orig")
+    cf = chain_file(d)
+    shutil.copy2(cf, cf + ".orig")
     with open(lay, "r+b") as f:
         f.seek(data_off + page * 4096 + 7)
         b = f.read(1)
         f.seek(data_off + page * 4096 + 7)
         f.write(bytes([b[0] ^ 0x20]))
-    line = restore_fails(d, "failed authentication", env, ["--key", k2, "--verify"])
+    # The chain's digest of the file refuses it first ("SHA-256 does not match"); an attacker
+    # who rewrites the chain file too meets the page's GCM tag.
+    line = restore_fails(d, "SHA-256 does not match", env, ["--key", k2, "--verify"])
     print(f"    tampered page: {line}")
+    reseal_all(d)
+    line = restore_fails(d, "failed authentication", env, ["--key", k2, "--verify"])
+    print(f"    tampered page, chain digests rewritten: {line}")
     os.replace(lay + ".orig", lay)
+    os.replace(cf + ".orig", cf)
 
     # Delete kek2: the KEK is gone, restore says so in one line.
     p11(env, "--delete-object", "--type", "secrkey", "--label", "kek2")
