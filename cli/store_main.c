@@ -1,5 +1,6 @@
 /* cove-store: the object store commands (`cove store ...` execs it), a dynamic helper beside
  * cove so that neither the static cove binary nor cove-vmm maps libcurl or libxml2. */
+#include "cli/store_sandbox.h"
 #include "common/log.h"
 #include "lifecycle/store/s3.h"
 #include "lifecycle/store/store_probe.h"
@@ -11,10 +12,16 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: cove store probe [--config FILE]\n"
-		     "  probe: checks that the store in FILE (default $COVE_STORE, else "
-		     "/etc/cove/store.json)\n"
-		     "  answers a second create-only PUT (If-None-Match: *) with 412\n");
+	fprintf(out,
+		"usage: cove store probe [--config FILE]\n"
+		"       cove store push NAME [--config FILE]\n"
+		"       cove store pull NAME [--gen N] [--config FILE]\n"
+		"  push: uploads stopped sandbox NAME's newest generation (blobs the store has "
+		"are not sent again)\n"
+		"  pull: makes sandbox NAME on this host from the store's newest generation\n"
+		"  probe: checks that the store in FILE (default $COVE_STORE, else "
+		"/etc/cove/store.json)\n"
+		"  answers a second create-only PUT (If-None-Match: *) with 412\n");
 }
 
 static int store_probe_cmd(int argc, char **argv)
@@ -58,14 +65,15 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (strcmp(argv[1], "probe")) {
+	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	xmlInitParser();
-	int r = store_probe_cmd(argc - 1, argv + 1);
+	int r = !strcmp(argv[1], "probe") ? store_probe_cmd(argc - 1, argv + 1)
+					  : store_sandbox_cmd(argc - 1, argv + 1);
 	xmlCleanupParser();
 	curl_global_cleanup();
 	return r;

@@ -23,7 +23,7 @@
 #define STORE_MANIFEST_FORMAT	 "cove-generation-1"
 #define STORE_MANIFEST_MAX	 (1u << 20) /* bytes of JSON, at most */
 #define STORE_MANIFEST_MAX_FILES 4096
-#define STORE_FILE_NAME_MAX	 64
+#define STORE_FILE_NAME_MAX	 80 /* a 64-hex-digit cache name fits */
 #define STORE_POLICY_ID_MAX	 64
 #define STORE_KEY_TYPE_MAX	 16
 #define STORE_FLEET_KEY_MIN	 32 /* bytes */
@@ -72,7 +72,7 @@ int store_manifest_decode(const char *buf, size_t len, const uint8_t *key, size_
 
 void store_manifest_free(struct store_manifest *m);
 
-/* A name a manifest may carry for a file: plain, [A-Za-z0-9][A-Za-z0-9._-]*, < 64 bytes. */
+/* A name a manifest may carry for a file: plain, [A-Za-z0-9][A-Za-z0-9._-]*, < 80 bytes. */
 bool store_file_name_ok(const char *name);
 
 #endif

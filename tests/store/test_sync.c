@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -18,7 +19,12 @@
 #include <libxml/parser.h>
 
 #include "../unit/chain_fixture.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/state.h"
+#include "lifecycle/store/reconnect.h"
+#include "lifecycle/store/store_config.h"
 #include "lifecycle/store/sync.h"
+#include "sandbox/event_log.h"
 
 struct fx {
 	struct store_config cfg;
@@ -189,6 +195,90 @@ static void test_shared_and_flipped(void **state)
 	fx_rmdir(into);
 }
 
+/* A stopped named sandbox on host A (its own state root), pushed; host B (another state root,
+ * empty image cache) pulls it: the same chain, a spec of B's own paths, state stopped. */
+static void test_push_pull(void **state)
+{
+	struct fx *f = *state;
+	char root_a[64], root_b[64], p[256], err[600];
+	fx_mkdtemp(root_a, sizeof(root_a), "host-a");
+	fx_mkdtemp(root_b, sizeof(root_b), "host-b");
+	struct store_config cfg = f->cfg;
+	memcpy(cfg.fleet_key, f->key, 32);
+	cfg.fleet_key_len = 32;
+	snprintf(cfg.pkcs11_spec, sizeof(cfg.pkcs11_spec), "pkcs11:token=cove;object=kek");
+	/* Host A: NAME/spec.json, NAME/events.jsonl (stopped), NAME/chain/. */
+	setenv("COVE_STATE_DIR", root_a, 1);
+	struct sbx_root ra, rb;
+	assert_int_equal(sbx_root_open(&ra, true, err, sizeof(err)), 0);
+	int dfd = sbx_dir_open(&ra, "agent-a", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	struct sbx_spec sp = f->spec;
+	snprintf(sp.key, sizeof(sp.key), "pkcs11:token=hostA;object=kekA");
+	assert_int_equal(sbx_spec_write(dfd, &sp), 0);
+	assert_int_equal(sbx_event_append(dfd, "creating", "stopped", "test"), 0);
+	snprintf(p, sizeof(p), "%s/agent-a/chain", root_a);
+	assert_int_equal(mkdir(p, 0700), 0);
+	struct chain c;
+	fx_make_chain(&c, p, 2);
+	struct store_sync_stats st;
+	if (store_push_sandbox(f->c, &cfg, &ra, "agent-a", &st, err, sizeof(err)))
+		fail_msg("push: %s", err);
+	assert_int_equal(st.generation, 1);
+	/* Host B. */
+	setenv("COVE_STATE_DIR", root_b, 1);
+	assert_int_equal(sbx_root_open(&rb, true, err, sizeof(err)), 0);
+	if (store_pull_sandbox(f->c, &cfg, &rb, "agent-a", 0, &st, err, sizeof(err)))
+		fail_msg("pull: %s", err);
+	int bdfd = sbx_dir_open(&rb, "agent-a", false, err, sizeof(err));
+	assert_true(bdfd >= 0);
+	struct sbx_spec got;
+	assert_int_equal(sbx_spec_read(bdfd, &got, err, sizeof(err)), 0);
+	/* B's own kernel path (its cache, by digest), B's own key provider of that type. */
+	snprintf(p, sizeof(p), "%s/" STORE_IMAGES_DIR "/", root_b);
+	assert_memory_equal(got.kernel, p, strlen(p));
+	assert_string_equal(got.key, "pkcs11:token=cove;object=kek");
+	assert_int_equal(got.mem_bytes, sp.mem_bytes);
+	enum sbx_state s;
+	assert_int_equal(sbx_state_read(bdfd, &s, NULL), 0);
+	assert_int_equal(s, SBX_STOPPED);
+	snprintf(p, sizeof(p), "%s/agent-a/chain", root_b);
+	assert_int_equal(chain_verify_stamped(p, NULL, err, sizeof(err)), 0);
+	/* The kernel's bytes, from the cache. */
+	char buf[64] = {0};
+	int kfd = open(got.kernel, O_RDONLY);
+	if (kfd < 0)
+		fail_msg("%s: %s", got.kernel, strerror(errno));
+	assert_true(kfd >= 0);
+	assert_int_equal(read(kfd, buf, sizeof(buf)), 13);
+	assert_string_equal(buf, "kernel bytes\n");
+	close(kfd);
+	/* A second pull: the sandbox is here already. */
+	assert_int_equal(store_pull_sandbox(f->c, &cfg, &rb, "agent-a", 0, &st, err, sizeof(err)),
+			 -EEXIST);
+	/* A host without a provider of that type cannot start it: refused, nothing left. */
+	cfg.pkcs11_spec[0] = 0;
+	assert_int_equal(store_push_sandbox(f->c, &cfg, &ra, "agent-a", &st, err, sizeof(err)), 0);
+	char root_c[64];
+	fx_mkdtemp(root_c, sizeof(root_c), "host-c");
+	setenv("COVE_STATE_DIR", root_c, 1);
+	struct sbx_root rc;
+	assert_int_equal(sbx_root_open(&rc, true, err, sizeof(err)), 0);
+	assert_int_equal(store_pull_sandbox(f->c, &cfg, &rc, "agent-a", 0, &st, err, sizeof(err)),
+			 -ENOKEY);
+	assert_non_null(strstr(err, "pkcs11"));
+	struct stat sb;
+	assert_int_not_equal(fstatat(rc.dfd, "agent-a", &sb, 0), 0);
+	close(dfd);
+	close(bdfd);
+	sbx_root_close(&ra);
+	sbx_root_close(&rb);
+	sbx_root_close(&rc);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s", root_a, root_b, root_c);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -196,6 +286,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_up_and_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shared_and_flipped, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_push_pull, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();

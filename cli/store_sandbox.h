@@ -1,0 +1,7 @@
+/* cove store push|pull: argv[0] is "push" or "pull". An exit status. */
+#ifndef COVE_CLI_STORE_SANDBOX_H
+#define COVE_CLI_STORE_SANDBOX_H
+
+int store_sandbox_cmd(int argc, char **argv);
+
+#endif

@@ -1,0 +1,227 @@
+/* Named sandboxes pushed to and pulled from the store (reconnect.h). */
+#include "lifecycle/store/reconnect.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
+#include "lifecycle/lock.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/state.h"
+#include "lifecycle/tree.h"
+#include "lifecycle/vmm_args.h"
+#include "lifecycle/store/store_config.h"
+
+/* A directory beneath the root (made 0700 when absent): its fd, or -errno. */
+static int root_subdir(const struct sbx_root *root, const char *name, char *err, size_t errlen)
+{
+	if (mkdirat(root->dfd, name, 0700) < 0 && errno != EEXIST)
+		return errmsg(err, errlen, -errno, "%s/%s: %s", root->state, name, strerror(errno));
+	int fd = openat(root->dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? errmsg(err, errlen, -errno, "%s/%s: %s", root->state, name, strerror(errno))
+		      : fd;
+}
+
+/* The provider type of a --key spec ("key-cmd:..." or "pkcs11:..."), "" for none. */
+static const char *key_type_of(const char *spec)
+{
+	if (!spec[0])
+		return "";
+	return !strncmp(spec, "pkcs11:", 7) ? "pkcs11" : "key-cmd";
+}
+
+static int policy_id_of(const struct store_config *cfg, const char *path, const char **id,
+			char *err, size_t errlen)
+{
+	*id = "";
+	if (!path[0])
+		return 0;
+	for (int i = 0; i < cfg->nr_policies; i++)
+		if (!strcmp(cfg->policies[i].path, path)) {
+			*id = cfg->policies[i].id;
+			return 0;
+		}
+	return errmsg(err, errlen, -ENOENT,
+		      "the sandbox's policy %s is not in store.json's \"policies\": another host "
+		      "could not map it to a policy of its own",
+		      path);
+}
+
+int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
+		       const struct sbx_root *root, const char *name, struct store_sync_stats *st,
+		       char *err, size_t errlen)
+{
+	if (!cfg->fleet_key_len)
+		return errmsg(err, errlen, -ENOKEY, "store.json names no fleet_key_file");
+	int dfd = sbx_dir_open(root, name, false, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	int lk = sbx_lock_take(dfd, SBX_LOCK_START, false, false), sdfd = -1, r = 0;
+	enum sbx_state state;
+	if (lk < 0)
+		r = errmsg(err, errlen, -EBUSY, "sandbox %s is being started or stopped", name);
+	if (!r && (sbx_state_read(dfd, &state, NULL) || state != SBX_STOPPED))
+		r = errmsg(err, errlen, -EBUSY,
+			   "sandbox %s is not stopped: push uploads a stopped sandbox", name);
+	struct sbx_spec *spec = calloc(1, sizeof(*spec));
+	if (!r && !spec)
+		r = -ENOMEM;
+	if (!r)
+		r = sbx_spec_read(dfd, spec, err, errlen);
+	const char *policy = "";
+	if (!r)
+		r = policy_id_of(cfg, spec->policy, &policy, err, errlen);
+	char chain_dir[PATH_MAX + 64];
+	snprintf(chain_dir, sizeof(chain_dir), "%s/%s/" SBX_CHAIN, root->state, name);
+	if (!r && (sdfd = root_subdir(root, STORE_STAGE_DIR, err, errlen)) < 0)
+		r = sdfd;
+	if (!r) {
+		struct store_upload_src src = {.name = name,
+					       .chain_dir = chain_dir,
+					       .spec = spec,
+					       .policy_id = policy,
+					       .key_type = key_type_of(spec->key),
+					       .stage_dfd = sdfd};
+		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
+		r = store_upload_generation(c, &src, &kr, st, err, errlen);
+	}
+	if (sdfd >= 0)
+		close(sdfd);
+	if (lk >= 0)
+		close(lk);
+	free(spec);
+	close(dfd);
+	return r;
+}
+
+/* The host's spec for a fetched manifest: nothing in it is a path or command from the store. */
+static int spec_from(const struct store_config *cfg, const struct sbx_root *root,
+		     const struct store_manifest *m, struct sbx_spec *sp, char *err, size_t errlen)
+{
+	memset(sp, 0, sizeof(*sp));
+	sp->mem_bytes = m->mem_bytes;
+	sp->vcpus = m->vcpus;
+	snprintf(sp->cmdline, sizeof(sp->cmdline), "%s", m->cmdline);
+	sp->nr_disks = m->nr_disks;
+	sp->vsock_rate = m->vsock_rate;
+	sp->snapshot_every_ms = m->snapshot_every_ms;
+	sp->idle_stop_ms = m->idle_stop_ms;
+	sp->created_ms = m->created_ms;
+	for (size_t i = 0; i < m->nr_files; i++) {
+		const struct store_file *f = &m->files[i];
+		char hex[DIGEST_HEX_LEN], *dst = NULL;
+		unsigned d;
+		digest_hex(f->digest, hex);
+		if (!strcmp(f->name, "kernel"))
+			dst = sp->kernel;
+		else if (!strcmp(f->name, "initrd"))
+			dst = sp->initrd;
+		else if (sscanf(f->name, "disk%u-base", &d) == 1 && store_image_name(f->name) &&
+			 (int)d < m->nr_disks)
+			dst = sp->disks[d].path;
+		if (dst && (size_t)snprintf(dst, PATH_MAX, "%.*s/" STORE_IMAGES_DIR "/%s",
+					    PATH_MAX - 100, root->state, hex) >= PATH_MAX)
+			return errmsg(err, errlen, -ENAMETOOLONG, "state root path too long");
+	}
+	if (!sp->kernel[0])
+		return errmsg(err, errlen, -EBADMSG, "the manifest names no kernel");
+	for (int i = 0; i < m->nr_disks; i++) {
+		if (!sp->disks[i].path[0])
+			return errmsg(err, errlen, -EBADMSG,
+				      "the manifest names no base for disk %d", i);
+		sp->disks[i].read_only = m->disks[i].read_only;
+		sp->disks[i].overlay = m->disks[i].overlay;
+	}
+	const char *key = !m->key_type[0]		   ? ""
+			  : !strcmp(m->key_type, "pkcs11") ? cfg->pkcs11_spec
+							   : cfg->key_cmd_spec;
+	if (m->key_type[0] && !key[0])
+		return errmsg(err, errlen, -ENOKEY,
+			      "the sandbox is encrypted under a %s key provider, and store.json's "
+			      "key_providers names none",
+			      m->key_type);
+	if (strlen(key) >= sizeof(sp->key))
+		return errmsg(err, errlen, -ENAMETOOLONG, "key provider spec too long");
+	memcpy(sp->key, key, strlen(key) + 1);
+	for (int i = 0; m->policy_id[0] && i < cfg->nr_policies; i++)
+		if (!strcmp(cfg->policies[i].id, m->policy_id))
+			snprintf(sp->policy, sizeof(sp->policy), "%s", cfg->policies[i].path);
+	if (m->policy_id[0] && !sp->policy[0])
+		return errmsg(err, errlen, -ENOENT,
+			      "the sandbox's policy id \"%s\" is not in store.json's policies",
+			      m->policy_id);
+	return 0;
+}
+
+int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
+		       const struct sbx_root *root, const char *name, uint64_t gen,
+		       struct store_sync_stats *st, char *err, size_t errlen)
+{
+	if (!cfg->fleet_key_len)
+		return errmsg(err, errlen, -ENOKEY, "store.json names no fleet_key_file");
+	int r = sbx_name_check(name, err, errlen);
+	if (r)
+		return r;
+	struct stat sb;
+	if (fstatat(root->dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+		return errmsg(err, errlen, -EEXIST, "sandbox %s is already on this host", name);
+	uint32_t tag = 0;
+	if (getrandom(&tag, sizeof(tag), 0) != (ssize_t)sizeof(tag))
+		return errmsg(err, errlen, -EIO, "no random bytes");
+	char tmp[SBX_NAME_MAX + 32];
+	snprintf(tmp, sizeof(tmp), ".pull-%s-%08x", name, tag);
+	int idfd = root_subdir(root, STORE_IMAGES_DIR, err, errlen);
+	if (idfd < 0)
+		return idfd;
+	int tdfd = -1, cdfd = -1;
+	struct sbx_spec *sp = calloc(1, sizeof(*sp));
+	struct store_manifest m = {0};
+	bool fetched = false;
+	if (!sp)
+		r = -ENOMEM;
+	if (!r && (tdfd = root_subdir(root, tmp, err, errlen)) < 0)
+		r = tdfd;
+	if (!r && mkdirat(tdfd, SBX_CHAIN, 0700) < 0)
+		r = errmsg(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
+	if (!r && (cdfd = openat(tdfd, SBX_CHAIN, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)) < 0)
+		r = errmsg(err, errlen, -errno, "%s/chain: %s", tmp, strerror(errno));
+	if (!r) {
+		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
+		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, &m, st, err, errlen);
+		fetched = !r;
+	}
+	if (!r)
+		r = spec_from(cfg, root, &m, sp, err, errlen);
+	if (!r && sbx_spec_write(tdfd, sp))
+		r = errmsg(err, errlen, -EIO, "%s: cannot write its spec", name);
+	if (!r) {
+		char why[96];
+		snprintf(why, sizeof(why), "fetched generation %llu from the store",
+			 (unsigned long long)st->generation);
+		r = sbx_event_append(tdfd, "creating", "stopped", why);
+		if (r)
+			errmsg(err, errlen, r, "%s: cannot write its event log", name);
+	}
+	if (!r && renameat2(root->dfd, tmp, root->dfd, name, RENAME_NOREPLACE) < 0)
+		r = errmsg(err, errlen, -errno, "sandbox %s: %s", name,
+			   errno == EEXIST ? "made on this host meanwhile" : strerror(errno));
+	if (r && tdfd >= 0)
+		sbx_tree_remove(root->dfd, tmp);
+	if (fetched)
+		store_manifest_free(&m);
+	if (cdfd >= 0)
+		close(cdfd);
+	if (tdfd >= 0)
+		close(tdfd);
+	close(idfd);
+	free(sp);
+	return r;
+}
