@@ -362,6 +362,9 @@ static const char *exchange(struct plain *c, int ufd, struct egress_body *bd, bo
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			continue;
 		if (n < 0) {
+			/* The audit reason is one word; the log says what the kernel said. */
+			broker_log(c->b, LOG_WARN, "egress: upstream read after %llu bytes: %s",
+				   (unsigned long long)st->down, strerror(errno));
 			why = "upstream reset";
 			break;
 		}

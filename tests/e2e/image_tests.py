@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import ssl
 import statistics
 import subprocess
@@ -150,6 +151,31 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def finish(self):
+        """A lingering close, as nginx does. The proxy asks for "Connection: close", and the
+        whole answer may still sit in this socket's send buffer (up to tcp_wmem's 4 MiB) when
+        the handler returns: closed now, the socket is an orphan with unsent data, which a box
+        under TCP memory pressure (50 such downloads at once) resets: the proxy then read
+        "connection reset" with about 4 MB of the answer missing. Close once the peer has
+        read it all and closed its end."""
+        super().finish()
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(120)
+            while self.connection.recv(65536):
+                pass
+        except OSError:
+            pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # 50 connections at once: no SYN dropped by a backlog of 5
+    errors = []
+
+    def handle_error(self, request, client_address):
+        import traceback
+        _Server.errors.append(traceback.format_exc(limit=3))
+
 
 def _wheel(root, name, version):
     """A minimal pure-Python wheel and a PEP 503 simple index for it under root/simple."""
@@ -189,8 +215,7 @@ class EgressSandbox:
         if not os.path.exists(os.path.join(os.path.dirname(bt.COVE), "cove-broker")):
             self.env["COVE_BROKER"] = at.BROKER
         self.env.update(env or {})
-        self.httpd = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
+        self.httpd = _Server(("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         hosts_add(["127.0.0.1 files.cove.test", "169.254.169.254 metadata.cove.test"])
@@ -319,7 +344,7 @@ def test_image_egress_parallel_and_pip():
                                           for r in sb.audit())
             check(False, f"{n} parallel downloads: rc={rc} {out!r} {err[-300:]!r}; audit "
                          f"{dict(reasons)}; broker.log {sb.tail('broker.log')!r}; vmm.log "
-                         f"{sb.tail('vmm.log')!r}")
+                         f"{sb.tail('vmm.log')!r}; server errors {_Server.errors[-2:]!r}")
         print(f"    {n} x 10 MiB at once through the proxy, all intact: {dt:.1f} s "
               f"({n * 10 / dt:.1f} MiB/s in the box)")
         t0 = time.monotonic()

@@ -89,7 +89,7 @@ static void test_request_and_reply(void **state)
 				  "{\"fault_message\":\"no such\"}"};
 	long status = 0;
 	char *reply = NULL, err[256] = "", text[64];
-	assert_int_equal(call(&f, "PATCH", "{\"state\":\"Paused\"}", 5, &status, &reply, err), 0);
+	assert_int_equal(call(&f, "PATCH", "{\"state\":\"Paused\"}", 120, &status, &reply, err), 0);
 	assert_int_equal(status, 400);
 	assert_string_equal(reply, "{\"fault_message\":\"no such\"}");
 	api_fault_text(reply, text, sizeof(text));
@@ -107,7 +107,7 @@ static void test_chunked_and_close_delimited(void **state)
 				  "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"};
 	long status = 0;
 	char *reply = NULL, err[256] = "";
-	assert_int_equal(call(&f, "GET", NULL, 5, &status, &reply, err), 0);
+	assert_int_equal(call(&f, "GET", NULL, 120, &status, &reply, err), 0);
 	assert_int_equal(status, 200);
 	assert_string_equal(reply, "abcde");
 	assert_non_null(strstr(f.req, "GET /vm HTTP/1.1\r\n"));
@@ -115,7 +115,7 @@ static void test_chunked_and_close_delimited(void **state)
 	free(reply);
 	/* No length: the body ends where the peer closes. */
 	struct fake g = {.reply = "HTTP/1.1 204 No Content\r\n\r\n"};
-	assert_int_equal(call(&g, "PUT", "{}", 5, &status, &reply, err), 0);
+	assert_int_equal(call(&g, "PUT", "{}", 120, &status, &reply, err), 0);
 	assert_int_equal(status, 204);
 	assert_string_equal(reply, "");
 	free(reply);
@@ -127,15 +127,15 @@ static void test_hostile_replies(void **state)
 	long status = 7;
 	char *reply = (char *)"x", err[256] = "";
 	struct fake big = {.reply = NULL};
-	assert_int_equal(call(&big, "GET", NULL, 5, &status, &reply, err), -ECONNREFUSED);
+	assert_int_equal(call(&big, "GET", NULL, 120, &status, &reply, err), -ECONNREFUSED);
 	assert_non_null(strstr(err, "reply too large"));
 	assert_null(reply);
 	assert_int_equal(status, 0);
 	struct fake junk = {.reply = "SMTP ready\r\n\r\n"};
-	assert_int_equal(call(&junk, "GET", NULL, 5, &status, &reply, err), -ECONNREFUSED);
+	assert_int_equal(call(&junk, "GET", NULL, 120, &status, &reply, err), -ECONNREFUSED);
 	assert_non_null(strstr(err, "bad reply"));
 	struct fake cut = {.reply = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"};
-	assert_int_equal(call(&cut, "GET", NULL, 5, &status, &reply, err), -ECONNREFUSED);
+	assert_int_equal(call(&cut, "GET", NULL, 120, &status, &reply, err), -ECONNREFUSED);
 	assert_non_null(strstr(err, "GET /vm on /tmp/cove-api-client-"));
 	struct fake silent = {.hold = true};
 	assert_int_equal(call(&silent, "GET", NULL, 1, &status, &reply, err), -ETIMEDOUT);
