@@ -65,7 +65,8 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull")) {
+	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
+	    strcmp(argv[1], "gc")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
@@ -73,6 +74,7 @@ int main(int argc, char **argv)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	xmlInitParser();
 	int r = !strcmp(argv[1], "probe") ? store_probe_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "gc")  ? store_gc_cmd(argc - 1, argv + 1)
 					  : store_sandbox_cmd(argc - 1, argv + 1);
 	xmlCleanupParser();
 	curl_global_cleanup();

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "lifecycle/root.h"
+#include "lifecycle/store/gc.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
 
@@ -75,5 +77,60 @@ int store_sandbox_cmd(int argc, char **argv)
 		       "ready to start\n",
 		       name, (unsigned long long)st.generation, (unsigned long long)st.files,
 		       (unsigned long long)st.blobs_sent, (unsigned long long)st.bytes_sent);
+	return 0;
+}
+
+int store_gc_cmd(int argc, char **argv)
+{
+	const char *config = NULL;
+	unsigned long keep = STORE_GC_KEEP_DEFAULT, grace = STORE_GC_GRACE_DEFAULT;
+	for (int i = 1; i < argc; i++) {
+		char *end = NULL;
+		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+			config = argv[++i];
+		} else if (!strcmp(argv[i], "--keep") && i + 1 < argc) {
+			keep = strtoul(argv[++i], &end, 10);
+		} else if (!strcmp(argv[i], "--grace") && i + 1 < argc) {
+			grace = strtoul(argv[++i], &end, 10); /* seconds */
+		} else {
+			fprintf(stderr,
+				"usage: cove store gc [--keep K] [--grace SECONDS] [--config "
+				"FILE]\n");
+			return 2;
+		}
+		if (end && (*end || !keep || keep > 1000000)) {
+			fprintf(stderr, "cove store gc: --keep wants 1 or more, --grace seconds\n");
+			return 2;
+		}
+	}
+	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove store"};
+	struct store_config *cfg = calloc(1, sizeof(*cfg));
+	struct s3_client *c = NULL;
+	struct store_gc_stats st;
+	char err[600];
+	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
+	if (!r && !cfg->fleet_key_len)
+		r = -ENOKEY, snprintf(err, sizeof(err), "store.json names no fleet_key_file");
+	if (!r)
+		r = s3_client_new(cfg, &(struct s3_opts){.log = &log}, &c, err, sizeof(err));
+	if (!r) {
+		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
+		r = store_gc(c, &kr, (unsigned)keep, (int64_t)grace, (int64_t)time(NULL), &st, err,
+			     sizeof(err));
+	}
+	s3_client_free(c);
+	if (cfg)
+		store_config_wipe(cfg);
+	free(cfg);
+	if (r) {
+		log_err(&log, "%s", err);
+		return 1;
+	}
+	printf("store gc: %llu sandboxes, %llu generations kept, %llu removed; %llu blobs: %llu "
+	       "named, %llu within the grace period, %llu removed (%llu bytes)\n",
+	       (unsigned long long)st.sandboxes, (unsigned long long)st.manifests_kept,
+	       (unsigned long long)st.manifests_removed, (unsigned long long)st.blobs,
+	       (unsigned long long)st.blobs_kept, (unsigned long long)st.blobs_young,
+	       (unsigned long long)st.blobs_removed, (unsigned long long)st.bytes_removed);
 	return 0;
 }

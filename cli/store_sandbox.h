@@ -3,5 +3,7 @@
 #define COVE_CLI_STORE_SANDBOX_H
 
 int store_sandbox_cmd(int argc, char **argv);
+/* cove store gc [--keep K] [--grace SECONDS]: an exit status. */
+int store_gc_cmd(int argc, char **argv);
 
 #endif

@@ -82,6 +82,7 @@ struct s3_list_entry {
 	char key[S3_KEY_MAX + 1]; /* relative to the configured prefix */
 	uint64_t size;
 	char etag[S3_ETAG_MAX + 1];
+	int64_t mtime; /* LastModified, seconds since the epoch; 0 when absent or unreadable */
 };
 struct s3_list_page {
 	struct s3_list_entry *entries;

@@ -9,6 +9,7 @@
 #include <libxml/tree.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static xmlDocPtr parse(const char *body, size_t len)
 {
@@ -186,6 +187,13 @@ int s3_xml_list_objects(const char *body, size_t len, size_t max, struct s3_list
 				   "s3 list: entry %zu has no valid Key or Size", page->n);
 			goto out;
 		}
+		char lm[40];
+		struct tm tm = {0};
+		const char *end;
+		/* "2026-12-04T15:00:00.000Z": seconds are enough (gc's grace period). */
+		if (!child_text(n, "LastModified", lm, sizeof(lm) - 1, false) &&
+		    (end = strptime(lm, "%Y-%m-%dT%H:%M:%S", &tm)) && (*end == '.' || *end == 'Z'))
+			en->mtime = (int64_t)timegm(&tm);
 		int te = child_text(n, "ETag", en->etag, S3_ETAG_MAX, true);
 		if (te && te != -ENOENT) {
 			e = errmsg(err, errlen, -EBADMSG, "s3 list: entry %zu has a bad ETag",

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -21,6 +22,7 @@
 #include "../unit/chain_fixture.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
+#include "lifecycle/store/gc.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
 #include "lifecycle/store/sync.h"
@@ -279,6 +281,61 @@ static void test_push_pull(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Retention keeps the newest generation; gc frees blobs only expired generations named, once
+ * past the grace period; a removed sandbox's generations all go; the newest still fetches. */
+static void test_gc(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct store_sync_stats st;
+	struct store_gc_stats g;
+	time_t now = time(NULL);
+	/* A prefix of its own: the other tests' manifests are MAC'ed under other fleet keys (one
+	 * per test), which gc rightly refuses. */
+	struct s3_client *shared = f->c;
+	struct store_config cfg = f->cfg;
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "gc-test/");
+	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, f->err, sizeof(f->err)))
+		fail_msg("client: %s", f->err);
+	fx_make_chain(&c, f->a, 2);
+	fx_make_chain(&c, f->b, 3);
+	/* gc-one: generation 1 (2 layers), then 2 (3 layers). gc-two: one generation (2 layers),
+	 * then removed. */
+	if (upload(f, "gc-one", f->a, &st) || upload(f, "gc-one", f->b, &st) ||
+	    upload(f, "gc-two", f->a, &st))
+		fail_msg("upload: %s", f->err);
+	assert_int_equal(store_put_tombstone(f->c, "gc-two", f->err, sizeof(f->err)), 0);
+	/* Inside the grace period nothing unnamed goes; expired manifests do. */
+	if (store_gc(f->c, &f->kr, 1, 3600, now, &g, f->err, sizeof(f->err)))
+		fail_msg("gc: %s", f->err);
+	assert_int_equal(g.manifests_removed, 2); /* gc-one's 1, gc-two's 1 */
+	assert_int_equal(g.manifests_kept, 1);
+	assert_int_equal(g.blobs_removed, 0);
+	assert_true(g.blobs_young >= 1);
+	/* Past the grace period: the blob only gc-one's generation 1 and gc-two named (the
+	 * 2-layer chain file) goes; every blob generation 2 names stays. */
+	if (store_gc(f->c, &f->kr, 1, 3600, now + 7200, &g, f->err, sizeof(f->err)))
+		fail_msg("gc 2: %s", f->err);
+	assert_int_equal(g.blobs_removed, 1);
+	assert_int_equal(g.blobs_young, 0);
+	assert_int_equal(g.blobs, g.blobs_kept + 1);
+	assert_true(g.blobs_kept >= 5);
+	char into[64];
+	fx_mkdtemp(into, sizeof(into), "sync-into");
+	if (fetch(f, "gc-one", 0, into, &st))
+		fail_msg("fetch after gc: %s", f->err);
+	fx_rmdir(into);
+	/* A manifest gc cannot authenticate stops it before any delete. */
+	f->key[1] ^= 1;
+	assert_int_equal(store_gc(f->c, &f->kr, 1, 0, now + 7200, &g, f->err, sizeof(f->err)),
+			 -EBADMSG);
+	assert_non_null(strstr(f->err, "nothing deleted"));
+	assert_int_equal(g.blobs_removed, 0);
+	f->key[1] ^= 1;
+	s3_client_free(f->c);
+	f->c = shared;
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -287,6 +344,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_up_and_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shared_and_flipped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_push_pull, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();
