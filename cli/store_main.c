@@ -19,6 +19,9 @@ static void usage(FILE *out)
 		"  push: uploads stopped sandbox NAME's newest generation (blobs the store has "
 		"are not sent again)\n"
 		"  pull: makes sandbox NAME on this host from the store's newest generation\n"
+		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
+		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
+		"deletes blobs none of them names once older than the grace period (86400 s)\n"
 		"  probe: checks that the store in FILE (default $COVE_STORE, else "
 		"/etc/cove/store.json)\n"
 		"  answers a second create-only PUT (If-None-Match: *) with 412\n");
