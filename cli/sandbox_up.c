@@ -1,5 +1,6 @@
 /* Starting a named sandbox on demand: the lifecycle's reconnect path. */
 #include "cli/sandbox_up.h"
+#include "cli/store_reconnect.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -401,6 +402,21 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 		if (dfd >= 0 && faccessat(dfd, SBX_SPEC, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
 			close(dfd);
 			dfd = -ENOENT;
+		}
+		/* Not on this host, nor removed here: the store, when one is configured, may
+		 * hold it (another host made it); pulled, it starts as a stopped one does. */
+		if (dfd < 0 && sbx_name_check(sandbox, NULL, 0) == 0 &&
+		    sbx_tombstone_describe(&r, sandbox, NULL, 0) != 0) {
+			int ps = store_try_pull(sandbox);
+			if (ps == 66) {
+				sbx_root_close(&r);
+				return errmsg(
+				    err, errlen, SBX_EXIT_DELETED,
+				    "sandbox %s was removed (its tombstone is in the store)",
+				    sandbox);
+			}
+			if (ps >= 0)
+				dfd = sbx_dir_open(&r, sandbox, false, NULL, 0);
 		}
 		if (dfd >= 0) {
 			ret = sbx_start(&r, sandbox, dfd, why, err, errlen);

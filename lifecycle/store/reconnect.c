@@ -161,6 +161,10 @@ static int spec_from(const struct store_config *cfg, const struct sbx_root *root
 	return 0;
 }
 
+static int pull_locked(struct s3_client *c, const struct store_config *cfg,
+		       const struct sbx_root *root, const char *name, uint64_t gen,
+		       struct store_sync_stats *st, char *err, size_t errlen);
+
 int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 		       const struct sbx_root *root, const char *name, uint64_t gen,
 		       struct store_sync_stats *st, char *err, size_t errlen)
@@ -170,9 +174,27 @@ int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 	int r = sbx_name_check(name, err, errlen);
 	if (r)
 		return r;
+	/* One pull of a name at a time on this host: the others wait, then find it here. */
+	char lock[SBX_NAME_MAX + 32];
+	snprintf(lock, sizeof(lock), ".pull-%s.lock", name);
+	int lk = sbx_lock_take(root->dfd, lock, true, false);
+	if (lk < 0)
+		return errmsg(err, errlen, lk, "%s/%s: %s", root->state, lock, strerror(-lk));
 	struct stat sb;
-	if (fstatat(root->dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+	if (fstatat(root->dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		close(lk);
 		return errmsg(err, errlen, -EEXIST, "sandbox %s is already on this host", name);
+	}
+	r = pull_locked(c, cfg, root, name, gen, st, err, errlen);
+	close(lk);
+	return r;
+}
+
+static int pull_locked(struct s3_client *c, const struct store_config *cfg,
+		       const struct sbx_root *root, const char *name, uint64_t gen,
+		       struct store_sync_stats *st, char *err, size_t errlen)
+{
+	int r = 0;
 	uint32_t tag = 0;
 	if (getrandom(&tag, sizeof(tag), 0) != (ssize_t)sizeof(tag))
 		return errmsg(err, errlen, -EIO, "no random bytes");

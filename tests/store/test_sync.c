@@ -12,11 +12,13 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
+#include <jansson.h>
 #include <libxml/parser.h>
 
 #include "../unit/chain_fixture.h"
@@ -336,6 +338,105 @@ static void test_gc(void **state)
 	f->c = shared;
 }
 
+/* store.json as s3server wrote it, plus this test's fleet key file and a pkcs11 provider. */
+static void fleet_store_json(struct fx *f, const char *dir, char *out, size_t cap)
+{
+	char keyfile[128], hex[65];
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", f->key[i]);
+	snprintf(keyfile, sizeof(keyfile), "%s/fleet.key", dir);
+	int fd = open(keyfile, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, hex, 64), 64);
+	close(fd);
+	json_t *o = json_load_file(getenv("COVE_STORE"), 0, NULL);
+	assert_non_null(o);
+	json_object_set_new(o, "fleet_key_file", json_string(keyfile));
+	json_object_set_new(o, "prefix", json_string("pulls/"));
+	snprintf(out, cap, "%s/store.json", dir);
+	assert_int_equal(json_dump_file(o, out, 0), 0);
+	json_decref(o);
+}
+
+/* 20 `cove-store pull` of one name at once on a host that never had it: one fetches, the 19
+ * others wait for it and find the sandbox there; all of them see it. */
+static void test_concurrent_pulls(void **state)
+{
+	struct fx *f = *state;
+	char root_a[64], root_b[64], p[256], err[600], json[256];
+	const char *bin = getenv("COVE_STORE_BIN");
+	assert_non_null(bin);
+	fx_mkdtemp(root_a, sizeof(root_a), "host-a");
+	fx_mkdtemp(root_b, sizeof(root_b), "host-b");
+	fleet_store_json(f, f->stage, json, sizeof(json));
+	/* A prefix of its own: test_shared_and_flipped left a flipped blob in the shared one. */
+	struct s3_client *shared = f->c;
+	struct store_config cfg = f->cfg;
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "pulls/");
+	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, err, sizeof(err)))
+		fail_msg("client: %s", err);
+	memcpy(cfg.fleet_key, f->key, 32);
+	cfg.fleet_key_len = 32;
+	setenv("COVE_STATE_DIR", root_a, 1);
+	struct sbx_root ra;
+	assert_int_equal(sbx_root_open(&ra, true, err, sizeof(err)), 0);
+	int dfd = sbx_dir_open(&ra, "many", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	assert_int_equal(sbx_spec_write(dfd, &f->spec), 0);
+	assert_int_equal(sbx_event_append(dfd, "creating", "stopped", "test"), 0);
+	snprintf(p, sizeof(p), "%s/many/chain", root_a);
+	assert_int_equal(mkdir(p, 0700), 0);
+	struct chain c;
+	fx_make_chain(&c, p, 3);
+	struct store_sync_stats st;
+	if (store_push_sandbox(f->c, &cfg, &ra, "many", &st, err, sizeof(err)))
+		fail_msg("push: %s", err);
+	enum { N = 20 };
+	pid_t pids[N];
+	int outs[N];
+	for (int i = 0; i < N; i++) {
+		char out[128];
+		snprintf(out, sizeof(out), "%s/pull-%d.out", f->stage, i);
+		outs[i] = open(out, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		pids[i] = fork();
+		assert_true(pids[i] >= 0);
+		if (pids[i] == 0) {
+			dup2(outs[i], 1);
+			dup2(outs[i], 2);
+			setenv("COVE_STATE_DIR", root_b, 1);
+			setenv("COVE_STORE", json, 1);
+			execl(bin, bin, "pull", "many", (char *)NULL);
+			_exit(127);
+		}
+	}
+	int fetched = 0, already = 0;
+	for (int i = 0; i < N; i++) {
+		int status;
+		assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+		char buf[1024] = {0};
+		assert_true(pread(outs[i], buf, sizeof(buf) - 1, 0) >= 0);
+		close(outs[i]);
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(buf, "fetched"))
+			fetched++;
+		else if (WIFEXITED(status) && WEXITSTATUS(status) == 1 &&
+			 strstr(buf, "already on this host"))
+			already++;
+		else
+			fail_msg("pull %d: status %d: %s", i, status, buf);
+	}
+	assert_int_equal(fetched, 1);
+	assert_int_equal(already, N - 1);
+	snprintf(p, sizeof(p), "%s/many/chain", root_b);
+	assert_int_equal(chain_verify_stamped(p, NULL, err, sizeof(err)), 0);
+	close(dfd);
+	sbx_root_close(&ra);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root_a, root_b);
+	assert_int_equal(system(cmd), 0);
+	s3_client_free(f->c);
+	f->c = shared;
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -345,6 +446,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shared_and_flipped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_push_pull, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();

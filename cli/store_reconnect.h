@@ -1,0 +1,13 @@
+/* A sandbox this host does not have, taken from the object store when one is configured. */
+#ifndef COVE_CLI_STORE_RECONNECT_H
+#define COVE_CLI_STORE_RECONNECT_H
+
+/*
+ * With a store configured ($COVE_STORE, else /etc/cove/store.json), runs `cove-store pull NAME`
+ * (beside this executable) and returns its exit status: 0 pulled (or another process pulled it
+ * meanwhile: check again), 66 removed from the store, other failures as it says on stderr.
+ * -1 when no store is configured.
+ */
+int store_try_pull(const char *name);
+
+#endif
