@@ -10,6 +10,7 @@
 
 #include "cli/api_client.h"
 #include "cli/commands.h"
+#include "cli/store_reconnect.h"
 #include "cli/sandbox_up.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
@@ -279,6 +280,17 @@ int cmd_rm(int argc, char **argv)
 		goto out;
 	/* Not while another command is starting it: wait for that, then delete. */
 	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
+	/* The store's tombstone first: deleted here but not there, another host could take it
+	 * up again. Not written: nothing is deleted, and cove rm can be run again. */
+	int ts = store_try_tombstone(t.name);
+	if (ts > 0) {
+		fprintf(stderr,
+			"cove rm: %s: the store's tombstone could not be written (above): nothing "
+			"deleted\n",
+			t.name);
+		st = 1;
+		goto out;
+	}
 	ret = sbx_remove(&t.root, t.name, t.dfd, sbx_state_name(t.state), "cove rm");
 	t.dfd = -1;
 	if (ret) {

@@ -19,6 +19,8 @@ static void usage(FILE *out)
 		"  push: uploads stopped sandbox NAME's newest generation (blobs the store has "
 		"are not sent again)\n"
 		"  pull: makes sandbox NAME on this host from the store's newest generation\n"
+		"       cove store tombstone NAME [--config FILE]\n"
+		"  tombstone: NAME is removed for every host (cove rm writes it first)\n"
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
 		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
 		"deletes blobs none of them names once older than the grace period (86400 s)\n"
@@ -69,7 +71,7 @@ int main(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
-	    strcmp(argv[1], "gc")) {
+	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "gc")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;

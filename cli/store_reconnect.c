@@ -9,7 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int store_try_pull(const char *name)
+/* cove-store SUB NAME: its exit status, or -1 without a store (or without cove-store). */
+static int store_run(const char *sub, const char *name)
 {
 	const char *cfg = getenv("COVE_STORE");
 	if (!(cfg && *cfg) && access("/etc/cove/store.json", R_OK) != 0)
@@ -31,7 +32,7 @@ int store_try_pull(const char *name)
 		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
 		if (nul >= 0)
 			dup2(nul, 1);
-		char *argv[] = {path, (char *)"pull", (char *)name, NULL};
+		char *argv[] = {path, (char *)sub, (char *)name, NULL};
 		execv(path, argv);
 		fprintf(stderr, "cove: cannot run %s: %s\n", path, strerror(errno));
 		_exit(127);
@@ -41,4 +42,14 @@ int store_try_pull(const char *name)
 		if (errno != EINTR)
 			return -1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int store_try_pull(const char *name)
+{
+	return store_run("pull", name);
+}
+
+int store_try_tombstone(const char *name)
+{
+	return store_run("tombstone", name);
 }

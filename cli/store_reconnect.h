@@ -9,5 +9,7 @@
  * -1 when no store is configured.
  */
 int store_try_pull(const char *name);
+/* The same with `cove-store tombstone NAME`: 0 written (or there already). -1: no store. */
+int store_try_tombstone(const char *name);
 
 #endif

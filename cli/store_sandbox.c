@@ -16,7 +16,7 @@
 
 int store_sandbox_cmd(int argc, char **argv)
 {
-	bool push = !strcmp(argv[0], "push");
+	bool push = !strcmp(argv[0], "push"), tomb = !strcmp(argv[0], "tombstone");
 	const char *config = NULL, *name = NULL;
 	uint64_t gen = 0;
 	for (int i = 1; i < argc; i++) {
@@ -50,6 +50,19 @@ int store_sandbox_cmd(int argc, char **argv)
 	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
 	if (!r)
 		r = s3_client_new(cfg, &(struct s3_opts){.log = &log}, &c, err, sizeof(err));
+	if (!r && tomb) {
+		r = store_put_tombstone(c, name, err, sizeof(err));
+		if (!r)
+			printf(
+			    "%s: tombstone in the store: every host now answers it was removed\n",
+			    name);
+		s3_client_free(c);
+		store_config_wipe(cfg);
+		free(cfg);
+		if (r)
+			log_err(&log, "%s", err);
+		return r ? 1 : 0;
+	}
 	if (!r)
 		r = sbx_root_open(&root, !push, err, sizeof(err));
 	if (!r)

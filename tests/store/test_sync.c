@@ -428,6 +428,15 @@ static void test_concurrent_pulls(void **state)
 	assert_int_equal(already, N - 1);
 	snprintf(p, sizeof(p), "%s/many/chain", root_b);
 	assert_int_equal(chain_verify_stamped(p, NULL, err, sizeof(err)), 0);
+	/* Removed (cove rm writes this first): a third host's pull answers 66. */
+	char cmd0[512];
+	snprintf(cmd0, sizeof(cmd0), "COVE_STORE=%s %s tombstone many >/dev/null", json, bin);
+	assert_int_equal(system(cmd0), 0);
+	snprintf(cmd0, sizeof(cmd0), "COVE_STORE=%s COVE_STATE_DIR=%s/c %s pull many 2>/dev/null",
+		 json, root_b, bin);
+	int ws = system(cmd0);
+	assert_true(WIFEXITED(ws));
+	assert_int_equal(WEXITSTATUS(ws), 66);
 	close(dfd);
 	sbx_root_close(&ra);
 	char cmd[256];
