@@ -19,6 +19,9 @@ static void usage(FILE *out)
 		"  push: uploads stopped sandbox NAME's newest generation (blobs the store has "
 		"are not sent again)\n"
 		"  pull: makes sandbox NAME on this host from the store's newest generation\n"
+		"       cove store ls [--config FILE]\n"
+		"  ls: the store's sandboxes: newest generation, generations kept, its age (the "
+		"store lag), stored or removed\n"
 		"       cove store tombstone NAME [--config FILE]\n"
 		"  tombstone: NAME is removed for every host (cove rm writes it first)\n"
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
@@ -71,7 +74,7 @@ int main(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
-	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "gc")) {
+	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "ls") && strcmp(argv[1], "gc")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
@@ -80,6 +83,7 @@ int main(int argc, char **argv)
 	xmlInitParser();
 	int r = !strcmp(argv[1], "probe") ? store_probe_cmd(argc - 1, argv + 1)
 		: !strcmp(argv[1], "gc")  ? store_gc_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "ls")  ? store_ls_cmd(argc - 1, argv + 1)
 					  : store_sandbox_cmd(argc - 1, argv + 1);
 	xmlCleanupParser();
 	curl_global_cleanup();

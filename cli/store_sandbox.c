@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "lifecycle/root.h"
+#include "lifecycle/store/catalog.h"
 #include "lifecycle/store/gc.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
@@ -145,5 +146,49 @@ int store_gc_cmd(int argc, char **argv)
 	       (unsigned long long)st.manifests_removed, (unsigned long long)st.blobs,
 	       (unsigned long long)st.blobs_kept, (unsigned long long)st.blobs_young,
 	       (unsigned long long)st.blobs_removed, (unsigned long long)st.bytes_removed);
+	return 0;
+}
+
+int store_ls_cmd(int argc, char **argv)
+{
+	const char *config = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+			config = argv[++i];
+		} else {
+			fprintf(stderr, "usage: cove store ls [--config FILE]\n");
+			return 2;
+		}
+	}
+	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove store"};
+	struct store_config *cfg = calloc(1, sizeof(*cfg));
+	struct s3_client *c = NULL;
+	struct store_sandbox *v = NULL;
+	size_t n = 0;
+	char err[600];
+	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
+	if (!r)
+		r = s3_client_new(cfg, &(struct s3_opts){.log = &log}, &c, err, sizeof(err));
+	if (!r)
+		r = store_catalog(c, 100000, &v, &n, err, sizeof(err));
+	s3_client_free(c);
+	if (cfg)
+		store_config_wipe(cfg);
+	free(cfg);
+	if (r) {
+		log_err(&log, "%s", err);
+		return 1;
+	}
+	time_t now = time(NULL);
+	printf("%-48s %10s %6s %12s  %s\n", "NAME", "NEWEST", "KEPT", "LAG", "STATE");
+	for (size_t i = 0; i < n; i++) {
+		char lag[32] = "-";
+		if (v[i].committed)
+			snprintf(lag, sizeof(lag), "%llds", (long long)(now - v[i].committed));
+		printf("%-48s %10llu %6llu %12s  %s\n", v[i].name, (unsigned long long)v[i].newest,
+		       (unsigned long long)v[i].generations, lag,
+		       v[i].removed ? "removed" : "stored");
+	}
+	free(v);
 	return 0;
 }

@@ -437,6 +437,19 @@ static void test_concurrent_pulls(void **state)
 	int ws = system(cmd0);
 	assert_true(WIFEXITED(ws));
 	assert_int_equal(WEXITSTATUS(ws), 66);
+	/* cove store ls: the sandbox, its newest generation, its lag, removed. */
+	snprintf(cmd0, sizeof(cmd0), "COVE_STORE=%s %s ls", json, bin);
+	FILE *ls = popen(cmd0, "r");
+	char line[256], seen[256] = "";
+	while (ls && fgets(line, sizeof(line), ls))
+		if (!strncmp(line, "many ", 5))
+			snprintf(seen, sizeof(seen), "%s", line);
+	assert_int_equal(pclose(ls), 0);
+	char lname[64], lag[32], lstate[32];
+	unsigned long long newest, kept;
+	if (sscanf(seen, "%63s %llu %llu %31s %31s", lname, &newest, &kept, lag, lstate) != 5 ||
+	    newest != 1 || kept != 1 || lag[strlen(lag) - 1] != 's' || strcmp(lstate, "removed"))
+		fail_msg("cove store ls: %s", seen);
 	close(dfd);
 	sbx_root_close(&ra);
 	char cmd[256];
