@@ -186,6 +186,20 @@ int cmd_stop(int argc, char **argv)
 	end_broker("stop", &t);
 	if (lk >= 0)
 		close(lk);
+	/* With a store: stop returns once the final generation is committed there. */
+	if (!st && t.state == SBX_STOPPED) {
+		int ps = store_try_push(t.name);
+		if (ps > 0) {
+			fprintf(
+			    stderr,
+			    "cove stop: %s: stopped, but its final generation is not in the store "
+			    "(above); cove store push %s tries again\n",
+			    t.name, t.name);
+			st = 1;
+		} else if (ps == 0) {
+			printf("%s: its final generation is committed to the store\n", t.name);
+		}
+	}
 out:
 	close_target(&t);
 	return st < 0 ? 0 : st;

@@ -53,3 +53,8 @@ int store_try_tombstone(const char *name)
 {
 	return store_run("tombstone", name);
 }
+
+int store_try_push(const char *name)
+{
+	return store_run("push", name);
+}

@@ -11,5 +11,7 @@
 int store_try_pull(const char *name);
 /* The same with `cove-store tombstone NAME`: 0 written (or there already). -1: no store. */
 int store_try_tombstone(const char *name);
+/* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */
+int store_try_push(const char *name);
 
 #endif
