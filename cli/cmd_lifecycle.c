@@ -179,15 +179,17 @@ int cmd_stop(int argc, char **argv)
 		goto out;
 	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
 	sbx_state_read(t.dfd, &t.state, NULL);
+	bool stopped_now = false;
 	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED)
 		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
 	else if (!(st = stop_locked("stop", &t, "cove stop")))
-		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name),
+		    stopped_now = true;
 	end_broker("stop", &t);
 	if (lk >= 0)
 		close(lk);
 	/* With a store: stop returns once the final generation is committed there. */
-	if (!st && t.state == SBX_STOPPED) {
+	if (stopped_now) {
 		int ps = store_try_push(t.name);
 		if (ps > 0) {
 			fprintf(
