@@ -182,9 +182,10 @@ int cmd_stop(int argc, char **argv)
 	bool stopped_now = false;
 	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED)
 		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
-	else if (!(st = stop_locked("stop", &t, "cove stop")))
-		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name),
-		    stopped_now = true;
+	else if (!(st = stop_locked("stop", &t, "cove stop"))) {
+		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+		stopped_now = true;
+	}
 	end_broker("stop", &t);
 	if (lk >= 0)
 		close(lk);
