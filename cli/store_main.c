@@ -19,6 +19,9 @@ static void usage(FILE *out)
 		"  push: uploads stopped sandbox NAME's newest generation (blobs the store has "
 		"are not sent again)\n"
 		"  pull: makes sandbox NAME on this host from the store's newest generation\n"
+		"       cove store follow NAME [--config FILE]\n"
+		"  follow: while NAME runs, uploads each new commit of its chain (cove start "
+		"runs it when a store is configured)\n"
 		"       cove store ls [--config FILE]\n"
 		"  ls: the store's sandboxes: newest generation, generations kept, its age (the "
 		"store lag), stored or removed\n"
@@ -74,7 +77,8 @@ int main(int argc, char **argv)
 		return argc < 2 ? 2 : 0;
 	}
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
-	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "ls") && strcmp(argv[1], "gc")) {
+	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
+	    strcmp(argv[1], "gc")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;

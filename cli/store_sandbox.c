@@ -17,7 +17,8 @@
 
 int store_sandbox_cmd(int argc, char **argv)
 {
-	bool push = !strcmp(argv[0], "push"), tomb = !strcmp(argv[0], "tombstone");
+	bool push = !strcmp(argv[0], "push"), tomb = !strcmp(argv[0], "tombstone"),
+	     follow = !strcmp(argv[0], "follow");
 	const char *config = NULL, *name = NULL;
 	uint64_t gen = 0;
 	for (int i = 1; i < argc; i++) {
@@ -65,7 +66,17 @@ int store_sandbox_cmd(int argc, char **argv)
 		return r ? 1 : 0;
 	}
 	if (!r)
-		r = sbx_root_open(&root, !push, err, sizeof(err));
+		r = sbx_root_open(&root, !push && !follow, err, sizeof(err));
+	if (!r && follow) {
+		r = store_follow(c, cfg, &root, name, &log, err, sizeof(err));
+		sbx_root_close(&root);
+		s3_client_free(c);
+		store_config_wipe(cfg);
+		free(cfg);
+		if (r)
+			log_err(&log, "%s", err);
+		return r ? 1 : 0;
+	}
 	if (!r)
 		r = push ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
 			 : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));

@@ -31,14 +31,14 @@ static int root_subdir(const struct sbx_root *root, const char *name, char *err,
 }
 
 /* The provider type of a --key spec ("key-cmd:..." or "pkcs11:..."), "" for none. */
-static const char *key_type_of(const char *spec)
+const char *store_key_type_of(const char *spec)
 {
 	if (!spec[0])
 		return "";
 	return !strncmp(spec, "pkcs11:", 7) ? "pkcs11" : "key-cmd";
 }
 
-static int policy_id_of(const struct store_config *cfg, const char *path, const char **id,
+int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id,
 			char *err, size_t errlen)
 {
 	*id = "";
@@ -78,7 +78,7 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 		r = sbx_spec_read(dfd, spec, err, errlen);
 	const char *policy = "";
 	if (!r)
-		r = policy_id_of(cfg, spec->policy, &policy, err, errlen);
+		r = store_policy_id_of(cfg, spec->policy, &policy, err, errlen);
 	char chain_dir[PATH_MAX + 64];
 	snprintf(chain_dir, sizeof(chain_dir), "%s/%s/" SBX_CHAIN, root->state, name);
 	if (!r && (sdfd = root_subdir(root, STORE_STAGE_DIR, err, errlen)) < 0)
@@ -88,7 +88,7 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 					       .chain_dir = chain_dir,
 					       .spec = spec,
 					       .policy_id = policy,
-					       .key_type = key_type_of(spec->key),
+					       .key_type = store_key_type_of(spec->key),
 					       .stage_dfd = sdfd};
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
 		r = store_upload_generation(c, &src, &kr, st, err, errlen);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "lifecycle/root.h"
+#include "common/log.h"
 #include "lifecycle/store/sync.h"
 
 #define STORE_IMAGES_DIR ".images"	/* in the state root: kernels and disk bases by digest */
@@ -33,5 +34,20 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 		       const struct sbx_root *root, const char *name, uint64_t gen,
 		       struct store_sync_stats *st, char *err, size_t errlen);
+
+/* The id store.json's "policies" give a policy file (*id "" for none; -ENOENT when absent). */
+int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id,
+		       char *err, size_t errlen);
+/* The provider type of a --key spec: "" (none), "pkcs11" or "key-cmd". */
+const char *store_key_type_of(const char *spec);
+
+/*
+ * While sandbox `name` runs: uploads each new commit of its chain (inotify on the chain
+ * directory, checked every 2 s too), files unchanged since the last upload neither hashed nor
+ * sent again; returns once its VMM is gone (the final generation is cove stop's). One follower
+ * per sandbox (a lock in its directory: a second returns 0 at once). 0 or -errno + err.
+ */
+int store_follow(struct s3_client *c, const struct store_config *cfg, const struct sbx_root *root,
+		 const char *name, struct logger *log, char *err, size_t errlen);
 
 #endif

@@ -129,17 +129,74 @@ static int send_blob(struct s3_client *c, const struct store_file *f, int fd, ui
 	return 0;
 }
 
-static int stage_and_send(struct s3_client *c, int in, const char *as, const uint8_t *recorded,
-			  int stage_dfd, struct store_file *f, struct store_sync_stats *st,
-			  char *err, size_t errlen)
+void store_upload_cache_free(struct store_upload_cache *c)
 {
+	free(c->e);
+	memset(c, 0, sizeof(*c));
+}
+
+static struct store_upload_cached *cache_find(struct store_upload_cache *c, const char *as)
+{
+	for (size_t i = 0; c && i < c->n; i++)
+		if (!strcmp(c->e[i].name, as))
+			return &c->e[i];
+	return NULL;
+}
+
+static bool cache_same(const struct store_upload_cached *e, const struct stat *st)
+{
+	return e->dev == (unsigned long long)st->st_dev &&
+	       e->ino == (unsigned long long)st->st_ino &&
+	       e->size == (unsigned long long)st->st_size &&
+	       e->mtime_ns == (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec &&
+	       e->ctime_ns == (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+}
+
+static void cache_put(struct store_upload_cache *c, const char *as, const struct stat *st,
+		      const struct store_file *f)
+{
+	struct store_upload_cached *e = cache_find(c, as);
+	if (!e) {
+		if (c->n == c->cap) {
+			size_t cap = c->cap ? 2 * c->cap : 64;
+			struct store_upload_cached *m = realloc(c->e, cap * sizeof(*m));
+			if (!m)
+				return; /* a cache: not having it only costs a hash */
+			c->e = m;
+			c->cap = cap;
+		}
+		e = &c->e[c->n++];
+	}
+	snprintf(e->name, sizeof(e->name), "%s", as);
+	e->dev = (unsigned long long)st->st_dev;
+	e->ino = (unsigned long long)st->st_ino;
+	e->size = (unsigned long long)st->st_size;
+	e->mtime_ns = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+	e->ctime_ns = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+	e->f = *f;
+}
+
+static int stage_and_send(struct s3_client *c, int in, const char *as, const uint8_t *recorded,
+			  const struct store_upload_src *src, struct store_file *f,
+			  struct store_sync_stats *st, char *err, size_t errlen)
+{
+	struct stat sb;
+	bool have = src->cache && fstat(in, &sb) == 0;
+	struct store_upload_cached *e = have ? cache_find(src->cache, as) : NULL;
+	if (e && cache_same(e, &sb) && (!recorded || !memcmp(recorded, e->f.digest, DIGEST_LEN))) {
+		*f = e->f;
+		st->blobs_present++;
+		return 0;
+	}
 	int fd = -1;
 	uint64_t len = 0;
-	int r = store_stage_fd(in, as, recorded, stage_dfd, f, &fd, &len, err, errlen);
+	int r = store_stage_fd(in, as, recorded, src->stage_dfd, f, &fd, &len, err, errlen);
 	if (!r) {
 		r = send_blob(c, f, fd, len, st, err, errlen);
 		close(fd);
 	}
+	if (!r && have)
+		cache_put(src->cache, as, &sb, f);
 	return r;
 }
 
@@ -172,8 +229,7 @@ static int send_images(struct s3_client *c, const struct store_upload_src *src,
 		int in = open(paths[i], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (in < 0)
 			return errmsg(err, errlen, -errno, "%s: %s", paths[i], strerror(errno));
-		int r = stage_and_send(c, in, names[i], NULL, src->stage_dfd, &files[*n], st, err,
-				       errlen);
+		int r = stage_and_send(c, in, names[i], NULL, src, &files[*n], st, err, errlen);
 		close(in);
 		if (r)
 			return r;
@@ -213,8 +269,8 @@ int store_upload_generation(struct s3_client *c, const struct store_upload_src *
 			r = errmsg(err, errlen, in, "%s: %s", names[i], strerror(-in));
 			break;
 		}
-		r = stage_and_send(c, in, names[i], chain_digest_get(ch, names[i]), src->stage_dfd,
-				   &files[nf], st, err, errlen);
+		r = stage_and_send(c, in, names[i], chain_digest_get(ch, names[i]), src, &files[nf],
+				   st, err, errlen);
 		close(in);
 		nf += !r;
 	}

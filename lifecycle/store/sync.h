@@ -31,6 +31,20 @@ struct store_keyring {
 	size_t fleet_key_len;
 };
 
+/* Files uploaded before, by name and (device, inode, size, mtime, ctime): a follower does not
+ * hash or send an unchanged layer again. A write through a kept fd changes ctime. */
+struct store_upload_cached {
+	char name[STORE_FILE_NAME_MAX];
+	unsigned long long dev, ino, size;
+	long long mtime_ns, ctime_ns;
+	struct store_file f;
+};
+struct store_upload_cache {
+	struct store_upload_cached *e;
+	size_t n, cap;
+};
+void store_upload_cache_free(struct store_upload_cache *c);
+
 struct store_upload_src {
 	const char *name;      /* the sandbox */
 	const char *chain_dir; /* its chain directory (no VMM writing a newer commit into it) */
@@ -38,6 +52,7 @@ struct store_upload_src {
 	const char *policy_id;	     /* the broker policy's id in the host's policy set, "" none */
 	const char *key_type;	     /* "" plain, "key-cmd" or "pkcs11" */
 	int stage_dfd;		     /* host scratch directory for packed blobs */
+	struct store_upload_cache *cache; /* NULL: hash and check every file */
 };
 
 struct store_sync_stats {

@@ -24,6 +24,9 @@
 #include "../unit/chain_fixture.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
+#include "lifecycle/launch.h"
+#include "lifecycle/lock.h"
+#include "lifecycle/store/catalog.h"
 #include "lifecycle/store/gc.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
@@ -459,6 +462,98 @@ static void test_concurrent_pulls(void **state)
 	f->c = shared;
 }
 
+/* The store's newest generation of `name` (0 none), waiting up to `secs` for it to reach `want`. */
+static uint64_t wait_generation(struct fx *f, const char *name, uint64_t want, int secs)
+{
+	uint64_t g = 0;
+	for (int i = 0; i < secs * 10; i++) {
+		if (store_newest_generation(f->c, name, &g, f->err, sizeof(f->err)) == 0 &&
+		    g >= want)
+			break;
+		usleep(100000);
+	}
+	return g;
+}
+
+/* cove-store follow while a sandbox runs: each new commit becomes a generation without a stop;
+ * it returns once the VMM is gone. The VMM here is a process holding vmm.lock with its pid (what
+ * the follower watches); the commits are the fixture chain's. */
+static void test_follow(void **state)
+{
+	struct fx *f = *state;
+	char root[64], p[256], err[600], json[256];
+	const char *bin = getenv("COVE_STORE_BIN");
+	fx_mkdtemp(root, sizeof(root), "host-f");
+	fleet_store_json(f, f->stage, json, sizeof(json));
+	struct s3_client *shared = f->c;
+	struct store_config cfg = f->cfg;
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "pulls/");
+	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, err, sizeof(err)))
+		fail_msg("client: %s", err);
+	setenv("COVE_STATE_DIR", root, 1);
+	struct sbx_root r;
+	assert_int_equal(sbx_root_open(&r, true, err, sizeof(err)), 0);
+	int dfd = sbx_dir_open(&r, "live", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	assert_int_equal(sbx_spec_write(dfd, &f->spec), 0);
+	assert_int_equal(sbx_event_append(dfd, "creating", "running", "test"), 0);
+	snprintf(p, sizeof(p), "%s/live/chain", root);
+	assert_int_equal(mkdir(p, 0700), 0);
+	struct chain c;
+	fx_make_chain(&c, p, 2);
+	int pp[2];
+	assert_int_equal(pipe2(pp, O_CLOEXEC), 0); /* the follower must not hold it */
+	pid_t vmm = fork();
+	if (vmm == 0) {
+		close(pp[1]);
+		int lk = sbx_lock_take(dfd, SBX_LOCK_VMM, false, false);
+		if (lk < 0 || sbx_lock_write_pid(dfd, SBX_LOCK_VMM, getpid()))
+			_exit(1);
+		char b;
+		(void)!read(pp[0], &b, 1); /* until the test closes the pipe */
+		_exit(0);
+	}
+	close(pp[0]);
+	for (int i = 0; i < 100 && sbx_vmm_pid(dfd) <= 0; i++)
+		usleep(50000);
+	assert_true(sbx_vmm_pid(dfd) > 0);
+	char log[160];
+	snprintf(log, sizeof(log), "%s/follow.log", f->stage);
+	pid_t fol = fork();
+	if (fol == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("COVE_STORE", json, 1);
+		execl(bin, bin, "follow", "live", (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(wait_generation(f, "live", 1, 60), 1);
+	/* The running sandbox commits again: the follower uploads it as generation 2. */
+	fx_make_chain(&c, p, 3);
+	assert_int_equal(wait_generation(f, "live", 2, 60), 2);
+	/* The VMM exits: so does the follower. */
+	close(pp[1]);
+	int status;
+	assert_int_equal(waitpid(vmm, &status, 0), vmm);
+	for (int i = 0; i < 100 && waitpid(fol, &status, WNOHANG) == 0; i++)
+		usleep(100000);
+	char text[4096] = {0};
+	int lfd = open(log, O_RDONLY);
+	assert_true(read(lfd, text, sizeof(text) - 1) >= 0);
+	close(lfd);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("follow: status %d: %s", status, text);
+	assert_non_null(strstr(text, "is generation 2"));
+	close(dfd);
+	sbx_root_close(&r);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	assert_int_equal(system(cmd), 0);
+	s3_client_free(f->c);
+	f->c = shared;
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -469,6 +564,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_push_pull, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_follow, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();

@@ -1,0 +1,121 @@
+/* A running sandbox's commits uploaded as they come (reconnect.h: store_follow). */
+#include "lifecycle/store/reconnect.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/errmsg.h"
+#include "lifecycle/launch.h"
+#include "lifecycle/lock.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/vmm_args.h"
+#include "lifecycle/store/store_config.h"
+#include "snapshot/chain.h"
+
+#define FOLLOW_LOCK    "store-follow.lock"
+#define FOLLOW_TICK_MS 2000
+
+/* The chain's newest valid generation number (0: none yet). */
+static uint64_t newest_commit(const char *dir)
+{
+	struct chain *c = calloc(1, sizeof(*c));
+	uint64_t g = 0;
+	char err[256];
+	if (c && chain_load(dir, c, err, sizeof(err)) == 0 && chain_latest(c))
+		g = c->gen ? c->gen : 1;
+	free(c);
+	return g;
+}
+
+int store_follow(struct s3_client *c, const struct store_config *cfg, const struct sbx_root *root,
+		 const char *name, struct logger *log, char *err, size_t errlen)
+{
+	if (!cfg->fleet_key_len)
+		return errmsg(err, errlen, -ENOKEY, "store.json names no fleet_key_file");
+	int dfd = sbx_dir_open(root, name, false, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	int lk = sbx_lock_take(dfd, FOLLOW_LOCK, false, false);
+	if (lk < 0) {
+		close(dfd);
+		return lk == -EWOULDBLOCK
+			   ? 0
+			   : errmsg(err, errlen, lk, "%s: %s", FOLLOW_LOCK, strerror(-lk));
+	}
+	struct sbx_spec *spec = calloc(1, sizeof(*spec));
+	const char *policy = "";
+	int r = spec ? sbx_spec_read(dfd, spec, err, errlen) : -ENOMEM;
+	if (!r)
+		r = store_policy_id_of(cfg, spec->policy, &policy, err, errlen);
+	char chain_dir[PATH_MAX + 64];
+	snprintf(chain_dir, sizeof(chain_dir), "%s/%s/" SBX_CHAIN, root->state, name);
+	int in = r ? -1 : inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	if (in >= 0)
+		(void)inotify_add_watch(in, chain_dir, IN_CREATE | IN_MOVED_TO);
+	int sdfd = -1;
+	if (!r) {
+		if (mkdirat(root->dfd, STORE_STAGE_DIR, 0700) < 0 && errno != EEXIST)
+			r = errmsg(err, errlen, -errno, "%s: %s", STORE_STAGE_DIR, strerror(errno));
+		else if ((sdfd = openat(root->dfd, STORE_STAGE_DIR, O_RDONLY | O_DIRECTORY)) < 0)
+			r = errmsg(err, errlen, -errno, "%s: %s", STORE_STAGE_DIR, strerror(errno));
+	}
+	struct store_upload_cache cache = {0};
+	struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
+	uint64_t done = 0;
+	/* Until its VMM is gone (a stopped one's final generation is cove stop's push). */
+	while (!r && sbx_vmm_pid(dfd) > 0) {
+		uint64_t g = newest_commit(chain_dir);
+		if (g && g != done) {
+			struct store_upload_src src = {.name = name,
+						       .chain_dir = chain_dir,
+						       .spec = spec,
+						       .policy_id = policy,
+						       .key_type = store_key_type_of(spec->key),
+						       .stage_dfd = sdfd,
+						       .cache = &cache};
+			struct store_sync_stats st;
+			char why[512];
+			int u = store_upload_generation(c, &src, &kr, &st, why, sizeof(why));
+			if (u == -EIDRM) {
+				r = errmsg(err, errlen, u, "%s", why);
+				break;
+			}
+			if (u) {
+				log_warn(log, "%s: commit %llu not uploaded yet (tried again): %s",
+					 name, (unsigned long long)g, why);
+			} else {
+				done = g;
+				log_info(
+				    log,
+				    "%s: commit %llu is generation %llu: %llu blobs sent (%llu "
+				    "bytes), %llu unchanged",
+				    name, (unsigned long long)g, (unsigned long long)st.generation,
+				    (unsigned long long)st.blobs_sent,
+				    (unsigned long long)st.bytes_sent,
+				    (unsigned long long)st.blobs_present);
+			}
+		}
+		struct pollfd p = {.fd = in, .events = POLLIN};
+		if (poll(&p, in >= 0 ? 1 : 0, FOLLOW_TICK_MS) > 0) {
+			char buf[4096];
+			while (read(in, buf, sizeof(buf)) > 0)
+				; /* drained: the next round reads the chain itself */
+		}
+	}
+	store_upload_cache_free(&cache);
+	if (in >= 0)
+		close(in);
+	if (sdfd >= 0)
+		close(sdfd);
+	free(spec);
+	close(lk);
+	close(dfd);
+	return r;
+}
