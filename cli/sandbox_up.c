@@ -352,6 +352,8 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 				serr);
 	}
 	ret = sbx_event_append(dfd, sbx_state_name(st), "running", why);
+	if (!ret)
+		store_start_follower(dfd, name);
 out:
 	if (ready[0] >= 0)
 		close(ready[0]);

@@ -2,6 +2,7 @@
 #include "cli/store_reconnect.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,13 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* cove-store SUB NAME: its exit status, or -1 without a store (or without cove-store). */
-static int store_run(const char *sub, const char *name)
+static bool store_configured(void)
 {
 	const char *cfg = getenv("COVE_STORE");
-	if (!(cfg && *cfg) && access("/etc/cove/store.json", R_OK) != 0)
-		return -1;
-	char self[4096], path[4200];
+	return (cfg && *cfg) || access("/etc/cove/store.json", R_OK) == 0;
+}
+
+/* cove-store beside this executable into path[cap]; 0 or -1. */
+static int store_exe(char *path, size_t cap)
+{
+	char self[4096];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n < 0)
 		return -1;
@@ -23,7 +27,15 @@ static int store_run(const char *sub, const char *name)
 	char *slash = strrchr(self, '/');
 	if (slash)
 		*slash = 0;
-	snprintf(path, sizeof(path), "%s/cove-store", slash ? self : ".");
+	return (size_t)snprintf(path, cap, "%s/cove-store", slash ? self : ".") < cap ? 0 : -1;
+}
+
+/* cove-store SUB NAME: its exit status, or -1 without a store (or without cove-store). */
+static int store_run(const char *sub, const char *name)
+{
+	char path[4200];
+	if (!store_configured() || store_exe(path, sizeof(path)))
+		return -1;
 	pid_t pid = fork();
 	if (pid < 0)
 		return -1;
@@ -57,4 +69,34 @@ int store_try_tombstone(const char *name)
 int store_try_push(const char *name)
 {
 	return store_run("push", name);
+}
+
+void store_start_follower(int dfd, const char *name)
+{
+	char path[4200];
+	if (!store_configured() || store_exe(path, sizeof(path)))
+		return;
+	pid_t pid = fork();
+	if (pid < 0)
+		return;
+	if (pid == 0) {
+		/* Its own session, not this command's child: it lives as long as the VMM. */
+		setsid();
+		if (fork() != 0)
+			_exit(0);
+		int log = openat(dfd, "store.log",
+				 O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (nul >= 0)
+			dup2(nul, 0);
+		if (log >= 0) {
+			dup2(log, 1);
+			dup2(log, 2);
+		}
+		char *argv[] = {path, (char *)"follow", (char *)name, NULL};
+		execv(path, argv);
+		_exit(127);
+	}
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
 }

@@ -13,5 +13,9 @@ int store_try_pull(const char *name);
 int store_try_tombstone(const char *name);
 /* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */
 int store_try_push(const char *name);
+/* With a store: `cove-store follow NAME` detached (its log NAME/store.log beneath dfd), which
+ * uploads each commit while the sandbox runs. Nothing without a store; failures are silent
+ * (cove stop's push still commits the final generation). */
+void store_start_follower(int dfd, const char *name);
 
 #endif
