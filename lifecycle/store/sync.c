@@ -344,8 +344,10 @@ static int fetch_one(struct s3_client *c, const struct store_file *f, const char
 		st->bytes_sent += got;
 		st->blobs_sent++;
 	} else {
+		char why[512]; /* err is also the destination: copied first */
+		snprintf(why, sizeof(why), "%s", err);
 		r = errmsg(err, errlen, r, "%s (blob %s): %s", f->name,
-			   key + strlen(STORE_BLOB_PREFIX), err);
+			   key + strlen(STORE_BLOB_PREFIX), why);
 	}
 	close(fd);
 	return r;
