@@ -38,8 +38,8 @@ const char *store_key_type_of(const char *spec)
 	return !strncmp(spec, "pkcs11:", 7) ? "pkcs11" : "key-cmd";
 }
 
-int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id,
-			char *err, size_t errlen)
+int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id, char *err,
+		       size_t errlen)
 {
 	*id = "";
 	if (!path[0])
@@ -91,7 +91,14 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 					       .key_type = store_key_type_of(spec->key),
 					       .stage_dfd = sdfd};
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
-		r = store_upload_generation(c, &src, &kr, st, err, errlen);
+		/* The follower may be committing this host's last periodic snapshot just now: a
+		 * generation number lost to it is taken again as the next one. Fencing writers of
+		 * different hosts is the lease's (not built yet). */
+		for (int tries = 0; tries < 3; tries++) {
+			r = store_upload_generation(c, &src, &kr, st, err, errlen);
+			if (r != -EEXIST)
+				break;
+		}
 	}
 	if (sdfd >= 0)
 		close(sdfd);
