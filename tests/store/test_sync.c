@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -554,6 +555,96 @@ static void test_follow(void **state)
 	f->c = shared;
 }
 
+/* radosgw alone killed while `cove-store push` is sending a multipart blob (the sandbox's
+ * 24 MiB kernel), started again 1.5 s later: the push completes after retries, exactly one
+ * generation is committed, no multipart upload is left, and the generation fetches intact. */
+static void test_push_rgw_killed(void **state)
+{
+	struct fx *f = *state;
+	char root[64], p[256], err[600], json[256], log[160];
+	const char *bin = getenv("COVE_STORE_BIN"), *bounce = getenv("COVE_TEST_RGW_BOUNCE");
+	assert_non_null(bounce);
+	fx_mkdtemp(root, sizeof(root), "host-k");
+	fleet_store_json(f, f->stage, json, sizeof(json));
+	struct s3_client *shared = f->c;
+	struct store_config cfg = f->cfg;
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "pulls/");
+	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, err, sizeof(err)))
+		fail_msg("client: %s", err);
+	/* A kernel big enough to go up in parts (over 16 MiB), of bytes no other test sent. */
+	snprintf(f->spec.kernel, sizeof(f->spec.kernel), "%s/big-kernel", f->stage);
+	int kfd = open(f->spec.kernel, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	uint8_t *buf = malloc(24 << 20);
+	assert_int_equal(getrandom(buf, 24 << 20, 0), 24 << 20);
+	assert_int_equal(write(kfd, buf, 24 << 20), 24 << 20);
+	close(kfd);
+	free(buf);
+	setenv("COVE_STATE_DIR", root, 1);
+	struct sbx_root r;
+	assert_int_equal(sbx_root_open(&r, true, err, sizeof(err)), 0);
+	int dfd = sbx_dir_open(&r, "killed", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	assert_int_equal(sbx_spec_write(dfd, &f->spec), 0);
+	assert_int_equal(sbx_event_append(dfd, "creating", "stopped", "test"), 0);
+	snprintf(p, sizeof(p), "%s/killed/chain", root);
+	assert_int_equal(mkdir(p, 0700), 0);
+	struct chain c;
+	fx_make_chain(&c, p, 2);
+	snprintf(log, sizeof(log), "%s/push.log", f->stage);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("COVE_STORE", json, 1);
+		execl(bin, bin, "push", "killed", (char *)NULL);
+		_exit(127);
+	}
+	/* Once its multipart upload exists, radosgw goes down under it. */
+	bool seen = false;
+	for (int i = 0; i < 600 && !seen; i++) {
+		struct s3_upload_entry *u = NULL;
+		size_t n = 0;
+		if (s3_list_uploads(f->c, STORE_BLOB_PREFIX, 10, &u, &n, err, sizeof(err)) == 0)
+			seen = n > 0;
+		free(u);
+		if (!seen)
+			usleep(20000);
+	}
+	assert_true(seen);
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "sh %s 1.5", bounce);
+	assert_int_equal(system(cmd), 0);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	char text[8192] = {0};
+	int lfd = open(log, O_RDONLY);
+	assert_true(read(lfd, text, sizeof(text) - 1) >= 0);
+	close(lfd);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !strstr(text, "retry"))
+		fail_msg("push: status %d: %s", status, text);
+	assert_non_null(strstr(text, "killed: generation 1 committed"));
+	uint64_t g = 0;
+	assert_int_equal(store_newest_generation(f->c, "killed", &g, err, sizeof(err)), 0);
+	assert_int_equal(g, 1);
+	struct s3_upload_entry *u = NULL;
+	size_t n = 9;
+	assert_int_equal(s3_list_uploads(f->c, "", 100, &u, &n, err, sizeof(err)), 0);
+	free(u);
+	assert_int_equal(n, 0);
+	char into[64];
+	fx_mkdtemp(into, sizeof(into), "sync-into");
+	if (fetch(f, "killed", 0, into, &(struct store_sync_stats){0}))
+		fail_msg("fetch: %s", f->err);
+	fx_rmdir(into);
+	close(dfd);
+	sbx_root_close(&r);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	assert_int_equal(system(cmd), 0);
+	s3_client_free(f->c);
+	f->c = shared;
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -565,6 +656,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_follow, setup, teardown),
+	    /* last: it takes radosgw down for a moment */
+	    cmocka_unit_test_setup_teardown(test_push_rgw_killed, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();
