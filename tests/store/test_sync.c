@@ -33,6 +33,8 @@
 #include "lifecycle/store/store_config.h"
 #include "lifecycle/store/sync.h"
 #include "sandbox/event_log.h"
+#include "snapshot/crypto.h"
+#include "snapshot/snap_crypt.h"
 
 struct fx {
 	struct store_config cfg;
@@ -555,6 +557,68 @@ static void test_follow(void **state)
 	f->c = shared;
 }
 
+/* Objects under the client's prefix holding `marker` (a run of `len` bytes). */
+static int scan_store(struct s3_client *c, const uint8_t *marker, size_t len)
+{
+	char token[S3_KEY_MAX + 1] = "", err[512];
+	size_t cap = 64 << 20, got;
+	uint8_t *buf = malloc(cap);
+	int hits = 0, objects = 0;
+	for (bool more = true; more;) {
+		struct s3_list_page pg;
+		assert_int_equal(s3_list(c, "", token, S3_LIST_MAX, &pg, err, sizeof(err)), 0);
+		for (size_t i = 0; i < pg.n; i++, objects++) {
+			assert_int_equal(
+			    s3_get(c, pg.entries[i].key, 0, 0, buf, cap, &got, err, sizeof(err)),
+			    0);
+			hits += memmem(buf, got, marker, len) != NULL;
+		}
+		more = pg.truncated && pg.next_token[0];
+		snprintf(token, sizeof(token), "%s", pg.next_token);
+		s3_list_page_free(&pg);
+	}
+	free(buf);
+	assert_true(objects > 0);
+	return hits;
+}
+
+/* An encrypted chain puts only ciphertext pages in the store: a scan of every object finds no
+ * page of the guest's memory, where the same chain in clear (the positive control) shows it. */
+static void test_encrypted_ciphertext_only(void **state)
+{
+	struct fx *f = *state;
+	struct s3_client *shared = f->c, *plain_c, *enc_c;
+	struct store_config cfg = f->cfg;
+	char err[512];
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "scan-plain/");
+	assert_int_equal(s3_client_new(&cfg, &(struct s3_opts){0}, &plain_c, err, sizeof(err)), 0);
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "scan-sealed/");
+	assert_int_equal(s3_client_new(&cfg, &(struct s3_opts){0}, &enc_c, err, sizeof(err)), 0);
+	/* Layer 1's page 1 holds 4096 bytes of fx_page_byte(1, 1). */
+	uint8_t marker[512];
+	memset(marker, fx_page_byte(1, 1), sizeof(marker));
+	struct chain c;
+	struct store_sync_stats st;
+	fx_make_chain(&c, f->a, 2);
+	f->c = plain_c;
+	if (upload(f, "scan-plain", f->a, &st))
+		fail_msg("upload: %s", f->err);
+	assert_true(scan_store(plain_c, marker, sizeof(marker)) >= 1);
+	struct snap_crypt w = {0};
+	assert_int_equal(crypto_key_generate(&w.key), 0);
+	assert_int_equal(crypto_ctx_new(w.key, &w.cc), 0);
+	assert_int_equal(crypto_random(w.chain_id, sizeof(w.chain_id)), 0);
+	fx_make_chain_sealed(&c, f->b, 2, &w);
+	snap_crypt_close(&w);
+	f->c = enc_c;
+	if (upload(f, "scan-sealed", f->b, &st))
+		fail_msg("upload sealed: %s", f->err);
+	assert_int_equal(scan_store(enc_c, marker, sizeof(marker)), 0);
+	f->c = shared;
+	s3_client_free(plain_c);
+	s3_client_free(enc_c);
+}
+
 /* radosgw alone killed while `cove-store push` is sending a multipart blob (the sandbox's
  * 24 MiB kernel), started again 1.5 s later: the push completes after retries, exactly one
  * generation is committed, no multipart upload is left, and the generation fetches intact. */
@@ -656,6 +720,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_follow, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_encrypted_ciphertext_only, setup, teardown),
 	    /* last: it takes radosgw down for a moment */
 	    cmocka_unit_test_setup_teardown(test_push_rgw_killed, setup, teardown),
 	};
