@@ -44,6 +44,12 @@ int store_sandbox_cmd(int argc, char **argv)
 		return 2;
 	}
 	struct logger log = {.level = LOG_INFO, .out = stderr, .name = "cove store"};
+	/*
+	 * A sandbox's generations ride through a store restart: 10 attempts with backoff up to
+	 * 5 s wait about 20 s in all (a radosgw comes back in 2-10 s here), where the client's
+	 * default of 6 gives up after about 3 s.
+	 */
+	struct s3_opts sandbox_opts = {.log = &log, .max_attempts = 10};
 	struct store_config *cfg = calloc(1, sizeof(*cfg));
 	struct s3_client *c = NULL;
 	struct sbx_root root = {.dfd = -1};
@@ -51,7 +57,7 @@ int store_sandbox_cmd(int argc, char **argv)
 	char err[600];
 	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
 	if (!r)
-		r = s3_client_new(cfg, &(struct s3_opts){.log = &log}, &c, err, sizeof(err));
+		r = s3_client_new(cfg, &sandbox_opts, &c, err, sizeof(err));
 	if (!r && tomb) {
 		r = store_put_tombstone(c, name, err, sizeof(err));
 		if (!r)

@@ -681,7 +681,8 @@ static void test_push_rgw_killed(void **state)
 	assert_int_equal(system(cmd), 0);
 	int status;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
-	char text[8192] = {0};
+	static char text[1 << 16];
+	memset(text, 0, sizeof(text));
 	int lfd = open(log, O_RDONLY);
 	assert_true(read(lfd, text, sizeof(text) - 1) >= 0);
 	close(lfd);
