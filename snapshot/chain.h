@@ -1,4 +1,5 @@
-/* A snapshot chain directory: generation files list the layers and their digests; creating one is the commit point. */
+/* A snapshot chain directory: generation files list the layers and their digests; creating one is
+ * the commit point. */
 #ifndef COVE_CHAIN_H
 #define COVE_CHAIN_H
 

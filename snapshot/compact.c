@@ -1,4 +1,5 @@
-/* Chain compaction: merges a base and its increments into one new full layer, so chains stay short. */
+/* Chain compaction: merges a base and its increments into one new full layer, so chains stay short.
+ */
 #include "snapshot/compact.h"
 
 #include <errno.h>

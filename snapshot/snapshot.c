@@ -1,4 +1,5 @@
-/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring write, create-only commit. */
+/* Taking snapshots of a running VM into a chain directory: short pause, staged pages, io_uring
+ * write, create-only commit. */
 #include "snapshot/snapshot.h"
 
 #include <errno.h>

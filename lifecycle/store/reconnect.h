@@ -36,8 +36,8 @@ int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 		       struct store_sync_stats *st, char *err, size_t errlen);
 
 /* The id store.json's "policies" give a policy file (*id "" for none; -ENOENT when absent). */
-int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id,
-		       char *err, size_t errlen);
+int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id, char *err,
+		       size_t errlen);
 /* The provider type of a --key spec: "" (none), "pkcs11" or "key-cmd". */
 const char *store_key_type_of(const char *spec);
 

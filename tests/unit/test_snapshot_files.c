@@ -583,9 +583,9 @@ static void test_mem_header_mutations(void **st)
 
 /* ---- chain.json ---- */
 
-#define SHA_HEX "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58"
+#define SHA_HEX	      "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58"
 #define SHA_HEX_UPPER "30E14955EBF1352266DC2FF8067E68104607E750ABB9D3B36582B8AF909FCB58"
-#define CHAIN_ID "00112233445566778899aabbccddeeff"
+#define CHAIN_ID      "00112233445566778899aabbccddeeff"
 #define LAYER(id, parent, full, mem, state)                                                        \
 	"{\"id\":" #id ",\"parent\":" #parent ",\"full\":" #full ",\"mem\":\"" mem                 \
 	"\",\"state\":\"" state "\",\"present\":10,\"stored\":5,\"created_ns\":123}"
@@ -718,8 +718,8 @@ static void test_chain_parse_bad(void **st)
 	     "\",\"ram_size\":4096,\"layers\":[],\"sha256\":{\"m\":\"" SHA_HEX_UPPER "\"}}",
 	     "sha256 entry is malformed"},
 	    {"{\"format\":\"cove-chain\",\"version\":2,\"generation\":1,\"chain_id\":\"" CHAIN_ID
-	     "\",\"ram_size\":4096,\"layers\":[" LAYER(1, 0, true, "m", "s")
-	     "],\"sha256\":{\"m\":\"" SHA_HEX "\"}}",
+	     "\",\"ram_size\":4096,\"layers\":[" LAYER(1, 0, true, "m",
+						       "s") "],\"sha256\":{\"m\":\"" SHA_HEX "\"}}",
 	     "layer 0 has no sha256"},
 	    {"{\"format\":\"cove-chain\",\"version\":0}", "version 0 is not supported"},
 	    /* chain_id */
