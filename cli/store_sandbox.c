@@ -54,38 +54,18 @@ int store_sandbox_cmd(int argc, char **argv)
 	struct s3_client *c = NULL;
 	struct sbx_root root = {.dfd = -1};
 	struct store_sync_stats st;
-	char err[600];
+	char err[600] = "";
 	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
 	if (!r)
 		r = s3_client_new(cfg, &sandbox_opts, &c, err, sizeof(err));
-	if (!r && tomb) {
-		r = store_put_tombstone(c, name, err, sizeof(err));
-		if (!r)
-			printf(
-			    "%s: tombstone in the store: every host now answers it was removed\n",
-			    name);
-		s3_client_free(c);
-		store_config_wipe(cfg);
-		free(cfg);
-		if (r)
-			log_err(&log, "%s", err);
-		return r ? 1 : 0;
-	}
-	if (!r)
+	/* The state root: push reads it, pull makes it; tombstone needs none. */
+	if (!r && !tomb)
 		r = sbx_root_open(&root, !push && !follow, err, sizeof(err));
-	if (!r && follow) {
-		r = store_follow(c, cfg, &root, name, &log, err, sizeof(err));
-		sbx_root_close(&root);
-		s3_client_free(c);
-		store_config_wipe(cfg);
-		free(cfg);
-		if (r)
-			log_err(&log, "%s", err);
-		return r ? 1 : 0;
-	}
 	if (!r)
-		r = push ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
-			 : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
+		r = tomb     ? store_put_tombstone(c, name, err, sizeof(err))
+		    : follow ? store_follow(c, cfg, &root, name, &log, err, sizeof(err))
+		    : push   ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
+			     : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
 	if (root.dfd >= 0)
 		sbx_root_close(&root);
 	s3_client_free(c);
@@ -95,15 +75,17 @@ int store_sandbox_cmd(int argc, char **argv)
 	if (r) {
 		log_err(&log, "%s", err[0] ? err : strerror(-r));
 		/* Gone from the store (tombstone): the exit status cove gives a removed sandbox. */
-		return r == -EIDRM ? 66 : 1;
+		return r == -EIDRM && !tomb && !follow ? 66 : 1;
 	}
-	if (push)
+	if (tomb)
+		printf("%s: tombstone in the store: every host now answers it was removed\n", name);
+	else if (push)
 		printf("%s: generation %llu committed: %llu files, %llu blobs sent (%llu bytes), "
 		       "%llu already in the store\n",
 		       name, (unsigned long long)st.generation, (unsigned long long)st.files,
 		       (unsigned long long)st.blobs_sent, (unsigned long long)st.bytes_sent,
 		       (unsigned long long)st.blobs_present);
-	else
+	else if (!follow)
 		printf("%s: generation %llu fetched: %llu files, %llu blobs (%llu bytes); stopped, "
 		       "ready to start\n",
 		       name, (unsigned long long)st.generation, (unsigned long long)st.files,
@@ -138,7 +120,7 @@ int store_gc_cmd(int argc, char **argv)
 	struct store_config *cfg = calloc(1, sizeof(*cfg));
 	struct s3_client *c = NULL;
 	struct store_gc_stats st;
-	char err[600];
+	char err[600] = "";
 	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
 	if (!r && !cfg->fleet_key_len)
 		r = -ENOKEY, snprintf(err, sizeof(err), "store.json names no fleet_key_file");
@@ -182,7 +164,7 @@ int store_ls_cmd(int argc, char **argv)
 	struct s3_client *c = NULL;
 	struct store_sandbox *v = NULL;
 	size_t n = 0;
-	char err[600];
+	char err[600] = "";
 	int r = cfg ? store_config_load(config, cfg, err, sizeof(err)) : -ENOMEM;
 	if (!r)
 		r = s3_client_new(cfg, &(struct s3_opts){.log = &log}, &c, err, sizeof(err));

@@ -205,6 +205,43 @@ static void test_shared_and_flipped(void **state)
 	fx_rmdir(into);
 }
 
+/* Sandbox `name` on state root `root` (COVE_STATE_DIR now points at it, *r opened): its spec,
+ * one event (creating -> `state`), a fixture chain of `layers` layers. Its directory fd. */
+static int make_sandbox(const char *root, const char *name, const struct sbx_spec *sp,
+			const char *state, int layers, struct sbx_root *r)
+{
+	char err[600], p[256];
+	setenv("COVE_STATE_DIR", root, 1);
+	assert_int_equal(sbx_root_open(r, true, err, sizeof(err)), 0);
+	int dfd = sbx_dir_open(r, name, true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	assert_int_equal(sbx_spec_write(dfd, sp), 0);
+	assert_int_equal(sbx_event_append(dfd, "creating", state, "test"), 0);
+	snprintf(p, sizeof(p), "%s/%s/chain", root, name);
+	assert_int_equal(mkdir(p, 0700), 0);
+	struct chain c;
+	fx_make_chain(&c, p, layers);
+	return dfd;
+}
+
+/* f->c becomes a client under `prefix` of its own; the shared client is returned, for
+ * own_prefix_end to put back. */
+static struct s3_client *own_prefix(struct fx *f, const char *prefix)
+{
+	struct s3_client *shared = f->c;
+	struct store_config cfg = f->cfg;
+	snprintf(cfg.prefix, sizeof(cfg.prefix), "%s", prefix);
+	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, f->err, sizeof(f->err)))
+		fail_msg("client: %s", f->err);
+	return shared;
+}
+
+static void own_prefix_end(struct fx *f, struct s3_client *shared)
+{
+	s3_client_free(f->c);
+	f->c = shared;
+}
+
 /* A stopped named sandbox on host A (its own state root), pushed; host B (another state root,
  * empty image cache) pulls it: the same chain, a spec of B's own paths, state stopped. */
 static void test_push_pull(void **state)
@@ -218,19 +255,10 @@ static void test_push_pull(void **state)
 	cfg.fleet_key_len = 32;
 	snprintf(cfg.pkcs11_spec, sizeof(cfg.pkcs11_spec), "pkcs11:token=cove;object=kek");
 	/* Host A: NAME/spec.json, NAME/events.jsonl (stopped), NAME/chain/. */
-	setenv("COVE_STATE_DIR", root_a, 1);
 	struct sbx_root ra, rb;
-	assert_int_equal(sbx_root_open(&ra, true, err, sizeof(err)), 0);
-	int dfd = sbx_dir_open(&ra, "agent-a", true, err, sizeof(err));
-	assert_true(dfd >= 0);
 	struct sbx_spec sp = f->spec;
 	snprintf(sp.key, sizeof(sp.key), "pkcs11:token=hostA;object=kekA");
-	assert_int_equal(sbx_spec_write(dfd, &sp), 0);
-	assert_int_equal(sbx_event_append(dfd, "creating", "stopped", "test"), 0);
-	snprintf(p, sizeof(p), "%s/agent-a/chain", root_a);
-	assert_int_equal(mkdir(p, 0700), 0);
-	struct chain c;
-	fx_make_chain(&c, p, 2);
+	int dfd = make_sandbox(root_a, "agent-a", &sp, "stopped", 2, &ra);
 	struct store_sync_stats st;
 	if (store_push_sandbox(f->c, &cfg, &ra, "agent-a", &st, err, sizeof(err)))
 		fail_msg("push: %s", err);
@@ -300,11 +328,7 @@ static void test_gc(void **state)
 	time_t now = time(NULL);
 	/* A prefix of its own: the other tests' manifests are MAC'ed under other fleet keys (one
 	 * per test), which gc rightly refuses. */
-	struct s3_client *shared = f->c;
-	struct store_config cfg = f->cfg;
-	snprintf(cfg.prefix, sizeof(cfg.prefix), "gc-test/");
-	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, f->err, sizeof(f->err)))
-		fail_msg("client: %s", f->err);
+	struct s3_client *shared = own_prefix(f, "gc-test/");
 	fx_make_chain(&c, f->a, 2);
 	fx_make_chain(&c, f->b, 3);
 	/* gc-one: generation 1 (2 layers), then 2 (3 layers). gc-two: one generation (2 layers),
@@ -340,8 +364,7 @@ static void test_gc(void **state)
 	assert_non_null(strstr(f->err, "nothing deleted"));
 	assert_int_equal(g.blobs_removed, 0);
 	f->key[1] ^= 1;
-	s3_client_free(f->c);
-	f->c = shared;
+	own_prefix_end(f, shared);
 }
 
 /* store.json as s3server wrote it, plus this test's fleet key file and a pkcs11 provider. */
@@ -376,24 +399,13 @@ static void test_concurrent_pulls(void **state)
 	fx_mkdtemp(root_b, sizeof(root_b), "host-b");
 	fleet_store_json(f, f->stage, json, sizeof(json));
 	/* A prefix of its own: test_shared_and_flipped left a flipped blob in the shared one. */
-	struct s3_client *shared = f->c;
+	struct s3_client *shared = own_prefix(f, "pulls/");
 	struct store_config cfg = f->cfg;
 	snprintf(cfg.prefix, sizeof(cfg.prefix), "pulls/");
-	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, err, sizeof(err)))
-		fail_msg("client: %s", err);
 	memcpy(cfg.fleet_key, f->key, 32);
 	cfg.fleet_key_len = 32;
-	setenv("COVE_STATE_DIR", root_a, 1);
 	struct sbx_root ra;
-	assert_int_equal(sbx_root_open(&ra, true, err, sizeof(err)), 0);
-	int dfd = sbx_dir_open(&ra, "many", true, err, sizeof(err));
-	assert_true(dfd >= 0);
-	assert_int_equal(sbx_spec_write(dfd, &f->spec), 0);
-	assert_int_equal(sbx_event_append(dfd, "creating", "stopped", "test"), 0);
-	snprintf(p, sizeof(p), "%s/many/chain", root_a);
-	assert_int_equal(mkdir(p, 0700), 0);
-	struct chain c;
-	fx_make_chain(&c, p, 3);
+	int dfd = make_sandbox(root_a, "many", &f->spec, "stopped", 3, &ra);
 	struct store_sync_stats st;
 	if (store_push_sandbox(f->c, &cfg, &ra, "many", &st, err, sizeof(err)))
 		fail_msg("push: %s", err);
@@ -461,8 +473,7 @@ static void test_concurrent_pulls(void **state)
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root_a, root_b);
 	assert_int_equal(system(cmd), 0);
-	s3_client_free(f->c);
-	f->c = shared;
+	own_prefix_end(f, shared);
 }
 
 /* The store's newest generation of `name` (0 none), waiting up to `secs` for it to reach `want`. */
@@ -484,26 +495,15 @@ static uint64_t wait_generation(struct fx *f, const char *name, uint64_t want, i
 static void test_follow(void **state)
 {
 	struct fx *f = *state;
-	char root[64], p[256], err[600], json[256];
+	char root[64], p[256], json[256];
 	const char *bin = getenv("COVE_STORE_BIN");
 	fx_mkdtemp(root, sizeof(root), "host-f");
 	fleet_store_json(f, f->stage, json, sizeof(json));
-	struct s3_client *shared = f->c;
-	struct store_config cfg = f->cfg;
-	snprintf(cfg.prefix, sizeof(cfg.prefix), "pulls/");
-	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, err, sizeof(err)))
-		fail_msg("client: %s", err);
-	setenv("COVE_STATE_DIR", root, 1);
+	struct s3_client *shared = own_prefix(f, "pulls/");
 	struct sbx_root r;
-	assert_int_equal(sbx_root_open(&r, true, err, sizeof(err)), 0);
-	int dfd = sbx_dir_open(&r, "live", true, err, sizeof(err));
-	assert_true(dfd >= 0);
-	assert_int_equal(sbx_spec_write(dfd, &f->spec), 0);
-	assert_int_equal(sbx_event_append(dfd, "creating", "running", "test"), 0);
+	int dfd = make_sandbox(root, "live", &f->spec, "running", 2, &r);
 	snprintf(p, sizeof(p), "%s/live/chain", root);
-	assert_int_equal(mkdir(p, 0700), 0);
 	struct chain c;
-	fx_make_chain(&c, p, 2);
 	int pp[2];
 	assert_int_equal(pipe2(pp, O_CLOEXEC), 0); /* the follower must not hold it */
 	pid_t vmm = fork();
@@ -553,8 +553,7 @@ static void test_follow(void **state)
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
 	assert_int_equal(system(cmd), 0);
-	s3_client_free(f->c);
-	f->c = shared;
+	own_prefix_end(f, shared);
 }
 
 /* Objects under the client's prefix holding `marker` (a run of `len` bytes). */
@@ -625,16 +624,12 @@ static void test_encrypted_ciphertext_only(void **state)
 static void test_push_rgw_killed(void **state)
 {
 	struct fx *f = *state;
-	char root[64], p[256], err[600], json[256], log[160];
+	char root[64], err[600], json[256], log[160];
 	const char *bin = getenv("COVE_STORE_BIN"), *bounce = getenv("COVE_TEST_RGW_BOUNCE");
 	assert_non_null(bounce);
 	fx_mkdtemp(root, sizeof(root), "host-k");
 	fleet_store_json(f, f->stage, json, sizeof(json));
-	struct s3_client *shared = f->c;
-	struct store_config cfg = f->cfg;
-	snprintf(cfg.prefix, sizeof(cfg.prefix), "pulls/");
-	if (s3_client_new(&cfg, &(struct s3_opts){0}, &f->c, err, sizeof(err)))
-		fail_msg("client: %s", err);
+	struct s3_client *shared = own_prefix(f, "pulls/");
 	/* A kernel big enough to go up in parts (over 16 MiB), of bytes no other test sent. */
 	snprintf(f->spec.kernel, sizeof(f->spec.kernel), "%s/big-kernel", f->stage);
 	int kfd = open(f->spec.kernel, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -643,17 +638,8 @@ static void test_push_rgw_killed(void **state)
 	assert_int_equal(write(kfd, buf, 24 << 20), 24 << 20);
 	close(kfd);
 	free(buf);
-	setenv("COVE_STATE_DIR", root, 1);
 	struct sbx_root r;
-	assert_int_equal(sbx_root_open(&r, true, err, sizeof(err)), 0);
-	int dfd = sbx_dir_open(&r, "killed", true, err, sizeof(err));
-	assert_true(dfd >= 0);
-	assert_int_equal(sbx_spec_write(dfd, &f->spec), 0);
-	assert_int_equal(sbx_event_append(dfd, "creating", "stopped", "test"), 0);
-	snprintf(p, sizeof(p), "%s/killed/chain", root);
-	assert_int_equal(mkdir(p, 0700), 0);
-	struct chain c;
-	fx_make_chain(&c, p, 2);
+	int dfd = make_sandbox(root, "killed", &f->spec, "stopped", 2, &r);
 	snprintf(log, sizeof(log), "%s/push.log", f->stage);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -706,8 +692,7 @@ static void test_push_rgw_killed(void **state)
 	sbx_root_close(&r);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
 	assert_int_equal(system(cmd), 0);
-	s3_client_free(f->c);
-	f->c = shared;
+	own_prefix_end(f, shared);
 }
 
 int main(void)
