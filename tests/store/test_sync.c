@@ -618,6 +618,55 @@ static void test_encrypted_ciphertext_only(void **state)
 	s3_client_free(enc_c);
 }
 
+/* cove-store's own arguments, hostile or wrong: each refused with one line, nothing made. */
+static void test_cli_refusals(void **state)
+{
+	struct fx *f = *state;
+	char root[64], json[256], cmd[768], out[160];
+	const char *bin = getenv("COVE_STORE_BIN");
+	fx_mkdtemp(root, sizeof(root), "host-r");
+	fleet_store_json(f, f->stage, json, sizeof(json));
+	snprintf(out, sizeof(out), "%s/refused.out", f->stage);
+	struct {
+		const char *args;
+		int status;
+		const char *says;
+	} cases[] = {
+	    {"pull ../etc", 1, "cove store"},
+	    {"pull Bad_Name", 1, "cove store"},
+	    {"pull okname --gen 0", 2, "--gen wants a generation"},
+	    {"pull okname --gen x", 2, "--gen wants a generation"},
+	    {"push", 2, "which sandbox"},
+	    {"gc --keep 0", 2, "--keep wants 1 or more"},
+	    {"gc --grace 5x", 2, "--keep wants 1 or more, --grace seconds"},
+	    {"frobnicate x", 2, "unknown command"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "COVE_STORE=%s COVE_STATE_DIR=%s %s %s >%s 2>&1", json,
+			 root, bin, cases[i].args, out);
+		int ws = system(cmd);
+		char text[2048] = {0};
+		int fd = open(out, O_RDONLY);
+		assert_true(fd >= 0 && read(fd, text, sizeof(text) - 1) >= 0);
+		close(fd);
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != cases[i].status ||
+		    !strstr(text, cases[i].says))
+			fail_msg("cove-store %s: status %d: %s", cases[i].args, ws, text);
+		/* One line (usage lines aside): the refusal, not a trace. */
+		if (cases[i].status == 1)
+			assert_int_equal(strchr(text, '\n') - text + 1, (long)strlen(text));
+	}
+	/* Nothing was made in the state root but its own directories. */
+	char ls[256];
+	snprintf(ls, sizeof(ls), "ls -A %s | grep -v '^\\.' | wc -l", root);
+	FILE *pf = popen(ls, "r");
+	int n = -1;
+	assert_true(pf && fscanf(pf, "%d", &n) == 1);
+	pclose(pf);
+	assert_int_equal(n, 0);
+	fx_rmdir(root);
+}
+
 /* radosgw alone killed while `cove-store push` is sending a multipart blob (the sandbox's
  * 24 MiB kernel), started again 1.5 s later: the push completes after retries, exactly one
  * generation is committed, no multipart upload is left, and the generation fetches intact. */
@@ -707,6 +756,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_follow, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_encrypted_ciphertext_only, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cli_refusals, setup, teardown),
 	    /* last: it takes radosgw down for a moment */
 	    cmocka_unit_test_setup_teardown(test_push_rgw_killed, setup, teardown),
 	};
