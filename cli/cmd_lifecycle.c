@@ -24,6 +24,7 @@
 #include "lifecycle/root.h"
 #include "lifecycle/state.h"
 #include "lifecycle/tombstone.h"
+#include "lifecycle/tree.h"
 
 /* How long a VMM gets to exit after SIGTERM before SIGKILL. */
 #define STOP_WAIT_S 30
@@ -208,12 +209,27 @@ out:
 	return st < 0 ? 0 : st;
 }
 
+/* The local files of a sandbox the store holds: its directory and its run directory. */
+static int drop_local(struct target *t)
+{
+	int r = sbx_tree_remove(t->root.dfd, t->name);
+	int rfd = open(t->root.run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rfd >= 0) {
+		sbx_tree_remove(rfd, t->name);
+		close(rfd);
+	}
+	if (r)
+		fprintf(stderr, "cove archive: %s: removing the local copy: %s\n", t->name,
+			strerror(-r));
+	return r ? 1 : 0;
+}
+
 int cmd_archive(int argc, char **argv)
 {
 	struct sbx_archive_stats as;
 	struct target t;
 	char err[512];
-	int lk, st = open_target("archive", argc, argv, &t);
+	int ps, lk, st = open_target("archive", argc, argv, &t);
 
 	if (st)
 		goto out;
@@ -224,6 +240,38 @@ int cmd_archive(int argc, char **argv)
 	} else if ((t.state == SBX_RUNNING || t.state == SBX_PAUSED) &&
 		   (st = stop_locked("archive", &t, "cove archive"))) {
 		/* the final snapshot failed: it keeps running, nothing is archived */
+	} else if (store_is_configured()) {
+		/*
+		 * With a store, archived means only in the store: the local copy goes once the
+		 * newest generation is committed there (the next exec on any host pulls it). The
+		 * push takes the start lock itself; taken again after it, a sandbox some command
+		 * started meanwhile is kept.
+		 */
+		if (lk >= 0)
+			close(lk);
+		ps = store_try_push(t.name);
+		lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
+		sbx_state_read(t.dfd, &t.state, NULL);
+		if (!ps && (lk < 0 || (t.state != SBX_STOPPED && t.state != SBX_CRASHED))) {
+			fprintf(stderr,
+				"cove archive: %s: committed to the store, but it is %s now; its "
+				"local copy is kept\n",
+				t.name, sbx_state_name(t.state));
+			st = 1;
+		} else if (ps) {
+			fprintf(stderr,
+				"cove archive: %s: its newest generation is not in the store (above); "
+				"nothing was removed here\n",
+				t.name);
+			st = 1;
+		} else {
+			end_broker("archive", &t);
+			st = drop_local(&t);
+			if (!st)
+				printf("%s: archived to the store (newest generation committed, local "
+				       "files removed)\n",
+				       t.name);
+		}
 	} else if (sbx_chain_check_archive(&t.root, t.name, err, sizeof(err)) ||
 		   sbx_archive_pack(t.dfd, &as, err, sizeof(err))) {
 		fprintf(stderr, "cove archive: %s: %s (its chain is as it was)\n", t.name, err);

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "cli/store_reconnect.h"
 #include "common/clock.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/name.h"
@@ -56,6 +57,54 @@ static json_t *describe(int dfd, const char *name)
 	return j;
 }
 
+/*
+ * With a store configured: each local sandbox gets "store" ({"newest", "lag_s", "state"} from
+ * `cove-store ls --json`, null when the store has no generation of it), and a sandbox only the
+ * store holds is listed with state "remote" (any cove exec of it pulls it here). The catalog is
+ * checked field by field; a store that cannot be listed costs one line on stderr, not the list.
+ */
+static void merge_store(json_t *all)
+{
+	char *text = NULL;
+	int r = store_try_list(&text);
+	if (r < 0)
+		return;
+	json_t *cat = r == 0 ? json_loads(text, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	free(text);
+	if (!json_is_array(cat)) {
+		fprintf(stderr, "cove ls: the store could not be listed; local sandboxes only\n");
+		json_decref(cat);
+		return;
+	}
+	size_t i, k;
+	json_t *j, *c;
+	json_array_foreach(all, i, j) json_object_set_new(j, "store", json_null());
+	json_array_foreach(cat, k, c)
+	{
+		const char *name = json_string_value(json_object_get(c, "name"));
+		const char *state = json_string_value(json_object_get(c, "state"));
+		json_t *newest = json_object_get(c, "newest"), *lag = json_object_get(c, "lag_s");
+		if (!name || sbx_name_check(name, NULL, 0) || !state || !json_is_integer(newest) ||
+		    !json_is_integer(lag))
+			continue;
+		json_t *info = json_pack("{s:O,s:O,s:s}", "newest", newest, "lag_s", lag, "state",
+					 state);
+		bool local = false;
+		json_array_foreach(all, i, j)
+		{
+			if (!strcmp(json_string_value(json_object_get(j, "name")), name)) {
+				json_object_set(j, "store", info);
+				local = true;
+			}
+		}
+		if (!local && !strcmp(state, "stored"))
+			json_array_append_new(all, json_pack("{s:s,s:s,s:O}", "name", name, "state",
+							     "remote", "store", info));
+		json_decref(info);
+	}
+	json_decref(cat);
+}
+
 static void human(uint64_t b, char *out, size_t cap)
 {
 	if (b >= (1ULL << 30))
@@ -66,7 +115,23 @@ static void human(uint64_t b, char *out, size_t cap)
 
 static void print_row(json_t *j)
 {
-	char since[32], mem[32], disk[32], chain[32], age[40];
+	char since[32] = "-", mem[32] = "-", disk[32] = "-", chain[32] = "-", age[40] = "-",
+	     lag[40] = "-";
+	json_t *st = json_object_get(j, "store");
+	if (json_is_object(st)) {
+		int64_t l = json_integer_value(json_object_get(st, "lag_s"));
+		if (!strcmp(json_string_value(json_object_get(st, "state")), "removed"))
+			snprintf(lag, sizeof(lag), "removed");
+		else if (l >= 0)
+			snprintf(lag, sizeof(lag), "%llds", (long long)l);
+	}
+	if (!json_object_get(j, "since_ms")) {
+		printf("%-20s %-9s %-16s %5s %7s %8s %8s  %-14s %s\n",
+		       json_string_value(json_object_get(j, "name")),
+		       json_string_value(json_object_get(j, "state")), since, "-", mem, disk, chain,
+		       age, lag);
+		return;
+	}
 	int64_t s = json_integer_value(json_object_get(j, "since_ms"));
 	int64_t a = json_integer_value(json_object_get(j, "last_snapshot_age_s"));
 	time_t t = (time_t)(s / 1000);
@@ -79,13 +144,14 @@ static void print_row(json_t *j)
 	human((uint64_t)json_integer_value(json_object_get(j, "chain_bytes")), chain,
 	      sizeof(chain));
 	if (a < 0)
-		snprintf(age, sizeof(age), "-");
+		;
 	else
 		snprintf(age, sizeof(age), "%llds ago", (long long)a);
-	printf("%-20s %-9s %-16s %5lld %7s %8s %8s  %s\n",
+	printf("%-20s %-9s %-16s %5lld %7s %8s %8s  %-14s %s\n",
 	       json_string_value(json_object_get(j, "name")),
 	       json_string_value(json_object_get(j, "state")), since,
-	       (long long)json_integer_value(json_object_get(j, "vcpus")), mem, disk, chain, age);
+	       (long long)json_integer_value(json_object_get(j, "vcpus")), mem, disk, chain, age,
+	       lag);
 }
 
 int cmd_ls(int argc, char **argv)
@@ -126,6 +192,7 @@ int cmd_ls(int argc, char **argv)
 			closedir(d);
 		sbx_root_close(&r);
 	}
+	merge_store(all);
 	if (as_json) {
 		char *text = json_dumps(all, JSON_INDENT(2));
 
@@ -135,8 +202,8 @@ int cmd_ls(int argc, char **argv)
 		size_t i;
 		json_t *j;
 
-		printf("%-20s %-9s %-16s %5s %7s %8s %8s  %s\n", "NAME", "STATE", "SINCE (UTC)",
-		       "VCPUS", "MEM", "DISK", "CHAIN", "LAST SNAPSHOT");
+		printf("%-20s %-9s %-16s %5s %7s %8s %8s  %-14s %s\n", "NAME", "STATE",
+		       "SINCE (UTC)", "VCPUS", "MEM", "DISK", "CHAIN", "LAST SNAPSHOT", "STORE LAG");
 		json_array_foreach(all, i, j) print_row(j);
 	}
 	json_decref(all);

@@ -398,7 +398,9 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 
 	if (strchr(sandbox, '/'))
 		return agent_resolve(sandbox, uds, len, err, errlen) ? SBX_EXIT_UNKNOWN : 0;
-	if (sbx_root_open(&r, false, NULL, 0) == 0) {
+	/* A host that has never made a sandbox has no state root; with a store, a pull makes it. */
+	if (sbx_root_open(&r, store_is_configured() && sbx_name_check(sandbox, NULL, 0) == 0, NULL,
+			  0) == 0) {
 		dfd = sbx_dir_open(&r, sandbox, false, NULL, 0);
 		/* A directory without a spec is not a sandbox `cove create` made. */
 		if (dfd >= 0 && faccessat(dfd, SBX_SPEC, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {

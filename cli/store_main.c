@@ -22,7 +22,7 @@ static void usage(FILE *out)
 		"       cove store follow NAME [--config FILE]\n"
 		"  follow: while NAME runs, uploads each new commit of its chain (cove start "
 		"runs it when a store is configured)\n"
-		"       cove store ls [--config FILE]\n"
+		"       cove store ls [--json] [--config FILE]\n"
 		"  ls: the store's sandboxes: newest generation, generations kept, its age (the "
 		"store lag), stored or removed\n"
 		"       cove store tombstone NAME [--config FILE]\n"

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static bool store_configured(void)
+bool store_is_configured(void)
 {
 	const char *cfg = getenv("COVE_STORE");
 	return (cfg && *cfg) || access("/etc/cove/store.json", R_OK) == 0;
@@ -34,7 +34,7 @@ static int store_exe(char *path, size_t cap)
 static int store_run(const char *sub, const char *name)
 {
 	char path[4200];
-	if (!store_configured() || store_exe(path, sizeof(path)))
+	if (!store_is_configured() || store_exe(path, sizeof(path)))
 		return -1;
 	pid_t pid = fork();
 	if (pid < 0)
@@ -71,10 +71,80 @@ int store_try_push(const char *name)
 	return store_run("push", name);
 }
 
+/* The store's catalog is at most this much JSON (100000 sandboxes of ~150 bytes). */
+#define STORE_LIST_CAP (16u << 20)
+
+int store_try_list(char **json_out)
+{
+	char path[4200];
+	*json_out = NULL;
+	if (!store_is_configured() || store_exe(path, sizeof(path)))
+		return -1;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return 1;
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return 1;
+	}
+	if (pid == 0) {
+		dup2(p[1], 1);
+		char *argv[] = {path, (char *)"ls", (char *)"--json", NULL};
+		execv(path, argv);
+		fprintf(stderr, "cove: cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	close(p[1]);
+	size_t len = 0, cap = 0;
+	char *buf = NULL;
+	bool over = false;
+	for (;;) {
+		if (len + 65536 + 1 > cap) {
+			size_t ncap = cap ? cap * 2 : 65536 + 1;
+			char *nb = ncap <= STORE_LIST_CAP + 65536 + 1 ? realloc(buf, ncap) : NULL;
+			if (!nb) {
+				over = true;
+				break;
+			}
+			buf = nb;
+			cap = ncap;
+		}
+		ssize_t n = read(p[0], buf + len, 65536);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		if (len > STORE_LIST_CAP) {
+			over = true;
+			break;
+		}
+	}
+	close(p[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR) {
+			status = 1 << 8;
+			break;
+		}
+	if (over || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		if (over)
+			fprintf(stderr, "cove: the store's catalog is over %u bytes; not shown\n",
+				STORE_LIST_CAP);
+		free(buf);
+		return 1;
+	}
+	buf[len] = 0;
+	*json_out = buf;
+	return 0;
+}
+
 void store_start_follower(int dfd, const char *name)
 {
 	char path[4200];
-	if (!store_configured() || store_exe(path, sizeof(path)))
+	if (!store_is_configured() || store_exe(path, sizeof(path)))
 		return;
 	pid_t pid = fork();
 	if (pid < 0)

@@ -2,6 +2,10 @@
 #ifndef COVE_CLI_STORE_RECONNECT_H
 #define COVE_CLI_STORE_RECONNECT_H
 
+#include <stdbool.h>
+
+/* A store is configured: $COVE_STORE is set, or /etc/cove/store.json is readable. */
+bool store_is_configured(void);
 /*
  * With a store configured ($COVE_STORE, else /etc/cove/store.json), runs `cove-store pull NAME`
  * (beside this executable) and returns its exit status: 0 pulled (or another process pulled it
@@ -13,6 +17,11 @@ int store_try_pull(const char *name);
 int store_try_tombstone(const char *name);
 /* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */
 int store_try_push(const char *name);
+/*
+ * `cove-store ls --json` (the store's catalog, its shape in cli/store_sandbox.c) into a malloc'ed
+ * string *json_out: 0, or 1 on a failure (cove-store said why on stderr), -1: no store.
+ */
+int store_try_list(char **json_out);
 /* With a store: `cove-store follow NAME` detached (its log NAME/store.log beneath dfd), which
  * uploads each commit while the sandbox runs. Nothing without a store; failures are silent
  * (cove stop's push still commits the final generation). */

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "common/log.h"
 #include "lifecycle/root.h"
 #include "lifecycle/store/catalog.h"
@@ -148,14 +150,45 @@ int store_gc_cmd(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * `cove store ls --json`: [{"format": 1, "name", "newest", "kept", "committed_s" (epoch seconds,
+ * 0 unknown), "lag_s" (-1 unknown), "state": "stored" | "removed"}], what `cove ls` merges.
+ */
+static int print_catalog_json(const struct store_sandbox *v, size_t n, time_t now)
+{
+	json_t *all = json_array();
+	for (size_t i = 0; all && i < n; i++) {
+		json_t *j = json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:s}", "format", 1, "name", v[i].name,
+				      "newest", (json_int_t)v[i].newest, "kept",
+				      (json_int_t)v[i].generations, "committed_s",
+				      (json_int_t)v[i].committed, "lag_s",
+				      (json_int_t)(v[i].committed ? now - v[i].committed : -1),
+				      "state", v[i].removed ? "removed" : "stored");
+		if (!j || json_array_append_new(all, j)) {
+			json_decref(all);
+			return -ENOMEM;
+		}
+	}
+	char *text = all ? json_dumps(all, JSON_COMPACT) : NULL;
+	json_decref(all);
+	if (!text)
+		return -ENOMEM;
+	printf("%s\n", text);
+	free(text);
+	return 0;
+}
+
 int store_ls_cmd(int argc, char **argv)
 {
 	const char *config = NULL;
+	bool as_json = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
 			config = argv[++i];
+		} else if (!strcmp(argv[i], "--json")) {
+			as_json = true;
 		} else {
-			fprintf(stderr, "usage: cove store ls [--config FILE]\n");
+			fprintf(stderr, "usage: cove store ls [--json] [--config FILE]\n");
 			return 2;
 		}
 	}
@@ -179,6 +212,11 @@ int store_ls_cmd(int argc, char **argv)
 		return 1;
 	}
 	time_t now = time(NULL);
+	if (as_json) {
+		r = print_catalog_json(v, n, now);
+		free(v);
+		return r ? 1 : 0;
+	}
 	printf("%-48s %10s %6s %12s  %s\n", "NAME", "NEWEST", "KEPT", "LAG", "STATE");
 	for (size_t i = 0; i < n; i++) {
 		char lag[32] = "-";

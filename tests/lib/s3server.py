@@ -83,7 +83,7 @@ def make_server_cert(t, ca_key, ca_pem):
     key, csr, pem = (os.path.join(t, "server." + e) for e in ("key", "csr", "pem"))
     ext = os.path.join(t, "server.ext")
     with open(ext, "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:s3.test,DNS:*.s3.test\n")
+        f.write("subjectAltName=IP:127.0.0.1,IP:10.0.2.100,DNS:localhost,DNS:s3.test,DNS:*.s3.test\n")
     sh(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
         "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"])
     sh(["openssl", "x509", "-req", "-in", csr, "-CA", ca_pem, "-CAkey", ca_key,

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The store e2e test's part inside the KVM box (tests/e2e/store_e2e.py drives it).
+
+One box run is one host: its own state root, run directory and cache, and nothing shared with
+the other host but the store (a real Ceph radosgw on the host's loopback, reached through the
+box's one forwarded port, 10.0.2.100). usage: store_box.py a|b
+
+  a: host A creates three sandboxes (plain s1 with 100 MiB in guest RAM and a file on its disk,
+     plain s2, encrypted s3 under a key-cmd KEK), waits for a periodic upload of s1, stops all
+     three (each stop commits a final generation) and writes what it saw to /work/out/a.json.
+     The box, and with it host A's state root, is gone when the run ends.
+  b: host B, empty: 20 concurrent `cove exec s2`, then `cove exec s1` reads both files back,
+     then s3 with its KEK revoked (refused) and granted again; results in /work/out/b.json.
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+COVE = "/work/cove"
+STORE_BIN = "/work/cove-store"
+STATE = "/tmp/cove-state"
+RUN = "/tmp/cove-run"
+ENV = dict(os.environ, COVE_STATE_DIR=STATE, COVE_RUN_DIR=RUN, COVE_GUEST_DIR="/work",
+           COVE_STORE="/work/store/store.json")
+KEK_CMD = "key-cmd:python3 /work/store/kek.py /work/store/kek"
+OUT = {}
+
+
+class Failure(Exception):
+    pass
+
+
+def check(ok, what):
+    if not ok:
+        raise Failure(what)
+
+
+def cove(*args, timeout=600):
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=ENV)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"cove {' '.join(args)[:120]} timed out after {timeout} s")
+    return (r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"),
+            time.monotonic() - t0)
+
+
+def sh(name, script, timeout=600):
+    return cove("exec", name, "--", "sh", "-c", script, timeout=timeout)
+
+
+def tail(path, n=1500):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError as e:
+        return f"({e})"
+
+
+def newest(name):
+    """The newest committed generation of NAME in the store (cove store ls), 0 if none."""
+    r = subprocess.run([STORE_BIN, "ls"], capture_output=True, env=ENV, timeout=120)
+    check(r.returncode == 0, f"cove store ls: rc={r.returncode} {r.stderr.decode()!r}")
+    for line in r.stdout.decode().splitlines()[1:]:
+        f = line.split()
+        if f and f[0] == name:
+            return int(f[1])
+    return 0
+
+
+def cove_ls():
+    rc, out, err, t = cove("ls", "--json")
+    check(rc == 0, f"cove ls --json: rc={rc} {err!r}")
+    return {e["name"]: e for e in json.loads(out)}
+
+
+def create(name, *opts):
+    rc, out, err, t = cove("create", name, *opts)
+    check(rc == 0, f"cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
+          f"{tail(os.path.join(STATE, name, 'vmm.log'))!r}")
+    print(f"  cove create {name}: {t:.1f} s", flush=True)
+
+
+def host_a():
+    create("s1", "--mem", "384M", "--snapshot-every", "20s")
+    # 100 MiB of random bytes in guest RAM (tmpfs), and a file on the guest's disk.
+    rc, out, err, t = sh("s1", "mkdir -p /ram && mount -t tmpfs -o size=200m tmpfs /ram && "
+                         "head -c 104857600 /dev/urandom > /ram/big && "
+                         "head -c 3000000 /dev/urandom > /disk-file && "
+                         f"for i in 1 2 3 4; do echo {os.environ['PLAIN_MARK']}-$i; done "
+                         "> /ram/plain && sync && sha256sum /ram/big /disk-file", timeout=900)
+    check(rc == 0, f"s1: writing the files: rc={rc} {err!r}")
+    sums = {os.path.basename(p): h for h, p in (l.split() for l in out.splitlines())}
+    print(f"  s1: 100 MiB in RAM and 3 MB on disk written ({t:.1f} s): {sums}", flush=True)
+    # A periodic upload after the writes: the follower commits each new layer; two newer
+    # generations than the one before the writes means one taken after them.
+    g0 = newest("s1")
+    deadline = time.monotonic() + 600
+    g = g0
+    while g < g0 + 2 and time.monotonic() < deadline:
+        time.sleep(2)
+        g = newest("s1")
+    check(g >= g0 + 2, f"s1: no periodic upload after the writes (generations {g0} -> {g}); "
+          f"store.log {tail(os.path.join(STATE, 's1', 'store.log'))!r}")
+    print(f"  s1: periodic uploads committed generations {g0 + 1}..{g}", flush=True)
+    OUT["s1_periodic_gen"] = g
+    create("s2", "--snapshot-every", "off")
+    rc, out, err, t = sh("s2", "echo s2-was-here > /s2-file && sync")
+    check(rc == 0, f"s2: rc={rc} {err!r}")
+    create("s3", "--snapshot-every", "off", "--key", KEK_CMD)
+    mark = os.environ["SECRET_MARK"]
+    rc, out, err, t = sh("s3", f"mkdir -p /ram && mount -t tmpfs tmpfs /ram && "
+                         f"for i in 1 2 3 4; do echo {mark}-$i; done > /ram/secret && "
+                         f"echo {mark}-disk > /secret-disk && sync && cat /ram/secret")
+    check(rc == 0 and mark in out, f"s3: rc={rc} {err!r}")
+    for name in ("s1", "s2", "s3"):
+        rc, out, err, t = cove("stop", name)
+        check(rc == 0, f"cove stop {name}: rc={rc} {err!r}")
+        OUT[f"{name}_final_gen"] = newest(name)
+        print(f"  cove stop {name}: {t:.1f} s, generation {OUT[name + '_final_gen']} committed",
+              flush=True)
+    OUT["sums"] = sums
+    ls = cove_ls()
+    for name in ("s1", "s2", "s3"):
+        st = ls[name].get("store") or {}
+        check(ls[name]["state"] == "stopped" and st.get("newest") == OUT[f"{name}_final_gen"]
+              and 0 <= st.get("lag_s", -1) < 600, f"cove ls after the stops: {ls[name]}")
+    print(f"  cove ls: store lag s1 {ls['s1']['store']['lag_s']} s, s2 "
+          f"{ls['s2']['store']['lag_s']} s, s3 {ls['s3']['store']['lag_s']} s", flush=True)
+    # With a store, archive means "only in the store".
+    rc, out, err, t = cove("archive", "s2")
+    check(rc == 0 and not os.path.exists(os.path.join(STATE, "s2")),
+          f"cove archive s2: rc={rc} {out!r} {err!r}")
+    ls = cove_ls()
+    check(ls["s2"]["state"] == "remote" and ls["s2"]["store"]["newest"] >= OUT["s2_final_gen"],
+          f"cove ls after cove archive s2: {ls.get('s2')}")
+    OUT["s2_final_gen"] = ls["s2"]["store"]["newest"]
+    print(f"  cove archive s2: {out.strip()} ({t:.1f} s); cove ls says remote", flush=True)
+    for name in ("s1", "s2", "s3"):
+        print(f"  {name} store.log: {tail(os.path.join(STATE, name, 'store.log'), 600)!r}")
+    shutil.rmtree(STATE)
+    shutil.rmtree(RUN, ignore_errors=True)
+
+
+def host_b():
+    check(not os.path.exists(STATE), "host B's state root is not empty")
+    want = json.load(open("/work/a.json"))
+    ls = cove_ls()
+    check(sorted(ls) == ["s1", "s2", "s3"] and all(
+        e["state"] == "remote" and e["store"]["newest"] == want[f"{n}_final_gen"]
+        for n, e in ls.items()), f"cove ls on host B before any exec: {ls}")
+    print("  cove ls on host B: s1, s2, s3 remote (only in the store)", flush=True)
+    # 20 concurrent execs of a sandbox this host has never seen.
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(20) as ex:
+        res = list(ex.map(lambda i: sh("s2", f"cat /s2-file; echo n={i}"), range(20)))
+    bad = [(i, r[0], r[2][-1500:]) for i, r in enumerate(res)
+           if r[0] != 0 or r[1].split() != ["s2-was-here", f"n={i}"]]
+    check(not bad, f"s2: concurrent execs failed: {bad[:3]}")
+    OUT["s2_concurrent_s"] = time.monotonic() - t0
+    with open(os.path.join(STATE, "s2", "events.jsonl")) as f:
+        ev = [json.loads(l) for l in f if l.endswith("\n")]
+    OUT["s2_events"] = ev
+    print(f"  s2: 20 concurrent execs answered in {OUT['s2_concurrent_s']:.1f} s; "
+          f"events {[(e.get('to'), e.get('cause')) for e in ev]}", flush=True)
+    # s1: both files, by digest.
+    rc, out, err, t = sh("s1", "sha256sum /ram/big /disk-file")
+    check(rc == 0, f"s1: exec on host B: rc={rc} {err!r}; vmm.log "
+          f"{tail(os.path.join(STATE, 's1', 'vmm.log'))!r}")
+    sums = {os.path.basename(p): h for h, p in (l.split() for l in out.splitlines())}
+    check(sums == want["sums"], f"s1: digests on host B {sums} != host A's {want['sums']}")
+    print(f"  s1: both files read back on host B with host A's digests ({t:.1f} s)", flush=True)
+    # s3: its KEK revoked on this host, then granted.
+    os.rename("/work/store/kek", "/work/store/kek.revoked")
+    rc, out, err, t = sh("s3", "cat /ram/secret")
+    check(rc != 0 and err.strip() and err.count("\n") <= 2, f"s3 with the KEK revoked: rc={rc} "
+          f"{out!r} {err!r}")
+    OUT["s3_revoked"] = [rc, err.strip()]
+    print(f"  s3, KEK revoked: rc={rc}: {err.strip()}", flush=True)
+    os.rename("/work/store/kek.revoked", "/work/store/kek")
+    rc, out, err, t = sh("s3", "cat /ram/secret /secret-disk")
+    mark = os.environ["SECRET_MARK"]
+    check(rc == 0 and out.split() == [f"{mark}-{i}" for i in (1, 2, 3, 4)] + [f"{mark}-disk"],
+          f"s3 with the KEK granted: rc={rc} {out!r} {err!r}")
+    print("  s3, KEK granted again: the secret read back", flush=True)
+    for name in ("s1", "s2", "s3"):
+        cove("stop", name)
+
+
+def main():
+    what = sys.argv[1]
+    os.makedirs("/work/out", exist_ok=True)
+    try:
+        (host_a if what == "a" else host_b)()
+        ok = True
+    except Failure as e:
+        print(f"FAIL: host {what}: {e}", flush=True)
+        ok = False
+    with open(f"/work/out/{what}.json", "w") as f:
+        json.dump(dict(OUT, ok=ok), f)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
