@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/errmsg.h"
 #include "devices/board.h"
+#include "devices/overlay_merge.h"
 
 #define VIRTIO_ID_BLOCK 2
 
@@ -790,6 +792,23 @@ int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, 
 	if (has_data) {
 		r = overlay_freeze(blk->ov, new_top, err, errlen);
 		*frozen = r == 0;
+	}
+	pthread_mutex_unlock(&blk->mmio.lock);
+	return r;
+}
+
+int virtio_blk_merge_install(struct virtio_blk *blk, struct overlay_merged *m, char *err,
+			     size_t errlen)
+{
+	if (!blk->ov)
+		return errmsg(err, errlen, -ESTALE, "disk has no overlay");
+	pthread_mutex_lock(&blk->mmio.lock);
+	int r = overlay_merge_install(blk->ov, m, err, errlen);
+	if (!r) {
+		r = overlay_flush(blk->ov);
+		if (r)
+			errmsg(err, errlen, r, "overlay: writing the top's map after a merge: %s",
+			       strerror(-r));
 	}
 	pthread_mutex_unlock(&blk->mmio.lock);
 	return r;

@@ -85,6 +85,14 @@ void virtio_blk_quiesce(struct virtio_blk *blk);
  */
 int virtio_blk_freeze(struct virtio_blk *blk, const char *new_top, int *frozen, char *err,
 		      size_t errlen);
+/*
+ * Snapshots, paused: puts a merge of the overlay's frozen layers (built while the guest ran,
+ * devices/overlay_merge.h) in their place under the device lock, then flushes the top so its
+ * map names the merged layer. 0, -ESTALE when the chain changed since (nothing done), -errno.
+ */
+struct overlay_merged;
+int virtio_blk_merge_install(struct virtio_blk *blk, struct overlay_merged *m, char *err,
+			     size_t errlen);
 
 /* Device table entry: board_add(b, host, &virtio_blk_type, &(struct virtio_blk_cfg){...}). */
 extern const struct device_type virtio_blk_type;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "sandbox/agent_client.h"
+#include "sandbox/disk_merge.h"
 #include "sandbox/phase_hook.h"
 #include "sandbox/seccomp_filters.h"
 #include "common/clock.h"
@@ -84,6 +85,8 @@ int sandbox_init(struct sandbox *sb, const char *console_path, uint64_t console_
 	memset(sb, 0, sizeof(*sb));
 	sb->sig_fd = sb->timer_fd = sb->ready_fd = sb->idle.timer_fd = sb->exe_fd = -1;
 	sb->key_relay_fd = -1;
+	for (int i = 0; i < RUN_MAX_DISKS; i++)
+		sb->disk_merges[i].layer.data_fd = -1;
 	sb->spawner = (struct spawner){.sock = -1, .pid = -1};
 	sb->log = (struct logger){.level = level, .out = stderr};
 	sb->log_level = level;
@@ -349,6 +352,9 @@ static int prepare_snapshot(void *opaque, uint64_t layer_id, char **config_json,
 		if (!mc->disks[i].overlay[0])
 			continue;
 		struct disk_chain *ch = &mc->chains[i];
+		int mr = sandbox_merge_install(sb, i, err, errlen);
+		if (mr)
+			return mr;
 		char top[4096];
 		/*
 		 * A new name each time (random: a crashed run's top may hold this layer id, and a
@@ -546,6 +552,7 @@ static int be_snapshot(void *opaque, bool full, const char *dir, struct api_snap
 	}
 	sb->snaps_taken++;
 	log_snapshot(sb, &st);
+	sandbox_merge_disks(sb, st.layer_id);
 	*out = (struct api_snapshot_result){.layer_id = st.layer_id,
 					    .full = st.full,
 					    .compacted = st.compacted,
@@ -604,6 +611,7 @@ static void on_timer(void *opaque, uint32_t events)
 	}
 	sb->snaps_taken++;
 	log_snapshot(sb, &st);
+	sandbox_merge_disks(sb, st.layer_id);
 }
 
 /* Starts one `cove restore` of the layer just written, with its own sockets, CID and chain. */
@@ -968,6 +976,7 @@ void sandbox_destroy(struct sandbox *sb)
 		snap_ctx_free(&sb->snap);
 	layer_ring_free(sb->wring); /* after the snapshot context that borrowed it */
 	sb->wring = NULL;
+	sandbox_merges_free(sb);
 	if (sb->board_created)
 		board_destroy(&sb->board);
 	if (sb->vm_created)

@@ -9,6 +9,7 @@
 #include "sandbox/idle.h"
 #include "sandbox/api.h"
 #include "devices/board.h"
+#include "devices/overlay_merge.h"
 #include "sandbox/machine_config.h"
 #include "sandbox/spawner.h"
 #include "snapshot/snapshot.h"
@@ -46,6 +47,8 @@ struct sandbox {
 	 * chain stay readable from each of them.
 	 */
 	struct snap_key *data_key;
+	/* Disks' frozen layers merged after a commit, put in place at the next snapshot's pause. */
+	struct overlay_merged disk_merges[RUN_MAX_DISKS];
 	uint64_t snap_interval_ms;
 	uint64_t snaps_taken, snaps_failed;
 	const char *api_sock;

@@ -493,3 +493,117 @@ def test_snapshot_precopy_churn():
           f"(killed at {last}) intact")
     fresh(d, con1, con2, sock)
 TESTS.append(test_snapshot_precopy_churn)
+
+
+MERGE_INTERVALS = 30
+WROTE_BLK = re.compile(r"WROTE (\d+)\r?\n")
+CHECKED = re.compile(r"CHECK (\d+) (OK|BAD \d+)\r?\n")
+SNAP_LINE = re.compile(r"snapshot: layer (\d+) \((full|diff)\):.* paused (\d+) us")
+
+
+def test_disk_writes_every_interval_merged():
+    """A guest that writes (and syncs) a new 64 KiB file on its overlay root disk several times
+    per snapshot interval: every snapshot freezes a disk layer, and the chain, capped at 15
+    frozen layers, goes on only because frozen layers are merged (devices/OVERLAY.md "Merging
+    layers"). 30 intervals commit 30 snapshots; after a kill -9 and a restore the guest, its page
+    cache dropped, reads back every file it had written, byte for byte."""
+    d, con1, con2 = "/tmp/snap-merge", "/tmp/snap-merge.out", "/tmp/snap-merge.restored"
+    base, ovl = "/tmp/snap-merge-base.ext4", "/tmp/snap-merge.ovl"
+    fresh(d, con1, con2, base, ovl, ovl + ".map")
+    subprocess.run(["cp", bt.ROOTFS, base], check=True)
+    # Each round writes and syncs the next file; every 5th round first checks every file written
+    # so far from the disk (caches dropped). A restored guest goes on with its rounds: its next
+    # check reads the restored chain.
+    loop = ("i=0; while :; do i=$((i+1)); if [ $((i % 5)) = 0 ]; then "
+            "sync; echo 3 > /proc/sys/vm/drop_caches; bad=''; "
+            "j=1; while [ $j -lt $i ]; do "
+            "[ \"$(yes blk-$j | head -c 65536 | md5sum)\" = \"$(md5sum < /root/b$j)\" ] "
+            "|| bad=$j; j=$((j+1)); done; "
+            "if [ -n \"$bad\" ]; then echo \"CHECK $i BAD $bad\"; else echo \"CHECK $i OK\"; fi; fi; "
+            "yes blk-$i | head -c 65536 > /root/b$i && sync && echo \"WROTE $i\"; "
+            "sleep 0.3; done")
+    log = tempfile.TemporaryFile()
+    run = [bt.COVE, "run", "--kernel", bt.BZIMAGE, "--mem", "256M",
+           "--cmdline", bt.cmdline_for(loop, bt.DISK_ROOT), "--disk", f"{base},overlay={ovl}",
+           "--snapshot-dir", d, "--snapshot-interval", "1s", "--console", con1,
+           "--log-level", "info"]
+    p = subprocess.Popen(run, stdin=subprocess.DEVNULL, stderr=log)
+    t0 = time.monotonic()
+    try:
+        wait_file(con1, lambda t: len(WROTE_BLK.findall(t)) >= 1, bt.BOOT_TIMEOUT,
+                  "the guest to write its first file", p)
+        log.seek(0)
+        booted = len(SNAP_LINE.findall(log.read().decode(errors="replace")))
+        end = time.monotonic() + 150
+        while time.monotonic() < end and p.poll() is None:
+            log.seek(0)
+            text = log.read().decode(errors="replace")
+            if (len(SNAP_LINE.findall(text)) >= booted + MERGE_INTERVALS and
+                    text.count("froze its overlay") >= MERGE_INTERVALS):
+                break
+            time.sleep(0.3)
+    finally:
+        kill(p)
+    run_s = time.monotonic() - t0
+    log.seek(0)
+    err = log.read().decode(errors="replace")
+    with open(con1) as f:
+        before = f.read()
+    check("BAD" not in before, f"the guest read back a wrong file before any restore: "
+          f"{CHECKED.findall(before)[-3:]}")
+    check("snapshot failed" not in err and "frozen layers, the most" not in err,
+          f"a snapshot failed: {[l for l in err.splitlines() if 'failed' in l][:3]}")
+    snaps = SNAP_LINE.findall(err)
+    check(len(snaps) >= booted + MERGE_INTERVALS,
+          f"{len(snaps) - booted} snapshots committed after the guest's first write in "
+          f"{run_s:.0f} s, want {MERGE_INTERVALS}")
+    # The frozen layers under the top, snapshot by snapshot, from the log: a freeze adds one,
+    # a merge put in place leaves one (then the freeze of that same pause adds one).
+    frozen, most, merges, freezes = 0, 0, 0, 0
+    merge_pause, plain_pause, installed = [], [], False
+    for line in err.splitlines():
+        if "froze its overlay" in line:
+            frozen += 1
+            freezes += 1
+            most = max(most, frozen)
+        elif "are now the merged layer" in line:
+            check(frozen >= 8, f"a merge replaced {frozen} layers: {line}")
+            frozen = 1
+            merges += 1
+            installed = True
+        m = SNAP_LINE.search(line)
+        if m:
+            (merge_pause if installed else plain_pause).append(int(m.group(3)) / 1e3)
+            installed = False
+    check(freezes >= MERGE_INTERVALS,
+          f"only {freezes} disk layers frozen in {len(snaps)} snapshots "
+          f"({len(WROTE_BLK.findall(before))} files written)")
+    check(merges >= 3 and most <= 15, f"{merges} merges, at most {most} frozen layers")
+    built = re.findall(r"merged its (\d+) frozen layers \((\d+) chunks\) .* in (\d+) us", err)
+    wrote = [int(n) for n in WROTE_BLK.findall(before)]
+    r = subprocess.Popen([bt.COVE, "restore", d, "--console", con2, "--disk", base,
+                          "--log-level", "info"],
+                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        text = wait_file(con2, lambda t: len(CHECKED.findall(t)) >= 1, 120,
+                         "the restored guest to check its files", r)
+    finally:
+        kill(r)
+    i, verdict = CHECKED.findall(text)[0]
+    check(verdict == "OK", f"the restored guest's round {i}: {verdict} (file b{verdict[4:]} differs)")
+    check(int(i) - 1 >= max(wrote[-1] - 6, MERGE_INTERVALS - 5),
+          f"the restored guest checked {int(i) - 1} files, the killed one had written {wrote[-1]}")
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2] if xs else 0.0
+    print(f"    {len(snaps)} snapshots ({len(snaps) - booted} after the first write) in "
+          f"{run_s:.0f} s, {freezes} disk layers frozen, {merges} "
+          f"merges (built with the guest running in {[int(b[2]) // 1000 for b in built]} ms, "
+          f"{[int(b[1]) for b in built]} chunks), at most {most} frozen layers; pause median "
+          f"{med(plain_pause):.1f} ms, {med(merge_pause):.1f} ms with a merge put in place "
+          f"(max {max(merge_pause or [0]):.1f} / {max(plain_pause or [0]):.1f} ms); restored: "
+          f"{int(i) - 1} files read back intact")
+    fresh(d, con1, con2, base, ovl, ovl + ".map")
+
+
+TESTS.append(test_disk_writes_every_interval_merged)
