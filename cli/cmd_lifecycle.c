@@ -259,18 +259,20 @@ int cmd_archive(int argc, char **argv)
 				t.name, sbx_state_name(t.state));
 			st = 1;
 		} else if (ps) {
-			fprintf(stderr,
-				"cove archive: %s: its newest generation is not in the store (above); "
-				"nothing was removed here\n",
-				t.name);
+			fprintf(
+			    stderr,
+			    "cove archive: %s: its newest generation is not in the store (above); "
+			    "nothing was removed here\n",
+			    t.name);
 			st = 1;
 		} else {
 			end_broker("archive", &t);
 			st = drop_local(&t);
 			if (!st)
-				printf("%s: archived to the store (newest generation committed, local "
-				       "files removed)\n",
-				       t.name);
+				printf(
+				    "%s: archived to the store (newest generation committed, local "
+				    "files removed)\n",
+				    t.name);
 		}
 	} else if (sbx_chain_check_archive(&t.root, t.name, err, sizeof(err)) ||
 		   sbx_archive_pack(t.dfd, &as, err, sizeof(err))) {

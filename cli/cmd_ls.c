@@ -29,7 +29,8 @@ static int64_t snapshot_age_s(int dfd)
 
 	if (fstatat(dfd, SBX_CHAIN "/chain.json", &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -1;
-	return (realtime_ms() - ((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000)) /
+	return (realtime_ms() -
+		((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000)) /
 	       1000;
 }
 
@@ -87,8 +88,8 @@ static void merge_store(json_t *all)
 		if (!name || sbx_name_check(name, NULL, 0) || !state || !json_is_integer(newest) ||
 		    !json_is_integer(lag))
 			continue;
-		json_t *info = json_pack("{s:O,s:O,s:s}", "newest", newest, "lag_s", lag, "state",
-					 state);
+		json_t *info =
+		    json_pack("{s:O,s:O,s:s}", "newest", newest, "lag_s", lag, "state", state);
 		bool local = false;
 		json_array_foreach(all, i, j)
 		{
@@ -203,7 +204,8 @@ int cmd_ls(int argc, char **argv)
 		json_t *j;
 
 		printf("%-20s %-9s %-16s %5s %7s %8s %8s  %-14s %s\n", "NAME", "STATE",
-		       "SINCE (UTC)", "VCPUS", "MEM", "DISK", "CHAIN", "LAST SNAPSHOT", "STORE LAG");
+		       "SINCE (UTC)", "VCPUS", "MEM", "DISK", "CHAIN", "LAST SNAPSHOT",
+		       "STORE LAG");
 		json_array_foreach(all, i, j) print_row(j);
 	}
 	json_decref(all);

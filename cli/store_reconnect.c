@@ -45,6 +45,8 @@ static int store_run(const char *sub, const char *name)
 		if (nul >= 0)
 			dup2(nul, 1);
 		char *argv[] = {path, (char *)sub, (char *)name, NULL};
+		/* cove says "was removed" itself: cove-store's own line would repeat it. */
+		setenv("COVE_STORE_QUIET_REMOVED", "1", 1);
 		execv(path, argv);
 		fprintf(stderr, "cove: cannot run %s: %s\n", path, strerror(errno));
 		_exit(127);

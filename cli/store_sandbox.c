@@ -75,9 +75,12 @@ int store_sandbox_cmd(int argc, char **argv)
 		store_config_wipe(cfg);
 	free(cfg);
 	if (r) {
-		log_err(&log, "%s", err[0] ? err : strerror(-r));
-		/* Gone from the store (tombstone): the exit status cove gives a removed sandbox. */
-		return r == -EIDRM && !tomb && !follow ? 66 : 1;
+		/* Gone from the store (tombstone): the exit status cove gives a removed sandbox;
+		 * cove, which runs pull for an exec, says so in its own one line. */
+		bool removed = r == -EIDRM && !tomb && !follow;
+		if (!removed || !getenv("COVE_STORE_QUIET_REMOVED"))
+			log_err(&log, "%s", err[0] ? err : strerror(-r));
+		return removed ? 66 : 1;
 	}
 	if (tomb)
 		printf("%s: tombstone in the store: every host now answers it was removed\n", name);
@@ -158,8 +161,8 @@ static int print_catalog_json(const struct store_sandbox *v, size_t n, time_t no
 {
 	json_t *all = json_array();
 	for (size_t i = 0; all && i < n; i++) {
-		json_t *j = json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:s}", "format", 1, "name", v[i].name,
-				      "newest", (json_int_t)v[i].newest, "kept",
+		json_t *j = json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:s}", "format", 1, "name",
+				      v[i].name, "newest", (json_int_t)v[i].newest, "kept",
 				      (json_int_t)v[i].generations, "committed_s",
 				      (json_int_t)v[i].committed, "lag_s",
 				      (json_int_t)(v[i].committed ? now - v[i].committed : -1),

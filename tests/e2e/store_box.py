@@ -187,7 +187,16 @@ def host_b():
     check(rc == 0 and out.split() == [f"{mark}-{i}" for i in (1, 2, 3, 4)] + [f"{mark}-disk"],
           f"s3 with the KEK granted: rc={rc} {out!r} {err!r}")
     print("  s3, KEK granted again: the secret read back", flush=True)
-    for name in ("s1", "s2", "s3"):
+    # cove rm here writes the store's tombstone: a third host (a state root of its own) is
+    # then told the sandbox was removed, exit 66.
+    rc, out, err, t = cove("rm", "s2")
+    check(rc == 0, f"cove rm s2: rc={rc} {err!r}")
+    ENV["COVE_STATE_DIR"], ENV["COVE_RUN_DIR"] = "/tmp/host-c-state", "/tmp/host-c-run"
+    rc, out, err, t = sh("s2", "true")
+    check(rc == 66 and "removed" in err and err.count("\n") == 1, f"exec of a removed sandbox on host C: rc={rc} {err!r}")
+    print(f"  cove rm s2 on host B; host C: exit 66: {err.strip()}", flush=True)
+    ENV["COVE_STATE_DIR"], ENV["COVE_RUN_DIR"] = STATE, RUN
+    for name in ("s1", "s3"):
         cove("stop", name)
 
 
