@@ -11,7 +11,8 @@
  */
 int api_call(const char *sock, const char *method, const char *path, const char *body,
 	     long timeout_s, long *status, char **reply, char *err, size_t errlen);
-/* The "fault_message" of an error reply, or the reply itself. Returns a pointer into a static-free copy. */
+/* The "fault_message" of an error reply, or the reply itself. Returns a pointer into a static-free
+ * copy. */
 void api_fault_text(const char *reply, char *out, size_t cap);
 
 #endif

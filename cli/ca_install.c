@@ -83,7 +83,8 @@ static int read_cert(int dfd, char **pem, size_t *len, char *err, size_t errlen)
 	close(fd);
 	if (n < 0 || !one_pem_cert(buf, (size_t)n)) {
 		free(buf);
-		return errmsg(err, errlen, -EINVAL, "%s/%s: not one PEM certificate of at most %d bytes",
+		return errmsg(err, errlen, -EINVAL,
+			      "%s/%s: not one PEM certificate of at most %d bytes",
 			      SBX_BROKER_MITM_CA, SBX_BROKER_MITM_CA_CERT, CA_PEM_MAX);
 	}
 	*pem = buf;

@@ -8,7 +8,7 @@
 
 #define CA_INSTALL_CERT	  "/usr/local/share/ca-certificates/cove-sandbox.crt"
 #define CA_INSTALL_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
-#define CA_PEM_MAX	  (16 * 1024)	    /* the CA certificate file (as broker/mitm_ca.h) */
+#define CA_PEM_MAX	  (16 * 1024)	     /* the CA certificate file (as broker/mitm_ca.h) */
 #define CA_BUNDLE_MAX	  (16 * 1024 * 1024) /* the guest's bundle, read back before appending */
 
 /*

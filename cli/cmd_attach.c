@@ -44,7 +44,8 @@ int cmd_attach(int argc, char **argv)
 	}
 	ret = sbx_resolve(pos[0], "cove attach", uds, sizeof(uds), err, sizeof(err));
 	if (ret) {
-		fprintf(stderr, "cove attach: %s\n", err);
+		if (err[0]) /* empty: cove-store said it */
+			fprintf(stderr, "cove attach: %s\n", err);
 		return ret;
 	}
 	req = json_pack("{s:s,s:s}", "op", "attach", "session", pos[1]);

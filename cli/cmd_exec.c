@@ -117,7 +117,8 @@ int cmd_exec(int argc, char **argv)
 		usleep(200 * 1000);
 	}
 	if (ret) {
-		fprintf(stderr, "cove exec: %s\n", err);
+		if (err[0]) /* empty: cove-store said it (a held lease: one JSON line) */
+			fprintf(stderr, "cove exec: %s\n", err);
 		goto out;
 	}
 	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty", tty,

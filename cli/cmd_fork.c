@@ -187,7 +187,7 @@ static int fork_named(int argc, char **argv)
 	status = sbx_clone_check(&r, name, news, n, err, sizeof(err));
 	if (status) {
 		fprintf(stderr, "cove fork: %s\n", err);
-		status = status == -EINVAL ? SBX_EXIT_BAD_NAME
+		status = status == -EINVAL   ? SBX_EXIT_BAD_NAME
 			 : status == -EEXIST ? SBX_EXIT_EXISTS
 					     : 2;
 		goto out;
@@ -214,10 +214,10 @@ static int fork_named(int argc, char **argv)
 		json_t *a = json_array();
 
 		for (int i = 0; i < n; i++)
-			json_array_append_new(
-			    a, json_pack("{s:s,s:s,s:I,s:I}", "name", news[i], "state", state[i],
-					 "linked", (json_int_t)st[i].linked, "copied",
-					 (json_int_t)st[i].copied));
+			json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:I}", "name", news[i],
+							   "state", state[i], "linked",
+							   (json_int_t)st[i].linked, "copied",
+							   (json_int_t)st[i].copied));
 		json_t *j = json_pack("{s:s,s:o}", "from", name, "clones", a);
 		char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
 

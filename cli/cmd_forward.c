@@ -88,7 +88,8 @@ int cmd_forward(int argc, char **argv)
 	int st =
 	    sbx_resolve(argv[1], "cove forward", target.uds, sizeof(target.uds), err, sizeof(err));
 	if (st) {
-		fprintf(stderr, "cove forward: %s\n", err);
+		if (err[0]) /* empty: cove-store said it */
+			fprintf(stderr, "cove forward: %s\n", err);
 		return st;
 	}
 	signal(SIGPIPE, SIG_IGN);

@@ -202,6 +202,12 @@ int cmd_stop(int argc, char **argv)
 			st = 1;
 		} else if (ps == 0) {
 			printf("%s: its final generation is committed to the store\n", t.name);
+			/* Committed: any host may run it now. */
+			if (store_try_release(t.name) > 0)
+				fprintf(stderr,
+					"cove stop: %s: its lease is not released (above): another "
+					"host can take it once it expires\n",
+					t.name);
 		}
 	}
 out:
@@ -267,6 +273,7 @@ int cmd_archive(int argc, char **argv)
 			st = 1;
 		} else {
 			end_broker("archive", &t);
+			store_try_release(t.name);
 			st = drop_local(&t);
 			if (!st)
 				printf(

@@ -233,6 +233,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	char uds[128], api[128];
 	bool restore;
 	int ready[2] = {-1, -1};
+	bool leased = false;
 	pid_t pid;
 	int lk, ret;
 
@@ -272,6 +273,22 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		ret = errmsg(err, errlen, -ENOTSUP, "%s is %s", name, sbx_state_name(st));
 		goto out;
 	}
+	/*
+	 * With a store, one host runs a sandbox: this one takes its lease first (and, taking it
+	 * over, commits a generation naming it). cove-store said why on stderr when not.
+	 */
+	int ts = store_try_take(name);
+	leased = false;
+	if (ts > 0) {
+		ret = ts == SBX_EXIT_HELD ? -EUSERS : -ENOLCK;
+		if (errlen)
+			err[0] = '\0';
+		goto out;
+	}
+	/* Its keeper renews the lease from now on, while the VMM comes up and runs. */
+	leased = ts == 0;
+	if (leased)
+		store_start_follower(dfd, name);
 	spec = calloc(1, sizeof(*spec));
 	args = calloc(1, sizeof(*args));
 	if (!spec || !args) {
@@ -352,9 +369,10 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 				serr);
 	}
 	ret = sbx_event_append(dfd, sbx_state_name(st), "running", why);
-	if (!ret)
-		store_start_follower(dfd, name);
 out:
+	/* Taken but not started: released, so the follower ends and any host may start it. */
+	if (ret && leased)
+		store_try_release(name);
 	if (ready[0] >= 0)
 		close(ready[0]);
 	explicit_bzero(&grant, sizeof(grant));
@@ -428,7 +446,7 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 			if (!ret && sbx_run_path(&r, sandbox, "vsock.sock", uds, len))
 				ret = errmsg(err, errlen, -ENAMETOOLONG, "socket path too long");
 			sbx_root_close(&r);
-			return ret ? SBX_EXIT_START : 0;
+			return ret == -EUSERS ? SBX_EXIT_HELD : ret ? SBX_EXIT_START : 0;
 		}
 		ret = sbx_tombstone_describe(&r, sandbox, err, errlen);
 		sbx_root_close(&r);

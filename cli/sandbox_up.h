@@ -12,8 +12,10 @@ enum {
 	SBX_EXIT_BAD_NAME = 64,
 	SBX_EXIT_UNKNOWN = 65,
 	SBX_EXIT_DELETED = 66,
-	SBX_EXIT_START = 67, /* it exists but could not be started (key refused, bad chain...) */
+	SBX_EXIT_START = 67,  /* it exists but could not be started (key refused, bad chain...) */
 	SBX_EXIT_EXISTS = 68, /* a sandbox to be made (cove fork NAME NEW) exists already */
+	/* another host holds its lease (cove-store printed one JSON line on stderr) */
+	SBX_EXIT_HELD = 75,
 };
 
 /*

@@ -26,6 +26,11 @@ static void usage(FILE *out)
 		"  ls: the store's sandboxes: newest generation, generations kept, its age (the "
 		"store lag), stored or removed\n"
 		"       cove store tombstone NAME [--config FILE]\n"
+		"       cove store take NAME [--config FILE]\n"
+		"  take: takes NAME's lease for this host before it starts here (exit 75 and one "
+		"JSON line when another host holds it)\n"
+		"       cove store release NAME [--config FILE]\n"
+		"  release: releases the lease this host holds on NAME (after its final commit)\n"
 		"  tombstone: NAME is removed for every host (cove rm writes it first)\n"
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
 		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
@@ -78,7 +83,7 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
 	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
-	    strcmp(argv[1], "gc")) {
+	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;

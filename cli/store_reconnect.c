@@ -68,6 +68,16 @@ int store_try_tombstone(const char *name)
 	return store_run("tombstone", name);
 }
 
+int store_try_take(const char *name)
+{
+	return store_run("take", name);
+}
+
+int store_try_release(const char *name)
+{
+	return store_run("release", name);
+}
+
 int store_try_push(const char *name)
 {
 	return store_run("push", name);

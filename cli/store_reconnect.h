@@ -15,6 +15,11 @@ bool store_is_configured(void);
 int store_try_pull(const char *name);
 /* The same with `cove-store tombstone NAME`: 0 written (or there already). -1: no store. */
 int store_try_tombstone(const char *name);
+/* `cove-store take NAME`: 0 held (or no store: -1), 75 another host holds it (one JSON line on
+ * stderr), other statuses a failure cove-store described. */
+int store_try_take(const char *name);
+/* `cove-store release NAME` after the final commit: 0 (or -1: no store). */
+int store_try_release(const char *name);
 /* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */
 int store_try_push(const char *name);
 /*

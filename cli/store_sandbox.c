@@ -10,24 +10,49 @@
 
 #include <jansson.h>
 
+#include "cli/api_client.h"
 #include "common/log.h"
 #include "lifecycle/root.h"
 #include "lifecycle/store/catalog.h"
 #include "lifecycle/store/gc.h"
+#include "lifecycle/store/lease.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
+
+/* The follower pauses and resumes the VM over its API socket (lease_keeper.h). */
+struct vm_pauser {
+	const struct sbx_root *root;
+	const char *name;
+};
+
+static int pause_vm(void *arg, bool paused)
+{
+	struct vm_pauser *p = arg;
+	char api[160], err[256];
+	long status = 0;
+	char *reply = NULL;
+	if (sbx_run_path(p->root, p->name, "api.sock", api, sizeof(api)))
+		return -ENAMETOOLONG;
+	int r = api_call(api, "PATCH", "/vm",
+			 paused ? "{\"state\":\"Paused\"}" : "{\"state\":\"Resumed\"}", 10, &status,
+			 &reply, err, sizeof(err));
+	free(reply);
+	return r ? r : status / 100 == 2 ? 0 : -EIO;
+}
 
 int store_sandbox_cmd(int argc, char **argv)
 {
 	bool push = !strcmp(argv[0], "push"), tomb = !strcmp(argv[0], "tombstone"),
-	     follow = !strcmp(argv[0], "follow");
+	     follow = !strcmp(argv[0], "follow"), take = !strcmp(argv[0], "take"),
+	     release = !strcmp(argv[0], "release");
 	const char *config = NULL, *name = NULL;
 	uint64_t gen = 0;
 	for (int i = 1; i < argc; i++) {
 		char *end;
 		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
 			config = argv[++i];
-		} else if (!push && !strcmp(argv[i], "--gen") && i + 1 < argc) {
+		} else if (!push && !take && !release && !strcmp(argv[i], "--gen") &&
+			   i + 1 < argc) {
 			gen = strtoull(argv[++i], &end, 10);
 			if (*end || !gen) {
 				fprintf(stderr, "cove store pull: --gen wants a generation >= 1\n");
@@ -62,18 +87,35 @@ int store_sandbox_cmd(int argc, char **argv)
 		r = s3_client_new(cfg, &sandbox_opts, &c, err, sizeof(err));
 	/* The state root: push reads it, pull makes it; tombstone needs none. */
 	if (!r && !tomb)
-		r = sbx_root_open(&root, !push && !follow, err, sizeof(err));
+		r = sbx_root_open(&root, !push && !follow && !take && !release, err, sizeof(err));
+	struct vm_pauser pz = {.root = &root, .name = name};
+	struct store_follow_hooks hooks = {.set_paused = pause_vm, .arg = &pz};
+	struct store_lease other = {0};
 	if (!r)
-		r = tomb     ? store_put_tombstone(c, name, err, sizeof(err))
-		    : follow ? store_follow(c, cfg, &root, name, &log, err, sizeof(err))
-		    : push   ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
-			     : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
+		r = tomb      ? store_put_tombstone(c, name, err, sizeof(err))
+		    : follow  ? store_follow(c, cfg, &root, name, &log, &hooks, err, sizeof(err))
+		    : push    ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
+		    : take    ? store_take_sandbox(c, cfg, &root, name, &other, err, sizeof(err))
+		    : release ? store_release_sandbox(c, cfg, &root, name, err, sizeof(err))
+			      : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
 	if (root.dfd >= 0)
 		sbx_root_close(&root);
 	s3_client_free(c);
 	if (cfg)
 		store_config_wipe(cfg);
 	free(cfg);
+	if (r == -EBUSY && take) {
+		/* Held by another host: one JSON line, the exit status scripts branch on. */
+		json_t *j =
+		    json_pack("{s:s,s:s,s:s,s:I,s:I,s:i}", "error", "held", "sandbox", name, "host",
+			      other.host, "expires_ms", (json_int_t)other.expires_ms, "epoch",
+			      (json_int_t)other.epoch, "exit", STORE_EXIT_HELD);
+		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		fprintf(stderr, "%s\n", text ? text : "{\"error\":\"held\"}");
+		free(text);
+		json_decref(j);
+		return STORE_EXIT_HELD;
+	}
 	if (r) {
 		/* Gone from the store (tombstone): the exit status cove gives a removed sandbox;
 		 * cove, which runs pull for an exec, says so in its own one line. */
@@ -82,7 +124,9 @@ int store_sandbox_cmd(int argc, char **argv)
 			log_err(&log, "%s", err[0] ? err : strerror(-r));
 		return removed ? 66 : 1;
 	}
-	if (tomb)
+	if (take || release)
+		printf("%s: lease %s\n", name, take ? "held by this host" : "released");
+	else if (tomb)
 		printf("%s: tombstone in the store: every host now answers it was removed\n", name);
 	else if (push)
 		printf("%s: generation %llu committed: %llu files, %llu blobs sent (%llu bytes), "

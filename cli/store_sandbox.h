@@ -1,4 +1,7 @@
-/* cove store push|pull: argv[0] is "push" or "pull". An exit status. */
+/* Exit status of `cove-store take` (and cove exec...) when another host holds the lease. */
+#define STORE_EXIT_HELD 75
+
+/* cove store push|pull|follow|tombstone|take|release: argv[0] names it. An exit status. */
 #ifndef COVE_CLI_STORE_SANDBOX_H
 #define COVE_CLI_STORE_SANDBOX_H
 

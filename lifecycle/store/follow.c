@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +17,12 @@
 #include "lifecycle/lock.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/vmm_args.h"
+#include "lifecycle/store/lease_keeper.h"
 #include "lifecycle/store/store_config.h"
 #include "snapshot/chain.h"
 
-#define FOLLOW_LOCK    "store-follow.lock"
-#define FOLLOW_TICK_MS 2000
+#define FOLLOW_TICK_MS	    2000
+#define FOLLOW_START_WAIT_S 900
 
 /* The chain's newest valid generation number (0: none yet). */
 static uint64_t newest_commit(const char *dir)
@@ -34,20 +36,47 @@ static uint64_t newest_commit(const char *dir)
 	return g;
 }
 
+/* With a lease this host holds: its keeper thread, on a client of its own. 0: none held. */
+static int keeper_up(const struct store_config *cfg, int dfd, struct logger *log,
+		     const struct store_follow_hooks *h, struct lease_keeper *k, char *err,
+		     size_t errlen)
+{
+	struct store_lease l;
+	if (store_lease_load(dfd, &l) || strcmp(l.host, cfg->host_id) || !l.expires_ms)
+		return 0;
+	struct s3_opts o = {.log = log, .max_attempts = 3, .stall_timeout_s = 5};
+	int r = s3_client_new(cfg, &o, &k->c, err, errlen);
+	if (r)
+		return r;
+	k->cfg = cfg;
+	k->dfd = dfd;
+	k->held = l;
+	k->log = log;
+	k->set_paused = h->set_paused;
+	k->arg = h->arg;
+	r = lease_keeper_start(k);
+	if (r) {
+		s3_client_free(k->c);
+		k->c = NULL;
+		return errmsg(err, errlen, r, "lease keeper thread: %s", strerror(-r));
+	}
+	return 1;
+}
+
 int store_follow(struct s3_client *c, const struct store_config *cfg, const struct sbx_root *root,
-		 const char *name, struct logger *log, char *err, size_t errlen)
+		 const char *name, struct logger *log, const struct store_follow_hooks *hooks,
+		 char *err, size_t errlen)
 {
 	if (!cfg->fleet_key_len)
 		return errmsg(err, errlen, -ENOKEY, "store.json names no fleet_key_file");
 	int dfd = sbx_dir_open(root, name, false, err, errlen);
 	if (dfd < 0)
 		return dfd;
-	int lk = sbx_lock_take(dfd, FOLLOW_LOCK, false, false);
+	/* One follower per sandbox: a former run's, finishing its last upload, goes first. */
+	int lk = sbx_lock_take(dfd, STORE_FOLLOW_LOCK, true, false);
 	if (lk < 0) {
 		close(dfd);
-		return lk == -EWOULDBLOCK
-			   ? 0
-			   : errmsg(err, errlen, lk, "%s: %s", FOLLOW_LOCK, strerror(-lk));
+		return errmsg(err, errlen, lk, "%s: %s", STORE_FOLLOW_LOCK, strerror(-lk));
 	}
 	struct sbx_spec *spec = calloc(1, sizeof(*spec));
 	const char *policy = "";
@@ -68,24 +97,54 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 	}
 	struct store_upload_cache cache = {0};
 	struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
-	uint64_t done = 0;
+	uint64_t done = 0, base = 0;
+	store_base_load(dfd, &base);
+	struct lease_keeper *k = calloc(1, sizeof(*k));
+	int leased = r || !k ? 0 : keeper_up(cfg, dfd, log, hooks, k, err, errlen);
+	if (leased < 0)
+		r = leased;
+	/*
+	 * Started as soon as the lease is taken, before the VMM runs (a restore can outlast a
+	 * lease's time to live): the keeper renews while the VMM comes up. A start that failed
+	 * leaves no VMM: then the lease is left to expire.
+	 */
+	for (int i = 0; !r && sbx_vmm_pid(dfd) <= 0 && i < FOLLOW_START_WAIT_S * 10; i++)
+		usleep(100 * 1000);
 	/* Until its VMM is gone (a stopped one's final generation is cove stop's push). */
 	while (!r && sbx_vmm_pid(dfd) > 0) {
+		if (leased && atomic_load(&k->lost))
+			break;
 		uint64_t g = newest_commit(chain_dir);
-		if (g && g != done) {
+		/* No commit while the lease is in doubt: the VM is paused, the chain waits. */
+		if (g && g != done && !(leased && atomic_load(&k->paused))) {
 			struct store_upload_src src = {.name = name,
 						       .chain_dir = chain_dir,
 						       .spec = spec,
 						       .policy_id = policy,
 						       .key_type = store_key_type_of(spec->key),
 						       .stage_dfd = sdfd,
-						       .cache = &cache};
+						       .cache = &cache,
+						       .fenced = leased > 0,
+						       .base = base,
+						       .lease = leased > 0 ? k->held.epoch : 0};
 			struct store_sync_stats st;
 			char why[512];
 			int u = store_upload_generation(c, &src, &kr, &st, why, sizeof(why));
 			if (u == -EIDRM) {
 				r = errmsg(err, errlen, u, "%s", why);
 				break;
+			}
+			if (u == -ESTALE) {
+				/* Fenced: the new owner committed this number first. */
+				pid_t pid = sbx_vmm_pid(dfd);
+				if (pid > 0)
+					kill(pid, SIGKILL);
+				r = errmsg(err, errlen, u, "%s; this host's VM ended", why);
+				break;
+			}
+			if (!u && leased > 0) {
+				base = st.generation;
+				store_base_save(dfd, base);
 			}
 			if (u) {
 				log_warn(log, "%s: commit %llu not uploaded yet (tried again): %s",
@@ -109,6 +168,11 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 				; /* drained: the next round reads the chain itself */
 		}
 	}
+	if (leased > 0) {
+		lease_keeper_stop(k);
+		s3_client_free(k->c);
+	}
+	free(k);
 	store_upload_cache_free(&cache);
 	if (in >= 0)
 		close(in);

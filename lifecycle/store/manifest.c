@@ -12,6 +12,7 @@
 #include <openssl/hmac.h>
 
 #include "common/errmsg.h"
+#include "lifecycle/store/json_mac.h"
 
 #define MAC_LABEL "cove-manifest-v1\n"
 #define MAX_MEM	  (1ULL << 40)
@@ -50,22 +51,7 @@ static bool policy_id_ok(const char *s)
 /* HMAC-SHA256 over the label and the compact, key-sorted JSON of o (without "mac"). */
 static int mac_of(json_t *o, const uint8_t *key, size_t keylen, uint8_t mac[32])
 {
-	char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
-	if (!text)
-		return -ENOMEM;
-	size_t tl = strlen(text), ll = strlen(MAC_LABEL);
-	unsigned char *msg = malloc(ll + tl);
-	int r = -ENOMEM;
-	if (msg) {
-		memcpy(msg, MAC_LABEL, ll);
-		memcpy(msg + ll, text, tl);
-		unsigned ml = 0;
-		r = HMAC(EVP_sha256(), key, (int)keylen, msg, ll + tl, mac, &ml) && ml == 32 ? 0
-											     : -EIO;
-	}
-	free(msg);
-	free(text);
-	return r;
+	return store_json_mac(o, MAC_LABEL, key, keylen, mac);
 }
 
 static json_t *machine_json(const struct store_manifest *m)
@@ -104,6 +90,10 @@ char *store_manifest_encode(const struct store_manifest *m, const uint8_t *key, 
 	    (json_int_t)m->idle_stop_ms, "key_provider",
 	    m->key_type[0] ? json_string(m->key_type) : json_null(), "policy",
 	    m->policy_id[0] ? json_string(m->policy_id) : json_null(), "files", files);
+	if (o && m->lease && json_object_set_new(o, "lease", json_integer((json_int_t)m->lease))) {
+		json_decref(o);
+		o = NULL;
+	}
 	char *out = NULL;
 	uint8_t mac[32];
 	if (o && !mac_of(o, key, keylen, mac)) {
@@ -256,7 +246,8 @@ static int decode_fields(json_t *o, struct store_manifest *m, char *err, size_t 
 {
 	static const char *const known[] = {
 	    "format", "sandbox",	   "generation",   "created_ms",   "layer",  "machine",
-	    "files",  "snapshot_every_ms", "idle_stop_ms", "key_provider", "policy", NULL};
+	    "files",  "snapshot_every_ms", "idle_stop_ms", "key_provider", "policy", "lease",
+	    NULL};
 	char fmt[32];
 	uint64_t v;
 	int r = only_known(o, known, "the manifest", err, errlen);
@@ -271,6 +262,8 @@ static int decode_fields(json_t *o, struct store_manifest *m, char *err, size_t 
 		r = sbx_name_check(m->sandbox, err, errlen);
 	if (!r)
 		r = get_u64(o, "generation", 1, INT64_MAX, &m->generation, err, errlen);
+	if (!r && json_object_get(o, "lease"))
+		r = get_u64(o, "lease", 1, INT64_MAX, &m->lease, err, errlen);
 	if (!r)
 		r = get_u64(o, "created_ms", 0, INT64_MAX, &v, err, errlen);
 	m->created_ms = (int64_t)v;

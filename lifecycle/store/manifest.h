@@ -42,6 +42,7 @@ struct store_disk {
 struct store_manifest {
 	char sandbox[SBX_NAME_MAX + 1];
 	uint64_t generation; /* >= 1 */
+	uint64_t lease;	     /* the epoch of the lease its writer held (0: written without one) */
 	int64_t created_ms;
 	uint64_t layer; /* the chain layer this generation restores */
 	uint64_t mem_bytes;

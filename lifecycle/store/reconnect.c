@@ -14,6 +14,8 @@
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "lifecycle/lock.h"
+#include "lifecycle/store/lease.h"
+#include "common/clock.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
 #include "lifecycle/tree.h"
@@ -64,15 +66,46 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 	int dfd = sbx_dir_open(root, name, false, err, errlen);
 	if (dfd < 0)
 		return dfd;
-	int lk = sbx_lock_take(dfd, SBX_LOCK_START, false, false), sdfd = -1, r = 0;
+	int lk = sbx_lock_take(dfd, SBX_LOCK_START, false, false), r = 0;
 	enum sbx_state state;
 	if (lk < 0)
 		r = errmsg(err, errlen, -EBUSY, "sandbox %s is being started or stopped", name);
 	if (!r && (sbx_state_read(dfd, &state, NULL) || state != SBX_STOPPED))
 		r = errmsg(err, errlen, -EBUSY,
 			   "sandbox %s is not stopped: push uploads a stopped sandbox", name);
+	struct store_lease held;
+	bool leased = !r && store_lease_load(dfd, &held) == 0 && !strcmp(held.host, cfg->host_id) &&
+		      held.expires_ms;
+	uint64_t base = 0;
+	if (leased) {
+		/* The follower may still be committing the last periodic snapshot: after it. */
+		int fl = sbx_lock_take(dfd, STORE_FOLLOW_LOCK, true, false);
+		store_base_load(dfd, &base);
+		r = store_lease_renew(c, cfg, &held, realtime_ms(), err, errlen);
+		if (!r)
+			store_lease_save(dfd, &held);
+		if (fl >= 0)
+			close(fl);
+	}
+	if (!r)
+		r = store_upload_stopped(c, cfg, root, name, dfd, leased, base,
+					 leased ? held.epoch : 0, st, err, errlen);
+	if (!r && leased)
+		store_base_save(dfd, st->generation);
+	if (lk >= 0)
+		close(lk);
+	close(dfd);
+	return r;
+}
+
+int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
+			 const struct sbx_root *root, const char *name, int dfd, bool fenced,
+			 uint64_t base, uint64_t lease, struct store_sync_stats *st, char *err,
+			 size_t errlen)
+{
+	int sdfd = -1, r = 0;
 	struct sbx_spec *spec = calloc(1, sizeof(*spec));
-	if (!r && !spec)
+	if (!spec)
 		r = -ENOMEM;
 	if (!r)
 		r = sbx_spec_read(dfd, spec, err, errlen);
@@ -89,23 +122,22 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 					       .spec = spec,
 					       .policy_id = policy,
 					       .key_type = store_key_type_of(spec->key),
-					       .stage_dfd = sdfd};
+					       .stage_dfd = sdfd,
+					       .fenced = fenced,
+					       .base = base,
+					       .lease = lease};
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
-		/* The follower may be committing this host's last periodic snapshot just now: a
-		 * generation number lost to it is taken again as the next one. Fencing writers of
-		 * different hosts is the lease's (not built yet). */
+		/* Unfenced (no lease): the follower may be committing this host's last periodic
+		 * snapshot just now, and a number lost to it is taken again as the next one. */
 		for (int tries = 0; tries < 3; tries++) {
 			r = store_upload_generation(c, &src, &kr, st, err, errlen);
-			if (r != -EEXIST)
+			if (r != -EEXIST || fenced)
 				break;
 		}
 	}
 	if (sdfd >= 0)
 		close(sdfd);
-	if (lk >= 0)
-		close(lk);
 	free(spec);
-	close(dfd);
 	return r;
 }
 
@@ -231,6 +263,8 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		r = spec_from(cfg, root, &m, sp, err, errlen);
 	if (!r && sbx_spec_write(tdfd, sp))
 		r = errmsg(err, errlen, -EIO, "%s: cannot write its spec", name);
+	if (!r && store_base_save(tdfd, st->generation))
+		r = errmsg(err, errlen, -EIO, "%s: cannot record its generation", name);
 	if (!r) {
 		char why[96];
 		snprintf(why, sizeof(why), "fetched generation %llu from the store",
@@ -250,6 +284,65 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		close(cdfd);
 	if (tdfd >= 0)
 		close(tdfd);
+	close(idfd);
+	free(sp);
+	return r;
+}
+
+int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
+			  const struct sbx_root *root, const char *name, int dfd, uint64_t gen,
+			  struct store_sync_stats *st, char *err, size_t errlen)
+{
+	uint32_t tag = 0;
+	if (getrandom(&tag, sizeof(tag), 0) != (ssize_t)sizeof(tag))
+		return errmsg(err, errlen, -EIO, "no random bytes");
+	char fresh[32], stale[32];
+	snprintf(fresh, sizeof(fresh), SBX_CHAIN ".pull-%08x", tag);
+	snprintf(stale, sizeof(stale), SBX_CHAIN ".stale-%08x", tag);
+	int idfd = root_subdir(root, STORE_IMAGES_DIR, err, errlen);
+	if (idfd < 0)
+		return idfd;
+	int cdfd = -1, r = 0;
+	struct sbx_spec *sp = calloc(1, sizeof(*sp));
+	struct store_manifest m = {0};
+	bool fetched = false;
+	if (!sp)
+		r = -ENOMEM;
+	if (!r && mkdirat(dfd, fresh, 0700) < 0)
+		r = errmsg(err, errlen, -errno, "%s/%s: %s", name, fresh, strerror(errno));
+	if (!r && (cdfd = openat(dfd, fresh, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)) < 0)
+		r = errmsg(err, errlen, -errno, "%s/%s: %s", name, fresh, strerror(errno));
+	if (!r) {
+		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
+		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, &m, st, err, errlen);
+		fetched = !r;
+	}
+	if (!r)
+		r = spec_from(cfg, root, &m, sp, err, errlen);
+	/* The whole new chain in place of the old one, then its spec and base. */
+	if (!r && renameat(dfd, SBX_CHAIN, dfd, stale) < 0 && errno != ENOENT)
+		r = errmsg(err, errlen, -errno, "%s: setting its old chain aside: %s", name,
+			   strerror(errno));
+	if (!r && renameat(dfd, fresh, dfd, SBX_CHAIN) < 0) {
+		r = errmsg(err, errlen, -errno, "%s: placing the fetched chain: %s", name,
+			   strerror(errno));
+		renameat(dfd, stale, dfd, SBX_CHAIN);
+	}
+	if (!r && sbx_spec_write(dfd, sp))
+		r = errmsg(err, errlen, -EIO, "%s: cannot write its spec", name);
+	if (!r)
+		r = store_base_save(dfd, st->generation);
+	if (!r) {
+		char why[96];
+		snprintf(why, sizeof(why), "fetched generation %llu from the store",
+			 (unsigned long long)st->generation);
+		sbx_event_append(dfd, "stopped", "stopped", why);
+	}
+	sbx_tree_remove(dfd, r ? fresh : stale);
+	if (fetched)
+		store_manifest_free(&m);
+	if (cdfd >= 0)
+		close(cdfd);
 	close(idfd);
 	free(sp);
 	return r;

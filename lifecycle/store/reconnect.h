@@ -8,6 +8,7 @@
 #ifndef COVE_LIFECYCLE_STORE_RECONNECT_H
 #define COVE_LIFECYCLE_STORE_RECONNECT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,40 @@ int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 		       const struct sbx_root *root, const char *name, uint64_t gen,
 		       struct store_sync_stats *st, char *err, size_t errlen);
 
+/* The follower's lock in a sandbox's directory: held while it may commit. */
+#define STORE_FOLLOW_LOCK "store-follow.lock"
+
+/*
+ * Uploads stopped sandbox `name` (dfd: its directory) as a generation: with `fenced`, exactly
+ * generation base + 1 naming lease epoch `lease` (-ESTALE when that number is taken).
+ */
+int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
+			 const struct sbx_root *root, const char *name, int dfd, bool fenced,
+			 uint64_t base, uint64_t lease, struct store_sync_stats *st, char *err,
+			 size_t errlen);
+
+/*
+ * Before sandbox `name` (here, stopped) starts on this host: takes its lease and, when it
+ * changed hands (or this host never held it), commits generation newest + 1 naming the new
+ * lease before the guest runs, so a stale owner's late commit is refused. -EBUSY with *other
+ * when another host holds it; -EXDEV when this host's copy is older than the store's newest.
+ */
+struct store_lease;
+int store_take_sandbox(struct s3_client *c, const struct store_config *cfg,
+		       const struct sbx_root *root, const char *name, struct store_lease *other,
+		       char *err, size_t errlen);
+/*
+ * Replaces stopped sandbox `name`'s chain (dfd: its directory, under its start lock) with
+ * generation `gen` of the store, fetched beside it and swapped in whole; its spec and base
+ * follow. For a host whose copy is older than the store's newest.
+ */
+int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
+			  const struct sbx_root *root, const char *name, int dfd, uint64_t gen,
+			  struct store_sync_stats *st, char *err, size_t errlen);
+/* Releases the lease this host holds on `name` (after its final commit). 0 when none held. */
+int store_release_sandbox(struct s3_client *c, const struct store_config *cfg,
+			  const struct sbx_root *root, const char *name, char *err, size_t errlen);
+
 /* The id store.json's "policies" give a policy file (*id "" for none; -ENOENT when absent). */
 int store_policy_id_of(const struct store_config *cfg, const char *path, const char **id, char *err,
 		       size_t errlen);
@@ -47,7 +82,13 @@ const char *store_key_type_of(const char *spec);
  * sent again; returns once its VMM is gone (the final generation is cove stop's). One follower
  * per sandbox (a lock in its directory: a second returns 0 at once). 0 or -errno + err.
  */
+/* What the follower does to the VM when its lease is in doubt (lease_keeper.h). */
+struct store_follow_hooks {
+	int (*set_paused)(void *arg, bool paused);
+	void *arg;
+};
 int store_follow(struct s3_client *c, const struct store_config *cfg, const struct sbx_root *root,
-		 const char *name, struct logger *log, char *err, size_t errlen);
+		 const char *name, struct logger *log, const struct store_follow_hooks *hooks,
+		 char *err, size_t errlen);
 
 #endif

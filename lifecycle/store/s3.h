@@ -25,6 +25,7 @@ struct s3_client;
 
 /* PUT flags */
 #define S3_IF_NONE_MATCH 1u /* create only: an existing key answers 412, returned as -EEXIST */
+#define S3_IF_MATCH	 2u /* replace only the version whose ETag is given: else 412, -ESTALE */
 
 struct s3_opts {
 	struct logger *log;	     /* NULL: silent */
@@ -60,6 +61,19 @@ int s3_put(struct s3_client *c, const char *key, const void *buf, size_t len, un
 /* PUTs fd's bytes [off, off+len), read with pread as they are sent. */
 int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t len, unsigned flags,
 	      char *err, size_t errlen);
+
+/*
+ * A conditional PUT of a small object from a buffer: create-only when if_match is NULL
+ * (-EEXIST on 412), else only over the version whose ETag is if_match (-ESTALE on 412; quotes
+ * around it are dropped: RGW matches only the bare ETag). The new version's ETag (bare) into
+ * etag_out (S3_ETAG_MAX + 1 bytes), "" when the server sent none. A retried request can meet
+ * its own first attempt's write: the caller decides what a 412 after a lost reply means.
+ */
+int s3_put_cond(struct s3_client *c, const char *key, const void *buf, size_t len,
+		const char *if_match, char *etag_out, char *err, size_t errlen);
+/* GETs a whole object of at most cap bytes, with its ETag (bare) into etag_out. */
+int s3_get_etag(struct s3_client *c, const char *key, void *buf, size_t cap, size_t *got,
+		char *etag_out, char *err, size_t errlen);
 
 /* GETs the object (len 0: whole; else bytes [off, off+len)) into buf (cap bytes); *got is
  * the byte count. A reply longer than cap is refused (-EFBIG). */

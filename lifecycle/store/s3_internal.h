@@ -28,8 +28,9 @@ struct s3_req {
 	const char *method;
 	const char *key;   /* the full key (prefix included), NULL for the bucket itself */
 	const char *query; /* canonical: sorted, k=v&..., values encoded; NULL for none */
-	unsigned flags;	   /* S3_IF_NONE_MATCH */
-	char range[64];	   /* a Range header value, or "" */
+	unsigned flags;	   /* S3_IF_NONE_MATCH, S3_IF_MATCH */
+	char if_match[S3_ETAG_MAX + 1]; /* with S3_IF_MATCH: the bare ETag */
+	char range[64];			/* a Range header value, or "" */
 	enum s3_body body_kind;
 	const void *body;
 	size_t body_len;

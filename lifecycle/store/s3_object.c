@@ -19,7 +19,7 @@ static int put_common(struct s3_client *c, struct s3_req *r, const char *key, un
 		return e;
 	r->method = "PUT";
 	r->key = full;
-	r->flags = flags & S3_IF_NONE_MATCH;
+	r->flags = flags & (S3_IF_NONE_MATCH | S3_IF_MATCH);
 	return s3_perform(c, r, err, errlen);
 }
 
@@ -50,6 +50,57 @@ int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t 
 	r->body_off = off;
 	r->body_fd_len = len;
 	int e = put_common(c, r, key, flags, err, errlen);
+	free(r);
+	return e;
+}
+
+static int get_common(struct s3_client *c, struct s3_req *r, const char *key, uint64_t off,
+		      uint64_t len, uint64_t *got, char *err, size_t errlen);
+
+/* A bare ETag: the value without its surrounding quotes. */
+static void bare_etag(const char *in, char *out)
+{
+	size_t n = strlen(in);
+	if (n >= 2 && in[0] == '"' && in[n - 1] == '"')
+		in++, n -= 2;
+	memcpy(out, in, n);
+	out[n] = '\0';
+}
+
+int s3_put_cond(struct s3_client *c, const char *key, const void *buf, size_t len,
+		const char *if_match, char *etag_out, char *err, size_t errlen)
+{
+	if (if_match && (!if_match[0] || strlen(if_match) > S3_ETAG_MAX))
+		return errmsg(err, errlen, -EINVAL, "s3 PUT %s: a bad If-Match ETag", key);
+	struct s3_req *r = calloc(1, sizeof(*r));
+	if (!r)
+		return errmsg(err, errlen, -ENOMEM, "s3: out of memory");
+	r->body_kind = S3_BODY_BUF;
+	r->body = buf;
+	r->body_len = len;
+	if (if_match)
+		bare_etag(if_match, r->if_match);
+	int e = put_common(c, r, key, if_match ? S3_IF_MATCH : S3_IF_NONE_MATCH, err, errlen);
+	if (!e && etag_out)
+		bare_etag(r->etag, etag_out);
+	free(r);
+	return e;
+}
+
+int s3_get_etag(struct s3_client *c, const char *key, void *buf, size_t cap, size_t *got,
+		char *etag_out, char *err, size_t errlen)
+{
+	struct s3_req *r = calloc(1, sizeof(*r));
+	if (!r)
+		return errmsg(err, errlen, -ENOMEM, "s3: out of memory");
+	r->sink_kind = S3_SINK_BUF;
+	r->out = buf;
+	r->out_cap = cap;
+	uint64_t g = 0;
+	int e = get_common(c, r, key, 0, 0, &g, err, errlen);
+	*got = (size_t)g;
+	if (!e)
+		bare_etag(r->etag, etag_out);
 	free(r);
 	return e;
 }

@@ -228,6 +228,10 @@ int s3_req_setup(struct s3_client *c, struct s3_req *r, CURL *h, char *err, size
 	 * radosgw then answers SignatureDoesNotMatch. */
 	if (!e && (r->flags & S3_IF_NONE_MATCH))
 		e = add_header(r, "If-None-Match: *");
+	if (!e && (r->flags & S3_IF_MATCH)) {
+		snprintf(line, sizeof(line), "If-Match: %s", r->if_match);
+		e = add_header(r, line);
+	}
 	if (!e && r->range[0]) {
 		snprintf(line, sizeof(line), "Range: %s", r->range);
 		e = add_header(r, line);
@@ -304,7 +308,7 @@ static int status_errno(long status, unsigned flags)
 	case 404:
 		return -ENOENT;
 	case 412:
-		return flags & S3_IF_NONE_MATCH ? -EEXIST : -EPROTO;
+		return flags & S3_IF_NONE_MATCH ? -EEXIST : flags & S3_IF_MATCH ? -ESTALE : -EPROTO;
 	case 403:
 		return -EACCES;
 	case 416:
@@ -377,6 +381,10 @@ int s3_req_finish(struct s3_client *c, struct s3_req *r, CURLcode cc, bool *retr
 		if (r->status == 412 && (r->flags & S3_IF_NONE_MATCH))
 			return errmsg(err, errlen, -EEXIST, "s3 PUT %s: already exists (412)",
 				      what);
+		if (r->status == 412 && (r->flags & S3_IF_MATCH))
+			return errmsg(err, errlen, -ESTALE,
+				      "s3 PUT %s: changed since ETag %s was read (412)", what,
+				      r->if_match);
 		return errmsg(err, errlen, status_errno(r->status, r->flags),
 			      "s3 %s %s: HTTP %ld%s%s", r->method, what, r->status,
 			      code[0] ? " " : "", code);

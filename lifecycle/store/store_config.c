@@ -39,6 +39,18 @@ static bool printable(const char *s)
 }
 
 /* Copies a string field of at most max bytes into dst. */
+bool store_host_id_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n < 1 || n > STORE_HOST_ID_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
 static int copy_field(json_t *v, const char *name, char *dst, size_t max, char *err, size_t errlen)
 {
 	if (!json_is_string(v))
@@ -369,6 +381,19 @@ static int parse_fields(json_t *root, struct store_config *cfg, char *cred_path,
 			r = parse_providers(v, cfg, err, errlen);
 		} else if (!strcmp(k, "policies")) {
 			r = parse_policies(v, cfg, err, errlen);
+		} else if (!strcmp(k, "host_id")) {
+			r = copy_field(v, k, cfg->host_id, STORE_HOST_ID_MAX, err, errlen);
+			if (!r && !store_host_id_ok(cfg->host_id))
+				r = errmsg(err, errlen, -EINVAL,
+					   "store config: host_id must be 1-64 of [A-Za-z0-9._-]");
+		} else if (!strcmp(k, "lease_ttl_s") || !strcmp(k, "clock_skew_s")) {
+			bool ttl = k[0] == 'l';
+			json_int_t n = json_integer_value(v);
+			if (!json_is_integer(v) || n < (ttl ? 10 : 0) || n > (ttl ? 3600 : 60))
+				return errmsg(err, errlen, -EINVAL,
+					      "store config: \"%s\" must be an integer in %s", k,
+					      ttl ? "10..3600" : "0..60");
+			*(ttl ? &cfg->lease_ttl_s : &cfg->clock_skew_s) = (unsigned)n;
 		} else if (!strcmp(k, "insecure_http")) {
 			if (!json_is_boolean(v))
 				return errmsg(err, errlen, -EINVAL,
@@ -413,9 +438,20 @@ int store_config_parse(const char *text, size_t len, const struct store_env *env
 		goto out;
 	}
 	strcpy(cfg->region, "us-east-1");
+	cfg->lease_ttl_s = 30;
+	cfg->clock_skew_s = 2;
 	r = parse_fields(root, cfg, cred_path, err, errlen);
 	if (r)
 		goto out;
+	if (!cfg->host_id[0]) {
+		/* The default: this host's name, when it is a valid id. */
+		char hn[256] = "";
+		if (gethostname(hn, sizeof(hn) - 1) == 0 && strlen(hn) <= STORE_HOST_ID_MAX &&
+		    store_host_id_ok(hn))
+			memcpy(cfg->host_id, hn, strlen(hn) + 1);
+		else
+			strcpy(cfg->host_id, "unnamed-host");
+	}
 	r = endpoint_check(cfg, err, errlen);
 	if (r)
 		goto out;

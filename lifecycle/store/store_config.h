@@ -30,6 +30,8 @@ struct store_policy {
 	char path[1024 + 1];
 };
 
+#define STORE_HOST_ID_MAX 64
+
 struct store_config {
 	/* scheme://host[:port], no path, no trailing slash */
 	char endpoint[STORE_ENDPOINT_MAX + 1];
@@ -54,6 +56,15 @@ struct store_config {
 	char pkcs11_spec[STORE_KEYSPEC_MAX + 1];
 	int nr_policies;
 	struct store_policy policies[STORE_POLICIES_MAX];
+	/*
+	 * Ownership (lifecycle/store/lease.h): this host's id in leases ("host_id", default the
+	 * host name: [A-Za-z0-9._-], 1-64 bytes), a lease's time to live ("lease_ttl_s", 10-3600,
+	 * default 30) and the clock skew the fleet allows between hosts ("clock_skew_s", 0-60,
+	 * default 2).
+	 */
+	char host_id[STORE_HOST_ID_MAX + 1];
+	unsigned lease_ttl_s;
+	unsigned clock_skew_s;
 };
 
 /* Where credentials come from when store.json names no credentials_file (the process's
@@ -63,6 +74,9 @@ struct store_env {
 	const char *secret_access_key;
 	const char *session_token;
 };
+
+/* A host id: 1-64 of [A-Za-z0-9._-]. */
+bool store_host_id_ok(const char *s);
 
 /* Fills env from this process's environment. */
 void store_env_from_process(struct store_env *env);

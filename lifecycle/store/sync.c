@@ -259,8 +259,8 @@ int store_upload_generation(struct s3_client *c, const struct store_upload_src *
 		r = chain_load(src->chain_dir, ch, err, errlen);
 	if (!r && (cdfd = open(src->chain_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = errmsg(err, errlen, -errno, "%s: %s", src->chain_dir, strerror(errno));
-	uint64_t newest = 0;
-	if (!r)
+	uint64_t newest = src->base;
+	if (!r && !src->fenced)
 		r = store_newest_generation(c, src->name, &newest, err, errlen);
 	/* Layers first, the generation file last: nothing names a blob not yet there. */
 	for (size_t i = 0; !r && i < n; i++) {
@@ -280,6 +280,7 @@ int store_upload_generation(struct s3_client *c, const struct store_upload_src *
 		const struct sbx_spec *sp = src->spec;
 		snprintf(m.sandbox, sizeof(m.sandbox), "%s", src->name);
 		m.generation = newest + 1;
+		m.lease = src->lease;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		m.created_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -307,7 +308,12 @@ int store_upload_generation(struct s3_client *c, const struct store_upload_src *
 		r = gen_key(src->name, m.generation, key, sizeof(key));
 	if (!r) {
 		r = s3_put(c, key, text, strlen(text), S3_IF_NONE_MATCH, err, errlen);
-		if (r == -EEXIST)
+		if (r == -EEXIST && src->fenced)
+			r = errmsg(err, errlen, -ESTALE,
+				   "sandbox %s: generation %llu is committed already: another host "
+				   "took it over (this host's lease is gone)",
+				   src->name, (unsigned long long)m.generation);
+		else if (r == -EEXIST)
 			errmsg(err, errlen, r,
 			       "sandbox %s: generation %llu was committed by another writer first",
 			       src->name, (unsigned long long)m.generation);

@@ -53,6 +53,15 @@ struct store_upload_src {
 	const char *key_type;	     /* "" plain, "key-cmd" or "pkcs11" */
 	int stage_dfd;		     /* host scratch directory for packed blobs */
 	struct store_upload_cache *cache; /* NULL: hash and check every file */
+	/*
+	 * Fenced commits (issue 30): with `fenced`, the generation is base + 1, the one after the
+	 * generation this chain was built on, never "the newest + 1": a host whose lease moved on
+	 * finds that number taken (the new owner commits it first) and its create-only PUT is
+	 * refused, -ESTALE. lease: the epoch the manifest names.
+	 */
+	bool fenced;
+	uint64_t base;
+	uint64_t lease;
 };
 
 struct store_sync_stats {

@@ -1,0 +1,107 @@
+/* Keeps a held lease alive beside a running sandbox (lease_keeper.h, LEASE.md). */
+#include "lifecycle/store/lease_keeper.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "lifecycle/launch.h"
+
+/* Waits up to ms on the keeper's condition; true when asked to stop. */
+static bool nap(struct lease_keeper *k, int64_t ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000;
+	pthread_mutex_lock(&k->mu);
+	while (!k->stop && pthread_cond_timedwait(&k->cv, &k->mu, &ts) != ETIMEDOUT)
+		;
+	bool stop = k->stop;
+	pthread_mutex_unlock(&k->mu);
+	return stop;
+}
+
+static void *keeper_main(void *arg)
+{
+	struct lease_keeper *k = arg;
+	const int64_t ttl = (int64_t)k->cfg->lease_ttl_s * 1000;
+	int64_t last_ok = realtime_ms();
+	char why[512];
+	do {
+		int64_t now = realtime_ms();
+		if (now - last_ok >= ttl / 3 || atomic_load(&k->paused)) {
+			struct store_lease next = k->held;
+			int r = store_lease_renew(k->c, k->cfg, &next, now, why, sizeof(why));
+			if (!r) {
+				k->held = next;
+				last_ok = now;
+				store_lease_save(k->dfd, &next);
+				if (atomic_load(&k->paused) && !k->set_paused(k->arg, false)) {
+					atomic_store(&k->paused, false);
+					log_warn(k->log, "%s: lease renewed: the VM runs again",
+						 k->held.sandbox);
+				}
+			} else if (r == -ESTALE) {
+				/* Another host holds it now: this copy must not go on. */
+				atomic_store(&k->lost, true);
+				pid_t pid = sbx_vmm_pid(k->dfd);
+				log_err(k->log, "%s: %s; ending this host's VM (pid %d)",
+					k->held.sandbox, why, (int)pid);
+				if (pid > 0)
+					kill(pid, SIGKILL);
+				break;
+			} else {
+				log_warn(k->log, "%s: lease renewal failed (tried again): %s",
+					 k->held.sandbox, why);
+			}
+		}
+		/* Not renewed in time: stop acting before the lease can expire elsewhere. */
+		if (!atomic_load(&k->paused) && realtime_ms() > k->held.expires_ms - k->margin_ms) {
+			int pr = k->set_paused(k->arg, true);
+			atomic_store(&k->paused, true);
+			log_err(k->log,
+				"%s: the lease could not be renewed and expires in %lld ms: VM %s, "
+				"no commit until it is renewed",
+				k->held.sandbox, (long long)(k->held.expires_ms - realtime_ms()),
+				pr ? "NOT paused (its API did not answer)" : "paused");
+		}
+	} while (!nap(k, 1000));
+	return NULL;
+}
+
+int lease_keeper_start(struct lease_keeper *k)
+{
+	atomic_init(&k->paused, false);
+	atomic_init(&k->lost, false);
+	k->stop = false;
+	k->margin_ms = ((int64_t)k->cfg->clock_skew_s + 3) * 1000;
+	pthread_mutex_init(&k->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&k->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int r = pthread_create(&k->thread, NULL, keeper_main, k);
+	if (r) {
+		pthread_cond_destroy(&k->cv);
+		pthread_mutex_destroy(&k->mu);
+	}
+	return -r;
+}
+
+void lease_keeper_stop(struct lease_keeper *k)
+{
+	pthread_mutex_lock(&k->mu);
+	k->stop = true;
+	pthread_cond_signal(&k->cv);
+	pthread_mutex_unlock(&k->mu);
+	pthread_join(k->thread, NULL);
+	pthread_cond_destroy(&k->cv);
+	pthread_mutex_destroy(&k->mu);
+}
