@@ -430,6 +430,13 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 		if (dfd < 0 && sbx_name_check(sandbox, NULL, 0) == 0 &&
 		    sbx_tombstone_describe(&r, sandbox, NULL, 0) != 0) {
 			int ps = store_try_pull(sandbox);
+			if (ps == SBX_EXIT_HELD) {
+				/* Running on another host (cove-store printed its JSON line). */
+				sbx_root_close(&r);
+				if (errlen)
+					err[0] = '\0';
+				return SBX_EXIT_HELD;
+			}
 			if (ps == 66) {
 				sbx_root_close(&r);
 				return errmsg(

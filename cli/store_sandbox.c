@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "cli/api_client.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "lifecycle/root.h"
 #include "lifecycle/store/catalog.h"
@@ -98,6 +99,12 @@ int store_sandbox_cmd(int argc, char **argv)
 		    : take    ? store_take_sandbox(c, cfg, &root, name, &other, err, sizeof(err))
 		    : release ? store_release_sandbox(c, cfg, &root, name, err, sizeof(err))
 			      : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
+	/* Not in the store yet, but running elsewhere: say where, as take does. */
+	char lerr[256];
+	if (r == -ENOENT && c && !push && !tomb && !follow && !take && !release &&
+	    store_lease_read(c, cfg, name, &other, lerr, sizeof(lerr)) == 0 && other.host[0] &&
+	    strcmp(other.host, cfg->host_id) && other.expires_ms > realtime_ms())
+		r = -EBUSY, take = true;
 	if (root.dfd >= 0)
 		sbx_root_close(&root);
 	s3_client_free(c);

@@ -175,9 +175,15 @@ int store_lease_take(struct s3_client *c, const struct store_config *cfg, const 
 		      TAKE_ROUNDS);
 }
 
-/* After a 412 on our own If-Match write: ours if the store holds exactly what we wrote. */
-static int settle_412(struct s3_client *c, const struct store_config *cfg, struct store_lease *held,
-		      const struct store_lease *want, char *err, size_t errlen)
+/*
+ * After a 412 on our own If-Match write: 0 if the store holds exactly what we wrote (a lost
+ * reply, retried); -EAGAIN with *held updated if the lease is still ours at the same epoch but
+ * in a newer version (this host's other process renewed it: write again over that); else
+ * -ESTALE naming the owner.
+ */
+static int settle_412(struct s3_client *c, const struct store_config *cfg,
+		      struct store_lease *held, const struct store_lease *want, char *err,
+		      size_t errlen)
 {
 	struct store_lease cur;
 	char why[256];
@@ -185,6 +191,10 @@ static int settle_412(struct s3_client *c, const struct store_config *cfg, struc
 	if (!r && is_ours(&cur, want)) {
 		*held = cur;
 		return 0;
+	}
+	if (!r && !strcmp(cur.host, held->host) && cur.epoch == held->epoch) {
+		*held = cur;
+		return -EAGAIN;
 	}
 	if (r)
 		return errmsg(err, errlen, -ESTALE, "sandbox %s: the lease changed: %s",
@@ -195,29 +205,37 @@ static int settle_412(struct s3_client *c, const struct store_config *cfg, struc
 		      (unsigned long long)cur.epoch, (unsigned long long)held->epoch);
 }
 
-int store_lease_renew(struct s3_client *c, const struct store_config *cfg, struct store_lease *held,
-		      int64_t now_ms, char *err, size_t errlen)
+/* Writes `held` changed by `set` over its own version, following this host's renewals. */
+static int rewrite(struct s3_client *c, const struct store_config *cfg, struct store_lease *held,
+		   int64_t expires_ms, bool release, char *err, size_t errlen)
 {
-	struct store_lease want = *held;
-	want.expires_ms = now_ms + (int64_t)cfg->lease_ttl_s * 1000;
-	int r = lease_write(c, cfg, &want, held->etag, err, errlen);
-	if (r == -ESTALE)
-		return settle_412(c, cfg, held, &want, err, errlen);
-	if (!r)
-		*held = want;
+	int r = -EAGAIN;
+	for (int i = 0; i < 3 && r == -EAGAIN; i++) {
+		struct store_lease want = *held;
+		want.expires_ms = expires_ms;
+		if (release)
+			want.host[0] = '\0';
+		r = lease_write(c, cfg, &want, held->etag, err, errlen);
+		if (r == -ESTALE)
+			r = settle_412(c, cfg, held, &want, err, errlen);
+		else if (!r)
+			*held = want;
+	}
+	if (r == -EAGAIN)
+		r = errmsg(err, errlen, -ESTALE, "sandbox %s: the lease kept changing",
+			   held->sandbox);
 	return r;
+}
+
+int store_lease_renew(struct s3_client *c, const struct store_config *cfg,
+		      struct store_lease *held, int64_t now_ms, char *err, size_t errlen)
+{
+	return rewrite(c, cfg, held, now_ms + (int64_t)cfg->lease_ttl_s * 1000, false, err,
+		       errlen);
 }
 
 int store_lease_release(struct s3_client *c, const struct store_config *cfg,
 			struct store_lease *held, char *err, size_t errlen)
 {
-	struct store_lease want = *held;
-	want.host[0] = '\0';
-	want.expires_ms = 0;
-	int r = lease_write(c, cfg, &want, held->etag, err, errlen);
-	if (r == -ESTALE)
-		r = settle_412(c, cfg, held, &want, err, errlen);
-	if (!r)
-		*held = want;
-	return r;
+	return rewrite(c, cfg, held, 0, true, err, errlen);
 }

@@ -60,7 +60,7 @@ def write(path, data, mode=0o644):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
-def store_dir(srv, work, kek):
+def store_dir(srv, work, kek, host):
     """What a host's configuration holds: store.json naming the store at the forwarded address,
     the test CA, credentials and fleet key files (0600), the key command and its KEK."""
     d = os.path.join(work, "store")
@@ -72,12 +72,16 @@ def store_dir(srv, work, kek):
     write(os.path.join(d, "fleet.key"), srv.fleet_hex + "\n", 0o600)
     write(os.path.join(d, "kek.py"), KEK_PY)
     write(os.path.join(d, "kek"), kek, 0o600)
-    write(os.path.join(d, "store.json"), json.dumps({
-        "endpoint": f"https://10.0.2.100:{srv.rgw}", "bucket": s3server.BUCKET,
-        "prefix": PREFIX, "region": "us-east-1", "ca_file": "/work/store/ca.pem",
-        "addressing": "path", "credentials_file": "/work/store/credentials.json",
-        "fleet_key_file": "/work/store/fleet.key",
-        "key_providers": {"key-cmd": "key-cmd:python3 /work/store/kek.py /work/store/kek"}}))
+    # Each host's own store.json: its host id, a short lease (10 s, 1 s of clock skew) so
+    # the takeover test waits little. Host C lives in host B's box with a root of its own.
+    for fn, hid in (("store.json", host), ("store-c.json", "host-c")):
+        write(os.path.join(d, fn), json.dumps({
+            "endpoint": f"https://10.0.2.100:{srv.rgw}", "bucket": s3server.BUCKET,
+            "prefix": PREFIX, "region": "us-east-1", "ca_file": "/work/store/ca.pem",
+            "addressing": "path", "credentials_file": "/work/store/credentials.json",
+            "fleet_key_file": "/work/store/fleet.key", "host_id": hid, "lease_ttl_s": 10,
+            "clock_skew_s": 1,
+            "key_providers": {"key-cmd": "key-cmd:python3 /work/store/kek.py /work/store/kek"}}))
     return d
 
 
@@ -193,7 +197,7 @@ def main():
                  "SECRET_MARK": "COVE-SECRET-" + secrets.token_hex(8)}
         wa = os.path.join(work, "a")
         os.mkdir(wa)
-        a = box(srv, wa, "a", kdir, rdir, ["--add", f"{store_dir(srv, wa, kek)}:/work/store"],
+        a = box(srv, wa, "a", kdir, rdir, ["--add", f"{store_dir(srv, wa, kek, 'host-a')}:/work/store"],
                 marks)
         keys = scan(srv, marks["PLAIN_MARK"], marks["SECRET_MARK"])
         m1 = newest_manifest(srv, keys, "s1")
@@ -209,7 +213,7 @@ def main():
         with open(os.path.join(wb, "a.json"), "w") as f:
             json.dump(a, f)
         gets0 = len(rgw_gets(srv))
-        box(srv, wb, "b", kdir, rdir, ["--add", f"{store_dir(srv, wb, kek)}:/work/store",
+        box(srv, wb, "b", kdir, rdir, ["--add", f"{store_dir(srv, wb, kek, 'host-b')}:/work/store",
                                        "--add", f"{wb}/a.json:/work/a.json"], marks)
         b = json.load(open(os.path.join(wb, "out-b", "b.json")))
         gets = rgw_gets(srv)[gets0:]
