@@ -2,6 +2,7 @@
 #include "cli/sandbox_up.h"
 #include "cli/store_reconnect.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -38,13 +39,31 @@
 #define EXITING_WAIT_S 30
 
 /* The chain has a committed layer (chain.json is renamed into place last). */
+/* A chain to restore: chain.json, or only generation files chain.N.json (a chain fetched
+ * from a periodic commit of a VMM still running elsewhere, never folded). */
 static bool has_chain(int dfd)
 {
 	struct stat st;
 	char path[64];
 
 	snprintf(path, sizeof(path), "%s/chain.json", SBX_CHAIN);
-	return fstatat(dfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+	if (fstatat(dfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+		return true;
+	int cfd = openat(dfd, SBX_CHAIN, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = cfd >= 0 ? fdopendir(cfd) : NULL;
+	bool found = false;
+	struct dirent *e;
+	while (d && !found && (e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		found = e->d_type == DT_REG && n > 11 && !strncmp(e->d_name, "chain.", 6) &&
+			!strcmp(e->d_name + n - 5, ".json") &&
+			strspn(e->d_name + 6, "0123456789") == n - 11;
+	}
+	if (d)
+		closedir(d);
+	else if (cfd >= 0)
+		close(cfd);
+	return found;
 }
 
 static int agent_ready(const char *uds, char *err, size_t errlen)

@@ -294,6 +294,11 @@ def lease_checks():
         check(time.monotonic() - t_kill < 120, "host C never took x over")
         time.sleep(1)
     took = time.monotonic() - t_kill
+    if rc != 0:
+        for d in ("/tmp/hc-state/x", "/tmp/hc-state/x/chain"):
+            print(f"  {d}: {sorted(os.listdir(d)) if os.path.isdir(d) else '-'}")
+        print("  chain.json: " + tail("/tmp/hc-state/x/chain/chain.json", 3000))
+        print("  vmm.log: " + tail("/tmp/hc-state/x/vmm.log", 2000))
     check(rc == 0, f"host C's takeover of x: rc={rc} {err!r}")
     n_after = int(out.strip())
     lost = n_kill - n_after
@@ -311,7 +316,7 @@ def main():
     what = sys.argv[1]
     os.makedirs("/work/out", exist_ok=True)
     try:
-        (host_a if what == "a" else host_b)()
+        {"a": host_a, "b": host_b, "lease": lease_checks}[what]()
         ok = True
     except Failure as e:
         print(f"FAIL: host {what}: {e}", flush=True)
