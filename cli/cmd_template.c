@@ -135,14 +135,15 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 			a->run = optarg;
 			break;
 		default:
-			return errmsg(err, errlen, -EINVAL, "unknown option '%s'", argv[optind - 1]);
+			return errmsg(err, errlen, -EINVAL, "unknown option '%s'",
+				      argv[optind - 1]);
 		}
 	}
 	if (optind != argc - 1)
 		return errmsg(err, errlen, -EINVAL, "want exactly one template name");
 	a->name = argv[optind];
-	return tpl_name_check(a->name, err, errlen) ?: sbx_spec_guest(s, a->name, a->rootfs,
-								       a->initrd, err, errlen);
+	return tpl_name_check(a->name, err, errlen)
+		   ?: sbx_spec_guest(s, a->name, a->rootfs, a->initrd, err, errlen);
 }
 
 /* argv run in the guest as root, its output streamed to ours: its status, or -errno. */
@@ -282,8 +283,8 @@ static int build(const struct sbx_root *t, const char *name, int dfd, const char
 			"saved as it is\n",
 			name, QUIET_WAIT_S);
 	lk = sbx_lock_take(dfd, SBX_LOCK_START, true, false);
-	ret = sbx_stop_locked(t, name, dfd, api, &state, "template create",
-			      "cove template create", err, sizeof(err));
+	ret = sbx_stop_locked(t, name, dfd, api, &state, "template create", "cove template create",
+			      err, sizeof(err));
 	if (lk >= 0)
 		close(lk);
 	if (ret) {
@@ -312,7 +313,7 @@ static int template_create(int argc, char **argv)
 		else
 			fprintf(stderr, "cove template create: %s (try 'cove template --help')\n",
 				err);
-		status = ret == 1 ? 0
+		status = ret == 1				       ? 0
 			 : a->name && tpl_name_check(a->name, NULL, 0) ? SBX_EXIT_BAD_NAME
 								       : 2;
 		goto out;
@@ -393,10 +394,10 @@ static json_t *describe(const struct sbx_root *t, const char *name)
 		goto out;
 	if (tpl_meta_read(dfd, &m, NULL, 0)) {
 		memset(&m, 0, sizeof(m));
-		state = sbx_lock_held(dfd, SBX_LOCK_VMM) == 1 ||
-				sbx_lock_held(dfd, SBX_LOCK_START) == 1
-			    ? "building"
-			    : "incomplete";
+		state =
+		    sbx_lock_held(dfd, SBX_LOCK_VMM) == 1 || sbx_lock_held(dfd, SBX_LOCK_START) == 1
+			? "building"
+			: "incomplete";
 	}
 	if (sbx_spec_read(dfd, s, NULL, 0))
 		memset(s, 0, sizeof(*s));
@@ -445,21 +446,21 @@ static int template_ls(int argc, char **argv)
 		       "MEM", "VCPUS", "SIZE", "RUN");
 		json_array_foreach(all, i, j)
 		{
-			time_t c = (time_t)(json_integer_value(json_object_get(j, "created_ms")) /
-					    1000);
+			time_t c =
+			    (time_t)(json_integer_value(json_object_get(j, "created_ms")) / 1000);
 			char when[32] = "-";
 			struct tm tm;
 
 			if (c > 0 && gmtime_r(&c, &tm))
 				strftime(when, sizeof(when), "%Y-%m-%d %H:%M", &tm);
-			printf("%-20s %-10s %-16s %6lldM %5lld %7.1fM  %s\n",
-			       json_string_value(json_object_get(j, "name")),
-			       json_string_value(json_object_get(j, "state")), when,
-			       (long long)(json_integer_value(json_object_get(j, "mem_bytes")) >>
-					   20),
-			       (long long)json_integer_value(json_object_get(j, "vcpus")),
-			       (double)json_integer_value(json_object_get(j, "bytes")) / (1 << 20),
-			       json_string_value(json_object_get(j, "run")));
+			printf(
+			    "%-20s %-10s %-16s %6lldM %5lld %7.1fM  %s\n",
+			    json_string_value(json_object_get(j, "name")),
+			    json_string_value(json_object_get(j, "state")), when,
+			    (long long)(json_integer_value(json_object_get(j, "mem_bytes")) >> 20),
+			    (long long)json_integer_value(json_object_get(j, "vcpus")),
+			    (double)json_integer_value(json_object_get(j, "bytes")) / (1 << 20),
+			    json_string_value(json_object_get(j, "run")));
 		}
 	}
 	json_decref(all);

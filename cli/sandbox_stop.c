@@ -43,15 +43,15 @@ int sbx_stop_locked(const struct sbx_root *r, const char *name, int dfd, const c
 {
 	char why_not[512];
 	bool checked;
-	int ret = (*state == SBX_PAUSED ? 0
-					: sbx_api_state(api, "Paused", why_not, sizeof(why_not)))
-		      ?: sbx_snapshot_now(api, why_not, sizeof(why_not));
+	int ret =
+	    (*state == SBX_PAUSED ? 0 : sbx_api_state(api, "Paused", why_not, sizeof(why_not)))
+		?: sbx_snapshot_now(api, why_not, sizeof(why_not));
 
 	if (ret) {
 		if (*state != SBX_PAUSED)
 			sbx_api_state(api, "Resumed", NULL, 0);
-		return errmsg(err, errlen, ret, "the final snapshot failed, so it keeps running: %s",
-			      why_not);
+		return errmsg(err, errlen, ret,
+			      "the final snapshot failed, so it keeps running: %s", why_not);
 	}
 	ret = sbx_vmm_end(dfd, SIGTERM);
 	if (ret)

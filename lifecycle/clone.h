@@ -33,9 +33,9 @@ int sbx_clone_check(const struct sbx_root *r, const char *from, const char *cons
 /*
  * Makes sandbox `to` from `from` (sdfd: its directory; the caller holds its start lock, and a
  * running one has just been snapshotted): spec.json copied with the new name in its command
- * line, a new machine id and a new created time; chain/ holding hard links (or copies) of the files of every
- * committed layer (mem-N, state-N), of every frozen disk overlay layer (its .ovl and .map) and
- * copies of the keys file and layer-seq, then its own chain.json; a live overlay top is never
+ * line, a new machine id and a new created time; chain/ holding hard links (or copies) of the files
+ * of every committed layer (mem-N, state-N), of every frozen disk overlay layer (its .ovl and .map)
+ * and copies of the keys file and layer-seq, then its own chain.json; a live overlay top is never
  * shared. An archived `from` gives an archived clone: its archive/ files linked. The event log
  * starts with creating -> stopped (or archived), `cause`. Everything is opened beneath
  * directory fds without following links, built in ROOT/.clone-TO-PID and renamed into place

@@ -8,8 +8,8 @@
 #include "common/errmsg.h"
 #include "lifecycle/guest_files.h"
 
-int sbx_spec_guest(struct sbx_spec *s, const char *name, const char *rootfs_arg,
-		   const char *initrd, char *err, size_t errlen)
+int sbx_spec_guest(struct sbx_spec *s, const char *name, const char *rootfs_arg, const char *initrd,
+		   char *err, size_t errlen)
 {
 	char rootfs[PATH_MAX];
 

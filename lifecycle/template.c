@@ -53,9 +53,8 @@ int tpl_root_open(const struct sbx_root *r, struct sbx_root *t, bool create, cha
 		return errmsg(err, errlen, -errno, "%s: %s", t->state, strerror(errno));
 	fd = openat(r->dfd, TPL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return errmsg(err, errlen, -errno,
-			      errno == ENOENT ? "no templates yet" : "%s: %s", t->state,
-			      strerror(errno));
+		return errmsg(err, errlen, -errno, errno == ENOENT ? "no templates yet" : "%s: %s",
+			      t->state, strerror(errno));
 	t->dfd = fd;
 	return 0;
 }
@@ -63,8 +62,8 @@ int tpl_root_open(const struct sbx_root *r, struct sbx_root *t, bool create, cha
 char *tpl_meta_format(const struct tpl_meta *m)
 {
 	json_t *j = json_pack("{s:i,s:s,s:I,s:I,s:s}", "version", 1, "name", m->name, "created_ms",
-			      (json_int_t)m->created_ms, "build_ms", (json_int_t)m->build_ms,
-			      "run", m->run);
+			      (json_int_t)m->created_ms, "build_ms", (json_int_t)m->build_ms, "run",
+			      m->run);
 	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 
 	json_decref(j);
@@ -128,8 +127,9 @@ int tpl_meta_read(int dfd, struct tpl_meta *m, char *err, size_t errlen)
 	char *buf;
 
 	if (fd == -ENOENT)
-		return errmsg(err, errlen, -ENOENT, "the template is not saved (a build is under "
-						    "way, or one failed)");
+		return errmsg(err, errlen, -ENOENT,
+			      "the template is not saved (a build is under "
+			      "way, or one failed)");
 	if (fd < 0)
 		return errmsg(err, errlen, fd, "%s: %s", TPL_META, strerror(-fd));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||

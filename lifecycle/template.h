@@ -25,7 +25,7 @@
 struct tpl_meta {
 	char name[TPL_NAME_MAX + 1];
 	int64_t created_ms;
-	uint64_t build_ms; /* boot, setup command, quiet, final snapshot */
+	uint64_t build_ms;     /* boot, setup command, quiet, final snapshot */
 	char run[TPL_RUN_MAX]; /* the setup command, "" none */
 };
 

@@ -61,7 +61,8 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 	json_t *jepoch = json_object_get(msg, "epoch"), *jtime = json_object_get(msg, "time_ns");
 	const char *token = json_string_value(json_object_get(msg, "token"));
 	const char *seed64 = json_string_value(json_object_get(msg, "seed_b64"));
-	json_t *jhost = json_object_get(msg, "hostname"), *jmid = json_object_get(msg, "machine_id");
+	json_t *jhost = json_object_get(msg, "hostname"),
+	       *jmid = json_object_get(msg, "machine_id");
 	const char *host = json_string_value(jhost), *mid = json_string_value(jmid);
 	bool new_machine = false;
 	unsigned char seed[SEED_MAX];
@@ -84,8 +85,9 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 		return wire_reply_error(fd, "identity: \"hostname\" must be 1..%d of [A-Za-z0-9.-]",
 					INIT_HOSTNAME_MAX);
 	if (jmid && (!mid || !identity_machine_id_valid(mid)))
-		return wire_reply_error(fd, "identity: \"machine_id\" must be %d lowercase hex "
-					    "digits, not all zero",
+		return wire_reply_error(fd,
+					"identity: \"machine_id\" must be %d lowercase hex "
+					"digits, not all zero",
 					MACHINE_ID_HEX);
 
 	/* Test mode runs on a developer's machine: never touch its clock or RNG. */

@@ -152,8 +152,7 @@ static int hooks_run(struct agent *ag, char *const paths[], int n, const char *h
 				execl(paths[i], paths[i], (char *)NULL);
 				_exit(127);
 			}
-			if (h < 0 || waitpid(h, &st, 0) != h || !WIFEXITED(st) ||
-			    WEXITSTATUS(st))
+			if (h < 0 || waitpid(h, &st, 0) != h || !WIFEXITED(st) || WEXITSTATUS(st))
 				failed += failed < 255;
 		}
 		if (write(p[1], &failed, 1) != 1)
