@@ -32,6 +32,8 @@ static const char create_usage[] =
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
     "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp] [--no-jail]\n"
+    "       cove create NAME --from T [--snapshot-every D] [--idle-stop D]\n"
+    "                   [--archive-after D] [--delete-after D]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
