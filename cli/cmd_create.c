@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/create_from.h"
 #include "cli/sandbox_up.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
@@ -20,6 +21,7 @@
 #include "lifecycle/policy.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
+#include "lifecycle/template.h"
 #include "lifecycle/tombstone.h"
 #include "lifecycle/tree.h"
 #include "sandbox/options.h"
@@ -30,6 +32,8 @@ static const char create_usage[] =
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
     "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp] [--no-jail]\n"
+    "       cove create NAME --from T [--snapshot-every D] [--idle-stop D]\n"
+    "                   [--archive-after D] [--delete-after D]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
@@ -56,6 +60,13 @@ static const char create_usage[] =
     "  --policy FILE           a cove-broker policy (JSON, at most 256 KiB), copied into\n"
     "                          the sandbox as policy.json: a broker runs beside it, its\n"
     "                          audit log in NAME/audit.jsonl, a new grant at every start\n"
+    "  --from T                make NAME from template T (cove template --help) instead of\n"
+    "                          booting: its newest snapshot cloned (files shared by hard\n"
+    "                          link) and restored as a new machine (RNG reseeded, clock,\n"
+    "                          hostname NAME, a new /etc/machine-id and boot_id, a new\n"
+    "                          broker token). The machine (kernel, root, --mem, --vcpus)\n"
+    "                          is the template's: only --snapshot-every, --idle-stop,\n"
+    "                          --archive-after and --delete-after go with --from.\n"
     "NAME: [a-z0-9][a-z0-9-]*, at most 48 characters.\n";
 
 enum {
@@ -73,7 +84,8 @@ enum {
 	O_POLICY,
 	O_VRATE,
 	O_NO_SECCOMP,
-	O_NO_JAIL
+	O_NO_JAIL,
+	O_FROM
 };
 
 /* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
@@ -95,6 +107,7 @@ static const struct option create_opts[] = {
     {"vsock-rate", required_argument, NULL, O_VRATE},
     {"no-seccomp", no_argument, NULL, O_NO_SECCOMP},
     {"no-jail", no_argument, NULL, O_NO_JAIL},
+    {"from", required_argument, NULL, O_FROM},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -136,11 +149,18 @@ static int add_disk(struct sbx_spec *s, const char *arg, char *err, size_t errle
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, const char **policy,
-		 char *err, size_t errlen)
+/* What `cove create` was asked: the spec it builds, and a template to clone instead. */
+struct create_args {
+	const char *name, *policy, *from;
+	const char *machine_opt; /* the first option that names the machine (not with --from) */
+};
+
+static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *a, char *err,
+		 size_t errlen)
 {
 	char extra[SBX_MAX_DISKS][4096];
 	int nextra = 0, c;
+	const char **name = &a->name, **policy = &a->policy;
 	char rootfs[4096] = "", initrd[4096] = "";
 
 	s->mem_bytes = 256ULL << 20;
@@ -148,8 +168,18 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 	s->snapshot_every_ms = 60000;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", create_opts, NULL)) != -1) {
+	int li = -1;
+	while ((c = getopt_long(argc, argv, "h", create_opts, &li)) != -1) {
+		if (!a->machine_opt && li >= 0 && c != O_FROM && c != O_EVERY && c != O_IDLE &&
+		    c != O_ARCH && c != O_DEL && c != 'h')
+			a->machine_opt = create_opts[li].name;
+		li = -1;
 		switch (c) {
+		case O_FROM:
+			if (tpl_name_check(optarg, err, errlen))
+				return -EINVAL;
+			a->from = optarg;
+			break;
 		case 'h':
 			return 1;
 		case O_MEM:
@@ -230,30 +260,18 @@ static int parse(int argc, char **argv, struct sbx_spec *s, const char **name, c
 	*name = argv[optind];
 	if (sbx_name_check(*name, err, errlen))
 		return -EINVAL;
-	if (initrd[0] && rootfs[0])
-		return snprintf(err, errlen, "--rootfs and --initrd: one root, not both"), -EINVAL;
-	if (initrd[0]) {
-		snprintf(s->initrd, sizeof(s->initrd), "%s", initrd);
-		if (!s->kernel[0] && sbx_guest_find(s->kernel, rootfs, sizeof(rootfs), err, errlen))
-			return -ENOENT;
-	} else {
-		if ((!s->kernel[0] || !rootfs[0]) &&
-		    sbx_guest_find(s->kernel, rootfs, sizeof(rootfs), err, errlen))
-			return -ENOENT;
-		/* The shared base image, read-only; the sandbox writes to an overlay of its own. */
-		snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", rootfs);
-		s->disks[0].overlay = true;
-		s->nr_disks = 1;
-	}
-	/*
-	 * tsc=reliable: the guest's clocksource is kvm-clock, so the TSC watchdog (a timer every
-	 * 0.5 s comparing the two) only wakes an idle guest; on a host with a constant TSC, KVM
-	 * keeps the guest's TSC stable.
-	 */
-	snprintf(s->cmdline, sizeof(s->cmdline),
-		 "console=ttyS0 reboot=k panic=-1 quiet tsc=reliable "
-		 "cove.hostname=%s%s",
-		 *name, initrd[0] ? "" : " root=/dev/vda rw init=/sbin/cove-init");
+	/* A clone of a template: its machine is the template's. */
+	if (a->from && a->machine_opt)
+		return snprintf(err, errlen,
+				"--%s: with --from the machine is the template's (only "
+				"--snapshot-every, --idle-stop, --archive-after, --delete-after)",
+				a->machine_opt),
+		       -EINVAL;
+	if (a->from)
+		return 0;
+	c = sbx_spec_guest(s, *name, rootfs, initrd, err, errlen);
+	if (c)
+		return c;
 	for (int i = 0; i < nextra; i++)
 		if (add_disk(s, extra[i], err, errlen))
 			return -EINVAL;
@@ -308,7 +326,8 @@ int cmd_create(int argc, char **argv)
 {
 	struct sbx_spec *s = calloc(1, sizeof(*s));
 	struct sbx_root r = {.dfd = -1};
-	const char *name = NULL, *policy_arg = NULL;
+	struct create_args a = {0};
+	const char *name, *policy_arg;
 	char *policy = NULL;
 	size_t policy_len = 0;
 	char err[512];
@@ -316,7 +335,9 @@ int cmd_create(int argc, char **argv)
 
 	if (!s)
 		return 1;
-	ret = parse(argc, argv, s, &name, &policy_arg, err, sizeof(err));
+	ret = parse(argc, argv, s, &a, err, sizeof(err));
+	name = a.name;
+	policy_arg = a.policy;
 	if (ret == 1) {
 		fputs(create_usage, stdout);
 		status = 0;
@@ -328,10 +349,18 @@ int cmd_create(int argc, char **argv)
 		    name && ret == -EINVAL && sbx_name_check(name, NULL, 0) ? SBX_EXIT_BAD_NAME : 2;
 		goto out;
 	}
+	if (a.from) {
+		status = create_from(name, a.from, s);
+		goto out;
+	}
 	if (policy_arg && (status = policy_take(policy_arg, &policy, &policy_len)))
 		goto out;
 	status = 1;
 	s->created_ms = realtime_ms();
+	if (sbx_spec_new_machine_id(s)) {
+		fprintf(stderr, "cove create: no randomness for a machine id\n");
+		goto out;
+	}
 	if (sbx_root_open(&r, true, err, sizeof(err)) ||
 	    (dfd = sbx_dir_open(&r, name, true, err, sizeof(err))) < 0) {
 		fprintf(stderr, "cove create: %s\n", err);

@@ -11,6 +11,7 @@
 #include "cli/api_client.h"
 #include "cli/commands.h"
 #include "cli/store_reconnect.h"
+#include "cli/sandbox_stop.h"
 #include "cli/sandbox_up.h"
 #include "common/errmsg.h"
 #include "lifecycle/archive.h"
@@ -25,9 +26,6 @@
 #include "lifecycle/state.h"
 #include "lifecycle/tombstone.h"
 #include "lifecycle/tree.h"
-
-/* How long a VMM gets to exit after SIGTERM before SIGKILL. */
-#define STOP_WAIT_S 30
 
 struct target {
 	struct sbx_root root;
@@ -83,29 +81,6 @@ static void close_target(struct target *t)
 	sbx_root_close(&t->root);
 }
 
-/* Ends the VMM holding vmm.lock: SIGTERM, then SIGKILL after STOP_WAIT_S. 0 once it is gone. */
-static int end_vmm(int dfd, int first_sig)
-{
-	pid_t pid = sbx_vmm_pid(dfd);
-	int sig = first_sig;
-
-	if (pid <= 0)
-		return pid;
-	for (int tick = 0;; tick++) {
-		if (tick == 0 || (tick == STOP_WAIT_S * 10 && sig != SIGKILL)) {
-			if (tick)
-				sig = SIGKILL;
-			if (kill(pid, sig) < 0 && errno != ESRCH)
-				return -errno;
-		}
-		if (sbx_lock_held(dfd, SBX_LOCK_VMM) == 0)
-			return 0;
-		if (tick > STOP_WAIT_S * 20)
-			return -ETIMEDOUT;
-		usleep(100 * 1000);
-	}
-}
-
 /*
  * A sandbox whose VMM no longer runs needs no broker: stop and archive end it (so does rm, and
  * gc for every stopped one). After an idle stop it lives on until one of those, or is reused by
@@ -138,36 +113,16 @@ int cmd_start(int argc, char **argv)
 	return st < 0 ? 0 : st;
 }
 
-/*
- * A running or paused sandbox to stopped: paused (so the guest cannot change what the final
- * snapshot holds), snapshotted, its process ended. The caller holds the start lock. If the
- * snapshot fails it keeps running. 0, or 1 after one line on stderr.
- */
+/* stop_locked for the commands here: 0, or 1 after one line on stderr. */
 static int stop_locked(const char *cmd, struct target *t, const char *why)
 {
-	char err[512];
-	int ret = (t->state == SBX_PAUSED ? 0 : sbx_api_state(t->api, "Paused", err, sizeof(err)))
-		      ?: sbx_snapshot_now(t->api, err, sizeof(err));
+	char err[600];
 
-	if (ret) {
-		if (t->state != SBX_PAUSED)
-			sbx_api_state(t->api, "Resumed", NULL, 0);
-		fprintf(stderr, "cove %s: %s: the final snapshot failed, so it keeps running: %s\n",
-			cmd, t->name, err);
+	if (sbx_stop_locked(&t->root, t->name, t->dfd, t->api, &t->state, cmd, why, err,
+			    sizeof(err))) {
+		fprintf(stderr, "cove %s: %s: %s\n", cmd, t->name, err);
 		return 1;
 	}
-	ret = end_vmm(t->dfd, SIGTERM);
-	if (ret) {
-		fprintf(stderr, "cove %s: %s: its VMM did not exit: %s\n", cmd, t->name,
-			strerror(-ret));
-		return 1;
-	}
-	sbx_event_append(t->dfd, sbx_state_name(t->state), "stopped", why);
-	t->state = SBX_STOPPED;
-	/* The final snapshot's new files are checked now, off the next reconnect's path. */
-	bool checked;
-	if (sbx_chain_check(&t->root, t->name, &checked, err, sizeof(err)))
-		fprintf(stderr, "cove %s: %s: warning: %s\n", cmd, t->name, err);
 	return 0;
 }
 

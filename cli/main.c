@@ -16,6 +16,8 @@ static const struct command commands[] = {
     {"create", cmd_create,
      "create a named sandbox that lives across stops and restarts, and start it"},
     {"ls", cmd_ls, "list the named sandboxes with their state and sizes"},
+    {"template", cmd_template,
+     "make (create), list (ls) or remove (rm) templates that cove create --from clones"},
     {"start", cmd_start, "start a stopped sandbox (restored from its newest snapshot)"},
     {"stop", cmd_stop, "snapshot a sandbox and end its process (RAM freed)"},
     {"archive", cmd_archive,

@@ -127,7 +127,7 @@ static int wait_restored(int dfd, int ready_rd, double deadline, char *err, size
  * --ready-fd pipe (-1 for a boot): its guest is asked at once when it says it runs.
  */
 static int wait_ready(int dfd, pid_t pid, const char *uds, int ready_rd, const struct sbx_grant *g,
-		      char *err, size_t errlen)
+		      struct agent_machine *m, char *err, size_t errlen)
 {
 	double deadline = mono_s() + START_WAIT_S;
 	bool restored = ready_rd >= 0;
@@ -148,20 +148,19 @@ static int wait_ready(int dfd, pid_t pid, const char *uds, int ready_rd, const s
 				      "the sandbox's VMM exited while starting%s%s",
 				      tail[0] ? ": " : "", tail);
 		}
-		/* After a restore: a new RNG seed, the host's clock and a new broker grant (a void
-		 * token without a policy); it doubles as the readiness check. */
-		if (restored && g)
-			ret = agent_send_identity(uds, g->epoch, g->token,
-						  AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
-		else if (restored)
-			ret =
-			    agent_send_void_identity(uds, AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
+		/*
+		 * After a restore: a new RNG seed, the host's clock, a new broker grant (a void
+		 * token without a policy), the sandbox's hostname and machine id; it doubles as the
+		 * readiness check. A fresh boot gets the same once its agent answers.
+		 */
+		if (restored)
+			ret = agent_send_identity_as(uds, g ? g->epoch : 0, g ? g->token : NULL, m,
+						     AGENT_IDENTITY_HANDSHAKE_S, err, errlen);
 		else
-			ret = agent_ready(uds, err, errlen);
-		/* A fresh boot gets its first grant once the agent answers. */
-		if (ret == 0 && !restored && g)
-			ret = agent_send_identity(uds, g->epoch, g->token, AGENT_IDENTITY_WAIT_S,
-						  err, errlen);
+			ret = agent_ready(uds, err, errlen)
+				  ?: agent_send_identity_as(uds, g ? g->epoch : 0,
+							    g ? g->token : NULL, m,
+							    AGENT_IDENTITY_WAIT_S, err, errlen);
 		if (ret == 0)
 			return 0;
 		if (mono_s() > deadline)
@@ -296,7 +295,8 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	 * With a store, one host runs a sandbox: this one takes its lease first (and, taking it
 	 * over, commits a generation naming it). cove-store said why on stderr when not.
 	 */
-	int ts = store_try_take(name);
+	/* A template (built in its own root) is no sandbox of the store's: no lease, no follower. */
+	int ts = r->templates ? -1 : store_try_take(name);
 	leased = false;
 	if (ts > 0) {
 		ret = ts == SBX_EXIT_HELD ? -EUSERS : -ENOLCK;
@@ -356,7 +356,9 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		close(ready[1]);
 	if (ret)
 		goto out;
-	ret = wait_ready(dfd, pid, uds, ready[0], spec->policy[0] ? &grant : NULL, err, errlen);
+	struct agent_machine m = {.hostname = name,
+				  .machine_id = spec->machine_id[0] ? spec->machine_id : NULL};
+	ret = wait_ready(dfd, pid, uds, ready[0], spec->policy[0] ? &grant : NULL, &m, err, errlen);
 	if (ret) {
 		/* Half started is not running: end it, so the next command starts it cleanly. */
 		kill(pid, SIGKILL);

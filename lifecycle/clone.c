@@ -46,7 +46,7 @@ int sbx_clone_check(const struct sbx_root *r, const char *from, const char *cons
 			if (!strcmp(names[i], names[j]))
 				return errmsg(err, errlen, -EALREADY, "%s is named twice",
 					      names[i]);
-		if (!strcmp(names[i], from) ||
+		if ((from && !strcmp(names[i], from)) ||
 		    fstatat(r->dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
 			return errmsg(err, errlen, -EEXIST, "sandbox %s already exists", names[i]);
 	}
@@ -420,7 +420,8 @@ static int clone_spec(const struct sbx_root *r, int sdfd, int tdfd, const char *
 	if (!ret) {
 		rename_cmdline(s->cmdline, sizeof(s->cmdline), from, to);
 		s->created_ms = realtime_ms();
-		ret = sbx_spec_write(tdfd, s);
+		/* A new machine: its guest takes this id at its first identity event. */
+		ret = sbx_spec_new_machine_id(s) ?: sbx_spec_write(tdfd, s);
 		if (ret)
 			errmsg(err, errlen, ret, "cannot write its spec: %s", strerror(-ret));
 	}
@@ -468,7 +469,7 @@ int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *
 	int tdfd = -1, ret;
 
 	memset(st, 0, sizeof(*st));
-	ret = sbx_clone_check(r, from, names, 1, err, errlen);
+	ret = sbx_clone_check(r, flags & SBX_CLONE_TEMPLATE ? NULL : from, names, 1, err, errlen);
 	if (ret)
 		return ret;
 	ret = sbx_state_read(sdfd, &state, NULL);
@@ -488,7 +489,7 @@ int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *
 	if (!ret)
 		ret = state == SBX_ARCHIVED ? clone_archive(sdfd, tdfd, flags, st, err, errlen)
 					    : clone_chain(sdfd, tdfd, flags, st, err, errlen);
-	if (!ret)
+	if (!ret && !(flags & SBX_CLONE_TEMPLATE))
 		ret = clone_mitm_ca(sdfd, tdfd, st, err, errlen);
 	if (!ret && (ret = sbx_event_append(tdfd, sbx_state_name(SBX_CREATING),
 					    st->archived ? "archived" : "stopped", cause)))

@@ -20,6 +20,7 @@ int sbx_root_open(struct sbx_root *r, bool create, char *err, size_t errlen)
 	int n;
 
 	r->dfd = -1;
+	r->templates = false;
 	n = snprintf(r->state, sizeof(r->state), "%s", env && *env ? env : "/var/lib/cove");
 	if (n < 0 || (size_t)n >= sizeof(r->state))
 		return errmsg(err, errlen, -ENAMETOOLONG, "COVE_STATE_DIR is too long");

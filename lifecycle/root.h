@@ -16,6 +16,7 @@ struct sbx_root {
 	int dfd; /* the state root, O_DIRECTORY */
 	char state[PATH_MAX];
 	char run[PATH_MAX];
+	bool templates; /* the templates' root (lifecycle/template.h): never pushed to a store */
 };
 
 /* The longest run directory path: room for "/NAME/vsock.sock_4294967295" in 108 bytes. */

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
+#include "common/hex.h"
 
 static json_t *disks_json(const struct sbx_spec *s)
 {
@@ -41,6 +43,9 @@ int sbx_spec_write(int dfd, const struct sbx_spec *s)
 	    "created_ms", (json_int_t)s->created_ms, "vsock_rate", (json_int_t)s->vsock_rate,
 	    "no_seccomp", s->no_seccomp, "no_jail", s->no_jail);
 	char *text;
+
+	if (j && s->machine_id[0])
+		json_object_set_new(j, "machine_id", json_string(s->machine_id));
 	int fd, ret;
 
 	if (!j)
@@ -176,11 +181,42 @@ int sbx_spec_read(int dfd, struct sbx_spec *s, char *err, size_t errlen)
 	if (!ret && nj && !json_is_boolean(nj))
 		ret = -EINVAL;
 	s->no_jail = json_is_true(nj);
+	/* Nor a machine id: the guest keeps the one it has. */
+	if (!ret && json_object_get(j, "machine_id") &&
+	    (get_str(j, "machine_id", s->machine_id, sizeof(s->machine_id), false) ||
+	     !sbx_machine_id_valid(s->machine_id)))
+		ret = -EINVAL;
 	json_decref(j);
 	if (ret || !s->kernel[0] || vcpus < 1 || vcpus > 255 || !s->mem_bytes)
 		return errmsg(err, errlen, -EINVAL, "%s: not a sandbox spec this cove wrote",
 			      SBX_SPEC);
 	s->vcpus = (int)vcpus;
 	s->created_ms = (int64_t)created;
+	return 0;
+}
+
+int sbx_machine_id_valid(const char *id)
+{
+	bool nonzero = false;
+
+	if (strlen(id) != SBX_MACHINE_ID_LEN)
+		return 0;
+	for (const char *p = id; *p; p++) {
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return 0;
+		nonzero |= *p != '0';
+	}
+	return nonzero;
+}
+
+int sbx_spec_new_machine_id(struct sbx_spec *s)
+{
+	uint8_t b[SBX_MACHINE_ID_LEN / 2];
+
+	do {
+		if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+			return -EIO;
+		hex_encode(b, sizeof(b), s->machine_id);
+	} while (!sbx_machine_id_valid(s->machine_id));
 	return 0;
 }

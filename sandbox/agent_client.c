@@ -336,16 +336,26 @@ int agent_session_stream(int fd, bool tty, bool send_stdin, char *err, size_t er
 
 /* --- identity ---------------------------------------------------------------------------- */
 
-int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
-			char *err, size_t errlen)
+int agent_send_identity_as(const char *vsock_uds, uint64_t epoch, const char *token_hex,
+			   struct agent_machine *m, double wait_s, char *err, size_t errlen)
 {
 	unsigned char seed[33]; /* a multiple of 3: base64 without padding */
-	char seed64[45];
+	char seed64[45], void_hex[33];
 	json_t *req, *reply = NULL;
 	int fd;
 
 	if (epoch > (uint64_t)INT64_MAX)
 		return errmsg(err, errlen, -EINVAL, "identity: epoch out of range");
+	if (!token_hex) {
+		uint8_t tok[16];
+
+		if (getrandom(tok, sizeof(tok), 0) != (ssize_t)sizeof(tok))
+			return errmsg(err, errlen, -EIO, "no randomness for a token");
+		hex_encode(tok, sizeof(tok), void_hex);
+		explicit_bzero(tok, sizeof(tok));
+		token_hex = void_hex;
+		epoch = 0;
+	}
 	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
 		return errmsg(err, errlen, -EIO, "identity: getrandom: %s", strerror(errno));
 	b64_encode(seed, sizeof(seed), seed64);
@@ -354,8 +364,13 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 			"token", token_hex, "seed_b64", seed64, "time_ns",
 			(json_int_t)realtime_ns());
 	explicit_bzero(seed64, sizeof(seed64));
+	explicit_bzero(void_hex, sizeof(void_hex));
 	if (!req)
 		return errmsg(err, errlen, -EINVAL, "identity: bad token");
+	if (m && m->hostname)
+		json_object_set_new(req, "hostname", json_string(m->hostname));
+	if (m && m->machine_id)
+		json_object_set_new(req, "machine_id", json_string(m->machine_id));
 	/*
 	 * A fork waits for this: an agent that is there answers at once, a guest without one
 	 * (its vsock driver never came up) must not hold the fork for long.
@@ -364,22 +379,20 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
 	json_decref(req);
 	if (fd < 0)
 		return fd;
+	if (m)
+		m->new_machine = json_is_true(json_object_get(reply, "new_machine"));
 	json_decref(reply);
 	close(fd);
 	return 0;
 }
 
+int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token_hex, double wait_s,
+			char *err, size_t errlen)
+{
+	return agent_send_identity_as(vsock_uds, epoch, token_hex, NULL, wait_s, err, errlen);
+}
+
 int agent_send_void_identity(const char *vsock_uds, double wait_s, char *err, size_t errlen)
 {
-	uint8_t tok[16];
-	char hex[33];
-	int ret;
-
-	if (getrandom(tok, sizeof(tok), 0) != (ssize_t)sizeof(tok))
-		return errmsg(err, errlen, -EIO, "no randomness for a token");
-	hex_encode(tok, sizeof(tok), hex);
-	ret = agent_send_identity(vsock_uds, 0, hex, wait_s, err, errlen);
-	explicit_bzero(tok, sizeof(tok));
-	explicit_bzero(hex, sizeof(hex));
-	return ret;
+	return agent_send_identity_as(vsock_uds, 0, NULL, NULL, wait_s, err, errlen);
 }

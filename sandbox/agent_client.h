@@ -46,6 +46,20 @@ int agent_send_identity(const char *vsock_uds, uint64_t epoch, const char *token
  * host grants again (after a restore or fork). */
 int agent_send_void_identity(const char *vsock_uds, double wait_s, char *err, size_t errlen);
 
+/*
+ * Which machine the guest is (a named sandbox): its hostname and /etc/machine-id, each sent
+ * when not NULL. A guest whose machine id changes runs its identity hooks before it answers
+ * (guest/init/AGENT.md); *new_machine (when not NULL) says whether it did.
+ */
+struct agent_machine {
+	const char *hostname;
+	const char *machine_id;
+	bool new_machine; /* out: the guest took a new machine id */
+};
+/* agent_send_identity with m (may be NULL); token_hex NULL: a void token at epoch 0. */
+int agent_send_identity_as(const char *vsock_uds, uint64_t epoch, const char *token_hex,
+			   struct agent_machine *m, double wait_s, char *err, size_t errlen);
+
 /* Subcommands (one file each). */
 int cmd_exec(int argc, char **argv);
 int cmd_attach(int argc, char **argv);

@@ -101,6 +101,18 @@ int forward_handle(int fd, json_t *msg);
 /* identity.c */
 int identity_handle(struct agent *ag, int fd, json_t *msg);
 
+/* identity_machine.c: the hostname and machine id an identity event names. A guest whose
+ * /etc/machine-id changes is a new machine: it runs the executables in IDENTITY_HOOK_DIR (name
+ * order, as root, with COVE_HOSTNAME and COVE_MACHINE_ID) before the host gets its answer. */
+#define IDENTITY_HOOK_DIR "/etc/cove/identity.d"
+#define MACHINE_ID_HEX	  32
+bool identity_hostname_valid(const char *h);
+bool identity_machine_id_valid(const char *id);
+/* Sets the hostname (when not NULL) and /etc/machine-id (when not NULL and different, then the
+ * hooks run; *new_machine true). 0, or -errno when /etc/machine-id could not be written. */
+int identity_machine_apply(struct agent *ag, const char *hostname, const char *machine_id,
+			   bool *new_machine);
+
 /* broker_proxy.c */
 int broker_proxy_start(struct agent *ag);
 

@@ -54,12 +54,17 @@ static bool is_hex(const char *s)
 	return true;
 }
 
-/* {"op":"identity","epoch":N,"token":"hex","seed_b64":"...","time_ns":T} -> {"ok":true} */
+/* {"op":"identity","epoch":N,"token":"hex","seed_b64":"...","time_ns":T[,"hostname":H]
+ *  [,"machine_id":M]} -> {"ok":true,"new_machine":B} */
 int identity_handle(struct agent *ag, int fd, json_t *msg)
 {
 	json_t *jepoch = json_object_get(msg, "epoch"), *jtime = json_object_get(msg, "time_ns");
 	const char *token = json_string_value(json_object_get(msg, "token"));
 	const char *seed64 = json_string_value(json_object_get(msg, "seed_b64"));
+	json_t *jhost = json_object_get(msg, "hostname"),
+	       *jmid = json_object_get(msg, "machine_id");
+	const char *host = json_string_value(jhost), *mid = json_string_value(jmid);
+	bool new_machine = false;
 	unsigned char seed[SEED_MAX];
 	size_t seed_len = 0;
 	struct timespec ts;
@@ -76,6 +81,14 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 					SEED_MIN, SEED_MAX);
 	if (!json_is_integer(jtime) || json_integer_value(jtime) <= 0)
 		return wire_reply_error(fd, "identity: \"time_ns\" must be a positive integer");
+	if (jhost && (!host || !identity_hostname_valid(host)))
+		return wire_reply_error(fd, "identity: \"hostname\" must be 1..%d of [A-Za-z0-9.-]",
+					INIT_HOSTNAME_MAX);
+	if (jmid && (!mid || !identity_machine_id_valid(mid)))
+		return wire_reply_error(fd,
+					"identity: \"machine_id\" must be %d lowercase hex "
+					"digits, not all zero",
+					MACHINE_ID_HEX);
 
 	/* Test mode runs on a developer's machine: never touch its clock or RNG. */
 	ret = ag->test_uds ? 0 : rng_add(seed, seed_len);
@@ -87,6 +100,9 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 	if (!ag->test_uds && clock_settime(CLOCK_REALTIME, &ts) < 0)
 		return wire_reply_error(fd, "identity: clock_settime: %s", strerror(errno));
 
+	/* After the reseed: hooks that make keys for the new machine draw from the new pool. */
+	identity_machine_apply(ag, host, mid, &new_machine);
+
 	pthread_mutex_lock(&ag->lock);
 	ag->epoch = (uint64_t)json_integer_value(jepoch);
 	snprintf(ag->token, sizeof(ag->token), "%s", token);
@@ -97,5 +113,8 @@ int identity_handle(struct agent *ag, int fd, json_t *msg)
 	else
 		init_info(ag->log, "identity: epoch %llu, clock set, RNG reseeded with %zu bytes",
 			  (unsigned long long)json_integer_value(jepoch), seed_len);
-	return wire_reply_ok(fd);
+	json_t *reply = json_pack("{s:b,s:b}", "ok", 1, "new_machine", new_machine);
+	ret = reply ? wire_msg_write(fd, reply) : -ENOMEM;
+	json_decref(reply);
+	return ret;
 }

@@ -339,7 +339,7 @@ def test_agent_identity():
         rc, before, _ = sb.sh("date +%s; head -c 16 /dev/urandom | od -An -tx1")
         target = 2_000_000_000  # 2033-05-18
         r = identity(sb.uds, 5, "ab" * 16, time_ns=target * 10**9)
-        check(r == {"ok": True}, f"identity reply: {r}")
+        check(r == {"ok": True, "new_machine": False}, f"identity reply: {r}")
         rc, after, _ = sb.sh("date +%s")
         got = int(after.split()[0])
         if not LOCAL:
@@ -348,7 +348,9 @@ def test_agent_identity():
         check(r.get("epoch") == 5 and "token" not in r, f"status after identity: {r}")
         for bad, why in (({"seed_b64": base64.b64encode(b"short").decode()}, "seed_b64"),
                          ({"token": "not-hex"}, "token"), ({"epoch": -1}, "epoch"),
-                         ({"time_ns": "soon"}, "time_ns")):
+                         ({"time_ns": "soon"}, "time_ns"), ({"hostname": "a b"}, "hostname"),
+                         ({"hostname": ""}, "hostname"), ({"machine_id": "0" * 32}, "machine_id"),
+                         ({"machine_id": "AB" * 16}, "machine_id")):
             msg = {"op": "identity", "epoch": 6, "token": "cd" * 16,
                    "seed_b64": base64.b64encode(os.urandom(32)).decode(), "time_ns": time.time_ns()}
             msg.update(bad)
@@ -516,7 +518,7 @@ def test_agent_broker_fetch():
         check(rc == 1 and "denied: stale epoch" in err, f"before grant: rc={rc} {err!r}")
         g = framed_call(ctl, {"op": "grant"})
         check(g.get("ok") is True, f"grant: {g}")
-        check(identity(uds, g["epoch"], g["token"]) == {"ok": True}, "identity after grant")
+        check(identity(uds, g["epoch"], g["token"]).get("ok") is True, "identity after grant")
         rc, out, err = fetch_in_guest("--credential", "demo", "-H", "Accept: text/plain", url)
         check(rc == 0 and out == "hello from the test server\n", f"allowed fetch: rc={rc} {out!r} {err!r}")
         check(Recorder.seen and Recorder.seen[-1] == ("GET", "/v1/hello", "Bearer " + secret),
@@ -543,7 +545,7 @@ def test_agent_broker_fetch():
         g2 = framed_call(ctl, {"op": "grant"})
         rc, _, err = fetch_in_guest("--credential", "demo", url)
         check(rc == 1 and "denied: stale epoch" in err, f"stale epoch: rc={rc} {err!r}")
-        check(identity(uds, g2["epoch"], g2["token"]) == {"ok": True}, "identity after re-grant")
+        check(identity(uds, g2["epoch"], g2["token"]).get("ok") is True, "identity after re-grant")
         rc, out, err = fetch_in_guest("--credential", "demo", url)
         check(rc == 0, f"after the new identity: rc={rc} {err!r}")
         print("    cove exec cove-fetch round trips (s): " + " ".join(f"{t:.1f}" for t in times))

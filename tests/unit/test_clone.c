@@ -258,6 +258,8 @@ static void test_clone_links(void **state)
 	assert_true(bfd >= 0);
 	assert_int_equal(sbx_spec_read(bfd, s, err, sizeof(err)), 0);
 	assert_string_equal(s->cmdline, "console=ttyS0 cove.hostname=b root=/dev/vda");
+	/* A new machine: a machine id of its own (a's spec had none). */
+	assert_true(sbx_machine_id_valid(s->machine_id));
 	assert_string_equal(s->key, "cmd:/bin/true");
 	assert_string_equal(s->disks[0].path, f->base);
 	assert_true(s->created_ms > 1000);

@@ -1,0 +1,205 @@
+/* lifecycle/template.c and the spec's machine id: template names, template.json (round trip and
+ * refusals), the templates' root beside the sandboxes', machine ids in spec.json, and the guest
+ * part of a new spec (kernel, root, hostname in the command line). Real files. */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "file_helpers.h"
+#include "lifecycle/root.h"
+#include "lifecycle/spec.h"
+#include "lifecycle/template.h"
+
+static void test_names(void **state)
+{
+	static const char *const good[] = {"a", "0", "py-tools", "x-",
+					   "abcdefghijklmnopqrstuvwxyz012345"};
+	static const char *const bad[] = {
+	    "",	   "-a", "A",	       "a_b", "a.b",
+	    "a/b", "..", ".templates", "a b", "abcdefghijklmnopqrstuvwxyz0123456"}; /* 33 */
+	char err[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		assert_int_equal(tpl_name_check(good[i], err, sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(tpl_name_check(bad[i], err, sizeof(err)), -EINVAL);
+		assert_one_line_error(err, "template name");
+	}
+	assert_int_equal(tpl_name_check(NULL, err, sizeof(err)), -EINVAL);
+}
+
+static void test_meta_round_trip(void **state)
+{
+	struct tpl_meta a = {.created_ms = 1764547200000LL, .build_ms = 6123}, b;
+	char err[256], *text;
+
+	(void)state;
+	strcpy(a.name, "py");
+	strcpy(a.run, "pip install \"x y\" && echo 'ok'\n");
+	text = tpl_meta_format(&a);
+	assert_non_null(text);
+	assert_int_equal(tpl_meta_parse(text, strlen(text), &b, err, sizeof(err)), 0);
+	assert_memory_equal(&a, &b, sizeof(a));
+	free(text);
+
+	static const char *const bad[] = {
+	    "",
+	    "not json",
+	    "[]",
+	    "{\"version\":2,\"name\":\"py\",\"created_ms\":1,\"build_ms\":1,\"run\":\"\"}",
+	    "{\"version\":1,\"name\":\"Py\",\"created_ms\":1,\"build_ms\":1,\"run\":\"\"}",
+	    "{\"version\":1,\"name\":\"py\",\"created_ms\":-1,\"build_ms\":1,\"run\":\"\"}",
+	    "{\"version\":1,\"name\":\"py\",\"created_ms\":1,\"build_ms\":\"1\",\"run\":\"\"}",
+	    "{\"version\":1,\"name\":\"py\",\"created_ms\":1,\"build_ms\":1}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(tpl_meta_parse(bad[i], strlen(bad[i]), &b, err, sizeof(err)),
+				 -EINVAL);
+		assert_one_line_error(err, TPL_META);
+	}
+}
+
+static void test_root_and_meta_files(void **state)
+{
+	struct sbx_root r, t;
+	struct tpl_meta a = {.created_ms = 5, .build_ms = 7}, b;
+	char dir[64] = "/tmp/cove-tpl-XXXXXX", err[256], cmd[128];
+	int dfd;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	setenv("COVE_STATE_DIR", dir, 1);
+	setenv("COVE_RUN_DIR", "/tmp/cove-tpl-run", 1);
+	assert_int_equal(sbx_root_open(&r, false, err, sizeof(err)), 0);
+	assert_false(r.templates);
+	/* None yet: not made without `create`. */
+	assert_int_equal(tpl_root_open(&r, &t, false, err, sizeof(err)), -ENOENT);
+	assert_one_line_error(err, "no templates");
+	assert_int_equal(tpl_root_open(&r, &t, true, err, sizeof(err)), 0);
+	assert_true(t.templates);
+	snprintf(cmd, sizeof(cmd), "%s/%s", dir, TPL_DIR);
+	assert_string_equal(t.state, cmd);
+	assert_string_equal(t.run, "/tmp/cove-tpl-run/" TPL_RUN_DIR);
+	/* A template's sockets still fit a sun_path with the longest name. */
+	char sock[128];
+	assert_int_equal(sbx_run_path(&t, "abcdefghijklmnopqrstuvwxyz012345",
+				      "vsock.sock_4294967295", sock, sizeof(sock)),
+			 0);
+	assert_true(strlen(sock) < 108);
+
+	dfd = sbx_dir_open(&t, "py", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	/* Not saved until template.json is there. */
+	assert_int_equal(tpl_meta_read(dfd, &b, err, sizeof(err)), -ENOENT);
+	assert_one_line_error(err, "not saved");
+	strcpy(a.name, "py");
+	assert_int_equal(tpl_meta_write(dfd, &a), 0);
+	assert_int_equal(tpl_meta_read(dfd, &b, err, sizeof(err)), 0);
+	assert_memory_equal(&a, &b, sizeof(a));
+	/* A link in its place is not followed. */
+	assert_int_equal(unlinkat(dfd, TPL_META, 0), 0);
+	assert_int_equal(symlinkat("/etc/passwd", dfd, TPL_META), 0);
+	assert_true(tpl_meta_read(dfd, &b, err, sizeof(err)) < 0);
+	close(dfd);
+	sbx_root_close(&t);
+	sbx_root_close(&r);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_machine_ids(void **state)
+{
+	struct sbx_spec *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+	char dir[64] = "/tmp/cove-mid-XXXXXX", err[256], path[128];
+	int dfd;
+
+	(void)state;
+	assert_true(sbx_machine_id_valid("0123456789abcdef0123456789abcdef"));
+	assert_false(sbx_machine_id_valid("00000000000000000000000000000000"));
+	assert_false(sbx_machine_id_valid("0123456789ABCDEF0123456789abcdef"));
+	assert_false(sbx_machine_id_valid("0123456789abcdef0123456789abcde"));
+	assert_false(sbx_machine_id_valid("0123456789abcdef0123456789abcdef0"));
+	assert_false(sbx_machine_id_valid(""));
+	assert_int_equal(sbx_spec_new_machine_id(a), 0);
+	assert_true(sbx_machine_id_valid(a->machine_id));
+	assert_int_equal(sbx_spec_new_machine_id(b), 0);
+	assert_string_not_equal(a->machine_id, b->machine_id);
+
+	assert_non_null(mkdtemp(dir));
+	dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	assert_true(dfd >= 0);
+	strcpy(a->kernel, "/k");
+	a->mem_bytes = 1 << 20;
+	a->vcpus = 1;
+	assert_int_equal(sbx_spec_write(dfd, a), 0);
+	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
+	assert_memory_equal(a, b, sizeof(*a));
+	/* A spec from before machine ids has none: the guest keeps its own. */
+	a->machine_id[0] = '\0';
+	assert_int_equal(sbx_spec_write(dfd, a), 0);
+	assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), 0);
+	assert_string_equal(b->machine_id, "");
+	/* One that is not 32 lowercase hex digits is refused. */
+	static const char *const bad[] = {"\"ABCDEF0123456789abcdef0123456789\"", "\"x\"", "7",
+					  "\"00000000000000000000000000000000\""};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char text[512];
+
+		snprintf(text, sizeof(text),
+			 "{\"version\":1,\"kernel\":\"/k\",\"initrd\":\"\",\"cmdline\":\"\","
+			 "\"key\":\"\",\"policy\":\"\",\"mem_bytes\":1,\"vcpus\":1,"
+			 "\"snapshot_every_ms\":0,\"idle_stop_ms\":0,\"archive_after_ms\":0,"
+			 "\"delete_after_ms\":0,\"created_ms\":0,\"disks\":[],\"machine_id\":%s}",
+			 bad[i]);
+		snprintf(path, sizeof(path), "%s/%s", dir, SBX_SPEC);
+		write_file(path, text, strlen(text));
+		err[0] = '\0';
+		assert_int_equal(sbx_spec_read(dfd, b, err, sizeof(err)), -EINVAL);
+		assert_one_line_error(err, SBX_SPEC);
+	}
+	close(dfd);
+	snprintf(path, sizeof(path), "rm -rf %s", dir);
+	assert_int_equal(system(path), 0);
+	free(a);
+	free(b);
+}
+
+static void test_spec_guest(void **state)
+{
+	struct sbx_spec *s = calloc(1, sizeof(*s));
+	char err[256];
+
+	(void)state;
+	strcpy(s->kernel, "/k/bzImage");
+	assert_int_equal(sbx_spec_guest(s, "py", "/img/rootfs.ext4", "", err, sizeof(err)), 0);
+	assert_int_equal(s->nr_disks, 1);
+	assert_string_equal(s->disks[0].path, "/img/rootfs.ext4");
+	assert_true(s->disks[0].overlay);
+	assert_non_null(strstr(s->cmdline, " cove.hostname=py root=/dev/vda rw "));
+	memset(s, 0, sizeof(*s));
+	strcpy(s->kernel, "/k/bzImage");
+	assert_int_equal(sbx_spec_guest(s, "py", NULL, "/i.cpio.gz", err, sizeof(err)), 0);
+	assert_int_equal(s->nr_disks, 0);
+	assert_string_equal(s->initrd, "/i.cpio.gz");
+	assert_null(strstr(s->cmdline, "root="));
+	err[0] = '\0';
+	assert_int_equal(sbx_spec_guest(s, "py", "/r", "/i", err, sizeof(err)), -EINVAL);
+	assert_one_line_error(err, "one root");
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_meta_round_trip),
+	    cmocka_unit_test(test_root_and_meta_files),
+	    cmocka_unit_test(test_machine_ids),
+	    cmocka_unit_test(test_spec_guest),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
