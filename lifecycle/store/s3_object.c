@@ -57,6 +57,9 @@ int s3_put_fd(struct s3_client *c, const char *key, int fd, off_t off, uint64_t 
 static int get_common(struct s3_client *c, struct s3_req *r, const char *key, uint64_t off,
 		      uint64_t len, uint64_t *got, char *err, size_t errlen);
 
+static int get_buf(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf,
+		   size_t cap, size_t *got, char *etag_out, char *err, size_t errlen);
+
 /* A bare ETag: the value without its surrounding quotes. */
 static void bare_etag(const char *in, char *out)
 {
@@ -90,19 +93,7 @@ int s3_put_cond(struct s3_client *c, const char *key, const void *buf, size_t le
 int s3_get_etag(struct s3_client *c, const char *key, void *buf, size_t cap, size_t *got,
 		char *etag_out, char *err, size_t errlen)
 {
-	struct s3_req *r = calloc(1, sizeof(*r));
-	if (!r)
-		return errmsg(err, errlen, -ENOMEM, "s3: out of memory");
-	r->sink_kind = S3_SINK_BUF;
-	r->out = buf;
-	r->out_cap = cap;
-	uint64_t g = 0;
-	int e = get_common(c, r, key, 0, 0, &g, err, errlen);
-	*got = (size_t)g;
-	if (!e)
-		bare_etag(r->etag, etag_out);
-	free(r);
-	return e;
+	return get_buf(c, key, 0, 0, buf, cap, got, etag_out, err, errlen);
 }
 
 static int get_common(struct s3_client *c, struct s3_req *r, const char *key, uint64_t off,
@@ -126,8 +117,9 @@ static int get_common(struct s3_client *c, struct s3_req *r, const char *key, ui
 	return e;
 }
 
-int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf, size_t cap,
-	   size_t *got, char *err, size_t errlen)
+/* A GET into a caller buffer, with the reply's ETag (bare) into etag_out when not NULL. */
+static int get_buf(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf,
+		   size_t cap, size_t *got, char *etag_out, char *err, size_t errlen)
 {
 	struct s3_req *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -138,8 +130,16 @@ int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, voi
 	uint64_t g = 0;
 	int e = get_common(c, r, key, off, len, &g, err, errlen);
 	*got = (size_t)g;
+	if (!e && etag_out)
+		bare_etag(r->etag, etag_out);
 	free(r);
 	return e;
+}
+
+int s3_get(struct s3_client *c, const char *key, uint64_t off, uint64_t len, void *buf, size_t cap,
+	   size_t *got, char *err, size_t errlen)
+{
+	return get_buf(c, key, off, len, buf, cap, got, NULL, err, errlen);
 }
 
 int s3_get_fd(struct s3_client *c, const char *key, uint64_t off, uint64_t len, int fd,

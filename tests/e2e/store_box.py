@@ -243,14 +243,35 @@ def descendants(pid):
     return out
 
 
+def gens_disk(n):
+    """x writes its disk every interval: n intervals must commit n generations (its disk's
+    frozen layers are merged as they go, devices/OVERLAY.md), the chain's commits and the store's
+    generations one for one."""
+    g0, t0 = newest("x"), time.monotonic()
+    deadline = t0 + n * 3 * 4
+    g = g0
+    while g < g0 + n and time.monotonic() < deadline:
+        time.sleep(1)
+        g = newest("x")
+    took = time.monotonic() - t0
+    OUT["disk_generations"] = {"generations": g - g0, "seconds": round(took, 1)}
+    print(f"  x writing its disk every second at a 3 s interval: generations {g0 + 1}..{g} "
+          f"({g - g0}) committed in {took:.1f} s ({took / 3:.1f} intervals)", flush=True)
+    # Past 15 of them only because frozen disk layers are merged (a disk held at most 15).
+    check(g >= g0 + n, f"x: only {g - g0} generations in {took:.0f} s")
+
+
 def lease_checks():
     """One host runs a sandbox (issue 30): host B runs x; host C (a state root and store.json
     of its own, host id host-c) is refused while B's lease holds; every process of host B's x
     is killed with kill -9 and its directory removed; C takes over once the lease expires."""
-    create("x", "--snapshot-every", "5s")
+    create("x", "--snapshot-every", "3s")
+    # A counter in RAM every second, and a new block of its disk written and synced each time.
     rc, out, err, t = cove("exec", "x", "--detach", "--", "sh", "-c",
                            "mkdir -p /ram && mount -t tmpfs tmpfs /ram && i=0; "
-                           "while :; do i=$((i+1)); echo $i > /ram/n; sleep 1; done")
+                           "while :; do i=$((i+1)); echo $i > /ram/n; "
+                           "dd if=/dev/urandom of=/disk-$((i % 50)) bs=64k count=1 2>/dev/null; "
+                           "sync; sleep 1; done")
     check(rc == 0, f"x: the counter: rc={rc} {err!r}")
     # Host C asks at once (x has no generation in the store yet: the lease answers), and again
     # once x's periodic snapshots are in the store (C fetches it, and the lease refuses).
@@ -266,7 +287,7 @@ def lease_checks():
         OUT["held"] = held
         print(f"  host C, while host B runs x ({when}): exit 75, {err.strip()}", flush=True)
         if when.startswith("before"):
-            time.sleep(12)  # two periodic snapshots, each a generation the follower commits
+            gens_disk(30)
     rc, out, err, t = cove("exec", "x", "--", "cat", "/ram/n")
     check(rc == 0, f"x on host B: rc={rc} {err!r}")
     n_kill = int(out.strip())
