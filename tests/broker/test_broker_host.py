@@ -251,7 +251,8 @@ def main():
               "POST with body reaches the server")
         r = req(url=base + "/v1/redirect")
         check(r.get("status") == 302 and seen[-1][1] == "/v1/redirect",
-              "redirect returned as-is, not followed")
+              "redirect returned as-is, not followed (reply %s, last request %s)"
+              % ({k: v for k, v in r.items() if k != "body_b64"}, seen[-1][:2]))
         r = req(url=base + "/v1/../admin")
         check(r == {"ok": False, "error": "denied: path not allowed"},
               "dot segments normalized before the path check")
