@@ -1,10 +1,12 @@
-/* `cove start|stop|pause|resume|rm NAME`: moving a created sandbox between its states. */
+/* `cove start|stop|up|pause|resume|rm NAME`: moving a created sandbox between its states. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,48 +128,142 @@ static int stop_locked(const char *cmd, struct target *t, const char *why)
 	return 0;
 }
 
-int cmd_stop(int argc, char **argv)
+/*
+ * NAME running or paused to stopped: the final snapshot, its VMM ended, its broker ended and,
+ * with a store, the final generation committed and the lease released. 0, or 1 after lines on
+ * stderr (prefixed "cove CMD:").
+ */
+static int stop_commit(const char *cmd, struct target *t, const char *why)
 {
-	struct target t;
-	int lk, st = open_target("stop", argc, argv, &t);
-
-	if (st)
-		goto out;
-	lk = sbx_lock_take(t.dfd, SBX_LOCK_START, true, false);
-	sbx_state_read(t.dfd, &t.state, NULL);
+	int st = 0, lk = sbx_lock_take(t->dfd, SBX_LOCK_START, true, false);
+	sbx_state_read(t->dfd, &t->state, NULL);
 	bool stopped_now = false;
-	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED)
-		printf("%s: already %s\n", t.name, sbx_state_name(t.state));
-	else if (!(st = stop_locked("stop", &t, "cove stop"))) {
-		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t.name);
+	if (t->state != SBX_RUNNING && t->state != SBX_PAUSED)
+		printf("%s: already %s\n", t->name, sbx_state_name(t->state));
+	else if (!(st = stop_locked(cmd, t, why))) {
+		printf("%s: stopped (memory and disks are in its snapshot chain)\n", t->name);
 		stopped_now = true;
 	}
-	end_broker("stop", &t);
+	end_broker(cmd, t);
 	if (lk >= 0)
 		close(lk);
 	/* With a store: stop returns once the final generation is committed there. */
 	if (stopped_now) {
-		int ps = store_try_push(t.name);
+		int ps = store_try_push(t->name);
 		if (ps > 0) {
 			fprintf(
 			    stderr,
-			    "cove stop: %s: stopped, but its final generation is not in the store "
+			    "cove %s: %s: stopped, but its final generation is not in the store "
 			    "(above); cove store push %s tries again\n",
-			    t.name, t.name);
+			    cmd, t->name, t->name);
 			st = 1;
 		} else if (ps == 0) {
-			printf("%s: its final generation is committed to the store\n", t.name);
+			printf("%s: its final generation is committed to the store\n", t->name);
 			/* Committed: any host may run it now. */
-			if (store_try_release(t.name) > 0)
+			if (store_try_release(t->name) > 0)
 				fprintf(stderr,
-					"cove stop: %s: its lease is not released (above): another "
+					"cove %s: %s: its lease is not released (above): another "
 					"host can take it once it expires\n",
-					t.name);
+					cmd, t->name);
 		}
 	}
-out:
+	fflush(stdout);
+	return st;
+}
+
+int cmd_stop(int argc, char **argv)
+{
+	struct target t;
+	int st = open_target("stop", argc, argv, &t);
+
+	if (!st)
+		st = stop_commit("stop", &t, "cove stop");
 	close_target(&t);
 	return st < 0 ? 0 : st;
+}
+
+/*
+ * cove up NAME: the sandbox's whole life in the foreground, for a scheduler's task (Nomad's exec
+ * driver, a Kubernetes Pod). Brought up as cove exec brings it up (pulled from the store and
+ * its lease taken when it is not here), then watched: SIGTERM, SIGINT or SIGHUP stop it as cove
+ * stop does (final snapshot, generation committed, lease released) and exit 0. Its VMM ending
+ * on its own: 0 when it stopped itself (idle stop), else 1. Statuses 64-67 and 75 as cove
+ * exec's, each with one line on stderr (75: cove-store's JSON line).
+ */
+int cmd_up(int argc, char **argv)
+{
+	if (argc != 2 || argv[1][0] == '-') {
+		fprintf(stderr,
+			"usage: cove up NAME   (in the foreground until SIGTERM: then stopped "
+			"and committed, exit 0)\n");
+		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	/* Blocked before anything starts, so a SIGTERM during the start is answered after it;
+	 * every child cove starts sets its own mask. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+	if (sfd < 0) {
+		fprintf(stderr, "cove up: signalfd: %s\n", strerror(errno));
+		return 1;
+	}
+	char uds[256], err[600] = "";
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int st = sbx_resolve(argv[1], "cove up", uds, sizeof(uds), err, sizeof(err));
+	if (st == SBX_EXIT_DELETED) /* a scheduler reads one JSON line, as for 75 */
+		fprintf(stderr, "{\"error\":\"deleted\",\"sandbox\":\"%s\",\"exit\":%d}\n", argv[1],
+			SBX_EXIT_DELETED);
+	else if (st && err[0])
+		fprintf(stderr, "cove up: %s\n", err);
+	if (st) {
+		close(sfd);
+		return st;
+	}
+	struct target t;
+	st = open_target("up", argc, argv, &t);
+	if (st) {
+		close(sfd);
+		close_target(&t);
+		return st < 0 ? 1 : st;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("%s: running (up in %.1f s; SIGTERM stops it)\n", t.name,
+	       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+	fflush(stdout);
+	for (;;) {
+		struct pollfd p = {.fd = sfd, .events = POLLIN};
+		int n = poll(&p, 1, 500);
+		if (n > 0) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+				continue;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			st = stop_commit("up", &t, "cove up: signal");
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			printf("%s: %s after signal %u in %.1f s\n", t.name,
+			       st ? "not cleanly stopped" : "stopped and committed", si.ssi_signo,
+			       (double)(t1.tv_sec - t0.tv_sec) +
+				   (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+			break;
+		}
+		if (sbx_lock_held(t.dfd, SBX_LOCK_VMM) == 0) {
+			/* Ended without us: an idle stop, or killed (its lease moved on, a crash).
+			 */
+			sbx_state_read(t.dfd, &t.state, NULL);
+			fprintf(stderr, "cove up: %s: its VMM ended; it is %s\n", t.name,
+				sbx_state_name(t.state));
+			st = t.state == SBX_STOPPED ? 0 : 1;
+			break;
+		}
+	}
+	close(sfd);
+	close_target(&t);
+	return st;
 }
 
 /* The local files of a sandbox the store holds: its directory and its run directory. */

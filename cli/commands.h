@@ -18,6 +18,7 @@ int cmd_rekey(int argc, char **argv);
 int cmd_create(int argc, char **argv);
 int cmd_start(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
+int cmd_up(int argc, char **argv);
 int cmd_archive(int argc, char **argv);
 int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);

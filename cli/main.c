@@ -20,6 +20,7 @@ static const struct command commands[] = {
      "make (create), list (ls) or remove (rm) templates that cove create --from clones"},
     {"start", cmd_start, "start a stopped sandbox (restored from its newest snapshot)"},
     {"stop", cmd_stop, "snapshot a sandbox and end its process (RAM freed)"},
+    {"up", cmd_up, "run a sandbox in the foreground until SIGTERM (for schedulers)"},
     {"archive", cmd_archive,
      "stop a sandbox and pack its chain and disks (zstd); reconnect unpacks"},
     {"pause", cmd_pause, "pause a named sandbox's vCPUs"},

@@ -295,7 +295,8 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	 * With a store, one host runs a sandbox: this one takes its lease first (and, taking it
 	 * over, commits a generation naming it). cove-store said why on stderr when not.
 	 */
-	/* A template (built in its own root) is no sandbox of the store's: no lease, no follower. */
+	/* A template (built in its own root) is no sandbox of the store's: no lease, no follower.
+	 */
 	int ts = r->templates ? -1 : store_try_take(name);
 	leased = false;
 	if (ts > 0) {

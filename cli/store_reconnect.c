@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,14 @@ static int store_exe(char *path, size_t cap)
 	return (size_t)snprintf(path, cap, "%s/cove-store", slash ? self : ".") < cap ? 0 : -1;
 }
 
+/* A child's signals as a new process's: cove up blocks SIGTERM for its signalfd. */
+static void child_signals(void)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 /* cove-store SUB NAME: its exit status, or -1 without a store (or without cove-store). */
 static int store_run(const char *sub, const char *name)
 {
@@ -40,6 +49,7 @@ static int store_run(const char *sub, const char *name)
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
+		child_signals();
 		/* Its one-line summary is not this command's output: stdout to /dev/null. */
 		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
 		if (nul >= 0)
@@ -102,6 +112,7 @@ int store_try_list(char **json_out)
 		return 1;
 	}
 	if (pid == 0) {
+		child_signals();
 		dup2(p[1], 1);
 		char *argv[] = {path, (char *)"ls", (char *)"--json", NULL};
 		execv(path, argv);
@@ -163,6 +174,7 @@ void store_start_follower(int dfd, const char *name)
 		return;
 	if (pid == 0) {
 		/* Its own session, not this command's child: it lives as long as the VMM. */
+		child_signals();
 		setsid();
 		if (fork() != 0)
 			_exit(0);

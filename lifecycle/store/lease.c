@@ -181,9 +181,8 @@ int store_lease_take(struct s3_client *c, const struct store_config *cfg, const 
  * in a newer version (this host's other process renewed it: write again over that); else
  * -ESTALE naming the owner.
  */
-static int settle_412(struct s3_client *c, const struct store_config *cfg,
-		      struct store_lease *held, const struct store_lease *want, char *err,
-		      size_t errlen)
+static int settle_412(struct s3_client *c, const struct store_config *cfg, struct store_lease *held,
+		      const struct store_lease *want, char *err, size_t errlen)
 {
 	struct store_lease cur;
 	char why[256];
@@ -227,11 +226,10 @@ static int rewrite(struct s3_client *c, const struct store_config *cfg, struct s
 	return r;
 }
 
-int store_lease_renew(struct s3_client *c, const struct store_config *cfg,
-		      struct store_lease *held, int64_t now_ms, char *err, size_t errlen)
+int store_lease_renew(struct s3_client *c, const struct store_config *cfg, struct store_lease *held,
+		      int64_t now_ms, char *err, size_t errlen)
 {
-	return rewrite(c, cfg, held, now_ms + (int64_t)cfg->lease_ttl_s * 1000, false, err,
-		       errlen);
+	return rewrite(c, cfg, held, now_ms + (int64_t)cfg->lease_ttl_s * 1000, false, err, errlen);
 }
 
 int store_lease_release(struct s3_client *c, const struct store_config *cfg,
