@@ -15,6 +15,7 @@ box's one forwarded port, 10.0.2.100). usage: store_box.py a|b
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -221,6 +222,7 @@ def host_b():
         cove("stop", name)
     lease_checks()
     foreground_checks()
+    partition_checks()
 
 
 HOST_C = dict(ENV, COVE_STATE_DIR="/tmp/hc-state", COVE_RUN_DIR="/tmp/hc-run",
@@ -393,11 +395,142 @@ def foreground_checks():
     cove_c("stop", "fg")
 
 
+def api_state(sock):
+    """The VM's state from its API socket (GET /vm), or None when it does not answer."""
+    import socket
+    try:
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(5)
+            c.connect(sock)
+            c.sendall(b"GET /vm HTTP/1.1\r\nHost: cove\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                data += d
+        return json.loads(data.split(b"\r\n\r\n", 1)[1]).get("state")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def store_reachable(port):
+    """A TLS handshake with the store through 10.0.2.100:PORT completes."""
+    import socket
+    import ssl
+    ctx = ssl.create_default_context(cafile="/work/store/ca.pem")
+    ctx.check_hostname = False
+    try:
+        with socket.create_connection(("10.0.2.100", port), timeout=5) as raw:
+            with ctx.wrap_socket(raw):
+                return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def partition_checks():
+    """A host cut off from the store (issue 30): host C runs y; its relay to the store is cut
+    (the host side does it when host B asks by a marked GET); C's VM must pause before its lease
+    can expire; host B takes y over once it has and the guest goes on; the relay heals: C's VM
+    ends, and its late push of what it snapshotted after the cut is refused."""
+    cport = int(json.load(open(HOST_C["COVE_STORE"]))["endpoint"].rsplit(":", 1)[1])
+    rc, out, err = cove_c("create", "y", "--snapshot-every", "3s")
+    check(rc == 0, f"cove create y on host C: rc={rc} {err!r}")
+    rc, out, err = cove_c("exec", "y", "--detach", "--", "sh", "-c",
+                          "mkdir -p /ram && mount -t tmpfs tmpfs /ram && i=0; "
+                          "while :; do i=$((i+1)); echo $i > /ram/n; sleep 1; done")
+    check(rc == 0, f"y: the counter: rc={rc} {err!r}")
+    deadline = time.monotonic() + 120
+    while newest("y") < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    check(newest("y") >= 2, "y: no periodic generation from host C in 120 s")
+    lease = json.load(open("/tmp/hc-state/y/store-lease.json")) \
+        if os.path.exists("/tmp/hc-state/y/store-lease.json") else {}
+    rc, out, err = cove_c("exec", "y", "--", "cat", "/ram/n")
+    check(rc == 0, f"y on host C: rc={rc} {err!r}")
+    n_before, t_before = int(out.strip()), time.monotonic()
+    log_mark("cut-c")
+    t0 = time.monotonic()
+    while store_reachable(cport) and time.monotonic() - t0 < 30:
+        time.sleep(0.2)
+    t_cut = time.monotonic()
+    check(not store_reachable(cport), "host C's relay was not cut within 30 s of asking")
+    gen_at_cut = newest("y")
+    log = "/tmp/hc-state/y/store.log"
+    api = [os.path.join(d, "api.sock") for d in ("/tmp/hc-run/y",) if os.path.isdir(d)]
+    paused_at = None
+    while time.monotonic() - t_cut < 30 and paused_at is None:
+        if "VM paused" in tail(log, 4000):
+            paused_at = time.monotonic()
+        time.sleep(0.2)
+    check(paused_at is not None, f"host C's VM of y did not pause within 30 s of the cut: "
+          f"{tail(log)!r}")
+    m = re.findall(r"expires in (-?\d+) ms: VM paused", tail(log, 4000))
+    check(m and int(m[-1]) > 0, f"host C paused y after its lease expired: {m}")
+    st = api_state(api[0]) if api else None
+    check(st == "Paused", f"host C's y: its API says {st!r}")
+    print(f"  host C cut off {t_cut - t0:.1f} s after asking; its VM paused "
+          f"{paused_at - t_cut:.1f} s after the cut, {int(m[-1])} ms before its lease expired "
+          f"(the API says {st})", flush=True)
+    # Host B takes y over once the lease has expired.
+    refusals = 0
+    while True:
+        rc, out, err, t = sh("y", "cat /ram/n")
+        if rc != 75 or time.monotonic() - t_cut > 180:
+            break
+        refusals += 1
+        time.sleep(1)
+    took = time.monotonic() - t_cut
+    check(rc == 0, f"host B's takeover of y: rc={rc} {err!r}")
+    n_b = int(out.strip())
+    # Nothing C did after the cut is in what B restored (the counter ticks once a second).
+    bound = n_before + int(t_cut - t_before) + 2
+    check(n_b <= bound, f"y on host B: counter {n_b}, host C's was {n_before} "
+          f"{t_cut - t_before:.1f} s before the cut")
+    time.sleep(3)
+    rc, out, err, t = sh("y", "cat /ram/n")
+    check(rc == 0 and int(out.strip()) > n_b, f"y on host B does not go on: {out!r} {err!r}")
+    print(f"  host B took y over {took:.1f} s after the cut ({refusals} refusals while C's lease "
+          f"held): counter {n_b} (C's was {n_before} just before the cut), then "
+          f"{out.strip()}: the guest goes on", flush=True)
+    # The relay comes back: C learns the lease moved on and ends its VM.
+    log_mark("heal-c")
+    t1 = time.monotonic()
+    while not store_reachable(cport) and time.monotonic() - t1 < 30:
+        time.sleep(0.2)
+    ended = None
+    while time.monotonic() - t1 < 60 and ended is None:
+        if "ending this host's VM" in tail(log, 4000):
+            ended = time.monotonic() - t1
+        time.sleep(0.2)
+    check(ended is not None, f"host C's VM of y was not ended after the heal: {tail(log)!r}")
+    time.sleep(1)
+    vmms = procs_of(lambda a: "/tmp/hc-state/y" in " ".join(a) and "cove-vmm" in a[0])
+    check(not vmms, f"host C's VMM of y still runs: {vmms}")
+    rc, out, err, t = cove("stop", "y")
+    check(rc == 0, f"cove stop y on host B: rc={rc} {err!r}")
+    # A late push of C's copy (its chain may hold snapshots taken after the cut) is refused,
+    # and commits nothing.
+    g_before = newest("y")
+    r = subprocess.run([STORE_BIN, "push", "y"], capture_output=True, env=HOST_C, timeout=300)
+    perr = r.stderr.decode(errors="replace").strip() or "(no message)"
+    check(r.returncode != 0 and newest("y") == g_before,
+          f"host C's late push of y: rc={r.returncode} {perr!r}")
+    print(f"  the relay healed: host C ended its VM {ended:.1f} s later; its late push was "
+          f"refused: {perr.splitlines()[-1]}", flush=True)
+    OUT["partition"] = {"epoch_c": lease.get("epoch", 0), "gen_at_cut": gen_at_cut,
+                        "pause_after_cut_s": round(paused_at - t_cut, 1),
+                        "pause_before_expiry_ms": int(m[-1]),
+                        "takeover_after_cut_s": round(took, 1), "counter_c": n_before,
+                        "counter_b": n_b}
+
+
 def main():
     what = sys.argv[1]
     os.makedirs("/work/out", exist_ok=True)
     try:
-        {"a": host_a, "b": host_b, "lease": lease_checks, "fg": foreground_checks}[what]()
+        {"a": host_a, "b": host_b, "lease": lease_checks, "fg": foreground_checks,
+         "partition": partition_checks}[what]()
         ok = True
     except Failure as e:
         print(f"FAIL: host {what}: {e}", flush=True)

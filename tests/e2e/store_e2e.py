@@ -21,9 +21,11 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -60,7 +62,7 @@ def write(path, data, mode=0o644):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
-def store_dir(srv, work, kek, host):
+def store_dir(srv, work, kek, host, relay_port):
     """What a host's configuration holds: store.json naming the store at the forwarded address,
     the test CA, credentials and fleet key files (0600), the key command and its KEK."""
     d = os.path.join(work, "store")
@@ -74,15 +76,115 @@ def store_dir(srv, work, kek, host):
     write(os.path.join(d, "kek"), kek, 0o600)
     # Each host's own store.json: its host id, a short lease (10 s, 1 s of clock skew) so
     # the takeover test waits little. Host C lives in host B's box with a root of its own.
-    for fn, hid in (("store.json", host), ("store-c.json", "host-c")):
+    for fn, hid, port in (("store.json", host, srv.rgw), ("store-c.json", "host-c", relay_port)):
         write(os.path.join(d, fn), json.dumps({
-            "endpoint": f"https://10.0.2.100:{srv.rgw}", "bucket": s3server.BUCKET,
+            "endpoint": f"https://10.0.2.100:{port}", "bucket": s3server.BUCKET,
             "prefix": PREFIX, "region": "us-east-1", "ca_file": "/work/store/ca.pem",
             "addressing": "path", "credentials_file": "/work/store/credentials.json",
             "fleet_key_file": "/work/store/fleet.key", "host_id": hid, "lease_ttl_s": 10,
             "clock_skew_s": 1,
             "key_providers": {"key-cmd": "key-cmd:python3 /work/store/kek.py /work/store/kek"}}))
     return d
+
+
+class Relay:
+    """Host C's own way to the store: a TCP relay on 127.0.0.1 to radosgw that the test can cut
+    (its listener closed and every connection through it dropped, as a host's network going
+    away) and heal. The box reaches it as 10.0.2.100:PORT (kvm-box --forward PORT)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.lock = threading.Lock()
+        self.conns = []
+        self.listener = None
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self.events = []  # (monotonic, "cut" | "heal")
+
+    def heal(self):
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        with self.lock:
+            self.listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+        self.events.append((time.monotonic(), "heal"))
+
+    def cut(self):
+        with self.lock:
+            ls, self.listener = self.listener, None
+            conns, self.conns = self.conns, []
+        if ls:
+            ls.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        self.events.append((time.monotonic(), "cut"))
+
+    def _accept(self, ls):
+        while True:
+            try:
+                a, _ = ls.accept()
+            except OSError:
+                return  # cut
+            try:
+                b = socket.create_connection(("127.0.0.1", self.target), timeout=10)
+                b.settimeout(None)
+            except OSError:
+                a.close()
+                continue
+            with self.lock:
+                if self.listener is not ls:
+                    a.close()
+                    b.close()
+                    return
+                self.conns += [a, b]
+            for x, y in ((a, b), (b, a)):
+                threading.Thread(target=self._pump, args=(x, y), daemon=True).start()
+
+    @staticmethod
+    def _pump(x, y):
+        try:
+            while True:
+                d = x.recv(65536)
+                if not d:
+                    break
+                y.sendall(d)
+        except OSError:
+            pass
+        for s_ in (x, y):
+            try:
+                s_.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def relay_watch(srv, relay, stop):
+    """Cuts or heals host C's relay when host B (through its own relay) asks by a marked GET."""
+    done, pos, buf = set(), 0, ""
+    path = os.path.join(srv.t, "log", "client.rgw.a.log")
+    while not stop.is_set():
+        try:
+            with open(path, errors="replace") as f:
+                f.seek(pos)
+                buf += f.read()
+                pos = f.tell()
+        except OSError:
+            pass
+        lines, _, buf = buf.rpartition("\n")
+        for what in ("cut-c", "heal-c"):
+            if what not in done and f"/cove-e2e-mark-{what} " in lines:
+                done.add(what)
+                (relay.cut if what == "cut-c" else relay.heal)()
+                print(f"store e2e: host C's relay {what.split('-')[0]} on host B's request",
+                      flush=True)
+        stop.wait(0.2)
 
 
 def box(srv, work, what, kdir, rdir, extra, env):
@@ -176,6 +278,28 @@ def rgw_gets(srv):
         return []
 
 
+def partition_verdict(srv, b, relay):
+    """Nothing host C wrote after its cut is in any committed generation: every manifest of y
+    written under C's lease is at most the generation the store had at the cut, and the next
+    one is host B's takeover."""
+    p = b["partition"]
+    check([e for _, e in relay.events] == ["heal", "cut", "heal"],
+          f"host C's relay: {relay.events}")
+    keys = list_keys(srv)
+    gens = sorted(k for k, _ in keys if k.startswith(f"{PREFIX}sandboxes/y/gen/"))
+    ms = {int(k.rsplit("/", 1)[1].split(".")[0]): json.loads(s3(srv, "/" + k)) for k in gens}
+    by_c = sorted(g for g, m in ms.items() if m.get("lease") == p["epoch_c"])
+    check(by_c and max(by_c) <= p["gen_at_cut"],
+          f"y: generations under host C's lease {by_c}, the store had {p['gen_at_cut']} at the cut")
+    nxt = ms.get(p["gen_at_cut"] + 1, {})
+    check(nxt.get("lease", 0) > p["epoch_c"],
+          f"y: generation {p['gen_at_cut'] + 1} is not host B's takeover: lease "
+          f"{nxt.get('lease')}, host C's {p['epoch_c']}")
+    print(f"store e2e: y's generations under host C's lease {by_c[0]}..{by_c[-1]} (the store "
+          f"had {p['gen_at_cut']} at the cut), {p['gen_at_cut'] + 1} is host B's takeover "
+          f"(lease {nxt['lease']}); {len(ms)} generations in all", flush=True)
+
+
 def main():
     for tool in ("qemu-system-x86_64", "socat", "curl"):
         if not shutil.which(tool):
@@ -197,8 +321,10 @@ def main():
                  "SECRET_MARK": "COVE-SECRET-" + secrets.token_hex(8)}
         wa = os.path.join(work, "a")
         os.mkdir(wa)
-        a = box(srv, wa, "a", kdir, rdir, ["--add", f"{store_dir(srv, wa, kek, 'host-a')}:/work/store"],
-                marks)
+        relay = Relay(srv.rgw)
+        relay.heal()
+        a = box(srv, wa, "a", kdir, rdir,
+                ["--add", f"{store_dir(srv, wa, kek, 'host-a', relay.port)}:/work/store"], marks)
         keys = scan(srv, marks["PLAIN_MARK"], marks["SECRET_MARK"])
         m1 = newest_manifest(srv, keys, "s1")
         check(m1["generation"] == a["s1_final_gen"] and a["s1_final_gen"] > a["s1_periodic_gen"],
@@ -213,8 +339,17 @@ def main():
         with open(os.path.join(wb, "a.json"), "w") as f:
             json.dump(a, f)
         gets0 = len(rgw_gets(srv))
-        box(srv, wb, "b", kdir, rdir, ["--add", f"{store_dir(srv, wb, kek, 'host-b')}:/work/store",
-                                       "--add", f"{wb}/a.json:/work/a.json"], marks)
+        stop = threading.Event()
+        watch = threading.Thread(target=relay_watch, args=(srv, relay, stop), daemon=True)
+        watch.start()
+        try:
+            box(srv, wb, "b", kdir, rdir,
+                ["--forward", str(relay.port),
+                 "--add", f"{store_dir(srv, wb, kek, 'host-b', relay.port)}:/work/store",
+                 "--add", f"{wb}/a.json:/work/a.json"], marks)
+        finally:
+            stop.set()
+            watch.join()
         b = json.load(open(os.path.join(wb, "out-b", "b.json")))
         gets = rgw_gets(srv)[gets0:]
         marks = [i for i, g in enumerate(gets) if "/cove-e2e-mark-s2-" in g]
@@ -231,6 +366,7 @@ def main():
         print(f"store e2e: host B fetched each of s2's {len(only_s2)} own blobs once for 20 "
               f"concurrent execs; s2's events there: {b['s2_events']}", flush=True)
         check(len(starts) == 1, f"s2 should have started (restored) once on host B: {starts}")
+        partition_verdict(srv, b, relay)
         print("PASS: store e2e (host A -> store -> host B)")
         return 0
     except (Failure, s3server.Failure, subprocess.CalledProcessError) as e:
