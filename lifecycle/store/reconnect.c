@@ -70,9 +70,12 @@ int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
 	enum sbx_state state;
 	if (lk < 0)
 		r = errmsg(err, errlen, -EBUSY, "sandbox %s is being started or stopped", name);
-	if (!r && (sbx_state_read(dfd, &state, NULL) || state != SBX_STOPPED))
+	/* A crashed one's chain holds only whole commits, as a stopped one's does. */
+	if (!r &&
+	    (sbx_state_read(dfd, &state, NULL) || (state != SBX_STOPPED && state != SBX_CRASHED)))
 		r = errmsg(err, errlen, -EBUSY,
-			   "sandbox %s is not stopped: push uploads a stopped sandbox", name);
+			   "sandbox %s is not stopped: push uploads a stopped (or crashed) sandbox",
+			   name);
 	struct store_lease held;
 	bool leased = !r && store_lease_load(dfd, &held) == 0 && !strcmp(held.host, cfg->host_id) &&
 		      held.expires_ms;

@@ -223,6 +223,7 @@ def host_b():
     lease_checks()
     foreground_checks()
     partition_checks()
+    race_checks()
 
 
 HOST_C = dict(ENV, COVE_STATE_DIR="/tmp/hc-state", COVE_RUN_DIR="/tmp/hc-run",
@@ -526,7 +527,7 @@ def partition_checks():
     g_before = newest("y")
     r = subprocess.run([STORE_BIN, "push", "y"], capture_output=True, env=HOST_C, timeout=300)
     perr = r.stderr.decode(errors="replace").strip() or "(no message)"
-    check(r.returncode != 0 and newest("y") == g_before,
+    check(r.returncode != 0 and "lease moved on" in perr and newest("y") == g_before,
           f"host C's late push of y: rc={r.returncode} {perr!r}")
     print(f"  the relay healed: host C ended its VM {ended:.1f} s later; its late push was "
           f"refused: {perr.splitlines()[-1]}", flush=True)
@@ -537,12 +538,68 @@ def partition_checks():
                         "counter_b": n_b}
 
 
+def vmm_lock_held(path):
+    """A VMM holds its sandbox's vmm.lock exclusively for its life (lifecycle/lock.c)."""
+    import fcntl
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def race_checks():
+    """20 `cove exec fg` at once, 10 on host B and 10 on host C, for a sandbox that runs nowhere
+    (both hosts have a stopped copy, the store the newest): one host's lease write lands, its
+    execs answer; the other host's exit 75 naming the winner (they neither forward nor retry,
+    docs/SCHEDULERS.md). One VMM runs."""
+    def one(i):
+        env = ENV if i % 2 == 0 else HOST_C
+        r = subprocess.run([COVE, "exec", "fg", "--", "sh", "-c", f"cat /fg-file; echo n={i}"],
+                           capture_output=True, timeout=600, env=env)
+        return ("host-b" if i % 2 == 0 else "host-c", r.returncode,
+                r.stdout.decode(errors="replace").split(), r.stderr.decode(errors="replace"))
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(20) as ex:
+        res = list(ex.map(one, range(20)))
+    took = time.monotonic() - t0
+    won = {h for h, rc, out, err in res if rc == 0}
+    check(len(won) == 1, f"fg: execs answered on {sorted(won) or 'no host'}: "
+          f"{[(h, rc, err[-200:]) for h, rc, out, err in res][:6]}")
+    winner = won.pop()
+    for i, (h, rc, out, err) in enumerate(res):
+        if h == winner:
+            check(rc == 0 and out == ["fg-work", f"n={i}"], f"exec {i} on {h}: {rc} {out} {err!r}")
+        else:
+            lines = err.strip().splitlines()
+            held = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+            check(rc == 75 and held.get("host") == winner,
+                  f"exec {i} on {h} (the loser): rc={rc} {err!r}")
+    running = [h for h, root in (("host-b", STATE), ("host-c", "/tmp/hc-state"))
+               if vmm_lock_held(os.path.join(root, "fg", "vmm.lock"))]
+    check(running == [winner], f"fg: a VMM runs on {running}, the lease is {winner}'s")
+    print(f"  20 execs of fg at once on hosts B and C: {winner} won the lease and answered its "
+          f"10, the other host's 10 exited 75 naming it, in {took:.1f} s; one VMM runs "
+          f"({winner}'s)", flush=True)
+    OUT["race"] = {"winner": winner, "seconds": round(took, 1)}
+    rc, out, err = (cove_c if winner == "host-c" else
+                    lambda *a: cove(*a)[:3])("stop", "fg")
+    check(rc == 0, f"cove stop fg on {winner}: rc={rc} {err!r}")
+
+
 def main():
     what = sys.argv[1]
     os.makedirs("/work/out", exist_ok=True)
     try:
         {"a": host_a, "b": host_b, "lease": lease_checks, "fg": foreground_checks,
-         "partition": partition_checks}[what]()
+         "partition": partition_checks,
+         "fgrace": lambda: (foreground_checks(), race_checks())}[what]()
         ok = True
     except Failure as e:
         print(f"FAIL: host {what}: {e}", flush=True)
