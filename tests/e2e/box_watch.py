@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WINDOW = 20
 
 
-def box(cmd, reason):
+def box(cmd, reason, extra=()):
     return subprocess.run([os.path.join(ROOT, "tools", "kvm-box"), "--timeout", "300",
-                           "--hang-after", str(WINDOW), "--reason-file", reason, "--",
+                           "--hang-after", str(WINDOW), *extra, "--reason-file", reason, "--",
                            "sh", "-c", cmd], capture_output=True, text=True)
 
 
@@ -30,11 +30,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="box-watch-")
     reason = os.path.join(tmp, "reason")
     try:
-        # Quiet for more than twice the window, heartbeat running: not a hang.
-        p = box(f"echo quiet; sleep {2 * WINDOW + 15}; echo done", reason)
+        # Quiet and idle for more than twice the window, heartbeat running: not a hang, and
+        # not a freeze.
+        # --freeze-after as short: an idle, silent box whose heartbeat goes on is not frozen
+        # either (a test's quiet wait was once called a freeze).
+        p = box(f"echo quiet; sleep {2 * WINDOW + 15}; echo done", reason,
+                ("--freeze-after", str(WINDOW)))
         ok = p.returncode == 0 and "done" in p.stdout
         print(f"{'ok' if ok else 'FAIL'}: a command silent for {2 * WINDOW + 15} s with "
-              f"--hang-after {WINDOW}: kvm-box status {p.returncode}")
+              f"--hang-after and --freeze-after {WINDOW}: kvm-box status {p.returncode}")
         if not ok:
             failed += 1
             sys.stdout.write(p.stdout[-1500:] + p.stderr[-1500:])

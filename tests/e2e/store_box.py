@@ -16,6 +16,7 @@ import concurrent.futures
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -370,6 +371,20 @@ def lease_checks():
     check(rc == 0, f"cove stop x on host C: rc={rc} {err!r}")
 
 
+def fg_diag():
+    """What every process in the box is doing, and fg's logs (a hang under cove up)."""
+    for pid in procs_of(lambda a: bool(a)):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")[:150]
+            wchan = open(f"/proc/{pid}/wchan").read()
+            stat = open(f"/proc/{pid}/stat").read().split()[2]
+            print(f"    {pid} {stat} {wchan} {cmd.decode(errors='replace')}", flush=True)
+        except OSError:
+            pass
+    for f in ("events.jsonl", "vmm.log", "store.log"):
+        print(f"  fg/{f}: {tail(os.path.join(STATE, 'fg', f), 1200)!r}", flush=True)
+
+
 def foreground_checks():
     """What a scheduler's task does (docs/SCHEDULERS.md): `cove up fg` in the foreground, work
     done in the sandbox, SIGTERM; exit 0 once the final generation is committed and the lease
@@ -378,13 +393,38 @@ def foreground_checks():
     rc, out, err, t = cove("stop", "fg")
     check(rc == 0, f"cove stop fg: rc={rc} {err!r}")
     g0 = newest("fg")
+    print(f"  cove stop fg: {t:.1f} s, generation {g0} committed; cove up fg", flush=True)
     t0 = time.monotonic()
-    p = subprocess.Popen([COVE, "up", "fg"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=ENV)
-    first = p.stdout.readline().decode(errors="replace").strip()
+    p = subprocess.Popen([COVE, os.environ.get("COVE_FG_CMD", "up"), "fg"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    # Its first line once the guest answers (read without blocking: a hang is reported).
+    first, buf, fd = "", b"", p.stdout.fileno()
+    for i in range(60):
+        if i and i % 10 == 0:
+            print(f"  (cove up fg: no line after {i} s)", flush=True)
+        r, _, _ = select.select([fd], [], [], 1)
+        if r:
+            d = os.read(fd, 4096)
+            buf += d
+            if b"\n" in buf or not d:
+                first = buf.decode(errors="replace").split("\n")[0].strip()
+                break
+        if p.poll() is not None:
+            break
+    if not first:
+        print(f"  cove up fg: partial output {buf!r}", flush=True)
+        fg_diag()
+        p.kill()
     up_s = time.monotonic() - t0
-    check("running" in first, f"cove up fg: {first!r}; stderr {p.stderr.read()[-800:]!r}")
-    rc, out, err, t = sh("fg", "echo fg-work > /fg-file && sync")
+    if "running" not in first:
+        p.kill()
+        raise Failure(f"cove up fg: {first!r}; stderr {p.stderr.read()[-800:]!r}")
+    print(f"  cove up fg: {first!r}", flush=True)
+    try:
+        rc, out, err, t = sh("fg", "echo fg-work > /fg-file && sync", timeout=40)
+    except Failure:
+        fg_diag()
+        raise
     check(rc == 0, f"exec in fg under cove up: rc={rc} {err!r}")
     t0 = time.monotonic()
     p.send_signal(15)
