@@ -190,7 +190,7 @@ def relay_watch(srv, relay, stop):
 def box(srv, work, what, kdir, rdir, extra, env):
     out = os.path.join(work, "out-" + what)
     reason = os.path.join(work, "reason-" + what)
-    cmd = [os.path.join(ROOT, "tools", "kvm-box"), "--with-python", "--timeout", "1500",
+    cmd = [os.path.join(ROOT, "tools", "kvm-box"), "--with-python", "--timeout", "2400",
            "--reason-file", reason, "--forward", str(srv.rgw),
            "--add", f"{COVE}:/work/cove",
            "--add", f"{kdir}/bzImage:/work/kernel/bzImage",
