@@ -232,7 +232,12 @@ HOST_C = dict(ENV, COVE_STATE_DIR="/tmp/hc-state", COVE_RUN_DIR="/tmp/hc-run",
 
 
 def cove_c(*args, timeout=600):
-    r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=HOST_C)
+    try:
+        r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout,
+                           env=HOST_C)
+    except subprocess.TimeoutExpired:
+        procs_diag()
+        raise Failure(f"host C: cove {' '.join(args)[:120]} timed out after {timeout} s")
     return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
 
@@ -373,6 +378,13 @@ def lease_checks():
 
 def fg_diag():
     """What every process in the box is doing, and fg's logs (a hang under cove up)."""
+    procs_diag()
+    for f in ("events.jsonl", "vmm.log", "store.log"):
+        print(f"  fg/{f}: {tail(os.path.join(STATE, 'fg', f), 1200)!r}", flush=True)
+
+
+def procs_diag():
+    """What every process in the box is doing (a hang)."""
     for pid in procs_of(lambda a: bool(a)):
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")[:150]
@@ -381,8 +393,6 @@ def fg_diag():
             print(f"    {pid} {stat} {wchan} {cmd.decode(errors='replace')}", flush=True)
         except OSError:
             pass
-    for f in ("events.jsonl", "vmm.log", "store.log"):
-        print(f"  fg/{f}: {tail(os.path.join(STATE, 'fg', f), 1200)!r}", flush=True)
 
 
 def foreground_checks():

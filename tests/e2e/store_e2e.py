@@ -88,15 +88,13 @@ def store_dir(srv, work, kek, host, relay_port):
 
 
 class Relay:
-    """Host C's own way to the store: a TCP relay on 127.0.0.1 to radosgw that the test can cut
-    (its listener closed and every connection through it dropped, as a host's network going
-    away) and heal. The box reaches it as 10.0.2.100:PORT (kvm-box --forward PORT)."""
+    """Host C's own way to the store: socat on 127.0.0.1:PORT relaying to radosgw, which the
+    test can cut (the listener and every connection through it killed at once, as a host's
+    network going away) and heal. The box reaches it as 10.0.2.100:PORT (kvm-box --forward)."""
 
     def __init__(self, target):
         self.target = target
-        self.lock = threading.Lock()
-        self.conns = []
-        self.listener = None
+        self.proc = None
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
@@ -104,65 +102,32 @@ class Relay:
         self.events = []  # (monotonic, "cut" | "heal")
 
     def heal(self):
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", self.port))
-        ls.listen(64)
-        with self.lock:
-            self.listener = ls
-        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+        # Its own process group: a cut kills the listener and its per-connection children.
+        self.proc = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:{self.port},bind=127.0.0.1,fork,reuseaddr",
+             f"TCP:127.0.0.1:{self.target}"], start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
         self.events.append((time.monotonic(), "heal"))
 
     def cut(self):
-        with self.lock:
-            ls, self.listener = self.listener, None
-            conns, self.conns = self.conns, []
-        if ls:
-            ls.close()
-        for c in conns:
+        if self.proc:
             try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
                 pass
-            c.close()
+            self.proc.wait()
+            self.proc = None
         self.events.append((time.monotonic(), "cut"))
 
-    def _accept(self, ls):
-        while True:
-            try:
-                a, _ = ls.accept()
-            except OSError:
-                return  # cut
-            try:
-                b = socket.create_connection(("127.0.0.1", self.target), timeout=10)
-                b.settimeout(None)
-            except OSError:
-                a.close()
-                continue
-            with self.lock:
-                if self.listener is not ls:
-                    a.close()
-                    b.close()
-                    return
-                self.conns += [a, b]
-            for x, y in ((a, b), (b, a)):
-                threading.Thread(target=self._pump, args=(x, y), daemon=True).start()
-
-    @staticmethod
-    def _pump(x, y):
-        try:
-            while True:
-                d = x.recv(65536)
-                if not d:
-                    break
-                y.sendall(d)
-        except OSError:
-            pass
-        for s_ in (x, y):
-            try:
-                s_.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def stop(self):
+        if self.proc:
+            self.cut()
 
 
 def relay_watch(srv, relay, stop):
@@ -310,6 +275,7 @@ def main():
     rdir = subprocess.run([os.path.join(ROOT, "guest", "rootfs", "build")], check=True,
                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
     srv = s3server.Ceph()
+    relay = None
     work = tempfile.mkdtemp(prefix="cove-store-e2e.")
     try:
         srv.start()
@@ -377,6 +343,8 @@ def main():
             pass
         return 1
     finally:
+        if relay:
+            relay.stop()
         srv.stop()
         shutil.rmtree(work, ignore_errors=True)
 
