@@ -271,6 +271,15 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		goto out;
 	}
 	if (st == SBX_PAUSED) {
+		/* Its lease keeper may have paused it (the store out of reach): only the keeper
+		 * resumes it then, once renewed; another host may be about to take it over. */
+		int hs = r->templates ? -1 : store_try_held(name);
+		if (hs > 0) {
+			ret = hs == SBX_EXIT_HELD ? -EUSERS : -ENOLCK;
+			if (errlen)
+				err[0] = '\0';
+			goto out;
+		}
 		ret = sbx_api_state(api, "Resumed", err, errlen);
 		if (!ret)
 			ret = sbx_event_append(dfd, "paused", "running", why);

@@ -31,6 +31,9 @@ static void usage(FILE *out)
 		"JSON line when another host holds it)\n"
 		"       cove store release NAME [--config FILE]\n"
 		"  release: releases the lease this host holds on NAME (after its final commit)\n"
+		"       cove store held NAME [--config FILE]\n"
+		"  held: before a paused NAME resumes here: exit 75 and one JSON line when this "
+		"host's lease is in doubt (its keeper paused it; no store traffic)\n"
 		"  tombstone: NAME is removed for every host (cove rm writes it first)\n"
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
 		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
@@ -83,7 +86,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
 	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
-	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release")) {
+	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release") &&
+	    strcmp(argv[1], "held")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;

@@ -83,6 +83,11 @@ int store_try_take(const char *name)
 	return store_run("take", name);
 }
 
+int store_try_held(const char *name)
+{
+	return store_run("held", name);
+}
+
 int store_try_release(const char *name)
 {
 	return store_run("release", name);

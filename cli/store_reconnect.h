@@ -18,6 +18,8 @@ int store_try_tombstone(const char *name);
 /* `cove-store take NAME`: 0 held (or no store: -1), 75 another host holds it (one JSON line on
  * stderr), other statuses a failure cove-store described. */
 int store_try_take(const char *name);
+/* Before a paused sandbox resumes: 0, 75 when this host's lease is in doubt, -1 without a store. */
+int store_try_held(const char *name);
 /* `cove-store release NAME` after the final commit: 0 (or -1: no store). */
 int store_try_release(const char *name);
 /* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -19,6 +20,7 @@
 #include "lifecycle/store/lease.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
+#include "sandbox/event_log.h"
 
 /* The follower pauses and resumes the VM over its API socket (lease_keeper.h). */
 struct vm_pauser {
@@ -38,21 +40,31 @@ static int pause_vm(void *arg, bool paused)
 			 paused ? "{\"state\":\"Paused\"}" : "{\"state\":\"Resumed\"}", 10, &status,
 			 &reply, err, sizeof(err));
 	free(reply);
-	return r ? r : status / 100 == 2 ? 0 : -EIO;
+	r = r ? r : status / 100 == 2 ? 0 : -EIO;
+	/* In its event log too: cove ls shows it paused, and a cove exec here does not resume it
+	 * (store_check_held) while the lease is in doubt. */
+	int dfd = r ? -1 : sbx_dir_open(p->root, p->name, false, err, sizeof(err));
+	if (dfd >= 0) {
+		sbx_event_append(dfd, paused ? "running" : "paused", paused ? "paused" : "running",
+				 paused ? "lease in doubt: the store did not answer its renewal"
+					: "lease renewed");
+		close(dfd);
+	}
+	return r;
 }
 
 int store_sandbox_cmd(int argc, char **argv)
 {
 	bool push = !strcmp(argv[0], "push"), tomb = !strcmp(argv[0], "tombstone"),
 	     follow = !strcmp(argv[0], "follow"), take = !strcmp(argv[0], "take"),
-	     release = !strcmp(argv[0], "release");
+	     release = !strcmp(argv[0], "release"), held = !strcmp(argv[0], "held");
 	const char *config = NULL, *name = NULL;
 	uint64_t gen = 0;
 	for (int i = 1; i < argc; i++) {
 		char *end;
 		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
 			config = argv[++i];
-		} else if (!push && !take && !release && !strcmp(argv[i], "--gen") &&
+		} else if (!push && !take && !release && !held && !strcmp(argv[i], "--gen") &&
 			   i + 1 < argc) {
 			gen = strtoull(argv[++i], &end, 10);
 			if (*end || !gen) {
@@ -88,10 +100,35 @@ int store_sandbox_cmd(int argc, char **argv)
 		r = s3_client_new(cfg, &sandbox_opts, &c, err, sizeof(err));
 	/* The state root: push reads it, pull makes it; tombstone needs none. */
 	if (!r && !tomb)
-		r = sbx_root_open(&root, !push && !follow && !take && !release, err, sizeof(err));
+		r = sbx_root_open(&root, !push && !follow && !take && !release && !held, err,
+				  sizeof(err));
 	struct vm_pauser pz = {.root = &root, .name = name};
 	struct store_follow_hooks hooks = {.set_paused = pause_vm, .arg = &pz};
 	struct store_lease other = {0};
+	struct store_lease mine = {0};
+	if (!r && held) {
+		/* No store traffic: this host's record decides, before a paused VM resumes. */
+		r = store_check_held(cfg, &root, name, realtime_ms(), &mine, err, sizeof(err));
+		if (r == -EBUSY) {
+			json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:I,s:i}", "error",
+					      "lease-in-doubt", "sandbox", name, "host", mine.host,
+					      "expires_ms", (json_int_t)mine.expires_ms, "epoch",
+					      (json_int_t)mine.epoch, "exit", STORE_EXIT_HELD);
+			char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+			fprintf(stderr, "%s\n", text ? text : "{\"error\":\"lease-in-doubt\"}");
+			free(text);
+			json_decref(j);
+			r = STORE_EXIT_HELD;
+		}
+		if (root.dfd >= 0)
+			sbx_root_close(&root);
+		s3_client_free(c);
+		store_config_wipe(cfg);
+		free(cfg);
+		if (r && r != STORE_EXIT_HELD)
+			log_err(&log, "%s", err[0] ? err : strerror(-r));
+		return r == STORE_EXIT_HELD ? r : r ? 1 : 0;
+	}
 	if (!r)
 		r = tomb      ? store_put_tombstone(c, name, err, sizeof(err))
 		    : follow  ? store_follow(c, cfg, &root, name, &log, &hooks, err, sizeof(err))

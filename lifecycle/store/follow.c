@@ -72,9 +72,25 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 	int dfd = sbx_dir_open(root, name, false, err, errlen);
 	if (dfd < 0)
 		return dfd;
+	/*
+	 * The lease is renewed from now on, before anything else: a former run's follower may
+	 * still be finishing its last upload (below), and a lease's time to live is shorter.
+	 */
+	struct lease_keeper *k = calloc(1, sizeof(*k));
+	int leased = !k ? -ENOMEM : keeper_up(cfg, dfd, log, hooks, k, err, errlen);
+	if (leased < 0) {
+		free(k);
+		close(dfd);
+		return leased;
+	}
 	/* One follower per sandbox: a former run's, finishing its last upload, goes first. */
 	int lk = sbx_lock_take(dfd, STORE_FOLLOW_LOCK, true, false);
 	if (lk < 0) {
+		if (leased > 0) {
+			lease_keeper_stop(k);
+			s3_client_free(k->c);
+		}
+		free(k);
 		close(dfd);
 		return errmsg(err, errlen, lk, "%s: %s", STORE_FOLLOW_LOCK, strerror(-lk));
 	}
@@ -99,20 +115,25 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 	struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
 	uint64_t done = 0, base = 0;
 	store_base_load(dfd, &base);
-	struct lease_keeper *k = calloc(1, sizeof(*k));
-	int leased = r || !k ? 0 : keeper_up(cfg, dfd, log, hooks, k, err, errlen);
-	if (leased < 0)
-		r = leased;
 	/*
 	 * Started as soon as the lease is taken, before the VMM runs (a restore can outlast a
 	 * lease's time to live): the keeper renews while the VMM comes up. A start that failed
-	 * leaves no VMM: then the lease is left to expire.
+	 * releases the lease (or leaves no VMM): then this follower ends.
 	 */
-	for (int i = 0; !r && sbx_vmm_pid(dfd) <= 0 && i < FOLLOW_START_WAIT_S * 10; i++)
+	pid_t vmm = 0;
+	for (int i = 0; !r && i < FOLLOW_START_WAIT_S * 10; i++) {
+		if ((vmm = sbx_vmm_pid(dfd)) > 0 || (leased > 0 && !lease_keeper_current(k)))
+			break;
 		usleep(100 * 1000);
-	/* Until its VMM is gone (a stopped one's final generation is cove stop's push). */
-	while (!r && sbx_vmm_pid(dfd) > 0) {
-		if (leased && atomic_load(&k->lost))
+	}
+	if (leased > 0)
+		atomic_store(&k->vmm, vmm);
+	/*
+	 * Until its VMM is gone (a stopped one's final generation is cove stop's push). Only that
+	 * VMM: a later start on this host has a follower (and a lease record) of its own.
+	 */
+	while (!r && vmm > 0 && sbx_vmm_pid(dfd) == vmm) {
+		if (leased > 0 && (atomic_load(&k->lost) || !lease_keeper_current(k)))
 			break;
 		uint64_t g = newest_commit(chain_dir);
 		/* No commit while the lease is in doubt: the VM is paused, the chain waits. */
@@ -136,9 +157,8 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 			}
 			if (u == -ESTALE) {
 				/* Fenced: the new owner committed this number first. */
-				pid_t pid = sbx_vmm_pid(dfd);
-				if (pid > 0)
-					kill(pid, SIGKILL);
+				if (sbx_vmm_pid(dfd) == vmm)
+					kill(vmm, SIGKILL);
 				r = errmsg(err, errlen, u, "%s; this host's VM ended", why);
 				break;
 			}

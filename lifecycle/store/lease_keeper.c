@@ -27,6 +27,14 @@ static bool nap(struct lease_keeper *k, int64_t ms)
 	return stop;
 }
 
+bool lease_keeper_current(const struct lease_keeper *k)
+{
+	struct store_lease now;
+	if (store_lease_load(k->dfd, &now))
+		return false;
+	return now.epoch == k->held.epoch && !strcmp(now.host, k->held.host) && now.expires_ms;
+}
+
 static void *keeper_main(void *arg)
 {
 	struct lease_keeper *k = arg;
@@ -41,7 +49,8 @@ static void *keeper_main(void *arg)
 			if (!r) {
 				k->held = next;
 				last_ok = now;
-				store_lease_save(k->dfd, &next);
+				if (lease_keeper_current(k))
+					store_lease_save(k->dfd, &next);
 				if (atomic_load(&k->paused) && !k->set_paused(k->arg, false)) {
 					atomic_store(&k->paused, false);
 					log_warn(k->log, "%s: lease renewed: the VM runs again",
@@ -50,7 +59,16 @@ static void *keeper_main(void *arg)
 			} else if (r == -ESTALE) {
 				/* Another host holds it now: this copy must not go on. */
 				atomic_store(&k->lost, true);
-				pid_t pid = sbx_vmm_pid(k->dfd);
+				if (!lease_keeper_current(k)) {
+					log_info(k->log,
+						 "%s: %s; a later start on this host holds its "
+						 "own lease: this keeper ends",
+						 k->held.sandbox, why);
+					break;
+				}
+				pid_t pid = atomic_load(&k->vmm);
+				if (pid <= 0)
+					pid = sbx_vmm_pid(k->dfd);
 				log_err(k->log, "%s: %s; ending this host's VM (pid %d)",
 					k->held.sandbox, why, (int)pid);
 				if (pid > 0)
@@ -79,6 +97,7 @@ int lease_keeper_start(struct lease_keeper *k)
 {
 	atomic_init(&k->paused, false);
 	atomic_init(&k->lost, false);
+	atomic_init(&k->vmm, 0);
 	k->stop = false;
 	k->margin_ms = ((int64_t)k->cfg->clock_skew_s + 3) * 1000;
 	pthread_mutex_init(&k->mu, NULL);

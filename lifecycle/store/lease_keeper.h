@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "common/log.h"
 #include "lifecycle/store/lease.h"
@@ -23,6 +24,8 @@ struct lease_keeper {
 	struct logger *log;
 	int (*set_paused)(void *arg, bool paused); /* over the VM's API: 0 done */
 	void *arg;
+	/* the VMM this keeper answers for, once it runs (0 before): the only one it may end */
+	_Atomic pid_t vmm;
 	/* out, read by the uploader: no commit while paused; lost: the lease moved on */
 	atomic_bool paused;
 	atomic_bool lost;
@@ -35,6 +38,12 @@ struct lease_keeper {
 };
 
 int lease_keeper_start(struct lease_keeper *k);
+/*
+ * True while this host's record of the lease (STORE_LEASE_FILE) is still the one this keeper
+ * holds: same epoch, held. A later start here (a new epoch) or a release makes it false, and a
+ * keeper that is no longer current ends without touching the sandbox's newer VMM.
+ */
+bool lease_keeper_current(const struct lease_keeper *k);
 void lease_keeper_stop(struct lease_keeper *k);
 
 #endif

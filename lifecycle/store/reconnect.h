@@ -66,6 +66,14 @@ int store_take_sandbox(struct s3_client *c, const struct store_config *cfg,
 int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
 			  const struct sbx_root *root, const char *name, int dfd, uint64_t gen,
 			  struct store_sync_stats *st, char *err, size_t errlen);
+/*
+ * Before a paused sandbox `name` is resumed here (no store traffic: this host's own record):
+ * 0 when it holds no lease record, or this host's lease has more than the keeper's margin
+ * (clock skew + 3 s) left at now_ms; -EBUSY with *held (this host's record) when the lease is in
+ * doubt, i.e. its keeper paused the VM, or released or lost it: only the keeper resumes it.
+ */
+int store_check_held(const struct store_config *cfg, const struct sbx_root *root, const char *name,
+		     int64_t now_ms, struct store_lease *held, char *err, size_t errlen);
 /* Releases the lease this host holds on `name` (after its final commit). 0 when none held. */
 int store_release_sandbox(struct s3_client *c, const struct store_config *cfg,
 			  const struct sbx_root *root, const char *name, char *err, size_t errlen);

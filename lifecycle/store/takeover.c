@@ -83,3 +83,30 @@ int store_release_sandbox(struct s3_client *c, const struct store_config *cfg,
 	close(dfd);
 	return r;
 }
+
+int store_check_held(const struct store_config *cfg, const struct sbx_root *root, const char *name,
+		     int64_t now_ms, struct store_lease *held, char *err, size_t errlen)
+{
+	int dfd = sbx_dir_open(root, name, false, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	int r = store_lease_load(dfd, held);
+	close(dfd);
+	if (r == -ENOENT)
+		return 0;
+	if (r)
+		return errmsg(err, errlen, r, "%s/%s: %s", name, STORE_LEASE_FILE, strerror(-r));
+	const int64_t margin = ((int64_t)cfg->clock_skew_s + 3) * 1000;
+	if (!strcmp(held->host, cfg->host_id) && held->expires_ms - margin > now_ms)
+		return 0;
+	return errmsg(
+	    err, errlen, -EBUSY,
+	    "sandbox %s: its lease is in doubt here (%s, epoch %llu): the VM stays paused "
+	    "until this host renews it",
+	    name,
+	    !held->host[0]		       ? "released"
+	    : strcmp(held->host, cfg->host_id) ? "another host's"
+	    : held->expires_ms > now_ms	       ? "not renewed in time"
+					       : "expired",
+	    (unsigned long long)held->epoch);
+}

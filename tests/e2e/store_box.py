@@ -455,7 +455,8 @@ def foreground_checks():
     check(rc == 0 and out.strip() == "fg-work",
           f"host C right after cove up's exit: rc={rc} {out!r} {err!r}")
     print("  host C exec'd fg at once (no lease to wait for): the work is there", flush=True)
-    cove_c("stop", "fg")
+    rc, out, err = cove_c("stop", "fg")
+    check(rc == 0, f"cove stop fg on host C: rc={rc} {out!r} {err!r}")
 
 
 def api_state(sock):
@@ -532,6 +533,15 @@ def partition_checks():
     check(m and int(m[-1]) > 0, f"host C paused y after its lease expired: {m}")
     st = api_state(api[0]) if api else None
     check(st == "Paused", f"host C's y: its API says {st!r}")
+    # A command on host C meanwhile must not resume it: its lease is in doubt.
+    rc, out, err = cove_c("exec", "y", "--", "cat", "/ram/n", timeout=120)
+    doubt = err.strip().splitlines()[-1] if err.strip() else ""
+    check(rc == 75 and '"lease-in-doubt"' in doubt,
+          f"cove exec y on host C while its lease is in doubt: rc={rc} {out!r} {err!r}")
+    st2 = api_state(api[0]) if api else None
+    check(st2 == "Paused", f"host C's y after a refused exec: its API says {st2!r}")
+    print(f"  cove exec y on host C meanwhile: exit 75, {doubt}; the VM stays paused",
+          flush=True)
     print(f"  host C cut off {t_cut - t0:.1f} s after asking; its VM paused "
           f"{paused_at - t_cut:.1f} s after the cut, {int(m[-1])} ms before its lease expired "
           f"(the API says {st})", flush=True)
@@ -620,6 +630,14 @@ def race_checks():
         res = list(ex.map(one, range(20)))
     took = time.monotonic() - t0
     won = {h for h, rc, out, err in res if rc == 0}
+    if len(won) != 1:
+        for i, (h, rc, out, err) in enumerate(res):
+            print(f"  exec {i} on {h}: rc={rc} out={out} err={err[-300:]!r}", flush=True)
+        for root in (STATE, "/tmp/hc-state"):
+            for f in ("store-lease.json", "events.jsonl", "store.log"):
+                p = os.path.join(root, "fg", f)
+                if os.path.exists(p):
+                    print(f"  {p}: {tail(p, 1500)!r}", flush=True)
     check(len(won) == 1, f"fg: execs answered on {sorted(won) or 'no host'}: "
           f"{[(h, rc, err[-200:]) for h, rc, out, err in res][:6]}")
     winner = won.pop()

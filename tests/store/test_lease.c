@@ -194,6 +194,68 @@ static void test_race(void **state)
 	assert_int_equal(now.epoch, 1);
 }
 
+/*
+ * A released lease taken by eight racers at once, four per host, over and over: a change of
+ * owner is an If-Match replace, and exactly one host may win each round, at exactly the next
+ * epoch (the fencing token must never be handed out twice).
+ */
+static void test_race_released(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 8, ROUNDS = 12 };
+	struct racer x[N];
+	pthread_t th[N];
+	struct store_lease held, other;
+	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), &held, &other, f->err,
+					  sizeof(f->err)),
+			 0);
+	assert_int_equal(store_lease_release(f->ca, &f->a, &held, f->err, sizeof(f->err)), 0);
+	uint64_t epoch = held.epoch;
+	for (int round = 0; round < ROUNDS; round++) {
+		int64_t t = now_ms();
+		for (int i = 0; i < N; i++) {
+			memset(&x[i], 0, sizeof(x[i]));
+			x[i].cfg = i % 2 ? &f->b : &f->a;
+			x[i].name = f->name;
+			x[i].t = t;
+			if (s3_client_new(x[i].cfg, &(struct s3_opts){0}, &x[i].c, f->err,
+					  sizeof(f->err)))
+				fail_msg("client: %s", f->err);
+		}
+		for (int i = 0; i < N; i++)
+			assert_int_equal(pthread_create(&th[i], NULL, race, &x[i]), 0);
+		int won_a = 0, won_b = 0, winner = -1;
+		for (int i = 0; i < N; i++) {
+			pthread_join(th[i], NULL);
+			if (x[i].r == 0) {
+				*(i % 2 ? &won_b : &won_a) += 1;
+				winner = i;
+				if (x[i].held.epoch != epoch + 1)
+					fail_msg("round %d: racer %d holds epoch %llu, not %llu",
+						 round, i, (unsigned long long)x[i].held.epoch,
+						 (unsigned long long)(epoch + 1));
+			} else if (x[i].r != -EBUSY) {
+				fail_msg("round %d: racer %d: %d %s", round, i, x[i].r, x[i].err);
+			}
+		}
+		if ((won_a > 0) == (won_b > 0))
+			fail_msg("round %d: host A won %d takes and host B %d at epoch %llu", round,
+				 won_a, won_b, (unsigned long long)(epoch + 1));
+		struct store_lease now;
+		assert_int_equal(
+		    store_lease_read(f->ca, &f->a, f->name, &now, f->err, sizeof(f->err)), 0);
+		assert_string_equal(now.host, won_a ? "host-a" : "host-b");
+		assert_int_equal(now.epoch, epoch + 1);
+		held = x[winner].held;
+		assert_int_equal(
+		    store_lease_release(x[winner].c, x[winner].cfg, &held, f->err, sizeof(f->err)),
+		    0);
+		epoch = held.epoch;
+		for (int i = 0; i < N; i++)
+			s3_client_free(x[i].c);
+	}
+}
+
 /* A lease written under another fleet key is refused, naming the MAC. */
 static void test_foreign_lease(void **state)
 {
@@ -218,6 +280,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_take_renew_release, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_expired_takeover, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_race, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_race_released, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreign_lease, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
