@@ -25,6 +25,7 @@ int cmd_resume(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_metrics(int argc, char **argv);
 /* Templates (issue 31): cmd_template.c; cmd_create.c's --from clones one. */
 int cmd_template(int argc, char **argv);
 /* The object store (issue 28): execs cove-store beside cove (cmd_store.c). */

@@ -16,6 +16,7 @@ static const struct command commands[] = {
     {"create", cmd_create,
      "create a named sandbox that lives across stops and restarts, and start it"},
     {"ls", cmd_ls, "list the named sandboxes with their state and sizes"},
+    {"metrics", cmd_metrics, "this host's sandboxes in Prometheus text format"},
     {"template", cmd_template,
      "make (create), list (ls) or remove (rm) templates that cove create --from clones"},
     {"start", cmd_start, "start a stopped sandbox (restored from its newest snapshot)"},

@@ -151,6 +151,7 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 			struct store_sync_stats st;
 			char why[512];
 			int u = store_upload_generation(c, &src, &kr, &st, why, sizeof(why));
+			store_stats_note_upload(dfd, u, &st);
 			if (u == -EIDRM) {
 				r = errmsg(err, errlen, u, "%s", why);
 				break;

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "lifecycle/launch.h"
+#include "lifecycle/store_stats.h"
 
 /* Waits up to ms on the keeper's condition; true when asked to stop. */
 static bool nap(struct lease_keeper *k, int64_t ms)
@@ -46,6 +47,9 @@ static void *keeper_main(void *arg)
 		if (now - last_ok >= ttl / 3 || atomic_load(&k->paused)) {
 			struct store_lease next = k->held;
 			int r = store_lease_renew(k->c, k->cfg, &next, now, why, sizeof(why));
+			store_stats_add(k->dfd, &(struct store_stats){.renewals = !r,
+								      .renewal_failures = r != 0,
+								      .leases_lost = r == -ESTALE});
 			if (!r) {
 				k->held = next;
 				last_ok = now;

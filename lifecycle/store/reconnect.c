@@ -1,5 +1,6 @@
 /* Named sandboxes pushed to and pulled from the store (reconnect.h). */
 #include "lifecycle/store/reconnect.h"
+#include "lifecycle/store_stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,6 +138,7 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 			if (r != -EEXIST || fenced)
 				break;
 		}
+		store_stats_note_upload(dfd, r, st);
 	}
 	if (sdfd >= 0)
 		close(sdfd);
@@ -276,6 +278,8 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		if (r)
 			errmsg(err, errlen, r, "%s: cannot write its event log", name);
 	}
+	if (!r)
+		store_stats_add(tdfd, &(struct store_stats){.fetched_bytes = st->bytes_sent});
 	if (!r && renameat2(root->dfd, tmp, root->dfd, name, RENAME_NOREPLACE) < 0)
 		r = errmsg(err, errlen, -errno, "sandbox %s: %s", name,
 			   errno == EEXIST ? "made on this host meanwhile" : strerror(errno));
@@ -319,6 +323,8 @@ int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
 		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, &m, st, err, errlen);
 		fetched = !r;
+		store_stats_add(dfd, r ? &(struct store_stats){.fetch_errors = 1}
+				       : &(struct store_stats){.fetched_bytes = st->bytes_sent});
 	}
 	if (!r)
 		r = spec_from(cfg, root, &m, sp, err, errlen);

@@ -11,9 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "lifecycle/store/stage.h"
+#include "lifecycle/store_stats.h"
 #include "snapshot/chain.h"
 
 #define GEN_DIGITS 20
@@ -424,4 +426,17 @@ int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t
 	snprintf(key, sizeof(key), STORE_SBX_PREFIX "%s/" STORE_TOMBSTONE, name);
 	r = s3_put(c, key, "removed\n", 8, S3_IF_NONE_MATCH, err, errlen);
 	return r == -EEXIST ? 0 : r;
+}
+
+void store_stats_note_upload(int dfd, int r, const struct store_sync_stats *st)
+{
+	if (r) {
+		store_stats_add(dfd, &(struct store_stats){.upload_errors = 1});
+		return;
+	}
+	store_stats_add(dfd, &(struct store_stats){.uploaded_bytes = st->bytes_sent,
+						   .uploaded_blobs = st->blobs_sent,
+						   .commits = 1,
+						   .generation = st->generation,
+						   .last_commit_ms = realtime_ms()});
 }

@@ -72,6 +72,9 @@ struct store_sync_stats {
 	uint64_t bytes_sent;	/* blob bytes uploaded */
 };
 
+/* This host's counters (lifecycle/store_stats.h) after an upload that returned r. */
+void store_stats_note_upload(int dfd, int r, const struct store_sync_stats *st);
+
 /* Uploads the newest generation of src->chain_dir as generation N+1. -EEXIST: another host
  * committed that generation first; -EIDRM: the sandbox has a tombstone. 0 or -errno + err. */
 int store_upload_generation(struct s3_client *c, const struct store_upload_src *src,

@@ -8,6 +8,7 @@
 #include "common/errmsg.h"
 #include "lifecycle/store/lease.h"
 #include "lifecycle/store/reconnect.h"
+#include "lifecycle/store_stats.h"
 
 int store_take_sandbox(struct s3_client *c, const struct store_config *cfg,
 		       const struct sbx_root *root, const char *name, struct store_lease *other,
@@ -56,6 +57,8 @@ int store_take_sandbox(struct s3_client *c, const struct store_config *cfg,
 					 err, errlen);
 		if (!r)
 			r = store_base_save(dfd, st.generation);
+		if (!r)
+			store_stats_add(dfd, &(struct store_stats){.takeovers = 1});
 		if (r) {
 			char why[256];
 			store_lease_release(c, cfg, &held, why, sizeof(why));

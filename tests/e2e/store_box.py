@@ -225,6 +225,7 @@ def host_b():
     foreground_checks()
     partition_checks()
     race_checks()
+    metrics_checks()
 
 
 HOST_C = dict(ENV, COVE_STATE_DIR="/tmp/hc-state", COVE_RUN_DIR="/tmp/hc-run",
@@ -661,13 +662,78 @@ def race_checks():
     check(rc == 0, f"cove stop fg on {winner}: rc={rc} {err!r}")
 
 
+def prom_samples(text):
+    """{(name, frozenset(labels)): value} of Prometheus text, comments skipped."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r'([a-z_]+)(?:\{(.*)\})? (\S+)', line)
+        check(m is not None, f"cove metrics: a line that is not a sample: {line!r}")
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metrics_checks():
+    """`cove metrics` (issue 30) with host B's sandboxes in every state a host with a store
+    keeps (archived and removed ones live only in the store): s1 running, s3 paused, y crashed
+    (its VMM killed), fg stopped. The file goes to the host, whose Prometheus scrapes it
+    through node-exporter's textfile collector (store_e2e.py)."""
+    for name in ("s1", "s3", "y"):
+        rc, out, err, t = cove("start", name)
+        check(rc == 0, f"cove start {name} for the metrics: rc={rc} {err!r}")
+    rc, out, err, t = cove("pause", "s3")
+    check(rc == 0, f"cove pause s3: rc={rc} {err!r}")
+    with open(os.path.join(STATE, "y", "vmm.lock")) as f:
+        pid = int(f.read().split()[0])
+    os.kill(pid, 9)
+    time.sleep(1)
+    rc, out, err, t = cove("ls", "--json")
+    states = {e["name"]: e["state"] for e in json.loads(out) if e["state"] != "remote"}
+    check(states.get("s1") == "running" and states.get("s3") == "paused" and
+          states.get("y") == "crashed" and states.get("fg") == "stopped",
+          f"host B's sandboxes for the metrics: {states}")
+    rc, out, err, t = cove("metrics", "--out", "/work/out/cove.prom")
+    check(rc == 0, f"cove metrics: rc={rc} {err!r}")
+    text = open("/work/out/cove.prom").read()
+    m = prom_samples(text)
+    want = {}
+    for st in states.values():
+        want[st] = want.get(st, 0) + 1
+    for st in ("creating", "running", "paused", "stopped", "crashed", "archived", "deleted"):
+        got = m.get(("cove_sandboxes", frozenset({("state", st)})))
+        check(got == want.get(st, 0), f"cove_sandboxes{{state={st}}}: {got}, cove ls: {want}")
+
+    def one(name, sbx):
+        return m.get((name, frozenset({("sandbox", sbx)})))
+    rss = one("cove_vmm_resident_bytes", "s1")
+    check(rss and rss > 1 << 20 and one("cove_vmm_resident_bytes", "fg") is None,
+          f"VMM RSS: s1 {rss}, fg {one('cove_vmm_resident_bytes', 'fg')}")
+    check((one("cove_store_fetched_bytes_total", "s1") or 0) > 0,
+          f"s1 was fetched from the store here: {one('cove_store_fetched_bytes_total', 's1')}")
+    check((one("cove_lease_takeovers_total", "y") or 0) >= 1,
+          f"host B took y over: {one('cove_lease_takeovers_total', 'y')}")
+    check((one("cove_store_commits_total", "fg") or 0) >= 1 and
+          one("cove_store_lag_seconds", "fg") is not None,
+          f"fg's commits here: {one('cove_store_commits_total', 'fg')}, "
+          f"lag {one('cove_store_lag_seconds', 'fg')}")
+    OUT["metrics"] = {"states": states, "lines": len(text.splitlines()),
+                      "fetched_s1": one("cove_store_fetched_bytes_total", "s1")}
+    print(f"  cove metrics: {len(text.splitlines())} lines; sandboxes by state {want}; s1's "
+          f"VMM {rss / 2**20:.1f} MiB resident, fetched "
+          f"{one('cove_store_fetched_bytes_total', 's1'):.0f} bytes; y taken over "
+          f"{one('cove_lease_takeovers_total', 'y'):.0f} time(s)", flush=True)
+
+
 def main():
     what = sys.argv[1]
     os.makedirs("/work/out", exist_ok=True)
     try:
         {"a": host_a, "b": host_b, "lease": lease_checks, "fg": foreground_checks,
          "partition": partition_checks,
-         "fgrace": lambda: (foreground_checks(), race_checks())}[what]()
+         "fgrace": lambda: (foreground_checks(), race_checks()),
+         "fgm": lambda: (foreground_checks(), race_checks(), metrics_checks())}[what]()
         ok = True
     except Failure as e:
         print(f"FAIL: host {what}: {e}", flush=True)

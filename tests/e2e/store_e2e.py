@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import s3server  # noqa: E402
+import promcheck  # noqa: E402
 
 COVE = os.path.abspath(os.environ.get("COVE", os.path.join(ROOT, "build", "cli", "cove")))
 PREFIX = "e2e/"
@@ -243,6 +244,23 @@ def rgw_gets(srv):
         return []
 
 
+def metrics_verdict(wb, b):
+    """Host B's `cove metrics` file: promtool accepts it, node-exporter's textfile collector
+    serves it, and Prometheus scrapes it; its series read back through Prometheus' API."""
+    prom = os.path.join(wb, "out-b", "cove.prom")
+    want = {}
+    for st in b["metrics"]["states"].values():
+        want[st] = want.get(st, 0) + 1
+    queries = {f'cove_sandboxes{{state="{st}"}}': float(n) for st, n in want.items()}
+    queries['cove_store_fetched_bytes_total{sandbox="s1"}'] = float(b["metrics"]["fetched_s1"])
+    try:
+        got, took = promcheck.check_file(prom, queries)
+    except promcheck.Failure as e:
+        raise Failure(f"metrics: {e}")
+    print(f"store e2e: host B's cove metrics: promtool ok; Prometheus 2.42 scraped it through "
+          f"node-exporter's textfile collector in {took:.1f} s and answered {got}", flush=True)
+
+
 def partition_verdict(srv, b, relay):
     """Nothing host C wrote after its cut is in any committed generation: every manifest of y
     written under C's lease is at most the generation the store had at the cut, and the next
@@ -266,7 +284,8 @@ def partition_verdict(srv, b, relay):
 
 
 def main():
-    for tool in ("qemu-system-x86_64", "socat", "curl"):
+    for tool in ("qemu-system-x86_64", "socat", "curl", "promtool", "prometheus",
+                 "prometheus-node-exporter"):
         if not shutil.which(tool):
             print(f"FAIL: store e2e needs {tool} (tools/setup installs it)")
             return 1
@@ -333,6 +352,7 @@ def main():
               f"concurrent execs; s2's events there: {b['s2_events']}", flush=True)
         check(len(starts) == 1, f"s2 should have started (restored) once on host B: {starts}")
         partition_verdict(srv, b, relay)
+        metrics_verdict(wb, b)
         print("PASS: store e2e (host A -> store -> host B)")
         return 0
     except (Failure, s3server.Failure, subprocess.CalledProcessError) as e:

@@ -1,0 +1,249 @@
+/*
+ * `cove metrics [--out FILE]`: this host's sandboxes in Prometheus' text exposition format
+ * (version 0.0.4), what prometheus-node-exporter's textfile collector reads. Local files only:
+ * no store traffic, so a cron job can run it every few seconds. --out writes FILE atomically
+ * (a temporary file beside it, then rename), as the textfile collector asks.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/clock.h"
+#include "lifecycle/launch.h"
+#include "lifecycle/name.h"
+#include "lifecycle/root.h"
+#include "lifecycle/state.h"
+#include "lifecycle/store_stats.h"
+#include "lifecycle/vmm_args.h"
+
+#define MAX_SANDBOXES 65536
+
+struct row {
+	char name[SBX_NAME_MAX + 1];
+	enum sbx_state state;
+	int64_t rss_bytes;	/* -1: no VMM */
+	int64_t snapshot_age_s; /* -1: no snapshot */
+	struct store_stats st;
+};
+
+/* The VMM's resident set (VmRSS of /proc/PID/status), or -1. */
+static int64_t vmm_rss(int dfd)
+{
+	pid_t pid = sbx_vmm_pid(dfd);
+	if (pid <= 0)
+		return -1;
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	long long kb = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+static int64_t snapshot_age(int dfd, int64_t now_ms)
+{
+	struct stat st;
+	if (fstatat(dfd, SBX_CHAIN "/chain.json", &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -1;
+	int64_t t = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+	return now_ms > t ? (now_ms - t) / 1000 : 0;
+}
+
+static int collect(struct row **rows_out, size_t *n_out, int64_t now_ms)
+{
+	struct sbx_root r;
+	struct row *rows = NULL;
+	size_t n = 0, cap = 0;
+	*rows_out = NULL;
+	*n_out = 0;
+	if (sbx_root_open(&r, false, NULL, 0))
+		return 0; /* no state root: no sandboxes */
+	int fd = dup(r.dfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	int ret = 0;
+	while (d && (e = readdir(d))) {
+		if (sbx_name_check(e->d_name, NULL, 0))
+			continue;
+		int sfd = sbx_dir_open(&r, e->d_name, false, NULL, 0);
+		if (sfd < 0)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 16;
+			struct row *nr =
+			    nc <= MAX_SANDBOXES ? realloc(rows, nc * sizeof(*rows)) : NULL;
+			if (!nr) {
+				close(sfd);
+				ret = -ENOMEM;
+				break;
+			}
+			rows = nr;
+			cap = nc;
+		}
+		struct row *w = &rows[n];
+		memset(w, 0, sizeof(*w));
+		memcpy(w->name, e->d_name, strnlen(e->d_name, SBX_NAME_MAX)); /* checked above */
+		if (sbx_state_read(sfd, &w->state, NULL) == 0) {
+			w->rss_bytes = vmm_rss(sfd);
+			w->snapshot_age_s = snapshot_age(sfd, now_ms);
+			store_stats_load(sfd, &w->st);
+			n++;
+		}
+		close(sfd);
+	}
+	if (d)
+		closedir(d);
+	else if (fd >= 0)
+		close(fd);
+	sbx_root_close(&r);
+	*rows_out = rows;
+	*n_out = n;
+	return ret;
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One series per sandbox of the counter at `off` in struct store_stats. */
+static void counter(FILE *f, const struct row *rows, size_t n, const char *name, size_t off,
+		    const char *help)
+{
+	head(f, name, "counter", help);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s{sandbox=\"%s\"} %llu\n", name, rows[i].name,
+			(unsigned long long)*(const uint64_t *)((const char *)&rows[i].st + off));
+}
+
+static void emit(FILE *f, const struct row *rows, size_t n, int64_t now_ms)
+{
+	head(f, "cove_sandboxes", "gauge", "Sandboxes on this host by state.");
+	for (int s = SBX_CREATING; s <= SBX_DELETED; s++) {
+		size_t c = 0;
+		for (size_t i = 0; i < n; i++)
+			c += rows[i].state == (enum sbx_state)s;
+		fprintf(f, "cove_sandboxes{state=\"%s\"} %zu\n", sbx_state_name((enum sbx_state)s),
+			c);
+	}
+	head(f, "cove_sandbox_info", "gauge", "1 for each sandbox, labelled with its state.");
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "cove_sandbox_info{sandbox=\"%s\",state=\"%s\"} 1\n", rows[i].name,
+			sbx_state_name(rows[i].state));
+	head(f, "cove_vmm_resident_bytes", "gauge",
+	     "Resident set size of the sandbox's VMM process (running or paused sandboxes).");
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].rss_bytes >= 0)
+			fprintf(f, "cove_vmm_resident_bytes{sandbox=\"%s\"} %lld\n", rows[i].name,
+				(long long)rows[i].rss_bytes);
+	head(f, "cove_snapshot_age_seconds", "gauge",
+	     "Seconds since the sandbox's newest committed snapshot layer.");
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].snapshot_age_s >= 0)
+			fprintf(f, "cove_snapshot_age_seconds{sandbox=\"%s\"} %lld\n", rows[i].name,
+				(long long)rows[i].snapshot_age_s);
+	head(f, "cove_store_lag_seconds", "gauge",
+	     "Seconds since this host last committed a generation of the sandbox to the store.");
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].st.last_commit_ms > 0)
+			fprintf(f, "cove_store_lag_seconds{sandbox=\"%s\"} %lld\n", rows[i].name,
+				(long long)(now_ms > rows[i].st.last_commit_ms
+						? (now_ms - rows[i].st.last_commit_ms) / 1000
+						: 0));
+	head(f, "cove_store_generation", "gauge",
+	     "The newest generation of the sandbox this host committed to the store.");
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].st.generation)
+			fprintf(f, "cove_store_generation{sandbox=\"%s\"} %llu\n", rows[i].name,
+				(unsigned long long)rows[i].st.generation);
+#define C(name, field, help) counter(f, rows, n, name, offsetof(struct store_stats, field), help)
+	C("cove_store_uploaded_bytes_total", uploaded_bytes,
+	  "Blob bytes this host uploaded to the store for the sandbox.");
+	C("cove_store_uploaded_blobs_total", uploaded_blobs,
+	  "Blobs this host uploaded to the store for the sandbox.");
+	C("cove_store_commits_total", commits, "Generations this host committed for the sandbox.");
+	C("cove_store_upload_errors_total", upload_errors,
+	  "Uploads of a generation that failed or were refused (then tried again).");
+	C("cove_store_fetched_bytes_total", fetched_bytes,
+	  "Blob bytes this host fetched from the store for the sandbox.");
+	C("cove_store_fetch_errors_total", fetch_errors,
+	  "Fetches of a generation from the store that failed.");
+	C("cove_lease_renewals_total", renewals, "Lease renewals that succeeded.");
+	C("cove_lease_renewal_failures_total", renewal_failures,
+	  "Lease renewals that failed (the store out of reach, or the lease moved on).");
+	C("cove_lease_takeovers_total", takeovers,
+	  "Times this host took the sandbox's lease over from another host.");
+	C("cove_lease_lost_total", leases_lost,
+	  "Times this host's lease moved to another host while its VM ran (the VM was ended).");
+#undef C
+}
+
+int cmd_metrics(int argc, char **argv)
+{
+	const char *out = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+			out = argv[++i];
+		} else {
+			bool help = !strcmp(argv[i], "--help");
+			fprintf(
+			    help ? stdout : stderr,
+			    "usage: cove metrics [--out FILE]\n"
+			    "  this host's sandboxes in Prometheus text format (node-exporter's "
+			    "textfile collector: --out DIR/cove.prom, written atomically)\n");
+			return help ? 0 : 2;
+		}
+	}
+	int64_t now = realtime_ms();
+	struct row *rows;
+	size_t n;
+	if (collect(&rows, &n, now)) {
+		fprintf(stderr, "cove metrics: out of memory\n");
+		free(rows);
+		return 1;
+	}
+	char tmp[4200];
+	FILE *f = stdout;
+	if (out) {
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", out, (int)getpid()) >=
+		    sizeof(tmp)) {
+			fprintf(stderr, "cove metrics: --out path too long\n");
+			free(rows);
+			return 2;
+		}
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		f = fd >= 0 ? fdopen(fd, "w") : NULL;
+		if (!f) {
+			fprintf(stderr, "cove metrics: %s: %s\n", tmp, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			free(rows);
+			return 1;
+		}
+	}
+	emit(f, rows, n, now);
+	free(rows);
+	if (!out)
+		return fflush(stdout) ? 1 : 0;
+	int bad = ferror(f) | fflush(f) | fsync(fileno(f));
+	bad |= fclose(f);
+	if (bad || rename(tmp, out) < 0) {
+		fprintf(stderr, "cove metrics: %s: %s\n", out, strerror(errno));
+		unlink(tmp);
+		return 1;
+	}
+	return 0;
+}
