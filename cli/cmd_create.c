@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/create_from.h"
 #include "cli/sandbox_up.h"
+#include "cli/store_reconnect.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
 #include "sandbox/event_log.h"
@@ -388,7 +389,7 @@ int cmd_create(int argc, char **argv)
 			name, err, r.state, name, name);
 		goto out;
 	}
-	sbx_gc(&r, false, true); /* deadlines of other sandboxes, in passing */
+	sbx_gc(&r, false, true, store_gc_hooks()); /* deadlines of other sandboxes, in passing */
 	printf("%s: running (kernel %s, %s %s%s)\n", name, s->kernel,
 	       s->initrd[0] ? "initramfs" : "root image",
 	       s->initrd[0] ? s->initrd : s->disks[0].path,

@@ -446,7 +446,7 @@ int cmd_gc(int argc, char **argv)
 	}
 	if (sbx_root_open(&r, false, err, sizeof(err)))
 		return 0; /* no sandboxes: nothing due */
-	failed = sbx_gc(&r, dry, false);
+	failed = sbx_gc(&r, dry, false, store_gc_hooks());
 	sbx_root_close(&r);
 	return failed ? 1 : 0;
 }

@@ -171,7 +171,7 @@ int cmd_ls(int argc, char **argv)
 		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 	}
 	if (sbx_root_open(&r, false, err, sizeof(err)) == 0) {
-		sbx_gc(&r, false, true); /* deadlines, in passing: ls shows what is left */
+		sbx_gc(&r, false, true, store_gc_hooks()); /* deadlines, in passing: ls shows what is left */
 		fd = dup(r.dfd);
 		d = fd >= 0 ? fdopendir(fd) : NULL;
 		if (d)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/sandbox_up.h"
+#include "cli/store_reconnect.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
 #include "lifecycle/clone.h"
@@ -105,7 +106,7 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts)
 		status = SBX_EXIT_START;
 		goto out;
 	}
-	sbx_gc(&r, false, true); /* deadlines of other sandboxes, in passing */
+	sbx_gc(&r, false, true, store_gc_hooks()); /* deadlines of other sandboxes, in passing */
 	printf("%s: running (from template %s: %llu files shared, %llu copied)\n", name, tpl,
 	       (unsigned long long)st.linked, (unsigned long long)st.copied);
 	status = 0;

@@ -34,6 +34,9 @@ static void usage(FILE *out)
 		"       cove store held NAME [--config FILE]\n"
 		"  held: before a paused NAME resumes here: exit 75 and one JSON line when this "
 		"host's lease is in doubt (its keeper paused it; no store traffic)\n"
+		"       cove store owner NAME [--config FILE]\n"
+		"  owner: before cove gc archives or deletes NAME: exit 75 and one JSON line when "
+		"another host holds its lease or ran it since this host\n"
 		"  tombstone: NAME is removed for every host (cove rm writes it first)\n"
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
 		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
@@ -87,7 +90,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
 	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
 	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release") &&
-	    strcmp(argv[1], "held")) {
+	    strcmp(argv[1], "held") && strcmp(argv[1], "owner")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;

@@ -1,5 +1,6 @@
 /* cove exec/start/... of a sandbox only the store has: cove-store pulls it first. */
 #include "cli/store_reconnect.h"
+#include "lifecycle/gc.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -86,6 +87,24 @@ int store_try_take(const char *name)
 int store_try_held(const char *name)
 {
 	return store_run("held", name);
+}
+
+static int gc_may_collect(const char *name)
+{
+	int r = store_run("owner", name);
+	return r < 0 ? 0 : r;
+}
+
+static void gc_deleted(const char *name)
+{
+	store_try_tombstone(name);
+}
+
+const struct sbx_gc_hooks *store_gc_hooks(void)
+{
+	static const struct sbx_gc_hooks hooks = {.may_collect = gc_may_collect,
+						  .deleted = gc_deleted};
+	return store_is_configured() ? &hooks : NULL;
 }
 
 int store_try_release(const char *name)

@@ -20,6 +20,10 @@ int store_try_tombstone(const char *name);
 int store_try_take(const char *name);
 /* Before a paused sandbox resumes: 0, 75 when this host's lease is in doubt, -1 without a store. */
 int store_try_held(const char *name);
+/* cove gc's hooks with a store (lifecycle/gc.h): only what this host owns; deletes leave the
+ * store's tombstone. NULL without a store. */
+struct sbx_gc_hooks;
+const struct sbx_gc_hooks *store_gc_hooks(void);
 /* `cove-store release NAME` after the final commit: 0 (or -1: no store). */
 int store_try_release(const char *name);
 /* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "lifecycle/root.h"
+#include "lifecycle/state.h"
 #include "lifecycle/store/catalog.h"
 #include "lifecycle/store/gc.h"
 #include "lifecycle/store/lease.h"
@@ -44,6 +45,12 @@ static int pause_vm(void *arg, bool paused)
 	/* In its event log too: cove ls shows it paused, and a cove exec here does not resume it
 	 * (store_check_held) while the lease is in doubt. */
 	int dfd = r ? -1 : sbx_dir_open(p->root, p->name, false, err, sizeof(err));
+	enum sbx_state st;
+	/* A resume records one only after a recorded pause (a pause the API refused has none). */
+	if (dfd >= 0 && !paused && (sbx_state_read(dfd, &st, NULL) || st != SBX_PAUSED)) {
+		close(dfd);
+		dfd = -1;
+	}
 	if (dfd >= 0) {
 		sbx_event_append(dfd, paused ? "running" : "paused", paused ? "paused" : "running",
 				 paused ? "lease in doubt: the store did not answer its renewal"
@@ -57,15 +64,16 @@ int store_sandbox_cmd(int argc, char **argv)
 {
 	bool push = !strcmp(argv[0], "push"), tomb = !strcmp(argv[0], "tombstone"),
 	     follow = !strcmp(argv[0], "follow"), take = !strcmp(argv[0], "take"),
-	     release = !strcmp(argv[0], "release"), held = !strcmp(argv[0], "held");
+	     release = !strcmp(argv[0], "release"), held = !strcmp(argv[0], "held"),
+	     owner = !strcmp(argv[0], "owner");
 	const char *config = NULL, *name = NULL;
 	uint64_t gen = 0;
 	for (int i = 1; i < argc; i++) {
 		char *end;
 		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
 			config = argv[++i];
-		} else if (!push && !take && !release && !held && !strcmp(argv[i], "--gen") &&
-			   i + 1 < argc) {
+		} else if (!push && !take && !release && !held && !owner &&
+			   !strcmp(argv[i], "--gen") && i + 1 < argc) {
 			gen = strtoull(argv[++i], &end, 10);
 			if (*end || !gen) {
 				fprintf(stderr, "cove store pull: --gen wants a generation >= 1\n");
@@ -100,8 +108,8 @@ int store_sandbox_cmd(int argc, char **argv)
 		r = s3_client_new(cfg, &sandbox_opts, &c, err, sizeof(err));
 	/* The state root: push reads it, pull makes it; tombstone needs none. */
 	if (!r && !tomb)
-		r = sbx_root_open(&root, !push && !follow && !take && !release && !held, err,
-				  sizeof(err));
+		r = sbx_root_open(&root, !push && !follow && !take && !release && !held && !owner,
+				  err, sizeof(err));
 	struct vm_pauser pz = {.root = &root, .name = name};
 	struct store_follow_hooks hooks = {.set_paused = pause_vm, .arg = &pz};
 	struct store_lease other = {0};
@@ -128,6 +136,27 @@ int store_sandbox_cmd(int argc, char **argv)
 		if (r && r != STORE_EXIT_HELD)
 			log_err(&log, "%s", err[0] ? err : strerror(-r));
 		return r == STORE_EXIT_HELD ? r : r ? 1 : 0;
+	}
+	if (!r && owner) {
+		r = store_check_owner(c, cfg, &root, name, &mine, err, sizeof(err));
+		if (r == -EBUSY) {
+			json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:I,s:i}", "error", "not-owner",
+					      "sandbox", name, "host", mine.host, "expires_ms",
+					      (json_int_t)mine.expires_ms, "epoch",
+					      (json_int_t)mine.epoch, "exit", STORE_EXIT_HELD);
+			char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+			fprintf(stderr, "%s\n", text ? text : "{\"error\":\"not-owner\"}");
+			free(text);
+			json_decref(j);
+			log_err(&log, "%s", err);
+		} else if (r) {
+			log_err(&log, "%s", err[0] ? err : strerror(-r));
+		}
+		sbx_root_close(&root);
+		s3_client_free(c);
+		store_config_wipe(cfg);
+		free(cfg);
+		return r == -EBUSY ? STORE_EXIT_HELD : r ? 1 : 0;
 	}
 	if (!r)
 		r = tomb      ? store_put_tombstone(c, name, err, sizeof(err))

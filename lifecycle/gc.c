@@ -67,7 +67,8 @@ int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *
 }
 
 /* One sandbox: under its start lock, so no command starts it while it is archived or deleted. */
-static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool quiet)
+static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool quiet,
+		  const struct sbx_gc_hooks *h)
 {
 	struct sbx_spec *s = calloc(1, sizeof(*s));
 	struct sbx_archive_stats as;
@@ -88,6 +89,15 @@ static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool
 	a = sbx_gc_due(st, ev.time_ms ? ev.time_ms : s->created_ms, realtime_ms(), s);
 	if (a == SBX_GC_NONE)
 		goto out;
+	/* Another host took it since this host last ran it: its copy here is not the record. */
+	if (h && h->may_collect && h->may_collect(name)) {
+		if (!quiet || dry_run)
+			printf(
+			    "cove gc: %s: due to %s, but this host does not own it (above): left "
+			    "alone\n",
+			    name, a == SBX_GC_DELETE ? "be deleted" : "be archived");
+		goto out;
+	}
 	if (!quiet || dry_run)
 		printf("cove gc: %s: %s%s (%s for %.1f h)\n", name, dry_run ? "would " : "",
 		       a == SBX_GC_DELETE ? "delete" : "archive", sbx_state_name(st),
@@ -108,6 +118,8 @@ static int gc_one(const struct sbx_root *r, const char *name, bool dry_run, bool
 		lk = -1;
 		ret = sbx_remove(r, name, dfd, sbx_state_name(st), why);
 		dfd = -1;
+		if (!ret && h && h->deleted)
+			h->deleted(name);
 		if (ret)
 			fprintf(stderr, "cove gc: %s: %s\n", name, strerror(-ret));
 	}
@@ -120,7 +132,7 @@ out:
 	return ret ? 1 : 0;
 }
 
-int sbx_gc(const struct sbx_root *r, bool dry_run, bool quiet)
+int sbx_gc(const struct sbx_root *r, bool dry_run, bool quiet, const struct sbx_gc_hooks *hooks)
 {
 	int fd = dup(r->dfd), failed = 0;
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -135,7 +147,7 @@ int sbx_gc(const struct sbx_root *r, bool dry_run, bool quiet)
 	    d); /* the dup shares its offset with r->dfd: an earlier pass left it at the end */
 	while ((e = readdir(d)))
 		if (!sbx_name_check(e->d_name, NULL, 0))
-			failed += gc_one(r, e->d_name, dry_run, quiet);
+			failed += gc_one(r, e->d_name, dry_run, quiet, hooks);
 	closedir(d);
 	return failed;
 }

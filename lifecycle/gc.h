@@ -28,9 +28,19 @@ enum sbx_gc_action sbx_gc_due(enum sbx_state state, int64_t since_ms, int64_t no
 int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *from,
 	       const char *why);
 
+/*
+ * With a store, what the caller decides (the layers above own the store): may_collect answers
+ * 0 when this host may archive or delete NAME (it holds its lease, or was its last owner),
+ * else non-zero and NAME is left alone; deleted follows a delete (the store's tombstone).
+ */
+struct sbx_gc_hooks {
+	int (*may_collect)(const char *name);
+	void (*deleted)(const char *name);
+};
+
 /* Applies every due deadline under the root, and ends the cove-broker of every sandbox whose
  * VM does not run (stopped, crashed, archived); prints one line per action unless quiet.
- * Returns how many actions failed. */
-int sbx_gc(const struct sbx_root *r, bool dry_run, bool quiet);
+ * hooks may be NULL (no store). Returns how many actions failed. */
+int sbx_gc(const struct sbx_root *r, bool dry_run, bool quiet, const struct sbx_gc_hooks *hooks);
 
 #endif

@@ -44,7 +44,10 @@ static void *keeper_main(void *arg)
 	char why[512];
 	do {
 		int64_t now = realtime_ms();
-		if (now - last_ok >= ttl / 3 || atomic_load(&k->paused)) {
+		/* Every third of the time to live, counted from the last renewal or from when the
+		 * lease was written (a start may hand it over a while after taking it). */
+		if (now - last_ok >= ttl / 3 || now >= k->held.expires_ms - 2 * ttl / 3 ||
+		    atomic_load(&k->paused)) {
 			struct store_lease next = k->held;
 			int r = store_lease_renew(k->c, k->cfg, &next, now, why, sizeof(why));
 			store_stats_add(k->dfd, &(struct store_stats){.renewals = !r,

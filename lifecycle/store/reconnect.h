@@ -72,6 +72,14 @@ int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
  * (clock skew + 3 s) left at now_ms; -EBUSY with *held (this host's record) when the lease is in
  * doubt, i.e. its keeper paused the VM, or released or lost it: only the keeper resumes it.
  */
+/*
+ * Before cove gc archives or deletes `name` here: 0 when this host owns it (holds its lease,
+ * or was the last to hold and release it, or nobody ever leased it); -EBUSY with *cur (the
+ * store's lease) when another host holds it or ran it since.
+ */
+int store_check_owner(struct s3_client *c, const struct store_config *cfg,
+		      const struct sbx_root *root, const char *name, struct store_lease *cur,
+		      char *err, size_t errlen);
 int store_check_held(const struct store_config *cfg, const struct sbx_root *root, const char *name,
 		     int64_t now_ms, struct store_lease *held, char *err, size_t errlen);
 /* Releases the lease this host holds on `name` (after its final commit). 0 when none held. */

@@ -1,5 +1,6 @@
 /* Taking a sandbox's lease before it starts here, and releasing it after (reconnect.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,4 +113,35 @@ int store_check_held(const struct store_config *cfg, const struct sbx_root *root
 	    : held->expires_ms > now_ms	       ? "not renewed in time"
 					       : "expired",
 	    (unsigned long long)held->epoch);
+}
+
+int store_check_owner(struct s3_client *c, const struct store_config *cfg,
+		      const struct sbx_root *root, const char *name, struct store_lease *cur,
+		      char *err, size_t errlen)
+{
+	struct store_lease mine;
+	int dfd = sbx_dir_open(root, name, false, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	bool had = store_lease_load(dfd, &mine) == 0;
+	close(dfd);
+	int r = store_lease_read(c, cfg, name, cur, err, errlen);
+	if (r == -ENOENT)
+		return 0; /* never leased: the copy here is all there is */
+	if (r)
+		return r;
+	if (!strcmp(cur->host, cfg->host_id))
+		return 0;
+	/* Released at the epoch this host held: this host released it, nobody took it since. */
+	if (!cur->host[0] && had && mine.epoch == cur->epoch)
+		return 0;
+	if (cur->host[0])
+		return errmsg(err, errlen, -EBUSY,
+			      "sandbox %s: host %s holds its lease (epoch %llu)", name, cur->host,
+			      (unsigned long long)cur->epoch);
+	return errmsg(
+	    err, errlen, -EBUSY,
+	    "sandbox %s: another host ran it since this host did (the store's lease is at "
+	    "epoch %llu, this host's at %llu)",
+	    name, (unsigned long long)cur->epoch, had ? (unsigned long long)mine.epoch : 0ULL);
 }

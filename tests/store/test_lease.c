@@ -3,6 +3,7 @@
  * conditional create and If-Match replace decide every race; no mock.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,12 +13,16 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
 #include <libxml/parser.h>
 
+#include "lifecycle/root.h"
 #include "lifecycle/store/lease.h"
+#include "lifecycle/store/reconnect.h"
+#include "lifecycle/tree.h"
 #include "lifecycle/store/s3.h"
 #include "lifecycle/store/store_config.h"
 
@@ -256,6 +261,80 @@ static void test_race_released(void **state)
 	}
 }
 
+/* A state root of its own for host `who` (COVE_STATE_DIR), holding an empty sandbox name. */
+static void host_root(struct sbx_root *r, const char *who, const char *name)
+{
+	char dir[128], run[128];
+	snprintf(dir, sizeof(dir), "/tmp/cove-owner-%s-%d", who, (int)getpid());
+	snprintf(run, sizeof(run), "/tmp/cove-owner-%s-%d-run", who, (int)getpid());
+	setenv("COVE_STATE_DIR", dir, 1);
+	setenv("COVE_RUN_DIR", run, 1);
+	char err[256];
+	if (sbx_root_open(r, true, err, sizeof(err)))
+		fail_msg("root: %s", err);
+	int dfd = sbx_dir_open(r, name, true, err, sizeof(err));
+	if (dfd < 0)
+		fail_msg("sandbox dir: %s", err);
+	close(dfd);
+}
+
+static int owner(struct fx *f, struct s3_client *c, const struct store_config *cfg,
+		 const struct sbx_root *r)
+{
+	struct store_lease cur;
+	return store_check_owner(c, cfg, r, f->name, &cur, f->err, sizeof(f->err));
+}
+
+static void record(const struct sbx_root *r, const char *name, const struct store_lease *l)
+{
+	int dfd = sbx_dir_open(r, name, false, NULL, 0);
+	assert_true(dfd >= 0);
+	assert_int_equal(store_lease_save(dfd, l), 0);
+	close(dfd);
+}
+
+/*
+ * cove gc's question (issue 30): may this host archive or delete its copy? Only while it holds
+ * the lease or was the last to hold and release it; a host another one ran it after may not.
+ */
+static void test_owner(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_root ra, rb;
+	host_root(&ra, "a", f->name);
+	host_root(&rb, "b", f->name);
+	struct store_lease ha, hb, other;
+	/* Never leased: each copy is all there is. */
+	assert_int_equal(owner(f, f->ca, &f->a, &ra), 0);
+	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), &ha, &other, f->err,
+					  sizeof(f->err)),
+			 0);
+	record(&ra, f->name, &ha);
+	assert_int_equal(owner(f, f->ca, &f->a, &ra), 0);
+	assert_int_equal(owner(f, f->cb, &f->b, &rb), -EBUSY);
+	assert_non_null(strstr(f->err, "host-a holds its lease"));
+	assert_int_equal(store_lease_release(f->ca, &f->a, &ha, f->err, sizeof(f->err)), 0);
+	record(&ra, f->name, &ha);
+	assert_int_equal(owner(f, f->ca, &f->a, &ra), 0); /* A released it last */
+	assert_int_equal(owner(f, f->cb, &f->b, &rb), -EBUSY);
+	/* B runs it (epoch 2) and releases it: now A's copy is the stale one. */
+	assert_int_equal(store_lease_take(f->cb, &f->b, f->name, 1, now_ms(), &hb, &other, f->err,
+					  sizeof(f->err)),
+			 0);
+	assert_int_equal(store_lease_release(f->cb, &f->b, &hb, f->err, sizeof(f->err)), 0);
+	record(&rb, f->name, &hb);
+	assert_int_equal(owner(f, f->cb, &f->b, &rb), 0);
+	assert_int_equal(owner(f, f->ca, &f->a, &ra), -EBUSY);
+	assert_non_null(strstr(f->err, "another host ran it since"));
+	sbx_tree_remove(ra.dfd, f->name);
+	sbx_tree_remove(rb.dfd, f->name);
+	char cmd[4 * PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s %s", ra.state, ra.run, rb.state, rb.run);
+	sbx_root_close(&ra);
+	sbx_root_close(&rb);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* A lease written under another fleet key is refused, naming the MAC. */
 static void test_foreign_lease(void **state)
 {
@@ -281,6 +360,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_expired_takeover, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_race, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_race_released, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_owner, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreign_lease, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);

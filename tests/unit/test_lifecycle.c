@@ -636,10 +636,10 @@ static void test_gc_applies(void **state)
 	int del = fake_stopped(f, "del", 0, 1);
 
 	usleep(20 * 1000);
-	assert_int_equal(sbx_gc(&f->root, true, true), 0); /* dry run: nothing changes */
+	assert_int_equal(sbx_gc(&f->root, true, true, NULL), 0); /* dry run: nothing changes */
 	assert_int_equal(sbx_state_read(arch, &st, NULL), 0);
 	assert_int_equal(st, SBX_STOPPED);
-	assert_int_equal(sbx_gc(&f->root, false, true), 0);
+	assert_int_equal(sbx_gc(&f->root, false, true, NULL), 0);
 	assert_int_equal(sbx_state_read(keep, &st, NULL), 0);
 	assert_int_equal(st, SBX_STOPPED);
 	assert_int_equal(sbx_state_read(arch, &st, NULL), 0);
