@@ -319,7 +319,7 @@ def lease_checks():
         OUT["held"] = held
         print(f"  host C, while host B runs x ({when}): exit 75, {err.strip()}", flush=True)
         if when.startswith("before"):
-            gens_disk(30)
+            gens_disk(int(os.environ.get("STORE_BOX_GENS", "30")))
     rc, out, err, t = cove("exec", "x", "--", "cat", "/ram/n")
     check(rc == 0, f"x on host B: rc={rc} {err!r}")
     n_kill = int(out.strip())
@@ -328,12 +328,17 @@ def lease_checks():
     victims = set(descendants(waiter)) if waiter > 0 else set()
     victims |= set(procs_of(lambda a: len(a) > 2 and a[0].endswith("cove-store") and
                             a[1] == "follow" and a[2] == "x"))
+    try:
+        expires_ms = json.load(open(os.path.join(STATE, "x", "store-lease.json")))["expires_ms"]
+    except (OSError, ValueError, KeyError):
+        expires_ms = 0
     for p in victims:
         try:
             os.kill(p, 9)
         except ProcessLookupError:
             pass
     t_kill = time.monotonic()
+    wall_kill = time.time()
     time.sleep(0.5)
     shutil.rmtree(os.path.join(STATE, "x"), ignore_errors=True)
     g_kill = newest("x")  # host B's follower is dead: nothing commits x now
@@ -367,7 +372,11 @@ def lease_checks():
           f"host C did not restore x's newest generation {g_kill}: {why}")
     check(newest("x") > g_kill, f"host C's takeover committed no generation after {g_kill}")
     check(0 <= lost, f"x restored on host C has counter {n_after}, above {n_kill} at the kill")
+    # The lease B's keeper last wrote expired this long after the kill (+ the allowed skew).
+    expiry_s = max(0.0, expires_ms / 1000 - wall_kill) if expires_ms else None
     OUT["takeover"] = {"after_kill_s": round(took, 1), "refused_first": refusals,
+                       "lease_expiry_after_kill_s": None if expiry_s is None else
+                       round(expiry_s, 1),
                        "counter_at_kill": n_kill, "counter_restored": n_after,
                        "work_lost_s": lost, "interval_s": 3}
     print(f"  host C took x over {took:.1f} s after the kill ({refusals} refusals while the "
