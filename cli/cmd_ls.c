@@ -155,15 +155,20 @@ static void print_row(json_t *j)
 	       lag);
 }
 
+static int add_one(const char *name, int dfd, void *arg)
+{
+	json_t *j = describe(dfd, name);
+	if (j)
+		json_array_append_new(arg, j);
+	return 0;
+}
+
 int cmd_ls(int argc, char **argv)
 {
 	bool as_json = argc == 2 && !strcmp(argv[1], "--json");
 	struct sbx_root r;
 	json_t *all = json_array();
 	char err[512];
-	struct dirent *e;
-	DIR *d;
-	int fd;
 
 	if (argc > 2 || (argc == 2 && !as_json)) {
 		fprintf(stderr, "usage: cove ls [--json]\n");
@@ -171,26 +176,9 @@ int cmd_ls(int argc, char **argv)
 		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 	}
 	if (sbx_root_open(&r, false, err, sizeof(err)) == 0) {
-		sbx_gc(&r, false, true, store_gc_hooks()); /* deadlines, in passing: ls shows what is left */
-		fd = dup(r.dfd);
-		d = fd >= 0 ? fdopendir(fd) : NULL;
-		if (d)
-			rewinddir(d); /* the dup shares its offset with r.dfd, which gc just read */
-		while (d && (e = readdir(d))) {
-			if (sbx_name_check(e->d_name, NULL, 0))
-				continue;
-			int sfd = sbx_dir_open(&r, e->d_name, false, NULL, 0);
-
-			if (sfd < 0)
-				continue;
-			json_t *j = describe(sfd, e->d_name);
-
-			close(sfd);
-			if (j)
-				json_array_append_new(all, j);
-		}
-		if (d)
-			closedir(d);
+		/* deadlines, in passing: ls shows what is left */
+		sbx_gc(&r, false, true, store_gc_hooks());
+		sbx_root_each(&r, add_one, all);
 		sbx_root_close(&r);
 	}
 	merge_store(all);

@@ -26,11 +26,26 @@
 
 #define MAX_SANDBOXES 65536
 
+/* The per-sandbox gauges, in struct row's gauge[] order; a value < 0 is not emitted. */
+enum { G_RSS, G_SNAPSHOT_AGE, G_STORE_LAG, G_STORE_GEN, G_COUNT };
+static const struct {
+	const char *name, *help;
+} gauges[G_COUNT] = {
+    [G_RSS] = {"cove_vmm_resident_bytes",
+	       "Resident set size of the sandbox's VMM process (running or paused sandboxes)."},
+    [G_SNAPSHOT_AGE] = {"cove_snapshot_age_seconds",
+			"Seconds since the sandbox's newest committed snapshot layer."},
+    [G_STORE_LAG] = {"cove_store_lag_seconds",
+		     "Seconds since this host last committed a generation of the sandbox to the "
+		     "store."},
+    [G_STORE_GEN] = {"cove_store_generation",
+		     "The newest generation of the sandbox this host committed to the store."},
+};
+
 struct row {
 	char name[SBX_NAME_MAX + 1];
 	enum sbx_state state;
-	int64_t rss_bytes;	/* -1: no VMM */
-	int64_t snapshot_age_s; /* -1: no snapshot */
+	int64_t gauge[G_COUNT];
 	struct store_stats st;
 };
 
@@ -62,55 +77,48 @@ static int64_t snapshot_age(int dfd, int64_t now_ms)
 	return now_ms > t ? (now_ms - t) / 1000 : 0;
 }
 
-static int collect(struct row **rows_out, size_t *n_out, int64_t now_ms)
+struct rows {
+	struct row *v;
+	size_t n, cap;
+	int64_t now_ms;
+};
+
+static int add_row(const char *name, int sfd, void *arg)
+{
+	struct rows *rs = arg;
+	if (rs->n == rs->cap) {
+		size_t nc = rs->cap ? rs->cap * 2 : 16;
+		struct row *nr = nc <= MAX_SANDBOXES ? realloc(rs->v, nc * sizeof(*nr)) : NULL;
+		if (!nr)
+			return -ENOMEM;
+		rs->v = nr;
+		rs->cap = nc;
+	}
+	struct row *w = &rs->v[rs->n];
+	memset(w, 0, sizeof(*w));
+	memcpy(w->name, name, strnlen(name, SBX_NAME_MAX)); /* a checked name */
+	if (sbx_state_read(sfd, &w->state, NULL))
+		return 0; /* not a sandbox cove made (no event log): not listed */
+	store_stats_load(sfd, &w->st);
+	int64_t now = rs->now_ms;
+	w->gauge[G_RSS] = vmm_rss(sfd);
+	w->gauge[G_SNAPSHOT_AGE] = snapshot_age(sfd, now);
+	w->gauge[G_STORE_LAG] = w->st.last_commit_ms <= 0    ? -1
+				: now > w->st.last_commit_ms ? (now - w->st.last_commit_ms) / 1000
+							     : 0;
+	w->gauge[G_STORE_GEN] = w->st.generation ? (int64_t)w->st.generation : -1;
+	rs->n++;
+	return 0;
+}
+
+/* Every sandbox under the state root (none without one). 0 or -ENOMEM. */
+static int collect(struct rows *rs)
 {
 	struct sbx_root r;
-	struct row *rows = NULL;
-	size_t n = 0, cap = 0;
-	*rows_out = NULL;
-	*n_out = 0;
 	if (sbx_root_open(&r, false, NULL, 0))
-		return 0; /* no state root: no sandboxes */
-	int fd = dup(r.dfd);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
-	int ret = 0;
-	while (d && (e = readdir(d))) {
-		if (sbx_name_check(e->d_name, NULL, 0))
-			continue;
-		int sfd = sbx_dir_open(&r, e->d_name, false, NULL, 0);
-		if (sfd < 0)
-			continue;
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 16;
-			struct row *nr =
-			    nc <= MAX_SANDBOXES ? realloc(rows, nc * sizeof(*rows)) : NULL;
-			if (!nr) {
-				close(sfd);
-				ret = -ENOMEM;
-				break;
-			}
-			rows = nr;
-			cap = nc;
-		}
-		struct row *w = &rows[n];
-		memset(w, 0, sizeof(*w));
-		memcpy(w->name, e->d_name, strnlen(e->d_name, SBX_NAME_MAX)); /* checked above */
-		if (sbx_state_read(sfd, &w->state, NULL) == 0) {
-			w->rss_bytes = vmm_rss(sfd);
-			w->snapshot_age_s = snapshot_age(sfd, now_ms);
-			store_stats_load(sfd, &w->st);
-			n++;
-		}
-		close(sfd);
-	}
-	if (d)
-		closedir(d);
-	else if (fd >= 0)
-		close(fd);
+		return 0;
+	int ret = sbx_root_each(&r, add_row, rs);
 	sbx_root_close(&r);
-	*rows_out = rows;
-	*n_out = n;
 	return ret;
 }
 
@@ -129,7 +137,7 @@ static void counter(FILE *f, const struct row *rows, size_t n, const char *name,
 			(unsigned long long)*(const uint64_t *)((const char *)&rows[i].st + off));
 }
 
-static void emit(FILE *f, const struct row *rows, size_t n, int64_t now_ms)
+static void emit(FILE *f, const struct row *rows, size_t n)
 {
 	head(f, "cove_sandboxes", "gauge", "Sandboxes on this host by state.");
 	for (int s = SBX_CREATING; s <= SBX_DELETED; s++) {
@@ -143,32 +151,13 @@ static void emit(FILE *f, const struct row *rows, size_t n, int64_t now_ms)
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "cove_sandbox_info{sandbox=\"%s\",state=\"%s\"} 1\n", rows[i].name,
 			sbx_state_name(rows[i].state));
-	head(f, "cove_vmm_resident_bytes", "gauge",
-	     "Resident set size of the sandbox's VMM process (running or paused sandboxes).");
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].rss_bytes >= 0)
-			fprintf(f, "cove_vmm_resident_bytes{sandbox=\"%s\"} %lld\n", rows[i].name,
-				(long long)rows[i].rss_bytes);
-	head(f, "cove_snapshot_age_seconds", "gauge",
-	     "Seconds since the sandbox's newest committed snapshot layer.");
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].snapshot_age_s >= 0)
-			fprintf(f, "cove_snapshot_age_seconds{sandbox=\"%s\"} %lld\n", rows[i].name,
-				(long long)rows[i].snapshot_age_s);
-	head(f, "cove_store_lag_seconds", "gauge",
-	     "Seconds since this host last committed a generation of the sandbox to the store.");
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].st.last_commit_ms > 0)
-			fprintf(f, "cove_store_lag_seconds{sandbox=\"%s\"} %lld\n", rows[i].name,
-				(long long)(now_ms > rows[i].st.last_commit_ms
-						? (now_ms - rows[i].st.last_commit_ms) / 1000
-						: 0));
-	head(f, "cove_store_generation", "gauge",
-	     "The newest generation of the sandbox this host committed to the store.");
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].st.generation)
-			fprintf(f, "cove_store_generation{sandbox=\"%s\"} %llu\n", rows[i].name,
-				(unsigned long long)rows[i].st.generation);
+	for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+		head(f, gauges[g].name, "gauge", gauges[g].help);
+		for (size_t i = 0; i < n; i++)
+			if (rows[i].gauge[g] >= 0)
+				fprintf(f, "%s{sandbox=\"%s\"} %lld\n", gauges[g].name,
+					rows[i].name, (long long)rows[i].gauge[g]);
+	}
 #define C(name, field, help) counter(f, rows, n, name, offsetof(struct store_stats, field), help)
 	C("cove_store_uploaded_bytes_total", uploaded_bytes,
 	  "Blob bytes this host uploaded to the store for the sandbox.");
@@ -207,14 +196,14 @@ int cmd_metrics(int argc, char **argv)
 			return help ? 0 : 2;
 		}
 	}
-	int64_t now = realtime_ms();
-	struct row *rows;
-	size_t n;
-	if (collect(&rows, &n, now)) {
+	struct rows rs = {.now_ms = realtime_ms()};
+	if (collect(&rs)) {
 		fprintf(stderr, "cove metrics: out of memory\n");
-		free(rows);
+		free(rs.v);
 		return 1;
 	}
+	struct row *rows = rs.v;
+	size_t n = rs.n;
 	char tmp[4200];
 	FILE *f = stdout;
 	if (out) {
@@ -234,7 +223,7 @@ int cmd_metrics(int argc, char **argv)
 			return 1;
 		}
 	}
-	emit(f, rows, n, now);
+	emit(f, rows, n);
 	free(rows);
 	if (!out)
 		return fflush(stdout) ? 1 : 0;

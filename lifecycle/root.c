@@ -1,6 +1,7 @@
 /* The state root and runtime directory of the lifecycle commands. */
 #include "lifecycle/root.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "lifecycle/name.h"
 #include "lifecycle/name.h"
 #include "sandbox/agent_client.h"
 
@@ -89,4 +91,29 @@ int sbx_run_dir_make(const struct sbx_root *r, const char *name, char *err, size
 		return fd;
 	close(fd);
 	return 0;
+}
+
+int sbx_root_each(const struct sbx_root *r, int (*fn)(const char *name, int dfd, void *arg),
+		  void *arg)
+{
+	int fd = dup(r->dfd), ret = 0;
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	rewinddir(d); /* the dup shares its offset with r->dfd, which an earlier pass moved */
+	struct dirent *e;
+	while (!ret && (e = readdir(d))) {
+		if (sbx_name_check(e->d_name, NULL, 0))
+			continue;
+		int sfd = sbx_dir_open(r, e->d_name, false, NULL, 0);
+		if (sfd < 0)
+			continue;
+		ret = fn(e->d_name, sfd, arg);
+		close(sfd);
+	}
+	closedir(d);
+	return ret;
 }

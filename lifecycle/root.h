@@ -32,6 +32,13 @@ void sbx_root_close(struct sbx_root *r);
  */
 int sbx_dir_open(const struct sbx_root *r, const char *name, bool create, char *err, size_t errlen);
 
+/*
+ * Calls fn(name, dfd, arg) for every sandbox directory beneath the root: a valid name, opened
+ * as sbx_dir_open does (closed after fn). Stops at fn's first non-zero result and returns it.
+ */
+int sbx_root_each(const struct sbx_root *r, int (*fn)(const char *name, int dfd, void *arg),
+		  void *arg);
+
 /* run/NAME/FILE into buf; -ENAMETOOLONG when it does not fit. */
 int sbx_run_path(const struct sbx_root *r, const char *name, const char *file, char *buf,
 		 size_t cap);

@@ -160,6 +160,22 @@ static void *race(void *arg)
 	return NULL;
 }
 
+/* n racers, even ones host A's and odd ones host B's, each on a client of its own, started. */
+static void racers_start(struct fx *f, struct racer *x, pthread_t *th, int n)
+{
+	int64_t t = now_ms();
+	for (int i = 0; i < n; i++) {
+		memset(&x[i], 0, sizeof(x[i]));
+		x[i].cfg = i % 2 ? &f->b : &f->a;
+		x[i].name = f->name;
+		x[i].t = t;
+		if (s3_client_new(x[i].cfg, &(struct s3_opts){0}, &x[i].c, f->err, sizeof(f->err)))
+			fail_msg("client: %s", f->err);
+	}
+	for (int i = 0; i < n; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, race, &x[i]), 0);
+}
+
 /* Eight takers of a free lease at once, four per host, each on a client of its own: exactly
  * one host wins; the losers are told who holds it. */
 static void test_race(void **state)
@@ -168,17 +184,7 @@ static void test_race(void **state)
 	enum { N = 8 };
 	struct racer x[N];
 	pthread_t th[N];
-	int64_t t = now_ms();
-	for (int i = 0; i < N; i++) {
-		memset(&x[i], 0, sizeof(x[i]));
-		x[i].cfg = i % 2 ? &f->b : &f->a;
-		x[i].name = f->name;
-		x[i].t = t;
-		if (s3_client_new(x[i].cfg, &(struct s3_opts){0}, &x[i].c, f->err, sizeof(f->err)))
-			fail_msg("client: %s", f->err);
-	}
-	for (int i = 0; i < N; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, race, &x[i]), 0);
+	racers_start(f, x, th, N);
 	int won_a = 0, won_b = 0, busy = 0;
 	for (int i = 0; i < N; i++) {
 		pthread_join(th[i], NULL);
@@ -217,18 +223,7 @@ static void test_race_released(void **state)
 	assert_int_equal(store_lease_release(f->ca, &f->a, &held, f->err, sizeof(f->err)), 0);
 	uint64_t epoch = held.epoch;
 	for (int round = 0; round < ROUNDS; round++) {
-		int64_t t = now_ms();
-		for (int i = 0; i < N; i++) {
-			memset(&x[i], 0, sizeof(x[i]));
-			x[i].cfg = i % 2 ? &f->b : &f->a;
-			x[i].name = f->name;
-			x[i].t = t;
-			if (s3_client_new(x[i].cfg, &(struct s3_opts){0}, &x[i].c, f->err,
-					  sizeof(f->err)))
-				fail_msg("client: %s", f->err);
-		}
-		for (int i = 0; i < N; i++)
-			assert_int_equal(pthread_create(&th[i], NULL, race, &x[i]), 0);
+		racers_start(f, x, th, N);
 		int won_a = 0, won_b = 0, winner = -1;
 		for (int i = 0; i < N; i++) {
 			pthread_join(th[i], NULL);
