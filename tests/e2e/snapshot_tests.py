@@ -591,7 +591,10 @@ def test_disk_writes_every_interval_merged():
         kill(r)
     i, verdict = CHECKED.findall(text)[0]
     check(verdict == "OK", f"the restored guest's round {i}: {verdict} (file b{verdict[4:]} differs)")
-    check(int(i) - 1 >= max(wrote[-1] - 6, MERGE_INTERVALS - 5),
+    # Every file but the last few (written after the last snapshot) came back. The guest's rate
+    # is the box's: in a loaded one it wrote 9 files over 30 intervals, each still in one of the
+    # 30 frozen (and merged) layers.
+    check(int(i) - 1 >= max(wrote[-1] - 6, 4),
           f"the restored guest checked {int(i) - 1} files, the killed one had written {wrote[-1]}")
 
     def med(xs):
