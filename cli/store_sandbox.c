@@ -162,7 +162,7 @@ int store_sandbox_cmd(int argc, char **argv)
 		r = tomb      ? store_put_tombstone(c, name, err, sizeof(err))
 		    : follow  ? store_follow(c, cfg, &root, name, &log, &hooks, err, sizeof(err))
 		    : push    ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
-		    : take    ? store_take_sandbox(c, cfg, &root, name, &other, err, sizeof(err))
+		    : take    ? store_take_sandbox(c, cfg, &root, name, &log, &other, err, sizeof(err))
 		    : release ? store_release_sandbox(c, cfg, &root, name, err, sizeof(err))
 			      : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
 	/* Not in the store yet, but running elsewhere: say where, as take does. */

@@ -51,13 +51,16 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 /*
  * Before sandbox `name` (here, stopped) starts on this host: takes its lease and, when it
  * changed hands (or this host never held it), commits generation newest + 1 naming the new
- * lease before the guest runs, so a stale owner's late commit is refused. -EBUSY with *other
- * when another host holds it; -EXDEV when this host's copy is older than the store's newest.
+ * lease before the guest runs, so a stale owner's late commit is refused. A copy older than
+ * the store's newest is replaced by it first. A keeper thread renews the lease meanwhile (a
+ * fetch can outlast its time to live). -EBUSY with *other when another host holds it;
+ * -ETIMEDOUT when the lease lapsed before the commit (released, nothing committed).
  */
 struct store_lease;
+struct logger;
 int store_take_sandbox(struct s3_client *c, const struct store_config *cfg,
-		       const struct sbx_root *root, const char *name, struct store_lease *other,
-		       char *err, size_t errlen);
+		       const struct sbx_root *root, const char *name, struct logger *log,
+		       struct store_lease *other, char *err, size_t errlen);
 /*
  * Replaces stopped sandbox `name`'s chain (dfd: its directory, under its start lock) with
  * generation `gen` of the store, fetched beside it and swapped in whole; its spec and base
