@@ -28,7 +28,8 @@
 #include "sandbox/options.h"
 
 static const char create_usage[] =
-    "usage: cove create NAME [--mem SIZE] [--vcpus N] [--disk PATH[,ro][,bw=R,...]]...\n"
+    "usage: cove create NAME [--mem SIZE] [--vcpus N] [--cpu-template NAME]\n"
+    "                   [--disk PATH[,ro][,bw=R,...]]...\n"
     "                   [--key SPEC] [--snapshot-every DURATION|off]\n"
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
@@ -42,6 +43,10 @@ static const char create_usage[] =
     "every 60 s. cove-init runs its agent and waits for `cove exec NAME -- CMD`.\n"
     "  --mem SIZE              guest RAM (default 256M)\n"
     "  --vcpus N               (default 1)\n"
+    "  --cpu-template NAME     the guest sees only this CPU baseline (baseline-v2), now and\n"
+    "                          at every restore, so it moves between hosts whose CPUs\n"
+    "                          differ beyond it (vmm/CPU_TEMPLATES.md). Without one a restore\n"
+    "                          on a host lacking a feature the guest saw exits 76\n"
     "  --disk PATH[,ro]        another disk (/dev/vdb...), the file itself; a rate limit\n"
     "                          with ,bw=50M,iops=1000,burst=SIZE,iops-burst=N (as cove run)\n"
     "  --vsock-rate RATE       bytes/s per vsock connection each way (e.g. 10M)\n"
@@ -86,7 +91,8 @@ enum {
 	O_VRATE,
 	O_NO_SECCOMP,
 	O_NO_JAIL,
-	O_FROM
+	O_FROM,
+	O_CPU_TEMPLATE
 };
 
 /* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
@@ -95,6 +101,7 @@ enum {
 static const struct option create_opts[] = {
     {"mem", required_argument, NULL, O_MEM},
     {"vcpus", required_argument, NULL, O_VCPUS},
+    {"cpu-template", required_argument, NULL, O_CPU_TEMPLATE},
     {"disk", required_argument, NULL, O_DISK},
     {"key", required_argument, NULL, O_KEY},
     {"snapshot-every", required_argument, NULL, O_EVERY},
@@ -192,6 +199,11 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 			s->vcpus = atoi(optarg);
 			if (s->vcpus < 1 || s->vcpus > 64)
 				return snprintf(err, errlen, "--vcpus: 1 to 64"), -EINVAL;
+			break;
+		case O_CPU_TEMPLATE:
+			if (opt_cpu_template(optarg, err, errlen))
+				return -EINVAL;
+			snprintf(s->cpu_template, sizeof(s->cpu_template), "%s", optarg);
 			break;
 		case O_DISK:
 			if (nextra >= SBX_MAX_DISKS - 1)

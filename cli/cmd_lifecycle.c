@@ -106,7 +106,12 @@ int cmd_start(int argc, char **argv)
 	char err[512];
 	int st = open_target("start", argc, argv, &t);
 
-	if (st == 0 && sbx_start(&t.root, t.name, t.dfd, "cove start", err, sizeof(err))) {
+	int ret = st ? 0 : sbx_start(&t.root, t.name, t.dfd, "cove start", err, sizeof(err));
+
+	if (ret == -ENOEXEC) {
+		sbx_cpu_refused(t.name, err);
+		st = SBX_EXIT_CPU;
+	} else if (ret) {
 		fprintf(stderr, "cove start: %s: %s\n", t.name, err);
 		st = SBX_EXIT_START;
 	} else if (st == 0)

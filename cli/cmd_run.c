@@ -17,6 +17,8 @@ static int boot_and_serve(struct sandbox *sb, const struct run_opts *o)
 		return 1;
 	mc->mem_size = o->mem_size;
 	mc->vcpus = o->vcpus;
+	if (o->cpu_template)
+		snprintf(mc->cpu_template, sizeof(mc->cpu_template), "%s", o->cpu_template);
 	mc->nr_disks = o->nr_disks;
 	mc->vsock_cid = o->vsock_cid;
 	mc->vsock_rate = o->vsock_rate;

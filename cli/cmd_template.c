@@ -36,7 +36,7 @@
 
 static const char template_usage[] =
     "usage: cove template create T [--rootfs FILE.ext4 | --initrd FILE] [--kernel FILE]\n"
-    "                              [--mem SIZE] [--vcpus N] [--run CMD]\n"
+    "                              [--mem SIZE] [--vcpus N] [--cpu-template NAME] [--run CMD]\n"
     "       cove template ls [--json]\n"
     "       cove template rm T\n"
     "\n"
@@ -54,7 +54,8 @@ static const char template_usage[] =
     "        /proc/sys/kernel/random/boot_id in CMD: the kernel makes it on the first read,\n"
     "        and every sandbox made from T would then share it.\n"
     "  --mem SIZE     guest RAM (default 256M)     --vcpus N  (default 1)\n"
-    "  --kernel FILE  --rootfs FILE.ext4  --initrd FILE  (as cove create)\n"
+    "  --kernel FILE  --rootfs FILE.ext4  --initrd FILE  --cpu-template NAME  (as cove create;\n"
+    "                 every sandbox made from T keeps T's CPU template)\n"
     "  --run CMD      the setup command, e.g. 'pip install ...'\n"
     "ls      the saved templates (--json: one array), and builds under way or failed\n"
     "rm      removes T; sandboxes made from it keep working (their layers are their own\n"
@@ -62,7 +63,7 @@ static const char template_usage[] =
     "T: [a-z0-9][a-z0-9-]*, at most 32 characters. Exit status: 64 a bad name, 65 no such\n"
     "template, 68 it exists already, 2 bad usage, 1 anything else.\n";
 
-enum { O_MEM = 256, O_VCPUS, O_KERNEL, O_ROOTFS, O_INITRD, O_RUN };
+enum { O_MEM = 256, O_VCPUS, O_KERNEL, O_ROOTFS, O_INITRD, O_RUN, O_CPU_TEMPLATE };
 
 struct tpl_args {
 	const char *name;
@@ -90,6 +91,7 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 	static const struct option opts[] = {
 	    {"mem", required_argument, NULL, O_MEM},
 	    {"vcpus", required_argument, NULL, O_VCPUS},
+	    {"cpu-template", required_argument, NULL, O_CPU_TEMPLATE},
 	    {"kernel", required_argument, NULL, O_KERNEL},
 	    {"rootfs", required_argument, NULL, O_ROOTFS},
 	    {"initrd", required_argument, NULL, O_INITRD},
@@ -115,6 +117,11 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 			s->vcpus = atoi(optarg);
 			if (s->vcpus < 1 || s->vcpus > 64)
 				return errmsg(err, errlen, -EINVAL, "--vcpus: 1 to 64");
+			break;
+		case O_CPU_TEMPLATE:
+			if (opt_cpu_template(optarg, err, errlen))
+				return -EINVAL;
+			snprintf(s->cpu_template, sizeof(s->cpu_template), "%s", optarg);
 			break;
 		case O_KERNEL:
 			if (abs_path(optarg, s->kernel, sizeof(s->kernel), err, errlen))

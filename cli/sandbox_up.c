@@ -78,6 +78,24 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
 	return fd < 0 ? fd : 0;
 }
 
+/* A restoring VMM's word when this host's CPU cannot take the chain's (restore_sandbox.c). */
+#define CPU_REFUSED "cpu-incompatible: "
+
+void sbx_cpu_refused(const char *name, const char *detail)
+{
+	json_t *j = json_pack("{s:s,s:s,s:s,s:i}", "error", "cpu-incompatible", "sandbox", name,
+			      "detail", detail, "exit", SBX_EXIT_CPU);
+	char *line = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+
+	if (line)
+		fprintf(stderr, "%s\n", line);
+	else
+		fprintf(stderr, "cove: %s: this host's CPU cannot take its state: %s\n", name,
+			detail);
+	free(line);
+	json_decref(j);
+}
+
 /*
  * A restoring VMM's word on its --ready-fd pipe: 0 once it says "ok" (its vCPUs run), else its
  * one-line error, or its log's last line when it ended without a word.
@@ -114,6 +132,8 @@ static int wait_restored(int dfd, int ready_rd, double deadline, char *err, size
 	if (!strncmp(buf, "ok\n", 3))
 		return 0;
 	buf[strcspn(buf, "\n")] = '\0';
+	if (!strncmp(buf, CPU_REFUSED, strlen(CPU_REFUSED)))
+		return errmsg(err, errlen, -ENOEXEC, "%s", buf + strlen(CPU_REFUSED));
 	if (buf[0] && strcmp(buf, "restore failed (see its log)"))
 		return errmsg(err, errlen, -EIO, "the sandbox's VMM could not restore: %s", buf);
 	sbx_vmm_log_tail(dfd, tail, sizeof(tail));
@@ -484,6 +504,12 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 			if (!ret && sbx_run_path(&r, sandbox, "vsock.sock", uds, len))
 				ret = errmsg(err, errlen, -ENAMETOOLONG, "socket path too long");
 			sbx_root_close(&r);
+			if (ret == -ENOEXEC) {
+				sbx_cpu_refused(sandbox, err);
+				if (errlen)
+					err[0] = '\0';
+				return SBX_EXIT_CPU;
+			}
 			return ret == -EUSERS ? SBX_EXIT_HELD : ret ? SBX_EXIT_START : 0;
 		}
 		ret = sbx_tombstone_describe(&r, sandbox, err, errlen);

@@ -16,7 +16,15 @@ enum {
 	SBX_EXIT_EXISTS = 68, /* a sandbox to be made (cove fork NAME NEW) exists already */
 	/* another host holds its lease (cove-store printed one JSON line on stderr) */
 	SBX_EXIT_HELD = 75,
+	/* this host's CPU cannot take the sandbox's CPU state (one JSON line on stderr) */
+	SBX_EXIT_CPU = 76,
 };
+
+/*
+ * The JSON line a scheduler reads for SBX_EXIT_CPU, on stderr:
+ * {"error":"cpu-incompatible","sandbox":NAME,"detail":LINE,"exit":76}.
+ */
+void sbx_cpu_refused(const char *name, const char *detail);
 
 /*
  * The vsock socket of SANDBOX for exec/attach/cp/forward: a path is itself; a name of a

@@ -46,6 +46,8 @@ int sbx_spec_write(int dfd, const struct sbx_spec *s)
 
 	if (j && s->machine_id[0])
 		json_object_set_new(j, "machine_id", json_string(s->machine_id));
+	if (j && s->cpu_template[0])
+		json_object_set_new(j, "cpu_template", json_string(s->cpu_template));
 	int fd, ret;
 
 	if (!j)
@@ -185,6 +187,11 @@ int sbx_spec_read(int dfd, struct sbx_spec *s, char *err, size_t errlen)
 	if (!ret && json_object_get(j, "machine_id") &&
 	    (get_str(j, "machine_id", s->machine_id, sizeof(s->machine_id), false) ||
 	     !sbx_machine_id_valid(s->machine_id)))
+		ret = -EINVAL;
+	/* Nor a CPU template: the guest sees all this host's KVM offers. */
+	if (!ret && json_object_get(j, "cpu_template") &&
+	    (get_str(j, "cpu_template", s->cpu_template, sizeof(s->cpu_template), false) ||
+	     !cpu_template_known(s->cpu_template)))
 		ret = -EINVAL;
 	json_decref(j);
 	if (ret || !s->kernel[0] || vcpus < 1 || vcpus > 255 || !s->mem_bytes)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/rate_limiter.h"
+#include "vmm/cpu_template.h"
 
 #define SBX_SPEC	"spec.json"
 #define SBX_SPEC_MAX	(64 * 1024)
@@ -29,6 +30,8 @@ struct sbx_spec {
 	char cmdline[SBX_CMDLINE_MAX];
 	uint64_t mem_bytes;
 	int vcpus;
+	/* --cpu-template NAME for its first boot; every restore takes it from the chain. "" none */
+	char cpu_template[CPU_TEMPLATE_NAME_MAX];
 	int nr_disks;
 	struct sbx_disk disks[SBX_MAX_DISKS];
 	char key[SBX_KEY_MAX];	    /* key provider spec for an encrypted chain; "" plain */

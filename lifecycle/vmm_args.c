@@ -87,6 +87,8 @@ int sbx_args_run(struct sbx_args *a, const struct sbx_root *r, const char *name,
 	      add(a, "--cmdline") ?: add(a, "%s", s->cmdline) ?: add(a, "--mem") ?:
 	      add(a, "%lluB", (unsigned long long)s->mem_bytes) ?: add(a, "--vcpus") ?:
 	      add(a, "%d", s->vcpus) ?: add(a, "--track-dirty-pages");
+	if (!ret && s->cpu_template[0])
+		ret = add(a, "--cpu-template") ?: add(a, "%s", s->cpu_template);
 	/*
 	 * A named sandbox lives for hours: free page reporting gives what its guest frees back to
 	 * the host (the guest reports 4 MiB blocks, at most every 2 s; nothing polls).

@@ -41,6 +41,8 @@ char *machine_config_to_json(const struct machine_config *mc)
 				 (json_int_t)mc->mem_size, "vcpus", mc->vcpus, "disks", disks);
 	if (root && mc->vsock_cid)
 		json_object_set_new(root, "vsock", json_pack("{s:I}", "cid", (json_int_t)mc->vsock_cid));
+	if (root && mc->cpu_template[0])
+		json_object_set_new(root, "cpu_template", json_string(mc->cpu_template));
 	/* Written only when there are some, so a machine without them reads as before. */
 	if (root && mc->nr_devs) {
 		json_t *devs = json_array();
@@ -178,6 +180,23 @@ int machine_config_parse(const char *json, size_t len, struct machine_config *mc
 			goto out;
 		}
 		mc->vsock_cid = (uint64_t)json_integer_value(cid);
+	}
+	/* A template cove does not ship is refused by name: restoring without it would show the
+	 * guest features it never had, or hide ones it uses. */
+	json_t *tpl = json_object_get(root, "cpu_template");
+	if (tpl && (copy_str(tpl, mc->cpu_template, sizeof(mc->cpu_template), false) ||
+		    !cpu_template_known(mc->cpu_template))) {
+		char shown[CPU_TEMPLATE_NAME_MAX];
+		const char *v = json_is_string(tpl) ? json_string_value(tpl) : "(not a string)";
+		size_t k;
+		for (k = 0; v[k] && k < sizeof(shown) - 1; k++)
+			shown[k] = v[k] >= 0x20 && v[k] < 0x7f ? v[k] : '?';
+		shown[k] = '\0';
+		mc->cpu_template[0] = '\0';
+		errmsg(err, errlen, r,
+		       "state file: CPU template \"%s%s\" is not one this cove has (%s)", shown,
+		       v[k] ? "..." : "", cpu_template_names());
+		goto out;
 	}
 	r = parse_devices(json_object_get(root, "devices"), mc, err, errlen);
 out:

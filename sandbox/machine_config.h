@@ -9,6 +9,7 @@
 
 #include "devices/board.h"
 #include "sandbox/options.h"
+#include "vmm/cpu_template.h"
 
 /*
  * Format 2: the saved description names no host path. Disks are described by size, ro and
@@ -30,6 +31,9 @@ struct machine_config {
 	/* Table devices configured by their own option and spec hooks ("devices" in the JSON). */
 	int nr_devs;
 	struct device_spec devs[BOARD_MAX_VIRTIO];
+	/* The CPU template the guest booted with ("cpu_template": absent without one): every
+	 * restore applies it again, so the guest never sees more than it booted with. */
+	char cpu_template[CPU_TEMPLATE_NAME_MAX];
 };
 
 /*

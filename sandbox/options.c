@@ -22,6 +22,8 @@ static const char run_usage[] =
     "  --cmdline TEXT      kernel command line (at most 4095 bytes)\n"
     "  --mem SIZE          guest RAM, e.g. 256M, 4G (bare number = MiB; default 256M)\n"
     "  --vcpus N           number of vCPUs (1..64, default 1)\n"
+    "  --cpu-template NAME the guest sees only this CPU baseline (baseline-v2), so its\n"
+    "                      snapshots restore on hosts whose CPUs differ beyond it\n"
     "  --api-sock PATH     serve the HTTP control API on this Unix socket\n"
     "  --disk PATH[,ro]    raw disk image as virtio-blk (/dev/vda, /dev/vdb... in order; max 8)\n"
     "  --disk BASE,overlay=OVL  BASE read-only under a copy-on-write overlay (OVL + OVL.map,\n"
@@ -139,7 +141,8 @@ enum {
 	OPT_SNAP_ROOT,
 	OPT_CONSOLE_MAX,
 	OPT_IDLE_STOP,
-	OPT_VSOCK_RATE
+	OPT_VSOCK_RATE,
+	OPT_CPU_TEMPLATE
 };
 
 int parse_duration_ms(const char *s, uint64_t *out)
@@ -387,6 +390,15 @@ int opt_idle_stop(const char *arg, uint64_t *ms, char *err, size_t errlen)
 	return 0;
 }
 
+int opt_cpu_template(const char *arg, char *err, size_t errlen)
+{
+	if (!cpu_template_known(arg))
+		return errmsg(err, errlen, -EINVAL,
+			      "--cpu-template: '%.40s' is not a CPU template cove has (%s)", arg,
+			      cpu_template_names());
+	return 0;
+}
+
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen)
 {
 	uint64_t v;
@@ -505,6 +517,7 @@ static const struct option run_builtin_opts[] = {
     {"cmdline", required_argument, NULL, OPT_CMDLINE},
     {"mem", required_argument, NULL, OPT_MEM},
     {"vcpus", required_argument, NULL, OPT_VCPUS},
+    {"cpu-template", required_argument, NULL, OPT_CPU_TEMPLATE},
     {"api-sock", required_argument, NULL, OPT_API},
     {"console", required_argument, NULL, OPT_CONSOLE},
     {"console-max", required_argument, NULL, OPT_CONSOLE_MAX},
@@ -560,6 +573,7 @@ static const struct {
     {OPT_SNAP_DIR, offsetof(struct run_opts, snapshot_dir), opt_snapshot_dir},
     {OPT_SNAP_KEY, offsetof(struct run_opts, snapshot_key), check_snapshot_key},
     {OPT_SNAP_ROOT, offsetof(struct run_opts, snapshot_root), opt_snapshot_root},
+    {OPT_CPU_TEMPLATE, offsetof(struct run_opts, cpu_template), opt_cpu_template},
 };
 static const struct {
 	int code;

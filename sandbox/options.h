@@ -24,6 +24,7 @@ struct run_opts {
 	uint64_t console_max; /* bytes of guest console output kept; 0: the default */
 	uint64_t mem_size;
 	int vcpus;
+	const char *cpu_template; /* --cpu-template NAME (vmm/cpu_template.h); NULL: none */
 	bool track_dirty;
 	bool no_seccomp; /* --no-seccomp: no filters (debugging; warns) */
 	enum log_level log_level;
@@ -77,6 +78,8 @@ int opt_console_max(const char *arg, uint64_t *out, char *err, size_t errlen);
 int opt_snapshot_interval(const char *arg, uint64_t *ms, char *err, size_t errlen);
 int opt_snapshot_keep(const char *arg, int *keep, char *err, size_t errlen);
 int opt_idle_stop(const char *arg, uint64_t *ms, char *err, size_t errlen);
+/* A CPU template cove ships (vmm/cpu_template.h): 0, or -EINVAL naming the ones it has. */
+int opt_cpu_template(const char *arg, char *err, size_t errlen);
 int opt_key_spec(const char *opt, const char *arg, char *err, size_t errlen);
 int opt_log_level(const char *arg, enum log_level *level, char *err, size_t errlen);
 /* The jail's options, shared by `cove run` and `cove restore`: codes, getopt entries, help. */

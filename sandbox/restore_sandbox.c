@@ -17,6 +17,9 @@
 #include "sandbox/sandbox.h"
 #include "snapshot/board_state.h"
 
+/* restore_and_serve: failed, and the --ready-fd pipe has the reason already. */
+#define RESTORE_TOLD 2
+
 static struct snap_restore_args snap_args(const struct sandbox_restore_opts *o)
 {
 	return (struct snap_restore_args){.dir = o->dir,
@@ -259,9 +262,17 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 	}
 	t_ram = mono_us() - t_ram;
 	uint64_t t_state = mono_us();
-	if (check_disk_layers(sb, s, o, err, sizeof(err)) ||
-	    snap_restore_apply_state(s, &sb->vm, &sb->board, err, sizeof(err))) {
+	int rs = check_disk_layers(sb, s, o, err, sizeof(err));
+	if (!rs)
+		rs = snap_restore_apply_state(s, &sb->vm, &sb->board, err, sizeof(err));
+	if (rs) {
 		log_err(&sb->log, "%s", err);
+		/* This host's CPU cannot take the chain's state: the host says so by its own exit
+		 * status (76), so a scheduler places the sandbox elsewhere. */
+		if (rs == -ENOEXEC && o->ready_fd >= 0) {
+			dprintf(o->ready_fd, "cpu-incompatible: %s\n", err);
+			return RESTORE_TOLD;
+		}
 		return 1;
 	}
 	board_resume_restored(&sb->board, &sb->log);
@@ -316,8 +327,10 @@ int sandbox_restore_run(struct sandbox_restore *p, const struct sandbox_restore_
 		status = restore_and_serve(sb, p, o, &lm);
 	/* The lazy thread may be blocked serving RAM the vCPUs touch: stop it after them. */
 	lazy_mem_stop(&lm);
-	if (status && sb->ready_fd < 0 && o->ready_fd >= 0 &&
-	    vm_get_state(&sb->vm) == VM_NOT_STARTED)
+	if (status == RESTORE_TOLD)
+		status = 1;
+	else if (status && sb->ready_fd < 0 && o->ready_fd >= 0 &&
+		 vm_get_state(&sb->vm) == VM_NOT_STARTED)
 		dprintf(o->ready_fd, "restore failed (see its log)\n");
 	sandbox_destroy(sb);
 	free(sb);

@@ -200,6 +200,7 @@ int sandbox_build(struct sandbox *sb, const struct machine_config *mc, bool trac
 	    .mem_file_fd = mem_fd,
 	    .mem_file_off = mem_off,
 	};
+	snprintf(cfg.cpu_template, sizeof(cfg.cpu_template), "%s", mc->cpu_template);
 	/*
 	 * PUT /fork starts clones through the spawner, forked now: before the VM's fds, guest RAM
 	 * and threads exist, and before any filter (the filtered VMM never forks or execs).

@@ -461,8 +461,8 @@ int cpu_compat_check(const struct cpu_compat_in *in, struct kvm_msr_entry *keep,
 		check_cpuid(in, &bad);
 
 	if (bad.items)
-		return errmsg(err, errlen, -EINVAL, "this host cannot take vCPU %u's CPU state: %s",
-			      in->vcpu, badbuf);
+		return errmsg(err, errlen, -ENOEXEC,
+			      "this host cannot take vCPU %u's CPU state: %s", in->vcpu, badbuf);
 	return 0;
 }
 
@@ -510,8 +510,8 @@ int cpu_compat_xsave(uint32_t vcpu, uint8_t *xsave, size_t len, uint64_t xcr0, u
 			  vcpu, bit, name);
 	}
 	if (bad.items)
-		return errmsg(err, errlen, -EINVAL, "this host cannot take vCPU %u's CPU state: %s",
-			      vcpu, badbuf);
+		return errmsg(err, errlen, -ENOEXEC,
+			      "this host cannot take vCPU %u's CPU state: %s", vcpu, badbuf);
 	put_le64(xsave + 512, bv);
 	return 0;
 }

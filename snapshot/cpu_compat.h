@@ -52,8 +52,8 @@ struct cpu_compat_in {
 /*
  * Decides per the table. The MSRs to restore (those both sides have) go to keep[] (room for
  * in->nmsrs), their count to *nkeep; each dropped MSR, and the MSRs this host has that the
- * chain lacks, are noted. 0 when the host can take the state; otherwise -EINVAL with one line
- * in err naming every refused MSR and CPUID feature.
+ * chain lacks, are noted. 0 when the host can take the state; otherwise -ENOEXEC (or -EINVAL for a
+ * bad state file) with one line in err naming every refused MSR and CPUID feature.
  */
 int cpu_compat_check(const struct cpu_compat_in *in, struct kvm_msr_entry *keep, uint32_t *nkeep,
 		     cpu_compat_note_fn note, void *ctx, char *err, size_t errlen);
@@ -63,7 +63,7 @@ int cpu_compat_check(const struct cpu_compat_in *in, struct kvm_msr_entry *keep,
  * XSAVE features (CPUID 0xD.0 EDX:EAX). A component the guest enabled in XCR0 (or PKRU while
  * CR4.PKE is on) that this host lacks is refused by number and name; one the guest never
  * enabled holds nothing it can reach, so its bit is cleared from XSTATE_BV with a note.
- * 0 or -EINVAL with one line in err.
+ * 0, -ENOEXEC (refused) or -EINVAL (a short area) with one line in err.
  */
 int cpu_compat_xsave(uint32_t vcpu, uint8_t *xsave, size_t len, uint64_t xcr0, uint64_t cr4,
 		     uint64_t host_xfeatures, cpu_compat_note_fn note, void *ctx, char *err,

@@ -208,6 +208,16 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log)
 		log_err(log, "KVM_GET_SUPPORTED_CPUID failed: %s", strerror(-r));
 		goto err;
 	}
+	if (cfg->cpu_template[0]) {
+		r = cpu_template_apply(cfg->cpu_template, vm->cpuid);
+		if (r) {
+			log_err(log, "unknown CPU template %s (cove has: %s)", cfg->cpu_template,
+				cpu_template_names());
+			goto err;
+		}
+		log_info(log, "CPU template %s: the guest sees only its baseline",
+			 cfg->cpu_template);
+	}
 	r = evloop_init(&vm->loop);
 	if (r)
 		goto err;

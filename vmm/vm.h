@@ -8,6 +8,7 @@
 #include <linux/kvm.h>
 
 #include "vmm/bus.h"
+#include "vmm/cpu_template.h"
 #include "vmm/evloop.h"
 #include "vmm/guest_mem.h"
 #include "vmm/vm_host.h"
@@ -117,6 +118,11 @@ struct vm_config {
 	bool mem_from_file;
 	int mem_file_fd;
 	uint64_t mem_file_off;
+	/*
+	 * A CPU template (cpu_template.h) narrowing the CPUID every vCPU gets; empty: all that
+	 * KVM offers. A chain records the name, so every restore applies it again.
+	 */
+	char cpu_template[CPU_TEMPLATE_NAME_MAX];
 };
 
 int vm_create(struct vm *vm, const struct vm_config *cfg, struct logger *log);

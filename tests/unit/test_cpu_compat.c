@@ -169,7 +169,7 @@ static void test_chain_v2_any_three(void **state)
 		uint32_t host[64];
 		uint32_t nh = host_list(host, v2_msrs, N(v2_msrs), &always[j], 1, NULL, 0);
 		check(r, v2_msrs, N(v2_msrs), host, nh, NULL, 0, NULL, 0);
-		assert_int_equal(r->rc, -EINVAL);
+		assert_int_equal(r->rc, -ENOEXEC);
 		char want[64];
 		snprintf(want, sizeof(want), "MSR 0x%x %s (", always[j], cpu_msr_name(always[j]));
 		assert_non_null(strstr(r->err, want));
@@ -186,7 +186,7 @@ static void test_refused_msr_names_it(void **state)
 	uint32_t host[] = {0x10};
 	struct run r;
 	check(&r, msrs, 2, host, 1, NULL, 0, NULL, 0);
-	assert_int_equal(r.rc, -EINVAL);
+	assert_int_equal(r.rc, -ENOEXEC);
 	assert_string_equal(r.err, "this host cannot take vCPU 0's CPU state: MSR 0x6e0 "
 				   "IA32_TSC_DEADLINE = 0x1234, not its reset value 0x0 (an armed "
 				   "LAPIC timer: dropped, its interrupt never comes)");
@@ -201,7 +201,7 @@ static void test_refused_msr_names_it(void **state)
 	struct kvm_msr_entry two[] = {{.index = 0xc0000082, .data = 0xffffffff81000000ull},
 				      {.index = 0x12345678, .data = 7}};
 	check(&r, two, 2, host, 1, NULL, 0, NULL, 0);
-	assert_int_equal(r.rc, -EINVAL);
+	assert_int_equal(r.rc, -ENOEXEC);
 	assert_non_null(strstr(r.err, "MSR 0xc0000082 LSTAR (64-bit syscall entry the guest set)"));
 	assert_non_null(strstr(r.err, "; MSR 0x12345678 = 0x7 (not in cove's table)"));
 	assert_null(strchr(r.err, '\n'));
@@ -267,7 +267,7 @@ static void test_cpuid_feature_refused(void **state)
 	/* The box offers avx2 and adx (leaf 7 EBX bits 5, 19); a host without them. */
 	leaf(host, n, 7, 0)->ebx &= ~((1u << 5) | (1u << 19));
 	check(&r, m, 1, h, 1, seen, n, host, n);
-	assert_int_equal(r.rc, -EINVAL);
+	assert_int_equal(r.rc, -ENOEXEC);
 	assert_string_equal(r.err,
 			    "this host cannot take vCPU 0's CPU state: CPUID 0x7.0 EBX bit 5 "
 			    "avx2 not offered here; CPUID 0x7.0 EBX bit 19 adx not offered "
@@ -279,7 +279,7 @@ static void test_cpuid_feature_refused(void **state)
 	leaf(host, n, 0x80000007, 0)->function = 0x80000099;
 	leaf(seen, n, 0x80000007, 0)->edx = 1u << 8;
 	check(&r, m, 1, h, 1, seen, n, host, n);
-	assert_int_equal(r.rc, -EINVAL);
+	assert_int_equal(r.rc, -ENOEXEC);
 	assert_non_null(
 	    strstr(r.err, "CPUID 0x80000007.0 EDX bit 8 invariant_tsc not offered here"));
 
@@ -291,7 +291,7 @@ static void test_cpuid_feature_refused(void **state)
 	memcpy(&v->edx, "ineI", 4);
 	memcpy(&v->ecx, "ntel", 4);
 	check(&r, m, 1, h, 1, seen, n, host, n);
-	assert_int_equal(r.rc, -EINVAL);
+	assert_int_equal(r.rc, -ENOEXEC);
 	assert_non_null(strstr(r.err, "CPUID 0x0 vendor AuthenticAMD (this host: GenuineIntel)"));
 	free(seen);
 	free(host);
@@ -323,7 +323,7 @@ static void test_between_box_and_pvm(void **state)
 		if (armed[i].index == 0xc0010000)
 			armed[i].data = 0x430076;
 	check(r, armed, N(armed), host, nh, NULL, 0, NULL, 0);
-	assert_int_equal(r->rc, -EINVAL);
+	assert_int_equal(r->rc, -ENOEXEC);
 	assert_non_null(
 	    strstr(r->err, "MSR 0xc0010000 K7_EVNTSELx = 0x430076, not its reset value"));
 
@@ -361,7 +361,7 @@ static void test_xsave(void **state)
 	put_le64(xs + 512, 0x203);
 	assert_int_equal(cpu_compat_xsave(0, xs, sizeof(xs), 1, 0x20 | (1u << 22), 0x7, collect,
 					  &ns, err, sizeof(err)),
-			 -EINVAL);
+			 -ENOEXEC);
 	assert_string_equal(err, "this host cannot take vCPU 0's CPU state: XSAVE component 9 pkru "
 				 "(in use; not offered here)");
 	assert_int_equal(get_le64(xs + 512), 0x203);
@@ -370,7 +370,7 @@ static void test_xsave(void **state)
 	put_le64(xs + 512, 0x7);
 	assert_int_equal(
 	    cpu_compat_xsave(0, xs, sizeof(xs), 0x7, 0, 0x3, collect, &ns, err, sizeof(err)),
-	    -EINVAL);
+	    -ENOEXEC);
 	assert_string_equal(err, "this host cannot take vCPU 0's CPU state: XCR0 bit 2 avx (the "
 				 "guest enabled it; not offered here)");
 	/* Everything offered: nothing changes, nothing noted. */

@@ -261,6 +261,43 @@ static void test_machine_config_hostile(void **st)
 		expect_mc_free(mc_text("268435456", "1", "[]", bad_vsock[i]), -EINVAL, "vsock");
 }
 
+/* A CPU template goes with the chain; one this cove does not ship is refused by name. */
+static void test_machine_config_cpu_template(void **st)
+{
+	(void)st;
+	struct machine_config *in = malloc(sizeof(*in)), *mc = malloc(sizeof(*mc));
+	assert_non_null(in);
+	assert_non_null(mc);
+	sample_mc(in, false);
+	char *j = machine_config_to_json(in);
+	assert_non_null(j);
+	assert_null(strstr(j, "cpu_template")); /* none: written as before */
+	free(j);
+	snprintf(in->cpu_template, sizeof(in->cpu_template), "baseline-v2");
+	j = machine_config_to_json(in);
+	assert_non_null(strstr(j, "\"cpu_template\":\"baseline-v2\""));
+	char err[256] = "";
+	if (machine_config_parse(j, strlen(j), mc, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_string_equal(mc->cpu_template, "baseline-v2");
+	free(j);
+	free(mc);
+	free(in);
+	expect_mc_free(mc_text("268435456", "1", "[]", ",\"cpu_template\":\"baseline-v2\""), 0,
+		       NULL);
+	static const char *const bad[] = {
+	    ",\"cpu_template\":\"T2\"",
+	    ",\"cpu_template\":\"\"",
+	    ",\"cpu_template\":7",
+	    ",\"cpu_template\":\"baseline-v2 \"",
+	    ",\"cpu_template\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_mc_free(mc_text("268435456", "1", "[]", bad[i]), -EINVAL, "CPU template");
+	expect_mc_free(mc_text("268435456", "1", "[]", ",\"cpu_template\":\"T2\""), -EINVAL,
+		       "\"T2\" is not one this cove has (baseline-v2)");
+}
+
 /* Random changes to a valid machine description never read past it. */
 static void test_machine_config_mutations(void **st)
 {
@@ -292,6 +329,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_machine_config_round_trip),
 	    cmocka_unit_test(test_machine_config_hostile),
+	    cmocka_unit_test(test_machine_config_cpu_template),
 	    cmocka_unit_test(test_machine_config_mutations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,6 +54,10 @@ static void test_options_all(void **state)
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k2", "--vcpus", "2"), 0);
 	assert_string_equal(o.kernel, "k2");
 	assert_int_equal(o.vcpus, 2);
+	assert_null(o.cpu_template);
+	assert_int_equal(
+	    parse(&o, err, sizeof(err), 5, "--kernel", "k", "--cpu-template", "baseline-v2"), 0);
+	assert_string_equal(o.cpu_template, "baseline-v2");
 }
 
 static void test_options_errors(void **state)
@@ -71,6 +75,10 @@ static void test_options_errors(void **state)
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vcpus", "65"), -EINVAL);
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vcpus", "-1"), -EINVAL);
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--vcpus", "2x"), -EINVAL);
+	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--cpu-template", "T2"),
+			 -EINVAL);
+	assert_string_equal(err,
+			    "--cpu-template: 'T2' is not a CPU template cove has (baseline-v2)");
 	assert_int_equal(parse(&o, err, sizeof(err), 5, "--kernel", "k", "--log-level", "x"),
 			 -EINVAL);
 	assert_int_equal(parse(&o, err, sizeof(err), 2, "--kernel"), -EINVAL);
