@@ -20,18 +20,19 @@ struct reg_allow {
 
 /*
  * baseline-v2: x86-64-v2 (SSE3, SSSE3, SSE4.1/4.2, POPCNT, CX16, LAHF/SAHF) plus AES-NI,
- * PCLMULQDQ and RDRAND, which every x86-64 server CPU of the last ten years has; XSAVE with x87
- * and SSE state only (no AVX: that is v3); the speculation-control bits as this host has them,
- * so a guest's mitigations stay on. Hidden, among others: AVX/AVX2/AVX-512, FMA, F16C, BMI1/2,
- * ADX, MOVBE, LZCNT (abm), PCID/INVPCID, TSC_ADJUST, 1 GiB pages, SSE4a, SVM/VMX, XSAVEC/XSAVES,
- * invariant TSC (the guest keeps kvm-clock). CPU_TEMPLATES.md lists it bit by bit.
+ * PCLMULQDQ and RDRAND, which every x86-64 server CPU of the last ten years has; no XSAVE (as
+ * v2: the guest keeps its x87/SSE state with FXSAVE, and every XSAVE leaf is empty); the
+ * speculation-control bits as this host has them, so a guest's mitigations stay on. Hidden,
+ * among others: AVX/AVX2/AVX-512, FMA, F16C, BMI1/2, ADX, MOVBE, LZCNT (abm), PCID/INVPCID,
+ * TSC_ADJUST, 1 GiB pages, SSE4a, SVM/VMX, invariant TSC (the guest keeps kvm-clock).
+ * CPU_TEMPLATES.md lists it bit by bit.
  */
 static const struct reg_allow baseline_v2[] = {
-    /* sse3 pclmulqdq ssse3 cx16 sse4_1 sse4_2 x2apic popcnt tsc_deadline aes xsave osxsave
-     * rdrand hypervisor */
+    /* sse3 pclmulqdq ssse3 cx16 sse4_1 sse4_2 x2apic popcnt tsc_deadline aes rdrand
+     * hypervisor */
     {1, 0, 2,
      BIT(0) | BIT(1) | BIT(9) | BIT(13) | BIT(19) | BIT(20) | BIT(21) | BIT(23) | BIT(24) |
-	 BIT(25) | BIT(26) | BIT(27) | BIT(30) | BIT(31)},
+	 BIT(25) | BIT(30) | BIT(31)},
     /* fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr
      * sse sse2 ht */
     {1, 0, 3,
@@ -46,13 +47,6 @@ static const struct reg_allow baseline_v2[] = {
     {7, 1, 1, 0},
     {7, 1, 2, 0},
     {7, 1, 3, 0},
-    /* XCR0: x87 and SSE state */
-    {0xd, 0, 0, BIT(0) | BIT(1)},
-    {0xd, 0, 3, 0},
-    /* xsaveopt */
-    {0xd, 1, 0, BIT(0)},
-    {0xd, 1, 2, 0},
-    {0xd, 1, 3, 0},
     /* lahf_lm */
     {0x80000001, 0, 2, BIT(0)},
     /* AMD's copies of leaf 1's fpu..fxsr bits, syscall nx rdtscp lm */
@@ -68,20 +62,19 @@ static const struct reg_allow baseline_v2[] = {
     {0x80000021, 0, 0, 0},
 };
 
-struct template
-{
+struct cpu_tpl {
 	const char *name;
 	const struct reg_allow *regs;
 	size_t nregs;
-	/* Highest XSAVE component the template allows (state components above it are hidden). */
-	uint32_t xsave_max_component;
+	/* XSAVE hidden: every leaf 0xD subleaf (state components and sizes) reads as zero. */
+	bool no_xsave;
 };
 
-static const struct template templates[] = {
-    {"baseline-v2", baseline_v2, sizeof(baseline_v2) / sizeof(baseline_v2[0]), 1},
+static const struct cpu_tpl templates[] = {
+    {"baseline-v2", baseline_v2, sizeof(baseline_v2) / sizeof(baseline_v2[0]), true},
 };
 
-static const struct template *find(const char *name)
+static const struct cpu_tpl *find(const char *name)
 {
 	for (size_t i = 0; i < sizeof(templates) / sizeof(templates[0]); i++)
 		if (name && !strcmp(name, templates[i].name))
@@ -107,7 +100,7 @@ static uint32_t *reg_ptr(struct kvm_cpuid_entry2 *e, int reg)
 
 int cpu_template_apply(const char *name, struct kvm_cpuid2 *c)
 {
-	const struct template *t = find(name);
+	const struct cpu_tpl *t = find(name);
 	if (!t)
 		return -ENOENT;
 	for (uint32_t i = 0; i < c->nent; i++) {
@@ -118,16 +111,8 @@ int cpu_template_apply(const char *name, struct kvm_cpuid2 *c)
 			if (a->function == e->function && (!indexed || a->index == e->index))
 				*reg_ptr(e, a->reg) &= a->allow;
 		}
-		if (e->function != 0xd)
-			continue;
-		/* The size of the XSAVE area for the state components left (x87 and SSE: the
-		 * 512-byte legacy area and the 64-byte header), and no description of others. */
-		if (e->index == 0) {
-			e->ebx = 576;
-			e->ecx = 576;
-		} else if (e->index > t->xsave_max_component) {
+		if (e->function == 0xd && t->no_xsave)
 			e->eax = e->ebx = e->ecx = e->edx = 0;
-		}
 	}
 	return 0;
 }
