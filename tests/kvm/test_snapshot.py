@@ -62,6 +62,30 @@ def test_restore_continues(d):
         r.wait_output(f"tick {t + 3}\n")
 
 
+def test_cpu_template(d):
+    """--cpu-template: the chain records the template's name and every restore applies it again
+    (the KVM box's e2e test shows what it hides; PVM here does not hide CPUID from the guest)."""
+    with Vm(guest("counter"), extra=["--snapshot-dir", d, "--cpu-template", "baseline-v2",
+                                     "--log-level", "info"]) as vm:
+        vm.wait_output("tick 2\n")
+        t = vm.pause_at_tick()
+        vm.snapshot("Full")
+        vm.stop(signal.SIGKILL)
+        err = vm.stderr()
+    check("CPU template baseline-v2" in err, f"run: no template line in {err[-600:]!r}")
+    states = sorted(glob.glob(os.path.join(d, "state-*")))
+    check(states and b'"cpu_template":"baseline-v2"' in open(states[-1], "rb").read(),
+          f"the state file does not name the template: {states}")
+    with Vm(None, restore=d, extra=["--log-level", "info"]) as r:
+        r.wait_output(f"tick {t + 1}\n")
+        r.stop(signal.SIGKILL)
+        err = r.stderr()
+    check("CPU template baseline-v2" in err, f"restore: no template line in {err[-600:]!r}")
+    bad = run_cove(["run", "--kernel", guest("counter"), "--cpu-template", "T2"])
+    check(bad.returncode == 2 and "'T2' is not a CPU template cove has (baseline-v2)" in bad.stderr,
+          f"cove run --cpu-template T2: {bad.returncode} {bad.stderr!r}")
+
+
 def test_incremental_exact(d):
     """A Diff layer holds the pages stamped since the Full one (plus the guest's own stack/data),
     with their contents; restore of the chain continues the stamper."""
@@ -351,7 +375,7 @@ def test_api_dir_confined(d):
 
 
 def run_all():
-    run_each((test_restore_continues, test_incremental_exact, test_kill_during_write,
+    run_each((test_restore_continues, test_cpu_template, test_incremental_exact, test_kill_during_write,
               test_bad_files, test_fork, test_fork_identity, test_api_errors,
               test_api_dir_confined), "cove-snap-")
 
