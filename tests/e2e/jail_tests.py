@@ -195,9 +195,23 @@ def test_jail_memory_max_kills_the_vmm():
     args = [bt.COVE if not bt.COVE.endswith("cove-jailed") else os.environ["COVE_REAL"],
             "run", "--kernel", bt.BZIMAGE, "--initrd", bt.INITRD, "--mem", "512M",
             "--cmdline", bt.cmdline_for(cmd)] + jail_args(name, "--jail-mem-max", "192M")
-    # The first test's VMMs have exited, leaving their cgroups: the next jail removes them.
+    # The first test's VMMs have exited, leaving their cgroups: the next jail removes them. A
+    # VMM whose waiter the test before killed may still be on its way out (its cgroup still
+    # populated, which no jail can remove): wait for that first (a loaded CI box took longer).
     stale = [d for d in os.listdir(f"{CGROUP}/cove") if d.startswith("vmm-")]
     check(stale, "no cgroup left by the jails of the test before")
+
+    def populated(d):
+        try:
+            with open(f"{CGROUP}/cove/{d}/cgroup.events") as f:
+                return "populated 1" in f.read()
+        except OSError:
+            return False
+    deadline = time.monotonic() + 30
+    while any(populated(d) for d in stale) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    check(not any(populated(d) for d in stale),
+          f"the test before left running VMMs for 30 s: {[d for d in stale if populated(d)]}")
     p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
     try:
