@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, "/work")
-from store_box import (STATE, Failure, check, cove, newest, sh, tail)  # noqa: E402
+from store_box import STATE, check, cove, newest, run_role, sh, tail  # noqa: E402
 
 OUT = {}
 WAIT_S = 900
@@ -162,17 +162,7 @@ def host_small():
 
 
 def main():
-    what = sys.argv[1]
-    os.makedirs("/work/out", exist_ok=True)
-    try:
-        {"big": host_big, "small": host_small}[what]()
-        ok = True
-    except Failure as e:
-        print(f"FAIL: host {what}: {e}", flush=True)
-        ok = False
-    with open(f"/work/out/{what}.json", "w") as f:
-        json.dump(dict(OUT, ok=ok), f)
-    return 0 if ok else 1
+    return run_role({"big": host_big, "small": host_small}, OUT)
 
 
 if __name__ == "__main__":

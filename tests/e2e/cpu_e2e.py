@@ -9,7 +9,6 @@ the same model without BMI2 (kvm-box --cpu-extra ,-bmi2). The KVM box's nested g
 XSAVE, so no AVX at all: BMI2 is the feature that differs here where a fleet would see AVX2.
 tests/e2e/cpu_box.py is what runs inside each box; it says what it checks.
 """
-import json
 import os
 import secrets
 import shutil
@@ -17,47 +16,28 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, HERE)
 import s3server  # noqa: E402
-from store_e2e import COVE, Failure, check, store_dir  # noqa: E402
+import store_e2e  # noqa: E402
+from store_e2e import Failure, check, store_dir  # noqa: E402
 
 CPU_EXTRA = {"big": "", "small": ",-bmi2"}
 
 
 def box(srv, work, what, kdir, rdir, results):
-    out = os.path.join(work, "out-" + what)
-    reason = os.path.join(work, "reason-" + what)
+    """Host WHAT's box run (store_e2e.box with cpu_box.py), its result or failure in results."""
     store = store_dir(srv, work, os.urandom(32), "host-" + what, srv.rgw)
-    cmd = [os.path.join(ROOT, "tools", "kvm-box"), "--with-python", "--timeout", "2000",
-           "--reason-file", reason, "--forward", str(srv.rgw),
-           "--add", f"{COVE}:/work/cove",
-           "--add", f"{kdir}/bzImage:/work/kernel/bzImage",
-           "--add", f"{kdir}/vmlinux:/work/kernel/vmlinux",
-           "--add", f"{rdir}/rootfs.ext4:/work/rootfs/rootfs.ext4",
-           "--add", f"{os.path.join(HERE, 'store_box.py')}:/work/store_box.py",
-           "--add", f"{os.path.join(HERE, 'cpu_box.py')}:/work/cpu_box.py",
-           "--add", f"{store}:/work/store", "--out-dir", out]
+    extra = ["--add", f"{store}:/work/store"]
     if CPU_EXTRA[what]:
-        cmd += ["--cpu-extra", CPU_EXTRA[what]]
-    cmd += ["--", "python3", "/work/cpu_box.py", what]
-    t0 = time.monotonic()
-    rc = subprocess.run(cmd).returncode
-    took = time.monotonic() - t0
+        extra += ["--cpu-extra", CPU_EXTRA[what]]
     try:
-        with open(os.path.join(out, what + ".json")) as f:
-            res = json.load(f)
-    except (OSError, ValueError) as e:
-        cause = open(reason).read().strip() if os.path.exists(reason) else ""
-        res = {"ok": False, "why": f"no result from the box (kvm-box rc={rc}"
-               f"{', ' + cause if cause else ''}): {e}"}
-    res["rc"], res["took"] = rc, round(took)
-    results[what] = res
-    print(f"cpu e2e: host {what}'s box run took {took:.0f} s (rc={rc})", flush=True)
+        results[what] = store_e2e.box(srv, work, what, kdir, rdir, extra, {}, script="cpu_box.py")
+    except Failure as e:
+        results[what] = {"ok": False, "why": str(e)}
 
 
 def main():

@@ -776,21 +776,27 @@ def metrics_checks():
           f"{one('cove_lease_takeovers_total', 'y'):.0f} time(s)", flush=True)
 
 
-def main():
+def run_role(roles, out):
+    """Runs the role sys.argv[1] names; what it recorded in `out`, and ok, go to
+    /work/out/ROLE.json for the host side. The exit status: 0 when every check held."""
     what = sys.argv[1]
     os.makedirs("/work/out", exist_ok=True)
     try:
-        {"a": host_a, "b": host_b, "lease": lease_checks, "fg": foreground_checks,
-         "partition": partition_checks,
-         "fgrace": lambda: (foreground_checks(), race_checks()),
-         "fgm": lambda: (foreground_checks(), race_checks(), metrics_checks())}[what]()
+        roles[what]()
         ok = True
     except Failure as e:
         print(f"FAIL: host {what}: {e}", flush=True)
         ok = False
     with open(f"/work/out/{what}.json", "w") as f:
-        json.dump(dict(OUT, ok=ok), f)
+        json.dump(dict(out, ok=ok), f)
     return 0 if ok else 1
+
+
+def main():
+    return run_role({"a": host_a, "b": host_b, "lease": lease_checks, "fg": foreground_checks,
+                     "partition": partition_checks,
+                     "fgrace": lambda: (foreground_checks(), race_checks()),
+                     "fgm": lambda: (foreground_checks(), race_checks(), metrics_checks())}, OUT)
 
 
 if __name__ == "__main__":

@@ -153,7 +153,9 @@ def relay_watch(srv, relay, stop):
         stop.wait(0.2)
 
 
-def box(srv, work, what, kdir, rdir, extra, env):
+def box(srv, work, what, kdir, rdir, extra, env, script="store_box.py"):
+    """One box run as host WHAT: SCRIPT (beside store_box.py, which it may import) run there
+    with WHAT as its argument; its /work/out/WHAT.json is the result."""
     out = os.path.join(work, "out-" + what)
     reason = os.path.join(work, "reason-" + what)
     cmd = [os.path.join(ROOT, "tools", "kvm-box"), "--with-python", "--timeout", "2400",
@@ -163,8 +165,11 @@ def box(srv, work, what, kdir, rdir, extra, env):
            "--add", f"{kdir}/vmlinux:/work/kernel/vmlinux",
            "--add", f"{rdir}/rootfs.ext4:/work/rootfs/rootfs.ext4",
            "--add", f"{os.path.join(HERE, 'store_box.py')}:/work/store_box.py",
-           "--out-dir", out] + extra + ["--", "env"] + \
-        [f"{k}={v}" for k, v in env.items()] + ["python3", "/work/store_box.py", what]
+           "--out-dir", out]
+    if script != "store_box.py":
+        cmd += ["--add", f"{os.path.join(HERE, script)}:/work/{script}"]
+    cmd += extra + ["--", "env"] + [f"{k}={v}" for k, v in env.items()] + \
+        ["python3", f"/work/{script}", what]
     t0 = time.monotonic()
     rc = subprocess.run(cmd).returncode
     took = time.monotonic() - t0
