@@ -505,7 +505,7 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 				ret = errmsg(err, errlen, -ENAMETOOLONG, "socket path too long");
 			sbx_root_close(&r);
 			if (ret == -ENOEXEC) {
-				sbx_cpu_refused(sandbox, err);
+				sbx_cpu_refused(sandbox, err && errlen ? err : "");
 				if (errlen)
 					err[0] = '\0';
 				return SBX_EXIT_CPU;
