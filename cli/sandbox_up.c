@@ -31,6 +31,7 @@
 #include "lifecycle/tombstone.h"
 #include "lifecycle/vmm_args.h"
 #include "sandbox/agent_client.h"
+#include "sandbox/restore_sandbox.h"
 #include "cli/ca_install.h"
 
 /* How long a start may take before the command gives up (a box boots in seconds). */
@@ -77,9 +78,6 @@ static int agent_ready(const char *uds, char *err, size_t errlen)
 		close(fd);
 	return fd < 0 ? fd : 0;
 }
-
-/* A restoring VMM's word when this host's CPU cannot take the chain's (restore_sandbox.c). */
-#define CPU_REFUSED "cpu-incompatible: "
 
 void sbx_cpu_refused(const char *name, const char *detail)
 {
@@ -132,8 +130,8 @@ static int wait_restored(int dfd, int ready_rd, double deadline, char *err, size
 	if (!strncmp(buf, "ok\n", 3))
 		return 0;
 	buf[strcspn(buf, "\n")] = '\0';
-	if (!strncmp(buf, CPU_REFUSED, strlen(CPU_REFUSED)))
-		return errmsg(err, errlen, -ENOEXEC, "%s", buf + strlen(CPU_REFUSED));
+	if (!strncmp(buf, RESTORE_CPU_REFUSED, strlen(RESTORE_CPU_REFUSED)))
+		return errmsg(err, errlen, -ENOEXEC, "%s", buf + strlen(RESTORE_CPU_REFUSED));
 	if (buf[0] && strcmp(buf, "restore failed (see its log)"))
 		return errmsg(err, errlen, -EIO, "the sandbox's VMM could not restore: %s", buf);
 	sbx_vmm_log_tail(dfd, tail, sizeof(tail));

@@ -270,7 +270,7 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		/* This host's CPU cannot take the chain's state: the host says so by its own exit
 		 * status (76), so a scheduler places the sandbox elsewhere. */
 		if (rs == -ENOEXEC && o->ready_fd >= 0) {
-			dprintf(o->ready_fd, "cpu-incompatible: %s\n", err);
+			dprintf(o->ready_fd, RESTORE_CPU_REFUSED "%s\n", err);
 			return RESTORE_TOLD;
 		}
 		return 1;

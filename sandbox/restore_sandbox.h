@@ -11,6 +11,10 @@
 #include "sandbox/options.h"
 #include "snapshot/restore.h"
 
+/* What a restore writes on its --ready-fd pipe, before the reason, when this host's CPU cannot
+ * take the chain's CPU state (the host then exits 76). */
+#define RESTORE_CPU_REFUSED "cpu-incompatible: "
+
 /* `cove restore`'s options: everything the host says; the chain says only what the machine had. */
 struct sandbox_restore_opts {
 	const char *dir;
