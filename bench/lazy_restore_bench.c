@@ -151,7 +151,7 @@ static double lazy_once(struct chain *c, struct snap_crypt *sc, struct logger *l
 	    snap_crypt_check_layer(sc, &ls->layers[0]))
 		die("open layer", EIO);
 	struct lazy_mem lm;
-	if (lazy_mem_start(&lm, vm, ls, sc, err, sizeof(err)))
+	if (lazy_mem_start(&lm, vm, ls, sc, NULL, err, sizeof(err)))
 		die(err, EIO);
 	uint64_t sum = touch(vm->mem.host, n);
 	double t = (now() - t0) * 1e3;

@@ -47,6 +47,8 @@ static const char restore_usage[] =
     "                      I/O error to the guest)\n"
     "  --no-seccomp        run without the per-thread seccomp filters (debugging only; warns)\n"
     "  --ready-fd N        write \"ok\\n\" (or a one-line error) to fd N once the vCPUs run\n"
+    "  --lazy-fd N         the memory layers may still be arriving from the store: read each\n"
+    "                      range only once the host's fetcher on socket N has it (cove-store)\n"
     "  --exe-fd N          the cove binary is open as fd N (clones in a jail, which has no\n"
     "                      /proc, start their own clones from it; the spawner passes it)\n"
     "  --log-level LEVEL   error|warn|info|debug (default warn)\n"
@@ -64,6 +66,7 @@ enum {
 	O_SINT,
 	O_SKEEP,
 	O_READY,
+	O_LAZY,
 	O_EXE,
 	O_LOG,
 	O_KEY,
@@ -88,6 +91,7 @@ static const struct option long_opts[] = {
     {"snapshot-interval", required_argument, NULL, O_SINT},
     {"snapshot-keep", required_argument, NULL, O_SKEEP},
     {"ready-fd", required_argument, NULL, O_READY},
+    {"lazy-fd", required_argument, NULL, O_LAZY},
     {"exe-fd", required_argument, NULL, O_EXE},
     {"log-level", required_argument, NULL, O_LOG},
     {"key", required_argument, NULL, O_KEY},
@@ -119,6 +123,7 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 {
 	memset(o, 0, sizeof(*o));
 	o->ready_fd = -1;
+	o->lazy_fd = -1;
 	o->level = LOG_WARN;
 	jail_opts_init(&o->jail);
 	optind = 0;
@@ -189,6 +194,12 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 				return errmsg(err, errlen, -EINVAL,
 					      "--ready-fd: '%s' is not a file descriptor", optarg);
 			o->ready_fd = (int)v;
+			break;
+		case O_LAZY:
+			if (parse_u64(optarg, 3, 1 << 20, &v) || fcntl((int)v, F_GETFD) < 0)
+				return errmsg(err, errlen, -EINVAL,
+					      "--lazy-fd: '%s' is not an open file descriptor", optarg);
+			o->lazy_fd = (int)v;
 			break;
 		case O_EXE:
 			/* A clone in a jail (no /proc there): the binary, for its own clones. */

@@ -238,6 +238,8 @@ int jail_restore_opts(struct sandbox_restore_opts *o, struct logger *log, char *
 		r = jail_path(j, o->phase_dir, 0, &o->phase_dir, err, errlen);
 	if (!r && o->ready_fd >= 0)
 		r = jail_keep_fd(j, o->ready_fd);
+	if (!r && o->lazy_fd > 2)
+		r = jail_keep_fd(j, o->lazy_fd);
 	if (!r)
 		r = jail_enter(j, err, errlen);
 	o->jail.exe_fd = j->o.exe_fd;

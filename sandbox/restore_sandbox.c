@@ -28,6 +28,7 @@ static struct snap_restore_args snap_args(const struct sandbox_restore_opts *o)
 					  .key_relay = o->jail.key_relay_fd,
 					  .verify = o->verify,
 					  .digests_checked = o->digests_checked,
+					  .lazy_fd = o->lazy_fd,
 					  .snap_dir = o->snap_dir};
 }
 
@@ -287,7 +288,8 @@ static int restore_and_serve(struct sandbox *sb, struct sandbox_restore *p,
 		 * build), for this or a new chain. */
 		if (sandbox_snapshots(sb, sdir, o->interval_ms, o->keep))
 			return 1;
-		sb->snap.ram_lazy = s->encrypted;
+		sb->snap.ram_lazy = s->encrypted || o->lazy_fd > 2;
+		sb->snap.layers_arriving = o->lazy_fd > 2;
 		/* Same chain, latest layer: the next snapshot may be incremental. */
 		if (!strcmp(sdir, o->dir) && latest)
 			snap_ctx_adopt_chain(&sb->snap, &s->chain);

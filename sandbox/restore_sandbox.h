@@ -31,6 +31,9 @@ struct sandbox_restore_opts {
 	/* --digests-checked: the host (lifecycle) checked every digest just now
 	 * (snapshot/DIGEST.md) */
 	bool digests_checked;
+	/* --lazy-fd N: the socket to the host's fetcher of layers still arriving from the store
+	 * (snapshot/lazy_gate.h); -1 none */
+	int lazy_fd;
 	bool no_seccomp; /* --no-seccomp */
 	int nr_disks;
 	struct disk_opt disks[RUN_MAX_DISKS]; /* host paths: restore takes none from the chain */

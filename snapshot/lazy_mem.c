@@ -89,7 +89,8 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 	lazy_window_pick(lm->filled, lm->nr_pages, lm->ls, p, &lm->ra, &first, &n);
 	const struct mem_layer *src = lazy_source(lm->ls, p);
 	if (src && mem_layer_stored(src, p)) {
-		lazy_open_run(lm->cc, lm->chain_id, lm->ls, first, n, lm->plain, lm->tags, lm->res);
+		struct lazy_src ls = {lm->cc, lm->chain_id, lm->ls, lm->gate, true};
+		lazy_open_run(&ls, first, n, lm->plain, lm->tags, lm->res);
 		int r = lm->res[p - first];
 		if (r == 0) {
 			/* The run around p without neighbours that failed: they wait for their
@@ -105,11 +106,18 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 			return;
 		}
 		lm->bad_pages++;
-		vm_request_stop(lm->vm, 1,
-				"snapshot page %llu of layer %llu failed authentication (%s): the "
-				"guest was stopped and never saw it",
-				(unsigned long long)p, (unsigned long long)src->info.layer_id,
-				r == -EBADMSG ? "altered data or tag" : strerror(-r));
+		if (lm->gate && r != -EBADMSG)
+			vm_request_stop(lm->vm, 1,
+					"snapshot page %llu of layer %llu could not be fetched from "
+					"the store (%s): the guest was stopped and never saw it",
+					(unsigned long long)p, (unsigned long long)src->info.layer_id,
+					lazy_gate_strerror(r));
+		else
+			vm_request_stop(lm->vm, 1,
+					"snapshot page %llu of layer %llu failed authentication (%s): "
+					"the guest was stopped and never saw it",
+					(unsigned long long)p, (unsigned long long)src->info.layer_id,
+					r == -EBADMSG ? "altered data or tag" : strerror(-r));
 		/*
 		 * The stop request has kicked the vCPUs; the zero page below only unblocks the
 		 * faulting thread, which then leaves KVM_RUN without entering the guest again.
@@ -136,10 +144,22 @@ static bool prefetch_step(struct lazy_mem *lm)
 	if (!lazy_next_run(lm->filled, lm->nr_pages, lm->ls, lm->prefetch_next, LAZY_WIN_MIN * 4,
 			   &first, &n))
 		return false;
-	lazy_open_run(lm->cc, lm->chain_id, lm->ls, first, n, lm->plain, lm->tags, lm->res);
+	struct lazy_src ls = {lm->cc, lm->chain_id, lm->ls, lm->gate, false};
+	lazy_open_run(&ls, first, n, lm->plain, lm->tags, lm->res);
 	uint64_t good = 0;
 	while (good < n && lm->res[good] == 0)
 		good++;
+	if (good < n && lm->res[good] == -EAGAIN) {
+		/* Not fetched yet: fill what is there, look again once more has arrived. */
+		if (good) {
+			copy_run(lm, first, good, 0);
+			set_filled(lm, first, good);
+			lm->pages_prefetched += good;
+		}
+		lm->prefetch_next = first + good;
+		lm->prefetch_blocked = true;
+		return true;
+	}
 	if (good) {
 		copy_run(lm, first, good, 0);
 		set_filled(lm, first, good);
@@ -164,7 +184,8 @@ static void *lazy_thread(void *arg)
 	bool prefetching = lm->prefetch;
 	for (;;) {
 		bool now = prefetching && (lm->prefetch_now || lm->faults);
-		int pr = poll(pf, 2, now ? 0 : -1);
+		int pr = poll(pf, 2, now ? (lm->prefetch_blocked ? 20 : 0) : -1);
+		lm->prefetch_blocked = false;
 		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
@@ -210,15 +231,21 @@ static int open_uffd(void)
 }
 
 int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
-		   const struct snap_crypt *sc, char *err, size_t errlen)
+		   const struct snap_crypt *sc, struct lazy_gate *gate, char *err, size_t errlen)
 {
 	memset(lm, 0, sizeof(*lm));
 	lm->vm = vm;
 	lm->uffd = lm->stop_efd = -1;
-	memcpy(lm->chain_id, sc->chain_id, 16);
-	int r = crypto_ctx_dup(sc->cc, &lm->cc); /* with the layers plan_load registered */
-	if (r)
+	lm->gate = gate;
+	int r = 0;
+	if (sc) {
+		memcpy(lm->chain_id, sc->chain_id, 16);
+		r = crypto_ctx_dup(sc->cc, &lm->cc); /* with the layers plan_load registered */
+	}
+	if (r) {
+		lazy_mem_stop(lm);
 		return errmsg(err, errlen, r, "cannot set up AES-GCM: %s", strerror(-r));
+	}
 	lm->nr_pages = vm->mem.size / MEM_LAYER_PAGE;
 	/*
 	 * Prefetch: "1" from the start, "0" never; by default once the guest runs (its first fault)
@@ -241,7 +268,7 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 	lm->uffd = open_uffd();
 	if (lm->uffd < 0) {
 		r = errmsg(err, errlen, lm->uffd,
-			   "userfaultfd: %s (lazy restore of encrypted layers needs it; without "
+			   "userfaultfd: %s (lazy restore needs it; without "
 			   "CAP_SYS_PTRACE, as in a jail, give access to /dev/userfaultfd or set "
 			   "vm.unprivileged_userfaultfd=1)",
 			   strerror(-lm->uffd));
@@ -307,6 +334,8 @@ void lazy_mem_stop(struct lazy_mem *lm)
 	if (lm->cc)
 		crypto_ctx_free(lm->cc);
 	lm->cc = NULL;
+	lazy_gate_free(lm->gate);
+	lm->gate = NULL;
 	free(lm->plain);
 	free(lm->tags);
 	free(lm->res);

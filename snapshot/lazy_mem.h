@@ -1,5 +1,6 @@
-/* Lazy restore of encrypted layers: a userfaultfd thread decrypts pages the first time anything
- * touches them, a run of neighbours with each fault (snapshot/lazy_window.h). */
+/* Lazy restore of encrypted layers (and of plain ones still arriving from the store): a
+ * userfaultfd thread fills pages the first time anything touches them, a run of neighbours with
+ * each fault (snapshot/lazy_window.h). */
 #ifndef COVE_LAZY_MEM_H
 #define COVE_LAZY_MEM_H
 
@@ -16,7 +17,8 @@ struct vm;
 struct lazy_mem {
 	struct vm *vm;
 	struct layer_set *ls;  /* owned once started */
-	struct crypto_ctx *cc; /* the thread's own AES-GCM context */
+	struct crypto_ctx *cc; /* the thread's own AES-GCM context; NULL: plain layers */
+	struct lazy_gate *gate; /* owned; NULL: every layer file is whole */
 	uint8_t chain_id[16];
 	int uffd, stop_efd;
 	pthread_t thread;
@@ -30,6 +32,7 @@ struct lazy_mem {
 	bool prefetch;	   /* fill the rest while no fault waits (COVE_LAZY_PREFETCH=0: off) */
 	bool prefetch_now; /* from the start, not from the first fault (COVE_LAZY_PREFETCH=1) */
 	uint64_t prefetch_next; /* where the prefetch goes on */
+	bool prefetch_blocked;	/* the next prefetch run is not fetched yet: look again soon */
 	uint64_t faults, zero_pages, bad_pages, pages_filled, pages_prefetched;
 };
 
@@ -46,9 +49,15 @@ struct lazy_mem {
  * stops the VM).  A page that fails authentication is never given to the guest: the VM is stopped
  * with a message naming layer and page.  Takes ownership of `ls`. 0 or -errno with a message in
  * `err`.
+ *
+ * sc NULL: plain layers, copied as read. gate (owned from here on, also on failure): layer files
+ * still arriving from the store; every range is read only once the fetcher has it, a fault
+ * waits for it, the prefetch takes only what is there (and looks again every 20 ms), and a
+ * range the fetcher cannot deliver stops the VM with one line (the guest never sees a page of
+ * a chunk that was not checked).
  */
 int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
-		   const struct snap_crypt *sc, char *err, size_t errlen);
+		   const struct snap_crypt *sc, struct lazy_gate *gate, char *err, size_t errlen);
 void lazy_mem_stop(struct lazy_mem *lm);
 /*
  * Eager check (restore --verify): authenticates every stored page of every layer before the

@@ -1,4 +1,4 @@
-/* Lazy restore of encrypted layers, in runs: which pages to fill for one fault, and opening a run
+/* Lazy restore (encrypted layers, or plain ones still arriving from the store), in runs: which pages to fill for one fault, and opening a run
  * of pages (batched reads, one AES-GCM open per page) for one UFFDIO_COPY. */
 #include "snapshot/lazy_window.h"
 
@@ -88,44 +88,56 @@ bool lazy_next_run(const uint64_t *filled, uint64_t nr_pages, const struct layer
 	return true;
 }
 
-/* Pages [p, p + n) of layer l, all stored in it: one read of data, one of tags, n opens. */
-static void open_span(struct crypto_ctx *cc, const uint8_t *chain_id, const struct mem_layer *l,
-		      uint64_t p, uint64_t n, uint8_t *plain, uint8_t *tags, int *res)
+/* Before reading [off, off + len) of layer l: the gate's answer (0 without a gate). */
+static int gate(const struct lazy_src *s, const struct mem_layer *l, uint64_t off, uint64_t len)
 {
-	int r = pread_full(l->fd, plain, n * MEM_LAYER_PAGE,
-			   (off_t)(l->info.data_off + p * MEM_LAYER_PAGE));
+	if (!s->gate)
+		return 0;
+	return lazy_gate_need(s->gate, (int)(l - s->ls->layers), off, len, s->wait);
+}
+
+/* Pages [p, p + n) of layer l, all stored in it: one read of data, one of tags, n opens. */
+static void open_span(const struct lazy_src *s, const struct mem_layer *l, uint64_t p, uint64_t n,
+		      uint8_t *plain, uint8_t *tags, int *res)
+{
+	uint64_t data = l->info.data_off + p * MEM_LAYER_PAGE;
+	uint64_t tag = l->info.tag_off + p * CRYPTO_TAG_LEN;
+	int r = gate(s, l, data, n * MEM_LAYER_PAGE);
+	if (!r && s->cc)
+		r = gate(s, l, tag, n * CRYPTO_TAG_LEN);
 	if (!r)
-		r = pread_full(l->fd, tags, n * CRYPTO_TAG_LEN,
-			       (off_t)(l->info.tag_off + p * CRYPTO_TAG_LEN));
+		r = pread_full(l->fd, plain, n * MEM_LAYER_PAGE, (off_t)data);
+	if (!r && s->cc)
+		r = pread_full(l->fd, tags, n * CRYPTO_TAG_LEN, (off_t)tag);
 	for (uint64_t i = 0; i < n; i++) {
 		uint8_t *pg = plain + i * MEM_LAYER_PAGE;
 		if (r) {
 			memset(pg, 0, MEM_LAYER_PAGE);
-			res[i] = -EIO;
+			res[i] = r == -EAGAIN || s->gate ? r : -EIO;
 			continue;
 		}
-		res[i] = crypto_open_page(cc, chain_id, l->info.layer_id, p + i, pg, MEM_LAYER_PAGE,
-					  pg, tags + i * CRYPTO_TAG_LEN);
+		res[i] = s->cc ? crypto_open_page(s->cc, s->chain_id, l->info.layer_id, p + i, pg,
+						  MEM_LAYER_PAGE, pg, tags + i * CRYPTO_TAG_LEN)
+			       : 0;
 	}
 }
 
-void lazy_open_run(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
-		   const struct layer_set *ls, uint64_t first, uint64_t count, uint8_t *plain,
+void lazy_open_run(const struct lazy_src *src, uint64_t first, uint64_t count, uint8_t *plain,
 		   uint8_t *tags, int *res)
 {
 	uint64_t i = 0;
 	while (i < count) {
-		const struct mem_layer *l = lazy_source(ls, first + i);
+		const struct mem_layer *l = lazy_source(src->ls, first + i);
 		if (!l || !mem_layer_stored(l, first + i)) {
 			memset(plain + i * MEM_LAYER_PAGE, 0, MEM_LAYER_PAGE);
 			res[i++] = 0;
 			continue;
 		}
 		uint64_t n = 1;
-		while (i + n < count && lazy_source(ls, first + i + n) == l &&
+		while (i + n < count && lazy_source(src->ls, first + i + n) == l &&
 		       mem_layer_stored(l, first + i + n))
 			n++;
-		open_span(cc, chain_id, l, first + i, n, plain + i * MEM_LAYER_PAGE, tags, res + i);
+		open_span(src, l, first + i, n, plain + i * MEM_LAYER_PAGE, tags, res + i);
 		i += n;
 	}
 }

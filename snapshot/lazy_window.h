@@ -9,6 +9,7 @@
 
 #include "snapshot/crypto.h"
 #include "snapshot/layer_restore.h"
+#include "snapshot/lazy_gate.h"
 
 /* A fault off the sequential path fills at most the aligned block of this many pages around it. */
 #define LAZY_WIN_MIN 16u
@@ -47,13 +48,22 @@ bool lazy_next_run(const uint64_t *filled, uint64_t nr_pages, const struct layer
 /*
  * Opens pages [first, first + count) (count <= LAZY_WIN_MAX) into `plain` (count pages): each
  * from its newest layer, runs of pages stored in one layer read with one pread for their data
- * and one for their tags, each page authenticated on its own (crypto_open_page); a page no
- * layer stores is zeros. res[i] gets page first + i's result: 0, -EBADMSG (altered data or
- * tag; the page is zeroed), -EIO (short read), or another -errno from crypto_open_page.
- * `tags` holds count * CRYPTO_TAG_LEN bytes.
+ * and (encrypted, cc set) one for their tags, each page authenticated on its own
+ * (crypto_open_page); a plain layer's pages are copied as read (cc NULL: a plain chain whose
+ * layers still arrive from the store). A page no layer stores is zeros. With a gate, each
+ * range is read only once the fetcher says it is present (`wait` false: -EAGAIN for the pages
+ * of a range that is not yet). res[i] gets page first + i's result: 0, -EBADMSG (altered data
+ * or tag; the page is zeroed), -EIO (short read), the gate's -errno, or another -errno from
+ * crypto_open_page. `tags` holds count * CRYPTO_TAG_LEN bytes.
  */
-void lazy_open_run(struct crypto_ctx *cc, const uint8_t chain_id[CRYPTO_CHAIN_ID_LEN],
-		   const struct layer_set *ls, uint64_t first, uint64_t count, uint8_t *plain,
+struct lazy_src {
+	struct crypto_ctx *cc; /* NULL: plain layers */
+	const uint8_t *chain_id;
+	const struct layer_set *ls;
+	struct lazy_gate *gate; /* NULL: every layer file is whole */
+	bool wait;
+};
+void lazy_open_run(const struct lazy_src *src, uint64_t first, uint64_t count, uint8_t *plain,
 		   uint8_t *tags, int *res);
 
 #endif

@@ -84,9 +84,13 @@ static inline bool mem_page_is_zero(const uint8_t *p)
 			return false;
 	return true;
 }
+/* The layer has data for the page: encrypted layers say so in their second bitmap; in a plain
+ * layer every page it holds is read from it (a held page that is all zeros reads as a hole). */
 static inline bool mem_layer_stored(const struct mem_layer *l, uint64_t page)
 {
-	return l->stored && page < l->info.nr_pages && (l->stored[page / 64] >> (page % 64)) & 1;
+	if (!l->stored)
+		return mem_layer_has(l, page);
+	return page < l->info.nr_pages && (l->stored[page / 64] >> (page % 64)) & 1;
 }
 
 #endif

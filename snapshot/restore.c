@@ -13,6 +13,7 @@
 #include "snapshot/board_state.h"
 #include "snapshot/keyfile.h"
 #include "snapshot/keyprov.h"
+#include "snapshot/lazy_gate.h"
 #include "snapshot/kvm_state.h"
 #include "snapshot/restore.h"
 #include "vmm/vm.h"
@@ -135,6 +136,7 @@ static int open_state(struct snap_restore *sr, const struct snap_restore_args *a
 int snap_restore_open(struct snap_restore *sr, const struct snap_restore_args *a, char *err,
 		      size_t errlen)
 {
+	sr->lazy_fd = a->lazy_fd > 2 ? a->lazy_fd : -1;
 	int r = chain_load(a->dir, &sr->chain, err, errlen);
 	if (r == -ENOENT)
 		return errmsg(err, errlen, r, "%s holds no snapshot chain (no chain.json)", a->dir);
@@ -179,7 +181,8 @@ static int verify_digests(struct snap_restore *sr, const struct snap_restore_arg
 		return 0;
 	uint8_t d[DIGEST_LEN];
 	int r = 0;
-	for (int i = 0; !r && i < sr->ls->nr; i++) {
+	/* Arriving from the store: the fetcher checks each chunk against the chain's digest. */
+	for (int i = 0; !r && sr->lazy_fd < 0 && i < sr->ls->nr; i++) {
 		r = digest_fd(sr->ls->layers[i].fd, d);
 		if (r)
 			return errmsg(err, errlen, r, "%s/%s: cannot read it: %s", a->dir,
@@ -256,6 +259,9 @@ void snap_restore_close(struct snap_restore *sr)
 		sr->ls = NULL;
 	}
 	snap_crypt_close(&sr->crypt);
+	if (sr->lazy_fd > 2)
+		close(sr->lazy_fd);
+	sr->lazy_fd = -1;
 	free(sr->secs);
 	free(sr->state);
 	sr->secs = NULL;
@@ -272,7 +278,7 @@ void snap_restore_ram_backing(const struct snap_restore *sr, int *fd, uint64_t *
 {
 	*fd = -1;
 	*off = 0;
-	if (!sr->encrypted) {
+	if (!sr->encrypted && sr->lazy_fd < 0) {
 		*fd = sr->ls->layers[0].fd;
 		*off = sr->ls->layers[0].info.data_off;
 	}
@@ -282,8 +288,19 @@ int snap_restore_apply_ram(struct snap_restore *sr, struct vm *vm, struct lazy_m
 			   uint64_t *pages_copied, char *err, size_t errlen)
 {
 	*pages_copied = 0;
-	if (sr->encrypted) {
-		int r = lazy_mem_start(lm, vm, sr->ls, &sr->crypt, err, errlen);
+	if (sr->encrypted || sr->lazy_fd >= 0) {
+		struct lazy_gate *g = NULL;
+		if (sr->lazy_fd >= 0) {
+			uint64_t sizes[CHAIN_MAX_LAYERS];
+			for (int i = 0; i < sr->ls->nr; i++)
+				sizes[i] = mem_layer_file_size(&sr->ls->layers[i].info);
+			g = lazy_gate_new(sr->lazy_fd, &sr->chain, sr->ls->nr, sizes);
+			if (!g)
+				return errmsg(err, errlen, -ENOMEM, "out of memory");
+			sr->lazy_fd = -1; /* the gate's now */
+		}
+		int r = lazy_mem_start(lm, vm, sr->ls, sr->encrypted ? &sr->crypt : NULL, g, err,
+				       errlen);
 		if (r)
 			return r;
 		sr->ls = NULL; /* the lazy thread owns the layers now */

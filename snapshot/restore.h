@@ -32,6 +32,13 @@ struct snap_restore_args {
 	 * outside the jail): the restore does not read the files again. Only the host sets it.
 	 */
 	bool digests_checked;
+	/*
+	 * > 2: the memory layers may still be arriving from the object store; this is the socket
+	 * to the host's fetcher (lazy_gate.h). RAM is then filled by userfaultfd for a plain chain
+	 * too, each range read only once the fetcher has it; the fetcher checks every chunk
+	 * against its digest, so the restore does not digest those files. 0: none.
+	 */
+	int lazy_fd;
 };
 
 /* One opened layer of a chain: everything restore reads from the chain directory. */
@@ -48,6 +55,7 @@ struct snap_restore {
 	const struct state_section_ref *config; /* the machine description (SEC_CONFIG) */
 	/* The chain records no digests (written before them): nothing was checked, one warning. */
 	bool unverified;
+	int lazy_fd; /* the args' lazy_fd: RAM through userfaultfd and the gate */
 };
 
 /*
@@ -75,7 +83,8 @@ void snap_restore_close(struct snap_restore *sr);
 bool snap_restore_is_latest(const struct snap_restore *sr);
 /*
  * The file RAM is mapped from: the base layer's data (plain chain; the mapping is private), or
- * fd -1 for an encrypted chain (ciphertext cannot be mapped: fresh RAM that userfaultfd fills).
+ * fd -1 for an encrypted chain (ciphertext cannot be mapped: fresh RAM that userfaultfd fills),
+ * or for layers still arriving from the store (a partly fetched file is never mapped).
  */
 void snap_restore_ram_backing(const struct snap_restore *sr, int *fd, uint64_t *off);
 /*

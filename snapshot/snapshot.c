@@ -1088,7 +1088,7 @@ static int take_commit(struct snap_ctx *s, struct take *t, char *err, size_t err
 static void take_compact(struct snap_ctx *s, struct snap_stats *st, char *err, size_t errlen)
 {
 	/* Encrypted chains are not compacted yet (it means re-sealing every page): see README. */
-	if (s->chain.nr_layers <= s->keep || s->encrypted)
+	if (s->chain.nr_layers <= s->keep || s->encrypted || s->layers_arriving)
 		return;
 	struct chain *before = malloc(sizeof(*before));
 	if (!before)

@@ -44,6 +44,9 @@ struct snap_ctx {
 	uint64_t *redirty; /* scratch: pages written again after the pre-copy */
 	/* RAM is filled lazily (userfaultfd): a full snapshot must read every page, not the memfd's. */
 	bool ram_lazy;
+	/* The restored layers may still be arriving from the store: no compaction (it would read
+	 * them whole); the chain is compacted by a later restore, once they are. */
+	bool layers_arriving;
 	/*
 	 * Called with the VM paused and its devices quiesced, before the state is saved: the
 	 * owner freezes disk overlays (so disk and memory agree) and returns the machine

@@ -159,7 +159,7 @@ static void start(struct lazy_fx *f, struct lazy_mem *lm)
 {
 	skip_without_userfaultfd();
 	char err[512] = "";
-	int r = lazy_mem_start(lm, f->vm, f->ls, &f->sc, err, sizeof(err));
+	int r = lazy_mem_start(lm, f->vm, f->ls, &f->sc, NULL, err, sizeof(err));
 	if (r)
 		fail_msg("lazy_mem_start: %d (%s)", r, err);
 	f->ls = NULL; /* the lazy thread owns the layers now */
@@ -476,7 +476,7 @@ static void test_start_fails_on_unmapped_ram(void **state)
 	f->vm->mem.host = host + 1;
 	struct lazy_mem lm;
 	char err[512] = "";
-	assert_int_equal(lazy_mem_start(&lm, f->vm, f->ls, &f->sc, err, sizeof(err)), -EINVAL);
+	assert_int_equal(lazy_mem_start(&lm, f->vm, f->ls, &f->sc, NULL, err, sizeof(err)), -EINVAL);
 	f->vm->mem.host = host;
 	assert_one_line_error(err, "UFFDIO_REGISTER of guest RAM");
 	assert_false(lm.started);
