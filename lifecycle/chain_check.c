@@ -3,9 +3,13 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "common/errmsg.h"
+#include "lifecycle/lazy_files.h"
 #include "lifecycle/vmm_args.h"
 #include "snapshot/chain.h"
 
@@ -23,7 +27,23 @@ int sbx_chain_check(const struct sbx_root *r, const char *name, bool *checked, c
 	ret = chain_settle(dir, e2, sizeof(e2));
 	if (ret)
 		return errmsg(err, errlen, ret, "%s: its chain: %s", name, e2);
-	ret = chain_verify_stamped(dir, stamps, e2, sizeof(e2));
+	/* Memory layers still arriving from the store: their fetcher checks them chunk by chunk. */
+	struct sbx_lazy *lz = calloc(1, sizeof(*lz));
+	struct chain_skip skip[SBX_LAZY_MAX_FILES];
+	int nskip = 0;
+	if (!lz)
+		return -ENOMEM;
+	int dfd = open(r->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int sdfd = dfd < 0 ? -1 : openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sdfd >= 0 && sbx_lazy_load(sdfd, lz, e2, sizeof(e2)) == 0)
+		for (size_t i = 0; i < lz->n; i++)
+			skip[nskip++] = (struct chain_skip){lz->f[i].name, lz->f[i].digest};
+	ret = chain_verify_stamped_skip(dir, stamps, skip, nskip, e2, sizeof(e2));
+	if (sdfd >= 0)
+		close(sdfd);
+	if (dfd >= 0)
+		close(dfd);
+	free(lz);
 	if (ret == -ENOENT)
 		return 0;
 	if (ret < 0)
@@ -35,6 +55,11 @@ int sbx_chain_check(const struct sbx_root *r, const char *name, bool *checked, c
 int sbx_chain_check_archive(const struct sbx_root *r, const char *name, char *err, size_t errlen)
 {
 	bool checked;
+	if (sbx_lazy_pending_at(r, name))
+		return errmsg(err, errlen, -EBUSY,
+			      "%s: its memory layers are still arriving from the store: archive it "
+			      "once they are here",
+			      name);
 	int ret = sbx_chain_check(r, name, &checked, err, errlen);
 
 	return ret == -EBADMSG ? ret : 0;

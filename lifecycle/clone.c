@@ -1,5 +1,6 @@
 /* A sandbox directory cloned for `cove fork NAME NEW`: spec rewritten, committed layers shared. */
 #include "lifecycle/clone.h"
+#include "lifecycle/lazy_files.h"
 #include "lifecycle/broker.h"
 
 #include <dirent.h>
@@ -479,6 +480,12 @@ int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *
 	if (state == SBX_CREATING || state == SBX_DELETED)
 		return errmsg(err, errlen, -ENOENT, "%s is %s: it has no snapshot to fork from",
 			      from, sbx_state_name(state));
+	/* A clone maps its layers whole: not while some still arrive from the store. */
+	if (sbx_lazy_pending(sdfd))
+		return errmsg(err, errlen, -EBUSY,
+			      "%s: its memory layers are still arriving from the store: fork it "
+			      "once they are here",
+			      from);
 	/* A dot name is never a sandbox: a crash leaves a directory gc and ls do not see. */
 	snprintf(tmp, sizeof(tmp), ".clone-%s-%d", to, (int)getpid());
 	sbx_tree_remove(r->dfd, tmp);

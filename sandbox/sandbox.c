@@ -822,6 +822,11 @@ static int be_fork(void *opaque, int count, bool identity, struct api_clone *out
 	if (!sb->snap_ready)
 		return errmsg(err, errlen, -EINVAL,
 			      "fork needs a snapshot directory (--snapshot-dir)");
+	/* Clones map their layers whole: not while the restored ones still arrive from the store. */
+	if (sb->snap.layers_arriving)
+		return errmsg(err, errlen, -EBUSY,
+			      "this sandbox's memory layers are still arriving from the store: fork "
+			      "it once they are here (after its next stop and start)");
 	/* A clone in the jail could not reach the key provider: the relay serves this VMM only. */
 	if (sb->snap.encrypted && sb->key_relay_fd >= 0)
 		return errmsg(err, errlen, -EOPNOTSUPP,

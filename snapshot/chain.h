@@ -94,6 +94,17 @@ int chain_settle(const char *dir, char *err, size_t errlen);
  * mismatch (the stamps then untouched); -ENOENT without a chain; 1 when the chain has no digests.
  */
 int chain_verify_stamped(const char *dir, const char *stamps, char *err, size_t errlen);
+/*
+ * The same, but a file named in `skip` whose recorded digest is the one given there is only
+ * checked to be a regular file (a memory layer still arriving from the store: its fetcher checks
+ * each chunk against that digest's chunk list), and never stamped.
+ */
+struct chain_skip {
+	const char *name;
+	const uint8_t *sha256;
+};
+int chain_verify_stamped_skip(const char *dir, const char *stamps, const struct chain_skip *skip,
+			      int nskip, char *err, size_t errlen);
 /* The digest recorded for `name`, or NULL. */
 const uint8_t *chain_digest_get(const struct chain *c, const char *name);
 /* Records (or replaces) the digest of `name`: 0, -EINVAL (bad name) or -E2BIG (table full). */

@@ -29,10 +29,14 @@ static const char tree_label[] = "cove-sha256-tree";
 
 struct tree {
 	EVP_MD_CTX *top, *chunk;
+	uint8_t *rec; /* NULL, or room for every chunk's SHA-256 (digest_stream_keep_chunks) */
+	uint64_t nrec, caprec;
 };
 
 static int tree_begin(struct tree *t, uint64_t size)
 {
+	t->rec = NULL;
+	t->nrec = t->caprec = 0;
 	t->top = EVP_MD_CTX_new();
 	t->chunk = EVP_MD_CTX_new();
 	uint8_t head[sizeof(tree_label) + 12];
@@ -49,6 +53,8 @@ static void tree_end(struct tree *t)
 {
 	EVP_MD_CTX_free(t->top);
 	EVP_MD_CTX_free(t->chunk);
+	free(t->rec);
+	t->rec = NULL;
 }
 
 static bool all_zero(const uint8_t *p, size_t n)
@@ -78,6 +84,8 @@ static int tree_chunk(struct tree *t, const uint8_t *p, size_t n, bool zero)
 		   !EVP_DigestUpdate(t->chunk, p, n) || !EVP_DigestFinal_ex(t->chunk, d, &dl)) {
 		return -EIO;
 	}
+	if (t->rec && t->nrec < t->caprec)
+		memcpy(t->rec + DIGEST_LEN * t->nrec++, d, DIGEST_LEN);
 	return EVP_DigestUpdate(t->top, d, DIGEST_LEN) ? 0 : -EIO;
 }
 
@@ -153,6 +161,51 @@ static int stream_add(struct digest_stream *s, const uint8_t *p, uint64_t n)
 		}
 	}
 	return 0;
+}
+
+int digest_stream_keep_chunks(struct digest_stream *s)
+{
+	uint64_t n = digest_chunks_of(s->size);
+	if (n > DIGEST_CHUNKS_MAX)
+		return -EFBIG;
+	s->t.rec = malloc(n ? n * DIGEST_LEN : 1);
+	s->t.caprec = n;
+	return s->t.rec ? 0 : -ENOMEM;
+}
+
+const uint8_t *digest_stream_chunks(const struct digest_stream *s, uint64_t *n)
+{
+	*n = s->t.nrec;
+	return s->t.rec;
+}
+
+uint64_t digest_chunks_of(uint64_t size)
+{
+	return (size + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+}
+
+int digest_from_chunks(uint64_t size, const uint8_t *hashes, uint64_t n, uint8_t out[DIGEST_LEN])
+{
+	if (n != digest_chunks_of(size))
+		return -EINVAL;
+	struct tree t;
+	int r = tree_begin(&t, size);
+	if (!r && n && !EVP_DigestUpdate(t.top, hashes, (size_t)(n * DIGEST_LEN)))
+		r = -EIO;
+	if (!r)
+		r = tree_finish(&t, out);
+	tree_end(&t);
+	return r;
+}
+
+int digest_chunk(const void *p, size_t len, uint8_t out[DIGEST_LEN])
+{
+	if (len == DIGEST_CHUNK && all_zero(p, len)) {
+		memcpy(out, digest_zero_chunk, DIGEST_LEN);
+		return 0;
+	}
+	unsigned dl = 0;
+	return EVP_Digest(p, len, out, &dl, EVP_sha256(), NULL) && dl == DIGEST_LEN ? 0 : -EIO;
 }
 
 int digest_stream_feed(struct digest_stream *s, const void *p, size_t n)

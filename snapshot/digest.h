@@ -36,6 +36,20 @@ int digest_stream_feed(struct digest_stream *s, const void *p, size_t n);
 int digest_stream_zeros(struct digest_stream *s, uint64_t n);
 int digest_stream_finish(struct digest_stream *s, uint8_t out[DIGEST_LEN]);
 void digest_stream_free(struct digest_stream *s);
+/*
+ * The chunks' own SHA-256s (issue 29: a chunk fetched alone is checked against them): after
+ * new, keep_chunks makes the stream record each (-EFBIG past DIGEST_CHUNKS_MAX chunks); after
+ * finish, chunks gives them in order (*n of them; owned by the stream).
+ */
+#define DIGEST_CHUNKS_MAX (1u << 20) /* 1 TiB of file */
+int digest_stream_keep_chunks(struct digest_stream *s);
+const uint8_t *digest_stream_chunks(const struct digest_stream *s, uint64_t *n);
+/* How many chunks a file of `size` bytes has. */
+uint64_t digest_chunks_of(uint64_t size);
+/* The file digest that n chunk SHA-256s give for a file of `size` bytes (-EINVAL: wrong n). */
+int digest_from_chunks(uint64_t size, const uint8_t *hashes, uint64_t n, uint8_t out[DIGEST_LEN]);
+/* One chunk's SHA-256 (len bytes: DIGEST_CHUNK, or less for a file's last chunk). */
+int digest_chunk(const void *p, size_t len, uint8_t out[DIGEST_LEN]);
 /* Lower-case hex into out[DIGEST_HEX_LEN]; exactly 64 hex digits back into bytes (0/-EINVAL). */
 void digest_hex(const uint8_t d[DIGEST_LEN], char out[DIGEST_HEX_LEN]);
 int digest_unhex(const char *s, uint8_t out[DIGEST_LEN]);

@@ -65,9 +65,11 @@ static int copy_runs(int in, int out, uint64_t pos, uint64_t size, const struct 
 	return r;
 }
 
-int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_len, char *err,
-		    size_t errlen)
+int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_len,
+		    uint8_t **chunks, char *err, size_t errlen)
 {
+	if (chunks)
+		*chunks = NULL;
 	struct stat st;
 	if (fstat(in, &st) < 0)
 		return errmsg(err, errlen, -errno, "blob: %s", strerror(errno));
@@ -84,6 +86,8 @@ int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_
 		return errmsg(err, errlen, r, "blob: %s", strerror(-r));
 	struct digest_stream *ds = NULL;
 	r = digest_stream_new(size, &ds);
+	if (!r && chunks)
+		r = digest_stream_keep_chunks(ds);
 	if (!r)
 		r = write_header(out, size, runs, n);
 	uint64_t data = 0;
@@ -95,6 +99,15 @@ int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_
 		r = digest_stream_finish(ds, digest);
 	if (!r && (fstat(in, &st) < 0 || (uint64_t)st.st_size != size))
 		r = -EIO; /* changed while packed */
+	if (!r && chunks) {
+		uint64_t nc;
+		const uint8_t *h = digest_stream_chunks(ds, &nc);
+		*chunks = malloc(nc ? nc * DIGEST_LEN : 1);
+		if (!*chunks)
+			r = -ENOMEM;
+		else if (nc)
+			memcpy(*chunks, h, nc * DIGEST_LEN);
+	}
 	digest_stream_free(ds);
 	free(runs);
 	if (r)

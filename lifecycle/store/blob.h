@@ -31,11 +31,12 @@ struct store_blob_info {
 
 /*
  * Packs the regular file `in` (its size when called) into `out` (empty, written from offset 0)
- * and hashes what it wrote: digest of the file's content, *blob_len the blob's length. A file
+ * and hashes what it wrote: digest of the file's content, *blob_len the blob's length; with
+ * `chunks`, a malloc'ed copy of its chunks' SHA-256s (digest_chunks_of(size) of them). A file
  * that changes size while packed is -EIO. 0 or -errno with one line in err.
  */
-int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_len, char *err,
-		    size_t errlen);
+int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_len,
+		    uint8_t **chunks, char *err, size_t errlen);
 
 /*
  * Checks a blob (untrusted: from the store) whose bytes are in `blob` (blob_len of them):

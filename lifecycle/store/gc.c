@@ -168,6 +168,10 @@ int store_gc(struct s3_client *c, const struct store_keyring *kr, unsigned keep,
 		if (!r) {
 			st->blobs_removed++;
 			st->bytes_removed += bl.e[i].size;
+			/* Its chunk list (a memory layer's) goes with it; none is success. */
+			char ck[S3_KEY_MAX];
+			store_chunks_key(d, ck, sizeof(ck));
+			r = s3_delete(c, ck, err, errlen);
 		}
 	}
 	free(sb.e);

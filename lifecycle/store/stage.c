@@ -78,7 +78,8 @@ int store_stage_list(const char *dir, char (*names)[STORE_FILE_NAME_MAX], size_t
 }
 
 int store_stage_fd(int in, const char *as, const uint8_t *recorded, int stage_dfd,
-		   struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err, size_t errlen)
+		   struct store_file *f, int *blob_fd, uint64_t *blob_len, uint8_t **chunks,
+		   char *err, size_t errlen)
 {
 	if (!store_file_name_ok(as))
 		return errmsg(err, errlen, -EINVAL, "\"%.64s\": not a plain file name", as);
@@ -92,13 +93,17 @@ int store_stage_fd(int in, const char *as, const uint8_t *recorded, int stage_df
 	memset(f, 0, sizeof(*f));
 	snprintf(f->name, sizeof(f->name), "%s", as);
 	f->size = (uint64_t)st.st_size;
-	r = store_blob_pack(in, out, f->digest, blob_len, err, errlen);
+	r = store_blob_pack(in, out, f->digest, blob_len, chunks, err, errlen);
 	if (!r && recorded && memcmp(recorded, f->digest, DIGEST_LEN))
 		r = errmsg(err, errlen, -EBADMSG,
 			   "%s: its bytes do not match the digest the chain recorded (changed "
 			   "since its commit): not uploaded",
 			   as);
 	if (r) {
+		if (chunks) {
+			free(*chunks);
+			*chunks = NULL;
+		}
 		close(out);
 		return r;
 	}
@@ -115,7 +120,8 @@ int store_stage_file(int src_dfd, const char *name, const uint8_t *recorded, int
 	int in = dirfd_open(src_dfd, name, O_RDONLY);
 	if (in < 0)
 		return errmsg(err, errlen, in, "%s: %s", name, strerror(-in));
-	int r = store_stage_fd(in, name, recorded, stage_dfd, f, blob_fd, blob_len, err, errlen);
+	int r = store_stage_fd(in, name, recorded, stage_dfd, f, blob_fd, blob_len, NULL, err,
+			       errlen);
 	close(in);
 	return r;
 }

@@ -34,10 +34,11 @@ int store_stage_file(int src_dfd, const char *name, const uint8_t *recorded, int
 		     struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err,
 		     size_t errlen);
 
-/* The same for an open file (the sandbox's kernel or a disk base), stored under the name `as`. */
+/* The same for an open file (the sandbox's kernel or a disk base), stored under the name `as`;
+ * with `chunks`, also its chunks' SHA-256s (malloc'ed, store_blob_pack). */
 int store_stage_fd(int in, const char *as, const uint8_t *recorded, int stage_dfd,
-		   struct store_file *f, int *blob_fd, uint64_t *blob_len, char *err,
-		   size_t errlen);
+		   struct store_file *f, int *blob_fd, uint64_t *blob_len, uint8_t **chunks,
+		   char *err, size_t errlen);
 
 /*
  * Checks a fetched blob against the manifest's entry f (digest and size) and writes the file it

@@ -22,6 +22,9 @@
 #include "lifecycle/store/s3.h"
 
 #define STORE_BLOB_PREFIX    "blobs/sha256/"
+/* A memory layer blob's chunk SHA-256s, in order (issue 29, lazy restore): 32 bytes each. Named
+ * by the blob's digest, which they must give again (digest_from_chunks) to be believed. */
+#define STORE_CHUNKS_PREFIX "chunks/sha256/"
 #define STORE_SBX_PREFIX     "sandboxes/"
 #define STORE_TOMBSTONE	     "tombstone"
 #define STORE_SINGLE_PUT_MAX (16u << 20) /* larger blobs go up as a multipart upload */
@@ -62,6 +65,10 @@ struct store_upload_src {
 	bool fenced;
 	uint64_t base;
 	uint64_t lease;
+	/* Files this host is still fetching (lifecycle/lazy_files.h): the store has them under
+	 * these digests; they are neither read nor sent. */
+	const struct store_file *lazy;
+	size_t nr_lazy;
 };
 
 struct store_sync_stats {
@@ -102,6 +109,11 @@ int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 
 /* Writes the tombstone of `name` (create-only; one that exists is success). */
 int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t errlen);
+
+/* The key of the chunk list of the blob with digest d. */
+void store_chunks_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap);
+/* True for the chain files a host may fetch lazily (memory layers, "mem-..."). */
+bool store_lazy_name(const char *name);
 
 /* True for the names store_upload_generation gives the sandbox's images. */
 bool store_image_name(const char *name);

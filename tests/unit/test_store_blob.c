@@ -49,7 +49,7 @@ static void test_pack_verify_unpack(void **state)
 	int in = sparse_file(&size), blob = tmpfile_fd(), out = tmpfile_fd();
 	uint8_t d[DIGEST_LEN], want[DIGEST_LEN];
 	char err[256];
-	assert_int_equal(store_blob_pack(in, blob, d, &blen, err, sizeof(err)), 0);
+	assert_int_equal(store_blob_pack(in, blob, d, &blen, NULL, err, sizeof(err)), 0);
 	/* The blob's name is the chain's digest of the file. */
 	assert_int_equal(digest_fd(in, want), 0);
 	assert_memory_equal(d, want, DIGEST_LEN);
@@ -69,7 +69,7 @@ static void test_pack_verify_unpack(void **state)
 	assert_true((uint64_t)st.st_blocks * 512 < (4u << 20)); /* holes stay holes */
 	/* An empty file: a header alone. */
 	int e = tmpfile_fd(), eb = tmpfile_fd();
-	assert_int_equal(store_blob_pack(e, eb, d, &blen, err, sizeof(err)), 0);
+	assert_int_equal(store_blob_pack(e, eb, d, &blen, NULL, err, sizeof(err)), 0);
 	assert_int_equal(blen, STORE_BLOB_HDR);
 	assert_int_equal(store_blob_verify(eb, blen, 0, d, "empty", &info, err, sizeof(err)), 0);
 	close(e);
@@ -87,7 +87,7 @@ static void test_hostile(void **state)
 	int in = sparse_file(&size), blob = tmpfile_fd();
 	uint8_t d[DIGEST_LEN];
 	char err[256];
-	assert_int_equal(store_blob_pack(in, blob, d, &blen, err, sizeof(err)), 0);
+	assert_int_equal(store_blob_pack(in, blob, d, &blen, NULL, err, sizeof(err)), 0);
 	uint8_t *orig = malloc(blen);
 	assert_non_null(orig);
 	assert_int_equal(pread_full(blob, orig, blen, 0), 0);
