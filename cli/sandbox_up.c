@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,6 +24,7 @@
 #include "lifecycle/broker.h"
 #include "lifecycle/chain_check.h"
 #include "lifecycle/launch.h"
+#include "lifecycle/lazy_files.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/name.h"
 #include "lifecycle/policy.h"
@@ -268,7 +270,7 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	enum sbx_state st;
 	char uds[128], api[128];
 	bool restore;
-	int ready[2] = {-1, -1};
+	int ready[2] = {-1, -1}, lazy_sv[2] = {-1, -1};
 	bool leased = false;
 	pid_t pid;
 	int lk, ret;
@@ -371,6 +373,10 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 	ret = restore ? sbx_args_restore(args, r, name, spec) : sbx_args_run(args, r, name, spec);
 	if (!ret && checked)
 		ret = sbx_args_append(args, "--digests-checked");
+	/* Memory layers still arriving from the store: the VMM reads them through the fetcher. */
+	bool lazy = restore && sbx_lazy_pending(dfd);
+	if (!ret && lazy)
+		ret = sbx_args_append(args, "--lazy-fd") ?: sbx_args_append(args, "4");
 	if (ret) {
 		errmsg(err, errlen, ret, "%s: the VMM's command line is too long", name);
 		goto out;
@@ -379,7 +385,18 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		ret = errmsg(err, errlen, -errno, "pipe: %s", strerror(errno));
 		goto out;
 	}
-	ret = sbx_launch(dfd, args->argv, ready[1], &pid, err, errlen);
+	if (lazy && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lazy_sv) < 0) {
+		ret = errmsg(err, errlen, -errno, "socketpair: %s", strerror(errno));
+		goto out;
+	}
+	if (lazy && (ret = store_start_lazy(dfd, name, lazy_sv[0]))) {
+		errmsg(err, errlen, ret,
+		       "%s: its memory layers are still arriving from the store, and the fetcher "
+		       "could not start: %s",
+		       name, ret == -ENOKEY ? "no store is configured here" : strerror(-ret));
+		goto out;
+	}
+	ret = sbx_launch_lazy(dfd, args->argv, ready[1], lazy ? lazy_sv[1] : -1, &pid, err, errlen);
 	if (ready[1] >= 0)
 		close(ready[1]);
 	if (ret)
@@ -424,6 +441,9 @@ out:
 		store_try_release(name);
 	if (ready[0] >= 0)
 		close(ready[0]);
+	for (int i = 0; i < 2; i++)
+		if (lazy_sv[i] >= 0)
+			close(lazy_sv[i]);
 	explicit_bzero(&grant, sizeof(grant));
 	free(spec);
 	free(args);

@@ -20,6 +20,9 @@ static void usage(FILE *out)
 		"are not sent again)\n"
 		"  pull: makes sandbox NAME on this host from the store's newest generation\n"
 		"       cove store follow NAME [--config FILE]\n"
+		"       cove store lazy NAME [--fd N] [--config FILE]\n"
+		"  lazy: fetches the memory layers of NAME still arriving from the store (cove starts it "
+		"beside the VMM; --fd: the VMM's socket)\n"
 		"  follow: while NAME runs, uploads each new commit of its chain (cove start "
 		"runs it when a store is configured)\n"
 		"       cove store ls [--json] [--config FILE]\n"
@@ -90,7 +93,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
 	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
 	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release") &&
-	    strcmp(argv[1], "held") && strcmp(argv[1], "owner")) {
+	    strcmp(argv[1], "held") && strcmp(argv[1], "owner") && strcmp(argv[1], "lazy")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
@@ -100,6 +103,7 @@ int main(int argc, char **argv)
 	int r = !strcmp(argv[1], "probe") ? store_probe_cmd(argc - 1, argv + 1)
 		: !strcmp(argv[1], "gc")  ? store_gc_cmd(argc - 1, argv + 1)
 		: !strcmp(argv[1], "ls")  ? store_ls_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "lazy") ? store_lazy_cmd(argc - 1, argv + 1)
 					  : store_sandbox_cmd(argc - 1, argv + 1);
 	xmlCleanupParser();
 	curl_global_cleanup();

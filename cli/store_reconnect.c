@@ -218,3 +218,42 @@ void store_start_follower(int dfd, const char *name)
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
 }
+
+int store_start_lazy(int dfd, const char *name, int sock)
+{
+	char path[4200];
+	if (!store_is_configured())
+		return -ENOKEY;
+	if (store_exe(path, sizeof(path)))
+		return -ENAMETOOLONG;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		/* Its own session: it fetches on after this command, and after the VMM, until the
+		 * copy is whole. */
+		child_signals();
+		setsid();
+		if (fork() != 0)
+			_exit(0);
+		int log = openat(dfd, "store.log",
+				 O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (nul >= 0)
+			dup2(nul, 0);
+		if (log >= 0) {
+			dup2(log, 1);
+			dup2(log, 2);
+		}
+		if (sock != 3 && dup2(sock, 3) < 0)
+			_exit(127);
+		if (sock == 3)
+			fcntl(3, F_SETFD, 0);
+		char *argv[] = {path, (char *)"lazy", (char *)name, (char *)"--fd", (char *)"3", NULL};
+		execv(path, argv);
+		_exit(127);
+	}
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return 0;
+}

@@ -37,5 +37,10 @@ int store_try_list(char **json_out);
  * uploads each commit while the sandbox runs. Nothing without a store; failures are silent
  * (cove stop's push still commits the final generation). */
 void store_start_follower(int dfd, const char *name);
+/*
+ * Starts `cove-store lazy NAME --fd 3` detached (its log: NAME/store.log), with `sock` (the
+ * fetcher's end of the VMM's socket) at fd 3. 0, or -ENOKEY without a store, or -errno.
+ */
+int store_start_lazy(int dfd, const char *name, int sock);
 
 #endif

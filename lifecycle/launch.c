@@ -23,13 +23,13 @@ static int move_high(int fd)
 {
 	int to;
 
-	if (fd != SBX_LOCK_FD && fd != SBX_READY_FD)
+	if (fd != SBX_LOCK_FD && fd != SBX_READY_FD && fd != SBX_LAZY_FD)
 		return fd;
 	to = fcntl(fd, F_DUPFD_CLOEXEC, SBX_LOCK_FD + 1);
 	return to;
 }
 
-static void child(int dfd, char *const argv[], int ready_wr, int report)
+static void child(int dfd, char *const argv[], int ready_wr, int lazy, int report)
 {
 	sigset_t none;
 	int lk, nul, log, e;
@@ -49,6 +49,14 @@ static void child(int dfd, char *const argv[], int ready_wr, int report)
 			goto fail;
 		}
 	}
+	if (lazy >= 0 && (lazy = move_high(lazy)) < 0) {
+		e = errno;
+		goto fail;
+	}
+	if ((dfd = move_high(dfd)) < 0) {
+		e = errno;
+		goto fail;
+	}
 	lk = sbx_lock_take(dfd, SBX_LOCK_VMM, false, true);
 	if (lk < 0) {
 		e = -lk;
@@ -65,6 +73,10 @@ static void child(int dfd, char *const argv[], int ready_wr, int report)
 	}
 	/* dup2 leaves the new fd open across exec. */
 	if (ready_wr >= 0 && dup2(ready_wr, SBX_READY_FD) < 0) {
+		e = errno;
+		goto fail;
+	}
+	if (lazy >= 0 && dup2(lazy, SBX_LAZY_FD) < 0) {
 		e = errno;
 		goto fail;
 	}
@@ -167,19 +179,25 @@ int sbx_spawn(void (*fn)(void *arg, int report), void *arg, pid_t *pid, int *chi
 struct vmm_child {
 	int dfd;
 	char *const *argv;
-	int ready_wr;
+	int ready_wr, lazy;
 };
 
 static void vmm_child(void *arg, int report)
 {
 	struct vmm_child *c = arg;
 
-	child(c->dfd, c->argv, c->ready_wr, report);
+	child(c->dfd, c->argv, c->ready_wr, c->lazy, report);
 }
 
 int sbx_launch(int dfd, char *const argv[], int ready_wr, pid_t *pid, char *err, size_t errlen)
 {
-	struct vmm_child c = {dfd, argv, ready_wr};
+	return sbx_launch_lazy(dfd, argv, ready_wr, -1, pid, err, errlen);
+}
+
+int sbx_launch_lazy(int dfd, char *const argv[], int ready_wr, int lazy, pid_t *pid, char *err,
+		    size_t errlen)
+{
+	struct vmm_child c = {dfd, argv, ready_wr, lazy};
 	int e, r = sbx_spawn(vmm_child, &c, pid, &e, err, errlen);
 
 	if (r && e == EWOULDBLOCK)

@@ -10,6 +10,7 @@
 #define SBX_JAIL_DIR "jail" /* the jailed VMM's root is a tmpfs mounted here */
 #define SBX_LOCK_FD  9	    /* the VMM's life lock, inherited at this fd (a jail keeps it) */
 #define SBX_READY_FD 3	    /* a restoring VMM's --ready-fd: one line, "ok" once its vCPUs run */
+#define SBX_LAZY_FD  4	    /* its --lazy-fd: the socket to the fetcher of layers still arriving */
 
 /*
  * Forks; the child starts a session of its own, takes vmm.lock beneath dfd (the fd stays open
@@ -20,6 +21,9 @@
  * holds the lock, or -errno with one line in err.
  */
 int sbx_launch(int dfd, char *const argv[], int ready_wr, pid_t *pid, char *err, size_t errlen);
+/* The same with `lazy` >= 0 inherited at SBX_LAZY_FD (argv says --lazy-fd). */
+int sbx_launch_lazy(int dfd, char *const argv[], int ready_wr, int lazy, pid_t *pid, char *err,
+		    size_t errlen);
 
 /*
  * Forks; the child runs fn(arg, report), which execs (the O_CLOEXEC pipe `report` then closes)

@@ -116,12 +116,10 @@ int store_blob_pack(int in, int out, uint8_t digest[DIGEST_LEN], uint64_t *blob_
 	return 0;
 }
 
-/* Reads and checks the header and run map: *runs (malloc'ed) on success. */
-static int read_map(int blob, uint64_t blob_len, uint64_t max_size, const char *what,
-		    struct store_blob_info *info, struct file_run **runs, char *err, size_t errlen)
+int store_blob_header(const uint8_t h[STORE_BLOB_HDR], uint64_t blob_len, uint64_t max_size,
+		      const char *what, struct store_blob_info *info, char *err, size_t errlen)
 {
-	uint8_t h[STORE_BLOB_HDR];
-	if (blob_len < STORE_BLOB_HDR || pread_full(blob, h, sizeof(h), 0))
+	if (blob_len < STORE_BLOB_HDR)
 		return errmsg(err, errlen, -EBADMSG, "%s: blob shorter than its header", what);
 	if (memcmp(h, STORE_BLOB_MAGIC, 8) || get_le32(h + 20))
 		return errmsg(err, errlen, -EBADMSG, "%s: not a cove blob (bad magic or flags)",
@@ -136,10 +134,15 @@ static int read_map(int blob, uint64_t blob_len, uint64_t max_size, const char *
 	    STORE_BLOB_HDR + 16 * (uint64_t)info->nr_runs > blob_len)
 		return errmsg(err, errlen, -EBADMSG, "%s: blob run map of %u runs does not fit",
 			      what, info->nr_runs);
+	return 0;
+}
+
+int store_blob_runs(const uint8_t *m, uint64_t blob_len, const char *what,
+		    struct store_blob_info *info, struct file_run **runs, char *err, size_t errlen)
+{
 	size_t mlen = 16 * (size_t)info->nr_runs;
-	uint8_t *m = malloc(mlen ? mlen : 1);
 	struct file_run *e = calloc(info->nr_runs ? info->nr_runs : 1, sizeof(*e));
-	int r = !m || !e ? -ENOMEM : pread_full(blob, m, mlen, STORE_BLOB_HDR);
+	int r = e ? 0 : -ENOMEM;
 	uint64_t end = 0, data = 0;
 	for (uint32_t i = 0; !r && i < info->nr_runs; i++) {
 		e[i].off = get_le64(m + 16 * i);
@@ -161,15 +164,35 @@ static int read_map(int blob, uint64_t blob_len, uint64_t max_size, const char *
 		r = errmsg(err, errlen, -EBADMSG, "%s: blob is %llu bytes, its map says %llu", what,
 			   (unsigned long long)blob_len,
 			   (unsigned long long)(info->data_off + data));
-	free(m);
 	if (r) {
 		free(e);
-		if (r == -ENOMEM || r == -EIO)
+		if (r == -ENOMEM)
 			return errmsg(err, errlen, r, "%s: %s", what, strerror(-r));
 		return r;
 	}
 	*runs = e;
 	return 0;
+}
+
+/* Reads and checks the header and run map: *runs (malloc'ed) on success. */
+static int read_map(int blob, uint64_t blob_len, uint64_t max_size, const char *what,
+		    struct store_blob_info *info, struct file_run **runs, char *err, size_t errlen)
+{
+	uint8_t h[STORE_BLOB_HDR];
+	if (blob_len < STORE_BLOB_HDR || pread_full(blob, h, sizeof(h), 0))
+		return errmsg(err, errlen, -EBADMSG, "%s: blob shorter than its header", what);
+	int r = store_blob_header(h, blob_len, max_size, what, info, err, errlen);
+	if (r)
+		return r;
+	size_t mlen = 16 * (size_t)info->nr_runs;
+	uint8_t *m = malloc(mlen ? mlen : 1);
+	r = !m ? -ENOMEM : pread_full(blob, m, mlen, STORE_BLOB_HDR);
+	if (r)
+		r = errmsg(err, errlen, r, "%s: %s", what, strerror(-r));
+	else
+		r = store_blob_runs(m, blob_len, what, info, runs, err, errlen);
+	free(m);
+	return r;
 }
 
 int store_blob_verify(int blob, uint64_t blob_len, uint64_t max_size,

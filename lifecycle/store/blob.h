@@ -50,6 +50,18 @@ int store_blob_verify(int blob, uint64_t blob_len, uint64_t max_size,
 		      struct store_blob_info *info, char *err, size_t errlen);
 
 /*
+ * The same checks in two steps over bytes in memory (a blob fetched by ranges, issue 29): the
+ * 24-byte header (magic, flags, the file's size at most max_size, a run map that fits in
+ * blob_len), then its run map m (16 * info->nr_runs bytes): *runs malloc'ed, info's data_off and
+ * data_len set. 0 or -errno with one line naming `what`.
+ */
+struct file_run;
+int store_blob_header(const uint8_t h[STORE_BLOB_HDR], uint64_t blob_len, uint64_t max_size,
+		      const char *what, struct store_blob_info *info, char *err, size_t errlen);
+int store_blob_runs(const uint8_t *m, uint64_t blob_len, const char *what,
+		    struct store_blob_info *info, struct file_run **runs, char *err, size_t errlen);
+
+/*
  * Writes the file a verified blob holds into `out` (empty): its runs at their offsets, holes
  * left holes, then the size. 0 or -errno with one line in err.
  */

@@ -14,6 +14,7 @@
 
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "lifecycle/lazy_files.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/store/lease.h"
 #include "common/clock.h"
@@ -251,6 +252,9 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 	struct sbx_spec *sp = calloc(1, sizeof(*sp));
 	struct store_manifest m = {0};
 	bool fetched = false;
+	/* Memory layers lazily, unless the host says otherwise (COVE_LAZY_PULL=0: whole). */
+	const char *lz = getenv("COVE_LAZY_PULL");
+	struct sbx_lazy *lazy = lz && !strcmp(lz, "0") ? NULL : calloc(1, sizeof(*lazy));
 	if (!sp)
 		r = -ENOMEM;
 	if (!r && (tdfd = root_subdir(root, tmp, err, errlen)) < 0)
@@ -261,7 +265,8 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		r = errmsg(err, errlen, -errno, "%s/chain: %s", tmp, strerror(errno));
 	if (!r) {
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
-		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, &m, st, err, errlen);
+		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, lazy, &m, st, err,
+					   errlen);
 		fetched = !r;
 	}
 	if (!r)
@@ -270,6 +275,12 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		r = errmsg(err, errlen, -EIO, "%s: cannot write its spec", name);
 	if (!r && store_base_save(tdfd, st->generation))
 		r = errmsg(err, errlen, -EIO, "%s: cannot record its generation", name);
+	if (!r && lazy && lazy->n) {
+		lazy->generation = st->generation;
+		r = sbx_lazy_save(tdfd, lazy);
+		if (r)
+			errmsg(err, errlen, r, "%s: cannot write " SBX_LAZY_FILE, name);
+	}
 	if (!r) {
 		char why[96];
 		snprintf(why, sizeof(why), "fetched generation %llu from the store",
@@ -293,6 +304,7 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		close(tdfd);
 	close(idfd);
 	free(sp);
+	free(lazy);
 	return r;
 }
 
@@ -321,7 +333,8 @@ int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
 		r = errmsg(err, errlen, -errno, "%s/%s: %s", name, fresh, strerror(errno));
 	if (!r) {
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
-		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, &m, st, err, errlen);
+		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, NULL, &m, st, err,
+					   errlen);
 		fetched = !r;
 		store_stats_add(dfd, r ? &(struct store_stats){.fetch_errors = 1}
 				       : &(struct store_stats){.fetched_bytes = st->bytes_sent});
@@ -337,6 +350,9 @@ int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
 			   strerror(errno));
 		renameat(dfd, stale, dfd, SBX_CHAIN);
 	}
+	/* The files an earlier lazy pull left arriving went with the old chain. */
+	if (!r)
+		unlinkat(dfd, SBX_LAZY_FILE, 0);
 	if (!r && sbx_spec_write(dfd, sp))
 		r = errmsg(err, errlen, -EIO, "%s: cannot write its spec", name);
 	if (!r)

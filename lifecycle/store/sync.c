@@ -1,5 +1,6 @@
 /* Generations up to the store and back (sync.h). */
 #include "lifecycle/store/sync.h"
+#include "lifecycle/store/lazy_blob.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,11 @@ static void blob_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap)
 	char hex[DIGEST_HEX_LEN];
 	digest_hex(d, hex);
 	snprintf(key, cap, STORE_BLOB_PREFIX "%s", hex);
+}
+
+void store_blob_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap)
+{
+	blob_key(d, key, cap);
 }
 
 void store_chunks_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap)
@@ -396,8 +402,8 @@ static int fetch_one(struct s3_client *c, const struct store_file *f, const char
 
 int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 			   const struct store_keyring *kr, int chain_dfd, int images_dfd,
-			   struct store_manifest *m, struct store_sync_stats *st, char *err,
-			   size_t errlen)
+			   struct sbx_lazy *lazy, struct store_manifest *m,
+			   struct store_sync_stats *st, char *err, size_t errlen)
 {
 	memset(st, 0, sizeof(*st));
 	memset(m, 0, sizeof(*m));
@@ -426,7 +432,13 @@ int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 	for (size_t i = 0; !r && i < m->nr_files; i++) {
 		const struct store_file *f = &m->files[i];
 		if (!store_image_name(f->name)) {
-			r = fetch_one(c, f, f->name, chain_dfd, st, err, errlen);
+			uint64_t got = 0;
+			r = lazy && store_lazy_name(f->name)
+				? lazy_blob_place(c, f, chain_dfd, lazy, &got, err, errlen)
+				: -ENOENT;
+			st->bytes_sent += got;
+			if (r == -ENOENT) /* no chunk list: whole */
+				r = fetch_one(c, f, f->name, chain_dfd, st, err, errlen);
 			continue;
 		}
 		/* An image: the host's cache, by digest; one already there was checked when

@@ -10,6 +10,9 @@
  * generation N+1 by a create-only PUT: two writers can never both commit N. Fetch: the newest
  * manifest (or a given one), its MAC checked, every blob checked against its digest before it
  * is placed; images go to the host's cache by digest, never to a path from the store.
+ * With `lazy` (lifecycle/lazy_files.h), memory layers that have a chunk list in the store are
+ * made as sparse files holding only their header and bitmaps, and recorded there: the fetcher
+ * (lazy_fetch.h) brings the rest while the guest runs.
  */
 #ifndef COVE_LIFECYCLE_STORE_SYNC_H
 #define COVE_LIFECYCLE_STORE_SYNC_H
@@ -102,14 +105,17 @@ int store_newest_generation(struct s3_client *c, const char *name, uint64_t *gen
  * digest (kept: a later fetch finds them there). 0 or -errno with one line in err naming the
  * blob or manifest that failed; nothing partly fetched is ever left under a final name.
  */
+struct sbx_lazy;
 int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 			   const struct store_keyring *kr, int chain_dfd, int images_dfd,
-			   struct store_manifest *m, struct store_sync_stats *st, char *err,
-			   size_t errlen);
+			   struct sbx_lazy *lazy, struct store_manifest *m,
+			   struct store_sync_stats *st, char *err, size_t errlen);
 
 /* Writes the tombstone of `name` (create-only; one that exists is success). */
 int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t errlen);
 
+/* The key of the blob with digest d. */
+void store_blob_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap);
 /* The key of the chunk list of the blob with digest d. */
 void store_chunks_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap);
 /* True for the chain files a host may fetch lazily (memory layers, "mem-..."). */

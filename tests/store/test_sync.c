@@ -101,7 +101,7 @@ static int fetch(struct fx *f, const char *name, uint64_t gen, const char *into,
 	int cdfd = open(into, O_RDONLY | O_DIRECTORY),
 	    idfd = open(f->stage, O_RDONLY | O_DIRECTORY);
 	struct store_manifest m;
-	int r = store_fetch_generation(f->c, name, gen, &f->kr, cdfd, idfd, &m, st, f->err,
+	int r = store_fetch_generation(f->c, name, gen, &f->kr, cdfd, idfd, NULL, &m, st, f->err,
 				       sizeof(f->err));
 	if (!r)
 		store_manifest_free(&m);
