@@ -1,5 +1,6 @@
 /* A running sandbox's commits uploaded as they come (reconnect.h: store_follow). */
 #include "lifecycle/store/reconnect.h"
+#include "lifecycle/store/lazy_blob.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -148,9 +149,13 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 						       .fenced = leased > 0,
 						       .base = base,
 						       .lease = leased > 0 ? k->held.epoch : 0};
+			struct store_file *lz = NULL;
+			src.nr_lazy = lazy_upload_files(dfd, &lz);
+			src.lazy = lz;
 			struct store_sync_stats st;
 			char why[512];
 			int u = store_upload_generation(c, &src, &kr, &st, why, sizeof(why));
+			free(lz);
 			store_stats_note_upload(dfd, u, &st);
 			if (u == -EIDRM) {
 				r = errmsg(err, errlen, u, "%s", why);

@@ -259,3 +259,24 @@ int lazy_blob_place(struct s3_client *c, const struct store_file *f, int chain_d
 	lazy_blob_close(&b);
 	return r;
 }
+
+size_t lazy_upload_files(int sbx_dfd, struct store_file **out)
+{
+	*out = NULL;
+	struct sbx_lazy *l = calloc(1, sizeof(*l));
+	char err[256];
+	if (!l || sbx_lazy_load(sbx_dfd, l, err, sizeof(err)) || !l->n) {
+		free(l);
+		return 0;
+	}
+	struct store_file *f = calloc(l->n, sizeof(*f));
+	size_t n = f ? l->n : 0;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(f[i].name, l->f[i].name, sizeof(l->f[i].name));
+		f[i].size = l->f[i].size;
+		memcpy(f[i].digest, l->f[i].digest, DIGEST_LEN);
+	}
+	free(l);
+	*out = f;
+	return n;
+}

@@ -61,3 +61,8 @@ int lazy_blob_place(struct s3_client *c, const struct store_file *f, int chain_d
 		    struct sbx_lazy *lazy, uint64_t *fetched, char *err, size_t errlen);
 /* How many leading chunks of a memory layer file of `size` bytes hold its header and bitmaps. */
 uint64_t lazy_meta_chunks(uint64_t size);
+/*
+ * The files of sandbox directory sbx_dfd still arriving (its store-lazy.json) as manifest
+ * entries, for an upload that must not read them (*out malloc'ed; NULL and 0 when none).
+ */
+size_t lazy_upload_files(int sbx_dfd, struct store_file **out);

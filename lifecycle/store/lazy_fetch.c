@@ -124,7 +124,10 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&f->mu);
 		if (leave)
 			break;
-		if (fetch(f, w->c, i, k, buf, err, sizeof(err))) {
+		int r = fetch(f, w->c, i, k, buf, err, sizeof(err));
+		if (r == -EILSEQ) {
+			log_err(f->o->log, "lazy fetch: %s: the copy cannot become whole", err);
+		} else if (r) {
 			log_warn(f->o->log, "lazy fetch: %s (tried again)", err);
 			/* The store is away: do not spin on it (the client already backed off). */
 			struct timespec ts = {fails < 5 ? 0 : 1, fails < 5 ? 200000000L : 0};

@@ -1,5 +1,6 @@
 /* Named sandboxes pushed to and pulled from the store (reconnect.h). */
 #include "lifecycle/store/reconnect.h"
+#include "lifecycle/store/lazy_blob.h"
 #include "lifecycle/store_stats.h"
 
 #include <errno.h>
@@ -131,6 +132,9 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 					       .fenced = fenced,
 					       .base = base,
 					       .lease = lease};
+		struct store_file *lz = NULL;
+		src.nr_lazy = lazy_upload_files(dfd, &lz);
+		src.lazy = lz;
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
 		/* Unfenced (no lease): the follower may be committing this host's last periodic
 		 * snapshot just now, and a number lost to it is taken again as the next one. */
@@ -140,6 +144,7 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 				break;
 		}
 		store_stats_note_upload(dfd, r, st);
+		free(lz);
 	}
 	if (sdfd >= 0)
 		close(sdfd);
