@@ -48,6 +48,16 @@ struct lf {
 	uint64_t unflushed; /* fetched bytes not yet in store-stats.json */
 };
 
+static void flush_stats(struct lf *f)
+{
+	pthread_mutex_lock(&f->mu);
+	uint64_t n = f->unflushed;
+	f->unflushed = 0;
+	pthread_mutex_unlock(&f->mu);
+	if (n)
+		store_stats_add(f->o->sbx_dfd, &(struct store_stats){.fetched_bytes = n});
+}
+
 /* Fetches chunk k of file i (marked CH_BUSY by the caller): CH_HERE, or back to CH_MISSING. */
 static int fetch(struct lf *f, struct s3_client *c, size_t i, uint64_t k, uint8_t *buf, char *err,
 		 size_t errlen)
@@ -72,6 +82,7 @@ static int fetch(struct lf *f, struct s3_client *c, size_t i, uint64_t k, uint8_
 	}
 	pthread_cond_broadcast(&f->cv);
 	pthread_mutex_unlock(&f->mu);
+	flush_stats(f); /* store-stats.json says what came so far (cove metrics, benches) */
 	return r;
 }
 
@@ -279,16 +290,6 @@ static int finish(struct lf *f, char *err, size_t errlen)
 	if (unlinkat(f->o->sbx_dfd, SBX_LAZY_FILE, 0) < 0 && errno != ENOENT)
 		return errmsg(err, errlen, -errno, SBX_LAZY_FILE ": %s", strerror(errno));
 	return fsync(f->o->sbx_dfd) < 0 ? -errno : 0;
-}
-
-static void flush_stats(struct lf *f)
-{
-	pthread_mutex_lock(&f->mu);
-	uint64_t n = f->unflushed;
-	f->unflushed = 0;
-	pthread_mutex_unlock(&f->mu);
-	if (n)
-		store_stats_add(f->o->sbx_dfd, &(struct store_stats){.fetched_bytes = n});
 }
 
 /* Background only (no VMM, or after it left): until whole, or a fatal failure. */

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The lazy-restore e2e test's part inside the KVM box (tests/e2e/lazy_e2e.py drives it).
+
+One box, two hosts: host A (state root /tmp/cove-state, host id host-a) and host B (its own
+state root, run directory and image cache, host id host-b), sharing only the store (a real Ceph
+radosgw on the machine's loopback, through the box's forwarded port). usage: lazy_box.py ab
+
+  A: x, a 1 GiB sandbox, gets 320 MiB of random bytes in guest RAM (tmpfs) and their SHA-256;
+     z, 256 MiB, gets 48 MiB. Both stop: each stop commits a generation to the store.
+  B, empty: `cove exec x -- true` pulls x lazily and answers while most of the chain is still in
+     the store (store-lazy.json still there; the bytes fetched so far recorded). Then radosgw is
+     killed for 10 s (the host does it on a marked GET) while the guest reads all 320 MiB back:
+     the read waits and the SHA-256 matches host A's. The fetch completes; x stops and its next
+     start maps the whole copy.
+  z on B with a 5 s fetch timeout, radosgw away for 25 s: the reading exec fails, the VM stops
+     with one line naming the store, and once radosgw is back the next exec reads z's 48 MiB
+     with host A's SHA-256.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, "/work")
+from store_box import COVE, STORE_BIN, check, log_mark, run_role, tail  # noqa: E402
+
+OUT = {}
+A = dict(os.environ, COVE_STATE_DIR="/tmp/cove-state", COVE_RUN_DIR="/tmp/cove-run",
+         COVE_GUEST_DIR="/work", COVE_STORE="/work/store/store.json")
+B = dict(A, COVE_STATE_DIR="/tmp/cove-state-b", COVE_RUN_DIR="/tmp/cove-run-b",
+         COVE_STORE="/work/store/store-b.json")
+
+
+def cove(env, *args, timeout=900):
+    t0 = time.monotonic()
+    r = subprocess.run([COVE] + list(args), capture_output=True, timeout=timeout, env=env)
+    return (r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"),
+            time.monotonic() - t0)
+
+
+def sh(env, name, script, timeout=900):
+    return cove(env, "exec", name, "--", "sh", "-c", script, timeout=timeout)
+
+
+def sdir(env, name):
+    return os.path.join(env["COVE_STATE_DIR"], name)
+
+
+def fetched(env, name):
+    try:
+        with open(os.path.join(sdir(env, name), "store-stats.json")) as f:
+            return json.load(f).get("fetched_bytes", 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def lazy_pending(env, name):
+    return os.path.exists(os.path.join(sdir(env, name), "store-lazy.json"))
+
+
+def fill(name, mem, mib):
+    rc, out, err, t = cove(A, "create", name, "--mem", mem, "--snapshot-every", "off")
+    check(rc == 0, f"A: cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
+          f"{tail(os.path.join(sdir(A, name), 'vmm.log'))!r}")
+    rc, out, err, t = sh(A, name, f"mkdir -p /ram && mount -t tmpfs -o size={mib + 16}m tmpfs "
+                         f"/ram && head -c {mib * 1048576} /dev/urandom > /ram/data && "
+                         "sha256sum /ram/data")
+    check(rc == 0, f"A: {name}: writing {mib} MiB: rc={rc} {err!r}")
+    OUT[f"{name}_sum"] = out.split()[0]
+    print(f"  A: {name} ({mem}) holds {mib} MiB of random bytes in RAM ({t:.1f} s)", flush=True)
+    rc, out, err, t = cove(A, "stop", name)
+    check(rc == 0, f"A: cove stop {name}: rc={rc} {err!r}")
+    print(f"  A: cove stop {name}: {t:.1f} s (generation committed)", flush=True)
+
+
+def read_sum(env, name, timeout=900):
+    return sh(env, name, "sha256sum /ram/data", timeout=timeout)
+
+
+def host_ab():
+    fill("x", "1G", 320)
+    fill("z", "256M", 48)
+    # Host B: nothing of x here. The first exec pulls it and answers before the rest arrives.
+    rc, out, err, t = cove(B, "exec", "x", "--", "true")
+    got, pending = fetched(B, "x"), lazy_pending(B, "x")
+    check(rc == 0, f"B: first cove exec x: rc={rc} {err!r}; vmm.log "
+          f"{tail(os.path.join(sdir(B, 'x'), 'vmm.log'))!r}")
+    OUT["first_exec_s"] = round(t, 2)
+    OUT["fetched_before_first_exec"] = got
+    OUT["pending_after_first_exec"] = pending
+    print(f"  B: first cove exec x answered in {t:.1f} s having fetched {got / 2**20:.1f} MiB; "
+          f"layers still arriving: {pending}", flush=True)
+    check(pending, "B: the copy was whole before the first exec answered")
+    # radosgw away for 10 s while the guest reads all of its data back.
+    log_mark("bounce-10")
+    rc, out, err, t = read_sum(B, "x")
+    check(rc == 0, f"B: reading x's data across the outage: rc={rc} {err!r}; vmm.log "
+          f"{tail(os.path.join(sdir(B, 'x'), 'vmm.log'))!r}")
+    OUT["x_sum_b"] = out.split()[0]
+    OUT["read_all_s"] = round(t, 1)
+    log = tail(os.path.join(sdir(B, "x"), "store.log"), 200000)
+    OUT["retries_logged"] = log.count("tried again")
+    print(f"  B: the guest read its 320 MiB back in {t:.1f} s across the outage "
+          f"({OUT['retries_logged']} fetch retries logged)", flush=True)
+    deadline = time.monotonic() + 600
+    while lazy_pending(B, "x") and time.monotonic() < deadline:
+        time.sleep(1)
+    check(not lazy_pending(B, "x"), f"B: x's fetch never completed: {log[-1500:]!r}")
+    OUT["fetched_total"] = fetched(B, "x")
+    rc, out, err, t = cove(B, "stop", "x")
+    check(rc == 0, f"B: cove stop x: rc={rc} {err!r}")
+    rc, out, err, t = read_sum(B, "x")
+    check(rc == 0 and out.split()[0] == OUT["x_sum_b"],
+          f"B: x restarted from its whole copy: rc={rc} {out!r} {err!r}")
+    OUT["warm_exec_s"] = round(t, 1)
+    print(f"  B: x whole ({OUT['fetched_total'] / 2**20:.1f} MiB fetched in all), stopped and "
+          f"read back again from the local copy ({t:.1f} s)", flush=True)
+    cove(B, "stop", "x")
+    # z: a store away past the fetch timeout stops the VM with one line; the next exec works.
+    zb = dict(B, COVE_LAZY_FETCH_TIMEOUT_S="5")
+    rc, out, err, t = cove(zb, "exec", "z", "--", "true")
+    check(rc == 0, f"B: first cove exec z: rc={rc} {err!r}")
+    log_mark("bounce-25")
+    rc, out, err, t = read_sum(zb, "z", timeout=300)
+    vmm = tail(os.path.join(sdir(B, "z"), "vmm.log"), 20000)
+    lines = [l for l in vmm.splitlines() if "could not be fetched from the store" in l]
+    OUT["z_failed_rc"] = rc
+    OUT["z_stop_line"] = lines[-1] if lines else ""
+    check(rc != 0 and len(lines) == 1,
+          f"B: z with the store away past its timeout: rc={rc} {out!r}; vmm.log {vmm[-1500:]!r}")
+    print(f"  B: z stopped after {t:.1f} s (rc={rc}): {lines[0][:200]}", flush=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if subprocess.run([STORE_BIN, "ls"], env=B, capture_output=True).returncode == 0:
+            break
+        time.sleep(2)
+    rc, out, err, t = read_sum(B, "z")
+    check(rc == 0, f"B: z after the store came back: rc={rc} {err!r}; vmm.log "
+          f"{tail(os.path.join(sdir(B, 'z'), 'vmm.log'))!r}")
+    OUT["z_sum_b"] = out.split()[0]
+    print(f"  B: z read back once the store was there again ({t:.1f} s)", flush=True)
+
+
+def main():
+    return run_role({"ab": host_ab}, OUT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
