@@ -692,6 +692,23 @@ static int read_stamps(const char *path, struct stamp *t)
 	return n;
 }
 
+int chain_stamped_digest(const char *stamps, const char *name, const struct stat *st,
+			 uint8_t out[DIGEST_LEN])
+{
+	struct stamp *t = calloc(CHAIN_MAX_DIGESTS, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	int n = read_stamps(stamps, t), r = -ENOENT;
+	for (int i = 0; i < n && r; i++) {
+		struct stamp cur;
+		stamp_of(&cur, name, st, t[i].hex);
+		if (!memcmp(&cur, &t[i], sizeof(cur)))
+			r = digest_unhex(t[i].hex, out);
+	}
+	free(t);
+	return r;
+}
+
 static int write_stamps(const char *path, const struct stamp *t, int n)
 {
 	char tmp[4200];

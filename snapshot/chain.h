@@ -105,6 +105,14 @@ struct chain_skip {
 };
 int chain_verify_stamped_skip(const char *dir, const char *stamps, const struct chain_skip *skip,
 			      int nskip, char *err, size_t errlen);
+/*
+ * The digest the host checked `name` to have, when file status `st` is still the one it stamped
+ * then (chain_verify_stamped's stamp file `stamps`): 0 with out set, -ENOENT when no stamp
+ * matches (the file must be read again).
+ */
+struct stat;
+int chain_stamped_digest(const char *stamps, const char *name, const struct stat *st,
+			 uint8_t out[32]);
 /* The digest recorded for `name`, or NULL. */
 const uint8_t *chain_digest_get(const struct chain *c, const char *name);
 /* Records (or replaces) the digest of `name`: 0, -EINVAL (bad name) or -E2BIG (table full). */

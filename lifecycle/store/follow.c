@@ -129,6 +129,8 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 	}
 	if (leased > 0)
 		atomic_store(&k->vmm, vmm);
+	char stamps[PATH_MAX + 96];
+	snprintf(stamps, sizeof(stamps), "%s/%s/" SBX_DIGEST_STAMPS, root->state, name);
 	/*
 	 * Until its VMM is gone (a stopped one's final generation is cove stop's push). Only that
 	 * VMM: a later start on this host has a follower (and a lease record) of its own.
@@ -152,6 +154,7 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 			struct store_file *lz = NULL;
 			src.nr_lazy = lazy_upload_files(dfd, &lz);
 			src.lazy = lz;
+			src.stamps = stamps;
 			struct store_sync_stats st;
 			char why[512];
 			int u = store_upload_generation(c, &src, &kr, &st, why, sizeof(why));

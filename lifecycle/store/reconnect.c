@@ -135,6 +135,9 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 		struct store_file *lz = NULL;
 		src.nr_lazy = lazy_upload_files(dfd, &lz);
 		src.lazy = lz;
+		char stamps[PATH_MAX + 96];
+		snprintf(stamps, sizeof(stamps), "%s/%s/" SBX_DIGEST_STAMPS, root->state, name);
+		src.stamps = stamps;
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
 		/* Unfenced (no lease): the follower may be committing this host's last periodic
 		 * snapshot just now, and a number lost to it is taken again as the next one. */

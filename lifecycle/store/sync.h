@@ -72,6 +72,10 @@ struct store_upload_src {
 	 * these digests; they are neither read nor sent. */
 	const struct store_file *lazy;
 	size_t nr_lazy;
+	/* The host's digest stamps (lifecycle/vmm_args.h SBX_DIGEST_STAMPS), or NULL: a file whose
+	 * status is still the one stamped with its recorded digest is not read again when the
+	 * store has its blob. */
+	const char *stamps;
 };
 
 struct store_sync_stats {

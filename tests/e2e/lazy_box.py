@@ -74,6 +74,17 @@ def fill(name, mem, mib):
     print(f"  A: cove stop {name}: {t:.1f} s (generation committed)", flush=True)
 
 
+def layers(env, name):
+    """The chain's memory layers here: name, apparent size, MiB of data (for the log)."""
+    d = os.path.join(sdir(env, name), "chain")
+    out = []
+    for n in sorted(os.listdir(d)):
+        if n.startswith("mem-"):
+            st = os.stat(os.path.join(d, n))
+            out.append(f"{n}:{st.st_blocks * 512 / 2**20:.0f}MiB")
+    return " ".join(out)
+
+
 def read_sum(env, name, timeout=900):
     return sh(env, name, "sha256sum /ram/data", timeout=timeout)
 
@@ -81,6 +92,8 @@ def read_sum(env, name, timeout=900):
 def host_ab():
     fill("x", "1G", 320)
     fill("z", "256M", 48)
+    # Host A is gone (its copies too: the box's disk is its RAM).
+    subprocess.run(["rm", "-rf", A["COVE_STATE_DIR"], A["COVE_RUN_DIR"]], check=True)
     # Host B: nothing of x here. The first exec pulls it and answers before the rest arrives.
     rc, out, err, t = cove(B, "exec", "x", "--", "true")
     got, pending = fetched(B, "x"), lazy_pending(B, "x")
@@ -110,13 +123,15 @@ def host_ab():
     OUT["fetched_total"] = fetched(B, "x")
     rc, out, err, t = cove(B, "stop", "x")
     check(rc == 0, f"B: cove stop x: rc={rc} {err!r}")
+    print(f"  B: cove stop x: {t:.1f} s; layers {layers(B, 'x')}", flush=True)
     rc, out, err, t = read_sum(B, "x")
     check(rc == 0 and out.split()[0] == OUT["x_sum_b"],
           f"B: x restarted from its whole copy: rc={rc} {out!r} {err!r}")
     OUT["warm_exec_s"] = round(t, 1)
     print(f"  B: x whole ({OUT['fetched_total'] / 2**20:.1f} MiB fetched in all), stopped and "
           f"read back again from the local copy ({t:.1f} s)", flush=True)
-    cove(B, "stop", "x")
+    rc, out, err, t = cove(B, "stop", "x")
+    print(f"  B: cove stop x again: {t:.1f} s (rc={rc}); layers {layers(B, 'x')}", flush=True)
     # z: a store away past the fetch timeout stops the VM with one line; the next exec works.
     zb = dict(B, COVE_LAZY_FETCH_TIMEOUT_S="5")
     rc, out, err, t = cove(zb, "exec", "z", "--", "true")
@@ -142,8 +157,58 @@ def host_ab():
     print(f"  B: z read back once the store was there again ({t:.1f} s)", flush=True)
 
 
+def first_exec(env, name):
+    rc, out, err, t = cove(env, "exec", name, "--", "true")
+    check(rc == 0, f"cove exec {name} ({env['COVE_STATE_DIR']}): rc={rc} {err!r}; vmm.log "
+          f"{tail(os.path.join(sdir(env, name), 'vmm.log'))!r}")
+    return t
+
+
+def bench():
+    """bench/fleet's reconnect figures: x (1 GiB) touches 100 MiB, stops; a warm host (A, whose
+    copy is current) and cold hosts (B: nothing; C: the fleet's images cached, not x; D: as C,
+    but every layer fetched whole before the start, COVE_LAZY_PULL=0) reconnect, each timed to
+    its first exec answered, in turn, RUNS rounds."""
+    runs = int(os.environ.get("LAZY_BENCH_RUNS", "3"))
+    fill("w", "256M", 8)  # another sandbox of the same images: host C caches them through it
+    C = dict(B, COVE_STATE_DIR="/tmp/cove-state-c", COVE_RUN_DIR="/tmp/cove-run-c",
+             COVE_STORE="/work/store/store-c.json")
+    first_exec(C, "w")
+    cove(C, "stop", "w")
+    D = dict(C, COVE_STATE_DIR="/tmp/cove-state-d", COVE_RUN_DIR="/tmp/cove-run-d",
+             COVE_LAZY_PULL="0")  # host C's cache, every layer fetched whole before the start
+    subprocess.run(["mkdir", "-p", D["COVE_STATE_DIR"]], check=True)
+    subprocess.run(["cp", "-a", os.path.join(C["COVE_STATE_DIR"], ".images"),
+                    D["COVE_STATE_DIR"]], check=True)
+    warm, cold, cold_img, before, before_img, eager = [], [], [], [], [], []
+    for i in range(runs):
+        name = f"x{i}"
+        fill(name, "1G", 100)
+        warm.append(first_exec(A, name))  # host A's copy is the newest: nothing to fetch
+        cove(A, "stop", name)
+        for env, times, got in ((B, cold, before), (C, cold_img, before_img), (D, eager, [])):
+            if env is B:
+                subprocess.run(["rm", "-rf", os.path.join(env["COVE_STATE_DIR"], ".images")])
+            times.append(first_exec(env, name))
+            got.append(fetched(env, name))
+            check(got[-1] > 0, f"{name}: no fetch recorded on {env['COVE_STATE_DIR']}")
+            # The rest arrives before the next host is timed (no transfer behind its figure).
+            deadline = time.monotonic() + 600
+            while lazy_pending(env, name) and time.monotonic() < deadline:
+                time.sleep(1)
+            cove(env, "stop", name)
+            subprocess.run(["rm", "-rf", sdir(env, name)])  # the box's disk is its RAM
+        subprocess.run(["rm", "-rf", sdir(A, name)])
+        print(f"  round {i + 1}: warm {warm[-1]:.2f} s, cold {cold[-1]:.2f} s "
+              f"({before[-1] / 2**20:.1f} MiB before the exec), cold with images "
+              f"{cold_img[-1]:.2f} s ({before_img[-1] / 2**20:.1f} MiB), the same fetched "
+              f"whole first {eager[-1]:.2f} s", flush=True)
+    OUT.update(warm_s=warm, cold_s=cold, cold_images_s=cold_img, fetched_before=before,
+               fetched_before_images=before_img, cold_images_whole_fetch_s=eager)
+
+
 def main():
-    return run_role({"ab": host_ab}, OUT)
+    return run_role({"ab": host_ab, "bench": bench}, OUT)
 
 
 if __name__ == "__main__":

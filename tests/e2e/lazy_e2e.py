@@ -64,7 +64,7 @@ def main():
                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
     rdir = subprocess.run([os.path.join(ROOT, "guest", "rootfs", "build")], check=True,
                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    srv = s3server.Ceph()
+    srv = s3server.Ceph(osd_mib=4096)  # 1 GiB guests' chains, twice, and their images
     work = tempfile.mkdtemp(prefix="cove-lazy-e2e.")
     stop = threading.Event()
     try:
@@ -90,6 +90,9 @@ def main():
         sizes = {k.rsplit("/", 1)[1]: s for k, s in keys if "/blobs/sha256/" in k}
         m = newest_manifest(srv, keys, "x")
         total = sum(sizes.get(f["sha256"], 0) for f in m["files"])
+        big = max((sizes.get(f["sha256"], 0), f["name"], f["size"]) for f in m["files"])
+        print(f"lazy e2e: x's largest blob: {big[1]}, {big[0] / 2**20:.1f} MiB for a file of "
+              f"{big[2] / 2**20:.0f} MiB", flush=True)
         before = r["fetched_before_first_exec"]
         print(f"lazy e2e: x's chain holds {total / 2**20:.1f} MiB in the store; host B's first "
               f"exec answered after {r['first_exec_s']} s having fetched {before / 2**20:.1f} "

@@ -131,7 +131,7 @@ mon data = {t}/mon
 [osd.0]
 osd data = {t}/osd0
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = {osd_bytes}
 [client.rgw.a]
 rgw frontends = beast endpoint=127.0.0.1:{http} ssl_endpoint=127.0.0.1:{rgw} ssl_certificate={t}/server.pem ssl_private_key={t}/server.key
 rgw data = {t}/rgw
@@ -158,9 +158,10 @@ echo $! >>"$T/all.pids"
 
 
 class Ceph:
-    def __init__(self):
+    def __init__(self, osd_mib=1024):
         self.t = None
         self.pids = []
+        self.osd_bytes = osd_mib << 20  # the memstore OSD's size: RAM, used as filled
 
     def spawn(self, name, cmd):
         log = open(os.path.join(self.t, "log", name + ".out"), "ab")
@@ -196,6 +197,7 @@ class Ceph:
         self.conf = os.path.join(t, "ceph.conf")
         with open(self.conf, "w") as f:
             f.write(CONF.format(fsid=fsid, mon=self.mon, pmin=pmin, pmax=pmin + 7, t=t,
+                                osd_bytes=self.osd_bytes,
                                 rgw=self.rgw, http=self.http))
         c = ["-c", self.conf]
         sh(["ceph-authtool", "--create-keyring", t + "/keyring", "--gen-key", "-n", "mon.",
