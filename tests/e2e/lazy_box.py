@@ -59,6 +59,15 @@ def lazy_pending(env, name):
     return os.path.exists(os.path.join(sdir(env, name), "store-lazy.json"))
 
 
+def store_newest(env, name):
+    r = subprocess.run([STORE_BIN, "ls"], capture_output=True, env=env, timeout=120)
+    for line in r.stdout.decode().splitlines()[1:]:
+        f = line.split()
+        if f and f[0] == name:
+            return int(f[1])
+    return 0
+
+
 def fill(name, mem, mib):
     rc, out, err, t = cove(A, "create", name, "--mem", mem, "--snapshot-every", "off")
     check(rc == 0, f"A: cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
@@ -102,6 +111,7 @@ def host_ab():
     OUT["first_exec_s"] = round(t, 2)
     OUT["fetched_before_first_exec"] = got
     OUT["pending_after_first_exec"] = pending
+    OUT["x_gen_b"] = store_newest(B, "x")  # host B's takeover: the files it pulled
     print(f"  B: first cove exec x answered in {t:.1f} s having fetched {got / 2**20:.1f} MiB; "
           f"layers still arriving: {pending}", flush=True)
     check(pending, "B: the copy was whole before the first exec answered")
