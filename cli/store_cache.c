@@ -87,6 +87,7 @@ static int evict(struct check_arg *a, uint64_t max, bool dry)
 		if (dry) {
 			printf("cove gc: cache: would evict %s: %llu bytes, last used %s\n",
 			       e->name, (unsigned long long)e->bytes, used);
+			freed += e->bytes;
 			continue;
 		}
 		r = cache_evict(a->root, e->name, committed, a, err, sizeof(err));
@@ -105,9 +106,10 @@ static int evict(struct check_arg *a, uint64_t max, bool dry)
 		cache_stats_add(a->root->dfd, &(struct cache_stats){.evictions = evicted,
 								    .evicted_bytes = freed});
 	usage -= freed < usage ? freed : usage;
-	printf("cove gc: cache: %llu bytes used, at most %llu: %llu evicted (%llu bytes)\n",
+	printf("cove gc: cache: %llu bytes used, at most %llu: %llu %s (%llu bytes)\n",
 	       (unsigned long long)(dry ? after : usage), (unsigned long long)max,
-	       (unsigned long long)(dry ? k : evicted), (unsigned long long)freed);
+	       (unsigned long long)(dry ? k : evicted), dry ? "would be evicted" : "evicted",
+	       (unsigned long long)freed);
 	if ((dry ? after : usage) > max)
 		for (size_t i = 0; i < n; i++) {
 			const char *why = cache_keep_reason(&c[i]);
