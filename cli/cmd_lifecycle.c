@@ -105,10 +105,21 @@ int cmd_start(int argc, char **argv)
 {
 	struct target t;
 	char err[512];
+	/* A sandbox only the store has (made elsewhere, or evicted from this host's cache) is
+	 * pulled first, as cove exec does. */
+	bool pulled = false;
+	int ps = argc == 2 ? store_pull_absent(argv[1], &pulled) : -1;
+	if (ps == SBX_EXIT_HELD)
+		return ps; /* cove-store printed its JSON line */
+	if (ps == SBX_EXIT_DELETED) {
+		fprintf(stderr, "cove start: sandbox %s was removed (its tombstone is in the store)\n",
+			argv[1]);
+		return ps;
+	}
 	int st = open_target("start", argc, argv, &t);
 
 	if (!st)
-		sbx_cache_count(&t.root, t.dfd, false);
+		sbx_cache_count(&t.root, t.dfd, pulled);
 	int ret = st ? 0 : sbx_start(&t.root, t.name, t.dfd, "cove start", err, sizeof(err));
 
 	if (ret == -ENOEXEC) {

@@ -458,6 +458,28 @@ int sbx_snapshot_now(const char *api_sock, char *err, size_t errlen)
 	return -EIO;
 }
 
+int store_pull_absent(const char *name, bool *pulled)
+{
+	struct sbx_root r;
+	struct stat sb;
+	int ret = -1;
+
+	*pulled = false;
+	if (!store_is_configured() || sbx_name_check(name, NULL, 0) ||
+	    sbx_root_open(&r, true, NULL, 0))
+		return -1;
+	if (fstatat(r.dfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT &&
+	    sbx_tombstone_describe(&r, name, NULL, 0) != 0) {
+		int ps = store_try_pull(name);
+		ret = ps == SBX_EXIT_HELD || ps == 66 ? (ps == 66 ? SBX_EXIT_DELETED : ps) : -1;
+		*pulled = ps == 0 && fstatat(r.dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+		if (*pulled)
+			ret = 0;
+	}
+	sbx_root_close(&r);
+	return ret;
+}
+
 void sbx_cache_count(const struct sbx_root *r, int dfd, bool pulled)
 {
 	enum sbx_state st;

@@ -12,8 +12,8 @@ bounded cache). usage: cache_box.py cache
   - cove exec s1 answers (pulled from the store: a miss), cove exec s2 answers (a hit);
   - cove gc with store.json's "cache_max": "1M" (no flag) evicts every stopped sandbox, never
     r: r's files are all still there (same inodes), it still runs and answers;
-  - cove exec s3 answers after that (a miss); cove ls --cache --json counts 1 hit, 2 misses,
-    4 evictions.
+  - cove exec s3 answers after that (a miss), and cove start s2 pulls and starts it (a miss);
+    cove ls --cache --json counts 1 hit, 3 misses, 4 evictions.
 """
 import json
 import os
@@ -170,10 +170,16 @@ def role_cache():
     t = answers("r", "r-alive")
     t = answers("s3", "s3-back")
     print(f"  cove exec s3 after its eviction: answered in {t:.1f} s", flush=True)
+    # cove start pulls an evicted sandbox too (a miss); an exec of it running counts nothing.
+    rc, out, err, t = cove("start", "s2")
+    check(rc == 0 and "running" in out, f"cove start s2 after its eviction: rc={rc} {out!r} "
+          f"{err[-1500:]!r}")
+    answers("s2", "s2-started")
+    print(f"  cove start s2 after its eviction: {t:.1f} s", flush=True)
     c = cache()
     OUT["final"] = {k: c[k] for k in ("usage_bytes", "hits", "misses", "evictions",
                                       "evicted_bytes")}
-    check(c["hits"] == 1 and c["misses"] == 2 and c["evictions"] == 4, f"final counters: {c}")
+    check(c["hits"] == 1 and c["misses"] == 3 and c["evictions"] == 4, f"final counters: {c}")
     print(f"  counters: {OUT['final']}", flush=True)
 
 
