@@ -112,7 +112,8 @@ int cmd_start(int argc, char **argv)
 	if (ps == SBX_EXIT_HELD)
 		return ps; /* cove-store printed its JSON line */
 	if (ps == SBX_EXIT_DELETED) {
-		fprintf(stderr, "cove start: sandbox %s was removed (its tombstone is in the store)\n",
+		fprintf(stderr,
+			"cove start: sandbox %s was removed (its tombstone is in the store)\n",
 			argv[1]);
 		return ps;
 	}
