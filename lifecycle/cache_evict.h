@@ -15,10 +15,10 @@ typedef int (*cache_committed_fn)(void *arg, const char *name, int dfd, char *wh
 /*
  * Removes the local copy of sandbox `name`: under its start lock (not waited for) and its
  * follower's lock, only when it is stopped or crashed, no VMM holds it, and committed() says
- * its newest state is in the store. Its directory is renamed to a hidden name first (from then
- * on a command finds no local copy and pulls it from the store) and removed; its runtime
- * directory goes and its cove-broker, if one lingers, is ended. No tombstone is written, here
- * or in the store. 0; -EBUSY or -ESTALE with one line in err (left alone); -errno.
+ * its newest state is in the store, and has no broker audit log. Its cove-broker, if one
+ * lingers, is ended and its runtime directory goes; then its directory is renamed to a hidden
+ * name (from then on a command finds no local copy and pulls it from the store) and removed.
+ * No tombstone is written, here or in the store. 0; -EBUSY or -ESTALE with one line in err (left alone); -errno.
  */
 int cache_evict(const struct sbx_root *r, const char *name, cache_committed_fn committed, void *arg,
 		char *err, size_t errlen);
