@@ -57,8 +57,8 @@ int cache_evict(const struct sbx_root *r, const char *name, cache_committed_fn c
 		ret = errmsg(err, errlen, -EIO, "no random bytes");
 	snprintf(aside, sizeof(aside), ".evict-%s-%08x", name, tag);
 	/* Gone from its name at once, whole: a command from now on pulls it from the store. */
-	if (!ret && (fstat(dfd, &was) < 0 ||
-		     renameat2(r->dfd, name, r->dfd, aside, RENAME_NOREPLACE) < 0))
+	if (!ret &&
+	    (fstat(dfd, &was) < 0 || renameat2(r->dfd, name, r->dfd, aside, RENAME_NOREPLACE) < 0))
 		ret = errmsg(err, errlen, -errno, "%s: %s", name, strerror(errno));
 	/* The name still led to the directory checked (nothing replaced it meanwhile). */
 	if (!ret && (fstatat(r->dfd, aside, &now, AT_SYMLINK_NOFOLLOW) < 0 ||

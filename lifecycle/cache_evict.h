@@ -18,7 +18,8 @@ typedef int (*cache_committed_fn)(void *arg, const char *name, int dfd, char *wh
  * its newest state is in the store, and has no broker audit log. Its cove-broker, if one
  * lingers, is ended and its runtime directory goes; then its directory is renamed to a hidden
  * name (from then on a command finds no local copy and pulls it from the store) and removed.
- * No tombstone is written, here or in the store. 0; -EBUSY or -ESTALE with one line in err (left alone); -errno.
+ * No tombstone is written, here or in the store. 0; -EBUSY or -ESTALE with one line in err (left
+ * alone); -errno.
  */
 int cache_evict(const struct sbx_root *r, const char *name, cache_committed_fn committed, void *arg,
 		char *err, size_t errlen);
