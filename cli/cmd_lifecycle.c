@@ -20,6 +20,7 @@
 #include "lifecycle/chain_check.h"
 #include "lifecycle/broker.h"
 #include "sandbox/event_log.h"
+#include "lifecycle/cache.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
@@ -104,8 +105,22 @@ int cmd_start(int argc, char **argv)
 {
 	struct target t;
 	char err[512];
+	/* A sandbox only the store has (made elsewhere, or evicted from this host's cache) is
+	 * pulled first, as cove exec does. */
+	bool pulled = false;
+	int ps = argc == 2 ? store_pull_absent(argv[1], &pulled) : -1;
+	if (ps == SBX_EXIT_HELD)
+		return ps; /* cove-store printed its JSON line */
+	if (ps == SBX_EXIT_DELETED) {
+		fprintf(stderr,
+			"cove start: sandbox %s was removed (its tombstone is in the store)\n",
+			argv[1]);
+		return ps;
+	}
 	int st = open_target("start", argc, argv, &t);
 
+	if (!st)
+		sbx_cache_count(&t.root, t.dfd, pulled);
 	int ret = st ? 0 : sbx_start(&t.root, t.name, t.dfd, "cove start", err, sizeof(err));
 
 	if (ret == -ENOEXEC) {
@@ -437,21 +452,48 @@ out:
 
 int cmd_gc(int argc, char **argv)
 {
-	bool dry = argc == 2 && !strcmp(argv[1], "--dry-run");
+	bool dry = false;
+	const char *max = NULL;
 	struct sbx_root r;
 	char err[512];
-	int failed;
+	uint64_t bound;
+	int failed = 0, bad = 0;
 
-	if (argc > 2 || (argc == 2 && !dry)) {
-		fprintf(stderr,
-			"usage: cove gc [--dry-run]\n"
+	for (int i = 1; i < argc && !bad; i++) {
+		if (!strcmp(argv[i], "--dry-run"))
+			dry = true;
+		else if (!strcmp(argv[i], "--cache-max") && i + 1 < argc)
+			max = argv[++i];
+		else
+			bad = !strcmp(argv[i], "--help") ? -1 : 1;
+	}
+	if (bad) {
+		fprintf(bad < 0 ? stdout : stderr,
+			"usage: cove gc [--dry-run] [--cache-max SIZE]\n"
 			"Archives sandboxes stopped for longer than their --archive-after and "
-			"deletes those unused\nfor longer than their --delete-after.\n");
-		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+			"deletes those unused\nfor longer than their --delete-after. With a store, "
+			"then evicts local copies of\nstopped sandboxes committed there, least "
+			"recently used first, until the state root\nuses at most SIZE (512M, 2G; "
+			"default store.json's cache_max).\n");
+		return bad < 0 ? 0 : 2;
+	}
+	if (max && cache_max_parse(max, &bound)) {
+		fprintf(stderr, "cove gc: --cache-max: bad size '%s' (at least 1M: 512M, 2G)\n",
+			max);
+		return 2;
+	}
+	if (max && !store_is_configured()) {
+		fprintf(stderr, "cove gc: --cache-max: no store is configured ($COVE_STORE or "
+				"/etc/cove/store.json): nothing here is committed anywhere, so "
+				"nothing can be evicted\n");
+		return 1;
 	}
 	if (sbx_root_open(&r, false, err, sizeof(err)))
-		return 0; /* no sandboxes: nothing due */
+		return 0; /* no sandboxes: nothing due, nothing cached */
 	failed = sbx_gc(&r, dry, false, store_gc_hooks());
 	sbx_root_close(&r);
+	/* The cache bound, once the deadlines are applied: only with a store. */
+	if (store_try_evict(max, dry) > 0)
+		failed++;
 	return failed ? 1 : 0;
 }

@@ -14,6 +14,8 @@
 #include "cli/commands.h"
 #include "cli/store_reconnect.h"
 #include "common/clock.h"
+#include "lifecycle/cache_scan.h"
+#include "lifecycle/cache_stats.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/name.h"
 #include "lifecycle/root.h"
@@ -163,18 +165,80 @@ static int add_one(const char *name, int dfd, void *arg)
 	return 0;
 }
 
-int cmd_ls(int argc, char **argv)
+/*
+ * `cove ls --cache [--json]`: this host's cache of the store, one JSON object (cove ls --json
+ * stays an array of sandboxes): {"format": 1, "usage_bytes" (the state root, hard links once),
+ * "hits", "misses", "evictions", "evicted_bytes" (lifecycle/cache_stats.h), "sandboxes":
+ * [{"name", "state", "last_used_ms", "own_bytes" (what evicting it would free)}]}.
+ */
+static int print_cache(bool as_json)
 {
-	bool as_json = argc == 2 && !strcmp(argv[1], "--json");
 	struct sbx_root r;
-	json_t *all = json_array();
+	struct cache_cand *c = NULL;
+	struct cache_stats cs = {0};
+	size_t n = 0;
+	uint64_t usage = 0;
 	char err[512];
 
-	if (argc > 2 || (argc == 2 && !as_json)) {
-		fprintf(stderr, "usage: cove ls [--json]\n");
-		json_decref(all);
-		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	if (sbx_root_open(&r, false, err, sizeof(err)) == 0) {
+		int ret = cache_scan(&r, &c, &n, &usage, err, sizeof(err));
+		cache_stats_load(r.dfd, &cs);
+		sbx_root_close(&r);
+		if (ret) {
+			fprintf(stderr, "cove ls: %s\n", err);
+			return 1;
+		}
 	}
+	json_t *all = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(all, json_pack("{s:s,s:s,s:I,s:I}", "name", c[i].name,
+						     "state", sbx_state_name(c[i].state),
+						     "last_used_ms", (json_int_t)c[i].last_used_ms,
+						     "own_bytes", (json_int_t)c[i].bytes));
+	json_t *o = json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:o}", "format", 1, "usage_bytes",
+			      (json_int_t)usage, "hits", (json_int_t)cs.hits, "misses",
+			      (json_int_t)cs.misses, "evictions", (json_int_t)cs.evictions,
+			      "evicted_bytes", (json_int_t)cs.evicted_bytes, "sandboxes", all);
+	free(c);
+	if (as_json) {
+		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+		printf("%s\n", text ? text : "{}");
+		free(text);
+	} else {
+		char u[32], e[32];
+		human(usage, u, sizeof(u));
+		human(cs.evicted_bytes, e, sizeof(e));
+		printf("cache: %s used; %llu hits, %llu misses; %llu evictions (%s)\n", u,
+		       (unsigned long long)cs.hits, (unsigned long long)cs.misses,
+		       (unsigned long long)cs.evictions, e);
+	}
+	json_decref(o);
+	return 0;
+}
+
+int cmd_ls(int argc, char **argv)
+{
+	bool as_json = false, cache = false, bad = false;
+	struct sbx_root r;
+	json_t *all;
+	char err[512];
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			as_json = true;
+		else if (!strcmp(argv[i], "--cache"))
+			cache = true;
+		else
+			bad = true;
+	}
+	if (bad) {
+		bool help = argc == 2 && !strcmp(argv[1], "--help");
+		fprintf(help ? stdout : stderr, "usage: cove ls [--json] [--cache]\n");
+		return help ? 0 : 2;
+	}
+	if (cache)
+		return print_cache(as_json);
+	all = json_array();
 	if (sbx_root_open(&r, false, err, sizeof(err)) == 0) {
 		/* deadlines, in passing: ls shows what is left */
 		sbx_gc(&r, false, true, store_gc_hooks());

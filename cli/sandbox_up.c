@@ -31,6 +31,7 @@
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
 #include "lifecycle/tombstone.h"
+#include "lifecycle/cache_stats.h"
 #include "lifecycle/vmm_args.h"
 #include "sandbox/agent_client.h"
 #include "sandbox/restore_sandbox.h"
@@ -477,11 +478,46 @@ int sbx_snapshot_now(const char *api_sock, char *err, size_t errlen)
 	return -EIO;
 }
 
+int store_pull_absent(const char *name, bool *pulled)
+{
+	struct sbx_root r;
+	struct stat sb;
+	int ret = -1;
+
+	*pulled = false;
+	if (!store_is_configured() || sbx_name_check(name, NULL, 0) ||
+	    sbx_root_open(&r, true, NULL, 0))
+		return -1;
+	if (fstatat(r.dfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT &&
+	    sbx_tombstone_describe(&r, name, NULL, 0) != 0) {
+		int ps = store_try_pull(name);
+		ret = ps == SBX_EXIT_HELD || ps == 66 ? (ps == 66 ? SBX_EXIT_DELETED : ps) : -1;
+		*pulled = ps == 0 && fstatat(r.dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+		if (*pulled)
+			ret = 0;
+	}
+	sbx_root_close(&r);
+	return ret;
+}
+
+void sbx_cache_count(const struct sbx_root *r, int dfd, bool pulled)
+{
+	enum sbx_state st;
+
+	if (!store_is_configured() || r->templates)
+		return;
+	/* A command on a running sandbox is no reconnect: it neither hits nor misses. */
+	if (!pulled && (sbx_state_read(dfd, &st, NULL) || st == SBX_RUNNING))
+		return;
+	cache_stats_add(r->dfd, &(struct cache_stats){.hits = !pulled, .misses = pulled});
+}
+
 int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, char *err,
 		size_t errlen)
 {
 	struct sbx_root r;
 	int dfd, ret;
+	bool pulled = false;
 
 	if (strchr(sandbox, '/'))
 		return agent_resolve(sandbox, uds, len, err, errlen) ? SBX_EXIT_UNKNOWN : 0;
@@ -515,8 +551,10 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 			}
 			if (ps >= 0)
 				dfd = sbx_dir_open(&r, sandbox, false, NULL, 0);
+			pulled = ps == 0 && dfd >= 0;
 		}
 		if (dfd >= 0) {
+			sbx_cache_count(&r, dfd, pulled);
 			ret = sbx_start(&r, sandbox, dfd, why, err, errlen);
 			close(dfd);
 			if (!ret && sbx_run_path(&r, sandbox, "vsock.sock", uds, len))

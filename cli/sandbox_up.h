@@ -27,6 +27,22 @@ enum {
 void sbx_cpu_refused(const char *name, const char *detail);
 
 /*
+ * With a store, before a command on NAME that does not pull by itself (cove start): when this
+ * host has no directory and no tombstone for it, `cove-store pull NAME`. 0 pulled (*pulled);
+ * SBX_EXIT_HELD (another host holds it: cove-store printed its JSON line) or SBX_EXIT_DELETED
+ * (the store's tombstone); -1 otherwise (no store, here already, or not pulled: the command
+ * then says what it says of an unknown name).
+ */
+int store_pull_absent(const char *name, bool *pulled);
+
+/*
+ * With a store: counts a reconnect or start of the sandbox at dfd in the host's cache counters
+ * (lifecycle/cache_stats.h): a miss when it was just pulled from the store, a hit when its
+ * local copy was here and not running. Nothing without a store.
+ */
+void sbx_cache_count(const struct sbx_root *r, int dfd, bool pulled);
+
+/*
  * The vsock socket of SANDBOX for exec/attach/cp/forward: a path is itself; a name of a
  * sandbox `cove create` made is brought up first when it is not running (restored from its
  * newest committed layer; many callers at once start it once); any other name is a socket

@@ -1,5 +1,6 @@
 /* cove-store: the object store commands (`cove store ...` execs it), a dynamic helper beside
  * cove so that neither the static cove binary nor cove-vmm maps libcurl or libxml2. */
+#include "cli/store_cache.h"
 #include "cli/store_sandbox.h"
 #include "common/log.h"
 #include "lifecycle/store/s3.h"
@@ -44,6 +45,10 @@ static void usage(FILE *out)
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
 		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
 		"deletes blobs none of them names once older than the grace period (86400 s)\n"
+		"       cove store evict [--cache-max SIZE] [--dry-run] [--config FILE]\n"
+		"  evict: evicts local copies of stopped sandboxes committed in the store, least "
+		"recently used first, until the state root uses at most SIZE (default store.json's "
+		"cache_max; cove gc runs it)\n"
 		"  probe: checks that the store in FILE (default $COVE_STORE, else "
 		"/etc/cove/store.json)\n"
 		"  answers a second create-only PUT (If-None-Match: *) with 412\n");
@@ -93,18 +98,20 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "probe") && strcmp(argv[1], "push") && strcmp(argv[1], "pull") &&
 	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
 	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release") &&
-	    strcmp(argv[1], "held") && strcmp(argv[1], "owner") && strcmp(argv[1], "lazy")) {
+	    strcmp(argv[1], "held") && strcmp(argv[1], "owner") && strcmp(argv[1], "lazy") &&
+	    strcmp(argv[1], "evict")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
 	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	xmlInitParser();
-	int r = !strcmp(argv[1], "probe") ? store_probe_cmd(argc - 1, argv + 1)
-		: !strcmp(argv[1], "gc")  ? store_gc_cmd(argc - 1, argv + 1)
-		: !strcmp(argv[1], "ls")  ? store_ls_cmd(argc - 1, argv + 1)
-		: !strcmp(argv[1], "lazy") ? store_lazy_cmd(argc - 1, argv + 1)
-					  : store_sandbox_cmd(argc - 1, argv + 1);
+	int r = !strcmp(argv[1], "probe")   ? store_probe_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "gc")    ? store_gc_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "ls")    ? store_ls_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "lazy")  ? store_lazy_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "evict") ? store_evict_cmd(argc - 1, argv + 1)
+					    : store_sandbox_cmd(argc - 1, argv + 1);
 	xmlCleanupParser();
 	curl_global_cleanup();
 	return r;

@@ -69,6 +69,38 @@ static int store_run(const char *sub, const char *name)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+int store_try_evict(const char *max, bool dry_run)
+{
+	char path[4200];
+	if (!store_is_configured() || store_exe(path, sizeof(path)))
+		return -1;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		child_signals();
+		/* Its lines (one per eviction) are cove gc's own output: stdout kept. */
+		char *argv[6] = {path, (char *)"evict"};
+		int n = 2;
+		if (max) {
+			argv[n++] = (char *)"--cache-max";
+			argv[n++] = (char *)max;
+		}
+		if (dry_run)
+			argv[n++] = (char *)"--dry-run";
+		argv[n] = NULL;
+		execv(path, argv);
+		fprintf(stderr, "cove: cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 int store_try_pull(const char *name)
 {
 	return store_run("pull", name);

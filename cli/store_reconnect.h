@@ -13,6 +13,12 @@ bool store_is_configured(void);
  * -1 when no store is configured.
  */
 int store_try_pull(const char *name);
+/*
+ * `cove-store evict [--cache-max MAX] [--dry-run]` (its lines on this process's stdout): local
+ * copies of sandboxes committed in the store evicted down to MAX (NULL: store.json's
+ * cache_max). Its exit status; -1 when no store is configured.
+ */
+int store_try_evict(const char *max, bool dry_run);
 /* The same with `cove-store tombstone NAME`: 0 written (or there already). -1: no store. */
 int store_try_tombstone(const char *name);
 /* `cove-store take NAME`: 0 held (or no store: -1), 75 another host holds it (one JSON line on

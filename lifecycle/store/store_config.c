@@ -3,6 +3,8 @@
 #include "lifecycle/store/store_config.h"
 
 #include "common/errmsg.h"
+#include "common/size_parse.h"
+#include "lifecycle/cache.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -394,6 +396,15 @@ static int parse_fields(json_t *root, struct store_config *cfg, char *cred_path,
 					      "store config: \"%s\" must be an integer in %s", k,
 					      ttl ? "10..3600" : "0..60");
 			*(ttl ? &cfg->lease_ttl_s : &cfg->clock_skew_s) = (unsigned)n;
+		} else if (!strcmp(k, "cache_max")) {
+			char size[STORE_CACHE_MAX_TEXT + 1];
+			r = copy_field(v, k, size, STORE_CACHE_MAX_TEXT, err, errlen);
+			if (!r &&
+			    (size_parse(size, &cfg->cache_max) || cfg->cache_max < CACHE_MAX_MIN ||
+			     cfg->cache_max > CACHE_MAX_MAX))
+				r = errmsg(err, errlen, -EINVAL,
+					   "store config: \"cache_max\" must be a size of at least "
+					   "1M, such as \"512M\" or \"2G\"");
 		} else if (!strcmp(k, "insecure_http")) {
 			if (!json_is_boolean(v))
 				return errmsg(err, errlen, -EINVAL,

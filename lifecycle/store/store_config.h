@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define STORE_CONFIG_DEFAULT "/etc/cove/store.json"
 #define STORE_CONFIG_MAX     16384 /* bytes of store.json */
@@ -31,6 +32,7 @@ struct store_policy {
 };
 
 #define STORE_HOST_ID_MAX 64
+#define STORE_CACHE_MAX_TEXT 32 /* bytes of "cache_max" ("2G") */
 
 struct store_config {
 	/* scheme://host[:port], no path, no trailing slash */
@@ -65,6 +67,12 @@ struct store_config {
 	char host_id[STORE_HOST_ID_MAX + 1];
 	unsigned lease_ttl_s;
 	unsigned clock_skew_s;
+	/*
+	 * The bound of this host's cache of the store ("cache_max": a size string such as "2G",
+	 * at least 1M, at most 32 bytes of text; 0 when absent: no bound). `cove gc` evicts down to
+	 * it (lifecycle/cache.h).
+	 */
+	uint64_t cache_max;
 };
 
 /* Where credentials come from when store.json names no credentials_file (the process's

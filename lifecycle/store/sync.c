@@ -418,21 +418,13 @@ static int fetch_one(struct s3_client *c, const struct store_file *f, const char
 	return r;
 }
 
-int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
-			   const struct store_keyring *kr, int chain_dfd, int images_dfd,
-			   struct sbx_lazy *lazy, struct store_manifest *m,
-			   struct store_sync_stats *st, char *err, size_t errlen)
+int store_manifest_fetch(struct s3_client *c, const char *name, uint64_t gen,
+			 const struct store_keyring *kr, struct store_manifest *m, char *err,
+			 size_t errlen)
 {
-	memset(st, 0, sizeof(*st));
 	memset(m, 0, sizeof(*m));
-	int r = 0;
-	if (!gen)
-		r = store_newest_generation(c, name, &gen, err, errlen);
-	if (!r && !gen)
-		r = errmsg(err, errlen, -ENOENT, "sandbox %s is not in the store", name);
 	char key[S3_KEY_MAX];
-	if (!r)
-		r = gen_key(name, gen, key, sizeof(key));
+	int r = gen_key(name, gen, key, sizeof(key));
 	char *buf = r ? NULL : malloc(STORE_MANIFEST_MAX);
 	size_t got = 0;
 	if (!r && !buf)
@@ -447,6 +439,27 @@ int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 		r = errmsg(err, errlen, -EBADMSG,
 			   "%s: the manifest is of sandbox %s generation %llu, not this one", key,
 			   m->sandbox, (unsigned long long)m->generation);
+	if (r)
+		store_manifest_free(m);
+	return r;
+}
+
+int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
+			   const struct store_keyring *kr, int chain_dfd, int images_dfd,
+			   struct sbx_lazy *lazy, struct store_manifest *m,
+			   struct store_sync_stats *st, char *err, size_t errlen)
+{
+	memset(st, 0, sizeof(*st));
+	memset(m, 0, sizeof(*m));
+	int r = 0;
+	if (!gen)
+		r = store_newest_generation(c, name, &gen, err, errlen);
+	if (!r && !gen)
+		r = errmsg(err, errlen, -ENOENT, "sandbox %s is not in the store", name);
+	if (!r)
+		r = store_manifest_fetch(c, name, gen, kr, m, err, errlen);
+	if (r)
+		return r;
 	for (size_t i = 0; !r && i < m->nr_files; i++) {
 		const struct store_file *f = &m->files[i];
 		if (!store_image_name(f->name)) {

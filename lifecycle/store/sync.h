@@ -115,6 +115,12 @@ int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 			   struct sbx_lazy *lazy, struct store_manifest *m,
 			   struct store_sync_stats *st, char *err, size_t errlen);
 
+/* Generation `gen`'s manifest of `name` into *m: its MAC, every field, and that it names this
+ * sandbox and generation checked. 0 (store_manifest_free it) or -errno + err. */
+int store_manifest_fetch(struct s3_client *c, const char *name, uint64_t gen,
+			 const struct store_keyring *kr, struct store_manifest *m, char *err,
+			 size_t errlen);
+
 /* Writes the tombstone of `name` (create-only; one that exists is success). */
 int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t errlen);
 

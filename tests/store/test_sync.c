@@ -27,7 +27,9 @@
 #include "lifecycle/state.h"
 #include "lifecycle/launch.h"
 #include "lifecycle/lock.h"
+#include "lifecycle/store/cache_check.h"
 #include "lifecycle/store/catalog.h"
+#include "lifecycle/store/lease.h"
 #include "lifecycle/store/gc.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/store/store_config.h"
@@ -315,6 +317,66 @@ static void test_push_pull(void **state)
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s", root_a, root_b, root_c);
 	assert_int_equal(system(cmd), 0);
+}
+
+/*
+ * The cache's committed check (issue 29): a local copy may be evicted only when this host
+ * recorded a generation, it is the store's newest, and its manifest's layer is the local chain's
+ * newest; each way it fails, one reason, against the real store.
+ */
+static void test_cache_check(void **state)
+{
+	struct fx *f = *state;
+	struct s3_client *shared = own_prefix(f, "cache-check/");
+	char root[64], p[256], two[64], why[512];
+	fx_mkdtemp(root, sizeof(root), "cache-host");
+	struct store_config cfg = f->cfg;
+	memcpy(cfg.fleet_key, f->key, 32);
+	cfg.fleet_key_len = 32;
+	struct sbx_root r;
+	struct store_sync_stats st;
+	int dfd = make_sandbox(root, "cached", &f->spec, "stopped", 2, &r);
+	/* Never committed or pulled here. */
+	assert_int_equal(store_check_cached(f->c, &cfg, &r, "cached", dfd, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "no generation"));
+	if (store_push_sandbox(f->c, &cfg, &r, "cached", &st, why, sizeof(why)))
+		fail_msg("push: %s", why);
+	assert_int_equal(st.generation, 1);
+	assert_int_equal(store_base_save(dfd, 1), 0); /* as a fenced commit from here records */
+	if (store_check_cached(f->c, &cfg, &r, "cached", dfd, why, sizeof(why)))
+		fail_msg("committed, yet: %s", why);
+	/* Another host committed generation 2 since. */
+	snprintf(p, sizeof(p), "%s/cached/chain", root);
+	if (upload(f, "cached", p, &st))
+		fail_msg("upload: %s", f->err);
+	assert_int_equal(store_check_cached(f->c, &cfg, &r, "cached", dfd, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "the store's newest 2"));
+	assert_int_equal(store_base_save(dfd, 2), 0);
+	assert_int_equal(store_check_cached(f->c, &cfg, &r, "cached", dfd, why, sizeof(why)), 0);
+	/* A local commit the store does not have: generation 1 holds a 2-layer chain, this host's
+	 * copy ends with layer 3. */
+	int ndfd = make_sandbox(root, "cached-new", &f->spec, "stopped", 3, &r);
+	fx_mkdtemp(two, sizeof(two), "cache-two");
+	struct chain c;
+	fx_make_chain(&c, two, 2);
+	if (upload(f, "cached-new", two, &st))
+		fail_msg("upload: %s", f->err);
+	assert_int_equal(store_base_save(ndfd, st.generation), 0);
+	assert_int_equal(store_check_cached(f->c, &cfg, &r, "cached-new", ndfd, why, sizeof(why)),
+			 1);
+	assert_non_null(strstr(why, "ends with layer 3"));
+	/* Removed from the store: never evicted (rm and gc own that). */
+	assert_int_equal(store_put_tombstone(f->c, "cached", why, sizeof(why)), 0);
+	assert_int_equal(store_check_cached(f->c, &cfg, &r, "cached", dfd, why, sizeof(why)), 1);
+	assert_non_null(strstr(why, "tombstone"));
+	close(dfd);
+	close(ndfd);
+	sbx_root_close(&r);
+	fx_rmdir(two);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	assert_int_equal(system(cmd), 0);
+	own_prefix_end(f, shared);
 }
 
 /* Retention keeps the newest generation; gc frees blobs only expired generations named, once
@@ -753,6 +815,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_shared_and_flipped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_push_pull, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cache_check, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_follow, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_encrypted_ciphertext_only, setup, teardown),

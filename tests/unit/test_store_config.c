@@ -233,6 +233,45 @@ static void test_host_fields(void **state)
 		       -EINVAL, "policy id");
 }
 
+/* "cache_max" (issue 29): a size string, checked like every other field. */
+static void test_cache_max(void **state)
+{
+	(void)state;
+	struct store_config cfg;
+	char err[300];
+	assert_int_equal(
+	    parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\"}", &ENV, &cfg, err, sizeof(err)),
+	    0);
+	assert_int_equal(cfg.cache_max, 0); /* absent: no bound */
+	assert_int_equal(
+	    parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":\"2G\"}", &ENV,
+		  &cfg, err, sizeof(err)),
+	    0);
+	assert_int_equal(cfg.cache_max, 2ULL << 30);
+	assert_int_equal(parse("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":"
+			       "\"512m\"}",
+			       &ENV, &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.cache_max, 512ULL << 20);
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":1024}",
+		       -EINVAL, "\"cache_max\" must be a string");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":\"2 G\"}",
+		       -EINVAL, "at least 1M");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":\"1K\"}",
+		       -EINVAL, "at least 1M");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":\"-1G\"}",
+		       -EINVAL, "at least 1M");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":"
+		       "\"99999999999999999999\"}",
+		       -EINVAL, "at least 1M");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":"
+		       "\"123456789012345678901234567890123\"}",
+		       -ENAMETOOLONG, "\"cache_max\" is 33 bytes, at most 32");
+	expect_refused("{\"endpoint\":\"https://h\",\"bucket\":\"abc\",\"cache_max\":\"1G\","
+		       "\"cache_max\":\"2G\"}",
+		       -EINVAL, "duplicate");
+}
+
 static void test_probe_decision(void **state)
 {
 	(void)state;
@@ -414,6 +453,7 @@ int main(void)
 	    cmocka_unit_test(test_credentials_file), cmocka_unit_test(test_host_fields),
 	    cmocka_unit_test(test_probe_decision),   cmocka_unit_test(test_urls),
 	    cmocka_unit_test(test_retry_policy),     cmocka_unit_test(test_xml),
+	    cmocka_unit_test(test_cache_max),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();
