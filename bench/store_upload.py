@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -155,25 +156,30 @@ class Store:
                         "--include-all"], capture_output=True, timeout=300)
 
     def put_cove(self, path, key):
-        """key relative to self.prefix; (wall seconds, cove's own JSON line)"""
-        t0 = time.perf_counter()
+        """key relative to self.prefix; (wall s, CPU s (user + sys), cove's own JSON line)"""
+        c0, t0 = child_cpu_s(), time.perf_counter()
         r = subprocess.run([COVE_STORE, "put", path, key, "--config", self.store_json],
                            capture_output=True, text=True, timeout=600)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, child_cpu_s() - c0
         if r.returncode:
             raise BenchError(f"cove-store put: exit {r.returncode}: {r.stderr.strip()[-400:]}")
-        return wall, json.loads(r.stdout.strip().splitlines()[-1])
+        return wall, cpu, json.loads(r.stdout.strip().splitlines()[-1])
 
     def put_aws(self, path, key):
-        """key relative to the bucket; wall seconds"""
-        t0 = time.perf_counter()
+        """key relative to the bucket; (wall s, CPU s (user + sys), None)"""
+        c0, t0 = child_cpu_s(), time.perf_counter()
         r = subprocess.run([AWS, "s3", "cp", path, f"s3://{self.bucket}/{key}",
                             "--endpoint-url", self.endpoint, "--no-progress"],
                            env=self.aws_env, capture_output=True, text=True, timeout=600)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, child_cpu_s() - c0
         if r.returncode:
             raise BenchError(f"aws s3 cp: exit {r.returncode}: {r.stderr.strip()[-400:]}")
-        return wall
+        return wall, cpu, None
+
+
+def child_cpu_s():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def parts_of(etag):
@@ -200,12 +206,11 @@ def run_upload_bench(srv, runs=5, mib=256, fixed_runs=3, work_dir="/var/tmp"):
         checks = []
 
         def one(tool, name, path, nbytes, whole=False):
+            key = st.prefix + name
             if tool == "cove":
-                wall, line = st.put_cove(path, name)
-                key = st.prefix + name
+                wall, cpu, line = st.put_cove(path, name)
             else:
-                key = st.prefix + name
-                wall, line = st.put_aws(path, key), None
+                wall, cpu, line = st.put_aws(path, key)
             got, etag = st.head(key)
             c = {"tool": tool, "key": key, "size": got, "etag_parts": parts_of(etag)}
             if got != nbytes:
@@ -218,7 +223,7 @@ def run_upload_bench(srv, runs=5, mib=256, fixed_runs=3, work_dir="/var/tmp"):
                     raise BenchError(f"{tool}: {key} does not read back equal")
             checks.append(c)
             st.delete(key)
-            return wall, line
+            return wall, cpu, line
 
         # warm-up (not recorded): each tool once, read back whole
         for tool in ("cove", "aws"):
@@ -228,12 +233,14 @@ def run_upload_bench(srv, runs=5, mib=256, fixed_runs=3, work_dir="/var/tmp"):
             for tool in ("cove", "aws"):
                 fixed[tool].append(one(tool, f"{tool}/tiny-{i}", tiny, 1024)[0])
         walls = {"cove": [], "aws": []}
+        cpus = {"cove": [], "aws": []}
         cove_own = []
         for i in range(runs):
             order = ("cove", "aws") if i % 2 == 0 else ("aws", "cove")
             for tool in order:
-                wall, line = one(tool, f"{tool}/run-{i}", big, size)
+                wall, cpu, line = one(tool, f"{tool}/run-{i}", big, size)
                 walls[tool].append(round(wall, 3))
+                cpus[tool].append(round(cpu, 3))
                 if line:
                     cove_own.append(line["seconds"])
                     if line["retries"]:
@@ -252,10 +259,11 @@ def run_upload_bench(srv, runs=5, mib=256, fixed_runs=3, work_dir="/var/tmp"):
             "file_mib": mib, "part_mib": PART_MIB, "parallel": PARALLEL, "runs": runs,
             "cove": {"wall_s": walls["cove"], "median_s": round(med["cove"], 3),
                      "mib_per_s": round(mib / med["cove"], 1),
-                     "own_upload_s": cove_own,
+                     "own_upload_s": cove_own, "cpu_s": cpus["cove"],
                      "fixed_s": [round(x, 3) for x in fixed["cove"]]},
             "awscli": {"wall_s": walls["aws"], "median_s": round(med["aws"], 3),
-                       "mib_per_s": round(mib / med["aws"], 1), "version": version,
+                       "mib_per_s": round(mib / med["aws"], 1), "cpu_s": cpus["aws"],
+                       "version": version,
                        "config": st.aws_config,
                        "fixed_s": [round(x, 3) for x in fixed["aws"]]},
             "upload_vs_awscli_without_fixed_cost": round(ratio_ex, 3) if ratio_ex else None,
