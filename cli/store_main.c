@@ -1,6 +1,7 @@
 /* cove-store: the object store commands (`cove store ...` execs it), a dynamic helper beside
  * cove so that neither the static cove binary nor cove-vmm maps libcurl or libxml2. */
 #include "cli/store_cache.h"
+#include "cli/store_put.h"
 #include "cli/store_sandbox.h"
 #include "common/log.h"
 #include "lifecycle/store/s3.h"
@@ -42,6 +43,9 @@ static void usage(FILE *out)
 		"  owner: before cove gc archives or deletes NAME: exit 75 and one JSON line when "
 		"another host holds its lease or ran it since this host\n"
 		"  tombstone: NAME is removed for every host (cove rm writes it first)\n"
+		"       cove store put FILE KEY [--config FILE]\n"
+		"  put: uploads FILE as object KEY (under the store's prefix) the way layers go "
+		"up; one JSON line\n"
 		"       cove store gc [--keep K] [--grace SECONDS] [--config FILE]\n"
 		"  gc: keeps each sandbox's newest K generations (8; none of a removed one) and "
 		"deletes blobs none of them names once older than the grace period (86400 s)\n"
@@ -99,7 +103,7 @@ int main(int argc, char **argv)
 	    strcmp(argv[1], "tombstone") && strcmp(argv[1], "follow") && strcmp(argv[1], "ls") &&
 	    strcmp(argv[1], "gc") && strcmp(argv[1], "take") && strcmp(argv[1], "release") &&
 	    strcmp(argv[1], "held") && strcmp(argv[1], "owner") && strcmp(argv[1], "lazy") &&
-	    strcmp(argv[1], "evict")) {
+	    strcmp(argv[1], "evict") && strcmp(argv[1], "put")) {
 		fprintf(stderr, "cove store: unknown command '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
@@ -111,6 +115,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "ls")    ? store_ls_cmd(argc - 1, argv + 1)
 		: !strcmp(argv[1], "lazy")  ? store_lazy_cmd(argc - 1, argv + 1)
 		: !strcmp(argv[1], "evict") ? store_evict_cmd(argc - 1, argv + 1)
+		: !strcmp(argv[1], "put")   ? store_put_cmd(argc - 1, argv + 1)
 					    : store_sandbox_cmd(argc - 1, argv + 1);
 	xmlCleanupParser();
 	curl_global_cleanup();

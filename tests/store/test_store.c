@@ -388,6 +388,60 @@ static void test_cli_probe(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* cove with args; its exit status (stdout to /dev/null). */
+static int run_cove(const char *const *args)
+{
+	const char *cove = getenv("COVE_BIN");
+	assert_non_null(cove);
+	pid_t p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(126);
+		execv(cove, (char *const *)args);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(p, &st, 0), p);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+/* `cove store put FILE KEY`: a 20 MiB file (over the single-PUT limit: multipart) reads back
+ * equal; keys under sandboxes/ and blobs/sha256/ are refused without a request. */
+static void test_cli_put(void **state)
+{
+	struct fixture *f = *state;
+	size_t n = 20 * MIB;
+	uint8_t *data = malloc(n), *back = malloc(n);
+	assert_non_null(data);
+	assert_non_null(back);
+	fill(data, n, 29);
+	char path[] = "/tmp/cove-store-put.XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, n), (ssize_t)n);
+	close(fd);
+	const char *put[] = {"cove", "store", "put", path, "put/k", NULL};
+	assert_int_equal(run_cove(put), 0);
+	size_t got;
+	OK(s3_get(f->c, "put/k", 0, 0, back, n, &got, f->err, sizeof(f->err)));
+	assert_int_equal(got, n);
+	assert_memory_equal(back, data, n);
+	struct s3_object_info info;
+	OK(s3_head(f->c, "put/k", &info, f->err, sizeof(f->err)));
+	assert_non_null(strstr(info.etag, "-3")); /* 3 parts of 8 MiB: multipart */
+	const char *fleet[] = {"cove", "store", "put", path, "sandboxes/x/gen/1.json", NULL};
+	assert_int_equal(run_cove(fleet), 1);
+	const char *blob[] = {"cove", "store", "put", path, "blobs/sha256/00", NULL};
+	assert_int_equal(run_cove(blob), 1);
+	assert_int_equal(s3_head(f->c, "blobs/sha256/00", &info, f->err, sizeof(f->err)), -ENOENT);
+	OK(s3_delete(f->c, "put/k", f->err, sizeof(f->err)));
+	unlink(path);
+	free(data);
+	free(back);
+}
+
 static void test_tls_other_ca_refused(void **state)
 {
 	struct fixture *f = *state;
@@ -478,6 +532,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_conditional_create, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_cli_probe, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cli_put, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_tls_other_ca_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_insecure_http_fd_body, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_virtual_hosted, setup, teardown),
