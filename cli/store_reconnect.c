@@ -220,16 +220,16 @@ int store_try_list(char **json_out)
 	return 0;
 }
 
-void store_start_follower(int dfd, const char *name)
+/*
+ * cove-store ARGS in a session of its own, detached (a grandchild: it outlives this command),
+ * its output appended to NAME/store.log; `keep` >= 0 is passed on at fd 3. 0 or -errno.
+ */
+static int spawn_store(int dfd, char *const argv[], int keep)
 {
-	char path[4200];
-	if (!store_is_configured() || store_exe(path, sizeof(path)))
-		return;
 	pid_t pid = fork();
 	if (pid < 0)
-		return;
+		return -errno;
 	if (pid == 0) {
-		/* Its own session, not this command's child: it lives as long as the VMM. */
 		child_signals();
 		setsid();
 		if (fork() != 0)
@@ -243,12 +243,26 @@ void store_start_follower(int dfd, const char *name)
 			dup2(log, 1);
 			dup2(log, 2);
 		}
-		char *argv[] = {path, (char *)"follow", (char *)name, NULL};
-		execv(path, argv);
+		if (keep >= 0 && keep != 3 && dup2(keep, 3) < 0)
+			_exit(127);
+		if (keep == 3)
+			fcntl(3, F_SETFD, 0);
+		execv(argv[0], argv);
 		_exit(127);
 	}
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
+	return 0;
+}
+
+void store_start_follower(int dfd, const char *name)
+{
+	char path[4200];
+	if (!store_is_configured() || store_exe(path, sizeof(path)))
+		return;
+	/* Its own session, not this command's child: it lives as long as the VMM. */
+	char *argv[] = {path, (char *)"follow", (char *)name, NULL};
+	spawn_store(dfd, argv, -1);
 }
 
 int store_start_lazy(int dfd, const char *name, int sock)
@@ -258,34 +272,7 @@ int store_start_lazy(int dfd, const char *name, int sock)
 		return -ENOKEY;
 	if (store_exe(path, sizeof(path)))
 		return -ENAMETOOLONG;
-	pid_t pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		/* Its own session: it fetches on after this command, and after the VMM, until the
-		 * copy is whole. */
-		child_signals();
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		int log = openat(dfd, "store.log",
-				 O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (nul >= 0)
-			dup2(nul, 0);
-		if (log >= 0) {
-			dup2(log, 1);
-			dup2(log, 2);
-		}
-		if (sock != 3 && dup2(sock, 3) < 0)
-			_exit(127);
-		if (sock == 3)
-			fcntl(3, F_SETFD, 0);
-		char *argv[] = {path, (char *)"lazy", (char *)name, (char *)"--fd", (char *)"3", NULL};
-		execv(path, argv);
-		_exit(127);
-	}
-	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	return 0;
+	/* It fetches on after this command, and after the VMM, until the copy is whole. */
+	char *argv[] = {path, (char *)"lazy", (char *)name, (char *)"--fd", (char *)"3", NULL};
+	return spawn_store(dfd, argv, sock);
 }

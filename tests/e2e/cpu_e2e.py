@@ -41,14 +41,10 @@ def box(srv, work, what, kdir, rdir, results):
 
 
 def main():
-    for tool in ("qemu-system-x86_64", "socat"):
-        if not shutil.which(tool):
-            print(f"FAIL: cpu e2e needs {tool} (tools/setup installs it)")
-            return 1
-    kdir = subprocess.run([os.path.join(ROOT, "guest", "kernel", "build")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    rdir = subprocess.run([os.path.join(ROOT, "guest", "rootfs", "build")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    inputs = store_e2e.guest_inputs("cpu e2e", ("qemu-system-x86_64", "socat"))
+    if not inputs:
+        return 1
+    kdir, rdir = inputs
     srv = s3server.Ceph()
     work = tempfile.mkdtemp(prefix="cove-cpu-e2e.")
     try:

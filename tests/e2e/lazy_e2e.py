@@ -27,43 +27,26 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, HERE)
 import s3server  # noqa: E402
 import store_e2e  # noqa: E402
-from store_e2e import Failure, check, list_keys, newest_manifest, store_dir  # noqa: E402
+from store_e2e import Failure, check, list_keys, store_dir  # noqa: E402
 
 
 def bounce_watch(srv, stop, done):
     """Bounces radosgw when the box asks: a marked GET in radosgw's own log."""
-    pos, buf = 0, ""
-    path = os.path.join(srv.t, "log", "client.rgw.a.log")
     bounce = os.path.join(srv.t, "rgw-bounce.sh")
-    while not stop.is_set():
-        try:
-            with open(path, errors="replace") as f:
-                f.seek(pos)
-                buf += f.read()
-                pos = f.tell()
-        except OSError:
-            pass
-        lines, _, buf = buf.rpartition("\n")
+    for lines in store_e2e.rgw_log_follow(srv, stop):
         for m in re.finditer(r"/cove-e2e-mark-bounce-(\d+) ", lines):
             if m.group(0) not in done:
                 done.append(m.group(0))
                 subprocess.run(["sh", bounce, m.group(1)], check=False)
                 print(f"lazy e2e: radosgw killed, back in {m.group(1)} s (the box asked)",
                       flush=True)
-                pos = 0  # the restarted radosgw may start a new log: read it from the top
-                buf = ""
-        stop.wait(0.2)
 
 
 def main():
-    for tool in ("qemu-system-x86_64", "socat", "curl"):
-        if not shutil.which(tool):
-            print(f"FAIL: lazy e2e needs {tool} (tools/setup installs it)")
-            return 1
-    kdir = subprocess.run([os.path.join(ROOT, "guest", "kernel", "build")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    rdir = subprocess.run([os.path.join(ROOT, "guest", "rootfs", "build")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    inputs = store_e2e.guest_inputs("lazy e2e", ("qemu-system-x86_64", "socat", "curl"))
+    if not inputs:
+        return 1
+    kdir, rdir = inputs
     srv = s3server.Ceph(osd_mib=4096)  # 1 GiB guests' chains, twice, and their images
     work = tempfile.mkdtemp(prefix="cove-lazy-e2e.")
     stop = threading.Event()

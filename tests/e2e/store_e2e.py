@@ -63,6 +63,40 @@ def write(path, data, mode=0o644):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
+def guest_inputs(what, tools):
+    """(kernel dir, rootfs dir) once every tool is on PATH, else None with one FAIL line."""
+    for tool in tools:
+        if not shutil.which(tool):
+            print(f"FAIL: {what} needs {tool} (tools/setup installs it)")
+            return None
+    kdir = subprocess.run([os.path.join(ROOT, "guest", "kernel", "build")], check=True,
+                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    rdir = subprocess.run([os.path.join(ROOT, "guest", "rootfs", "build")], check=True,
+                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    return kdir, rdir
+
+
+def rgw_log_follow(srv, stop):
+    """radosgw's own log as it grows (complete lines, a batch every 0.2 s) until stop is set;
+    a log that starts over (radosgw restarted) is read from its top."""
+    pos, buf = 0, ""
+    path = os.path.join(srv.t, "log", "client.rgw.a.log")
+    while not stop.is_set():
+        try:
+            if os.path.getsize(path) < pos:
+                pos, buf = 0, ""
+            with open(path, errors="replace") as f:
+                f.seek(pos)
+                buf += f.read()
+                pos = f.tell()
+        except OSError:
+            pass
+        lines, _, buf = buf.rpartition("\n")
+        if lines:
+            yield lines
+        stop.wait(0.2)
+
+
 def store_dir(srv, work, kek, host, relay_port):
     """What a host's configuration holds: store.json naming the store at the forwarded address,
     the test CA, credentials and fleet key files (0600), the key command and its KEK."""
@@ -133,24 +167,14 @@ class Relay:
 
 def relay_watch(srv, relay, stop):
     """Cuts or heals host C's relay when host B (through its own relay) asks by a marked GET."""
-    done, pos, buf = set(), 0, ""
-    path = os.path.join(srv.t, "log", "client.rgw.a.log")
-    while not stop.is_set():
-        try:
-            with open(path, errors="replace") as f:
-                f.seek(pos)
-                buf += f.read()
-                pos = f.tell()
-        except OSError:
-            pass
-        lines, _, buf = buf.rpartition("\n")
+    done = set()
+    for lines in rgw_log_follow(srv, stop):
         for what in ("cut-c", "heal-c"):
             if what not in done and f"/cove-e2e-mark-{what} " in lines:
                 done.add(what)
                 (relay.cut if what == "cut-c" else relay.heal)()
                 print(f"store e2e: host C's relay {what.split('-')[0]} on host B's request",
                       flush=True)
-        stop.wait(0.2)
 
 
 def box(srv, work, what, kdir, rdir, extra, env, script="store_box.py"):
@@ -289,15 +313,11 @@ def partition_verdict(srv, b, relay):
 
 
 def main():
-    for tool in ("qemu-system-x86_64", "socat", "curl", "promtool", "prometheus",
-                 "prometheus-node-exporter"):
-        if not shutil.which(tool):
-            print(f"FAIL: store e2e needs {tool} (tools/setup installs it)")
-            return 1
-    kdir = subprocess.run([os.path.join(ROOT, "guest", "kernel", "build")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    rdir = subprocess.run([os.path.join(ROOT, "guest", "rootfs", "build")], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    inputs = guest_inputs("store e2e", ("qemu-system-x86_64", "socat", "curl", "promtool",
+                                         "prometheus", "prometheus-node-exporter"))
+    if not inputs:
+        return 1
+    kdir, rdir = inputs
     srv = s3server.Ceph()
     relay = None
     work = tempfile.mkdtemp(prefix="cove-store-e2e.")
