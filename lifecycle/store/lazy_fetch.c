@@ -45,8 +45,21 @@ struct lf {
 	int fatal;	  /* a chunk that failed its digest: the copy cannot become whole */
 	char fatal_msg[512];
 	struct lazy_fetch_stats *st;
-	uint64_t unflushed; /* fetched bytes not yet in store-stats.json */
+	uint64_t unflushed;  /* fetched bytes not yet in store-stats.json */
+	int64_t last_demand; /* ms (monotonic) of the VMM's last request for a missing chunk */
 };
+
+/*
+ * The background gives way to the guest: while the VMM asks for missing chunks (a restore's
+ * first burst, an exec's), the workers wait, so the store's bandwidth goes to what the guest
+ * waits for; they fetch once it has been quiet this long.
+ */
+#define LAZY_DEMAND_QUIET_MS 300
+
+static int64_t now_ms(void)
+{
+	return (int64_t)(mono_us() / 1000);
+}
 
 static void flush_stats(struct lf *f)
 {
@@ -127,6 +140,12 @@ static void *worker_main(void *arg)
 		size_t i = 0;
 		uint64_t k = 0;
 		pthread_mutex_lock(&f->mu);
+		while (!f->stop && now_ms() - f->last_demand < LAZY_DEMAND_QUIET_MS) {
+			pthread_mutex_unlock(&f->mu);
+			struct timespec q = {0, 50000000L};
+			nanosleep(&q, NULL);
+			pthread_mutex_lock(&f->mu);
+		}
 		while (!f->stop && !f->fatal && f->missing && !next_missing(f, &i, &k))
 			pthread_cond_wait(&f->cv, &f->mu); /* every missing chunk is busy elsewhere */
 		bool leave = f->stop || f->fatal || !f->missing || !buf;
@@ -167,13 +186,15 @@ static int demand(struct lf *f, struct s3_client *c, const struct lazy_gate_req 
 	if (q->off % DIGEST_CHUNK || q->off / DIGEST_CHUNK >= lf->b.nchunks)
 		return -EINVAL;
 	uint64_t k = q->off / DIGEST_CHUNK;
-	int64_t deadline = (int64_t)(mono_us() / 1000) + 1000LL * f->o->timeout_s;
+	int64_t deadline = now_ms() + 1000LL * f->o->timeout_s;
 	f->st->demand++;
 	char err[512] = "";
 	int last = 0;
 	bool waited = false;
 	for (;;) {
 		pthread_mutex_lock(&f->mu);
+		if (lf->state[k] != CH_HERE && (q->flags & LAZY_GATE_WAIT))
+			f->last_demand = now_ms(); /* the guest waits: the background gives way */
 		while (lf->state[k] == CH_BUSY) {
 			waited = true;
 			pthread_cond_wait(&f->cv, &f->mu);
@@ -197,7 +218,7 @@ static int demand(struct lf *f, struct s3_client *c, const struct lazy_gate_req 
 			log_err(f->o->log, "lazy fetch: %s", err);
 			return -EILSEQ;
 		}
-		if ((int64_t)(mono_us() / 1000) >= deadline) {
+		if (now_ms() >= deadline) {
 			log_err(f->o->log,
 				"lazy fetch: %s: chunk %llu: the store has not delivered it for %d s: "
 				"the VM stops (%s)",
@@ -321,7 +342,7 @@ int store_lazy_fetch(const struct lazy_fetch_opts *o, struct lazy_fetch_stats *s
 {
 	memset(st, 0, sizeof(*st));
 	st->whole_ms = -1;
-	int64_t t0 = (int64_t)(mono_us() / 1000);
+	int64_t t0 = now_ms();
 	int lk = sbx_lock_take(o->sbx_dfd, SBX_LAZY_LOCK, true, false);
 	if (lk < 0)
 		return errmsg(err, errlen, lk, SBX_LAZY_LOCK ": %s", strerror(-lk));
@@ -330,7 +351,7 @@ int store_lazy_fetch(const struct lazy_fetch_opts *o, struct lazy_fetch_stats *s
 		oo.timeout_s = LAZY_FETCH_TIMEOUT_S;
 	if (!oo.workers)
 		oo.workers = LAZY_FETCH_WORKERS;
-	struct lf f = {.o = &oo, .st = st};
+	struct lf f = {.o = &oo, .st = st, .last_demand = now_ms()};
 	pthread_mutex_init(&f.mu, NULL);
 	pthread_cond_init(&f.cv, NULL);
 	struct worker *w = calloc((size_t)oo.workers + 1, sizeof(*w));
@@ -371,7 +392,7 @@ int store_lazy_fetch(const struct lazy_fetch_opts *o, struct lazy_fetch_stats *s
 		else if (f.rec->n)
 			r = finish(&f, err, errlen);
 		if (!r) {
-			st->whole_ms = (int64_t)(mono_us() / 1000) - t0;
+			st->whole_ms = now_ms() - t0;
 			if (f.rec->n)
 				log_info(oo.log, "lazy fetch: whole after %lld ms (%llu chunks, %llu "
 					 "bytes fetched)",

@@ -191,6 +191,7 @@ def bench():
     subprocess.run(["cp", "-a", os.path.join(C["COVE_STATE_DIR"], ".images"),
                     D["COVE_STATE_DIR"]], check=True)
     warm, cold, cold_img, before, before_img, eager = [], [], [], [], [], []
+    gens = {}
     for i in range(runs):
         name = f"x{i}"
         fill(name, "1G", 100)
@@ -201,6 +202,7 @@ def bench():
                 subprocess.run(["rm", "-rf", os.path.join(env["COVE_STATE_DIR"], ".images")])
             times.append(first_exec(env, name))
             got.append(fetched(env, name))
+            gens.setdefault(name, store_newest(env, name))  # the files the first cold host pulled
             check(got[-1] > 0, f"{name}: no fetch recorded on {env['COVE_STATE_DIR']}")
             # The rest arrives before the next host is timed (no transfer behind its figure).
             deadline = time.monotonic() + 600
@@ -214,7 +216,7 @@ def bench():
               f"{cold_img[-1]:.2f} s ({before_img[-1] / 2**20:.1f} MiB), the same fetched "
               f"whole first {eager[-1]:.2f} s", flush=True)
     OUT.update(warm_s=warm, cold_s=cold, cold_images_s=cold_img, fetched_before=before,
-               fetched_before_images=before_img, cold_images_whole_fetch_s=eager)
+               fetched_before_images=before_img, cold_images_whole_fetch_s=eager, gens=gens)
 
 
 def main():
