@@ -30,6 +30,7 @@
 #include "lifecycle/policy.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
+#include "lifecycle/store_stats.h"
 #include "lifecycle/tombstone.h"
 #include "lifecycle/cache_stats.h"
 #include "lifecycle/vmm_args.h"
@@ -510,6 +511,8 @@ void sbx_cache_count(const struct sbx_root *r, int dfd, bool pulled)
 	if (!pulled && (sbx_state_read(dfd, &st, NULL) || st == SBX_RUNNING))
 		return;
 	cache_stats_add(r->dfd, &(struct cache_stats){.hits = !pulled, .misses = pulled});
+	/* And the sandbox's own (cove ls --json): a pulled copy's counters start with its miss. */
+	store_stats_add(dfd, &(struct store_stats){.cache_hits = !pulled, .cache_misses = pulled});
 }
 
 int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, char *err,

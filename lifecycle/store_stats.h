@@ -15,6 +15,8 @@ struct store_stats {
 	uint64_t uploaded_bytes, uploaded_blobs, upload_errors, commits;
 	uint64_t fetched_bytes, fetch_errors;
 	uint64_t renewals, renewal_failures, takeovers, leases_lost;
+	/* reconnects on this host that found its local copy (hits) or pulled it (misses) */
+	uint64_t cache_hits, cache_misses;
 	/* set, not added: the newest generation this host committed and when (0: none) */
 	uint64_t generation;
 	int64_t last_commit_ms;
