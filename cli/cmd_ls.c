@@ -56,12 +56,13 @@ static json_t *describe(int dfd, const char *name)
 			      (json_int_t)(total - chain), "chain_bytes", (json_int_t)chain,
 			      "last_snapshot_age_s", (json_int_t)snapshot_age_s(dfd), "encrypted",
 			      s->key[0] != 0);
-		/* This host's reconnects of it: from its local copy (hits) or the store (misses). */
+		/* Its reconnects on this host: from the local copy (hits) or the store (misses) */
 		struct store_stats ss;
 		if (j && store_stats_load(dfd, &ss) == 0)
 			json_object_set_new(j, "cache",
-					    json_pack("{s:I,s:I}", "hits", (json_int_t)ss.cache_hits,
-						      "misses", (json_int_t)ss.cache_misses));
+					    json_pack("{s:I,s:I}", "hits",
+						      (json_int_t)ss.cache_hits, "misses",
+						      (json_int_t)ss.cache_misses));
 	}
 	free(s);
 	return j;

@@ -198,7 +198,8 @@ static int parse_opts(int argc, char **argv, struct sandbox_restore_opts *o, cha
 		case O_LAZY:
 			if (parse_u64(optarg, 3, 1 << 20, &v) || fcntl((int)v, F_GETFD) < 0)
 				return errmsg(err, errlen, -EINVAL,
-					      "--lazy-fd: '%s' is not an open file descriptor", optarg);
+					      "--lazy-fd: '%s' is not an open file descriptor",
+					      optarg);
 			o->lazy_fd = (int)v;
 			break;
 		case O_EXE:

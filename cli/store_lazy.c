@@ -58,11 +58,8 @@ int store_lazy_cmd(int argc, char **argv)
 		r = dfd;
 	struct lazy_fetch_stats st;
 	if (!r) {
-		struct lazy_fetch_opts o = {.cfg = cfg,
-					    .sbx_dfd = dfd,
-					    .sock = sock,
-					    .log = &log,
-					    .timeout_s = timeout_s};
+		struct lazy_fetch_opts o = {
+		    .cfg = cfg, .sbx_dfd = dfd, .sock = sock, .log = &log, .timeout_s = timeout_s};
 		r = store_lazy_fetch(&o, &st, err, sizeof(err));
 	}
 	if (r)

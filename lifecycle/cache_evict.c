@@ -33,8 +33,9 @@ int cache_evict(const struct sbx_root *r, const char *name, cache_committed_fn c
 	if (lk < 0 || fl < 0)
 		ret = errmsg(err, errlen, -EBUSY,
 			     "%s is being started, stopped, forked or uploaded", name);
-	if (!ret && (sbx_state_read(dfd, &st, NULL) || (st != SBX_STOPPED && st != SBX_CRASHED) ||
-		     sbx_lock_held(dfd, SBX_LOCK_VMM) != 0 || sbx_lock_held(dfd, SBX_LAZY_LOCK) != 0))
+	if (!ret &&
+	    (sbx_state_read(dfd, &st, NULL) || (st != SBX_STOPPED && st != SBX_CRASHED) ||
+	     sbx_lock_held(dfd, SBX_LOCK_VMM) != 0 || sbx_lock_held(dfd, SBX_LAZY_LOCK) != 0))
 		ret = errmsg(err, errlen, -EBUSY, "%s is not stopped any more", name);
 	if (!ret && faccessat(dfd, SBX_BROKER_AUDIT, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		ret =

@@ -34,7 +34,8 @@ int sbx_chain_check(const struct sbx_root *r, const char *name, bool *checked, c
 	if (!lz)
 		return -ENOMEM;
 	int dfd = open(r->state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int sdfd = dfd < 0 ? -1 : openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int sdfd =
+	    dfd < 0 ? -1 : openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (sdfd >= 0 && sbx_lazy_load(sdfd, lz, e2, sizeof(e2)) == 0)
 		for (size_t i = 0; i < lz->n; i++)
 			skip[nskip++] = (struct chain_skip){lz->f[i].name, lz->f[i].digest};

@@ -79,8 +79,9 @@ int sbx_lazy_save(int dfd, const struct sbx_lazy *l)
 	for (size_t i = 0; files && i < l->n; i++) {
 		char hex[DIGEST_HEX_LEN];
 		digest_hex(l->f[i].digest, hex);
-		json_array_append_new(files, json_pack("{s:s,s:I,s:s}", "name", l->f[i].name, "size",
-						       (json_int_t)l->f[i].size, "sha256", hex));
+		json_array_append_new(files,
+				      json_pack("{s:s,s:I,s:s}", "name", l->f[i].name, "size",
+						(json_int_t)l->f[i].size, "sha256", hex));
 	}
 	json_t *o = json_pack("{s:I,s:o}", "generation", (json_int_t)l->generation, "files", files);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;

@@ -25,10 +25,9 @@ struct field {
 #k, offsetof(struct store_stats, k)                                                \
 	}
 static const struct field fields[] = {
-    F(uploaded_bytes), F(uploaded_blobs), F(upload_errors), F(commits),
-    F(fetched_bytes),  F(fetch_errors),	  F(renewals),	    F(renewal_failures),
-    F(takeovers),      F(leases_lost),	  F(generation),      F(cache_hits),
-    F(cache_misses),
+    F(uploaded_bytes), F(uploaded_blobs), F(upload_errors),    F(commits),   F(fetched_bytes),
+    F(fetch_errors),   F(renewals),	  F(renewal_failures), F(takeovers), F(leases_lost),
+    F(generation),     F(cache_hits),	  F(cache_misses),
 };
 #undef F
 

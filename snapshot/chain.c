@@ -744,7 +744,8 @@ int chain_verify_stamped(const char *dir, const char *stamps, char *err, size_t 
 static bool skipped(const struct chain_skip *skip, int nskip, const struct chain_digest *d)
 {
 	for (int i = 0; i < nskip; i++)
-		if (!strcmp(skip[i].name, d->name) && !memcmp(skip[i].sha256, d->sha256, DIGEST_LEN))
+		if (!strcmp(skip[i].name, d->name) &&
+		    !memcmp(skip[i].sha256, d->sha256, DIGEST_LEN))
 			return true;
 	return false;
 }

@@ -107,17 +107,19 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 		}
 		lm->bad_pages++;
 		if (lm->gate && r != -EBADMSG)
-			vm_request_stop(lm->vm, 1,
-					"snapshot page %llu of layer %llu could not be fetched from "
-					"the store (%s): the guest was stopped and never saw it",
-					(unsigned long long)p, (unsigned long long)src->info.layer_id,
-					lazy_gate_strerror(r));
+			vm_request_stop(
+			    lm->vm, 1,
+			    "snapshot page %llu of layer %llu could not be fetched from "
+			    "the store (%s): the guest was stopped and never saw it",
+			    (unsigned long long)p, (unsigned long long)src->info.layer_id,
+			    lazy_gate_strerror(r));
 		else
-			vm_request_stop(lm->vm, 1,
-					"snapshot page %llu of layer %llu failed authentication (%s): "
-					"the guest was stopped and never saw it",
-					(unsigned long long)p, (unsigned long long)src->info.layer_id,
-					r == -EBADMSG ? "altered data or tag" : strerror(-r));
+			vm_request_stop(
+			    lm->vm, 1,
+			    "snapshot page %llu of layer %llu failed authentication (%s): "
+			    "the guest was stopped and never saw it",
+			    (unsigned long long)p, (unsigned long long)src->info.layer_id,
+			    r == -EBADMSG ? "altered data or tag" : strerror(-r));
 		/*
 		 * The stop request has kicked the vCPUs; the zero page below only unblocks the
 		 * faulting thread, which then leaves KVM_RUN without entering the guest again.

@@ -1,5 +1,6 @@
-/* Lazy restore (encrypted layers, or plain ones still arriving from the store), in runs: which pages to fill for one fault, and opening a run
- * of pages (batched reads, one AES-GCM open per page) for one UFFDIO_COPY. */
+/* Lazy restore (encrypted layers, or plain ones still arriving from the store), in runs: which
+ * pages to fill for one fault, and opening a run of pages (batched reads, one AES-GCM open per
+ * page) for one UFFDIO_COPY. */
 #include "snapshot/lazy_window.h"
 
 #include <errno.h>

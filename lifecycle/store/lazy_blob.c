@@ -58,7 +58,8 @@ int lazy_blob_open(struct s3_client *c, const char *what, const uint8_t d[DIGEST
 	if (!r)
 		r = store_blob_header(h, oi.size, size, what, &b->info, e2, sizeof(e2));
 	if (!r && b->info.size != size)
-		r = errmsg(e2, sizeof(e2), -EBADMSG, "blob holds %llu bytes, the manifest says %llu",
+		r = errmsg(e2, sizeof(e2), -EBADMSG,
+			   "blob holds %llu bytes, the manifest says %llu",
 			   (unsigned long long)b->info.size, (unsigned long long)size);
 	size_t mlen = r ? 0 : 16 * (size_t)b->info.nr_runs;
 	uint8_t *m = r ? NULL : malloc(mlen ? mlen : 1);
@@ -83,8 +84,8 @@ int lazy_blob_open(struct s3_client *c, const char *what, const uint8_t d[DIGEST
 	}
 	if (r) {
 		lazy_blob_close(b);
-		return errmsg(err, errlen, r, "%s (blob %s): %s", what, key + strlen(STORE_BLOB_PREFIX),
-			      e2[0] ? e2 : strerror(-r));
+		return errmsg(err, errlen, r, "%s (blob %s): %s", what,
+			      key + strlen(STORE_BLOB_PREFIX), e2[0] ? e2 : strerror(-r));
 	}
 	return 0;
 }
@@ -119,8 +120,8 @@ static uint32_t first_run(const struct lazy_blob *b, uint64_t at)
 	return lo;
 }
 
-int lazy_blob_fetch_chunk(struct s3_client *c, const struct lazy_blob *b, uint64_t k,
-			  uint8_t *buf, int out, uint64_t *fetched, char *err, size_t errlen)
+int lazy_blob_fetch_chunk(struct s3_client *c, const struct lazy_blob *b, uint64_t k, uint8_t *buf,
+			  int out, uint64_t *fetched, char *err, size_t errlen)
 {
 	uint64_t lo, hi;
 	*fetched = 0;
@@ -135,7 +136,8 @@ int lazy_blob_fetch_chunk(struct s3_client *c, const struct lazy_blob *b, uint64
 	if (j > i) { /* runs i..j-1 meet the chunk: their bytes there are one range of the blob */
 		uint64_t from = b->run_at[i] + (lo > b->runs[i].off ? lo - b->runs[i].off : 0);
 		const struct file_run *l = &b->runs[j - 1];
-		uint64_t to = b->run_at[j - 1] + ((l->off + l->len < hi ? l->off + l->len : hi) - l->off);
+		uint64_t to =
+		    b->run_at[j - 1] + ((l->off + l->len < hi ? l->off + l->len : hi) - l->off);
 		char key[S3_KEY_MAX];
 		store_blob_key(b->digest, key, sizeof(key));
 		size_t n = (size_t)(to - from), got = 0;
@@ -184,8 +186,8 @@ int lazy_blob_fetch_chunk(struct s3_client *c, const struct lazy_blob *b, uint64
 			      (unsigned long long)k);
 	for (uint32_t q = i; q < j; q++) {
 		uint64_t a = b->runs[q].off > lo ? b->runs[q].off : lo;
-		uint64_t e = b->runs[q].off + b->runs[q].len < hi ? b->runs[q].off + b->runs[q].len
-								  : hi;
+		uint64_t e =
+		    b->runs[q].off + b->runs[q].len < hi ? b->runs[q].off + b->runs[q].len : hi;
 		r = pwrite_full(out, buf + (a - lo), (size_t)(e - a), (off_t)a);
 		if (r)
 			return errmsg(err, errlen, r, "%s: writing chunk %llu: %s", b->what,
@@ -229,8 +231,8 @@ int lazy_blob_place(struct s3_client *c, const struct store_file *f, int chain_d
 	int r = lazy_blob_open(c, f->name, f->digest, f->size, &b, err, errlen);
 	if (r)
 		return r;
-	int fd = openat(chain_dfd, f->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
-			0600);
+	int fd =
+	    openat(chain_dfd, f->name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
 	uint8_t *buf = malloc(DIGEST_CHUNK);
 	if (fd < 0 || !buf)
 		r = errmsg(err, errlen, fd < 0 ? -errno : -ENOMEM, "%s: %s", f->name,

@@ -40,8 +40,8 @@ void lazy_blob_chunk_range(const struct lazy_blob *b, uint64_t k, uint64_t *lo, 
  * SHA-256 (-EILSEQ when it differs), then writes its data runs into `out` at their offsets (holes
  * stay holes). *fetched: the bytes the GET brought. 0 or -errno with one line.
  */
-int lazy_blob_fetch_chunk(struct s3_client *c, const struct lazy_blob *b, uint64_t k,
-			  uint8_t *buf, int out, uint64_t *fetched, char *err, size_t errlen);
+int lazy_blob_fetch_chunk(struct s3_client *c, const struct lazy_blob *b, uint64_t k, uint8_t *buf,
+			  int out, uint64_t *fetched, char *err, size_t errlen);
 
 /* True when chunk k of the file in `fd` already holds what its SHA-256 says (buf: scratch). */
 int lazy_blob_chunk_present(const struct lazy_blob *b, uint64_t k, int fd, uint8_t *buf);

@@ -147,7 +147,8 @@ static void *worker_main(void *arg)
 			pthread_mutex_lock(&f->mu);
 		}
 		while (!f->stop && !f->fatal && f->missing && !next_missing(f, &i, &k))
-			pthread_cond_wait(&f->cv, &f->mu); /* every missing chunk is busy elsewhere */
+			pthread_cond_wait(&f->cv,
+					  &f->mu); /* every missing chunk is busy elsewhere */
 		bool leave = f->stop || f->fatal || !f->missing || !buf;
 		if (!leave)
 			f->files[i].state[k] = CH_BUSY;
@@ -219,10 +220,11 @@ static int demand(struct lf *f, struct s3_client *c, const struct lazy_gate_req 
 			return -EILSEQ;
 		}
 		if (now_ms() >= deadline) {
-			log_err(f->o->log,
-				"lazy fetch: %s: chunk %llu: the store has not delivered it for %d s: "
-				"the VM stops (%s)",
-				name, (unsigned long long)k, f->o->timeout_s, err);
+			log_err(
+			    f->o->log,
+			    "lazy fetch: %s: chunk %llu: the store has not delivered it for %d s: "
+			    "the VM stops (%s)",
+			    name, (unsigned long long)k, f->o->timeout_s, err);
 			return -ETIMEDOUT;
 		}
 		log_warn(f->o->log, "lazy fetch: %s (the guest waits; tried again)", err);
@@ -275,7 +277,8 @@ static int scan(struct lf *f)
 
 static int open_files(struct lf *f, struct s3_client *c, char *err, size_t errlen)
 {
-	int cdfd = openat(f->o->sbx_dfd, SBX_CHAIN, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int cdfd =
+	    openat(f->o->sbx_dfd, SBX_CHAIN, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (cdfd < 0)
 		return errmsg(err, errlen, -errno, "chain: %s", strerror(errno));
 	int r = 0;
@@ -286,13 +289,16 @@ static int open_files(struct lf *f, struct s3_client *c, char *err, size_t errle
 		struct stat sb;
 		if (lf->fd < 0 || fstat(lf->fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
 		    (uint64_t)sb.st_size != e->size) {
-			r = errmsg(err, errlen, -EINVAL, "%s: missing, not a regular file, or not %llu "
-				   "bytes", e->name, (unsigned long long)e->size);
+			r = errmsg(err, errlen, -EINVAL,
+				   "%s: missing, not a regular file, or not %llu "
+				   "bytes",
+				   e->name, (unsigned long long)e->size);
 			break;
 		}
 		r = lazy_blob_open(c, e->name, e->digest, e->size, &lf->b, err, errlen);
 		if (r == -ENOENT)
-			r = errmsg(err, errlen, r, "%s: the store has no chunk list for it", e->name);
+			r = errmsg(err, errlen, r, "%s: the store has no chunk list for it",
+				   e->name);
 		lf->state = r ? NULL : calloc(lf->b.nchunks ? lf->b.nchunks : 1, 1);
 		if (!r && !lf->state)
 			r = -ENOMEM;
@@ -383,8 +389,8 @@ int store_lazy_fetch(const struct lazy_fetch_opts *o, struct lazy_fetch_stats *s
 		if (pthread_create(&w[i].t, NULL, worker_main, &w[i]))
 			break;
 	pthread_t server;
-	bool serving = !r && oo.sock >= 0 &&
-		       !pthread_create(&server, NULL, server_main, &w[oo.workers]);
+	bool serving =
+	    !r && oo.sock >= 0 && !pthread_create(&server, NULL, server_main, &w[oo.workers]);
 	if (!r) {
 		wait_whole(&f);
 		if (f.fatal)
@@ -394,7 +400,8 @@ int store_lazy_fetch(const struct lazy_fetch_opts *o, struct lazy_fetch_stats *s
 		if (!r) {
 			st->whole_ms = now_ms() - t0;
 			if (f.rec->n)
-				log_info(oo.log, "lazy fetch: whole after %lld ms (%llu chunks, %llu "
+				log_info(oo.log,
+					 "lazy fetch: whole after %lld ms (%llu chunks, %llu "
 					 "bytes fetched)",
 					 (long long)st->whole_ms,
 					 (unsigned long long)st->fetched_chunks,

@@ -120,8 +120,8 @@ int store_stage_file(int src_dfd, const char *name, const uint8_t *recorded, int
 	int in = dirfd_open(src_dfd, name, O_RDONLY);
 	if (in < 0)
 		return errmsg(err, errlen, in, "%s: %s", name, strerror(-in));
-	int r = store_stage_fd(in, name, recorded, stage_dfd, f, blob_fd, blob_len, NULL, err,
-			       errlen);
+	int r =
+	    store_stage_fd(in, name, recorded, stage_dfd, f, blob_fd, blob_len, NULL, err, errlen);
 	close(in);
 	return r;
 }

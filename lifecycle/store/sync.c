@@ -203,7 +203,8 @@ static int stage_and_send(struct s3_client *c, int in, const char *as, const uin
 			  struct store_sync_stats *st, char *err, size_t errlen)
 {
 	struct stat sb;
-	/* Still arriving from the store here: it has them, under the digest they were fetched by. */
+	/* Still arriving from the store here: it has them, under the digest they were fetched by.
+	 */
 	for (size_t i = 0; i < src->nr_lazy; i++)
 		if (!strcmp(src->lazy[i].name, as) &&
 		    (!recorded || !memcmp(recorded, src->lazy[i].digest, DIGEST_LEN))) {

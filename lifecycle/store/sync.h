@@ -27,7 +27,7 @@
 #define STORE_BLOB_PREFIX    "blobs/sha256/"
 /* A memory layer blob's chunk SHA-256s, in order (issue 29, lazy restore): 32 bytes each. Named
  * by the blob's digest, which they must give again (digest_from_chunks) to be believed. */
-#define STORE_CHUNKS_PREFIX "chunks/sha256/"
+#define STORE_CHUNKS_PREFIX  "chunks/sha256/"
 #define STORE_SBX_PREFIX     "sandboxes/"
 #define STORE_TOMBSTONE	     "tombstone"
 #define STORE_SINGLE_PUT_MAX (16u << 20) /* larger blobs go up as a multipart upload */

@@ -32,7 +32,7 @@
 #include "lifecycle/store/sync.h"
 #include "snapshot/lazy_gate.h"
 
-#define MiB (1ull << 20)
+#define MiB	  (1ull << 20)
 #define FILE_SIZE (5 * MiB + 512 * 1024)
 
 struct fx {
@@ -49,8 +49,7 @@ struct fx {
 /* Data runs crossing chunk boundaries, a zero chunk, a short last chunk. */
 static const struct {
 	uint64_t off, len;
-} runs[] = {
-    {0, 8192}, {MiB + 100, 300 * 1024}, {3 * MiB - 4096, 8192}, {5 * MiB, 512 * 1024}};
+} runs[] = {{0, 8192}, {MiB + 100, 300 * 1024}, {3 * MiB - 4096, 8192}, {5 * MiB, 512 * 1024}};
 
 static void make_file(struct fx *f, const char *path)
 {
@@ -62,9 +61,8 @@ static void make_file(struct fx *f, const char *path)
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		assert_int_equal(getrandom(f->orig + runs[i].off, runs[i].len, 0),
 				 (ssize_t)runs[i].len);
-		assert_int_equal(pwrite_full(fd, f->orig + runs[i].off, runs[i].len,
-					     (off_t)runs[i].off),
-				 0);
+		assert_int_equal(
+		    pwrite_full(fd, f->orig + runs[i].off, runs[i].len, (off_t)runs[i].off), 0);
 	}
 	close(fd);
 }
@@ -76,9 +74,8 @@ static void store_it(struct fx *f, const char *path, const char *name, bool bad_
 	assert_true(in >= 0 && out >= 0);
 	uint64_t blen = 0;
 	uint8_t *chunks = NULL;
-	assert_int_equal(store_blob_pack(in, out, f->f.digest, &blen, &chunks, f->err,
-					 sizeof(f->err)),
-			 0);
+	assert_int_equal(
+	    store_blob_pack(in, out, f->f.digest, &blen, &chunks, f->err, sizeof(f->err)), 0);
 	snprintf(f->f.name, sizeof(f->f.name), "%s", name);
 	f->f.size = FILE_SIZE;
 	if (flip) { /* a byte of run 2 (chunk 1): after the header, the map and run 1's bytes */

@@ -476,7 +476,8 @@ static void test_start_fails_on_unmapped_ram(void **state)
 	f->vm->mem.host = host + 1;
 	struct lazy_mem lm;
 	char err[512] = "";
-	assert_int_equal(lazy_mem_start(&lm, f->vm, f->ls, &f->sc, NULL, err, sizeof(err)), -EINVAL);
+	assert_int_equal(lazy_mem_start(&lm, f->vm, f->ls, &f->sc, NULL, err, sizeof(err)),
+			 -EINVAL);
 	f->vm->mem.host = host;
 	assert_one_line_error(err, "UFFDIO_REGISTER of guest RAM");
 	assert_false(lm.started);

@@ -232,8 +232,8 @@ static void open_all(struct run_fx *f, uint64_t first, uint64_t n, uint8_t *plai
 {
 	uint8_t tags[FX_PAGES * CRYPTO_TAG_LEN];
 	memset(plain, 0xee, n * MEM_LAYER_PAGE);
-	lazy_open_run(&(struct lazy_src){f->sc.cc, f->sc.chain_id, &f->ls, NULL, true}, first, n, plain,
-		      tags, res);
+	lazy_open_run(&(struct lazy_src){f->sc.cc, f->sc.chain_id, &f->ls, NULL, true}, first, n,
+		      plain, tags, res);
 }
 
 static void assert_page_is(const uint8_t *pg, uint8_t v, uint64_t p)
