@@ -32,6 +32,16 @@ static int store_exe(char *path, size_t cap)
 	return (size_t)snprintf(path, cap, "%s/cove-store", slash ? self : ".") < cap ? 0 : -1;
 }
 
+/* The exit status of child `pid` (1 when it died of a signal), or -1. */
+static int wait_status(pid_t pid)
+{
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 /* A child's signals as a new process's: cove up blocks SIGTERM for its signalfd. */
 static void child_signals(void)
 {
@@ -62,11 +72,7 @@ static int store_run(const char *sub, const char *name)
 		fprintf(stderr, "cove: cannot run %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+	return wait_status(pid);
 }
 
 int store_try_evict(const char *max, bool dry_run)
@@ -94,11 +100,7 @@ int store_try_evict(const char *max, bool dry_run)
 		fprintf(stderr, "cove: cannot run %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+	return wait_status(pid);
 }
 
 int store_try_pull(const char *name)
