@@ -158,6 +158,20 @@ static int child_vmm(struct fx *f, int sock)
 		return 1;
 	if (lazy_gate_need(g, 0, 100 * MiB, 4096, true) != -ERANGE)
 		return 2;
+	/* Hostile requests straight on the socket: a misaligned offset, one past the file, a
+	 * name without its NUL: each answered -EINVAL, and the fetcher goes on. */
+	struct lazy_gate_req bad[3] = {{.off = 4096, .flags = LAZY_GATE_WAIT},
+				       {.off = 64 * MiB, .flags = LAZY_GATE_WAIT},
+				       {.off = 1, .flags = LAZY_GATE_WAIT}};
+	memcpy(bad[0].name, f->f.name, strlen(f->f.name) + 1);
+	memcpy(bad[1].name, f->f.name, strlen(f->f.name) + 1);
+	memset(bad[2].name, 'm', sizeof(bad[2].name));
+	for (int i = 0; i < 3; i++) {
+		struct lazy_gate_rep rep;
+		if (write(sock, &bad[i], sizeof(bad[i])) != (ssize_t)sizeof(bad[i]) ||
+		    read(sock, &rep, sizeof(rep)) != (ssize_t)sizeof(rep) || rep.status != -EINVAL)
+			return 10 + i;
+	}
 	int fd = openat(f->cdfd, f->f.name, O_RDONLY);
 	uint8_t buf[8192];
 	if (fd < 0 || pread_full(fd, buf, sizeof(buf), 3 * MiB - 4096) ||
