@@ -57,6 +57,43 @@ int ca_bundle_append(const char *old, size_t oldlen, const char *pem, size_t pem
 	return 0;
 }
 
+int ca_bundle_replace(const char *old, size_t oldlen, const char *stale, size_t stalelen,
+		      const char *pem, size_t pemlen, char **out, size_t *outlen)
+{
+	char *kept = NULL;
+	size_t klen = 0;
+	const char *p = old, *end = old + oldlen, *hit;
+	int ret, removed = 0;
+
+	*out = NULL;
+	*outlen = 0;
+	if (!one_pem_cert(pem, pemlen))
+		return -EINVAL;
+	if (!stale || !one_pem_cert(stale, stalelen) ||
+	    (stalelen == pemlen && !memcmp(stale, pem, pemlen)))
+		return ca_bundle_append(old, oldlen, pem, pemlen, out, outlen);
+	kept = malloc(oldlen + 1);
+	if (!kept)
+		return -ENOMEM;
+	while (p < end && (hit = memmem(p, (size_t)(end - p), stale, stalelen))) {
+		memcpy(kept + klen, p, (size_t)(hit - p));
+		klen += (size_t)(hit - p);
+		p = hit + stalelen;
+		removed = 1;
+	}
+	memcpy(kept + klen, p, (size_t)(end - p));
+	klen += (size_t)(end - p);
+	ret = ca_bundle_append(kept, klen, pem, pemlen, out, outlen);
+	if (ret == 1 && removed) {
+		/* The new one was there already, the stale one is gone: the shorter bundle. */
+		*out = kept;
+		*outlen = klen;
+		return 0;
+	}
+	free(kept);
+	return ret;
+}
+
 /* The host's copy of the CA certificate: 0 with *pem (malloc'd), 1 when there is none. */
 static int read_cert(int dfd, char **pem, size_t *len, char *err, size_t errlen)
 {
@@ -173,13 +210,18 @@ static int guest_get(const char *uds, const char *path, char **data, size_t *len
 
 int sbx_ca_install(int dfd, const char *uds, char *err, size_t errlen)
 {
-	char *pem = NULL, *old = NULL, *joined = NULL;
-	size_t pemlen = 0, oldlen = 0, jlen = 0;
-	int mode = 0644, ret;
+	char *pem = NULL, *old = NULL, *joined = NULL, *stale = NULL;
+	size_t pemlen = 0, oldlen = 0, jlen = 0, stalelen = 0;
+	int mode = 0644, smode, ret;
 
 	ret = read_cert(dfd, &pem, &pemlen, err, errlen);
 	if (ret)
 		return ret > 0 ? 0 : ret;
+	/* What the guest trusted before (the template's CA): the guest's bytes, only ever compared
+	 * with its own bundle. */
+	ret = guest_get(uds, CA_INSTALL_CERT, &stale, &stalelen, &smode, err, errlen);
+	if (ret < 0)
+		goto out;
 	ret = guest_put(uds, CA_INSTALL_CERT, 0644, pem, pemlen, err, errlen);
 	if (ret)
 		goto out;
@@ -191,7 +233,7 @@ int sbx_ca_install(int dfd, const char *uds, char *err, size_t errlen)
 		ret = ret > 0 ? 0 : ret;
 		goto out;
 	}
-	ret = ca_bundle_append(old, oldlen, pem, pemlen, &joined, &jlen);
+	ret = ca_bundle_replace(old, oldlen, stale, stalelen, pem, pemlen, &joined, &jlen);
 	if (ret == 0)
 		ret = guest_put(uds, CA_INSTALL_BUNDLE, mode, joined, jlen, err, errlen);
 	else if (ret == 1)
@@ -200,6 +242,7 @@ int sbx_ca_install(int dfd, const char *uds, char *err, size_t errlen)
 		errmsg(err, errlen, ret, "%s: %s", CA_INSTALL_BUNDLE, strerror(-ret));
 out:
 	free(pem);
+	free(stale);
 	free(old);
 	free(joined);
 	return ret;

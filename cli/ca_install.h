@@ -21,10 +21,19 @@ int ca_bundle_append(const char *old, size_t oldlen, const char *pem, size_t pem
 		     size_t *outlen);
 
 /*
+ * ca_bundle_append after taking every copy of `stale` (the CA certificate installed before: a
+ * template's, when a sandbox made from it gets its own) out of old. stale NULL, empty or not one
+ * PEM certificate: nothing is taken out. The same results.
+ */
+int ca_bundle_replace(const char *old, size_t oldlen, const char *stale, size_t stalelen,
+		      const char *pem, size_t pemlen, char **out, size_t *outlen);
+
+/*
  * Reads mitm-ca/mitm-ca.crt beneath the sandbox directory dfd (none: returns 0, nothing to
  * do), writes it to CA_INSTALL_CERT (0644) in the guest, then, when CA_INSTALL_BUNDLE exists
  * there, appends it to it (unless already there), keeping the file's mode. uds: the sandbox's
- * vsock socket. 0 or -errno with one line in err.
+ * vsock socket. A different certificate already at CA_INSTALL_CERT (the template's CA, in a
+ * sandbox made from one) is taken out of the bundle. 0 or -errno with one line in err.
  */
 int sbx_ca_install(int dfd, const char *uds, char *err, size_t errlen);
 

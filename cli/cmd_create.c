@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/create_from.h"
+#include "cli/policy_opt.h"
 #include "cli/sandbox_up.h"
 #include "cli/store_reconnect.h"
 #include "common/clock.h"
@@ -25,6 +26,7 @@
 #include "lifecycle/template.h"
 #include "lifecycle/tombstone.h"
 #include "lifecycle/tree.h"
+#include "lifecycle/warm.h"
 #include "sandbox/options.h"
 
 static const char create_usage[] =
@@ -34,13 +36,21 @@ static const char create_usage[] =
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
     "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp] [--no-jail]\n"
-    "       cove create NAME --from T [--snapshot-every D] [--idle-stop D]\n"
+    "                   [--cold]\n"
+    "       cove create NAME --from T [--policy FILE] [--snapshot-every D] [--idle-stop D]\n"
     "                   [--archive-after D] [--delete-after D]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
     "kernel and root image this project builds (found in $COVE_GUEST_DIR, the build cache or\n"
     "/usr/share/cove), the root disk a copy-on-write overlay of that shared image, vsock and\n"
     "an API socket in ${COVE_RUN_DIR:-/run/cove}/NAME/, a snapshot chain with one snapshot\n"
     "every 60 s. cove-init runs its agent and waits for `cove exec NAME -- CMD`.\n"
+    "Warm by default: NAME is a restore of the implicit template of its machine (kernel,\n"
+    "root image or initramfs, --mem, --vcpus, --cpu-template, --vsock-rate, --no-seccomp,\n"
+    "and the cove-vmm binary), as with --from: the first create of a configuration boots\n"
+    "it once and saves it as template warm-<16 hex digits> (cove template ls), and a\n"
+    "changed input (a rebuilt kernel, root image or cove-init) makes a new one. --key,\n"
+    "--disk and --no-jail always boot (cold).\n"
+    "  --cold                  boot NAME's kernel instead of restoring a template\n"
     "  --mem SIZE              guest RAM (default 256M)\n"
     "  --vcpus N               (default 1)\n"
     "  --cpu-template NAME     the guest sees only this CPU baseline (baseline-v2), now and\n"
@@ -71,8 +81,11 @@ static const char create_usage[] =
     "                          link) and restored as a new machine (RNG reseeded, clock,\n"
     "                          hostname NAME, a new /etc/machine-id and boot_id, a new\n"
     "                          broker token). The machine (kernel, root, --mem, --vcpus)\n"
-    "                          is the template's: only --snapshot-every, --idle-stop,\n"
-    "                          --archive-after and --delete-after go with --from.\n"
+    "                          is the template's: only --policy, --snapshot-every,\n"
+    "                          --idle-stop, --archive-after and --delete-after go with\n"
+    "                          --from. With a policy (its own, else the template's) NAME\n"
+    "                          gets a broker and an egress CA of its own, which replaces\n"
+    "                          the template's CA in the guest's trust store.\n"
     "NAME: [a-z0-9][a-z0-9-]*, at most 48 characters.\n";
 
 enum {
@@ -92,11 +105,9 @@ enum {
 	O_NO_SECCOMP,
 	O_NO_JAIL,
 	O_FROM,
-	O_CPU_TEMPLATE
+	O_CPU_TEMPLATE,
+	O_COLD
 };
-
-/* The --policy file is unreadable, not a JSON object, or refused by cove-broker. */
-#define CREATE_EXIT_BAD_POLICY 69
 
 static const struct option create_opts[] = {
     {"mem", required_argument, NULL, O_MEM},
@@ -116,6 +127,7 @@ static const struct option create_opts[] = {
     {"no-seccomp", no_argument, NULL, O_NO_SECCOMP},
     {"no-jail", no_argument, NULL, O_NO_JAIL},
     {"from", required_argument, NULL, O_FROM},
+    {"cold", no_argument, NULL, O_COLD},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -161,6 +173,7 @@ static int add_disk(struct sbx_spec *s, const char *arg, char *err, size_t errle
 struct create_args {
 	const char *name, *policy, *from;
 	const char *machine_opt; /* the first option that names the machine (not with --from) */
+	bool cold;		 /* --cold: boot, never a template */
 };
 
 static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *a, char *err,
@@ -179,7 +192,7 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 	int li = -1;
 	while ((c = getopt_long(argc, argv, "h", create_opts, &li)) != -1) {
 		if (!a->machine_opt && li >= 0 && c != O_FROM && c != O_EVERY && c != O_IDLE &&
-		    c != O_ARCH && c != O_DEL && c != 'h')
+		    c != O_ARCH && c != O_DEL && c != O_POLICY && c != 'h')
 			a->machine_opt = create_opts[li].name;
 		li = -1;
 		switch (c) {
@@ -190,6 +203,9 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 			break;
 		case 'h':
 			return 1;
+		case O_COLD:
+			a->cold = true;
+			break;
 		case O_MEM:
 			if (parse_mem_size(optarg, &s->mem_bytes) || s->mem_bytes < (16ULL << 20))
 				return snprintf(err, errlen, "--mem: bad size '%s'", optarg),
@@ -276,7 +292,7 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 	/* A clone of a template: its machine is the template's. */
 	if (a->from && a->machine_opt)
 		return snprintf(err, errlen,
-				"--%s: with --from the machine is the template's (only "
+				"--%s: with --from the machine is the template's (only --policy, "
 				"--snapshot-every, --idle-stop, --archive-after, --delete-after)",
 				a->machine_opt),
 		       -EINVAL;
@@ -288,50 +304,6 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 	for (int i = 0; i < nextra; i++)
 		if (add_disk(s, extra[i], err, errlen))
 			return -EINVAL;
-	return 0;
-}
-
-/*
- * The --policy file, read and checked before anything is created: one line and
- * CREATE_EXIT_BAD_POLICY (or 1 when no cove-broker can check it) on failure, else 0 with the
- * bytes to keep in *buf.
- */
-static int policy_take(const char *path, char **buf, size_t *len)
-{
-	char err[512], exe[PATH_MAX];
-
-	if (sbx_policy_load(path, buf, len, err, sizeof(err))) {
-		fprintf(stderr, "cove create: --policy %s: %s\n", path, err);
-		return CREATE_EXIT_BAD_POLICY;
-	}
-	if (sbx_broker_find(exe, sizeof(exe), err, sizeof(err))) {
-		fprintf(stderr, "cove create: --policy: %s\n", err);
-		return 1;
-	}
-	if (sbx_broker_check_policy(exe, path, err, sizeof(err))) {
-		fprintf(stderr, "cove create: --policy %s: %s\n", path, err);
-		return CREATE_EXIT_BAD_POLICY;
-	}
-	return 0;
-}
-
-/* Keeps the policy as NAME/policy.json (host configuration, like spec.json) and names it in
- * the spec by its absolute path. 0 or -errno with one line in err. */
-static int policy_keep(const struct sbx_root *r, const char *name, int dfd, struct sbx_spec *s,
-		       const char *buf, size_t len, char *err, size_t errlen)
-{
-	char *state = realpath(r->state, NULL);
-	int n, ret;
-
-	if (!state)
-		return errmsg(err, errlen, -errno, "%s: %s", r->state, strerror(errno));
-	n = snprintf(s->policy, sizeof(s->policy), "%s/%s/%s", state, name, SBX_POLICY);
-	free(state);
-	if (n < 0 || (size_t)n >= sizeof(s->policy))
-		return errmsg(err, errlen, -ENAMETOOLONG, "policy path too long");
-	ret = sbx_policy_write(dfd, buf, len);
-	if (ret)
-		return errmsg(err, errlen, ret, "cannot write %s: %s", SBX_POLICY, strerror(-ret));
 	return 0;
 }
 
@@ -362,12 +334,16 @@ int cmd_create(int argc, char **argv)
 		    name && ret == -EINVAL && sbx_name_check(name, NULL, 0) ? SBX_EXIT_BAD_NAME : 2;
 		goto out;
 	}
+	if (policy_arg && (status = policy_take("cove create", policy_arg, &policy, &policy_len)))
+		goto out;
 	if (a.from) {
-		status = create_from(name, a.from, s);
+		status = create_from(name, a.from, s, policy, policy_len);
 		goto out;
 	}
-	if (policy_arg && (status = policy_take(policy_arg, &policy, &policy_len)))
+	if (!a.cold && !warm_ineligible(s)) {
+		status = create_warm(name, s, policy, policy_len);
 		goto out;
+	}
 	status = 1;
 	s->created_ms = realtime_ms();
 	if (sbx_spec_new_machine_id(s)) {

@@ -13,6 +13,8 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "cli/policy_opt.h"
+#include "cli/template_build.h"
 #include "cli/sandbox_stop.h"
 #include "cli/sandbox_up.h"
 #include "common/clock.h"
@@ -25,18 +27,14 @@
 #include "lifecycle/state.h"
 #include "lifecycle/template.h"
 #include "lifecycle/tree.h"
+#include "lifecycle/warm.h"
 #include "sandbox/agent_client.h"
 #include "sandbox/options.h"
-
-/* How long the guest may stay busy after the setup command before it is saved anyway. */
-#define QUIET_WAIT_S 30
-/* Quiet: the VMM used at most this share of a CPU over one sampling window. */
-#define QUIET_WINDOW_MS 500
-#define QUIET_MAX_PCT	10
 
 static const char template_usage[] =
     "usage: cove template create T [--rootfs FILE.ext4 | --initrd FILE] [--kernel FILE]\n"
     "                              [--mem SIZE] [--vcpus N] [--cpu-template NAME] [--run CMD]\n"
+    "                              [--policy FILE]\n"
     "       cove template ls [--json]\n"
     "       cove template rm T\n"
     "\n"
@@ -57,17 +55,24 @@ static const char template_usage[] =
     "  --kernel FILE  --rootfs FILE.ext4  --initrd FILE  --cpu-template NAME  (as cove create;\n"
     "                 every sandbox made from T keeps T's CPU template)\n"
     "  --run CMD      the setup command, e.g. 'pip install ...'\n"
-    "ls      the saved templates (--json: one array), and builds under way or failed\n"
+    "  --policy FILE  a cove-broker policy (as cove create): T boots with a broker and its\n"
+    "                 guest trusts T's own egress CA; every sandbox made from T keeps the\n"
+    "                 policy, gets a broker and a CA of its own, and its guest's trust store\n"
+    "                 has the sandbox's CA in place of T's\n"
+    "ls      the saved templates (--json: one array), and builds under way or failed;\n"
+    "        warm-* are the implicit templates plain `cove create` builds (cove create --help)\n"
     "rm      removes T; sandboxes made from it keep working (their layers are their own\n"
     "        links to files that are never changed in place)\n"
-    "T: [a-z0-9][a-z0-9-]*, at most 32 characters. Exit status: 64 a bad name, 65 no such\n"
+    "T: [a-z0-9][a-z0-9-]*, at most 32 characters; warm- and 16 hex digits are reserved. Exit "
+    "status: 64 a bad name, 65 no such\n"
     "template, 68 it exists already, 2 bad usage, 1 anything else.\n";
 
-enum { O_MEM = 256, O_VCPUS, O_KERNEL, O_ROOTFS, O_INITRD, O_RUN, O_CPU_TEMPLATE };
+enum { O_MEM = 256, O_VCPUS, O_KERNEL, O_ROOTFS, O_INITRD, O_RUN, O_CPU_TEMPLATE, O_POLICY };
 
 struct tpl_args {
 	const char *name;
 	const char *run;
+	const char *policy;
 	char rootfs[PATH_MAX], initrd[PATH_MAX];
 };
 
@@ -96,6 +101,7 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 	    {"rootfs", required_argument, NULL, O_ROOTFS},
 	    {"initrd", required_argument, NULL, O_INITRD},
 	    {"run", required_argument, NULL, O_RUN},
+	    {"policy", required_argument, NULL, O_POLICY},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -135,6 +141,9 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 			if (abs_path(optarg, a->initrd, sizeof(a->initrd), err, errlen))
 				return -EINVAL;
 			break;
+		case O_POLICY:
+			a->policy = optarg;
+			break;
 		case O_RUN:
 			if (!optarg[0] || strlen(optarg) >= TPL_RUN_MAX)
 				return errmsg(err, errlen, -EINVAL, "--run: 1 to %d bytes",
@@ -149,156 +158,13 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 	if (optind != argc - 1)
 		return errmsg(err, errlen, -EINVAL, "want exactly one template name");
 	a->name = argv[optind];
+	if (warm_name_is(a->name))
+		return errmsg(err, errlen, -EINVAL,
+			      "'%s': names warm- and 16 hex digits are cove create's implicit "
+			      "templates",
+			      a->name);
 	return tpl_name_check(a->name, err, errlen)
 		   ?: sbx_spec_guest(s, a->name, a->rootfs, a->initrd, err, errlen);
-}
-
-/* argv run in the guest as root, its output streamed to ours: its status, or -errno. */
-static int guest_run(const char *uds, const char *const *argv, char *err, size_t errlen)
-{
-	json_t *args = json_array(), *req, *reply = NULL;
-	int fd, ret;
-
-	for (int i = 0; argv[i]; i++)
-		json_array_append_new(args, json_string(argv[i]));
-	req = json_pack("{s:s,s:o,s:[],s:b,s:b}", "op", "exec", "argv", args, "env", "tty", 0,
-			"stdin", 0);
-	if (!req)
-		return errmsg(err, errlen, -EINVAL, "the command is not UTF-8");
-	fd = agent_call(uds, 10, req, &reply, err, errlen);
-	json_decref(req);
-	json_decref(reply);
-	if (fd < 0)
-		return fd;
-	ret = agent_session_stream(fd, false, false, err, errlen);
-	close(fd);
-	return ret;
-}
-
-/* utime + stime (clock ticks) of pid and its children (a jailed VMM is the waiter's child). */
-static long long cpu_ticks(pid_t pid)
-{
-	char path[64], buf[1024];
-	long long sum = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	f = fopen(path, "re");
-	if (f) {
-		int kid;
-
-		while (fscanf(f, "%d", &kid) == 1)
-			sum += cpu_ticks(kid);
-		fclose(f);
-	}
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return sum;
-	if (fgets(buf, sizeof(buf), f)) {
-		char *p = strrchr(buf, ')');
-		unsigned long long ut, st;
-
-		/* after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt
-		 * majflt cmajflt utime stime */
-		if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-				&st) == 2)
-			sum += (long long)(ut + st);
-	}
-	fclose(f);
-	return sum;
-}
-
-/* Waits until the VMM used at most QUIET_MAX_PCT of a CPU over a window: 0, or -ETIMEDOUT. */
-static int wait_quiet(int dfd)
-{
-	long hz = sysconf(_SC_CLK_TCK);
-	double deadline = mono_s() + QUIET_WAIT_S;
-	pid_t pid = sbx_vmm_pid(dfd);
-
-	if (pid <= 0 || hz <= 0)
-		return 0;
-	for (long long before = cpu_ticks(pid); mono_s() < deadline;) {
-		usleep(QUIET_WINDOW_MS * 1000);
-		long long now = cpu_ticks(pid);
-
-		if ((now - before) * 1000 * 100 <= (long long)hz * QUIET_WINDOW_MS * QUIET_MAX_PCT)
-			return 0;
-		before = now;
-	}
-	return -ETIMEDOUT;
-}
-
-/* RUN/.t/NAME: the sockets of a template's build. */
-static void run_dir_remove(const struct sbx_root *t, const char *name)
-{
-	int rfd = open(t->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (rfd >= 0) {
-		sbx_tree_remove(rfd, name);
-		close(rfd);
-	}
-}
-
-/* A build that did not finish: its VMM ended, its files removed. */
-static void build_undo(const struct sbx_root *t, const char *name, int dfd)
-{
-	sbx_vmm_end(dfd, SIGKILL);
-	sbx_tree_remove(t->dfd, name);
-	run_dir_remove(t, name);
-}
-
-/* Boots, runs the setup command, waits for quiet, stops. 0, or the exit status after a line. */
-static int build(const struct sbx_root *t, const char *name, int dfd, const char *run)
-{
-	char err[600], uds[128], api[128];
-	enum sbx_state state = SBX_RUNNING;
-	int ret, lk;
-
-	if (sbx_start(t, name, dfd, "cove template create", err, sizeof(err))) {
-		fprintf(stderr, "cove template create: %s: %s\n", name, err);
-		return 1;
-	}
-	sbx_run_path(t, name, "vsock.sock", uds, sizeof(uds));
-	sbx_run_path(t, name, "api.sock", api, sizeof(api));
-	if (run) {
-		const char *argv[] = {"/bin/sh", "-c", run, NULL};
-
-		ret = guest_run(uds, argv, err, sizeof(err));
-		if (ret) {
-			if (ret < 0)
-				fprintf(stderr, "cove template create: %s: --run: %s\n", name, err);
-			else
-				fprintf(stderr,
-					"cove template create: %s: the setup command exited %d: "
-					"nothing saved\n",
-					name, ret);
-			return 1;
-		}
-	}
-	/* The guest's page cache onto its disks, so the final snapshot holds settled files. */
-	const char *sync_argv[] = {"sync", NULL};
-	ret = guest_run(uds, sync_argv, err, sizeof(err));
-	if (ret) {
-		fprintf(stderr, "cove template create: %s: sync in the guest: %s\n", name,
-			ret < 0 ? err : "failed");
-		return 1;
-	}
-	if (wait_quiet(dfd))
-		fprintf(stderr,
-			"cove template create: %s: warning: the guest was still busy after %d s; "
-			"saved as it is\n",
-			name, QUIET_WAIT_S);
-	lk = sbx_lock_take(dfd, SBX_LOCK_START, true, false);
-	ret = sbx_stop_locked(t, name, dfd, api, &state, "template create", "cove template create",
-			      err, sizeof(err));
-	if (lk >= 0)
-		close(lk);
-	if (ret) {
-		fprintf(stderr, "cove template create: %s: %s\n", name, err);
-		return 1;
-	}
-	return 0;
 }
 
 static int template_create(int argc, char **argv)
@@ -307,9 +173,9 @@ static int template_create(int argc, char **argv)
 	struct tpl_args *a = calloc(1, sizeof(*a));
 	struct sbx_root r = {.dfd = -1}, t = {.dfd = -1};
 	struct tpl_meta m = {0};
-	char err[600];
-	int ret, dfd = -1, status = 1;
-	double t0 = mono_s();
+	char err[600], *policy = NULL;
+	size_t policy_len = 0;
+	int ret, status = 1;
 
 	if (!s || !a)
 		goto out;
@@ -325,63 +191,25 @@ static int template_create(int argc, char **argv)
 								       : 2;
 		goto out;
 	}
-	/* Only the final snapshot: the setup's intermediate states are of no use to anyone. */
-	s->snapshot_every_ms = 0;
-	s->created_ms = realtime_ms();
-	if (sbx_spec_new_machine_id(s) || sbx_root_open(&r, true, err, sizeof(err)) ||
+	if (a->policy &&
+	    (status = policy_take("cove template create", a->policy, &policy, &policy_len)))
+		goto out;
+	status = 1;
+	if (sbx_root_open(&r, true, err, sizeof(err)) ||
 	    tpl_root_open(&r, &t, true, err, sizeof(err))) {
 		fprintf(stderr, "cove template create: %s\n", err);
 		goto out;
 	}
-	dfd = sbx_dir_open(&t, a->name, true, err, sizeof(err));
-	if (dfd < 0) {
-		fprintf(stderr, "cove template create: %s\n",
-			dfd == -EEXIST ? "that template exists already (cove template rm it first)"
-				       : err);
-		status = dfd == -EEXIST ? SBX_EXIT_EXISTS : 1;
+	status =
+	    tpl_build(&r, &t, a->name, s, a->run, policy, policy_len, "cove template create", &m);
+	if (status)
 		goto out;
-	}
-	ret = sbx_spec_write(dfd, s);
-	if (ret) {
-		fprintf(stderr, "cove template create: %s: cannot write its spec: %s\n", a->name,
-			strerror(-ret));
-		build_undo(&t, a->name, dfd);
-		goto out;
-	}
-	/* RUN itself: the build's sockets go in RUN/.t/T, which sbx_start makes. */
-	ret = dirfd_open_dir(r.run, true, err, sizeof(err));
-	if (ret < 0) {
-		fprintf(stderr, "cove template create: %s\n", err);
-		build_undo(&t, a->name, dfd);
-		goto out;
-	}
-	close(ret);
-	status = build(&t, a->name, dfd, a->run);
-	if (status) {
-		build_undo(&t, a->name, dfd);
-		goto out;
-	}
-	snprintf(m.name, sizeof(m.name), "%s", a->name);
-	snprintf(m.run, sizeof(m.run), "%s", a->run ? a->run : "");
-	m.created_ms = realtime_ms();
-	m.build_ms = (uint64_t)((mono_s() - t0) * 1000);
-	ret = tpl_meta_write(dfd, &m);
-	if (ret) {
-		fprintf(stderr, "cove template create: %s: cannot write %s: %s\n", a->name,
-			TPL_META, strerror(-ret));
-		build_undo(&t, a->name, dfd);
-		status = 1;
-		goto out;
-	}
-	run_dir_remove(&t, a->name);
 	printf("%s: template saved in %.2f s (%.1f MiB)\n", a->name, m.build_ms / 1000.0,
 	       (double)sbx_tree_bytes(t.dfd, a->name) / (1 << 20));
-	status = 0;
 out:
-	if (dfd >= 0)
-		close(dfd);
 	sbx_root_close(&t);
 	sbx_root_close(&r);
+	free(policy);
 	free(s);
 	free(a);
 	return status;
@@ -408,11 +236,12 @@ static json_t *describe(const struct sbx_root *t, const char *name)
 	}
 	if (sbx_spec_read(dfd, s, NULL, 0))
 		memset(s, 0, sizeof(*s));
-	j = json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:i,s:s,s:s,s:I}", "name", name, "state", state,
-		      "created_ms", (json_int_t)m.created_ms, "build_ms", (json_int_t)m.build_ms,
-		      "run", m.run, "mem_bytes", (json_int_t)s->mem_bytes, "vcpus", s->vcpus,
-		      "kernel", s->kernel, "root", s->initrd[0] ? s->initrd : s->disks[0].path,
-		      "bytes", (json_int_t)sbx_tree_bytes(t->dfd, name));
+	j = json_pack("{s:s,s:s,s:b,s:I,s:I,s:s,s:I,s:i,s:s,s:s,s:I}", "name", name, "state", state,
+		      "implicit", warm_name_is(name), "created_ms", (json_int_t)m.created_ms,
+		      "build_ms", (json_int_t)m.build_ms, "run", m.run, "mem_bytes",
+		      (json_int_t)s->mem_bytes, "vcpus", s->vcpus, "kernel", s->kernel, "root",
+		      s->initrd[0] ? s->initrd : s->disks[0].path, "bytes",
+		      (json_int_t)sbx_tree_bytes(t->dfd, name));
 out:
 	if (dfd >= 0)
 		close(dfd);
@@ -505,7 +334,7 @@ static int template_rm(int argc, char **argv)
 		fprintf(stderr, "cove template rm: %s: %s\n", argv[1], strerror(-ret));
 		goto out;
 	}
-	run_dir_remove(&t, argv[1]);
+	tpl_run_dir_remove(&t, argv[1]);
 	printf("%s: template removed\n", argv[1]);
 	status = 0;
 out:

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/policy_opt.h"
 #include "cli/sandbox_up.h"
 #include "cli/store_reconnect.h"
 #include "common/clock.h"
@@ -17,6 +18,7 @@
 #include "lifecycle/root.h"
 #include "lifecycle/template.h"
 #include "lifecycle/tree.h"
+#include "lifecycle/warm.h"
 
 /* Under the template's start lock: its record checked, then the clone. 0 or the status. */
 static int clone_locked(const struct sbx_root *r, const char *name, const char *tpl, int tdfd,
@@ -46,8 +48,11 @@ out:
 	return status;
 }
 
-/* The clone's own lifecycle settings and created time into its spec. */
-static int set_lifecycle(int dfd, const struct sbx_spec *opts, char *err, size_t errlen)
+/* The clone's own lifecycle settings, created time and policy (when one was given) into its
+ * spec. */
+static int set_lifecycle(const struct sbx_root *r, const char *name, int dfd,
+			 const struct sbx_spec *opts, const char *policy, size_t policy_len,
+			 char *err, size_t errlen)
 {
 	struct sbx_spec *s = malloc(sizeof(*s));
 	int ret;
@@ -61,15 +66,18 @@ static int set_lifecycle(int dfd, const struct sbx_spec *opts, char *err, size_t
 		s->archive_after_ms = opts->archive_after_ms;
 		s->delete_after_ms = opts->delete_after_ms;
 		s->created_ms = realtime_ms();
-		ret = sbx_spec_write(dfd, s);
-		if (ret)
+		/* Its own policy in place of the template's copy (sbx_clone kept that). */
+		if (policy)
+			ret = policy_keep(r, name, dfd, s, policy, policy_len, err, errlen);
+		if (!ret && (ret = sbx_spec_write(dfd, s)))
 			errmsg(err, errlen, ret, "cannot write its spec: %s", strerror(-ret));
 	}
 	free(s);
 	return ret;
 }
 
-int create_from(const char *name, const char *tpl, const struct sbx_spec *opts)
+int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, const char *policy,
+		size_t policy_len)
 {
 	struct sbx_root r = {.dfd = -1}, t = {.dfd = -1};
 	struct sbx_clone_stats st;
@@ -91,7 +99,7 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts)
 		goto out;
 	status = 1;
 	dfd = sbx_dir_open(&r, name, false, err, sizeof(err));
-	if (dfd < 0 || set_lifecycle(dfd, opts, err, sizeof(err))) {
+	if (dfd < 0 || set_lifecycle(&r, name, dfd, opts, policy, policy_len, err, sizeof(err))) {
 		fprintf(stderr, "cove create: %s: %s\n", name, err);
 		if (dfd >= 0)
 			close(dfd);
@@ -107,8 +115,9 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts)
 		goto out;
 	}
 	sbx_gc(&r, false, true, store_gc_hooks()); /* deadlines of other sandboxes, in passing */
-	printf("%s: running (from template %s: %llu files shared, %llu copied)\n", name, tpl,
-	       (unsigned long long)st.linked, (unsigned long long)st.copied);
+	printf("%s: running (from %stemplate %s: %llu files shared, %llu copied)\n", name,
+	       warm_name_is(tpl) ? "the implicit " : "", tpl, (unsigned long long)st.linked,
+	       (unsigned long long)st.copied);
 	status = 0;
 out:
 	if (dfd >= 0)

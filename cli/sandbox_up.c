@@ -412,9 +412,11 @@ int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *w
 		waitpid(pid, NULL, 0);
 		goto out;
 	}
-	/* A fresh boot with a policy: the broker's CA into the guest's trust store (its own
-	 * overlay). Not fatal: without it the guest's TLS to intercepted hosts fails, closed. */
-	if (spec->policy[0] && !restore) {
+	/* A fresh boot with a policy, or the first start of a new machine (made from a template:
+	 * its broker made a CA of its own): the broker's CA into the guest's trust store (its own
+	 * overlay), in place of the one there before. Not fatal: without it the guest's TLS to
+	 * intercepted hosts fails, closed. */
+	if (spec->policy[0] && (!restore || m.new_machine)) {
 		char cerr[512];
 
 		if (sbx_ca_install(dfd, uds, cerr, sizeof(cerr)))

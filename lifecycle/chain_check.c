@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/errmsg.h"
@@ -64,4 +65,23 @@ int sbx_chain_check_archive(const struct sbx_root *r, const char *name, char *er
 	int ret = sbx_chain_check(r, name, &checked, err, errlen);
 
 	return ret == -EBADMSG ? ret : 0;
+}
+
+int sbx_chain_stamps_freeze(const struct sbx_root *r, const char *name, char *err, size_t errlen)
+{
+	char stamps[PATH_MAX];
+	bool checked;
+	int ret;
+
+	if (snprintf(stamps, sizeof(stamps), "%s/%s/%s", r->state, name, SBX_DIGEST_STAMPS) >=
+	    (int)sizeof(stamps))
+		return errmsg(err, errlen, -ENAMETOOLONG, "%s: path too long", name);
+	ret = sbx_chain_check(r, name, &checked, err, errlen);
+	if (ret)
+		return ret;
+	ret = chain_stamps_freeze(stamps);
+	if (ret)
+		return errmsg(err, errlen, ret, "%s: cannot write %s: %s", name, SBX_DIGEST_STAMPS,
+			      strerror(-ret));
+	return 0;
 }

@@ -23,4 +23,11 @@ int sbx_chain_check(const struct sbx_root *r, const char *name, bool *checked, c
  */
 int sbx_chain_check_archive(const struct sbx_root *r, const char *name, char *err, size_t errlen);
 
+/*
+ * A saved template's chain checked once more (with no process left that could write its files:
+ * its VMM and jail have exited) and its stamps frozen (chain_stamps_freeze): every file the
+ * template's clones link then passes their first check unread. 0 or -errno with one line.
+ */
+int sbx_chain_stamps_freeze(const struct sbx_root *r, const char *name, char *err, size_t errlen);
+
 #endif

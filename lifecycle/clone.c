@@ -498,6 +498,16 @@ int sbx_clone(const struct sbx_root *r, const char *from, int sdfd, const char *
 					    : clone_chain(sdfd, tdfd, flags, st, err, errlen);
 	if (!ret && !(flags & SBX_CLONE_TEMPLATE))
 		ret = clone_mitm_ca(sdfd, tdfd, st, err, errlen);
+	/* A template's frozen stamps name the very files just linked: the clone's first check
+	 * reads none of them (chain_stamps_freeze). Copies never match them. */
+	if (!ret && (flags & SBX_CLONE_TEMPLATE) && !(flags & SBX_CLONE_COPY)) {
+		struct sbx_clone_stats ignored = {0};
+		int e = copy_file(sdfd, tdfd, SBX_DIGEST_STAMPS, &ignored);
+
+		if (e && e != -ENOENT)
+			ret =
+			    errmsg(err, errlen, e, "copy %s: %s", SBX_DIGEST_STAMPS, strerror(-e));
+	}
 	if (!ret && (ret = sbx_event_append(tdfd, sbx_state_name(SBX_CREATING),
 					    st->archived ? "archived" : "stopped", cause)))
 		errmsg(err, errlen, ret, "event log: %s", strerror(-ret));

@@ -669,6 +669,20 @@ static void stamp_of(struct stamp *t, const char *name, const struct stat *st, c
 	snprintf(t->hex, sizeof(t->hex), "%s", hex);
 }
 
+/*
+ * old stamps cur: equal, or equal but for the ctime when old is frozen (its ctime 0 0:
+ * chain_stamps_freeze, a template's file that no process can hold open for writing any more,
+ * whose ctime each hard link to it changes).
+ */
+static bool stamp_match(const struct stamp *old, const struct stamp *cur)
+{
+	struct stamp c = *cur;
+
+	if (old->cs == 0 && old->cn == 0)
+		c.cs = c.cn = 0;
+	return !memcmp(old, &c, sizeof(c));
+}
+
 /* The stamp file (untrusted format, capped): entries into t[CHAIN_MAX_DIGESTS], their count. */
 static int read_stamps(const char *path, struct stamp *t)
 {
@@ -702,7 +716,7 @@ int chain_stamped_digest(const char *stamps, const char *name, const struct stat
 	for (int i = 0; i < n && r; i++) {
 		struct stamp cur;
 		stamp_of(&cur, name, st, t[i].hex);
-		if (!memcmp(&cur, &t[i], sizeof(cur)))
+		if (stamp_match(&t[i], &cur))
 			r = digest_unhex(t[i].hex, out);
 	}
 	free(t);
@@ -733,6 +747,21 @@ static int write_stamps(const char *path, const struct stamp *t, int n)
 		r = -errno;
 	if (r)
 		unlink(tmp);
+	return r;
+}
+
+int chain_stamps_freeze(const char *stamps)
+{
+	struct stamp *t = calloc(CHAIN_MAX_DIGESTS, sizeof(*t));
+	int n, r;
+
+	if (!t)
+		return -ENOMEM;
+	n = read_stamps(stamps, t);
+	for (int i = 0; i < n; i++)
+		t[i].cs = t[i].cn = 0;
+	r = write_stamps(stamps, t, n);
+	free(t);
 	return r;
 }
 
@@ -795,9 +824,17 @@ int chain_verify_stamped_skip(const char *dir, const char *stamps, const struct 
 		}
 		struct stamp cur;
 		stamp_of(&cur, d->name, &st, hex);
-		bool fresh = false;
+		bool fresh = false, frozen = false;
 		for (int k = 0; k < nold && !fresh; k++)
-			fresh = !memcmp(&old[k], &cur, sizeof(cur));
+			if ((fresh = stamp_match(&old[k], &cur)))
+				frozen = old[k].cs == 0 && old[k].cn == 0;
+		if (frozen) { /* stays frozen: the same file as when it was frozen */
+			now[nnow] = cur;
+			now[nnow].cs = now[nnow].cn = 0;
+			nnow++;
+			close(fd);
+			continue;
+		}
 		if (!fresh) {
 			uint8_t got[DIGEST_LEN];
 			r = digest_fd(fd, got);

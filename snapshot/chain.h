@@ -106,6 +106,14 @@ struct chain_skip {
 int chain_verify_stamped_skip(const char *dir, const char *stamps, const struct chain_skip *skip,
 			      int nskip, char *err, size_t errlen);
 /*
+ * Rewrites `stamps` with every line frozen: its ctime recorded as 0 0, so a check compares
+ * device, inode, size and mtime only. For a saved template alone, once every process that could
+ * have held one of its files open for writing has exited (its VMM, its jail): each hard link a
+ * clone makes changes the files' ctime, which would otherwise make every clone hash every file
+ * again. A clone's copy of the stamps stays frozen for the files it shares. 0 or -errno.
+ */
+int chain_stamps_freeze(const char *stamps);
+/*
  * The digest the host checked `name` to have, when file status `st` is still the one it stamped
  * then (chain_verify_stamped's stamp file `stamps`): 0 with out set, -ENOENT when no stamp
  * matches (the file must be read again).

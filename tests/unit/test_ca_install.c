@@ -43,6 +43,50 @@ static void test_bundle_append(void **state)
 	assert_null(out);
 }
 
+#define TPL_PEM "-----BEGIN CERTIFICATE-----\nMIIBtemplate\n-----END CERTIFICATE-----\n"
+
+static void test_bundle_replace(void **state)
+{
+	const char *sys = "-----BEGIN CERTIFICATE-----\nMIIBsystem\n-----END CERTIFICATE-----\n";
+	char old[512], *out;
+	size_t len;
+
+	(void)state;
+	/* A sandbox made from a template: the template's CA leaves, the sandbox's comes. */
+	snprintf(old, sizeof(old), "%s%s", sys, TPL_PEM);
+	assert_int_equal(ca_bundle_replace(old, strlen(old), TPL_PEM, strlen(TPL_PEM), PEM,
+					   strlen(PEM), &out, &len),
+			 0);
+	assert_int_equal(len, strlen(sys) + strlen(PEM));
+	assert_memory_equal(out, sys, strlen(sys));
+	assert_memory_equal(out + strlen(sys), PEM, strlen(PEM));
+	assert_null(memmem(out, len, "MIIBtemplate", 12));
+	free(out);
+	/* Both there already (an interrupted install): only the stale one leaves. */
+	snprintf(old, sizeof(old), "%s%s%s", TPL_PEM, sys, PEM);
+	assert_int_equal(ca_bundle_replace(old, strlen(old), TPL_PEM, strlen(TPL_PEM), PEM,
+					   strlen(PEM), &out, &len),
+			 0);
+	assert_int_equal(len, strlen(sys) + strlen(PEM));
+	assert_null(memmem(out, len, "MIIBtemplate", 12));
+	free(out);
+	/* The same CA as before (a fork keeps its parent's): nothing to write. */
+	snprintf(old, sizeof(old), "%s%s", sys, PEM);
+	assert_int_equal(
+	    ca_bundle_replace(old, strlen(old), PEM, strlen(PEM), PEM, strlen(PEM), &out, &len), 1);
+	assert_null(out);
+	/* What the guest had at the certificate's path is not one certificate: nothing is taken
+	 * out of the bundle (the guest's bytes only ever remove themselves). */
+	snprintf(old, sizeof(old), "%s", sys);
+	assert_int_equal(ca_bundle_replace(old, strlen(old), sys, 10, PEM, strlen(PEM), &out, &len),
+			 0);
+	assert_int_equal(len, strlen(sys) + strlen(PEM));
+	assert_memory_equal(out, sys, strlen(sys));
+	free(out);
+	assert_int_equal(ca_bundle_replace(old, strlen(old), NULL, 0, "junk", 4, &out, &len),
+			 -EINVAL);
+}
+
 static void test_no_ca_nothing_to_do(void **state)
 {
 	char dir[] = "/tmp/cove-cai-XXXXXX", err[256] = "";
@@ -63,8 +107,7 @@ static void test_no_ca_nothing_to_do(void **state)
 		assert_int_equal(write(fd, "nope\n", 5), 5);
 		close(fd);
 	}
-	assert_int_equal(sbx_ca_install(dfd, "/nonexistent/vsock.sock", err, sizeof(err)),
-			 -EINVAL);
+	assert_int_equal(sbx_ca_install(dfd, "/nonexistent/vsock.sock", err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "not one PEM certificate"));
 	unlinkat(dfd, "mitm-ca/mitm-ca.crt", 0);
 	unlinkat(dfd, "mitm-ca", AT_REMOVEDIR);
@@ -76,6 +119,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bundle_append),
+	    cmocka_unit_test(test_bundle_replace),
 	    cmocka_unit_test(test_no_ca_nothing_to_do),
 	};
 

@@ -426,6 +426,42 @@ static void test_verify_stamped(void **state)
 	unlink(stamps);
 }
 
+/* A template's frozen stamps: a hard link (which moves every link's ctime) keeps them valid, a
+ * change of content (size or mtime) does not, and a clone's check keeps them frozen. */
+static void test_stamps_frozen(void **state)
+{
+	struct chain_fx *f = *state;
+	char stamps[128], err[512], path[200], lnk[220];
+	struct stat st;
+	uint8_t d[32];
+	snprintf(stamps, sizeof(stamps), "%s-stamps", f->dir);
+	unlink(stamps);
+	usleep(150 * 1000);
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), 0);
+	assert_int_equal(chain_stamps_freeze(stamps), 0);
+	assert_int_equal(count_lines(stamps), 6);
+	snprintf(path, sizeof(path), "%s/mem-1", f->dir);
+	snprintf(lnk, sizeof(lnk), "%s-link", path);
+	usleep(20 * 1000);
+	assert_int_equal(link(path, lnk), 0); /* what a clone does: ctime moves */
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(chain_stamped_digest(stamps, "mem-1", &st, d), 0);
+	/* A check passes unread and the stamps stay frozen (a later link still matches). */
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), 0);
+	assert_int_equal(count_lines(stamps), 6);
+	unlink(lnk);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(chain_stamped_digest(stamps, "mem-1", &st, d), 0);
+	/* Content changed (its mtime moves): read again and refused. */
+	uint8_t b = 0x42;
+	fx_write(path, &b, 1, (off_t)(MEM_LAYER_HDR * 2 + MEM_LAYER_PAGE + 5), false);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(chain_stamped_digest(stamps, "mem-1", &st, d), -ENOENT);
+	assert_int_equal(chain_verify_stamped(f->dir, stamps, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "mem-1: SHA-256 does not match the chain"));
+	unlink(stamps);
+}
+
 /* A keys file makes the chain encrypted: the host must name the provider, never the chain. */
 static void test_encrypted_needs_key(void **state)
 {
@@ -452,6 +488,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_digest_state_rewritten, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_digest_old_chain, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_digest_disk_layers, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_stamps_frozen, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_verify_stamped, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/template.h"
+#include "lifecycle/warm.h"
 
 static void test_names(void **state)
 {
@@ -192,6 +193,93 @@ static void test_spec_guest(void **state)
 	free(s);
 }
 
+/* Implicit templates: reserved names, which configurations get one, and a key that changes with
+ * every input (a setting, or a rebuilt kernel / root image / VMM) and with nothing else. */
+static void test_warm(void **state)
+{
+	char dir[] = "/tmp/cove-warm-XXXXXX", kernel[64], root[64], vmm[64], err[256];
+	char *k1 = malloc(WARM_KEY_MAX), *k2 = malloc(WARM_KEY_MAX);
+	char n1[WARM_NAME_LEN + 1], n2[WARM_NAME_LEN + 1];
+	struct sbx_spec *s = calloc(1, sizeof(*s));
+	struct timespec ts[2] = {{.tv_sec = 1000}, {.tv_sec = 2000}};
+
+	(void)state;
+	assert_non_null(k1);
+	assert_non_null(k2);
+	assert_non_null(s);
+	assert_true(warm_name_is("warm-0123456789abcdef"));
+	assert_false(warm_name_is("warm-0123456789abcde"));
+	assert_false(warm_name_is("warm-0123456789abcdeF"));
+	assert_false(warm_name_is("warm-0123456789abcdef0"));
+	assert_false(warm_name_is("py"));
+	assert_false(warm_name_is(NULL));
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(kernel, sizeof(kernel), "%s/vmlinux", dir);
+	snprintf(root, sizeof(root), "%s/rootfs.ext4", dir);
+	snprintf(vmm, sizeof(vmm), "%s/cove-vmm", dir);
+	write_file(kernel, "k", 1);
+	write_file(root, "r", 1);
+	write_file(vmm, "v", 1);
+	snprintf(s->kernel, sizeof(s->kernel), "%s", kernel);
+	snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", root);
+	s->disks[0].overlay = true;
+	s->nr_disks = 1;
+	s->mem_bytes = 256ULL << 20;
+	s->vcpus = 1;
+	assert_null(warm_ineligible(s));
+
+	assert_int_equal(warm_key_text(s, vmm, k1, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_int_equal(warm_name_of(k1, n1, sizeof(n1)), 0);
+	assert_true(warm_name_is(n1));
+	/* Lifecycle settings and the name are no part of the machine. */
+	s->snapshot_every_ms = 5000;
+	s->idle_stop_ms = 1;
+	snprintf(s->cmdline, sizeof(s->cmdline), "cove.hostname=other");
+	assert_int_equal(warm_key_text(s, vmm, k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_equal(k1, k2);
+	/* Each machine setting is. */
+	s->mem_bytes = 512ULL << 20;
+	assert_int_equal(warm_key_text(s, vmm, k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_not_equal(k1, k2);
+	s->mem_bytes = 256ULL << 20;
+	s->vcpus = 2;
+	assert_int_equal(warm_key_text(s, vmm, k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_not_equal(k1, k2);
+	s->vcpus = 1;
+	/* A rebuilt root image (cove-init lives in it), kernel or VMM: a new template. */
+	assert_int_equal(utimensat(AT_FDCWD, root, ts, 0), 0);
+	assert_int_equal(warm_key_text(s, vmm, k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_not_equal(k1, k2);
+	assert_int_equal(warm_name_of(k2, n2, sizeof(n2)), 0);
+	assert_string_not_equal(n1, n2);
+	strcpy(k1, k2);
+	assert_int_equal(utimensat(AT_FDCWD, vmm, ts, 0), 0);
+	assert_int_equal(warm_key_text(s, vmm, k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_not_equal(k1, k2);
+	/* A missing input is one line, not a key. */
+	unlink(kernel);
+	err[0] = '\0';
+	assert_int_equal(warm_key_text(s, vmm, k2, WARM_KEY_MAX, err, sizeof(err)), -ENOENT);
+	assert_one_line_error(err, "kernel");
+
+	/* Never warm: --key, --no-jail, an extra disk. */
+	strcpy(s->key, "key-cmd:true");
+	assert_non_null(strstr(warm_ineligible(s), "--key"));
+	s->key[0] = '\0';
+	s->no_jail = true;
+	assert_non_null(strstr(warm_ineligible(s), "--no-jail"));
+	s->no_jail = false;
+	s->nr_disks = 2;
+	assert_non_null(strstr(warm_ineligible(s), "--disk"));
+	unlink(root);
+	unlink(vmm);
+	rmdir(dir);
+	free(s);
+	free(k1);
+	free(k2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -200,6 +288,7 @@ int main(void)
 	    cmocka_unit_test(test_root_and_meta_files),
 	    cmocka_unit_test(test_machine_ids),
 	    cmocka_unit_test(test_spec_guest),
+	    cmocka_unit_test(test_warm),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
