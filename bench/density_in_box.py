@@ -546,7 +546,7 @@ def part_launch():
            "pause; wall from the start of the execs to the last one's exit"}
     log("launch: create the base sandbox")
     t0 = time.monotonic()
-    cove("create", "base", "--mem", "256M", "--snapshot-every", "off")
+    cove("create", "base", "--cold", "--mem", "256M", "--snapshot-every", "off")
     cove("exec", "base", "--", "true")
     out["base_create_s"] = round(time.monotonic() - t0, 2)
     cove("stop", "base")
@@ -629,7 +629,7 @@ def part_idle():
     errs = []
     for nm in names:
         try:
-            cove("create", nm, "--mem", "256M", "--snapshot-every", "off")
+            cove("create", nm, "--cold", "--mem", "256M", "--snapshot-every", "off")
         except Exception as e:  # noqa: BLE001
             errs.append(str(e)[-300:])
     out["cove_create_all_s"] = round(time.monotonic() - t0, 1)
@@ -718,7 +718,7 @@ def part_memory():
            "(sleep) open; /proc/PID/smaps of the VMM minus the guest RAM mapping(s)"}
     for label in ("booted", "restored"):
         if label == "booted":
-            cove("create", "mem0", "--mem", "256M", "--snapshot-every", "off")
+            cove("create", "mem0", "--cold", "--mem", "256M", "--snapshot-every", "off")
         else:
             cove("stop", "mem0")
         sess = subprocess.Popen([COVE, "exec", "mem0", "--", "sleep", "600"], env=ENV,
@@ -770,7 +770,7 @@ def part_pause():
     out = {"what": "named 256 MiB sandbox (--snapshot-every off): `cove snapshot API --full`, "
            "then per run `dd if=/dev/urandom of=/tmp/fill bs=1M count=16 conv=notrunc` in the "
            "guest and `cove snapshot API --diff`; pause_us from the reply"}
-    cove("create", "snap0", "--mem", "256M", "--snapshot-every", "off")
+    cove("create", "snap0", "--cold", "--mem", "256M", "--snapshot-every", "off")
     api = f"{RUN}/snap0/api.sock"
     full, diff = [], []
     for i in range(PAUSE_RUNS):

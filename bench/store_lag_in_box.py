@@ -86,7 +86,7 @@ def p95(xs):
 
 
 def lag():
-    rc, out, err, t = cove("create", NAME, "--mem", MEM, "--snapshot-every", f"{INTERVAL_S}s")
+    rc, out, err, t = cove("create", NAME, "--cold", "--mem", MEM, "--snapshot-every", f"{INTERVAL_S}s")
     check(rc == 0, f"cove create {NAME}: rc={rc} {err.strip()!r}; vmm.log "
           f"{tail(os.path.join(STATE, NAME, 'vmm.log'))!r}")
     print(f"  cove create {NAME} --mem {MEM} --snapshot-every {INTERVAL_S}s: {t:.1f} s",

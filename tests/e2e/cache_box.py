@@ -28,7 +28,7 @@ OUT = {}
 
 
 def create(name):
-    rc, out, err, t = cove("create", name, "--snapshot-every", "off")
+    rc, out, err, t = cove("create", name, "--cold", "--snapshot-every", "off")
     check(rc == 0, f"cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
           f"{tail(os.path.join(STATE, name, 'vmm.log'))!r}")
     print(f"  cove create {name}: {t:.1f} s", flush=True)

@@ -40,7 +40,7 @@ def guest_flags(name):
 
 
 def create(name, *opts):
-    rc, out, err, t = cove("create", name, "--snapshot-every", "off", *opts)
+    rc, out, err, t = cove("create", name, "--cold", "--snapshot-every", "off", *opts)
     check(rc == 0, f"cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
           f"{tail(os.path.join(STATE, name, 'vmm.log'))!r}")
     print(f"  cove create {name} {' '.join(opts)}: {t:.1f} s", flush=True)

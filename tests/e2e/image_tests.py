@@ -230,7 +230,7 @@ class EgressSandbox:
             json.dump(policy, f)
         self.created = False
         t0 = time.monotonic()
-        r = self.cove("create", name, "--rootfs", IMAGE, "--snapshot-every", "off",
+        r = self.cove("create", name, "--cold", "--rootfs", IMAGE, "--snapshot-every", "off",
                       "--policy", pol)
         check(r.returncode == 0, f"cove create on the Debian image: rc={r.returncode} "
                                  f"{r.stderr.decode(errors='replace')[-600:]!r}; vmm.log "

@@ -69,7 +69,7 @@ def store_newest(env, name):
 
 
 def fill(name, mem, mib):
-    rc, out, err, t = cove(A, "create", name, "--mem", mem, "--snapshot-every", "off")
+    rc, out, err, t = cove(A, "create", name, "--cold", "--mem", mem, "--snapshot-every", "off")
     check(rc == 0, f"A: cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
           f"{tail(os.path.join(sdir(A, name), 'vmm.log'))!r}")
     rc, out, err, t = sh(A, name, f"mkdir -p /ram && mount -t tmpfs -o size={mib + 16}m tmpfs "

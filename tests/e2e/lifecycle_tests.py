@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -85,7 +86,7 @@ def fresh():
 
 def create(name, *opts):
     t0 = time.monotonic()
-    rc, out, err = cove("create", name, "--snapshot-every", "off", *opts)
+    rc, out, err = cove("create", name, "--cold", "--snapshot-every", "off", *opts)
     bt.check(rc == 0, f"cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
              f"{_tail(os.path.join(STATE, name, 'vmm.log'))!r}")
     print(f"    cove create {name}: {time.monotonic() - t0:.2f} s to a guest agent answering")
@@ -430,7 +431,7 @@ def test_lifecycle_names_and_rm():
             bt.check(rc == 0, f"cove stop: rc={rc} {err!r}")
             rc, out, err = sh(name, "true")
             bt.check(rc == 0, f"reconnect: rc={rc} {err!r}")
-    rc, out, err = cove("create", name)
+    rc, out, err = cove("create", name, "--cold")
     bt.check(rc != 0 and "already exists" in err, f"second create: rc={rc} {err!r}")
     rc, out, err = cove("rm", name)
     bt.check(rc == 0, f"cove rm: rc={rc} {err!r}")
@@ -624,7 +625,7 @@ def test_lifecycle_broker_policy():
             json.dump(policy, f)
 
         t0 = time.monotonic()
-        rc, out, err = run("create", name, "--snapshot-every", "off", "--policy", pol)
+        rc, out, err = run("create", name, "--cold", "--snapshot-every", "off", "--policy", pol)
         created = True
         bt.check(rc == 0, f"cove create --policy: rc={rc} {err.strip()!r}; {logs()}")
         print(f"    cove create --policy: {time.monotonic() - t0:.2f} s to a guest agent answering")
@@ -786,7 +787,7 @@ def test_lifecycle_egress():
         pol = os.path.join(tmp, "policy.json")
         with open(pol, "w") as f:
             json.dump(policy, f)
-        rc, out, err = run("create", name, "--snapshot-every", "off", "--policy", pol)
+        rc, out, err = run("create", name, "--cold", "--snapshot-every", "off", "--policy", pol)
         created = True
         bt.check(rc == 0, f"cove create --policy: rc={rc} {err.strip()!r}")
         bt.check(os.path.exists(os.path.join(RUN, name, "vsock.sock_1026")),
@@ -875,7 +876,7 @@ def test_lifecycle_fork_policy():
         with open(pol, "w") as f:
             json.dump({"egress": {"rules": [{"host": "files.cove.test", "ports": [port],
                                              "methods": ["GET"], "allow_private": True}]}}, f)
-        rc, out, err = run("create", a, "--snapshot-every", "off", "--policy", pol)
+        rc, out, err = run("create", a, "--cold", "--snapshot-every", "off", "--policy", pol)
         bt.check(rc == 0, f"cove create --policy: rc={rc} {err.strip()!r}")
         rc, out, err = run("fork", a, b)
         bt.check(rc == 0, f"cove fork: rc={rc} {err.strip()!r}")
@@ -1001,22 +1002,98 @@ def test_lifecycle_template():
         cove("template", "rm", t)
 
 
-def test_lifecycle_template_burst():
-    """BURST creates of distinct names --from one template, started at once: all succeed, each
-    with its own boot_id, and each answers an exec."""
+def warm_templates():
+    """The implicit templates cove template ls lists: [(name, state)]."""
+    rc, out, err = cove("template", "ls", "--json")
+    bt.check(rc == 0, f"cove template ls: rc={rc} {err!r}")
+    return [(x["name"], x["state"]) for x in json.loads(out) if x.get("implicit")]
+
+
+def test_lifecycle_warm():
+    """The warm default: the first plain cove create of a configuration builds its implicit
+    template (once) and restores it, the next only restores; both are machines of their own.
+    warm- names are reserved. A rebuilt input (here the root image's mtime) makes a new
+    template, the stale one is removed, and the sandbox made from it still runs."""
     fresh()
-    t = "burst"
+    w1, w2, wc, w3, w4 = "warm-a", "warm-b", "warm-cold", "warm-c", "warm-d"
+    names = (w1, w2, wc, w3, w4)
+    tmp = tempfile.mkdtemp(prefix="warm-")
+    try:
+        took = {}
+        outs = {}
+        for n, opts in ((wc, ("--cold",)), (w1, ()), (w2, ())):
+            t0 = time.monotonic()
+            rc, out, err = cove("create", n, "--snapshot-every", "off", *opts)
+            took[n] = time.monotonic() - t0
+            bt.check(rc == 0, f"cove create {n} {opts}: rc={rc} {err.strip()!r}; vmm.log "
+                     f"{_tail(os.path.join(STATE, n, 'vmm.log'))!r}")
+            outs[n] = (out, err)
+        bt.check("building the implicit template warm-" in outs[w1][1],
+                 f"the first warm create built no template: {outs[w1]!r}")
+        bt.check("building" not in outs[w2][1], f"the second built again: {outs[w2]!r}")
+        tpl = re.search(r"from the implicit template (warm-[0-9a-f]{16})", outs[w1][0])
+        bt.check(tpl and tpl.group(1) in outs[w2][0], f"not from one template: {outs!r}")
+        tpl = tpl.group(1)
+        bt.check("template" not in outs[wc][0], f"--cold used a template: {outs[wc]!r}")
+        bt.check(warm_templates() == [(tpl, "ready")], f"cove template ls: {warm_templates()}")
+        print(f"    cold create {took[wc]:.2f} s; first warm create (builds {tpl}) "
+              f"{took[w1]:.2f} s; second {took[w2]:.2f} s: {took[w2] / took[wc]:.2f}x cold")
+        seen = {}
+        for n in (w1, w2):
+            rc, out, err = sh(n, "hostname; cat /etc/machine-id /proc/sys/kernel/random/boot_id")
+            seen[n] = out.split()
+            bt.check(rc == 0 and seen[n][:1] == [n], f"{n}: rc={rc} {out!r} {err!r}")
+        bt.check(seen[w1][1] != seen[w2][1] and seen[w1][2] != seen[w2][2],
+                 f"{w1} and {w2} share a machine-id or boot_id: {seen}")
+        rc, out, err = cove("template", "create", "warm-0123456789abcdef")
+        bt.check(rc == 2 and "implicit" in err, f"a reserved name: rc={rc} {err!r}")
+        # A rebuilt input: a root image of its own, then its mtime moved.
+        rootfs = os.path.join(tmp, "rootfs.ext4")
+        subprocess.run(["cp", "--sparse=always", bt.ROOTFS, rootfs],
+                       check=True)
+        rc, out, err = cove("create", w3, "--rootfs", rootfs, "--snapshot-every", "off")
+        bt.check(rc == 0 and "building the implicit template" in err,
+                 f"create with another root: rc={rc} {out!r} {err!r}")
+        old = re.search(r"(warm-[0-9a-f]{16})", out).group(1)
+        bt.check(old != tpl, "another root, the same template")
+        os.utime(rootfs, (time.time() + 5, time.time() + 5))
+        rc, out, err = cove("create", w4, "--rootfs", rootfs, "--snapshot-every", "off")
+        new = re.search(r"(warm-[0-9a-f]{16})", out)
+        bt.check(rc == 0 and new and new.group(1) != old and
+                 f"removed the stale implicit template {old}" in err,
+                 f"create after the root changed: rc={rc} {out!r} {err!r}")
+        bt.check(sorted(warm_templates()) == sorted([(tpl, "ready"), (new.group(1), "ready")]),
+                 f"after the rebuild: {warm_templates()}")
+        rc, out, err = cove("stop", w3)
+        bt.check(rc == 0, f"stop {w3}: rc={rc} {err!r}")
+        rc, out, err = sh(w3, "hostname")
+        bt.check(rc == 0 and out.strip() == w3, f"{w3} after its template went: rc={rc} {out!r} "
+                 f"{err!r}")
+        print(f"    a changed root image: a new template, the stale {old} removed, {w3} (made "
+              f"from it) stopped and restored")
+    finally:
+        for n in names:
+            cove("rm", n)
+        for n, _ in warm_templates():
+            cove("template", "rm", n)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_lifecycle_template_burst():
+    """BURST plain cove create of distinct names started at once, for a configuration with no
+    template yet: its implicit template is built exactly once (the other creates wait for it),
+    all succeed, each with its own boot_id, and each answers an exec."""
+    fresh()
     n = int(os.environ.get("COVE_TEST_BURST", "32"))
     mem = os.environ.get("COVE_TEST_BURST_MEM", "256M")
     names = [f"b{i:02d}" for i in range(n)]
     try:
-        template_create(t, "--mem", mem)
         results = [None] * n
 
         def one(i):
             t0 = time.monotonic()
-            rc, out, err = cove("create", names[i], "--from", t, "--snapshot-every", "off",
-                                timeout=600)
+            rc, out, err = cove("create", names[i], "--mem", mem, "--snapshot-every", "off",
+                                timeout=900)
             results[i] = (rc, out, err, time.monotonic() - t0)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -1028,9 +1105,14 @@ def test_lifecycle_template_burst():
         wall = time.monotonic() - t0
         bad = [(names[i], r[0], r[2].strip()[-300:]) for i, r in enumerate(results) if r[0] != 0]
         bt.check(not bad, f"{len(bad)} of {n} creates failed: {bad[:4]}")
+        builds = sum(r[2].count("building the implicit template") for r in results)
+        tpls = {m.group(1) for r in results
+                for m in [re.search(r"from the implicit template (warm-[0-9a-f]{16})", r[1])] if m}
+        bt.check(builds == 1 and len(tpls) == 1 and warm_templates() == [(tpls.pop(), "ready")],
+                 f"{builds} template builds, templates {tpls}, ls {warm_templates()}")
         each = sorted(r[3] for r in results)
-        print(f"    {n} concurrent cove create --from ({mem}): all done in {wall:.2f} s "
-              f"({n / wall:.2f}/s), each {each[0]:.2f}-{each[-1]:.2f} s")
+        print(f"    {n} concurrent cove create ({mem}, no template yet): one template build, "
+              f"all done in {wall:.2f} s ({n / wall:.2f}/s), each {each[0]:.2f}-{each[-1]:.2f} s")
         answers = [None] * n
 
         def ask(i):
@@ -1059,7 +1141,8 @@ def test_lifecycle_template_burst():
             th.start()
         for th in threads:
             th.join()
-        cove("template", "rm", t)
+        for nm, _ in warm_templates():
+            cove("template", "rm", nm)
 
 
 TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
@@ -1067,4 +1150,4 @@ TESTS = [test_lifecycle_stop_reconnect, test_lifecycle_kill9_and_concurrent,
          test_lifecycle_archive, test_lifecycle_encrypted_revoked, test_lifecycle_idle_stop,
          test_lifecycle_gc_deadlines, test_lifecycle_names_and_rm, test_lifecycle_fork,
          test_lifecycle_broker_policy, test_lifecycle_egress, test_lifecycle_fork_policy,
-         test_lifecycle_template, test_lifecycle_template_burst]
+         test_lifecycle_template, test_lifecycle_warm, test_lifecycle_template_burst]

@@ -97,7 +97,7 @@ def cove_ls():
 
 
 def create(name, *opts):
-    rc, out, err, t = cove("create", name, *opts)
+    rc, out, err, t = cove("create", name, "--cold", *opts)
     check(rc == 0, f"cove create {name}: rc={rc} {err.strip()!r}; vmm.log "
           f"{tail(os.path.join(STATE, name, 'vmm.log'))!r}")
     print(f"  cove create {name}: {t:.1f} s", flush=True)
@@ -543,7 +543,7 @@ def partition_checks():
     can expire; host B takes y over once it has and the guest goes on; the relay heals: C's VM
     ends, and its late push of what it snapshotted after the cut is refused."""
     cport = int(json.load(open(HOST_C["COVE_STORE"]))["endpoint"].rsplit(":", 1)[1])
-    rc, out, err = cove_c("create", "y", "--snapshot-every", "3s")
+    rc, out, err = cove_c("create", "y", "--cold", "--snapshot-every", "3s")
     check(rc == 0, f"cove create y on host C: rc={rc} {err!r}")
     rc, out, err = cove_c("exec", "y", "--detach", "--", "sh", "-c",
                           "mkdir -p /ram && mount -t tmpfs tmpfs /ram && i=0; "
