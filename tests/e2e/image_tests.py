@@ -673,6 +673,120 @@ def test_image_git_clone():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _leaf(tmp, host, ca_dir):
+    """A server certificate for host signed by the CA in ca_dir (mitm-ca.crt/.key)."""
+    _openssl(tmp, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", f"{host}.key", "-out", f"{host}.csr", "-subj", f"/CN={host}")
+    with open(os.path.join(tmp, f"{host}.ext"), "w") as f:
+        f.write(f"subjectAltName=DNS:{host}\nextendedKeyUsage=serverAuth\n")
+    _openssl(tmp, "x509", "-req", "-in", f"{host}.csr", "-CA",
+             os.path.join(ca_dir, "mitm-ca.crt"), "-CAkey", os.path.join(ca_dir, "mitm-ca.key"),
+             "-set_serial", str(secrets.randbits(63)), "-out", f"{host}.crt", "-days", "2",
+             "-extfile", f"{host}.ext")
+
+
+def test_image_template_ca():
+    """A template built with a policy on the Debian image (its guest trusts the template's CA),
+    and two sandboxes made from it: each gets a broker and an egress CA of its own, which
+    replaces the template's in its guest's trust store. In each guest, curl over HTTPS with a
+    credential injected works (the broker intercepts with that sandbox's CA), and a server whose
+    certificate the other sandbox's CA or the template's CA signed is refused by curl."""
+    need_image()
+    tmp = tempfile.mkdtemp(prefix="tplca-")
+    secret = "tok-" + secrets.token_hex(20)
+    state, run = os.path.join(tmp, "state"), os.path.join(tmp, "run")
+    tpl, names = "dtpl", {"a": "tpl-a", "b": "tpl-b"}
+    servers, serving = [], []
+    env = dict(os.environ, COVE_STATE_DIR=state, COVE_RUN_DIR=run, COVE_GUEST_DIR="/work")
+    try:
+        httpd, port = _tls_server(tmp, "api.cove.test", _Echo)
+        servers.append(httpd)
+        serving.append(httpd)
+        helper, senv = at.secret_store(tmp, secret)
+        probe = {w: http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo) for w in "abt"}
+        servers += probe.values()
+        hosts_add([f"127.0.0.1 ca-{w}.cove.test" for w in probe])
+        policy = {"credentials": {"api": {
+            "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
+            "inject": {"header": "Authorization", "template": "Bearer {password}"},
+            "allow": {"schemes": ["https"], "hosts": ["api.cove.test"], "ports": [port],
+                      "path_prefixes": ["/v1/"], "methods": ["GET"]},
+            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}},
+            "egress": {"rules": [{"host": f"ca-{w}.cove.test",
+                                  "ports": [srv.server_address[1]], "methods": ["CONNECT"],
+                                  "allow_private": True} for w, srv in probe.items()]}}
+        pol = os.path.join(tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy, f)
+        env.update(GNUPGHOME=senv["GNUPGHOME"], PASSWORD_STORE_DIR=senv["PASSWORD_STORE_DIR"])
+        if not os.path.exists(os.path.join(os.path.dirname(bt.COVE), "cove-broker")):
+            env["COVE_BROKER"] = at.BROKER
+
+        def cove(*args):
+            r = subprocess.run([bt.COVE] + list(args), capture_output=True, env=env,
+                               timeout=900)
+            return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(
+                errors="replace")
+
+        t0 = time.monotonic()
+        rc, out, err = cove("template", "create", tpl, "--rootfs", IMAGE, "--policy", pol)
+        check(rc == 0, f"cove template create --policy: rc={rc} {err[-600:]!r}")
+        print(f"    cove template create {tpl} --rootfs <Debian image> --policy: "
+              f"{time.monotonic() - t0:.1f} s")
+        for n in names.values():
+            rc, out, err = cove("create", n, "--from", tpl)
+            check(rc == 0, f"cove create {n} --from {tpl}: rc={rc} {err[-600:]!r}")
+        cas = {"a": os.path.join(state, names["a"], "mitm-ca"),
+               "b": os.path.join(state, names["b"], "mitm-ca"),
+               "t": os.path.join(state, ".templates", tpl, "mitm-ca")}
+        pems = {w: open(os.path.join(d, "mitm-ca.crt")).read() for w, d in cas.items()}
+        check(len(set(pems.values())) == 3, "the template and its two sandboxes share a CA")
+        for w, srv in probe.items():
+            host = f"ca-{w}.cove.test"
+            _leaf(tmp, host, cas[w])
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(os.path.join(tmp, f"{host}.crt"), os.path.join(tmp, f"{host}.key"))
+            srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            serving.append(srv)
+        for me, other in (("a", "b"), ("b", "a")):
+            n = names[me]
+            r = subprocess.run([bt.COVE, "exec", n, "--", "sh", "-c",
+                                f"curl -sS https://api.cove.test:{port}/v1/hello"],
+                               capture_output=True, env=env, timeout=600)
+            got = r.stdout.decode(errors="replace")
+            check(r.returncode == 0 and got.startswith("path=/v1/hello auth=") and
+                  secret not in got, f"{n}: HTTPS with the credential: rc={r.returncode} "
+                  f"{got!r} {r.stderr[-300:]!r}")
+            for w, want in ((me, 0), (other, 60), ("t", 60)):
+                host, p = f"ca-{w}.cove.test", probe[w].server_address[1]
+                r = subprocess.run([bt.COVE, "exec", n, "--", "sh", "-c",
+                                    f"curl -sS -o /dev/null https://{host}:{p}/x"],
+                                   capture_output=True, env=env, timeout=600)
+                check(r.returncode == want,
+                      f"{n}: a server signed by {'the template' if w == 't' else names[w]}'s "
+                      f"CA: curl exited {r.returncode}, want {want}: {r.stderr[-300:]!r}")
+            rc = subprocess.run([bt.COVE, "exec", n, "--", "grep", "-c", "BEGIN CERTIFICATE",
+                                 "/usr/local/share/ca-certificates/cove-sandbox.crt"],
+                                capture_output=True, env=env, timeout=600)
+            check(rc.returncode == 0, f"{n}: its CA file: {rc.stderr!r}")
+        print("    tpl-a and tpl-b: HTTPS with the injected credential works in each; in each "
+              "guest curl refuses a server signed by the other sandbox's CA or the template's "
+              "CA (exit 60) and accepts one signed by its own")
+    finally:
+        for n in names.values():
+            subprocess.run([bt.COVE, "rm", n], capture_output=True, env=env, timeout=300)
+        subprocess.run([bt.COVE, "template", "rm", tpl], capture_output=True, env=env,
+                       timeout=300)
+        for srv in servers:
+            if srv in serving:
+                srv.shutdown()
+            srv.server_close()
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 TESTS = [
     test_image_tools,
     test_image_boot_to_ready,
@@ -680,4 +794,5 @@ TESTS = [
     test_image_egress_parallel_and_pip,
     test_image_credential_injection,
     test_image_git_clone,
+    test_image_template_ca,
 ]
