@@ -17,6 +17,7 @@
 #include "cli/template_build.h"
 #include "cli/sandbox_stop.h"
 #include "cli/sandbox_up.h"
+#include "cli/store_reconnect.h"
 #include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
@@ -206,6 +207,15 @@ static int template_create(int argc, char **argv)
 		goto out;
 	printf("%s: template saved in %.2f s (%.1f MiB)\n", a->name, m.build_ms / 1000.0,
 	       (double)sbx_tree_bytes(t.dfd, a->name) / (1 << 20));
+	/* With a store, every host can create from it: its blobs go up once. Not fatal. */
+	ret = store_try_template("push", a->name);
+	if (ret > 0)
+		fprintf(stderr,
+			"cove template create: %s: warning: not pushed to the store (above); it "
+			"stays on this host\n",
+			a->name);
+	else if (ret == 0)
+		printf("%s: template pushed to the store\n", a->name);
 out:
 	sbx_root_close(&t);
 	sbx_root_close(&r);

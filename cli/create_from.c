@@ -12,6 +12,7 @@
 #include "cli/store_reconnect.h"
 #include "common/clock.h"
 #include "common/errmsg.h"
+#include "lifecycle/chain_check.h"
 #include "lifecycle/clone.h"
 #include "lifecycle/gc.h"
 #include "lifecycle/lock.h"
@@ -88,8 +89,16 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, 
 		fprintf(stderr, "cove create: %s\n", err);
 		goto out;
 	}
-	if (tpl_root_open(&r, &t, false, NULL, 0) ||
-	    (tdfd = sbx_dir_open(&t, tpl, false, NULL, 0)) < 0) {
+	if (tpl_root_open(&r, &t, true, NULL, 0) == 0)
+		tdfd = sbx_dir_open(&t, tpl, false, NULL, 0);
+	/* Not here: from the store, when one is configured (fetched whole, once per host; its
+	 * stamps frozen, as a saved template's are: no process here ever wrote its files). */
+	if (tdfd == -ENOENT && !warm_name_is(tpl) && store_try_template("pull", tpl) == 0) {
+		if (sbx_chain_stamps_freeze(&t, tpl, err, sizeof(err)))
+			fprintf(stderr, "cove create: template %s: %s\n", tpl, err);
+		tdfd = sbx_dir_open(&t, tpl, false, NULL, 0);
+	}
+	if (t.dfd < 0 || tdfd < 0) {
 		fprintf(stderr, "cove create: no template named %s (cove template ls)\n", tpl);
 		status = SBX_EXIT_UNKNOWN;
 		goto out;

@@ -16,8 +16,10 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: cove store probe [--config FILE]\n"
-		"       cove store push NAME [--config FILE]\n"
-		"       cove store pull NAME [--gen N] [--config FILE]\n"
+		"       cove store push NAME [--template] [--config FILE]\n"
+		"       cove store pull NAME [--gen N] [--template] [--config FILE]\n"
+		"  --template: NAME is a template (cove template): its own prefix in the store "
+		"(templates/NAME/), fetched whole\n"
 		"  push: uploads stopped sandbox NAME's newest generation (blobs the store has "
 		"are not sent again)\n"
 		"  pull: makes sandbox NAME on this host from the store's newest generation\n"

@@ -50,8 +50,8 @@ static void child_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* cove-store SUB NAME: its exit status, or -1 without a store (or without cove-store). */
-static int store_run(const char *sub, const char *name)
+/* cove-store SUB NAME [EXTRA]: its exit status, or -1 without a store (or without cove-store). */
+static int store_run_extra(const char *sub, const char *name, const char *extra)
 {
 	char path[4200];
 	if (!store_is_configured() || store_exe(path, sizeof(path)))
@@ -65,7 +65,7 @@ static int store_run(const char *sub, const char *name)
 		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
 		if (nul >= 0)
 			dup2(nul, 1);
-		char *argv[] = {path, (char *)sub, (char *)name, NULL};
+		char *argv[] = {path, (char *)sub, (char *)name, (char *)extra, NULL};
 		/* cove says "was removed" itself: cove-store's own line would repeat it. */
 		setenv("COVE_STORE_QUIET_REMOVED", "1", 1);
 		execv(path, argv);
@@ -73,6 +73,16 @@ static int store_run(const char *sub, const char *name)
 		_exit(127);
 	}
 	return wait_status(pid);
+}
+
+static int store_run(const char *sub, const char *name)
+{
+	return store_run_extra(sub, name, NULL);
+}
+
+int store_try_template(const char *sub, const char *name)
+{
+	return store_run_extra(sub, name, "--template");
 }
 
 int store_try_evict(const char *max, bool dry_run)

@@ -32,6 +32,9 @@ struct sbx_gc_hooks;
 const struct sbx_gc_hooks *store_gc_hooks(void);
 /* `cove-store release NAME` after the final commit: 0 (or -1: no store). */
 int store_try_release(const char *name);
+/* `cove-store SUB NAME --template` (SUB "push" or "pull"): template NAME to or from the store.
+ * Its exit status; -1: no store. */
+int store_try_template(const char *sub, const char *name);
 /* `cove-store push NAME` (a stopped sandbox's newest generation): 0 committed. -1: no store. */
 int store_try_push(const char *name);
 /*

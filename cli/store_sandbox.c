@@ -1,6 +1,7 @@
 /* cove store push NAME / cove store pull NAME [--gen N]: a named sandbox to and from the store
  * (lifecycle/store/reconnect.h), run by cove-store. */
 #include "cli/store_sandbox.h"
+#include "lifecycle/template.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -66,12 +67,15 @@ int store_sandbox_cmd(int argc, char **argv)
 	     follow = !strcmp(argv[0], "follow"), take = !strcmp(argv[0], "take"),
 	     release = !strcmp(argv[0], "release"), held = !strcmp(argv[0], "held"),
 	     owner = !strcmp(argv[0], "owner");
+	bool pull = !push && !tomb && !follow && !take && !release && !held && !owner, tpl = false;
 	const char *config = NULL, *name = NULL;
 	uint64_t gen = 0;
 	for (int i = 1; i < argc; i++) {
 		char *end;
 		if (!strcmp(argv[i], "--config") && i + 1 < argc) {
 			config = argv[++i];
+		} else if ((push || pull) && !strcmp(argv[i], "--template")) {
+			tpl = true; /* NAME is a template (lifecycle/template.h) */
 		} else if (!push && !take && !release && !held && !owner &&
 			   !strcmp(argv[i], "--gen") && i + 1 < argc) {
 			gen = strtoull(argv[++i], &end, 10);
@@ -110,6 +114,11 @@ int store_sandbox_cmd(int argc, char **argv)
 	if (!r && !tomb)
 		r = sbx_root_open(&root, !push && !follow && !take && !release && !held && !owner,
 				  err, sizeof(err));
+	/* Templates: their own root beneath the state root, their own prefix in the store. */
+	struct sbx_root troot = {.dfd = -1};
+	if (!r && tpl)
+		r = tpl_root_open(&root, &troot, pull, err, sizeof(err));
+	const struct sbx_root *rp = tpl ? &troot : &root;
 	struct vm_pauser pz = {.root = &root, .name = name};
 	struct store_follow_hooks hooks = {.set_paused = pause_vm, .arg = &pz};
 	struct store_lease other = {0};
@@ -159,18 +168,20 @@ int store_sandbox_cmd(int argc, char **argv)
 		return r == -EBUSY ? STORE_EXIT_HELD : r ? 1 : 0;
 	}
 	if (!r)
-		r = tomb      ? store_put_tombstone(c, name, err, sizeof(err))
-		    : follow  ? store_follow(c, cfg, &root, name, &log, &hooks, err, sizeof(err))
-		    : push    ? store_push_sandbox(c, cfg, &root, name, &st, err, sizeof(err))
-		    : take    ? store_take_sandbox(c, cfg, &root, name, &log, &other, err, sizeof(err))
+		r = tomb     ? store_put_tombstone(c, name, err, sizeof(err))
+		    : follow ? store_follow(c, cfg, &root, name, &log, &hooks, err, sizeof(err))
+		    : push   ? store_push_sandbox(c, cfg, rp, name, &st, err, sizeof(err))
+		    : take ? store_take_sandbox(c, cfg, &root, name, &log, &other, err, sizeof(err))
 		    : release ? store_release_sandbox(c, cfg, &root, name, err, sizeof(err))
-			      : store_pull_sandbox(c, cfg, &root, name, gen, &st, err, sizeof(err));
+			      : store_pull_sandbox(c, cfg, rp, name, gen, &st, err, sizeof(err));
 	/* Not in the store yet, but running elsewhere: say where, as take does. */
 	char lerr[256];
-	if (r == -ENOENT && c && !push && !tomb && !follow && !take && !release &&
+	if (r == -ENOENT && c && !tpl && !push && !tomb && !follow && !take && !release &&
 	    store_lease_read(c, cfg, name, &other, lerr, sizeof(lerr)) == 0 && other.host[0] &&
 	    strcmp(other.host, cfg->host_id) && other.expires_ms > realtime_ms())
 		r = -EBUSY, take = true;
+	if (troot.dfd >= 0)
+		sbx_root_close(&troot);
 	if (root.dfd >= 0)
 		sbx_root_close(&root);
 	s3_client_free(c);

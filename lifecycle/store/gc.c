@@ -56,15 +56,20 @@ static int cmp_digest(const void *a, const void *b)
 	return memcmp(a, b, DIGEST_LEN);
 }
 
-/* "sandboxes/NAME/gen/N.json" -> NAME (the caller's buffer) and 1; else 0. */
+/* "sandboxes/NAME/gen/N.json" -> NAME, "templates/T/gen/N.json" -> "@T" (the store names of
+ * sync.h, in the caller's buffer) and 1; else 0. */
 static int gen_key_name(const char *key, char *name, size_t cap)
 {
-	const char *p = key + strlen(STORE_SBX_PREFIX), *slash = strchr(p, '/');
-	if (strncmp(key, STORE_SBX_PREFIX, strlen(STORE_SBX_PREFIX)) || !slash ||
-	    strncmp(slash, "/gen/", 5) || (size_t)(slash - p) >= cap)
+	bool tpl = !strncmp(key, STORE_TPL_PREFIX, strlen(STORE_TPL_PREFIX));
+	const char *pre = tpl ? STORE_TPL_PREFIX : STORE_SBX_PREFIX;
+	const char *p = key + strlen(pre), *slash;
+	if (strncmp(key, pre, strlen(pre)) || !(slash = strchr(p, '/')) ||
+	    strncmp(slash, "/gen/", 5) || (size_t)(slash - p) + tpl >= cap)
 		return 0;
-	memcpy(name, p, (size_t)(slash - p));
-	name[slash - p] = 0;
+	if (tpl)
+		name[0] = STORE_TPL_MARK;
+	memcpy(name + tpl, p, (size_t)(slash - p));
+	name[(slash - p) + tpl] = 0;
 	return 1;
 }
 
@@ -78,7 +83,8 @@ static int retain(struct s3_client *c, const struct store_keyring *kr, unsigned 
 	int r = buf ? 0 : -ENOMEM;
 	/* Keys sort by sandbox, then generation (20 digits): walk each sandbox's run back. */
 	for (size_t i = 0; !r && i < sb->n;) {
-		char name[SBX_NAME_MAX + 1], other[SBX_NAME_MAX + 1], tomb[S3_KEY_MAX];
+		char name[SBX_NAME_MAX + 2], other[SBX_NAME_MAX + 2], tomb[S3_KEY_MAX + 16];
+		char base[S3_KEY_MAX];
 		size_t j = i;
 		if (!gen_key_name(sb->e[i].key, name, sizeof(name))) {
 			i++;
@@ -88,7 +94,11 @@ static int retain(struct s3_client *c, const struct store_keyring *kr, unsigned 
 		       !strcmp(name, other))
 			j++;
 		st->sandboxes++;
-		snprintf(tomb, sizeof(tomb), STORE_SBX_PREFIX "%s/" STORE_TOMBSTONE, name);
+		if (store_name_dir(name, base, sizeof(base), NULL, 0)) {
+			i = j; /* not a name of ours: its manifests are left alone */
+			continue;
+		}
+		snprintf(tomb, sizeof(tomb), "%s" STORE_TOMBSTONE, base);
 		/* "sandboxes/NAME/tombstone" sorts right after NAME's "gen/" keys. */
 		bool removed = j < sb->n && !strcmp(sb->e[j].key, tomb);
 		for (size_t k = i; !r && k < j; k++) {
@@ -142,9 +152,15 @@ int store_gc(struct s3_client *c, const struct store_keyring *kr, unsigned keep,
 	uint8_t(*kept)[DIGEST_LEN] = NULL;
 	size_t nk = 0;
 	/* Manifests first: a blob listed after them that a new manifest names is young. */
+	struct keyset tp = {0};
 	int r = list_all(c, STORE_SBX_PREFIX, &sb, err, errlen);
 	if (!r)
 		r = retain(c, kr, keep, &sb, &kept, &nk, st, err, errlen);
+	/* Templates' manifests too: their blobs are shared with the sandboxes made from them. */
+	if (!r)
+		r = list_all(c, STORE_TPL_PREFIX, &tp, err, errlen);
+	if (!r)
+		r = retain(c, kr, keep, &tp, &kept, &nk, st, err, errlen);
 	if (!r)
 		r = list_all(c, STORE_BLOB_PREFIX, &bl, err, errlen);
 	/*
@@ -175,6 +191,7 @@ int store_gc(struct s3_client *c, const struct store_keyring *kr, unsigned keep,
 		}
 	}
 	free(sb.e);
+	free(tp.e);
 	free(bl.e);
 	free(kept);
 	return r;

@@ -13,6 +13,8 @@
 
 #include "common/errmsg.h"
 #include "lifecycle/store/json_mac.h"
+#include "lifecycle/store/sync.h"
+#include "lifecycle/template.h"
 
 #define MAC_LABEL "cove-manifest-v1\n"
 #define MAX_MEM	  (1ULL << 40)
@@ -259,7 +261,8 @@ static int decode_fields(json_t *o, struct store_manifest *m, char *err, size_t 
 	if (!r)
 		r = get_str(o, "sandbox", m->sandbox, sizeof(m->sandbox), false, err, errlen);
 	if (!r)
-		r = sbx_name_check(m->sandbox, err, errlen);
+		r = m->sandbox[0] == STORE_TPL_MARK ? tpl_name_check(m->sandbox + 1, err, errlen)
+						    : sbx_name_check(m->sandbox, err, errlen);
 	if (!r)
 		r = get_u64(o, "generation", 1, INT64_MAX, &m->generation, err, errlen);
 	if (!r && json_object_get(o, "lease"))

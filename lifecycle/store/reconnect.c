@@ -1,5 +1,6 @@
 /* Named sandboxes pushed to and pulled from the store (reconnect.h). */
 #include "lifecycle/store/reconnect.h"
+#include "lifecycle/template.h"
 #include "lifecycle/store/lazy_blob.h"
 #include "lifecycle/store_stats.h"
 
@@ -58,6 +59,12 @@ int store_policy_id_of(const struct store_config *cfg, const char *path, const c
 		      "the sandbox's policy %s is not in store.json's \"policies\": another host "
 		      "could not map it to a policy of its own",
 		      path);
+}
+
+/* The store's name of `name` beneath root (sync.h): "@T" for a template, else itself. */
+static void store_name_of(const struct sbx_root *root, const char *name, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s%s", root->templates ? "@" : "", name);
 }
 
 int store_push_sandbox(struct s3_client *c, const struct store_config *cfg,
@@ -123,7 +130,9 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 	if (!r && (sdfd = root_subdir(root, STORE_STAGE_DIR, err, errlen)) < 0)
 		r = sdfd;
 	if (!r) {
-		struct store_upload_src src = {.name = name,
+		char sname[SBX_NAME_MAX + 2];
+		store_name_of(root, name, sname, sizeof(sname));
+		struct store_upload_src src = {.name = sname,
 					       .chain_dir = chain_dir,
 					       .spec = spec,
 					       .policy_id = policy,
@@ -224,7 +233,8 @@ int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 {
 	if (!cfg->fleet_key_len)
 		return errmsg(err, errlen, -ENOKEY, "store.json names no fleet_key_file");
-	int r = sbx_name_check(name, err, errlen);
+	int r =
+	    root->templates ? tpl_name_check(name, err, errlen) : sbx_name_check(name, err, errlen);
 	if (r)
 		return r;
 	/* One pull of a name at a time on this host: the others wait, then find it here. */
@@ -262,7 +272,11 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 	bool fetched = false;
 	/* Memory layers lazily, unless the host says otherwise (COVE_LAZY_PULL=0: whole). */
 	const char *lz = getenv("COVE_LAZY_PULL");
-	struct sbx_lazy *lazy = lz && !strcmp(lz, "0") ? NULL : calloc(1, sizeof(*lazy));
+	/* A template's layers are linked whole by its clones: always fetched whole. */
+	struct sbx_lazy *lazy =
+	    (lz && !strcmp(lz, "0")) || root->templates ? NULL : calloc(1, sizeof(*lazy));
+	char sname[SBX_NAME_MAX + 2];
+	store_name_of(root, name, sname, sizeof(sname));
 	if (!sp)
 		r = -ENOMEM;
 	if (!r && (tdfd = root_subdir(root, tmp, err, errlen)) < 0)
@@ -273,7 +287,7 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		r = errmsg(err, errlen, -errno, "%s/chain: %s", tmp, strerror(errno));
 	if (!r) {
 		struct store_keyring kr = {cfg->fleet_key, cfg->fleet_key_len};
-		r = store_fetch_generation(c, name, gen, &kr, cdfd, idfd, lazy, &m, st, err,
+		r = store_fetch_generation(c, sname, gen, &kr, cdfd, idfd, lazy, &m, st, err,
 					   errlen);
 		fetched = !r;
 	}
@@ -299,6 +313,14 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 	}
 	if (!r)
 		store_stats_add(tdfd, &(struct store_stats){.fetched_bytes = st->bytes_sent});
+	/* A template is saved once its record is written (lifecycle/template.h). */
+	if (!r && root->templates) {
+		struct tpl_meta tm = {.created_ms = m.created_ms};
+		snprintf(tm.name, sizeof(tm.name), "%s", name);
+		r = tpl_meta_write(tdfd, &tm);
+		if (r)
+			errmsg(err, errlen, r, "%s: cannot write " TPL_META, name);
+	}
 	if (!r && renameat2(root->dfd, tmp, root->dfd, name, RENAME_NOREPLACE) < 0)
 		r = errmsg(err, errlen, -errno, "sandbox %s: %s", name,
 			   errno == EEXIST ? "made on this host meanwhile" : strerror(errno));

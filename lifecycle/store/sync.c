@@ -15,6 +15,8 @@
 #include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "lifecycle/name.h"
+#include "lifecycle/template.h"
 #include "lifecycle/store/stage.h"
 #include "lifecycle/store_stats.h"
 #include "snapshot/chain.h"
@@ -55,10 +57,23 @@ bool store_lazy_name(const char *name)
 	return !strncmp(name, "mem-", 4);
 }
 
+int store_name_dir(const char *name, char *dir, size_t cap, char *err, size_t errlen)
+{
+	bool tpl = name[0] == STORE_TPL_MARK;
+	int r = tpl ? tpl_name_check(name + 1, err, errlen) : sbx_name_check(name, err, errlen);
+	if (r)
+		return r;
+	int n = snprintf(dir, cap, "%s%s/", tpl ? STORE_TPL_PREFIX : STORE_SBX_PREFIX, name + tpl);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
 static int gen_key(const char *name, uint64_t gen, char *key, size_t cap)
 {
-	int n = snprintf(key, cap, STORE_SBX_PREFIX "%s/gen/%0*llu.json", name, GEN_DIGITS,
-			 (unsigned long long)gen);
+	char dir[S3_KEY_MAX];
+	int r = store_name_dir(name, dir, sizeof(dir), NULL, 0);
+	if (r)
+		return r;
+	int n = snprintf(key, cap, "%sgen/%0*llu.json", dir, GEN_DIGITS, (unsigned long long)gen);
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
@@ -81,12 +96,12 @@ static uint64_t gen_of(const char *key, const char *dir)
 int store_newest_generation(struct s3_client *c, const char *name, uint64_t *gen, char *err,
 			    size_t errlen)
 {
-	char dir[S3_KEY_MAX], tomb[S3_KEY_MAX];
-	int r = sbx_name_check(name, err, errlen);
+	char dir[S3_KEY_MAX + 8], tomb[S3_KEY_MAX + 16], base[S3_KEY_MAX];
+	int r = store_name_dir(name, base, sizeof(base), err, errlen);
 	if (r)
 		return r;
-	snprintf(dir, sizeof(dir), STORE_SBX_PREFIX "%s/gen/", name);
-	snprintf(tomb, sizeof(tomb), STORE_SBX_PREFIX "%s/" STORE_TOMBSTONE, name);
+	snprintf(dir, sizeof(dir), "%sgen/", base);
+	snprintf(tomb, sizeof(tomb), "%s" STORE_TOMBSTONE, base);
 	struct s3_object_info info;
 	r = s3_head(c, tomb, &info, err, errlen);
 	if (!r)
@@ -496,11 +511,11 @@ int store_fetch_generation(struct s3_client *c, const char *name, uint64_t gen,
 
 int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t errlen)
 {
-	char key[S3_KEY_MAX];
-	int r = sbx_name_check(name, err, errlen);
+	char key[S3_KEY_MAX + 16], base[S3_KEY_MAX];
+	int r = store_name_dir(name, base, sizeof(base), err, errlen);
 	if (r)
 		return r;
-	snprintf(key, sizeof(key), STORE_SBX_PREFIX "%s/" STORE_TOMBSTONE, name);
+	snprintf(key, sizeof(key), "%s" STORE_TOMBSTONE, base);
 	r = s3_put(c, key, "removed\n", 8, S3_IF_NONE_MATCH, err, errlen);
 	return r == -EEXIST ? 0 : r;
 }

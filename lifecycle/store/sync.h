@@ -24,11 +24,15 @@
 #include "lifecycle/store/manifest.h"
 #include "lifecycle/store/s3.h"
 
-#define STORE_BLOB_PREFIX    "blobs/sha256/"
+#define STORE_BLOB_PREFIX "blobs/sha256/"
 /* A memory layer blob's chunk SHA-256s, in order (issue 29, lazy restore): 32 bytes each. Named
  * by the blob's digest, which they must give again (digest_from_chunks) to be believed. */
-#define STORE_CHUNKS_PREFIX  "chunks/sha256/"
-#define STORE_SBX_PREFIX     "sandboxes/"
+#define STORE_CHUNKS_PREFIX "chunks/sha256/"
+#define STORE_SBX_PREFIX    "sandboxes/"
+/* Templates (`cove template`): templates/<T>/gen/<N>.json, blobs shared with the sandboxes. In
+ * the functions below a store name "@T" is template T, any other name a sandbox. */
+#define STORE_TPL_PREFIX     "templates/"
+#define STORE_TPL_MARK	     '@'
 #define STORE_TOMBSTONE	     "tombstone"
 #define STORE_SINGLE_PUT_MAX (16u << 20) /* larger blobs go up as a multipart upload */
 
@@ -123,6 +127,12 @@ int store_manifest_fetch(struct s3_client *c, const char *name, uint64_t gen,
 
 /* Writes the tombstone of `name` (create-only; one that exists is success). */
 int store_put_tombstone(struct s3_client *c, const char *name, char *err, size_t errlen);
+
+/*
+ * The key prefix of store name `name`: "sandboxes/NAME/", or "templates/T/" for "@T", the name
+ * checked as a sandbox's or a template's. 0, -EINVAL (one line in err) or -ENAMETOOLONG.
+ */
+int store_name_dir(const char *name, char *dir, size_t cap, char *err, size_t errlen);
 
 /* The key of the blob with digest d. */
 void store_blob_key(const uint8_t d[DIGEST_LEN], char *key, size_t cap);

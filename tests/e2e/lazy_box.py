@@ -12,6 +12,9 @@ radosgw on the machine's loopback, through the box's forwarded port). usage: laz
      killed for 10 s (the host does it on a marked GET) while the guest reads all 320 MiB back:
      the read waits and the SHA-256 matches host A's. The fetch completes; x stops and its next
      start maps the whole copy.
+  Templates across hosts (issue 31): A makes template tx (pushed to the store); B, which has
+     none, creates tb1 and tb2 --from tx: the first create fetches tx once (its store-stats),
+     the second fetches nothing, and both sandboxes' memory layers are hard links of B's copy.
   z on B with a 5 s fetch timeout, radosgw away for 25 s: the reading exec fails, the VM stops
      with one line naming the store, and once radosgw is back the next exec reads z's 48 MiB
      with host A's SHA-256.
@@ -98,7 +101,44 @@ def read_sum(env, name, timeout=900):
     return sh(env, name, "sha256sum /ram/data", timeout=timeout)
 
 
+def templates_ab():
+    rc, out, err, t = cove(A, "template", "create", "tx")
+    check(rc == 0 and "tx: template pushed to the store" in out,
+          f"A: cove template create tx: rc={rc} {out!r} {err[-600:]!r}")
+    print(f"  A: cove template create tx: {t:.1f} s, pushed to the store", flush=True)
+    tdir = os.path.join(B["COVE_STATE_DIR"], ".templates", "tx")
+    check(not os.path.exists(tdir), "B has template tx before any create")
+    took, got = [], []
+    for n in ("tb1", "tb2"):
+        rc, out, err, t = cove(B, "create", n, "--from", "tx", "--snapshot-every", "off")
+        check(rc == 0, f"B: cove create {n} --from tx: rc={rc} {out!r} {err[-600:]!r}; vmm.log "
+              f"{tail(os.path.join(sdir(B, n), 'vmm.log'))!r}")
+        took.append(t)
+        with open(os.path.join(tdir, "store-stats.json")) as f:
+            got.append(json.load(f).get("fetched_bytes", 0))
+        rc, out, err, t = sh(B, n, "hostname")
+        check(rc == 0 and out.strip() == n, f"B: exec in {n}: rc={rc} {out!r} {err!r}")
+    check(got[0] > 0 and got[1] == got[0],
+          f"B: template tx fetched {got[0]} bytes by the first create, {got[1]} after the second")
+    chain = os.path.join(tdir, "chain")
+    mems = [f for f in os.listdir(chain) if f.startswith("mem-")]
+    check(mems, f"B's copy of tx has no memory layer: {os.listdir(chain)}")
+    for f in mems:
+        ino = os.stat(os.path.join(chain, f)).st_ino
+        for n in ("tb1", "tb2"):
+            check(os.stat(os.path.join(sdir(B, n), "chain", f)).st_ino == ino,
+                  f"B: {n}'s {f} is not the template's file")
+    OUT["template_fetched"] = got[0]
+    OUT["template_creates_s"] = [round(t, 2) for t in took]
+    print(f"  B: cove create tb1, tb2 --from tx (A's template, not on B): {took[0]:.1f} s "
+          f"(fetched tx once: {got[0] / 2**20:.1f} MiB), {took[1]:.1f} s (nothing fetched); "
+          f"both share B's copy of its memory layers ({', '.join(mems)})", flush=True)
+    for n in ("tb1", "tb2"):
+        cove(B, "rm", n)
+
+
 def host_ab():
+    templates_ab()
     fill("x", "1G", 320)
     fill("z", "256M", 48)
     # Host A is gone (its copies too: the box's disk is its RAM).
