@@ -15,6 +15,7 @@
 #include <openssl/hmac.h>
 
 #include "lifecycle/store/manifest.h"
+#include "lifecycle/store/sync.h"
 
 static const uint8_t key[32] = "0123456789abcdef0123456789abcde";
 
@@ -184,12 +185,53 @@ static void test_hostile_fields(void **state)
 	assert_false(store_file_name_ok(""));
 }
 
+/* Store names: a sandbox's keys under sandboxes/, a template's ("@T") under templates/, both
+ * checked; a template's manifest round-trips with its name, a bad one is refused. */
+static void test_template_names(void **state)
+{
+	(void)state;
+	char dir[256], err[256];
+	assert_int_equal(store_name_dir("agent-7", dir, sizeof(dir), err, sizeof(err)), 0);
+	assert_string_equal(dir, "sandboxes/agent-7/");
+	assert_int_equal(store_name_dir("@py", dir, sizeof(dir), err, sizeof(err)), 0);
+	assert_string_equal(dir, "templates/py/");
+	assert_int_equal(store_name_dir("@", dir, sizeof(dir), err, sizeof(err)), -EINVAL);
+	assert_int_equal(store_name_dir("@../x", dir, sizeof(dir), err, sizeof(err)), -EINVAL);
+	assert_int_equal(store_name_dir("@@py", dir, sizeof(dir), err, sizeof(err)), -EINVAL);
+	assert_int_equal(store_name_dir("Py", dir, sizeof(dir), err, sizeof(err)), -EINVAL);
+	/* Longer than a template may be (33 characters after the mark). */
+	assert_int_equal(store_name_dir("@abcdefghijklmnopqrstuvwxyz0123456", dir, sizeof(dir), err,
+					sizeof(err)),
+			 -EINVAL);
+
+	struct store_manifest m, back;
+	struct store_file files[2];
+	sample(&m, files);
+	snprintf(m.sandbox, sizeof(m.sandbox), "@py");
+	char *text = store_manifest_encode(&m, key, sizeof(key), err, sizeof(err));
+	assert_non_null(text);
+	assert_int_equal(
+	    store_manifest_decode(text, strlen(text), key, sizeof(key), &back, err, sizeof(err)),
+	    0);
+	assert_string_equal(back.sandbox, "@py");
+	store_manifest_free(&back);
+	free(text);
+	snprintf(m.sandbox, sizeof(m.sandbox), "@../py");
+	text = store_manifest_encode(&m, key, sizeof(key), err, sizeof(err));
+	assert_non_null(text);
+	assert_int_equal(
+	    store_manifest_decode(text, strlen(text), key, sizeof(key), &back, err, sizeof(err)),
+	    -EINVAL);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_round_trip),
 	    cmocka_unit_test(test_tampered),
 	    cmocka_unit_test(test_hostile_fields),
+	    cmocka_unit_test(test_template_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
