@@ -6,7 +6,7 @@ state root, run directory and image cache, host id host-b), sharing only the sto
 radosgw on the machine's loopback, through the box's forwarded port). usage: lazy_box.py ab
 
   A: x, a 1 GiB sandbox, gets 320 MiB of random bytes in guest RAM (tmpfs) and their SHA-256;
-     z, 256 MiB, gets 48 MiB. Both stop: each stop commits a generation to the store.
+     z, 512 MiB, gets 160 MiB. Both stop: each stop commits a generation to the store.
   B, empty: `cove exec x -- true` pulls x lazily and answers while most of the chain is still in
      the store (store-lazy.json still there; the bytes fetched so far recorded). Then radosgw is
      killed for 10 s (the host does it on a marked GET) while the guest reads all 320 MiB back:
@@ -16,7 +16,7 @@ radosgw on the machine's loopback, through the box's forwarded port). usage: laz
      none, creates tb1 and tb2 --from tx: the first create fetches tx once (its store-stats),
      the second fetches nothing, and both sandboxes' memory layers are hard links of B's copy.
   z on B with a 5 s fetch timeout, radosgw away for 25 s: the reading exec fails, the VM stops
-     with one line naming the store, and once radosgw is back the next exec reads z's 48 MiB
+     with one line naming the store, and once radosgw is back the next exec reads z's 160 MiB
      with host A's SHA-256.
 """
 import json
@@ -140,7 +140,10 @@ def templates_ab():
 def host_ab():
     templates_ab()
     fill("x", "1G", 320)
-    fill("z", "256M", 48)
+    # z's data is large enough that its fetch is still under way after its first exec (with
+    # 48 MiB the whole copy sometimes arrived during that exec, and the outage found nothing
+    # left to fetch).
+    fill("z", "512M", 160)
     # Host A is gone (its copies too: the box's disk is its RAM).
     subprocess.run(["rm", "-rf", A["COVE_STATE_DIR"], A["COVE_RUN_DIR"]], check=True)
     # Host B: nothing of x here. The first exec pulls it and answers before the rest arrives.
@@ -186,6 +189,8 @@ def host_ab():
     zb = dict(B, COVE_LAZY_FETCH_TIMEOUT_S="5")
     rc, out, err, t = cove(zb, "exec", "z", "--", "true")
     check(rc == 0, f"B: first cove exec z: rc={rc} {err!r}")
+    check(lazy_pending(B, "z"), f"B: z's copy was whole after its first exec ({t:.1f} s, "
+          f"{fetched(B, 'z') / 2**20:.1f} MiB fetched): nothing left for the outage to stop")
     log_mark("bounce-25")
     rc, out, err, t = read_sum(zb, "z", timeout=300)
     vmm = tail(os.path.join(sdir(B, "z"), "vmm.log"), 20000)
