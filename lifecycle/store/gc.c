@@ -41,7 +41,8 @@ static int list_all(struct s3_client *c, const char *prefix, struct keyset *ks, 
 			ks->e = m;
 			ks->cap = cap;
 		}
-		memcpy(ks->e + ks->n, pg.entries, pg.n * sizeof(*pg.entries));
+		if (pg.n) /* an empty page may carry no array at all */
+			memcpy(ks->e + ks->n, pg.entries, pg.n * sizeof(*pg.entries));
 		ks->n += pg.n;
 		bool more = pg.truncated && pg.next_token[0];
 		snprintf(token, sizeof(token), "%s", pg.next_token);
