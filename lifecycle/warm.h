@@ -21,7 +21,7 @@ int warm_name_is(const char *name);
 
 /*
  * Why the configuration in s never uses an implicit template (a fixed string naming the
- * option), or NULL when it may. `extra_disks`: --disk was given.
+ * option: --key, --no-jail, or an extra --disk), or NULL when it may.
  */
 const char *warm_ineligible(const struct sbx_spec *s);
 
