@@ -604,7 +604,9 @@ def partition_checks():
         refusals += 1
         time.sleep(1)
     took = time.monotonic() - t_cut
-    check(rc == 0, f"host B's takeover of y: rc={rc} {err!r}")
+    check(rc == 0, f"host B's takeover of y: rc={rc} {err!r}; vmm.log "
+          f"{tail(os.path.join(STATE, 'y', 'vmm.log'))!r}; store.log "
+          f"{tail(os.path.join(STATE, 'y', 'store.log'), 1500)!r}")
     n_b = int(out.strip())
     # Nothing C did after the cut is in what B restored (the counter ticks once a second).
     bound = n_before + int(t_cut - t_before) + 2
