@@ -21,32 +21,31 @@
 
 #define WHO "cove create"
 
-/* The implicit template's name for s, from its key text. 0 or -errno after one line. */
+/* The implicit template's name for s, from its key text: 0, or -errno with the reason in err. */
+static int key_name(const struct sbx_spec *s, char *name, size_t cap, char *err, size_t errlen)
+{
+	char vmm[4096], *key = malloc(WARM_KEY_MAX);
+	int ret = key ? sbx_vmm_exe(vmm, sizeof(vmm)) : -ENOMEM;
+
+	if (ret == -ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	else if (ret)
+		snprintf(err, errlen, "cove-vmm: %s", strerror(-ret));
+	else if (!(ret = warm_key_text(s, vmm, key, WARM_KEY_MAX, err, errlen)) &&
+		 (ret = warm_name_of(key, name, cap)))
+		snprintf(err, errlen, "SHA-256 failed");
+	free(key);
+	return ret;
+}
+
+/* The same, with one line on stderr when it fails. */
 static int warm_name(const struct sbx_spec *s, char *name, size_t cap)
 {
-	char vmm[4096], err[512], *key = malloc(WARM_KEY_MAX);
-	int ret = -ENOMEM;
+	char err[512] = "";
+	int ret = key_name(s, name, cap, err, sizeof(err));
 
-	if (!key)
-		goto fail;
-	ret = sbx_vmm_exe(vmm, sizeof(vmm));
-	if (ret) {
-		snprintf(err, sizeof(err), "cove-vmm: %s", strerror(-ret));
-		goto fail;
-	}
-	ret = warm_key_text(s, vmm, key, WARM_KEY_MAX, err, sizeof(err))
-		  ?: warm_name_of(key, name, cap);
 	if (ret)
-		goto fail;
-	free(key);
-	return 0;
-fail:
-	if (ret == -ENOMEM)
-		snprintf(err, sizeof(err), "out of memory");
-	else if (ret == -EIO)
-		snprintf(err, sizeof(err), "SHA-256 failed");
-	fprintf(stderr, WHO ": the implicit template's key: %s\n", err);
-	free(key);
+		fprintf(stderr, WHO ": the implicit template's key: %s\n", err);
 	return ret;
 }
 
@@ -104,12 +103,10 @@ static void prune_stale(const struct sbx_root *t, const char *keep)
 		if (dfd < 0)
 			continue;
 		if (sbx_spec_read(dfd, s, NULL, 0) == 0) {
-			char vmm[4096], *key = malloc(WARM_KEY_MAX);
+			char why[512];
 
-			stale = !key || sbx_vmm_exe(vmm, sizeof(vmm)) ||
-				warm_key_text(s, vmm, key, WARM_KEY_MAX, NULL, 0) ||
-				warm_name_of(key, name, sizeof(name)) || strcmp(name, e->d_name);
-			free(key);
+			stale = key_name(s, name, sizeof(name), why, sizeof(why)) ||
+				strcmp(name, e->d_name);
 		}
 		close(dfd);
 		if (stale) {
