@@ -5,11 +5,11 @@ One box, two hosts: host A (state root /tmp/cove-state, host id host-a) and host
 state root, run directory and image cache, host id host-b), sharing only the store (a real Ceph
 radosgw on the machine's loopback, through the box's forwarded port). usage: lazy_box.py ab
 
-  A: x, a 1 GiB sandbox, gets 320 MiB of random bytes in guest RAM (tmpfs) and their SHA-256;
+  A: x, a 1 GiB sandbox, gets 192 MiB of random bytes in guest RAM (tmpfs) and their SHA-256;
      z, 512 MiB, gets 160 MiB. Both stop: each stop commits a generation to the store.
   B, empty: `cove exec x -- true` pulls x lazily and answers while most of the chain is still in
      the store (store-lazy.json still there; the bytes fetched so far recorded). Then radosgw is
-     killed for 10 s (the host does it on a marked GET) while the guest reads all 320 MiB back:
+     killed for 10 s (the host does it on a marked GET) while the guest reads all 192 MiB back:
      the read waits and the SHA-256 matches host A's. The fetch completes; x stops and its next
      start maps the whole copy.
   Templates across hosts (issue 31): A makes template tx (pushed to the store); B, which has
@@ -139,7 +139,7 @@ def templates_ab():
 
 def host_ab():
     templates_ab()
-    fill("x", "1G", 320)
+    fill("x", "1G", 192)
     # z's data is large enough that its fetch is still under way after its first exec (with
     # 48 MiB the whole copy sometimes arrived during that exec, and the outage found nothing
     # left to fetch).
@@ -167,7 +167,7 @@ def host_ab():
     OUT["read_all_s"] = round(t, 1)
     log = tail(os.path.join(sdir(B, "x"), "store.log"), 200000)
     OUT["retries_logged"] = log.count("tried again")
-    print(f"  B: the guest read its 320 MiB back in {t:.1f} s across the outage "
+    print(f"  B: the guest read its 192 MiB back in {t:.1f} s across the outage "
           f"({OUT['retries_logged']} fetch retries logged)", flush=True)
     deadline = time.monotonic() + 600
     while lazy_pending(B, "x") and time.monotonic() < deadline:

@@ -607,16 +607,26 @@ def partition_checks():
     check(rc == 0, f"host B's takeover of y: rc={rc} {err!r}; vmm.log "
           f"{tail(os.path.join(STATE, 'y', 'vmm.log'))!r}; store.log "
           f"{tail(os.path.join(STATE, 'y', 'store.log'), 1500)!r}")
-    n_b = int(out.strip())
-    # Nothing C did after the cut is in what B restored (the counter ticks once a second).
-    bound = n_before + int(t_cut - t_before) + 2
+    n_b, t_take = int(out.strip()), t
+    # Nothing C did after the cut is in what B restored: B fetched a generation the store had
+    # at the cut (C cannot push once cut off), and the counter B read is at most C's before the
+    # cut plus the seconds until the cut, plus the seconds B's guest can have run before the
+    # read (at most the whole takeover exec: a loaded box took 13 s there once).
+    with open(os.path.join(STATE, "y", "events.jsonl")) as f:
+        why = [json.loads(l).get("cause", "") for l in f if l.endswith("\n")]
+    fetched = [int(m.group(1)) for w in why
+               for m in [re.match(r"fetched generation (\d+) from the store", w)] if m]
+    check(fetched and fetched[-1] <= gen_at_cut,
+          f"host B restored y from generation {fetched} (the store had {gen_at_cut} at the cut)")
+    bound = n_before + int(t_cut - t_before) + 2 + int(t_take + 1)
     check(n_b <= bound, f"y on host B: counter {n_b}, host C's was {n_before} "
-          f"{t_cut - t_before:.1f} s before the cut")
+          f"{t_cut - t_before:.1f} s before the cut, B's takeover exec took {t_take:.1f} s")
     time.sleep(3)
     rc, out, err, t = sh("y", "cat /ram/n")
     check(rc == 0 and int(out.strip()) > n_b, f"y on host B does not go on: {out!r} {err!r}")
     print(f"  host B took y over {took:.1f} s after the cut ({refusals} refusals while C's lease "
-          f"held): counter {n_b} (C's was {n_before} just before the cut), then "
+          f"held), from generation {fetched[-1]}: counter {n_b} (C's was {n_before} just before "
+          f"the cut; the exec took {t_take:.1f} s), then "
           f"{out.strip()}: the guest goes on", flush=True)
     # The relay comes back: C learns the lease moved on and ends its VM.
     log_mark("heal-c")
