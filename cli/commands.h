@@ -30,5 +30,7 @@ int cmd_metrics(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 /* The object store (issue 28): execs cove-store beside cove (cmd_store.c). */
 int cmd_store(int argc, char **argv);
+/* OCI images (issue 32): execs cove-image beside cove (cmd_image.c). */
+int cmd_image(int argc, char **argv);
 
 #endif

@@ -42,6 +42,7 @@ static const struct command commands[] = {
     {"cp", cmd_cp, "copy a file into or out of a sandbox (SANDBOX:/path)"},
     {"forward", cmd_forward, "forward 127.0.0.1:HOSTPORT to a TCP port in a sandbox"},
     {"ps", cmd_ps, "list registered sandboxes, or one sandbox's exec sessions"},
+    {"image", cmd_image, "OCI images: import (an OCI layout or archive, a docker-archive), ls, rm"},
     {"store", cmd_store, "object store commands: probe (does it honour create-only writes)"},
     {"version", cmd_version, "print the cove version"},
 };
