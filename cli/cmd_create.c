@@ -27,6 +27,7 @@
 #include "lifecycle/tombstone.h"
 #include "lifecycle/tree.h"
 #include "lifecycle/warm.h"
+#include "cli/create_image.h"
 #include "sandbox/options.h"
 
 static const char create_usage[] =
@@ -36,7 +37,7 @@ static const char create_usage[] =
     "                   [--idle-stop D] [--archive-after D] [--delete-after D]\n"
     "                   [--kernel FILE] [--rootfs FILE.ext4 | --initrd FILE]\n"
     "                   [--policy FILE] [--vsock-rate RATE] [--no-seccomp] [--no-jail]\n"
-    "                   [--cold]\n"
+    "                   [--cold] [--image IMAGE [--on-exit restart|stop]]\n"
     "       cove create NAME --from T [--policy FILE] [--snapshot-every D] [--idle-stop D]\n"
     "                   [--archive-after D] [--delete-after D]\n"
     "Creates the sandbox NAME in ${COVE_STATE_DIR:-/var/lib/cove}/NAME and starts it: the guest\n"
@@ -51,6 +52,13 @@ static const char create_usage[] =
     "changed input (a rebuilt kernel, root image or cove-init) makes a new one. --key,\n"
     "--disk and --no-jail always boot (cold).\n"
     "  --cold                  boot NAME's kernel instead of restoring a template\n"
+    "  --image IMAGE           the root is an imported OCI image (cove image import; ls):\n"
+    "                          its ext4 under a copy-on-write overlay, cove-init kept on\n"
+    "                          a tmpfs at /.cove. Its Entrypoint + Cmd is the sandbox's\n"
+    "                          main process (its Env, WorkingDir, User); its Env,\n"
+    "                          WorkingDir and User are cove exec's defaults. Boots (cold)\n"
+    "  --on-exit restart|stop  when the main process exits: start it again after 1 s,\n"
+    "                          doubling to 30 s (default), or stop the VM\n"
     "  --mem SIZE              guest RAM (default 256M)\n"
     "  --vcpus N               (default 1)\n"
     "  --cpu-template NAME     the guest sees only this CPU baseline (baseline-v2), now and\n"
@@ -106,7 +114,9 @@ enum {
 	O_NO_JAIL,
 	O_FROM,
 	O_CPU_TEMPLATE,
-	O_COLD
+	O_COLD,
+	O_IMAGE,
+	O_ON_EXIT
 };
 
 static const struct option create_opts[] = {
@@ -128,6 +138,8 @@ static const struct option create_opts[] = {
     {"no-jail", no_argument, NULL, O_NO_JAIL},
     {"from", required_argument, NULL, O_FROM},
     {"cold", no_argument, NULL, O_COLD},
+    {"image", required_argument, NULL, O_IMAGE},
+    {"on-exit", required_argument, NULL, O_ON_EXIT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -174,6 +186,9 @@ struct create_args {
 	const char *name, *policy, *from;
 	const char *machine_opt; /* the first option that names the machine (not with --from) */
 	bool cold;		 /* --cold: boot, never a template */
+	const char *image;	 /* --image REF (cove image ls) */
+	const char *on_exit;	 /* --on-exit: the image's main process ends: restart | stop */
+	json_t *image_meta;	 /* the image's record, for the sandbox's image.json */
 };
 
 static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *a, char *err,
@@ -205,6 +220,14 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 			return 1;
 		case O_COLD:
 			a->cold = true;
+			break;
+		case O_IMAGE:
+			a->image = optarg;
+			break;
+		case O_ON_EXIT:
+			if (strcmp(optarg, "restart") && strcmp(optarg, "stop"))
+				return snprintf(err, errlen, "--on-exit: restart or stop"), -EINVAL;
+			a->on_exit = optarg;
 			break;
 		case O_MEM:
 			if (parse_mem_size(optarg, &s->mem_bytes) || s->mem_bytes < (16ULL << 20))
@@ -298,7 +321,17 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 		       -EINVAL;
 	if (a->from)
 		return 0;
-	c = sbx_spec_guest(s, *name, rootfs, initrd, err, errlen);
+	if (a->on_exit && !a->image)
+		return snprintf(err, errlen, "--on-exit goes with --image"), -EINVAL;
+	if (a->image && (rootfs[0] || initrd[0]))
+		return snprintf(err, errlen, "--image and --%s: one root, not both",
+				rootfs[0] ? "rootfs" : "initrd"),
+		       -EINVAL;
+	if (a->image)
+		c = create_image_spec(s, *name, a->image, a->on_exit ? a->on_exit : "restart",
+				      &a->image_meta, err, errlen);
+	else
+		c = sbx_spec_guest(s, *name, rootfs, initrd, err, errlen);
 	if (c)
 		return c;
 	for (int i = 0; i < nextra; i++)
@@ -356,6 +389,17 @@ int cmd_create(int argc, char **argv)
 		goto out;
 	}
 	sbx_tombstone_clear(&r, name);
+	if (a.image_meta) {
+		char dir[PATH_MAX + 64];
+		snprintf(dir, sizeof(dir), "%s/%s", r.state, name);
+		if (create_image_keep(dfd, s, dir, a.image_meta, err, sizeof(err))) {
+			fprintf(stderr, "cove create: %s: %s\n", name, err);
+			close(dfd);
+			dfd = -1;
+			sbx_tree_remove(r.dfd, name);
+			goto out;
+		}
+	}
 	if (policy && policy_keep(&r, name, dfd, s, policy, policy_len, err, sizeof(err))) {
 		fprintf(stderr, "cove create: %s: %s\n", name, err);
 		close(dfd);
@@ -387,6 +431,7 @@ out:
 	if (dfd >= 0)
 		close(dfd);
 	sbx_root_close(&r);
+	json_decref(a.image_meta);
 	free(policy);
 	free(s);
 	return status;

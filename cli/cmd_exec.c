@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "cli/create_image.h"
 #include "cli/sandbox_up.h"
 #include "sandbox/agent_client.h"
 
@@ -41,7 +42,7 @@ int cmd_exec(int argc, char **argv)
 	const char *cwd = NULL, *user = NULL, *sandbox;
 	bool tty = false, no_stdin = false, detach = false;
 	double wait_s = 0;
-	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL;
+	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL, *image = NULL;
 	int c, fd, ret = 2;
 
 	optind = 1;
@@ -121,6 +122,7 @@ int cmd_exec(int argc, char **argv)
 			fprintf(stderr, "cove exec: %s\n", err);
 		goto out;
 	}
+	image = image_exec_defaults(sandbox, env, &cwd, &user);
 	req = json_pack("{s:s,s:O,s:O,s:b,s:b}", "op", "exec", "argv", args, "env", env, "tty", tty,
 			"stdin", !no_stdin && !detach);
 	if (!req) {
@@ -173,5 +175,6 @@ out:
 	json_decref(req);
 	json_decref(args);
 	json_decref(env);
+	json_decref(image);
 	return ret;
 }

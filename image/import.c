@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,8 @@ static int default_name(const struct import_opts *o, const struct image_plan *p,
 		snprintf(out, cap, "%s", o->name);
 		return 0;
 	}
-	if (p->ref[0] && image_name_ok(p->ref) && strcmp(p->ref, "cove")) {
+	bool bare_tag = !strchr(p->ref, '/') && !strchr(p->ref, ':');
+	if (p->ref[0] && image_name_ok(p->ref) && strcmp(p->ref, "cove") && !bare_tag) {
 		snprintf(out, cap, "%s", p->ref);
 		return 0;
 	}
@@ -63,6 +65,12 @@ static int default_name(const struct import_opts *o, const struct image_plan *p,
 	if (dot && dot != base)
 		*dot = '\0';
 	(void)s;
+	/* An OCI ref.name that is only a tag ("latest", as umoci writes it) goes after it. */
+	if (p->ref[0] && bare_tag && strcmp(p->ref, "cove") &&
+	    strlen(base) + 1 + strlen(p->ref) < sizeof(base)) {
+		strcat(base, ":");
+		strcat(base, p->ref);
+	}
 	if (!image_name_ok(base))
 		return errmsg(err, errlen, -EINVAL, "the image has no usable name: give --name");
 	snprintf(out, cap, "%s", base);

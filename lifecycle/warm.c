@@ -28,6 +28,8 @@ const char *warm_ineligible(const struct sbx_spec *s)
 		return "--key (a clone would share the template's data key)";
 	if (s->no_jail)
 		return "--no-jail";
+	if (s->initrd[0] && s->nr_disks)
+		return "--image (an image's sandbox boots; its templates are cove template create's)";
 	if (s->nr_disks > (s->initrd[0] ? 0 : 1))
 		return "--disk (an extra disk is the sandbox's own file, not a template's)";
 	return NULL;

@@ -136,6 +136,27 @@ oom:
 	return -ENOMEM;
 }
 
+#define MAIN_JSON_MAX (16 * 1024)
+
+/* cove.main=: base64 of JSON, kept as text for main_spec_parse. */
+static int decode_main(const char *val, struct init_config *cfg)
+{
+	size_t n = 0;
+	char *buf = malloc(MAIN_JSON_MAX + 1);
+
+	if (!buf)
+		return -ENOMEM;
+	if (b64_decode_loose(val, strlen(val), (uint8_t *)buf, MAIN_JSON_MAX, &n) < 0 ||
+	    memchr(buf, '\0', n)) {
+		free(buf);
+		return -EINVAL;
+	}
+	buf[n] = '\0';
+	free(cfg->main_json);
+	cfg->main_json = buf;
+	return 0;
+}
+
 /*
  * Fills cfg from the text of /proc/cmdline (modified in place). Returns 0, -EINVAL when a
  * cove.* value is unusable (cfg->error names it; the other settings are still read) or
@@ -174,6 +195,23 @@ int cmdline_parse(char *buf, struct init_config *cfg)
 				cfg->error = "cove.hostname (empty or longer than 64)";
 				ret = -EINVAL;
 			}
+		} else if (strcmp(param, "cove.root") == 0) {
+			if (strlen(val) == 8 && !strncmp(val, "/dev/vd", 7) && val[7] >= 'a' &&
+			    val[7] <= 'z') {
+				strcpy(cfg->root_dev, val);
+			} else if (!cfg->error) {
+				cfg->error = "cove.root (want /dev/vda../dev/vdz)";
+				ret = -EINVAL;
+			}
+		} else if (strcmp(param, "cove.main") == 0) {
+			int err = decode_main(val, cfg);
+
+			if (err == -ENOMEM)
+				return err;
+			if (err < 0 && !cfg->error) {
+				cfg->error = "cove.main (not base64 of at most 16 KiB)";
+				ret = -EINVAL;
+			}
 		} else if (strcmp(param, "cove.poweroff") == 0) {
 			if (strcmp(val, "halt") == 0) {
 				cfg->stop = INIT_STOP_HALT;
@@ -196,6 +234,8 @@ void init_config_free(struct init_config *cfg)
 		free(cfg->argv);
 	}
 	free(cfg->shell_cmd);
+	free(cfg->main_json);
 	cfg->argv = NULL;
 	cfg->shell_cmd = NULL;
+	cfg->main_json = NULL;
 }

@@ -119,8 +119,31 @@ static void test_quoted_param(void)
 	init_config_free(&cfg);
 }
 
+static void test_image_root(void)
+{
+	struct init_config cfg;
+
+	/* eyJhcmd2IjpbIi9hcHAiXX0= is {"argv":["/app"]} */
+	CHECK(parse("root=/dev/vda cove.root=/dev/vda cove.main=eyJhcmd2IjpbIi9hcHAiXX0=", &cfg) ==
+	      0);
+	CHECK(strcmp(cfg.root_dev, "/dev/vda") == 0);
+	CHECK(cfg.main_json && strcmp(cfg.main_json, "{\"argv\":[\"/app\"]}") == 0);
+	init_config_free(&cfg);
+	CHECK(parse("cove.root=/dev/sda1", &cfg) == -EINVAL);
+	CHECK(cfg.root_dev[0] == '\0');
+	init_config_free(&cfg);
+	CHECK(parse("cove.root=/dev/vd", &cfg) == -EINVAL);
+	init_config_free(&cfg);
+	CHECK(parse("cove.main=*notbase64*", &cfg) == -EINVAL);
+	CHECK(cfg.main_json == NULL);
+	init_config_free(&cfg);
+	CHECK(parse("cove.main=AA==", &cfg) == -EINVAL); /* a NUL byte */
+	init_config_free(&cfg);
+}
+
 int main(void)
 {
+	test_image_root();
 	test_defaults();
 	test_cmd_and_hostname();
 	test_bad_values();

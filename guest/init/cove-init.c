@@ -87,6 +87,25 @@ static int run_command(struct sup *sup, const struct init_config *cfg)
 	return sup_wait(sup);
 }
 
+/* An image's sandbox: its main process (cove.main=), or none: the sandbox waits for exec. */
+static int run_image(struct sup *sup, const struct init_config *cfg)
+{
+	struct main_spec m = {.restart = true};
+	char err[160];
+	int status;
+
+	if (cfg->main_json && main_spec_parse(cfg->main_json, &m, err, sizeof(err)) < 0) {
+		init_err(sup->log, "%s", err);
+		return 127;
+	}
+	if (m.argv)
+		init_info(sup->log, "main process %s (on exit: %s)", m.argv[0],
+			  m.restart ? "restart" : "stop");
+	status = main_run(sup, &m);
+	main_spec_free(&m);
+	return status;
+}
+
 /*
  * Without ACPI the kernel cannot power off: RB_POWER_OFF only halts the CPUs, and the VM stays
  * until the VMM kills it. RB_AUTOBOOT with reboot=k pulses the i8042 reset line, which cove
@@ -127,6 +146,11 @@ int main(int argc, char **argv)
 	env_setup();
 	cmdline_read(&log, cmdline, sizeof(cmdline));
 	err = cmdline_parse(cmdline, &cfg);
+	/* cove's init initramfs under an image's sandbox: into the image's root, and exec. */
+	if (cfg.root_dev[0] && argc >= 1 && strcmp(argv[0], "/init") == 0) {
+		stage1_switch(&log, cfg.root_dev);
+		vm_stop(&log, cfg.stop);
+	}
 	if (sethostname(cfg.hostname, strlen(cfg.hostname)) < 0)
 		init_err(&log, "sethostname %s: %s", cfg.hostname, strerror(errno));
 	ret = sup_init(&sup, &log);
@@ -144,6 +168,8 @@ int main(int argc, char **argv)
 	} else if (err < 0) {
 		init_err(&log, "kernel command line: %s", strerror(-err));
 		status = 127;
+	} else if (cfg.root_dev[0]) {
+		status = run_image(&sup, &cfg);
 	} else {
 		status = run_command(&sup, &cfg);
 	}

@@ -83,7 +83,78 @@ int passwd_find(const char *buf, size_t len, const char *user, struct pw_ent *ou
 	return 0;
 }
 
+/* A group's gid from /etc/group ("name:pw:gid:members"), or digits. */
+static int group_find(const char *buf, size_t len, const char *group, gid_t *out)
+{
+	size_t glen = strlen(group), pos = 0;
+	unsigned long gid;
+
+	if (parse_id(group, glen, &gid) == 0) {
+		*out = (gid_t)gid;
+		return 0;
+	}
+	while (pos < len) {
+		const char *line = buf + pos, *end = memchr(line, '\n', len - pos);
+		size_t n = end ? (size_t)(end - line) : len - pos;
+		const char *c1 = memchr(line, ':', n), *c2, *c3;
+
+		pos += n + (end ? 1 : 0);
+		if (!c1 || (size_t)(c1 - line) != glen || memcmp(line, group, glen))
+			continue;
+		c2 = memchr(c1 + 1, ':', (size_t)(line + n - c1 - 1));
+		c3 = c2 ? memchr(c2 + 1, ':', (size_t)(line + n - c2 - 1)) : NULL;
+		if (c2 && c3 && parse_id(c2 + 1, (size_t)(c3 - c2 - 1), &gid) == 0) {
+			*out = (gid_t)gid;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int read_etc(const char *path, char *buf, size_t cap)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t r;
+
+	if (fd < 0)
+		return 0;
+	r = read_upto(fd, buf, cap);
+	close(fd);
+	return r > 0 ? (int)r : 0;
+}
+
+static int passwd_lookup_one(const char *user, struct pw_ent *out);
+
+/* USER, or USER:GROUP as an image's config writes it (each a name or a number). */
 int passwd_lookup(const char *user, struct pw_ent *out)
+{
+	const char *colon = strchr(user, ':');
+	char name[64];
+	char *buf;
+	int ret, len;
+	gid_t gid;
+
+	if (!colon)
+		return passwd_lookup_one(user, out);
+	if ((size_t)(colon - user) >= sizeof(name) || colon == user || !colon[1])
+		return -EINVAL;
+	memcpy(name, user, (size_t)(colon - user));
+	name[colon - user] = '\0';
+	ret = passwd_lookup_one(name, out);
+	if (ret < 0)
+		return ret;
+	buf = malloc(PASSWD_MAX);
+	if (!buf)
+		return -ENOMEM;
+	len = read_etc("/etc/group", buf, PASSWD_MAX);
+	ret = group_find(buf, (size_t)len, colon + 1, &gid);
+	free(buf);
+	if (ret == 0)
+		out->gid = gid;
+	return ret;
+}
+
+static int passwd_lookup_one(const char *user, struct pw_ent *out)
 {
 	int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
 	char *buf;

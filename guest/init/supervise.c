@@ -8,6 +8,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,7 +21,7 @@
 /* How long the command gets between SIGTERM and SIGKILL when the VM is asked to stop. */
 #define STOP_GRACE_MS 3000
 /* How long leftover processes get once the command has ended. */
-#define CLEANUP_GRACE_MS 1000
+#define CLEANUP_GRACE_MS   1000
 #define AGENT_RESTARTS_MAX 5
 
 static long long now_ms(void)
@@ -51,6 +54,7 @@ int sup_init(struct sup *s, struct logger *log)
 	s->main_status = -1;
 	s->agent_pid = -1;
 	s->agent_restarts = 0;
+	s->stopping = false;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGTERM);
@@ -110,6 +114,59 @@ int sup_spawn(struct sup *s, char *const argv[], bool interactive)
 	s->main_pid = pid;
 	s->main_status = -1;
 	return 0;
+}
+
+int sup_spawn_as(struct sup *s, char *const argv[], char *const envp[], const char *cwd, uid_t uid,
+		 gid_t gid)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
+		child_attach_console(false);
+		if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
+			dprintf(2, "cove-init: main process as %u:%u: %s\n", (unsigned)uid,
+				(unsigned)gid, strerror(errno));
+			_exit(126);
+		}
+		if (cwd && chdir(cwd) < 0) {
+			dprintf(2, "cove-init: main process: cd %s: %s\n", cwd, strerror(errno));
+			_exit(126);
+		}
+		if (envp)
+			execvpe(argv[0], argv, envp);
+		else
+			execvp(argv[0], argv);
+		dprintf(2, "cove-init: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(errno == ENOENT ? 127 : 126);
+	}
+	s->main_pid = pid;
+	s->main_status = -1;
+	return 0;
+}
+
+int sup_spawn_idle(struct sup *s)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
+		setsid();
+		for (;;)
+			pause();
+	}
+	s->main_pid = pid;
+	s->main_status = -1;
+	return 0;
+}
+
+static bool stop_signal(int sig)
+{
+	return sig == SIGTERM || sig == SIGINT || sig == SIGUSR1 || sig == SIGUSR2;
 }
 
 /* The agent crashed or was killed: exec sessions are gone, but new ones should work. Only while
@@ -186,8 +243,9 @@ int sup_wait(struct sup *s)
 			timeout = (int)left;
 		}
 		sig = next_signal(s, timeout);
-		if (sig != SIGTERM && sig != SIGINT && sig != SIGUSR1 && sig != SIGUSR2)
+		if (!stop_signal(sig))
 			continue;
+		s->stopping = true;
 		if (deadline < 0) {
 			init_info(s->log, "stop requested (%s): terminating the command",
 				  strsignal(sig));
@@ -195,6 +253,22 @@ int sup_wait(struct sup *s)
 			deadline = now_ms() + STOP_GRACE_MS;
 		} else {
 			signal_main(s, SIGKILL);
+		}
+	}
+}
+
+int sup_pause(struct sup *s, int ms)
+{
+	long long deadline = now_ms() + ms;
+
+	for (;;) {
+		long long left = deadline - now_ms();
+		reap(s);
+		if (left <= 0)
+			return 0;
+		if (stop_signal(next_signal(s, (int)left))) {
+			s->stopping = true;
+			return 1;
 		}
 	}
 }
