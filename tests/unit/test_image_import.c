@@ -391,7 +391,7 @@ static void test_import_oci(void **state)
 	struct import_result res;
 	assert_int_equal(image_import(cfd, &o, &res, NULL, err, sizeof(err)), 0);
 	assert_false(res.cached);
-	assert_string_equal(res.name, "t1");
+	assert_string_equal(res.name, "lay:t1"); /* a bare tag goes after the file name */
 	assert_int_equal(res.layers, 1);
 	char path[160], hex[DIGEST_HEX + 1];
 	snprintf(path, sizeof(path), "%s/%s", res.hex, IMAGE_EXT4);
@@ -405,7 +405,7 @@ static void test_import_oci(void **state)
 	assert_true(res.cached);
 	assert_int_equal(image_resolve(cfd, "again", hex, err, sizeof(err)), 0);
 	assert_string_equal(hex, res.hex);
-	assert_int_equal(image_resolve(cfd, "t1", hex, err, sizeof(err)), 0);
+	assert_int_equal(image_resolve(cfd, "lay:t1", hex, err, sizeof(err)), 0);
 	char pre[16];
 	snprintf(pre, sizeof(pre), "%.12s", res.hex);
 	assert_int_equal(image_resolve(cfd, pre, hex, err, sizeof(err)), 0);
