@@ -60,7 +60,7 @@ static int default_name(const struct import_opts *o, const struct image_plan *p,
 		tmp[--n] = '\0';
 	const char *b = strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
 	char base[IMAGE_NAME_MAX + 1];
-	snprintf(base, sizeof(base), "%s", b);
+	snprintf(base, sizeof(base), "%.200s", b);
 	char *dot = strchr(base, '.');
 	if (dot && dot != base)
 		*dot = '\0';
