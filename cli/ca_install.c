@@ -1,5 +1,6 @@
 /* The sandbox's CA certificate into the guest's trust store, through the agent's put and get. */
 #include "cli/ca_install.h"
+#include "proto/trust_paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -208,42 +209,64 @@ static int guest_get(const char *uds, const char *path, char **data, size_t *len
 	return 0;
 }
 
+/* One bundle: the sandbox's CA in place of the stale one, the file's mode kept. 1 when the
+ * guest has no such file. */
+static int bundle_update(const char *uds, const char *path, const char *stale, size_t stalelen,
+			 const char *pem, size_t pemlen, char *err, size_t errlen)
+{
+	char *old = NULL, *joined = NULL;
+	size_t oldlen = 0, jlen = 0;
+	int mode = 0644;
+	int ret = guest_get(uds, path, &old, &oldlen, &mode, err, errlen);
+	if (ret)
+		return ret;
+	ret = ca_bundle_replace(old, oldlen, stale, stalelen, pem, pemlen, &joined, &jlen);
+	if (ret == 0)
+		ret = guest_put(uds, path, mode, joined, jlen, err, errlen);
+	else if (ret == 1)
+		ret = 0;
+	else
+		errmsg(err, errlen, ret, "%s: %s", path, strerror(-ret));
+	free(old);
+	free(joined);
+	return ret;
+}
+
 int sbx_ca_install(int dfd, const char *uds, char *err, size_t errlen)
 {
-	char *pem = NULL, *old = NULL, *joined = NULL, *stale = NULL;
-	size_t pemlen = 0, oldlen = 0, jlen = 0, stalelen = 0;
-	int mode = 0644, smode, ret;
+	char *pem = NULL, *stale = NULL;
+	size_t pemlen = 0, stalelen = 0;
+	int smode, ret;
 
 	ret = read_cert(dfd, &pem, &pemlen, err, errlen);
 	if (ret)
 		return ret > 0 ? 0 : ret;
 	/* What the guest trusted before (the template's CA): the guest's bytes, only ever compared
-	 * with its own bundle. */
+	 * with its own bundles. */
 	ret = guest_get(uds, CA_INSTALL_CERT, &stale, &stalelen, &smode, err, errlen);
+	if (ret == 1)
+		ret = guest_get(uds, TRUST_CA_FALLBACK, &stale, &stalelen, &smode, err, errlen);
 	if (ret < 0)
 		goto out;
+	/* An image without update-ca-certificates' directory (a distroless one): cove-init's
+	 * tmpfs, where its SSL_CERT_FILE and NODE_EXTRA_CA_CERTS then point. */
 	ret = guest_put(uds, CA_INSTALL_CERT, 0644, pem, pemlen, err, errlen);
 	if (ret)
+		ret = guest_put(uds, TRUST_CA_FALLBACK, 0644, pem, pemlen, err, errlen);
+	if (ret)
 		goto out;
-	/* The bundle most TLS stacks read (curl, git, pip through certifi's fallback, OpenSSL's
-	 * default file): appended here so nothing in the guest needs to run update-ca-certificates
-	 * first. A rootfs without one keeps only the file above. */
-	ret = guest_get(uds, CA_INSTALL_BUNDLE, &old, &oldlen, &mode, err, errlen);
-	if (ret) {
-		ret = ret > 0 ? 0 : ret;
-		goto out;
+	/* The bundles TLS stacks read (curl, git, pip through certifi's fallback, OpenSSL's default
+	 * file, each distribution's own): appended here so nothing in the guest needs to run
+	 * update-ca-certificates first. */
+	for (size_t i = 0; i < TRUST_BUNDLES; i++) {
+		ret =
+		    bundle_update(uds, trust_bundles[i], stale, stalelen, pem, pemlen, err, errlen);
+		if (ret < 0)
+			goto out;
 	}
-	ret = ca_bundle_replace(old, oldlen, stale, stalelen, pem, pemlen, &joined, &jlen);
-	if (ret == 0)
-		ret = guest_put(uds, CA_INSTALL_BUNDLE, mode, joined, jlen, err, errlen);
-	else if (ret == 1)
-		ret = 0;
-	else
-		errmsg(err, errlen, ret, "%s: %s", CA_INSTALL_BUNDLE, strerror(-ret));
+	ret = 0;
 out:
 	free(pem);
 	free(stale);
-	free(old);
-	free(joined);
 	return ret;
 }

@@ -6,10 +6,9 @@
 
 #include <stddef.h>
 
-#define CA_INSTALL_CERT	  "/usr/local/share/ca-certificates/cove-sandbox.crt"
-#define CA_INSTALL_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
-#define CA_PEM_MAX	  (16 * 1024)	     /* the CA certificate file (as broker/mitm_ca.h) */
-#define CA_BUNDLE_MAX	  (16 * 1024 * 1024) /* the guest's bundle, read back before appending */
+#define CA_INSTALL_CERT "/usr/local/share/ca-certificates/cove-sandbox.crt"
+#define CA_PEM_MAX	(16 * 1024)	   /* the CA certificate file (as broker/mitm_ca.h) */
+#define CA_BUNDLE_MAX	(16 * 1024 * 1024) /* the guest's bundle, read back before appending */
 
 /*
  * The bundle with pem appended: old unchanged when it already holds pem (1 is returned, *out
@@ -30,10 +29,11 @@ int ca_bundle_replace(const char *old, size_t oldlen, const char *stale, size_t 
 
 /*
  * Reads mitm-ca/mitm-ca.crt beneath the sandbox directory dfd (none: returns 0, nothing to
- * do), writes it to CA_INSTALL_CERT (0644) in the guest, then, when CA_INSTALL_BUNDLE exists
- * there, appends it to it (unless already there), keeping the file's mode. uds: the sandbox's
- * vsock socket. A different certificate already at CA_INSTALL_CERT (the template's CA, in a
- * sandbox made from one) is taken out of the bundle. 0 or -errno with one line in err.
+ * do), writes it to CA_INSTALL_CERT (0644) in the guest (an image without that directory:
+ * TRUST_CA_FALLBACK, on cove-init's tmpfs), then appends it to every trust bundle of
+ * proto/trust_paths.h the guest has (unless already there), keeping each file's mode. uds: the
+ * sandbox's vsock socket. A different certificate already at CA_INSTALL_CERT (the template's CA, in
+ * a sandbox made from one) is taken out of the bundle. 0 or -errno with one line in err.
  */
 int sbx_ca_install(int dfd, const char *uds, char *err, size_t errlen);
 

@@ -226,7 +226,8 @@ int source_open(const char *spec, int workfd, uint64_t max_bytes, struct image_s
 		return s->dfd < 0 ? errmsg(err, errlen, -errno, "%.200s: %s", path, strerror(errno))
 				  : 0;
 	}
-	if (!S_ISREG(st.st_mode))
+	/* A block device holding an archive is one too (a large image handed over as a disk). */
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
 		return errmsg(err, errlen, -EINVAL, "%.200s: neither a directory nor an archive",
 			      path);
 	int r = unpack_archive(path, s, max_bytes, log, err, errlen);

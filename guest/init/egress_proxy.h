@@ -48,6 +48,14 @@ void egress_proxy_stop(struct egress_proxy *p);
 #define EGRESS_ENV_COUNT 6
 /* "NAME=VALUE" of variable i (< EGRESS_ENV_COUNT) into buf; 0, -ENOENT or -ENOSPC. */
 int egress_env_entry(unsigned i, uint16_t port, char *buf, size_t size);
+/*
+ * ca_env.c: SSL_CERT_FILE and REQUESTS_CA_BUNDLE name the first trust bundle the root has
+ * (proto/trust_paths.h), NODE_EXTRA_CA_CERTS the sandbox's CA certificate, so that Python,
+ * requests and Node trust the egress interception in any image. "NAME=VALUE" of variable i
+ * (< CA_ENV_COUNT) into buf; -ENOENT when the root has no such file.
+ */
+#define CA_ENV_COUNT 3
+int ca_env_entry(unsigned i, char *buf, size_t size);
 /* setenv() each variable the environment does not already have (PID 1: boot parameters win). */
 int egress_env_setdefault(uint16_t port);
 

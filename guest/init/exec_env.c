@@ -8,7 +8,7 @@
 #include "egress_proxy.h"
 
 /* PATH, HOME, USER, LOGNAME, SHELL, TERM, then the proxy variables. */
-#define EXEC_ENV_DEFAULTS (6 + EGRESS_ENV_COUNT)
+#define EXEC_ENV_DEFAULTS (6 + EGRESS_ENV_COUNT + CA_ENV_COUNT)
 
 char **exec_env_build(const struct exec_req *r, const struct pw_ent *pw, uint16_t proxy_port)
 {
@@ -30,6 +30,13 @@ char **exec_env_build(const struct exec_req *r, const struct pw_ent *pw, uint16_
 	for (unsigned i = 0; i < EGRESS_ENV_COUNT; i++) {
 		if (egress_env_entry(i, proxy_port, var, sizeof(var)) < 0 ||
 		    !(env[n++] = strdup(var)))
+			goto fail;
+	}
+	for (unsigned i = 0; i < CA_ENV_COUNT; i++) {
+		int r = ca_env_entry(i, var, sizeof(var));
+		if (r == -ENOENT)
+			continue;
+		if (r < 0 || !(env[n++] = strdup(var)))
 			goto fail;
 	}
 	/* Request entries replace defaults of the same name: the caller's explicit env wins. */

@@ -111,7 +111,8 @@ int main_spec_parse(const char *text, struct main_spec *m, char *err, size_t err
 static char **main_env(const struct main_spec *m, const struct pw_ent *pw)
 {
 	size_t n = 0;
-	char var[128], **env = calloc(MAIN_ITEMS_MAX + 8 + EGRESS_ENV_COUNT, sizeof(*env));
+	char var[128],
+	    **env = calloc(MAIN_ITEMS_MAX + 8 + EGRESS_ENV_COUNT + CA_ENV_COUNT, sizeof(*env));
 	const char *def[3] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			      NULL, NULL};
 	char home[300];
@@ -122,11 +123,13 @@ static char **main_env(const struct main_spec *m, const struct pw_ent *pw)
 	def[1] = home;
 	for (size_t i = 0; m->env[i]; i++)
 		env[n++] = strdup(m->env[i]);
-	for (unsigned i = 0; i < 2 + EGRESS_ENV_COUNT; i++) {
+	for (unsigned i = 0; i < 2 + EGRESS_ENV_COUNT + CA_ENV_COUNT; i++) {
 		const char *v = i < 2 ? def[i] : NULL;
 		size_t k;
 		if (!v) {
-			if (egress_env_entry(i - 2, EGRESS_LISTEN_PORT, var, sizeof(var)) < 0)
+			if ((i < 2 + EGRESS_ENV_COUNT
+				 ? egress_env_entry(i - 2, EGRESS_LISTEN_PORT, var, sizeof(var))
+				 : ca_env_entry(i - 2 - EGRESS_ENV_COUNT, var, sizeof(var))) < 0)
 				continue;
 			v = var;
 		}

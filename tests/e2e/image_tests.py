@@ -206,7 +206,7 @@ class EgressSandbox:
     box's own (files.cove.test = 127.0.0.1, where a test HTTP server runs) and one that resolves
     to the metadata address without allow_private; cove-broker beside it serves the egress."""
 
-    def __init__(self, name, www, policy=None, env=None):
+    def __init__(self, name, www, policy=None, env=None, image=None):
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix=f"{name}-")
         self.state, self.run = os.path.join(self.tmp, "state"), os.path.join(self.tmp, "run")
@@ -215,6 +215,7 @@ class EgressSandbox:
         if not os.path.exists(os.path.join(os.path.dirname(bt.COVE), "cove-broker")):
             self.env["COVE_BROKER"] = at.BROKER
         self.env.update(env or {})
+        self.state = self.env["COVE_STATE_DIR"]  # an image imported beforehand: its own root
         self.httpd = _Server(("127.0.0.1", 0), functools.partial(_Quiet, directory=www))
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -230,7 +231,8 @@ class EgressSandbox:
             json.dump(policy, f)
         self.created = False
         t0 = time.monotonic()
-        r = self.cove("create", name, "--cold", "--rootfs", IMAGE, "--snapshot-every", "off",
+        root = ("--image", image) if image else ("--rootfs", IMAGE)
+        r = self.cove("create", name, "--cold", *root, "--snapshot-every", "off",
                       "--policy", pol)
         check(r.returncode == 0, f"cove create on the Debian image: rc={r.returncode} "
                                  f"{r.stderr.decode(errors='replace')[-600:]!r}; vmm.log "
@@ -590,6 +592,74 @@ def _tls_server(tmp, host, handler):
     return httpd, httpd.server_address[1]
 
 
+OCI_ARCHIVE = "/work/oci-deb/debian.oci.tar"
+
+
+def test_image_oci_python_https():
+    """The Debian image as an OCI image (issue 32: tests/e2e/run makes an OCI archive of its
+    tree with a user app; glibc, Python, pip): cove image import reads it from a disk, cove
+    create --image --policy boots it, cove exec runs as the image's User in its WorkingDir, and
+    Python's urllib makes an HTTPS request through the egress interception that verifies
+    against the sandbox's CA, which cove put in the image's trust bundle (SSL_CERT_FILE and
+    REQUESTS_CA_BUNDLE name it)."""
+    need_image()
+    if not os.path.exists(OCI_ARCHIVE):
+        raise bt.Failure(f"{OCI_ARCHIVE} is missing (tests/e2e/run makes it from the image)")
+    tmp = tempfile.mkdtemp(prefix="ocipy-")
+    secret = "tok-" + secrets.token_hex(20)
+    try:
+        httpd, port = _tls_server(tmp, "api.cove.test", _Echo)
+        helper, senv = at.secret_store(tmp, secret)
+        policy = {"credentials": {"api": {
+            "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
+            "inject": {"header": "Authorization", "template": "Bearer {password}"},
+            "allow": {"schemes": ["https"], "hosts": ["api.cove.test"], "ports": [port],
+                      "path_prefixes": ["/v1/"], "methods": ["GET"]},
+            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
+        _Echo.seen = []
+        env = {"GNUPGHOME": senv["GNUPGHOME"], "PASSWORD_STORE_DIR": senv["PASSWORD_STORE_DIR"]}
+        # The import goes into the state root the sandbox below uses.
+        state = os.path.join(tmp, "oci-state")
+        ienv = dict(os.environ, COVE_STATE_DIR=state)
+        t0 = time.monotonic()
+        r = subprocess.run([bt.COVE, "image", "import", OCI_ARCHIVE, "--json"],
+                           capture_output=True, env=ienv, timeout=900)
+        check(r.returncode == 0, f"cove image import: rc={r.returncode} "
+                                 f"{r.stderr.decode(errors='replace')[-600:]!r}")
+        info = json.loads(r.stdout)
+        t_import = time.monotonic() - t0
+        check(info["name"] == "localhost/debian-python:12" and not info["cached"],
+              f"import: {info}")
+        sb = EgressSandbox("deb-oci", tmp, policy=policy, env=dict(env, COVE_STATE_DIR=state),
+                           image="localhost/debian-python:12")
+        try:
+            rc, out, err = sb.sh("id -un; pwd; echo $SSL_CERT_FILE; echo $REQUESTS_CA_BUNDLE; "
+                                 "python3 --version; pip3 --version | cut -d' ' -f1-2")
+            lines = out.split("\n")
+            check(rc == 0 and lines[:4] == ["app", "/home/app",
+                                            "/etc/ssl/certs/ca-certificates.crt",
+                                            "/etc/ssl/certs/ca-certificates.crt"] and
+                  lines[4].startswith("Python 3.11") and lines[5].startswith("pip "),
+                  f"exec defaults in the Debian OCI image: rc={rc} {out!r} {err!r}")
+            url = f"https://api.cove.test:{port}/v1/py"
+            rc, out, err = sb.sh("python3 -c 'import urllib.request; "
+                                 f"print(urllib.request.urlopen(\"{url}\").read().decode())'")
+            check(rc == 0 and out.startswith("path=/v1/py auth=") and secret not in out,
+                  f"python https through the interception: rc={rc} {out!r} {err!r}; "
+                  f"broker.log {sb.tail('broker.log')!r}")
+            check(_Echo.seen[-1:] == [("/v1/py", "Bearer " + secret)],
+                  f"upstream saw {_Echo.seen[-1:]!r}")
+            print(f"    cove image import (OCI archive from a disk, {info['entries']} entries, "
+                  f"{info['unpacked_bytes'] >> 20} MiB): {t_import:.1f} s; python3 urllib "
+                  f"https verified against the sandbox's CA as user app: {out.strip()!r}")
+        finally:
+            sb.close()
+            httpd.shutdown()
+    finally:
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+
+
 def test_image_git_clone():
     """git clone over HTTPS of a private repository (git http-backend; 401 without the token)
     in the Debian sandbox, with no token in the guest: the sandbox's cove-broker intercepts,
@@ -795,4 +865,5 @@ TESTS = [
     test_image_credential_injection,
     test_image_git_clone,
     test_image_template_ca,
+    test_image_oci_python_https,
 ]
