@@ -1,28 +1,10 @@
 /* cove store ...: execs cove-store from this executable's directory (the store client links
  * libcurl and libxml2; cove itself stays a small static binary without them). */
 #include "cli/commands.h"
-
-#include <errno.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
+#include "cli/exec_beside.h"
 
 int cmd_store(int argc, char **argv)
 {
-	char self[4096], path[4200];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n < 0) {
-		fprintf(stderr, "cove store: cannot find this executable: %s\n", strerror(errno));
-		return 1;
-	}
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	if (slash)
-		*slash = '\0';
-	snprintf(path, sizeof(path), "%s/cove-store", slash ? self : ".");
 	(void)argc;
-	argv[0] = path;
-	execv(path, argv);
-	fprintf(stderr, "cove store: cannot run %s: %s\n", path, strerror(errno));
-	return 1;
+	return exec_beside("cove-store", "store", argv);
 }

@@ -98,7 +98,9 @@ static void child_attach_console(bool controlling)
 		close(fd);
 }
 
-int sup_spawn(struct sup *s, char *const argv[], bool interactive)
+/* The command, or the image's main process as uid/gid (ids NULL: as cove-init) in cwd. */
+static int spawn(struct sup *s, char *const argv[], char *const envp[], const char *cwd,
+		 const uid_t *uid, const gid_t *gid, bool interactive)
 {
 	pid_t pid = fork();
 
@@ -107,28 +109,9 @@ int sup_spawn(struct sup *s, char *const argv[], bool interactive)
 	if (pid == 0) {
 		sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
 		child_attach_console(interactive);
-		execvp(argv[0], argv);
-		dprintf(2, "cove-init: exec %s: %s\n", argv[0], strerror(errno));
-		_exit(errno == ENOENT ? 127 : 126);
-	}
-	s->main_pid = pid;
-	s->main_status = -1;
-	return 0;
-}
-
-int sup_spawn_as(struct sup *s, char *const argv[], char *const envp[], const char *cwd, uid_t uid,
-		 gid_t gid)
-{
-	pid_t pid = fork();
-
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		sigprocmask(SIG_SETMASK, &s->old_mask, NULL);
-		child_attach_console(false);
-		if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0) {
-			dprintf(2, "cove-init: main process as %u:%u: %s\n", (unsigned)uid,
-				(unsigned)gid, strerror(errno));
+		if (uid && (setgroups(0, NULL) < 0 || setgid(*gid) < 0 || setuid(*uid) < 0)) {
+			dprintf(2, "cove-init: main process as %u:%u: %s\n", (unsigned)*uid,
+				(unsigned)*gid, strerror(errno));
 			_exit(126);
 		}
 		if (cwd && chdir(cwd) < 0) {
@@ -145,6 +128,17 @@ int sup_spawn_as(struct sup *s, char *const argv[], char *const envp[], const ch
 	s->main_pid = pid;
 	s->main_status = -1;
 	return 0;
+}
+
+int sup_spawn(struct sup *s, char *const argv[], bool interactive)
+{
+	return spawn(s, argv, NULL, NULL, NULL, NULL, interactive);
+}
+
+int sup_spawn_as(struct sup *s, char *const argv[], char *const envp[], const char *cwd, uid_t uid,
+		 gid_t gid)
+{
+	return spawn(s, argv, envp, cwd, &uid, &gid, false);
 }
 
 int sup_spawn_idle(struct sup *s)

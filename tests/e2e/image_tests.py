@@ -444,6 +444,22 @@ def stop_and_scan(sb, secret, control, user):
           "; ".join(f"{n.decode()} in {sorted(where[n])}" for n in leaked))
 
 
+def _inject_upstream(tmp, secret):
+    """An HTTPS upstream api.cove.test (the test CA in tmp) that echoes the Authorization it
+    gets, a real pass store holding `secret`, and a policy whose credential "api" injects it
+    as a bearer token for GETs under /v1/: (server, port, policy, the store's env)."""
+    httpd, port = _tls_server(tmp, "api.cove.test", _Echo)
+    helper, senv = at.secret_store(tmp, secret)
+    policy = {"credentials": {"api": {
+        "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
+        "inject": {"header": "Authorization", "template": "Bearer {password}"},
+        "allow": {"schemes": ["https"], "hosts": ["api.cove.test"], "ports": [port],
+                  "path_prefixes": ["/v1/"], "methods": ["GET"]},
+        "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
+    _Echo.seen = []
+    return httpd, port, policy, senv
+
+
 def test_image_credential_injection():
     """HTTPS from an unmodified curl in the Debian sandbox to a host a credential names: the
     sandbox's cove-broker terminates the TLS with the sandbox's CA (installed in its overlay at
@@ -457,15 +473,7 @@ def test_image_credential_injection():
     secret = "tok-" + secrets.token_hex(20)
     control = "control-" + secrets.token_hex(20)
     try:
-        httpd, port = _tls_server(tmp, "api.cove.test", _Echo)
-        helper, senv = at.secret_store(tmp, secret)
-        policy = {"credentials": {"api": {
-            "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
-            "inject": {"header": "Authorization", "template": "Bearer {password}"},
-            "allow": {"schemes": ["https"], "hosts": ["api.cove.test"], "ports": [port],
-                      "path_prefixes": ["/v1/"], "methods": ["GET"]},
-            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
-        _Echo.seen = []
+        httpd, port, policy, senv = _inject_upstream(tmp, secret)
         sb = EgressSandbox("deb-inject", tmp, policy=policy,
                            env={"GNUPGHOME": senv["GNUPGHOME"],
                                 "PASSWORD_STORE_DIR": senv["PASSWORD_STORE_DIR"]})
@@ -608,15 +616,7 @@ def test_image_oci_python_https():
     tmp = tempfile.mkdtemp(prefix="ocipy-")
     secret = "tok-" + secrets.token_hex(20)
     try:
-        httpd, port = _tls_server(tmp, "api.cove.test", _Echo)
-        helper, senv = at.secret_store(tmp, secret)
-        policy = {"credentials": {"api": {
-            "helper": helper, "helper_input": {"protocol": "https", "host": "api.cove.test"},
-            "inject": {"header": "Authorization", "template": "Bearer {password}"},
-            "allow": {"schemes": ["https"], "hosts": ["api.cove.test"], "ports": [port],
-                      "path_prefixes": ["/v1/"], "methods": ["GET"]},
-            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
-        _Echo.seen = []
+        httpd, port, policy, senv = _inject_upstream(tmp, secret)
         env = {"GNUPGHOME": senv["GNUPGHOME"], "PASSWORD_STORE_DIR": senv["PASSWORD_STORE_DIR"]}
         # The import goes into the state root the sandbox below uses.
         state = os.path.join(tmp, "oci-state")
