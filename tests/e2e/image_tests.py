@@ -634,12 +634,12 @@ def test_image_oci_python_https():
                            image="localhost/debian-python:12")
         try:
             rc, out, err = sb.sh("id -un; pwd; echo $SSL_CERT_FILE; echo $REQUESTS_CA_BUNDLE; "
-                                 "python3 --version; pip3 --version | cut -d' ' -f1-2")
+                                 "echo $LANG; python3 --version; pip3 --version | cut -d' ' -f1-2")
             lines = out.split("\n")
-            check(rc == 0 and lines[:4] == ["app", "/home/app",
+            check(rc == 0 and lines[:5] == ["app", "/home/app",
                                             "/etc/ssl/certs/ca-certificates.crt",
-                                            "/etc/ssl/certs/ca-certificates.crt"] and
-                  lines[4].startswith("Python 3.11") and lines[5].startswith("pip "),
+                                            "/etc/ssl/certs/ca-certificates.crt", "C.UTF-8"] and
+                  lines[5].startswith("Python 3.11") and lines[6].startswith("pip "),
                   f"exec defaults in the Debian OCI image: rc={rc} {out!r} {err!r}")
             url = f"https://api.cove.test:{port}/v1/py"
             rc, out, err = sb.sh("python3 -c 'import urllib.request; "
