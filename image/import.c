@@ -50,6 +50,12 @@ static int default_name(const struct import_opts *o, const struct image_plan *p,
 		snprintf(out, cap, "%s", p->ref);
 		return 0;
 	}
+	/* containers-storage:REF: the name is REF. */
+	if (!strcmp(s->kind, "containers-storage") &&
+	    image_name_ok(o->source + strlen("containers-storage:"))) {
+		snprintf(out, cap, "%s", o->source + strlen("containers-storage:"));
+		return 0;
+	}
 	const char *src = o->source, *c = strchr(src, ':');
 	if (c && strncmp(src, "/", 1) && strncmp(src, ".", 1))
 		src = c + 1; /* TRANSPORT: */
