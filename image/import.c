@@ -11,6 +11,7 @@
 #include "image/unpack.h"
 #include "lifecycle/tree.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -81,6 +82,32 @@ static int default_name(const struct import_opts *o, const struct image_plan *p,
 		return errmsg(err, errlen, -EINVAL, "the image has no usable name: give --name");
 	snprintf(out, cap, "%s", base);
 	return 0;
+}
+
+/* Work directories an import left when it died (kill -9, a crash) an hour or more ago: an
+ * import still running is younger. They can hold a whole unpacked image. */
+static void sweep_work(int cachefd, struct logger *log)
+{
+	int fd = openat(cachefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	time_t now = time(NULL);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		struct stat st;
+		if (strncmp(de->d_name, ".import-", 8) ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode) || now - st.st_mtime < 3600)
+			continue;
+		if (sbx_tree_remove(dirfd(d), de->d_name) == 0 && log)
+			log_info(log, "removed %s, left by an import that did not finish",
+				 de->d_name);
+	}
+	closedir(d);
 }
 
 static int make_work(int cachefd, char *tmp, size_t cap, char *err, size_t errlen)
@@ -189,6 +216,7 @@ int image_import(int cachefd, const struct import_opts *o, struct import_result 
 	memset(res, 0, sizeof(*res));
 	uint64_t t0 = now_ms();
 	char work[64] = "";
+	sweep_work(cachefd, log);
 	int r = make_work(cachefd, work, sizeof(work), err, errlen);
 	if (r)
 		return r;

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 
 #include "image/cache.h"
 #include "image/digest.h"
@@ -415,6 +416,16 @@ static void test_import_oci(void **state)
 	assert_string_equal(
 	    json_string_value(json_object_get(json_object_get(m, "config"), "WorkingDir")), "/tmp");
 	json_decref(m);
+	/* A work directory an import left an hour ago goes at the next import; a fresh one (an
+	 * import still running) stays. */
+	assert_int_equal(mkdirat(cfd, ".import-0000dead", 0700), 0);
+	assert_int_equal(mkdirat(cfd, ".import-0000dead/root", 0700), 0);
+	assert_int_equal(mkdirat(cfd, ".import-0000live", 0700), 0);
+	struct timespec old[2] = {{.tv_sec = time(NULL) - 7200}, {.tv_sec = time(NULL) - 7200}};
+	assert_int_equal(utimensat(cfd, ".import-0000dead", old, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(image_import(cfd, &o, &res, NULL, err, sizeof(err)), 0);
+	assert_int_equal(fstatat(cfd, ".import-0000dead", &s, 0), -1);
+	assert_int_equal(fstatat(cfd, ".import-0000live", &s, 0), 0);
 	/* A layer that is bigger than its descriptor: refused, nothing kept. */
 	snprintf(src, sizeof(src), "oci:%s/liar", f->dir);
 	o.name = "liar";
