@@ -270,7 +270,9 @@ def test_snapshot_disk_agrees_with_memory():
     finally:
         kill(r)
     ls = re.search(r"LS: ([^\r\n]*)", text).group(1).split()
-    check("a" in ls and "c" not in ls, f"restored disk shows {ls}: want a and not c")
+    check("a" in ls and "c" not in ls, f"restored disk shows {ls}: want a and not c; the "
+          f"snapshot at count {at_snap}, chain {sorted(os.listdir(d))}; restored console "
+          f"{text[-1500:]!r}")
     print(f"    snapshot at count {at_snap}; restored guest lists /root: {ls} "
           f"(the original wrote c after the snapshot)")
     fresh(d, con1, con2, sock, base, ovl, ovl + ".map")
