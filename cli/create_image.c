@@ -54,19 +54,25 @@ int create_image_spec(struct sbx_spec *s, const char *name, const char *ref, con
 		r_ = image_meta_read(cfd, hex, &meta, err, errlen);
 	if (cfd >= 0)
 		close(cfd);
-	if (!r_ && (!s->kernel[0] || !rootfs[0]))
+	/* The kernel and the directory of the guest build's root image, beside which
+	 * guest/rootfs/build leaves init.cpio.gz. */
+	if (!r_)
 		r_ = sbx_guest_find(s->kernel, rootfs, sizeof(rootfs), err, errlen);
+	char initrd[PATH_MAX];
 	if (!r_) {
 		char dir[PATH_MAX];
 		snprintf(dir, sizeof(dir), "%s", rootfs);
-		if ((size_t)snprintf(s->initrd, sizeof(s->initrd), "%s/%s", dirname(dir),
-				     INIT_CPIO) >= sizeof(s->initrd) ||
-		    access(s->initrd, R_OK) < 0)
+		if ((size_t)snprintf(initrd, sizeof(initrd), "%s/%s", dirname(dir), INIT_CPIO) >=
+			sizeof(initrd) ||
+		    access(initrd, R_OK) < 0)
 			r_ = errmsg(err, errlen, -ENOENT,
 				    "%s: not there (guest/rootfs/build makes it beside the root "
 				    "image)",
-				    s->initrd);
+				    initrd);
 	}
+	/* The initramfs spec (kernel, command line naming NAME); disk 0 and cove.* follow. */
+	if (!r_)
+		r_ = sbx_spec_guest(s, name, NULL, initrd, err, errlen);
 	if (!r_) {
 		if ((size_t)snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%.3900s/%s/%s/%s",
 				     r.state, IMAGES_DIR, hex,
@@ -87,11 +93,10 @@ int create_image_spec(struct sbx_spec *s, const char *name, const char *ref, con
 			r_ = -ENOMEM;
 		} else {
 			b64_encode((const uint8_t *)mj, n, b64);
-			int len = snprintf(s->cmdline, sizeof(s->cmdline),
-					   "console=ttyS0 reboot=k panic=-1 quiet tsc=reliable "
-					   "cove.hostname=%s cove.root=/dev/vda cove.main=%s",
-					   name, b64);
-			if (len < 0 || len >= CMDLINE_ROOM)
+			size_t base = strlen(s->cmdline);
+			int len = snprintf(s->cmdline + base, sizeof(s->cmdline) - base,
+					   " cove.root=/dev/vda cove.main=%s", b64);
+			if (len < 0 || base + (size_t)len >= CMDLINE_ROOM)
 				r_ =
 				    errmsg(err, errlen, -E2BIG,
 					   "image %s: its command, Env, WorkingDir and User take "
