@@ -15,7 +15,7 @@ import struct
 import time
 import zlib
 
-from covetest import Vm, check, guest, main, run_cove, run_each
+from covetest import Vm, check, guest, main, open_fds, run_cove, run_each
 
 SEC_CONFIG = 1
 
@@ -175,8 +175,7 @@ def test_machine_paths(tmp):
             # An extra "path" key is ignored: the disk still comes from --disk, not the file.
             with Vm(None, restore=d, extra=["--disk", img, "--vsock-uds", new_uds]) as r:
                 r.wait_output("tick 3\n")
-                fds = [os.readlink(f"/proc/{r.proc.pid}/fd/{fd}")
-                       for fd in os.listdir(f"/proc/{r.proc.pid}/fd")]
+                fds = open_fds(r.proc.pid)
                 check(canary not in fds, f"restore opened the path the file named: {fds}")
                 check(img in fds, f"restore did not open the host's --disk: {fds}")
         check(sha(canary) == before, "the canary changed")
@@ -196,7 +195,7 @@ def test_machine_paths(tmp):
                 argv = f.read().split(b"\0")
             check(b"--disk" in argv and (img + ",ro").encode() in argv,
                   f"the clone was not given the host disk: {argv}")
-            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            fds = open_fds(pid)
             check(img in fds, f"the clone did not open the host disk: {fds}")
         finally:
             os.kill(pid, signal.SIGKILL)
@@ -246,7 +245,7 @@ def test_frozen_layers(tmp):
     refused([d, "--disk", f"{base},overlay={ovl}"], "does not take overlay=", "overlay= given")
     with Vm(None, restore=d, extra=["--disk", base]) as r:
         r.wait_output("tick 2\n")
-        fds = [os.readlink(f"/proc/{r.proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{r.proc.pid}/fd")]
+        fds = open_fds(r.proc.pid)
         check(lp in fds and base in fds and ovl not in fds,
               f"restore did not read the chain's layer and the host's base: {fds}")
     # The chain's layer swapped for a link to a host file: refused, nothing read through it
@@ -374,7 +373,7 @@ def test_console_file(tmp):
         check(status == 200, f"fork: {status} {body}")
         pid = body["clones"][0]["pid"]
         try:
-            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            fds = open_fds(pid)
             check(con2 not in fds, f"the clone holds the parent's console file: {fds}")
             check(body["clones"][0]["console"] in fds, f"the clone has no console of its own: {fds}")
         finally:

@@ -15,7 +15,8 @@ import threading
 import time
 import zlib
 
-from covetest import COVE, Vm, chain_file, chain_json, check, guest, main, run_cove, run_each, wait_file_bytes
+from covetest import (COVE, Vm, chain_file, chain_json, check, guest, main, open_fds, run_cove,
+                      run_each, wait_file_bytes)
 
 PAGE = 4096
 HDR = 4096
@@ -236,8 +237,7 @@ def test_fork(d):
             for c in body["clones"]:
                 check(os.path.exists(c["api_sock"]), f"clone has no API socket: {c}")
                 # The parent's console (its stdout pipe here) and sockets do not leak in.
-                fds = {os.readlink(f"/proc/{c['pid']}/fd/{fd}")
-                       for fd in os.listdir(f"/proc/{c['pid']}/fd")}
+                fds = set(open_fds(c["pid"]))
                 parent = {os.readlink(f"/proc/{vm.proc.pid}/fd/1")}
                 check(not (fds & parent), f"clone {c['pid']} holds the parent's console: {fds}")
                 out = wait_file_bytes(c["console"], b"tick", 20)

@@ -387,6 +387,18 @@ def framed_call(path, obj, timeout=30):
         return recv_msg(s)
 
 
+def open_fds(pid):
+    """The targets of a live process's open descriptors. A descriptor closed between listing
+    /proc/PID/fd and reading its link (a worker thread's short-lived fd) is left out."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def smaps_rss(pid):
     """Returns (total Rss KiB, Rss KiB of the guest RAM mapping)."""
     total = guest_rss = 0
