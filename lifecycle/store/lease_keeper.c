@@ -36,6 +36,54 @@ bool lease_keeper_current(const struct lease_keeper *k)
 	return now.epoch == k->held.epoch && !strcmp(now.host, k->held.host) && now.expires_ms;
 }
 
+/* Pauses the VM once the held lease is within the margin of expiring (called under mu). */
+static void pause_now(struct lease_keeper *k)
+{
+	int pr = k->set_paused(k->arg, true);
+	atomic_store(&k->paused, true);
+	log_err(k->log,
+		"%s: the lease could not be renewed and expires in %lld ms: VM %s, no commit "
+		"until it is renewed",
+		k->held.sandbox, (long long)(k->held.expires_ms - realtime_ms()),
+		pr ? "NOT paused (its API did not answer)" : "paused");
+}
+
+/*
+ * The guard: a thread of its own that sleeps until the held lease's expiry minus the margin and
+ * pauses the VM then, unless a renewal moved the expiry first. A renewal can take longer than
+ * the margin (retries, a store that does not answer), so the pause never waits on it.
+ */
+static void *guard_main(void *arg)
+{
+	struct lease_keeper *k = arg;
+	pthread_mutex_lock(&k->mu);
+	while (!k->stop) {
+		int64_t left = k->held.expires_ms - k->margin_ms - realtime_ms();
+		if (left <= 0 && !atomic_load(&k->paused) && !atomic_load(&k->lost)) {
+			pause_now(k);
+			continue;
+		}
+		if (left <= 0) {
+			/* paused or lost: nothing to do until a renewal or the stop */
+			pthread_cond_wait(&k->cv, &k->mu);
+			continue;
+		}
+		/* Wake at least every second: the wall clock can move under a monotonic wait. */
+		if (left > 1000)
+			left = 1000;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000;
+		pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+	}
+	pthread_mutex_unlock(&k->mu);
+	return NULL;
+}
+
+/* The renewer: renews every third of the time to live, and every second while paused. */
 static void *keeper_main(void *arg)
 {
 	struct lease_keeper *k = arg;
@@ -45,56 +93,50 @@ static void *keeper_main(void *arg)
 	do {
 		int64_t now = realtime_ms();
 		/* Every third of the time to live, counted from the last renewal or from when the
-		 * lease was written (a start may hand it over a while after taking it). */
-		if (now - last_ok >= ttl / 3 || now >= k->held.expires_ms - 2 * ttl / 3 ||
-		    atomic_load(&k->paused)) {
-			struct store_lease next = k->held;
-			int r = store_lease_renew(k->c, k->cfg, &next, now, why, sizeof(why));
-			store_stats_add(k->dfd, &(struct store_stats){.renewals = !r,
-								      .renewal_failures = r != 0,
-								      .leases_lost = r == -ESTALE});
-			if (!r) {
-				k->held = next;
-				last_ok = now;
-				if (lease_keeper_current(k))
-					store_lease_save(k->dfd, &next);
-				if (atomic_load(&k->paused) && !k->set_paused(k->arg, false)) {
-					atomic_store(&k->paused, false);
-					log_warn(k->log, "%s: lease renewed: the VM runs again",
-						 k->held.sandbox);
-				}
-			} else if (r == -ESTALE) {
-				/* Another host holds it now: this copy must not go on. */
-				atomic_store(&k->lost, true);
-				if (!lease_keeper_current(k)) {
-					log_info(k->log,
-						 "%s: %s; a later start on this host holds its "
-						 "own lease: this keeper ends",
-						 k->held.sandbox, why);
-					break;
-				}
-				pid_t pid = atomic_load(&k->vmm);
-				if (pid <= 0)
-					pid = sbx_vmm_pid(k->dfd);
-				log_err(k->log, "%s: %s; ending this host's VM (pid %d)",
-					k->held.sandbox, why, (int)pid);
-				if (pid > 0)
-					kill(pid, SIGKILL);
-				break;
-			} else {
-				log_warn(k->log, "%s: lease renewal failed (tried again): %s",
-					 k->held.sandbox, why);
+		 * lease was written (a start may hand it over a while after taking it). Only this
+		 * thread writes held, so it reads it unlocked. */
+		if (now - last_ok < ttl / 3 && now < k->held.expires_ms - 2 * ttl / 3 &&
+		    !atomic_load(&k->paused))
+			continue;
+		struct store_lease next = k->held;
+		int r = store_lease_renew(k->c, k->cfg, &next, now, why, sizeof(why));
+		store_stats_add(k->dfd, &(struct store_stats){.renewals = !r,
+							      .renewal_failures = r != 0,
+							      .leases_lost = r == -ESTALE});
+		if (!r) {
+			pthread_mutex_lock(&k->mu);
+			k->held = next;
+			last_ok = now;
+			if (lease_keeper_current(k))
+				store_lease_save(k->dfd, &next);
+			if (atomic_load(&k->paused) && !k->set_paused(k->arg, false)) {
+				atomic_store(&k->paused, false);
+				log_warn(k->log, "%s: lease renewed: the VM runs again",
+					 k->held.sandbox);
 			}
-		}
-		/* Not renewed in time: stop acting before the lease can expire elsewhere. */
-		if (!atomic_load(&k->paused) && realtime_ms() > k->held.expires_ms - k->margin_ms) {
-			int pr = k->set_paused(k->arg, true);
-			atomic_store(&k->paused, true);
-			log_err(k->log,
-				"%s: the lease could not be renewed and expires in %lld ms: VM %s, "
-				"no commit until it is renewed",
-				k->held.sandbox, (long long)(k->held.expires_ms - realtime_ms()),
-				pr ? "NOT paused (its API did not answer)" : "paused");
+			pthread_cond_broadcast(&k->cv);
+			pthread_mutex_unlock(&k->mu);
+		} else if (r == -ESTALE) {
+			/* Another host holds it now: this copy must not go on. */
+			atomic_store(&k->lost, true);
+			if (!lease_keeper_current(k)) {
+				log_info(k->log,
+					 "%s: %s; a later start on this host holds its own lease: "
+					 "this keeper ends",
+					 k->held.sandbox, why);
+				break;
+			}
+			pid_t pid = atomic_load(&k->vmm);
+			if (pid <= 0)
+				pid = sbx_vmm_pid(k->dfd);
+			log_err(k->log, "%s: %s; ending this host's VM (pid %d)", k->held.sandbox,
+				why, (int)pid);
+			if (pid > 0)
+				kill(pid, SIGKILL);
+			break;
+		} else {
+			log_warn(k->log, "%s: lease renewal failed (tried again): %s",
+				 k->held.sandbox, why);
 		}
 	} while (!nap(k, 1000));
 	return NULL;
@@ -113,7 +155,17 @@ int lease_keeper_start(struct lease_keeper *k)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&k->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	int r = pthread_create(&k->thread, NULL, keeper_main, k);
+	int r = pthread_create(&k->guard, NULL, guard_main, k);
+	if (!r) {
+		r = pthread_create(&k->thread, NULL, keeper_main, k);
+		if (r) {
+			pthread_mutex_lock(&k->mu);
+			k->stop = true;
+			pthread_cond_broadcast(&k->cv);
+			pthread_mutex_unlock(&k->mu);
+			pthread_join(k->guard, NULL);
+		}
+	}
 	if (r) {
 		pthread_cond_destroy(&k->cv);
 		pthread_mutex_destroy(&k->mu);
@@ -125,9 +177,10 @@ void lease_keeper_stop(struct lease_keeper *k)
 {
 	pthread_mutex_lock(&k->mu);
 	k->stop = true;
-	pthread_cond_signal(&k->cv);
+	pthread_cond_broadcast(&k->cv);
 	pthread_mutex_unlock(&k->mu);
 	pthread_join(k->thread, NULL);
+	pthread_join(k->guard, NULL);
 	pthread_cond_destroy(&k->cv);
 	pthread_mutex_destroy(&k->mu);
 }

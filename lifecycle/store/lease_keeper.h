@@ -1,8 +1,9 @@
 /*
- * The lease holder of a running sandbox: a thread of `cove-store follow` (outside the jail)
- * that renews the lease every third of its time to live, pauses the VM when it could not renew
- * in time (margin: the clock skew + 3 s before expiry) and resumes it once renewed, and ends
- * the VM when the lease has moved to another host.
+ * The lease holder of a running sandbox: two threads of `cove-store follow` (outside the jail).
+ * The renewer renews the lease every third of its time to live, resumes the VM once renewed,
+ * and ends the VM when the lease has moved to another host. The guard pauses the VM when the
+ * lease was not renewed in time (margin: the clock skew + 3 s before expiry), however long a
+ * renewal attempt blocks.
  */
 #ifndef COVE_STORE_LEASE_KEEPER_H
 #define COVE_STORE_LEASE_KEEPER_H
@@ -33,7 +34,8 @@ struct lease_keeper {
 	int64_t margin_ms;
 	bool stop;
 	pthread_t thread;
-	pthread_mutex_t mu;
+	pthread_t guard;
+	pthread_mutex_t mu; /* guards held against the guard thread, stop, and set_paused calls */
 	pthread_cond_t cv;
 };
 

@@ -11,8 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -21,6 +26,7 @@
 
 #include "lifecycle/root.h"
 #include "lifecycle/store/lease.h"
+#include "lifecycle/store/lease_keeper.h"
 #include "lifecycle/store/reconnect.h"
 #include "lifecycle/tree.h"
 #include "lifecycle/store/s3.h"
@@ -346,6 +352,143 @@ static void test_foreign_lease(void **state)
 	assert_non_null(strstr(f->err, "bad MAC"));
 }
 
+/* What the keeper's set_paused hook saw. */
+struct pause_log {
+	pthread_mutex_t mu;
+	int pauses, resumes;
+	int64_t first_pause_ms;
+};
+
+static int record_pause(void *arg, bool paused)
+{
+	struct pause_log *p = arg;
+	pthread_mutex_lock(&p->mu);
+	if (paused && !p->pauses++)
+		p->first_pause_ms = now_ms();
+	p->resumes += !paused;
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+static struct pause_log pauses_now(struct pause_log *p)
+{
+	pthread_mutex_lock(&p->mu);
+	struct pause_log out = *p;
+	pthread_mutex_unlock(&p->mu);
+	return out;
+}
+
+/* Removes the sandbox directory a keeper test made (its lease and stats files). */
+static void empty_and_remove(int dfd, const char *dir)
+{
+	DIR *d = fdopendir(dfd);
+	assert_non_null(d);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+static void keeper_init(struct fx *f, struct lease_keeper *k, struct store_config *cfg,
+			const struct store_lease *held, int dfd, struct pause_log *p, int attempts)
+{
+	struct s3_opts o = {.max_attempts = attempts, .stall_timeout_s = 5};
+	if (s3_client_new(cfg, &o, &k->c, f->err, sizeof(f->err)))
+		fail_msg("keeper client: %s", f->err);
+	k->cfg = cfg;
+	k->dfd = dfd;
+	k->held = *held;
+	k->set_paused = record_pause;
+	k->arg = p;
+}
+
+/*
+ * The keeper pauses the VM by expiry - (skew + 3 s) even while a renewal hangs: here the
+ * keeper's store is a socket that takes connections and never answers (a cut-off or stalled
+ * store), so each renewal attempt blocks until the client's stall timeout, three times.
+ */
+static void test_keeper_pauses_while_renewal_hangs(void **state)
+{
+	struct fx *f = *state;
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(ls >= 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(ls, 16), 0);
+	assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+	struct store_config dead = f->a;
+	snprintf(dead.endpoint, sizeof(dead.endpoint), "https://127.0.0.1:%u",
+		 (unsigned)ntohs(sa.sin_port));
+
+	struct store_lease held, other;
+	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), &held, &other, f->err,
+					  sizeof(f->err)),
+			 0);
+	char dir[] = "/tmp/cove-keeper-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+	assert_true(dfd >= 0);
+	assert_int_equal(store_lease_save(dfd, &held), 0);
+	struct pause_log p = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct lease_keeper k = {0};
+	keeper_init(f, &k, &dead, &held, dfd, &p, 1); /* one attempt already outlasts the margin */
+	assert_int_equal(lease_keeper_start(&k), 0);
+	const int64_t margin = ((int64_t)f->a.clock_skew_s + 3) * 1000;
+	while (!pauses_now(&p).pauses && now_ms() < held.expires_ms + 5000)
+		usleep(50 * 1000);
+	struct pause_log seen = pauses_now(&p);
+	lease_keeper_stop(&k);
+	s3_client_free(k.c);
+	assert_int_equal(seen.pauses, 1);
+	assert_int_equal(seen.resumes, 0);
+	/* Paused at expiry - margin, not once the hanging renewal gave up (about 15 s in). */
+	if (seen.first_pause_ms < held.expires_ms - margin - 100 ||
+	    seen.first_pause_ms > held.expires_ms - margin + 1500)
+		fail_msg("paused %lld ms before expiry, want about %lld",
+			 (long long)(held.expires_ms - seen.first_pause_ms), (long long)margin);
+	assert_true(atomic_load(&k.paused));
+	assert_false(atomic_load(&k.lost));
+	close(ls);
+	empty_and_remove(dfd, dir);
+}
+
+/* With a store that answers, the keeper renews ahead of the margin and never pauses. */
+static void test_keeper_renews_without_pause(void **state)
+{
+	struct fx *f = *state;
+	struct store_lease held, other;
+	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), &held, &other, f->err,
+					  sizeof(f->err)),
+			 0);
+	char dir[] = "/tmp/cove-keeper-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+	assert_true(dfd >= 0);
+	assert_int_equal(store_lease_save(dfd, &held), 0);
+	struct pause_log p = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct lease_keeper k = {0};
+	keeper_init(f, &k, &f->a, &held, dfd, &p, 3);
+	assert_int_equal(lease_keeper_start(&k), 0);
+	/* Past the first lease's pause point: only renewals keep it from pausing. */
+	int64_t until = held.expires_ms + 1000;
+	while (now_ms() < until)
+		usleep(100 * 1000);
+	lease_keeper_stop(&k);
+	s3_client_free(k.c);
+	struct pause_log seen = pauses_now(&p);
+	assert_int_equal(seen.pauses, 0);
+	struct store_lease saved;
+	assert_int_equal(store_lease_load(dfd, &saved), 0);
+	if (saved.expires_ms <= held.expires_ms)
+		fail_msg("the keeper never renewed: expiry %lld, first %lld",
+			 (long long)saved.expires_ms, (long long)held.expires_ms);
+	assert_int_equal(saved.epoch, held.epoch);
+	empty_and_remove(dfd, dir);
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -357,6 +500,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_race_released, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_owner, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_foreign_lease, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_keeper_pauses_while_renewal_hangs, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_keeper_renews_without_pause, setup, teardown),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	xmlCleanupParser();
