@@ -56,7 +56,11 @@ static const char create_usage[] =
     "                          its ext4 under a copy-on-write overlay, cove-init kept on\n"
     "                          a tmpfs at /.cove. Its Entrypoint + Cmd is the sandbox's\n"
     "                          main process (its Env, WorkingDir, User); its Env,\n"
-    "                          WorkingDir and User are cove exec's defaults. Boots (cold)\n"
+    "                          WorkingDir and User are cove exec's defaults. Warm too:\n"
+    "                          the image and --on-exit are part of the implicit\n"
+    "                          template's key, whose main process is saved running\n"
+    "                          (with --on-exit stop it boots: the main process could\n"
+    "                          end the template's build)\n"
     "  --on-exit restart|stop  when the main process exits: start it again after 1 s,\n"
     "                          doubling to 30 s (default), or stop the VM\n"
     "  --mem SIZE              guest RAM (default 256M)\n"
@@ -373,8 +377,9 @@ int cmd_create(int argc, char **argv)
 		status = create_from(name, a.from, s, policy, policy_len);
 		goto out;
 	}
-	if (!a.cold && !warm_ineligible(s)) {
-		status = create_warm(name, s, policy, policy_len);
+	/* --on-exit stop: a main process that ends would end the template's build. */
+	if (!a.cold && !warm_ineligible(s) && !(a.on_exit && !strcmp(a.on_exit, "stop"))) {
+		status = create_warm(name, s, policy, policy_len, a.image_meta);
 		goto out;
 	}
 	status = 1;

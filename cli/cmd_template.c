@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "cli/create_image.h"
 #include "cli/policy_opt.h"
 #include "cli/template_build.h"
 #include "cli/sandbox_stop.h"
@@ -35,7 +36,7 @@
 static const char template_usage[] =
     "usage: cove template create T [--rootfs FILE.ext4 | --initrd FILE] [--kernel FILE]\n"
     "                              [--mem SIZE] [--vcpus N] [--cpu-template NAME] [--run CMD]\n"
-    "                              [--policy FILE]\n"
+    "                              [--policy FILE] [--image IMAGE [--on-exit restart|stop]]\n"
     "       cove template ls [--json]\n"
     "       cove template rm T\n"
     "\n"
@@ -56,6 +57,11 @@ static const char template_usage[] =
     "  --kernel FILE  --rootfs FILE.ext4  --initrd FILE  --cpu-template NAME  (as cove create;\n"
     "                 every sandbox made from T keeps T's CPU template)\n"
     "  --run CMD      the setup command, e.g. 'pip install ...'\n"
+    "  --image IMAGE  the root is an imported OCI image (cove image ls), as cove create\n"
+    "                 --image: its Entrypoint + Cmd, if any, is started before CMD and is\n"
+    "                 saved running; the image's ext4 is linked into T, so cove image rm\n"
+    "                 never breaks T or a sandbox made from it\n"
+    "  --on-exit restart|stop  with --image: what the main process's exit does\n"
     "  --policy FILE  a cove-broker policy (as cove create): T boots with a broker and its\n"
     "                 guest trusts T's own egress CA; every sandbox made from T keeps the\n"
     "                 policy, gets a broker and a CA of its own, and its guest's trust store\n"
@@ -68,12 +74,26 @@ static const char template_usage[] =
     "status: 64 a bad name, 65 no such\n"
     "template, 68 it exists already, 2 bad usage, 1 anything else.\n";
 
-enum { O_MEM = 256, O_VCPUS, O_KERNEL, O_ROOTFS, O_INITRD, O_RUN, O_CPU_TEMPLATE, O_POLICY };
+enum {
+	O_MEM = 256,
+	O_VCPUS,
+	O_KERNEL,
+	O_ROOTFS,
+	O_INITRD,
+	O_RUN,
+	O_CPU_TEMPLATE,
+	O_POLICY,
+	O_IMAGE,
+	O_ON_EXIT
+};
 
 struct tpl_args {
 	const char *name;
 	const char *run;
 	const char *policy;
+	const char *image;   /* --image REF */
+	const char *on_exit; /* --on-exit, with --image */
+	json_t *image_meta;  /* the image's record, for T's image.json */
 	char rootfs[PATH_MAX], initrd[PATH_MAX];
 };
 
@@ -103,6 +123,8 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 	    {"initrd", required_argument, NULL, O_INITRD},
 	    {"run", required_argument, NULL, O_RUN},
 	    {"policy", required_argument, NULL, O_POLICY},
+	    {"image", required_argument, NULL, O_IMAGE},
+	    {"on-exit", required_argument, NULL, O_ON_EXIT},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -145,6 +167,15 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 		case O_POLICY:
 			a->policy = optarg;
 			break;
+		case O_IMAGE:
+			a->image = optarg;
+			break;
+		case O_ON_EXIT:
+			if (strcmp(optarg, "restart") && strcmp(optarg, "stop"))
+				return errmsg(err, errlen, -EINVAL,
+					      "--on-exit: restart or stop, not '%s'", optarg);
+			a->on_exit = optarg;
+			break;
 		case O_RUN:
 			if (!optarg[0] || strlen(optarg) >= TPL_RUN_MAX)
 				return errmsg(err, errlen, -EINVAL, "--run: 1 to %d bytes",
@@ -164,8 +195,17 @@ static int parse_create(int argc, char **argv, struct sbx_spec *s, struct tpl_ar
 			      "'%s': names warm- and 16 hex digits are cove create's implicit "
 			      "templates",
 			      a->name);
-	return tpl_name_check(a->name, err, errlen)
-		   ?: sbx_spec_guest(s, a->name, a->rootfs, a->initrd, err, errlen);
+	if (a->on_exit && !a->image)
+		return errmsg(err, errlen, -EINVAL, "--on-exit goes with --image");
+	if (a->image && (a->rootfs[0] || a->initrd[0]))
+		return errmsg(err, errlen, -EINVAL, "--image and --%s: one root, not both",
+			      a->rootfs[0] ? "rootfs" : "initrd");
+	if (tpl_name_check(a->name, err, errlen))
+		return -EINVAL;
+	if (a->image)
+		return create_image_spec(s, a->name, a->image, a->on_exit ? a->on_exit : "restart",
+					 &a->image_meta, err, errlen);
+	return sbx_spec_guest(s, a->name, a->rootfs, a->initrd, err, errlen);
 }
 
 static int template_create(int argc, char **argv)
@@ -201,8 +241,8 @@ static int template_create(int argc, char **argv)
 		fprintf(stderr, "cove template create: %s\n", err);
 		goto out;
 	}
-	status =
-	    tpl_build(&r, &t, a->name, s, a->run, policy, policy_len, "cove template create", &m);
+	status = tpl_build(&r, &t, a->name, s, a->run, policy, policy_len, a->image_meta,
+			   "cove template create", &m);
 	if (status)
 		goto out;
 	printf("%s: template saved in %.2f s (%.1f MiB)\n", a->name, m.build_ms / 1000.0,
@@ -221,6 +261,8 @@ out:
 	sbx_root_close(&r);
 	free(policy);
 	free(s);
+	if (a)
+		json_decref(a->image_meta);
 	free(a);
 	return status;
 }

@@ -2,6 +2,8 @@
 #ifndef COVE_CLI_CREATE_FROM_H
 #define COVE_CLI_CREATE_FROM_H
 
+#include <jansson.h>
+
 #include "lifecycle/spec.h"
 
 /*
@@ -20,8 +22,11 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, 
  * The warm default create: `name` made from the implicit template of s's machine
  * (lifecycle/warm.h), built first when there is none (one build at a time: concurrent creates
  * of one configuration wait for it and then restore), stale implicit templates (whose inputs
- * changed) removed after a build. The status as create_from.
+ * changed) removed after a build. With an image's record (cove create --image; else NULL) the
+ * template keeps the image's files, and so does every sandbox made from it. The status as
+ * create_from.
  */
-int create_warm(const char *name, const struct sbx_spec *s, const char *policy, size_t policy_len);
+int create_warm(const char *name, const struct sbx_spec *s, const char *policy, size_t policy_len,
+		json_t *image);
 
 #endif

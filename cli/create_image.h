@@ -1,13 +1,11 @@
 /* cove create --image: a sandbox whose root is an imported OCI image (issue 32). */
 #ifndef COVE_CLI_CREATE_IMAGE_H
 #define COVE_CLI_CREATE_IMAGE_H
+#include "lifecycle/image_files.h"
 #include "lifecycle/spec.h"
 
 #include <jansson.h>
 #include <stddef.h>
-
-#define SBX_IMAGE_EXT4 "image.ext4"
-#define SBX_IMAGE_JSON "image.json"
 
 /*
  * The guest part of NAME's spec for image REF (cove image ls): the kernel, cove's init

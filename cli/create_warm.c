@@ -122,7 +122,7 @@ static void prune_stale(const struct sbx_root *t, const char *keep)
 
 /* Builds implicit template `name` for s unless it is saved, under the build lock. 0 or 1. */
 static int build_once(const struct sbx_root *r, const struct sbx_root *t, const char *name,
-		      const struct sbx_spec *s)
+		      const struct sbx_spec *s, json_t *image)
 {
 	struct sbx_spec *b = malloc(sizeof(*b));
 	struct tpl_meta m;
@@ -145,7 +145,7 @@ static int build_once(const struct sbx_root *r, const struct sbx_root *t, const 
 			WHO ": building the implicit template %s for this configuration (once; "
 			    "later creates restore it)\n",
 			name);
-		status = tpl_build(r, t, name, b, NULL, NULL, 0, WHO, &m) ? 1 : 0;
+		status = tpl_build(r, t, name, b, NULL, NULL, 0, image, WHO, &m) ? 1 : 0;
 		if (!status) {
 			fprintf(stderr, WHO ": implicit template %s saved in %.2f s\n", name,
 				m.build_ms / 1000.0);
@@ -157,7 +157,8 @@ static int build_once(const struct sbx_root *r, const struct sbx_root *t, const 
 	return status;
 }
 
-int create_warm(const char *name, const struct sbx_spec *s, const char *policy, size_t policy_len)
+int create_warm(const char *name, const struct sbx_spec *s, const char *policy, size_t policy_len,
+		json_t *image)
 {
 	struct sbx_root r = {.dfd = -1}, t = {.dfd = -1};
 	char tpl[WARM_NAME_LEN + 1], err[512];
@@ -170,7 +171,7 @@ int create_warm(const char *name, const struct sbx_spec *s, const char *policy, 
 		fprintf(stderr, WHO ": %s\n", err);
 		goto out;
 	}
-	if (!saved(&t, tpl) && build_once(&r, &t, tpl, s))
+	if (!saved(&t, tpl) && build_once(&r, &t, tpl, s, image))
 		goto out;
 	status = create_from(name, tpl, s, policy, policy_len);
 out:

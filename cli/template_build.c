@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "cli/create_image.h"
 #include "cli/policy_opt.h"
 #include "cli/sandbox_stop.h"
 #include "cli/sandbox_up.h"
@@ -154,14 +156,18 @@ static int build(const struct sbx_root *t, const char *name, int dfd, const char
 			return 1;
 		}
 	}
-	/* The guest's page cache onto its disks, so the final snapshot holds settled files. */
-	const char *sync_argv[] = {"sync", NULL};
-	ret = guest_run(uds, sync_argv, err, sizeof(err));
-	if (ret) {
+	/* The guest's page cache onto its disks, so the final snapshot holds settled files:
+	 * cove-init's own sync, as an image may have no sync(1). */
+	json_t *req = json_pack("{s:s}", "op", "sync"), *reply = NULL;
+	ret = req ? agent_call(uds, 10, req, &reply, err, sizeof(err)) : -ENOMEM;
+	json_decref(req);
+	json_decref(reply);
+	if (ret < 0) {
 		fprintf(stderr, "%s: %s: sync in the guest: %s\n", who, name,
-			ret < 0 ? err : "failed");
+			ret == -ENOMEM ? "out of memory" : err);
 		return 1;
 	}
+	close(ret);
 	if (wait_quiet(dfd))
 		fprintf(stderr,
 			"%s: %s: warning: the guest was still busy after %d s; "
@@ -180,9 +186,9 @@ static int build(const struct sbx_root *t, const char *name, int dfd, const char
 
 int tpl_build(const struct sbx_root *r, const struct sbx_root *t, const char *name,
 	      struct sbx_spec *s, const char *run, const char *policy, size_t policy_len,
-	      const char *who, struct tpl_meta *m)
+	      json_t *image, const char *who, struct tpl_meta *m)
 {
-	char err[600];
+	char err[600], dir[PATH_MAX];
 	int ret, dfd, status;
 	double t0 = mono_s();
 
@@ -206,6 +212,12 @@ int tpl_build(const struct sbx_root *r, const struct sbx_root *t, const char *na
 	}
 	status = 1;
 	if (policy && policy_keep(t, name, dfd, s, policy, policy_len, err, sizeof(err))) {
+		fprintf(stderr, "%s: %s: %s\n", who, name, err);
+		goto undo;
+	}
+	/* An image's ext4 linked into the template (disk 0 then names the link), and its record. */
+	if (image && ((size_t)snprintf(dir, sizeof(dir), "%s/%s", t->state, name) >= sizeof(dir) ||
+		      create_image_keep(dfd, s, dir, image, err, sizeof(err)))) {
 		fprintf(stderr, "%s: %s: %s\n", who, name, err);
 		goto undo;
 	}

@@ -19,6 +19,7 @@
 #include "common/errmsg.h"
 #include "common/file_io.h"
 #include "devices/overlay.h"
+#include "lifecycle/image_files.h"
 #include "lifecycle/archive.h"
 #include "lifecycle/name.h"
 #include "lifecycle/policy.h"
@@ -416,8 +417,9 @@ static int clone_spec(const struct sbx_root *r, int sdfd, int tdfd, const char *
 
 	if (!s)
 		return errmsg(err, errlen, -ENOMEM, "out of memory");
-	ret =
-	    sbx_spec_read(sdfd, s, err, errlen) ?: clone_policy(r, sdfd, tdfd, to, s, err, errlen);
+	ret = sbx_spec_read(sdfd, s, err, errlen)
+		  ?: clone_policy(r, sdfd, tdfd, to, s, err, errlen)
+		  ?: sbx_image_files_clone(r->state, sdfd, tdfd, to, s, err, errlen);
 	if (!ret) {
 		rename_cmdline(s->cmdline, sizeof(s->cmdline), from, to);
 		s->created_ms = realtime_ms();

@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 
 #include "common/errmsg.h"
+#include "lifecycle/image_files.h"
 
 int warm_name_is(const char *name)
 {
@@ -28,16 +29,18 @@ const char *warm_ineligible(const struct sbx_spec *s)
 		return "--key (a clone would share the template's data key)";
 	if (s->no_jail)
 		return "--no-jail";
-	if (s->initrd[0] && s->nr_disks)
-		return "--image (an image's sandbox boots; its templates are cove template create's)";
-	if (s->nr_disks > (s->initrd[0] ? 0 : 1))
+	if (s->nr_disks > (s->initrd[0] && !sbx_spec_is_image(s) ? 0 : 1))
 		return "--disk (an extra disk is the sandbox's own file, not a template's)";
 	return NULL;
 }
 
-/* "LABEL PATH dev ino size mtime_ns\n" appended at *off. */
+/*
+ * "LABEL PATH dev ino size mtime_ns\n" appended at *off. With no_path, "LABEL dev ino ...": an
+ * image's ext4 is named by the cache at a create and by the template's own hard link after, and
+ * both must give one key.
+ */
 static int key_file(char *key, size_t cap, size_t *off, const char *label, const char *path,
-		    char *err, size_t errlen)
+		    bool no_path, char *err, size_t errlen)
 {
 	struct stat st;
 	int n;
@@ -49,9 +52,9 @@ static int key_file(char *key, size_t cap, size_t *off, const char *label, const
 			return errmsg(err, errlen, -errno, "%s %s: %s", label, path,
 				      strerror(errno));
 		n = snprintf(key + *off, cap - *off, "%s %s %llu %llu %lld %lld.%09ld\n", label,
-			     path, (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-			     (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-			     st.st_mtim.tv_nsec);
+			     no_path ? "-" : path, (unsigned long long)st.st_dev,
+			     (unsigned long long)st.st_ino, (long long)st.st_size,
+			     (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
 	}
 	if (n < 0 || (size_t)n >= cap - *off)
 		return errmsg(err, errlen, -ENAMETOOLONG, "the template key is too long");
@@ -73,11 +76,22 @@ int warm_key_text(const struct sbx_spec *s, const char *vmm, char *key, size_t c
 	if (n < 0 || (size_t)n >= cap)
 		return errmsg(err, errlen, -ENAMETOOLONG, "the template key is too long");
 	off = (size_t)n;
-	return key_file(key, cap, &off, "kernel", s->kernel, err, errlen)
-		   ?: key_file(key, cap, &off, "initrd", s->initrd, err, errlen)
-		   ?: key_file(key, cap, &off, "root", s->initrd[0] ? "" : s->disks[0].path, err,
-			       errlen)
-		   ?: key_file(key, cap, &off, "vmm", vmm, err, errlen);
+	bool image = sbx_spec_is_image(s);
+	int ret = key_file(key, cap, &off, "kernel", s->kernel, false, err, errlen)
+		      ?: key_file(key, cap, &off, "initrd", s->initrd, false, err, errlen)
+		      ?: key_file(key, cap, &off, image ? "image" : "root",
+				  s->initrd[0] && !image ? "" : s->disks[0].path, image, err,
+				  errlen)
+		      ?: key_file(key, cap, &off, "vmm", vmm, false, err, errlen);
+	/* An image's main process and its settings (cove.root= and what follows: cove.main=,
+	 * the on-exit choice) are part of the machine the template saves. */
+	const char *main = image ? strstr(s->cmdline, " cove.root=") : NULL;
+	if (!ret && main) {
+		n = snprintf(key + off, cap - off, "main%s\n", main);
+		if (n < 0 || (size_t)n >= cap - off)
+			ret = errmsg(err, errlen, -ENAMETOOLONG, "the template key is too long");
+	}
+	return ret;
 }
 
 int warm_name_of(const char *key, char *name, size_t cap)

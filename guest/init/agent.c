@@ -38,6 +38,17 @@ static int status_handle(struct agent *ag, int fd)
 	return ret;
 }
 
+/* {"op":"sync"}: the guest's page cache onto its disks (a template's build, before its final
+ * snapshot), with no program of the image's own: a distroless image has no sync(1). */
+static int sync_handle(int fd)
+{
+	sync();
+	json_t *j = json_pack("{s:b}", "ok", 1);
+	int ret = j ? wire_msg_write(fd, j) : -ENOMEM;
+	json_decref(j);
+	return ret;
+}
+
 /* Test mode: answer cove's "CONNECT <port>" line as cove's vsock device would. */
 static int test_handshake(int fd)
 {
@@ -114,6 +125,8 @@ static void conn_serve(void *ctx, int fd)
 		identity_handle(ag, fd, msg);
 	else if (strcmp(op, "status") == 0)
 		status_handle(ag, fd);
+	else if (strcmp(op, "sync") == 0)
+		sync_handle(fd);
 	else
 		wire_reply_error(fd, "unknown op \"%.64s\"", op);
 out:

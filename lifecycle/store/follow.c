@@ -18,6 +18,7 @@
 #include "lifecycle/lock.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/vmm_args.h"
+#include "lifecycle/image_files.h"
 #include "lifecycle/store/lease_keeper.h"
 #include "lifecycle/store/store_config.h"
 #include "snapshot/chain.h"
@@ -129,8 +130,9 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 	}
 	if (leased > 0)
 		atomic_store(&k->vmm, vmm);
-	char stamps[PATH_MAX + 96];
+	char stamps[PATH_MAX + 96], image_json[PATH_MAX + 96];
 	snprintf(stamps, sizeof(stamps), "%s/%s/" SBX_DIGEST_STAMPS, root->state, name);
+	snprintf(image_json, sizeof(image_json), "%s/%s/" SBX_IMAGE_JSON, root->state, name);
 	/*
 	 * Until its VMM is gone (a stopped one's final generation is cove stop's push). Only that
 	 * VMM: a later start on this host has a follower (and a lease record) of its own.
@@ -144,6 +146,7 @@ int store_follow(struct s3_client *c, const struct store_config *cfg, const stru
 			struct store_upload_src src = {.name = name,
 						       .chain_dir = chain_dir,
 						       .spec = spec,
+						       .image_json = image_json,
 						       .policy_id = policy,
 						       .key_type = store_key_type_of(spec->key),
 						       .stage_dfd = sdfd,

@@ -16,6 +16,7 @@
 
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
+#include "lifecycle/image_files.h"
 #include "lifecycle/lazy_files.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/store/lease.h"
@@ -132,9 +133,13 @@ int store_upload_stopped(struct s3_client *c, const struct store_config *cfg,
 	if (!r) {
 		char sname[SBX_NAME_MAX + 2];
 		store_name_of(root, name, sname, sizeof(sname));
+		char image_json[PATH_MAX + 64];
+		snprintf(image_json, sizeof(image_json), "%s/%s/" SBX_IMAGE_JSON, root->state,
+			 name);
 		struct store_upload_src src = {.name = sname,
 					       .chain_dir = chain_dir,
 					       .spec = spec,
+					       .image_json = image_json,
 					       .policy_id = policy,
 					       .key_type = store_key_type_of(spec->key),
 					       .stage_dfd = sdfd,
@@ -253,6 +258,54 @@ int store_pull_sandbox(struct s3_client *c, const struct store_config *cfg,
 	return r;
 }
 
+/* Replaces `name` beneath dfd with a hard link of `from` beneath idfd. 0 or -errno. */
+static int link_over(int idfd, const char *from, int dfd, const char *name)
+{
+	char tmp[64];
+	snprintf(tmp, sizeof(tmp), ".%s.link", name);
+	unlinkat(dfd, tmp, 0);
+	if (linkat(idfd, from, dfd, tmp, 0) < 0)
+		return -errno;
+	if (renameat(dfd, tmp, dfd, name) < 0) {
+		int e = -errno;
+		unlinkat(dfd, tmp, 0);
+		return e;
+	}
+	return 0;
+}
+
+/*
+ * A sandbox made from an OCI image, fetched: as on the host that made it, its directory holds
+ * hard links of the image's root and record (from this host's image cache, by digest), and disk
+ * 0 names its own link, so that evicting the cache's copy or forking it never breaks it.
+ */
+static int image_files_adopt(const struct sbx_root *root, const char *name,
+			     const struct store_manifest *m, int idfd, int dfd, struct sbx_spec *sp,
+			     char *err, size_t errlen)
+{
+	for (size_t i = 0; i < m->nr_files; i++) {
+		if (strcmp(m->files[i].name, STORE_IMAGE_JSON))
+			continue;
+		char hex[DIGEST_HEX_LEN];
+		digest_hex(m->files[i].digest, hex);
+		int r = link_over(idfd, hex, dfd, SBX_IMAGE_JSON);
+		if (r)
+			return errmsg(err, errlen, r, "%s: cannot link its image record: %s", name,
+				      strerror(-r));
+	}
+	if (!sbx_spec_is_image(sp))
+		return 0;
+	const char *base = strrchr(sp->disks[0].path, '/');
+	int r = base ? link_over(idfd, base + 1, dfd, SBX_IMAGE_EXT4) : -EINVAL;
+	if (r)
+		return errmsg(err, errlen, r, "%s: cannot link its image's root: %s", name,
+			      strerror(-r));
+	if ((size_t)snprintf(sp->disks[0].path, sizeof(sp->disks[0].path), "%.3800s/%s/%s",
+			     root->state, name, SBX_IMAGE_EXT4) >= sizeof(sp->disks[0].path))
+		return errmsg(err, errlen, -ENAMETOOLONG, "%s: its path is too long", name);
+	return 0;
+}
+
 static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 		       const struct sbx_root *root, const char *name, uint64_t gen,
 		       struct store_sync_stats *st, char *err, size_t errlen)
@@ -293,6 +346,8 @@ static int pull_locked(struct s3_client *c, const struct store_config *cfg,
 	}
 	if (!r)
 		r = spec_from(cfg, root, &m, sp, err, errlen);
+	if (!r)
+		r = image_files_adopt(root, name, &m, idfd, tdfd, sp, err, errlen);
 	if (!r && sbx_spec_write(tdfd, sp))
 		r = errmsg(err, errlen, -EIO, "%s: cannot write its spec", name);
 	if (!r && store_base_save(tdfd, st->generation))
@@ -371,6 +426,8 @@ int store_refresh_sandbox(struct s3_client *c, const struct store_config *cfg,
 	}
 	if (!r)
 		r = spec_from(cfg, root, &m, sp, err, errlen);
+	if (!r)
+		r = image_files_adopt(root, name, &m, idfd, dfd, sp, err, errlen);
 	/* The whole new chain in place of the old one, then its spec and base. */
 	if (!r && renameat(dfd, SBX_CHAIN, dfd, stale) < 0 && errno != ENOENT)
 		r = errmsg(err, errlen, -errno, "%s: setting its old chain aside: %s", name,

@@ -25,7 +25,7 @@
 
 bool store_image_name(const char *n)
 {
-	if (!strcmp(n, "kernel") || !strcmp(n, "initrd"))
+	if (!strcmp(n, "kernel") || !strcmp(n, "initrd") || !strcmp(n, STORE_IMAGE_JSON))
 		return true;
 	unsigned d;
 	char tail[8];
@@ -282,8 +282,8 @@ static int send_images(struct s3_client *c, const struct store_upload_src *src,
 		       size_t errlen)
 {
 	const struct sbx_spec *sp = src->spec;
-	const char *paths[2 + SBX_MAX_DISKS];
-	char names[2 + SBX_MAX_DISKS][STORE_FILE_NAME_MAX];
+	const char *paths[3 + SBX_MAX_DISKS];
+	char names[3 + SBX_MAX_DISKS][STORE_FILE_NAME_MAX];
 	int k = 0;
 	paths[k] = sp->kernel;
 	snprintf(names[k++], STORE_FILE_NAME_MAX, "kernel");
@@ -299,6 +299,11 @@ static int send_images(struct s3_client *c, const struct store_upload_src *src,
 				      i);
 		paths[k] = sp->disks[i].path;
 		snprintf(names[k++], STORE_FILE_NAME_MAX, "disk%d-base", i);
+	}
+	/* An image's record (exec's defaults) goes with its root, when the sandbox has one. */
+	if (src->image_json && access(src->image_json, F_OK) == 0) {
+		paths[k] = src->image_json;
+		snprintf(names[k++], STORE_FILE_NAME_MAX, STORE_IMAGE_JSON);
 	}
 	for (int i = 0; i < k; i++) {
 		int in = open(paths[i], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -320,7 +325,7 @@ int store_upload_generation(struct s3_client *c, const struct store_upload_src *
 	memset(st, 0, sizeof(*st));
 	char(*names)[STORE_FILE_NAME_MAX] = calloc(STORE_STAGE_MAX_FILES, sizeof(*names));
 	struct store_file *files =
-	    calloc(STORE_STAGE_MAX_FILES + 2 + SBX_MAX_DISKS, sizeof(*files));
+	    calloc(STORE_STAGE_MAX_FILES + 3 + SBX_MAX_DISKS, sizeof(*files));
 	struct chain *ch = calloc(1, sizeof(*ch));
 	struct store_manifest m = {0};
 	char *text = NULL;

@@ -59,6 +59,7 @@ struct store_upload_src {
 	const char *name;      /* the sandbox */
 	const char *chain_dir; /* its chain directory (no VMM writing a newer commit into it) */
 	const struct sbx_spec *spec; /* the host's spec: machine, kernel, initrd, disk bases */
+	const char *image_json;	     /* NAME/image.json (made from an OCI image), NULL: none */
 	const char *policy_id;	     /* the broker policy's id in the host's policy set, "" none */
 	const char *key_type;	     /* "" plain, "key-cmd" or "pkcs11" */
 	int stage_dfd;		     /* host scratch directory for packed blobs */
@@ -143,5 +144,7 @@ bool store_lazy_name(const char *name);
 
 /* True for the names store_upload_generation gives the sandbox's images. */
 bool store_image_name(const char *name);
+/* The file name a manifest gives an image sandbox's record (lifecycle/image_files.h). */
+#define STORE_IMAGE_JSON "image-json"
 
 #endif

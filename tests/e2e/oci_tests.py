@@ -167,7 +167,7 @@ def test_oci_main_process_exit():
     need_inputs()
     data, t = imported("oci-archive:" + os.path.join(INPUTS, "musl.oci.tar") + ":exit")
     bt.check(data["name"] == "musl:exit", f"import: {data}")
-    create("r1", "musl:exit")
+    create("r1", "musl:exit", "--cold")  # a template's build would hold the restarts
     time.sleep(8)
     rc, out, err = cove("exec", "r1", "--", "sh", "-c", "wc -l < /tmp/main-runs")
     bt.check(rc == 0 and out.strip().isdigit() and int(out) >= 3,
@@ -193,4 +193,79 @@ def test_oci_main_process_exit():
     cove("rm", "r2")
 
 
-TESTS = [test_oci_musl_image, test_oci_distroless_entrypoint, test_oci_main_process_exit]
+def _exec_out(name, script):
+    rc, out, err = cove("exec", name, "--", "sh", "-c", script)
+    bt.check(rc == 0, f"cove exec {name} {script!r}: rc={rc} {out!r} {err!r}; console "
+             f"{console(name)[-1500:]!r}")
+    return out
+
+
+def test_oci_image_templates():
+    """Images and templates: the default cove create --image builds the implicit template of
+    the image once and the next create restores it; cove template create --image with a setup
+    command, and two sandboxes from it (the setup's file in both, a write in one not in the
+    other, the image's exec defaults in each); a fork of an image's sandbox; removing the
+    image, the template and the fork's parent breaks none of the sandboxes made from them."""
+    need_inputs()
+    imported("oci-archive:" + os.path.join(INPUTS, "musl.oci.tar") + ":latest")
+    t0 = time.monotonic()
+    rc, out, err = cove("create", "w1", "--image", "musl:latest", "--snapshot-every", "off")
+    t_first = time.monotonic() - t0
+    bt.check(rc == 0 and "building the implicit template" in err and "implicit template" in out,
+             f"first warm create: rc={rc} {out!r} {err!r}")
+    t0 = time.monotonic()
+    rc, out, err = cove("create", "w2", "--image", "musl:latest", "--snapshot-every", "off")
+    t_second = time.monotonic() - t0
+    bt.check(rc == 0 and "building" not in err and "from the implicit template" in out,
+             f"second warm create: rc={rc} {out!r} {err!r}")
+    t0 = time.monotonic()
+    rc, out, err = cove("create", "c1", "--image", "musl:latest", "--cold", "--snapshot-every",
+                        "off")
+    t_cold = time.monotonic() - t0
+    bt.check(rc == 0 and "template" not in out, f"cold create: rc={rc} {out!r} {err!r}")
+    for n in ("w1", "w2", "c1"):
+        got = _exec_out(n, "id -u; pwd; echo $OCI_GREETING; hostname; hello-musl").split()
+        bt.check(got == ["1000", "/srv/app", "musl", n, "hello", "from", "musl"],
+                 f"{n}: exec defaults and hostname: {got}")
+    ids = {n: _exec_out(n, "cat /proc/sys/kernel/random/boot_id").strip()
+           for n in ("w1", "w2")}
+    bt.check(ids["w1"] != ids["w2"], f"two warm creates share a boot_id: {ids}")
+    print(f"    cove create --image: first {t_first:.1f} s (builds the implicit template), "
+          f"second {t_second:.1f} s (restores it), --cold {t_cold:.1f} s")
+
+    # An explicit template from the image, with a setup command run as root.
+    rc, out, err = cove("template", "create", "mt", "--image", "musl:latest", "--run",
+                        "echo set-up > /srv/app/setup-file && chown 1000 /srv/app/setup-file")
+    bt.check(rc == 0, f"cove template create --image: rc={rc} {out!r} {err!r}")
+    for n in ("t1", "t2"):
+        rc, out, err = cove("create", n, "--from", "mt", "--snapshot-every", "off")
+        bt.check(rc == 0, f"cove create {n} --from mt: rc={rc} {out!r} {err!r}")
+    _exec_out("t1", "echo mine > /srv/app/t1-only")
+    got = _exec_out("t2", "cat /srv/app/setup-file; id -u; test -e /srv/app/t1-only || "
+                    "echo not-shared; hostname").split()
+    bt.check(got == ["set-up", "1000", "not-shared", "t2"], f"t2: {got}")
+    # Neither the image nor the template is needed any more by what was made from them.
+    rc, out, err = cove("template", "rm", "mt")
+    bt.check(rc == 0, f"cove template rm mt: rc={rc} {err!r}")
+    rc, out, err = cove("image", "rm", "musl:latest")
+    bt.check(rc == 0, f"cove image rm: rc={rc} {err!r}")
+    rc, out, err = cove("fork", "w1", "f1")
+    bt.check(rc == 0, f"cove fork w1 f1: rc={rc} {out!r} {err!r}")
+    cove("rm", "w1")
+    for n in ("t1", "f1"):
+        rc, out, err = cove("stop", n)
+        bt.check(rc == 0, f"cove stop {n}: rc={rc} {err!r}")
+    got = _exec_out("t1", "cat /srv/app/t1-only /srv/app/setup-file; id -u").split()
+    bt.check(got == ["mine", "set-up", "1000"], f"t1 after template rm, image rm, stop: {got}")
+    got = _exec_out("f1", "id -u; hostname; hello-musl").split()
+    bt.check(got == ["1000", "f1", "hello", "from", "musl"],
+             f"f1 after its parent's rm and a stop: {got}")
+    print("    template mt from the image with a setup command: t1, t2 made from it (its file "
+          "in both, t1's write not in t2); after cove template rm, cove image rm and cove rm "
+          "of the fork's parent, t1 and the fork f1 stop and restore")
+    for n in ("w2", "c1", "t1", "t2", "f1"):
+        cove("rm", n)
+
+
+TESTS = [test_oci_musl_image, test_oci_distroless_entrypoint, test_oci_main_process_exit,
+         test_oci_image_templates]

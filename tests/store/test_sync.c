@@ -23,6 +23,7 @@
 #include <libxml/parser.h>
 
 #include "../unit/chain_fixture.h"
+#include "lifecycle/image_files.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
 #include "lifecycle/launch.h"
@@ -316,6 +317,86 @@ static void test_push_pull(void **state)
 	sbx_root_close(&rc);
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s", root_a, root_b, root_c);
+	assert_int_equal(system(cmd), 0);
+}
+
+/*
+ * A sandbox made from an OCI image (cove create --image) travels whole: host A pushes it, and
+ * on host B, whose image cache was empty, its directory holds its own hard links of the image's
+ * root (disk 0 names that link) and of its record, image.json, which gives cove exec its
+ * defaults there too (so evicting B's cached copy never breaks it). A refresh to a newer
+ * generation keeps both links and disk 0's path.
+ */
+static void test_push_pull_image(void **state)
+{
+	struct fx *f = *state;
+	char root_a[64], root_b[64], p[300], err[600];
+	fx_mkdtemp(root_a, sizeof(root_a), "img-a");
+	fx_mkdtemp(root_b, sizeof(root_b), "img-b");
+	struct store_config cfg = f->cfg;
+	memcpy(cfg.fleet_key, f->key, 32);
+	cfg.fleet_key_len = 32;
+	struct sbx_root ra, rb;
+	struct sbx_spec sp = f->spec;
+	char initrd[96];
+	snprintf(initrd, sizeof(initrd), "%s/init.cpio.gz", f->stage);
+	fx_write(initrd, "init bytes\n", 11, 0, true);
+	snprintf(sp.initrd, sizeof(sp.initrd), "%s", initrd);
+	snprintf(sp.cmdline, sizeof(sp.cmdline),
+		 "console=ttyS0 cove.hostname=web cove.root=/dev/vda cove.main=e30=");
+	sp.nr_disks = 1;
+	sp.disks[0].overlay = true;
+	snprintf(sp.disks[0].path, sizeof(sp.disks[0].path), "%s/web/" SBX_IMAGE_EXT4, root_a);
+	assert_true(sbx_spec_is_image(&sp));
+	int dfd = make_sandbox(root_a, "web", &sp, "stopped", 2, &ra);
+	static const char record[] = "{\"config\":{\"User\":\"app\",\"Env\":[\"A=1\"]}}";
+	snprintf(p, sizeof(p), "%s/web/" SBX_IMAGE_EXT4, root_a);
+	fx_write(p, "ext4 image bytes\n", 17, 0, true);
+	snprintf(p, sizeof(p), "%s/web/" SBX_IMAGE_JSON, root_a);
+	fx_write(p, record, strlen(record), 0, true);
+	struct store_sync_stats st;
+	if (store_push_sandbox(f->c, &cfg, &ra, "web", &st, err, sizeof(err)))
+		fail_msg("push: %s", err);
+	setenv("COVE_STATE_DIR", root_b, 1);
+	assert_int_equal(sbx_root_open(&rb, true, err, sizeof(err)), 0);
+	if (store_pull_sandbox(f->c, &cfg, &rb, "web", 0, &st, err, sizeof(err)))
+		fail_msg("pull: %s", err);
+	int bdfd = sbx_dir_open(&rb, "web", false, err, sizeof(err));
+	assert_true(bdfd >= 0);
+	struct sbx_spec got;
+	assert_int_equal(sbx_spec_read(bdfd, &got, err, sizeof(err)), 0);
+	snprintf(p, sizeof(p), "%s/web/" SBX_IMAGE_EXT4, root_b);
+	assert_string_equal(got.disks[0].path, p);
+	assert_true(sbx_spec_is_image(&got));
+	char buf[64] = {0};
+	int fd = open(p, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(read(fd, buf, sizeof(buf)), 17);
+	assert_string_equal(buf, "ext4 image bytes\n");
+	struct stat own;
+	assert_int_equal(fstat(fd, &own), 0);
+	assert_int_equal(own.st_nlink, 2); /* B's cache and B's sandbox */
+	close(fd);
+	snprintf(p, sizeof(p), "%s/web/" SBX_IMAGE_JSON, root_b);
+	memset(buf, 0, sizeof(buf));
+	fd = open(p, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(read(fd, buf, sizeof(buf)), (ssize_t)strlen(record));
+	assert_string_equal(buf, record);
+	close(fd);
+	assert_int_equal(store_push_sandbox(f->c, &cfg, &ra, "web", &st, err, sizeof(err)), 0);
+	if (store_refresh_sandbox(f->c, &cfg, &rb, "web", bdfd, 0, &st, err, sizeof(err)))
+		fail_msg("refresh: %s", err);
+	assert_int_equal(sbx_spec_read(bdfd, &got, err, sizeof(err)), 0);
+	snprintf(p, sizeof(p), "%s/web/" SBX_IMAGE_EXT4, root_b);
+	assert_string_equal(got.disks[0].path, p);
+	assert_int_equal(faccessat(bdfd, SBX_IMAGE_JSON, R_OK, 0), 0);
+	close(dfd);
+	close(bdfd);
+	sbx_root_close(&ra);
+	sbx_root_close(&rb);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root_a, root_b);
 	assert_int_equal(system(cmd), 0);
 }
 
@@ -814,6 +895,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_up_and_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_shared_and_flipped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_push_pull, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_push_pull_image, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_cache_check, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_concurrent_pulls, setup, teardown),

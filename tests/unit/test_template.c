@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "file_helpers.h"
+#include "lifecycle/image_files.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/template.h"
@@ -280,6 +281,109 @@ static void test_warm(void **state)
 	free(k2);
 }
 
+/*
+ * An image's sandbox (cove create --image) is warm-eligible, and its implicit template's key
+ * names the image's ext4 by its identity, not its path: the create names the image cache's file
+ * and the template's spec names its own hard link of it, and both must give one key (else every
+ * build would prune its own template as stale). The main process's settings are in the key.
+ * A clone links the image's files into its own directory and points disk 0 there.
+ */
+static void test_warm_image(void **state)
+{
+	char dir[] = "/tmp/cove-warm-img-XXXXXX", p[5][128], err[256];
+	char *k1 = malloc(WARM_KEY_MAX), *k2 = malloc(WARM_KEY_MAX);
+	struct sbx_spec *s = calloc(1, sizeof(*s));
+	(void)state;
+	assert_non_null(k1);
+	assert_non_null(k2);
+	assert_non_null(s);
+	assert_non_null(mkdtemp(dir));
+	const char *names[5] = {"vmlinux", "init.cpio.gz", "cove-vmm", "cache.ext4", "tpl"};
+	for (int i = 0; i < 5; i++)
+		snprintf(p[i], sizeof(p[i]), "%s/%s", dir, names[i]);
+	write_file(p[0], "k", 1);
+	write_file(p[1], "i", 1);
+	write_file(p[2], "v", 1);
+	write_file(p[3], "image", 5);
+	assert_int_equal(mkdir(p[4], 0700), 0);
+	snprintf(s->kernel, sizeof(s->kernel), "%s", p[0]);
+	snprintf(s->initrd, sizeof(s->initrd), "%s", p[1]);
+	snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", p[3]);
+	s->disks[0].overlay = true;
+	s->nr_disks = 1;
+	s->mem_bytes = 256ULL << 20;
+	s->vcpus = 1;
+	snprintf(s->cmdline, sizeof(s->cmdline),
+		 "console=ttyS0 cove.hostname=a cove.root=/dev/vda cove.main=eyJhcmd2IjpbXX0=");
+	assert_true(sbx_spec_is_image(s));
+	assert_null(warm_ineligible(s));
+	/* An initramfs with a disk of the user's own is no image: an extra disk. */
+	struct sbx_spec *plain = calloc(1, sizeof(*plain));
+	assert_non_null(plain);
+	*plain = *s;
+	snprintf(plain->cmdline, sizeof(plain->cmdline), "console=ttyS0 cove.hostname=a");
+	assert_false(sbx_spec_is_image(plain));
+	assert_non_null(strstr(warm_ineligible(plain), "--disk"));
+	free(plain);
+
+	assert_int_equal(warm_key_text(s, p[2], k1, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_null(strstr(k1, p[3])); /* no path for the image */
+	/* The template's own hard link: the same key, and another hostname changes nothing. */
+	char lnk[256];
+	snprintf(lnk, sizeof(lnk), "%s/%s", p[4], SBX_IMAGE_EXT4);
+	assert_int_equal(link(p[3], lnk), 0);
+	snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", lnk);
+	snprintf(s->cmdline, sizeof(s->cmdline),
+		 "console=ttyS0 cove.hostname=tpl cove.root=/dev/vda cove.main=eyJhcmd2IjpbXX0=");
+	assert_int_equal(warm_key_text(s, p[2], k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_equal(k1, k2);
+	/* Another main process (or --on-exit): another template. */
+	snprintf(s->cmdline, sizeof(s->cmdline),
+		 "console=ttyS0 cove.hostname=tpl cove.root=/dev/vda cove.main=eyJhcmd2IjpbMV19");
+	assert_int_equal(warm_key_text(s, p[2], k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_not_equal(k1, k2);
+	/* Another image (a re-import: a new file): another template. */
+	snprintf(s->cmdline, sizeof(s->cmdline),
+		 "console=ttyS0 cove.hostname=tpl cove.root=/dev/vda cove.main=eyJhcmd2IjpbXX0=");
+	unlink(p[3]);
+	write_file(p[3], "image", 5);
+	snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", p[3]);
+	assert_int_equal(warm_key_text(s, p[2], k2, WARM_KEY_MAX, err, sizeof(err)), 0);
+	assert_string_not_equal(k1, k2);
+
+	/* A clone of the template (its disk 0: the template's link) into "c1": linked, repointed.
+	 */
+	char json[256], c1[256];
+	snprintf(json, sizeof(json), "%s/%s", p[4], SBX_IMAGE_JSON);
+	write_file(json, "{}", 2);
+	snprintf(c1, sizeof(c1), "%s/c1", dir);
+	assert_int_equal(mkdir(c1, 0700), 0);
+	int sdfd = open(p[4], O_RDONLY | O_DIRECTORY), tdfd = open(c1, O_RDONLY | O_DIRECTORY);
+	assert_true(sdfd >= 0 && tdfd >= 0);
+	snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", lnk);
+	assert_int_equal(sbx_image_files_clone(dir, sdfd, tdfd, "c1", s, err, sizeof(err)), 0);
+	char want[300];
+	snprintf(want, sizeof(want), "%s/c1/%s", dir, SBX_IMAGE_EXT4);
+	assert_string_equal(s->disks[0].path, want);
+	struct stat a, b;
+	assert_int_equal(stat(lnk, &a), 0);
+	assert_int_equal(stat(want, &b), 0);
+	assert_true(a.st_ino == b.st_ino && b.st_nlink == 2);
+	assert_int_equal(faccessat(tdfd, SBX_IMAGE_JSON, F_OK, 0), 0);
+	/* A disk that is not the source's own image.ext4 is left alone. */
+	snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%s", p[3]);
+	assert_int_equal(sbx_image_files_clone(dir, sdfd, tdfd, "c2", s, err, sizeof(err)), 0);
+	assert_string_equal(s->disks[0].path, p[3]);
+	close(sdfd);
+	close(tdfd);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	free(s);
+	free(k1);
+	free(k2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -289,6 +393,7 @@ int main(void)
 	    cmocka_unit_test(test_machine_ids),
 	    cmocka_unit_test(test_spec_guest),
 	    cmocka_unit_test(test_warm),
+	    cmocka_unit_test(test_warm_image),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
