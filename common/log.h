@@ -12,6 +12,9 @@ struct logger {
 	/* The program's name on each line: "NAME: msg" at info, "NAME: LEVEL: msg" otherwise.
 	 * NULL: "cove: LEVEL: msg" (the VMM's form). */
 	const char *name;
+	/* One JSON object per line instead: {"level","msg","time"} (RFC 3339, UTC), the form
+	 * OCI runtimes write to --log with --log-format json for container engines to read. */
+	int json;
 };
 
 /* Parses "error|warn|info|debug"; returns 0 or -EINVAL. */

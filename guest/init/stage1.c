@@ -64,9 +64,12 @@ void stage1_switch(struct logger *log, const char *dev)
 		init_err(log, "mount %s (the image's root): %s", dev, strerror(errno));
 		return;
 	}
+	/* cove image import adds /.cove; a root cove-oci made from a container's directory has
+	 * none: it is made here, in the sandbox's copy-on-write overlay, as mount points are. */
+	if (lstat(NEWROOT "/.cove", &st) < 0 && errno == ENOENT)
+		mkdir(NEWROOT "/.cove", 0755);
 	if (lstat(NEWROOT "/.cove", &st) < 0 || !S_ISDIR(st.st_mode)) {
-		init_err(log, "%s has no /.cove directory: import the image with cove image import",
-			 dev);
+		init_err(log, "%s: /.cove is not a directory there, and cove-init needs it", dev);
 		return;
 	}
 	if (mount("tmpfs", NEWROOT "/.cove", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m") <

@@ -1,0 +1,80 @@
+/*
+ * cove-oci: an OCI runtime (runc's command line) whose containers are cove microVMs. Each
+ * container is a cove sandbox (oci- + 16 hex digits) booted from the bundle's root directory
+ * made an ext4 (or from a cove image named by the cove.dev/image annotation), and its process
+ * runs in the guest through a `cove exec` session held by the monitor: the process the pid file
+ * names, whose exit status is the container's. README "Containers (cove-oci)".
+ */
+#ifndef COVE_CLI_OCI_H
+#define COVE_CLI_OCI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "common/log.h"
+#include "oci/bundle.h"
+#include "oci/state.h"
+
+struct oci_ctx {
+	const char *root;   /* --root */
+	struct logger *log; /* --log (text or json); errors go to stderr too */
+	char err[1024];
+};
+
+/* One error: to the log and, as a plain line, to stderr. Returns 1 (the exit status). */
+int oci_fail(struct oci_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Runs `cove ARGV...` (the cove beside this executable) with stdin /dev/null and its output
+ * captured (the container's stdio is never written): its exit status, or -errno. The last line
+ * of its output goes into x->err when it fails.
+ */
+int oci_cove(struct oci_ctx *x, const char *const *argv);
+
+/* The pid file an engine asked for, written whole before it appears. 0 or -errno. */
+int oci_pid_file(const char *path, pid_t pid);
+
+/* The cove executable beside cove-oci into path. 0 or -errno. */
+int oci_cove_path(char *path, size_t cap);
+
+/*
+ * The bundle's root as a cove image: an ext4 made from its directory (mkfs.ext4 -d), with the
+ * process's Env, cwd and user as the image's defaults, under the name oci/SANDBOX in the
+ * image cache; cove create --image takes it, and oci_disk_drop removes the name and the file
+ * (the sandbox keeps its own link). ref gets the name. 0 or -errno with x->err.
+ */
+int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox, char *ref,
+		   size_t cap);
+void oci_disk_drop(const char *ref);
+
+/* The pty for a container on a terminal: its master sent over the engine's console socket
+ * (SCM_RIGHTS), its slave returned (the process's stdio). -errno with x->err. */
+int oci_console(struct oci_ctx *x, const char *socket_path);
+
+/* argv for `cove exec SANDBOX [-t] --env.. --cwd --user uid:gid -- args` (malloc'd, NULL
+ * terminated; free with free() after use: the strings point into p and into `user`). */
+char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_process *p, char *user,
+		     size_t usercap);
+
+/*
+ * The monitor (the pid file's process): waits for `start` on the fifo (fifo_fd >= 0; -1 for an
+ * exec, which goes at once), runs the process through `cove exec`, passes INT, TERM, HUP, QUIT,
+ * USR1, USR2 and WINCH on to it, records its status in ROOT/ID/exit (dfd; -1: no record, an
+ * exec's), and (end_vm) removes the sandbox. Never returns: exits with the process's status (128 +
+ * N for signal N).
+ */
+void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
+		 const struct oci_process *p, bool end_vm) __attribute__((noreturn));
+
+/* The commands. argv[0] is the command name. */
+int oci_cmd_create(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_start(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_state(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_kill(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_delete(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_exec(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_pause(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_ps(struct oci_ctx *x, int argc, char **argv);
+
+#endif

@@ -1,0 +1,228 @@
+/* cove-oci create and start (cli/oci.h). */
+#include "cli/oci.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/dirfd_io.h"
+#include "common/errmsg.h"
+#include "common/file_io.h"
+#include "lifecycle/tree.h"
+
+static void now_rfc3339(char *out, size_t cap)
+{
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t n = strftime(out, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out + n, cap - n, ".%09ldZ", ts.tv_nsec);
+}
+
+/* The sandbox: cove create --image (the bundle's root made an image, or cove.dev/image). */
+static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox)
+{
+	char cove[4200], ref[256], mem[32], cpus[16];
+	const char *argv[16];
+	int k = 0, r = oci_cove_path(cove, sizeof(cove));
+	if (r)
+		return errmsg(x->err, sizeof(x->err), r, "cannot find cove: %s", strerror(-r));
+	if (b->image[0])
+		snprintf(ref, sizeof(ref), "%s", b->image);
+	else if ((r = oci_disk_build(x, b, sandbox, ref, sizeof(ref))))
+		return r;
+	argv[k++] = cove;
+	argv[k++] = "create";
+	argv[k++] = sandbox;
+	argv[k++] = "--image";
+	argv[k++] = ref;
+	argv[k++] = "--snapshot-every";
+	argv[k++] = "off";
+	/* A root made for this container boots: a template of it would serve nobody else. An
+	 * image named by cove.dev/image is warm, its implicit template shared. */
+	if (!b->image[0])
+		argv[k++] = "--cold";
+	if (b->mem_bytes) {
+		snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(b->mem_bytes >> 10));
+		argv[k++] = "--mem";
+		argv[k++] = mem;
+	}
+	if (b->vcpus) {
+		snprintf(cpus, sizeof(cpus), "%d", b->vcpus);
+		argv[k++] = "--vcpus";
+		argv[k++] = cpus;
+	}
+	argv[k] = NULL;
+	r = oci_cove(x, argv);
+	if (!b->image[0])
+		oci_disk_drop(ref); /* the sandbox holds its own link */
+	if (r) {
+		char why[sizeof(x->err)];
+		snprintf(why, sizeof(why), "%s", x->err);
+		return errmsg(x->err, sizeof(x->err), r < 0 ? r : -EIO, "cove create %s: %s",
+			      sandbox, why);
+	}
+	return 0;
+}
+
+int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"bundle", required_argument, NULL, 'b'},
+	    {"pid-file", required_argument, NULL, 'p'},
+	    {"console-socket", required_argument, NULL, 'c'},
+	    {"no-pivot", no_argument, NULL, 'n'},
+	    {"no-new-keyring", no_argument, NULL, 'k'},
+	    {"preserve-fds", required_argument, NULL, 'f'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *bundle = ".", *pid_file = NULL, *console = NULL;
+	struct oci_bundle b;
+	struct oci_state s = {0};
+	int c, dfd = -1, fifo = -1, tty = -1, st = 1;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "b:", opts, NULL)) != -1) {
+		if (c == 'b')
+			bundle = optarg;
+		else if (c == 'p')
+			pid_file = optarg;
+		else if (c == 'c')
+			console = optarg;
+		else if (c == '?')
+			return oci_fail(x, "create: unknown option '%s'", argv[optind - 1]);
+	}
+	if (optind != argc - 1)
+		return oci_fail(x, "create: want one container id");
+	const char *id = argv[optind];
+	if (oci_bundle_load(bundle, &b, x->err, sizeof(x->err)))
+		return oci_fail(x, "create %s: %s", id, x->err);
+	dfd = oci_state_dir(x->root, id, true, x->err, sizeof(x->err));
+	if (dfd < 0) {
+		oci_bundle_free(&b);
+		return oci_fail(x, "create: %s", x->err);
+	}
+	snprintf(s.id, sizeof(s.id), "%s", id);
+	snprintf(s.bundle, sizeof(s.bundle), "%s", b.dir);
+	snprintf(s.rootfs, sizeof(s.rootfs), "%s", b.rootfs);
+	now_rfc3339(s.created, sizeof(s.created));
+	s.annotations = json_incref(b.annotations);
+	if (oci_sandbox_name(x->root, id, s.sandbox, sizeof(s.sandbox)) ||
+	    oci_state_write(dfd, &s)) {
+		oci_fail(x, "create %s: cannot write its state", id);
+		goto undo;
+	}
+	if (b.process.terminal && (tty = oci_console(x, console)) < 0) {
+		oci_fail(x, "create %s: %s", id, x->err);
+		goto undo;
+	}
+	if (make_sandbox(x, &b, s.sandbox)) {
+		oci_fail(x, "create %s: %s", id, x->err);
+		goto undo;
+	}
+	/* The start fifo, held open both ways by the monitor: `start` writes one byte. */
+	if (mkfifoat(dfd, OCI_START_FIFO, 0600) < 0 ||
+	    (fifo = openat(dfd, OCI_START_FIFO, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {
+		oci_fail(x, "create %s: start fifo: %s", id, strerror(errno));
+		goto undo_vm;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		oci_fail(x, "create %s: fork: %s", id, strerror(errno));
+		goto undo_vm;
+	}
+	if (pid == 0) {
+		if (tty >= 0) {
+			setsid();
+			ioctl(tty, TIOCSCTTY, 0);
+			dup2(tty, 0);
+			dup2(tty, 1);
+			dup2(tty, 2);
+			close(tty);
+		}
+		oci_monitor(x, dfd, fifo, s.sandbox, &b.process, true);
+	}
+	close(fifo);
+	fifo = -1;
+	s.pid = pid;
+	s.pid_start = oci_proc_start(pid);
+	if (oci_state_write(dfd, &s) || (pid_file && oci_pid_file(pid_file, pid))) {
+		oci_fail(x, "create %s: cannot write its pid file or state", id);
+		kill(pid, SIGKILL);
+		goto undo_vm;
+	}
+	log_info(x->log, "%s: created (sandbox %s, monitor %d)", id, s.sandbox, (int)pid);
+	st = 0;
+	goto out;
+undo_vm : {
+	char cove[4200];
+	const char *rm[] = {cove, "rm", s.sandbox, NULL};
+	if (oci_cove_path(cove, sizeof(cove)) == 0)
+		oci_cove(x, rm);
+}
+undo : {
+	int rfd = open(x->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rfd >= 0) {
+		sbx_tree_remove(rfd, id);
+		close(rfd);
+	}
+}
+out:
+	if (fifo >= 0)
+		close(fifo);
+	if (tty >= 0)
+		close(tty);
+	close(dfd);
+	oci_state_free(&s);
+	oci_bundle_free(&b);
+	return st;
+}
+
+int oci_cmd_start(struct oci_ctx *x, int argc, char **argv)
+{
+	struct oci_state s;
+	if (argc != 2)
+		return oci_fail(x, "start: want one container id");
+	int dfd = oci_state_dir(x->root, argv[1], false, x->err, sizeof(x->err));
+	if (dfd < 0)
+		return oci_fail(x, "start: %s", x->err);
+	int st = 1;
+	if (oci_state_read(dfd, &s, x->err, sizeof(x->err))) {
+		oci_fail(x, "start %s: %s", argv[1], x->err);
+		goto out;
+	}
+	const char *status = oci_status(dfd, &s);
+	if (strcmp(status, "created")) {
+		oci_fail(x, "start %s: the container is %s, not created", argv[1], status);
+		goto out_s;
+	}
+	/* The marker first: once start returns, state says running. */
+	int m = dirfd_create(dfd, OCI_STARTED, O_WRONLY | O_CLOEXEC, 0600);
+	if (m >= 0)
+		close(m);
+	int fifo = openat(dfd, OCI_START_FIFO, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fifo < 0 || write(fifo, "s", 1) != 1) {
+		unlinkat(dfd, OCI_STARTED, 0);
+		oci_fail(x, "start %s: the monitor is gone: %s", argv[1], strerror(errno));
+	} else {
+		st = 0;
+	}
+	if (fifo >= 0)
+		close(fifo);
+out_s:
+	oci_state_free(&s);
+out:
+	close(dfd);
+	return st;
+}

@@ -1,0 +1,114 @@
+/* The process a container's pid file names (cli/oci.h). */
+#include "cli/oci.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/dirfd_io.h"
+#include "common/file_io.h"
+
+/* What `cove exec` passes on into the guest (its --help), and so what the monitor forwards. */
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+
+static void record(int dfd, const char *name, int value)
+{
+	char buf[32];
+	if (dfd < 0)
+		return;
+	int n = snprintf(buf, sizeof(buf), "%d\n", value);
+	int fd = dirfd_create(dfd, name, O_WRONLY | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		pwrite_full(fd, buf, (size_t)n, 0);
+		close(fd);
+	}
+}
+
+static void end_sandbox(struct oci_ctx *x, const char *sandbox)
+{
+	char cove[4200];
+	const char *argv[] = {cove, "rm", sandbox, NULL};
+	if (oci_cove_path(cove, sizeof(cove)) == 0 && oci_cove(x, argv) != 0)
+		log_warn(x->log, "%s: cove rm: %s", sandbox, x->err);
+}
+
+void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
+		 const struct oci_process *p, bool end_vm)
+{
+	sigset_t mask;
+	char cove[4200], user[32];
+	int code = 1;
+
+	sigemptyset(&mask);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(*forwarded); i++)
+		sigaddset(&mask, forwarded[i]);
+	sigaddset(&mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	/* Until `start`: a byte on the fifo. A signal first ends the container unstarted. */
+	if (fifo_fd >= 0) {
+		struct pollfd pf[2] = {{.fd = fifo_fd, .events = POLLIN},
+				       {.fd = sfd, .events = POLLIN}};
+		for (;;) {
+			if (poll(pf, 2, -1) < 0 && errno != EINTR)
+				break;
+			char b;
+			/* The monitor holds the fifo open for writing too: it never reads EOF. */
+			if (pf[0].revents && read(fifo_fd, &b, 1) == 1)
+				break;
+			struct signalfd_siginfo si;
+			if (pf[1].revents && read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si) &&
+			    si.ssi_signo != SIGCHLD && si.ssi_signo != SIGWINCH) {
+				code = 128 + (int)si.ssi_signo;
+				goto done;
+			}
+		}
+		close(fifo_fd);
+	}
+	char **argv = oci_cove_path(cove, sizeof(cove)) == 0
+			  ? oci_exec_argv(cove, sandbox, p, user, sizeof(user))
+			  : NULL;
+	pid_t child = argv ? fork() : -1;
+	if (child == 0) {
+		sigprocmask(SIG_UNBLOCK, &mask, NULL);
+		execv(cove, argv);
+		dprintf(2, "cove-oci: cannot run %s: %s\n", cove, strerror(errno));
+		_exit(127);
+	}
+	free(argv);
+	if (child < 0) {
+		log_err(x->log, "%s: cannot start the container process", sandbox);
+		goto done;
+	}
+	record(dfd, "exec.pid", (int)child);
+	for (;;) {
+		struct signalfd_siginfo si;
+		if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si)) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (si.ssi_signo != SIGCHLD) {
+			kill(child, (int)si.ssi_signo);
+			continue;
+		}
+		int st;
+		pid_t w = waitpid(child, &st, WNOHANG);
+		if (w == child) {
+			code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			break;
+		}
+	}
+done:
+	record(dfd, OCI_EXIT, code);
+	if (end_vm)
+		end_sandbox(x, sandbox);
+	_exit(code);
+}

@@ -1,0 +1,60 @@
+/*
+ * OCI runtime bundles and process objects (the OCI runtime spec's config.json), read for
+ * cove-oci. A bundle comes from a container engine and is untrusted: the file is size-capped,
+ * parsed by jansson, and every field is bounds-checked; a bad one is one line in err.
+ */
+#ifndef COVE_OCI_BUNDLE_H
+#define COVE_OCI_BUNDLE_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OCI_CONFIG_MAX	     (4 << 20)	 /* config.json and --process files */
+#define OCI_ARGS_MAX	     4096	 /* entries in process.args, and in process.env */
+#define OCI_STRINGS_MAX	     (256 << 10) /* bytes of args + env together */
+#define OCI_HOSTNAME_MAX     64
+#define OCI_IMAGE_ANNOTATION "cove.dev/image" /* a cove image to boot instead of root.path */
+#define OCI_MEM_ANNOTATION   "cove.dev/mem"   /* guest RAM, e.g. 512M */
+#define OCI_VCPUS_ANNOTATION "cove.dev/vcpus"
+
+/* The OCI runtime spec's "process": what runs in the container. */
+struct oci_process {
+	char **args; /* NULL-terminated; at least one */
+	size_t nargs;
+	char **env; /* NULL-terminated "K=V" */
+	size_t nenv;
+	char cwd[PATH_MAX]; /* absolute */
+	uint32_t uid, gid;
+	bool terminal;
+};
+
+struct oci_bundle {
+	char dir[PATH_MAX];    /* the bundle directory (absolute, resolved) */
+	char rootfs[PATH_MAX]; /* root.path resolved against dir: a directory */
+	bool readonly;
+	char hostname[OCI_HOSTNAME_MAX + 1];
+	struct oci_process process;
+	char image[256];     /* cove.dev/image, "" none */
+	uint64_t mem_bytes;  /* cove.dev/mem, 0 none */
+	int vcpus;	     /* cove.dev/vcpus, 0 none */
+	json_t *annotations; /* the object (owned), for `state` */
+};
+
+/* The process object j into p (freed with oci_process_free). 0 or -EINVAL with one line. */
+int oci_process_parse(json_t *j, struct oci_process *p, char *err, size_t errlen);
+/* A --process file (a process object in JSON). */
+int oci_process_load(const char *path, struct oci_process *p, char *err, size_t errlen);
+void oci_process_free(struct oci_process *p);
+
+/* DIR/config.json into b (freed with oci_bundle_free). 0 or -errno with one line in err. */
+int oci_bundle_load(const char *dir, struct oci_bundle *b, char *err, size_t errlen);
+void oci_bundle_free(struct oci_bundle *b);
+
+/* Pure: a JSON text (len bytes, capped) parsed into a process; for tests and the fuzzer. */
+int oci_process_parse_text(const char *text, size_t len, struct oci_process *p, char *err,
+			   size_t errlen);
+
+#endif

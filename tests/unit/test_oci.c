@@ -1,0 +1,309 @@
+/* oci/ (issue 33): OCI bundles and process objects as engines write them, and hostile ones
+ * refused with one line; cove-oci's records (state.json round trip and refusals, ids, sandbox
+ * names, the status from a real monitor process); signal names. Real files and processes. */
+#include "helpers.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "file_helpers.h"
+#include "oci/bundle.h"
+#include "oci/signals.h"
+#include "oci/state.h"
+
+static void assert_one_line(const char *err, const char *needle)
+{
+	if (!strstr(err, needle) || strchr(err, '\n'))
+		fail_msg("want one line naming '%s', got '%s'", needle, err);
+}
+
+static void test_process(void **state)
+{
+	struct oci_process p;
+	char err[256];
+	(void)state;
+	/* podman's exec process file (the testbed doc's shape). */
+	const char *ok = "{\"user\":{\"uid\":1000,\"gid\":100},\"args\":[\"sh\",\"-c\",\"pwd; echo "
+			 "$FOO\"],\"env\":[\"PATH=/bin\",\"FOO=bar\",\"HOME=\"],\"cwd\":\"/tmp\","
+			 "\"terminal\":true,\"capabilities\":{},\"rlimits\":[]}";
+	assert_int_equal(oci_process_parse_text(ok, strlen(ok), &p, err, sizeof(err)), 0);
+	assert_int_equal(p.nargs, 3);
+	assert_string_equal(p.args[2], "pwd; echo $FOO");
+	assert_null(p.args[3]);
+	assert_int_equal(p.nenv, 3);
+	assert_string_equal(p.env[2], "HOME=");
+	assert_string_equal(p.cwd, "/tmp");
+	assert_int_equal(p.uid, 1000);
+	assert_int_equal(p.gid, 100);
+	assert_true(p.terminal);
+	oci_process_free(&p);
+	/* No cwd, no user: / as root. */
+	const char *min = "{\"args\":[\"true\"]}";
+	assert_int_equal(oci_process_parse_text(min, strlen(min), &p, err, sizeof(err)), 0);
+	assert_string_equal(p.cwd, "/");
+	assert_int_equal(p.uid, 0);
+	oci_process_free(&p);
+
+	static const struct {
+		const char *json, *needle;
+	} bad[] = {
+	    {"[]", "not an object"},
+	    {"{\"args\":[]}", "args is empty"},
+	    {"{}", "args is empty"},
+	    {"{\"args\":[\"\"]}", "args is empty"},
+	    {"{\"args\":\"sh\"}", "not an array"},
+	    {"{\"args\":[\"sh\",7]}", "args[1] is not a string"},
+	    {"{\"args\":[\"a\\u0000b\"]}", "NUL"},
+	    {"{\"args\":[\"sh\"],\"env\":[\"NOEQUALS\"]}", "env[0] is not K=V"},
+	    {"{\"args\":[\"sh\"],\"env\":[\"=x\"]}", "env[0] is not K=V"},
+	    {"{\"args\":[\"sh\"],\"cwd\":\"tmp\"}", "cwd"},
+	    {"{\"args\":[\"sh\"],\"user\":{\"uid\":-1}}", "user.uid"},
+	    {"{\"args\":[\"sh\"],\"user\":{\"gid\":4294967296}}", "user.gid"},
+	    {"{\"args\":[\"sh\"],\"user\":{\"uid\":\"0\"}}", "user.uid"},
+	    {"{\"args\":[\"sh\"],\"user\":7}", "user is not an object"},
+	    {"{\"args\":[\"sh\"],\"terminal\":1}", "terminal"},
+	    {"{\"args\":[\"sh\"],\"args\":[\"x\"]}", "not JSON"},
+	    {"{\"args\":[\"sh\"", "not JSON"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		err[0] = '\0';
+		assert_int_not_equal(
+		    oci_process_parse_text(bad[i].json, strlen(bad[i].json), &p, err, sizeof(err)),
+		    0);
+		assert_one_line(err, bad[i].needle);
+		assert_null(p.args);
+	}
+	/* Too many entries, and too many bytes. */
+	size_t cap = 512 << 10;
+	char *big = malloc(cap);
+	assert_non_null(big);
+	size_t o = (size_t)snprintf(big, cap, "{\"args\":[");
+	for (int i = 0; i <= OCI_ARGS_MAX; i++)
+		o += (size_t)snprintf(big + o, cap - o, "%s\"a\"", i ? "," : "");
+	snprintf(big + o, cap - o, "]}");
+	assert_int_equal(oci_process_parse_text(big, strlen(big), &p, err, sizeof(err)), -EINVAL);
+	assert_one_line(err, "more than");
+	o = (size_t)snprintf(big, cap, "{\"args\":[");
+	for (int i = 0; i < 300; i++) {
+		o += (size_t)snprintf(big + o, cap - o, "%s\"", i ? "," : "");
+		memset(big + o, 'x', 1000);
+		o += 1000;
+		o += (size_t)snprintf(big + o, cap - o, "\"");
+	}
+	snprintf(big + o, cap - o, "]}");
+	assert_int_equal(oci_process_parse_text(big, strlen(big), &p, err, sizeof(err)), -EINVAL);
+	assert_one_line(err, "bytes");
+	free(big);
+}
+
+/* A bundle as engines write it: config.json beside rootfs/ (relative, as containerd) or an
+ * absolute root.path (as podman). */
+static void write_config(const char *dir, const char *json)
+{
+	char p[256];
+	snprintf(p, sizeof(p), "%s/config.json", dir);
+	unlink(p);
+	write_file(p, json, strlen(json));
+}
+
+static void test_bundle(void **state)
+{
+	char dir[] = "/tmp/cove-oci-bundle-XXXXXX", p[256], err[512], cfg[2048];
+	struct oci_bundle b;
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(p, sizeof(p), "%s/rootfs", dir);
+	assert_int_equal(mkdir(p, 0755), 0);
+	write_config(dir, "{\"ociVersion\":\"1.0.2\",\"process\":{\"args\":[\"sh\"],\"cwd\":\"/\"},"
+			  "\"root\":{\"path\":\"rootfs\",\"readonly\":true},\"hostname\":\"c1\","
+			  "\"annotations\":{\"cove.dev/mem\":\"512M\",\"cove.dev/vcpus\":\"2\","
+			  "\"io.kubernetes.cri.container-type\":\"container\"}}");
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+	assert_string_equal(b.rootfs, p);
+	assert_true(b.readonly);
+	assert_string_equal(b.hostname, "c1");
+	assert_int_equal(b.mem_bytes, 512ULL << 20);
+	assert_int_equal(b.vcpus, 2);
+	assert_string_equal(b.image, "");
+	assert_string_equal(
+	    json_string_value(json_object_get(b.annotations, "io.kubernetes.cri.container-type")),
+	    "container");
+	oci_bundle_free(&b);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"%s\"},\"annotations\":"
+		 "{\"cove.dev/image\":\"musl:latest\"}}",
+		 p);
+	write_config(dir, cfg);
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+	assert_string_equal(b.rootfs, p);
+	assert_string_equal(b.image, "musl:latest");
+	oci_bundle_free(&b);
+
+	static const struct {
+		const char *json, *needle;
+	} bad[] = {
+	    {"{\"process\":{\"args\":[\"sh\"]}}", "root.path is missing"},
+	    {"{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"nowhere\"}}",
+	     "not a directory"},
+	    {"{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"config.json\"}}",
+	     "not a directory"},
+	    {"{\"root\":{\"path\":\"rootfs\"}}", "process is not an object"},
+	    {"{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},\"annotations\":[]}",
+	     "annotations is not an object"},
+	    {"{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},\"annotations\":"
+	     "{\"cove.dev/mem\":\"1K\"}}",
+	     "cove.dev/mem"},
+	    {"{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},\"annotations\":"
+	     "{\"cove.dev/vcpus\":\"0\"}}",
+	     "cove.dev/vcpus"},
+	    {"{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},\"hostname\":"
+	     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+	     "hostname"},
+	    {"not json", "not JSON"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		write_config(dir, bad[i].json);
+		err[0] = '\0';
+		assert_int_not_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+		assert_one_line(err, bad[i].needle);
+	}
+	/* config.json through a symlink is not read. */
+	snprintf(p, sizeof(p), "%s/config.json", dir);
+	unlink(p);
+	assert_int_equal(symlink("/etc/passwd", p), 0);
+	assert_int_not_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+	assert_one_line(err, "config.json");
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_state(void **state)
+{
+	char root[] = "/tmp/cove-oci-root-XXXXXX", err[512], name[32], name2[32];
+	(void)state;
+	assert_non_null(mkdtemp(root));
+	assert_true(oci_id_ok("a3df0123"));
+	assert_true(oci_id_ok("ctr_1.x-2"));
+	assert_false(oci_id_ok(""));
+	assert_false(oci_id_ok(".hidden"));
+	assert_false(oci_id_ok("../x"));
+	assert_false(oci_id_ok("a/b"));
+	char longid[OCI_ID_MAX + 2];
+	memset(longid, 'a', sizeof(longid) - 1);
+	longid[sizeof(longid) - 1] = '\0';
+	assert_false(oci_id_ok(longid));
+	assert_int_equal(oci_sandbox_name("/run/a", "c1", name, sizeof(name)), 0);
+	assert_int_equal(strlen(name), strlen(OCI_SANDBOX_PREFIX) + 16);
+	assert_int_equal(oci_sandbox_name("/run/b", "c1", name2, sizeof(name2)), 0);
+	assert_string_not_equal(name, name2); /* one id in two engines' roots: two sandboxes */
+
+	assert_int_equal(oci_state_dir(root, "../x", true, err, sizeof(err)), -EINVAL);
+	assert_one_line(err, "container id");
+	assert_int_equal(oci_state_dir(root, "c1", false, err, sizeof(err)), -ENOENT);
+	assert_one_line(err, "does not exist");
+	int dfd = oci_state_dir(root, "c1", true, err, sizeof(err));
+	assert_true(dfd >= 0);
+	assert_int_equal(oci_state_dir(root, "c1", true, err, sizeof(err)), -EEXIST);
+	assert_one_line(err, "exists already");
+
+	/* A real monitor: a child that waits. */
+	pid_t kid = fork();
+	if (kid == 0) {
+		pause();
+		_exit(0);
+	}
+	struct oci_state s = {.pid = kid, .pid_start = oci_proc_start(kid)};
+	assert_true(s.pid_start > 0);
+	strcpy(s.id, "c1");
+	strcpy(s.sandbox, name);
+	strcpy(s.bundle, "/b");
+	strcpy(s.rootfs, "/b/rootfs");
+	strcpy(s.created, "2026-12-07T08:00:00.000000000Z");
+	s.annotations = json_pack("{s:s}", "k", "v");
+	assert_int_equal(oci_state_write(dfd, &s), 0);
+	struct oci_state got;
+	assert_int_equal(oci_state_read(dfd, &got, err, sizeof(err)), 0);
+	assert_string_equal(got.sandbox, name);
+	assert_int_equal(got.pid, kid);
+	assert_true(oci_monitor_alive(&got));
+	assert_string_equal(oci_status(dfd, &got), "created");
+	int fd = openat(dfd, OCI_STARTED, O_CREAT | O_WRONLY, 0600);
+	close(fd);
+	assert_string_equal(oci_status(dfd, &got), "running");
+	fd = openat(dfd, OCI_PAUSED, O_CREAT | O_WRONLY, 0600);
+	close(fd);
+	assert_string_equal(oci_status(dfd, &got), "paused");
+	json_t *j = oci_state_json(dfd, &got);
+	assert_string_equal(json_string_value(json_object_get(j, "status")), "paused");
+	assert_int_equal(json_integer_value(json_object_get(j, "pid")), kid);
+	assert_string_equal(json_string_value(json_object_get(j, "ociVersion")), "1.0.2");
+	json_decref(j);
+	/* The monitor ends (even as a zombie): stopped, pid 0. */
+	kill(kid, SIGKILL);
+	for (int i = 0; i < 200 && oci_monitor_alive(&got); i++)
+		usleep(10000);
+	assert_string_equal(oci_status(dfd, &got), "stopped");
+	waitpid(kid, NULL, 0);
+	j = oci_state_json(dfd, &got);
+	assert_int_equal(json_integer_value(json_object_get(j, "pid")), 0);
+	json_decref(j);
+	/* Another process at the same pid would not pass: the start time differs. */
+	got.pid = getpid();
+	assert_false(oci_monitor_alive(&got));
+	oci_state_free(&got);
+	oci_state_free(&s);
+	/* Garbage and tampering: refused with one line. */
+	static const char *const bad[] = {
+	    "[]",
+	    "{\"id\":\"c1\"}",
+	    "{\"id\":\"../x\",\"sandbox\":\"oci-0\",\"bundle\":\"/b\",\"rootfs\":\"/r\","
+	    "\"created\":\"t\",\"pid\":1,\"pid_start\":1}",
+	    "{\"id\":\"c1\",\"sandbox\":\"other\",\"bundle\":\"/b\",\"rootfs\":\"/r\","
+	    "\"created\":\"t\",\"pid\":1,\"pid_start\":1}",
+	    "{\"id\":\"c1\",\"sandbox\":\"oci-0\",\"bundle\":\"/b\",\"rootfs\":\"/r\","
+	    "\"created\":\"t\",\"pid\":-5,\"pid_start\":1}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		fd = openat(dfd, OCI_STATE_JSON, O_WRONLY | O_TRUNC);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, bad[i], strlen(bad[i])), (ssize_t)strlen(bad[i]));
+		close(fd);
+		err[0] = '\0';
+		assert_int_equal(oci_state_read(dfd, &got, err, sizeof(err)), -EBADMSG);
+		assert_one_line(err, "state.json");
+	}
+	close(dfd);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_signals(void **state)
+{
+	(void)state;
+	assert_int_equal(oci_signal_parse("9"), SIGKILL);
+	assert_int_equal(oci_signal_parse("KILL"), SIGKILL);
+	assert_int_equal(oci_signal_parse("SIGTERM"), SIGTERM);
+	assert_int_equal(oci_signal_parse("sigterm"), SIGTERM);
+	assert_int_equal(oci_signal_parse("15"), SIGTERM);
+	assert_int_equal(oci_signal_parse("WINCH"), SIGWINCH);
+	assert_int_equal(oci_signal_parse("0"), -EINVAL);
+	assert_int_equal(oci_signal_parse("65"), -EINVAL);
+	assert_int_equal(oci_signal_parse("9x"), -EINVAL);
+	assert_int_equal(oci_signal_parse("SIGNOPE"), -EINVAL);
+	assert_int_equal(oci_signal_parse(""), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_process),
+	    cmocka_unit_test(test_bundle),
+	    cmocka_unit_test(test_state),
+	    cmocka_unit_test(test_signals),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
