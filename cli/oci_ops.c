@@ -136,6 +136,9 @@ int oci_cmd_delete(struct oci_ctx *x, int argc, char **argv)
 		return oci_fail(x, "delete: want one container id");
 	struct oci_state s;
 	int dfd = oci_state_dir(x->root, argv[i], false, x->err, sizeof(x->err));
+	/* As runc: --force on a container that is not there has nothing left to do. */
+	if (dfd == -ENOENT && force)
+		return 0;
 	if (dfd < 0)
 		return oci_fail(x, "delete: %s", x->err);
 	bool have = oci_state_read(dfd, &s, x->err, sizeof(x->err)) == 0;

@@ -57,8 +57,21 @@ int oci_state_dir(const char *root, const char *id, bool create, char *err, size
 			      id, OCI_ID_MAX);
 	if (root[0] != '/')
 		return errmsg(err, errlen, -EINVAL, "--root %s: not an absolute path", root);
-	if (create && mkdir(root, 0700) < 0 && errno != EEXIST)
-		return errmsg(err, errlen, -errno, "--root %s: %s", root, strerror(errno));
+	/* The whole path, as runc makes it: engines name one per namespace under /run. */
+	if (create) {
+		char p[PATH_MAX];
+		if ((size_t)snprintf(p, sizeof(p), "%s/", root) >= sizeof(p))
+			return errmsg(err, errlen, -ENAMETOOLONG, "--root: path too long");
+		for (char *c = p + 1; *c; c++) {
+			if (*c != '/')
+				continue;
+			*c = '\0';
+			if (mkdir(p, 0700) < 0 && errno != EEXIST)
+				return errmsg(err, errlen, -errno, "--root %s: %s", p,
+					      strerror(errno));
+			*c = '/';
+		}
+	}
 	int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rfd < 0)
 		return errmsg(err, errlen, -errno, "--root %s: %s", root, strerror(errno));

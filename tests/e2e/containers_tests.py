@@ -1,0 +1,240 @@
+"""Container engines drive cove-oci (issue 33) on the real Linux guest in the KVM box: a private
+containerd (its runc shim told BinaryName by `ctr run --runc-binary`) and podman with conmon
+(`[engine.runtimes] cove`), both on the musl OCI image tests/e2e/make-oci-images builds, no
+registry. Every container is a cove microVM: the process the engine's pid file names is
+cove-oci's monitor, and its exit status is the container's."""
+import json
+import os
+import subprocess
+import time
+
+import box_tests as bt
+
+COVE = bt.COVE
+OCI = os.path.join(os.path.dirname(COVE), "cove-oci")
+IMAGES = "/work/oci"
+WORK = "/tmp/engines"
+# The sandboxes of both engines' containers: cove's own state, as any sandbox's.
+ENV = dict(os.environ, COVE_STATE_DIR=WORK + "/cove", COVE_RUN_DIR=WORK + "/cove-run",
+           COVE_GUEST_DIR="/work", PATH="/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+SOCK = WORK + "/ctrd/containerd.sock"
+
+
+def need_inputs():
+    if not os.path.exists(os.path.join(IMAGES, "musl.oci.tar")):
+        raise bt.Skip("no OCI images (tests/e2e/run builds them with tests/e2e/make-oci-images)")
+    for tool in ("containerd", "ctr", "containerd-shim-runc-v2", "podman", "conmon"):
+        if not any(os.access(os.path.join(d, tool), os.X_OK) for d in ENV["PATH"].split(":")):
+            raise bt.Skip(f"{tool} is not in the box (tools/setup installs it; tests/e2e/run "
+                          f"adds it)")
+
+
+def run(argv, timeout=300, env=None, check_rc=None):
+    try:
+        r = subprocess.run(argv, capture_output=True, timeout=timeout, env=env or ENV)
+    except subprocess.TimeoutExpired:
+        raise bt.Failure(f"{' '.join(argv)[:160]} timed out after {timeout} s")
+    out, err = r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+    if check_rc is not None:
+        bt.check(r.returncode == check_rc,
+                 f"{' '.join(argv)[:200]}: rc={r.returncode}, want {check_rc}: out {out!r} "
+                 f"err {err[-1500:]!r}")
+    return r.returncode, out, err
+
+
+def oci_sandboxes():
+    rc, out, err = run([COVE, "ls", "--json"])
+    bt.check(rc == 0, f"cove ls: {err!r}")
+    return [s["name"] for s in json.loads(out) if s["name"].startswith("oci-")]
+
+
+def cgroups():
+    """Engines read their cgroup; the box's init mounts none."""
+    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        os.makedirs("/sys/fs/cgroup", exist_ok=True)
+        subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# containerd and ctr
+# ---------------------------------------------------------------------------------------------
+
+def start_containerd():
+    d = WORK + "/ctrd"
+    os.makedirs(d, exist_ok=True)
+    with open(d + "/config.toml", "w") as f:
+        f.write(f"""version = 2
+root = "{d}/root"
+state = "{d}/state"
+oom_score = 0
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "{SOCK}"
+[ttrpc]
+  address = "{SOCK}.ttrpc"
+""")
+    log = open(d + "/containerd.log", "w")
+    p = subprocess.Popen(["containerd", "--config", d + "/config.toml"], stdout=log,
+                         stderr=subprocess.STDOUT, env=ENV)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not os.path.exists(SOCK):
+        bt.check(p.poll() is None, f"containerd ended: {open(d + '/containerd.log').read()[-2000:]}")
+        time.sleep(0.2)
+    bt.check(os.path.exists(SOCK), "containerd did not listen within 60 s")
+    return p
+
+
+def ctr(*args, timeout=300, check_rc=None):
+    return run(["ctr", "-a", SOCK, "-n", "cove"] + list(args), timeout=timeout,
+               check_rc=check_rc)
+
+
+def task_status(cid):
+    rc, out, err = ctr("task", "ls")
+    for line in out.splitlines()[1:]:
+        f = line.split()
+        if f and f[0] == cid:
+            return f[-1]
+    return None
+
+
+def wait_status(cid, want, timeout=120):
+    deadline = time.monotonic() + timeout
+    st = None
+    while time.monotonic() < deadline:
+        st = task_status(cid)
+        if st == want:
+            return
+        time.sleep(0.5)
+    raise bt.Failure(f"task {cid}: {st}, not {want} within {timeout} s")
+
+
+def test_containers_ctr():
+    """containerd 1.6 with ctr: `ctr run --rm` of the musl image runs its process in a microVM
+    as the image's user in its WorkingDir, and ctr returns the process's exit status (42);
+    a detached task takes `ctr task exec` (status 5), pause and resume (PAUSED, RUNNING),
+    `task ps`, and SIGTERM reaching a trap in the guest (exit 7); SIGKILL ends the VM. No
+    oci- sandbox is left after the tasks are removed."""
+    need_inputs()
+    subprocess.run(["rm", "-rf", WORK])
+    cgroups()
+    p = start_containerd()
+    try:
+        ctr("image", "import", "--snapshotter", "native", "--base-name", "localhost/musl",
+            os.path.join(IMAGES, "musl.oci.tar"), check_rc=0)
+        runc = ["--snapshotter", "native", "--runc-binary", OCI]
+        t0 = time.monotonic()
+        rc, out, err = ctr("run", "--rm", *runc, "localhost/musl:latest", "t1", "sh", "-c",
+                           "echo hello-from-a-vm; id -u; pwd; hello-musl; exit 42")
+        took = time.monotonic() - t0
+        bt.check(rc == 42 and out.split() == ["hello-from-a-vm", "1000", "/srv/app", "hello",
+                                              "from", "musl"],
+                 f"ctr run --rm: rc={rc} out={out!r} err={err[-2000:]!r}")
+        bt.check(not oci_sandboxes(), f"left after ctr run --rm: {oci_sandboxes()}")
+        print(f"    ctr run --rm: exit 42 and the process's output in {took:.1f} s (a cold boot "
+              f"of the bundle's root made an ext4, the process, the VM removed)")
+
+        ctr("run", "-d", *runc, "localhost/musl:latest", "t2", "sh", "-c",
+            "trap 'exit 7' TERM; while :; do sleep 1; done", check_rc=0)
+        wait_status("t2", "RUNNING")
+        rc, out, err = ctr("task", "exec", "--exec-id", "e1", "t2", "sh", "-c",
+                           "echo in-exec; exit 5")
+        bt.check(rc == 5 and out.strip() == "in-exec", f"task exec: rc={rc} {out!r} {err!r}")
+        ctr("task", "pause", "t2", check_rc=0)
+        wait_status("t2", "PAUSED", 30)
+        ctr("task", "resume", "t2", check_rc=0)
+        wait_status("t2", "RUNNING", 30)
+        rc, out, err = ctr("task", "ps", "t2")
+        bt.check(rc == 0 and len(out.split()) >= 2, f"task ps: rc={rc} {out!r} {err!r}")
+        ctr("task", "kill", "-s", "SIGTERM", "t2", check_rc=0)
+        wait_status("t2", "STOPPED", 60)
+        rc, out, err = ctr("task", "rm", "t2")
+        bt.check(rc == 0 and "7" in out + err, f"task rm after SIGTERM: rc={rc} {out!r} {err!r}")
+        ctr("container", "rm", "t2", check_rc=0)
+        print("    detached: task exec exit 5, pause/resume, ps, SIGTERM caught by a trap in the "
+              "guest (exit 7)")
+
+        ctr("run", "-d", *runc, "localhost/musl:latest", "t3", "sh", "-c", "sleep 1000",
+            check_rc=0)
+        wait_status("t3", "RUNNING")
+        ctr("task", "kill", "-s", "SIGKILL", "t3", check_rc=0)
+        wait_status("t3", "STOPPED", 60)
+        ctr("task", "rm", "t3", check_rc=0)
+        ctr("container", "rm", "t3", check_rc=0)
+        bt.check(not oci_sandboxes(), f"left after the tasks: {oci_sandboxes()}")
+        print("    SIGKILL: the task stopped and its VM is gone")
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# podman and conmon
+# ---------------------------------------------------------------------------------------------
+
+def podman_env():
+    d = WORK + "/podman"
+    os.makedirs(d, exist_ok=True)
+    with open(d + "/storage.conf", "w") as f:
+        f.write(f'[storage]\ndriver = "vfs"\nrunroot = "{d}/run"\ngraphroot = "{d}/graph"\n')
+    with open(d + "/containers.conf", "w") as f:
+        f.write(f"""[containers]
+default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
+[engine]
+runtime = "cove"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime_supports_json = ["cove"]
+[engine.runtimes]
+cove = ["{OCI}"]
+""")
+    os.makedirs("/etc/containers", exist_ok=True)
+    if not os.path.exists("/etc/containers/policy.json"):
+        with open("/etc/containers/policy.json", "w") as f:
+            f.write('{"default":[{"type":"insecureAcceptAnything"}]}\n')
+    return dict(ENV, CONTAINERS_CONF=d + "/containers.conf",
+                CONTAINERS_STORAGE_CONF=d + "/storage.conf")
+
+
+def test_containers_podman():
+    """podman 4.3 and conmon with runtime cove: `podman run` returns the process's exit status
+    (42) with its output, `podman exec` into a running container (status 5), `podman pause` and
+    `unpause`, and `podman stop` (TERM caught in the guest: exit 7); nothing is left behind."""
+    need_inputs()
+    cgroups()
+    env = podman_env()
+
+    def podman(*args, timeout=300, check_rc=None):
+        return run(["podman"] + list(args), timeout=timeout, env=env, check_rc=check_rc)
+
+    rc, out, err = podman("pull", "oci-archive:" + os.path.join(IMAGES, "musl.oci.tar") +
+                          ":latest")
+    bt.check(rc == 0, f"podman pull oci-archive: rc={rc} {err[-1500:]!r}")
+    image_id = out.strip().splitlines()[-1]
+    t0 = time.monotonic()
+    rc, out, err = podman("run", "--rm", "--pull", "never", "--network", "none", image_id, "sh",
+                          "-c", "echo hello-from-podman; id -u; exit 42")
+    took = time.monotonic() - t0
+    bt.check(rc == 42 and out.split() == ["hello-from-podman", "1000"],
+             f"podman run: rc={rc} out={out!r} err={err[-2000:]!r}")
+    print(f"    podman run --rm: exit 42 and the output in {took:.1f} s")
+    podman("run", "-d", "--name", "p2", "--pull", "never", "--network", "none", image_id, "sh",
+           "-c", "trap 'exit 7' TERM; while :; do sleep 1; done", check_rc=0)
+    rc, out, err = podman("exec", "p2", "sh", "-c", "echo in-exec; exit 5")
+    bt.check(rc == 5 and out.strip() == "in-exec", f"podman exec: rc={rc} {out!r} {err!r}")
+    podman("pause", "p2", check_rc=0)
+    rc, out, err = podman("inspect", "--format", "{{.State.Status}}", "p2")
+    bt.check(out.strip() == "paused", f"after podman pause: {out!r} {err!r}")
+    podman("unpause", "p2", check_rc=0)
+    podman("stop", "-t", "20", "p2", check_rc=0)
+    rc, out, err = podman("inspect", "--format", "{{.State.ExitCode}}", "p2")
+    bt.check(out.strip() == "7", f"exit code after podman stop: {out!r} {err!r}")
+    podman("rm", "p2", check_rc=0)
+    bt.check(not oci_sandboxes(), f"left after podman rm: {oci_sandboxes()}")
+    print("    podman exec exit 5, pause/unpause, podman stop: TERM caught in the guest (exit 7)")
+
+
+TESTS = [test_containers_ctr, test_containers_podman]
