@@ -185,6 +185,9 @@ def podman_env():
 default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
 [engine]
 runtime = "cove"
+# conmon passes only these to the runtime: cove-oci's cove finds its state and guest by them
+conmon_env_vars = ["PATH={ENV['PATH']}", "COVE_STATE_DIR={ENV['COVE_STATE_DIR']}",
+                   "COVE_RUN_DIR={ENV['COVE_RUN_DIR']}", "COVE_GUEST_DIR=/work"]
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 runtime_supports_json = ["cove"]
