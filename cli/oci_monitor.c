@@ -18,12 +18,14 @@
 /* What `cove exec` passes on into the guest (its --help), and so what the monitor forwards. */
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
 
-static void record(int dfd, const char *name, int value)
+/* NAME := "VALUE[ START]\n" (START: a process's start time, the pid-reuse guard). */
+static void record(int dfd, const char *name, int value, unsigned long long start)
 {
-	char buf[32];
+	char buf[64];
 	if (dfd < 0)
 		return;
-	int n = snprintf(buf, sizeof(buf), "%d\n", value);
+	int n = start ? snprintf(buf, sizeof(buf), "%d %llu\n", value, start)
+		      : snprintf(buf, sizeof(buf), "%d\n", value);
 	int fd = dirfd_create(dfd, name, O_WRONLY | O_CLOEXEC, 0600);
 	if (fd >= 0) {
 		pwrite_full(fd, buf, (size_t)n, 0);
@@ -87,7 +89,7 @@ void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 		log_err(x->log, "%s: cannot start the container process", sandbox);
 		goto done;
 	}
-	record(dfd, "exec.pid", (int)child);
+	record(dfd, OCI_EXEC_PID, (int)child, (unsigned long long)oci_proc_start(child));
 	for (;;) {
 		struct signalfd_siginfo si;
 		if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si)) {
@@ -107,7 +109,7 @@ void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 		}
 	}
 done:
-	record(dfd, OCI_EXIT, code);
+	record(dfd, OCI_EXIT, code, 0);
 	if (end_vm)
 		end_sandbox(x, sandbox);
 	_exit(code);

@@ -34,22 +34,10 @@ static int open_container(struct oci_ctx *x, const char *what, const char *id, s
 	return dfd;
 }
 
-/* A small number a file of the monitor's holds, or 0. */
-static int read_int(int dfd, const char *name)
-{
-	char buf[32] = {0};
-	int fd = dirfd_open(dfd, name, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	return n > 0 ? atoi(buf) : 0;
-}
-
 /* The monitor and the `cove exec` it runs, killed; the sandbox removed. */
 static void kill_all(struct oci_ctx *x, int dfd, const struct oci_state *s)
 {
-	int child = read_int(dfd, "exec.pid");
+	pid_t child = oci_exec_child(dfd);
 	if (oci_monitor_alive(s))
 		kill(s->pid, SIGKILL);
 	if (child > 0)
@@ -212,21 +200,21 @@ int oci_cmd_ps(struct oci_ctx *x, int argc, char **argv)
 	if (dfd < 0)
 		return 1;
 	/* The host's processes of the container: its monitor and the cove exec it runs. */
-	int child = read_int(dfd, "exec.pid");
+	pid_t child = oci_exec_child(dfd);
 	bool up = oci_monitor_alive(&s);
 	if (json) {
 		printf("[");
 		if (up)
-			printf("%d%s", (int)s.pid, child > 0 && kill(child, 0) == 0 ? "," : "");
-		if (up && child > 0 && kill(child, 0) == 0)
-			printf("%d", child);
+			printf("%d%s", (int)s.pid, child > 0 ? "," : "");
+		if (child > 0)
+			printf("%d", (int)child);
 		printf("]\n");
 	} else {
 		printf("PID\n");
 		if (up)
 			printf("%d\n", (int)s.pid);
-		if (up && child > 0 && kill(child, 0) == 0)
-			printf("%d\n", child);
+		if (child > 0)
+			printf("%d\n", (int)child);
 	}
 	oci_state_free(&s);
 	close(dfd);

@@ -194,6 +194,21 @@ bool oci_monitor_alive(const struct oci_state *s)
 	return s->pid > 0 && s->pid_start && oci_proc_start(s->pid) == s->pid_start;
 }
 
+pid_t oci_exec_child(int dfd)
+{
+	char buf[64] = {0};
+	int fd = dirfd_open(dfd, OCI_EXEC_PID, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	int pid;
+	unsigned long long start;
+	if (n <= 0 || sscanf(buf, "%d %llu", &pid, &start) != 2 || pid <= 0)
+		return 0;
+	return oci_proc_start(pid) == start ? pid : 0;
+}
+
 const char *oci_status(int dfd, const struct oci_state *s)
 {
 	if (!oci_monitor_alive(s))

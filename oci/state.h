@@ -16,9 +16,10 @@
 #define OCI_ID_MAX	   128
 #define OCI_STATE_JSON	   "state.json"
 #define OCI_START_FIFO	   "start.fifo"
-#define OCI_STARTED	   "started" /* made by `start`: the container process was let go */
-#define OCI_EXIT	   "exit"    /* the container process's exit status, from the monitor */
-#define OCI_PAUSED	   "paused"  /* made by `pause`, removed by `resume` */
+#define OCI_STARTED	   "started"  /* made by `start`: the container process was let go */
+#define OCI_EXIT	   "exit"     /* the container process's exit status, from the monitor */
+#define OCI_PAUSED	   "paused"   /* made by `pause`, removed by `resume` */
+#define OCI_EXEC_PID	   "exec.pid" /* the monitor's cove exec: "PID START" */
 #define OCI_DEFAULT_ROOT   "/run/cove-oci"
 #define OCI_SANDBOX_PREFIX "oci-"
 
@@ -53,6 +54,10 @@ void oci_state_free(struct oci_state *s);
 uint64_t oci_proc_start(pid_t pid);
 /* The monitor still runs: same pid and start time, not a zombie. */
 bool oci_monitor_alive(const struct oci_state *s);
+
+/* The monitor's cove exec process, when it still runs (OCI_EXEC_PID, its start time checked):
+ * its pid, else 0. */
+pid_t oci_exec_child(int dfd);
 
 /* "created", "running", "paused" or "stopped", from the monitor and the marker files. */
 const char *oci_status(int dfd, const struct oci_state *s);

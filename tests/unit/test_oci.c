@@ -236,6 +236,18 @@ static void test_state(void **state)
 	fd = openat(dfd, OCI_PAUSED, O_CREAT | O_WRONLY, 0600);
 	close(fd);
 	assert_string_equal(oci_status(dfd, &got), "paused");
+	/* The monitor's cove exec, named with its start time: a stale pid is never taken. */
+	char rec[64];
+	snprintf(rec, sizeof(rec), "%d %llu\n", (int)kid, (unsigned long long)got.pid_start);
+	fd = openat(dfd, OCI_EXEC_PID, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	assert_int_equal(write(fd, rec, strlen(rec)), (ssize_t)strlen(rec));
+	close(fd);
+	assert_int_equal(oci_exec_child(dfd), kid);
+	snprintf(rec, sizeof(rec), "%d %llu\n", (int)kid, (unsigned long long)got.pid_start + 1);
+	fd = openat(dfd, OCI_EXEC_PID, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	assert_int_equal(write(fd, rec, strlen(rec)), (ssize_t)strlen(rec));
+	close(fd);
+	assert_int_equal(oci_exec_child(dfd), 0);
 	json_t *j = oci_state_json(dfd, &got);
 	assert_string_equal(json_string_value(json_object_get(j, "status")), "paused");
 	assert_int_equal(json_integer_value(json_object_get(j, "pid")), kid);
