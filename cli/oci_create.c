@@ -117,6 +117,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	snprintf(s.rootfs, sizeof(s.rootfs), "%s", b.rootfs);
 	now_rfc3339(s.created, sizeof(s.created));
 	s.annotations = json_incref(b.annotations);
+	oci_state_env_take(&s);
 	if (oci_sandbox_name(x->root, id, s.sandbox, sizeof(s.sandbox)) ||
 	    oci_state_write(dfd, &s)) {
 		oci_fail(x, "create %s: cannot write its state", id);

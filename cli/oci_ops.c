@@ -31,6 +31,7 @@ static int open_container(struct oci_ctx *x, const char *what, const char *id, s
 		close(dfd);
 		return -1;
 	}
+	oci_state_env_apply(s);
 	return dfd;
 }
 
@@ -131,6 +132,7 @@ int oci_cmd_delete(struct oci_ctx *x, int argc, char **argv)
 		return oci_fail(x, "delete: %s", x->err);
 	bool have = oci_state_read(dfd, &s, x->err, sizeof(x->err)) == 0;
 	if (have) {
+		oci_state_env_apply(&s);
 		const char *status = oci_status(dfd, &s);
 		if (strcmp(status, "stopped") && !force) {
 			oci_fail(x, "delete %s: the container is %s (--force ends it)", s.id,

@@ -17,6 +17,27 @@
 
 #define STATE_MAX (1 << 20)
 
+const char *const oci_cove_vars[3] = {"COVE_STATE_DIR", "COVE_RUN_DIR", "COVE_GUEST_DIR"};
+
+void oci_state_env_take(struct oci_state *s)
+{
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(oci_cove_vars[i]);
+		snprintf(s->cove_env[i], sizeof(s->cove_env[i]), "%s",
+			 v && v[0] == '/' && strlen(v) < sizeof(s->cove_env[i]) ? v : "");
+	}
+}
+
+void oci_state_env_apply(const struct oci_state *s)
+{
+	for (int i = 0; i < 3; i++) {
+		if (s->cove_env[i][0])
+			setenv(oci_cove_vars[i], s->cove_env[i], 1);
+		else
+			unsetenv(oci_cove_vars[i]);
+	}
+}
+
 bool oci_id_ok(const char *id)
 {
 	size_t n = id ? strlen(id) : 0;
@@ -94,11 +115,15 @@ int oci_state_dir(const char *root, const char *id, bool create, char *err, size
 
 int oci_state_write(int dfd, const struct oci_state *s)
 {
-	json_t *j =
-	    json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:o}", "id", s->id, "sandbox", s->sandbox,
-		      "bundle", s->bundle, "rootfs", s->rootfs, "pid", (json_int_t)s->pid,
-		      "pid_start", (json_int_t)s->pid_start, "created", s->created, "annotations",
-		      s->annotations ? json_incref(s->annotations) : json_object());
+	json_t *env = json_object();
+	for (int i = 0; env && i < 3; i++)
+		if (s->cove_env[i][0])
+			json_object_set_new(env, oci_cove_vars[i], json_string(s->cove_env[i]));
+	json_t *j = json_pack(
+	    "{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o}", "id", s->id, "sandbox", s->sandbox, "bundle",
+	    s->bundle, "rootfs", s->rootfs, "pid", (json_int_t)s->pid, "pid_start",
+	    (json_int_t)s->pid_start, "created", s->created, "annotations",
+	    s->annotations ? json_incref(s->annotations) : json_object(), "cove_env", env);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!text)
@@ -147,6 +172,15 @@ int oci_state_read(int dfd, struct oci_state *s, char *err, size_t errlen)
 	if (!r && (!oci_id_ok(s->id) ||
 		   strncmp(s->sandbox, OCI_SANDBOX_PREFIX, strlen(OCI_SANDBOX_PREFIX))))
 		r = errmsg(err, errlen, -EBADMSG, "state.json: bad id or sandbox");
+	json_t *env = json_object_get(j, "cove_env");
+	for (int i = 0; !r && env && i < 3; i++) {
+		json_t *v = json_object_get(env, oci_cove_vars[i]);
+		const char *t = json_string_value(v);
+		if (v && (!t || t[0] != '/' || strlen(t) >= sizeof(s->cove_env[i])))
+			r = errmsg(err, errlen, -EBADMSG, "state.json: bad %s", oci_cove_vars[i]);
+		else if (t)
+			strcpy(s->cove_env[i], t);
+	}
 	if (!r) {
 		s->pid = (pid_t)pid;
 		s->pid_start = (uint64_t)ps;

@@ -32,7 +32,19 @@ struct oci_state {
 	uint64_t pid_start;    /* its start time (/proc/PID/stat field 22): pid reuse guard */
 	char created[40];      /* RFC 3339 */
 	json_t *annotations;   /* owned, may be NULL */
+	/* cove's settings at create (COVE_STATE_DIR, COVE_RUN_DIR, COVE_GUEST_DIR; "" unset):
+	 * engines call later commands with environments of their own, and the sandbox stays
+	 * where it was made. */
+	char cove_env[3][PATH_MAX];
 };
+
+/* The variables of oci_state.cove_env, in order. */
+extern const char *const oci_cove_vars[3];
+
+/* cove_env from this process's environment (create). */
+void oci_state_env_take(struct oci_state *s);
+/* This process's environment from cove_env (every later command, before it runs cove). */
+void oci_state_env_apply(const struct oci_state *s);
 
 /* Pure: a container id an engine gives: 1..128 of [A-Za-z0-9_.-], not starting with '.'. */
 bool oci_id_ok(const char *id);

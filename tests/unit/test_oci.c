@@ -223,10 +223,23 @@ static void test_state(void **state)
 	strcpy(s.rootfs, "/b/rootfs");
 	strcpy(s.created, "2026-12-07T08:00:00.000000000Z");
 	s.annotations = json_pack("{s:s}", "k", "v");
+	/* cove's settings at create travel with the record: later commands come with other
+	 * environments (podman calls pause and kill directly, not through conmon). */
+	setenv("COVE_STATE_DIR", "/srv/cove-state", 1);
+	unsetenv("COVE_RUN_DIR");
+	setenv("COVE_GUEST_DIR", "relative/not/taken", 1);
+	oci_state_env_take(&s);
 	assert_int_equal(oci_state_write(dfd, &s), 0);
+	unsetenv("COVE_STATE_DIR");
+	setenv("COVE_RUN_DIR", "/elsewhere", 1);
 	struct oci_state got;
 	assert_int_equal(oci_state_read(dfd, &got, err, sizeof(err)), 0);
 	assert_string_equal(got.sandbox, name);
+	oci_state_env_apply(&got);
+	assert_string_equal(getenv("COVE_STATE_DIR"), "/srv/cove-state");
+	assert_null(getenv("COVE_RUN_DIR"));
+	assert_null(getenv("COVE_GUEST_DIR"));
+	unsetenv("COVE_STATE_DIR");
 	assert_int_equal(got.pid, kid);
 	assert_true(oci_monitor_alive(&got));
 	assert_string_equal(oci_status(dfd, &got), "created");
@@ -277,6 +290,9 @@ static void test_state(void **state)
 	    "\"created\":\"t\",\"pid\":1,\"pid_start\":1}",
 	    "{\"id\":\"c1\",\"sandbox\":\"oci-0\",\"bundle\":\"/b\",\"rootfs\":\"/r\","
 	    "\"created\":\"t\",\"pid\":-5,\"pid_start\":1}",
+	    "{\"id\":\"c1\",\"sandbox\":\"oci-0\",\"bundle\":\"/b\",\"rootfs\":\"/r\","
+	    "\"created\":\"t\",\"pid\":1,\"pid_start\":1,\"cove_env\":{\"COVE_STATE_DIR\":"
+	    "\"etc\"}}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		fd = openat(dfd, OCI_STATE_JSON, O_WRONLY | O_TRUNC);
