@@ -48,6 +48,10 @@ int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sa
 		   size_t cap);
 void oci_disk_drop(const char *ref);
 
+/* The bundle's tmpfs mounts and copied files (oci_bundle.mounts) made in the running sandbox's
+ * guest, before its process starts. 0 or -errno with x->err. */
+int oci_mounts_apply(struct oci_ctx *x, const char *sandbox, const struct oci_bundle *b);
+
 /* The pty for a container on a terminal: its master sent over the engine's console socket
  * (SCM_RIGHTS), its slave returned (the process's stdio). -errno with x->err. */
 int oci_console(struct oci_ctx *x, const char *socket_path);

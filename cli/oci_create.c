@@ -131,6 +131,10 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo;
 	}
+	if (oci_mounts_apply(x, s.sandbox, &b)) {
+		oci_fail(x, "create %s: %s", id, x->err);
+		goto undo_vm;
+	}
 	/* The start fifo, held open both ways by the monitor: `start` writes one byte. */
 	if (mkfifoat(dfd, OCI_START_FIFO, 0600) < 0 ||
 	    (fifo = openat(dfd, OCI_START_FIFO, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {

@@ -248,7 +248,12 @@ int oci_bundle_load(const char *dir, struct oci_bundle *b, char *err, size_t err
 		goto out;
 	}
 	b->annotations = a ? json_incref(a) : json_object();
-	r = annotations(b, err, errlen);
+	const char *ver = json_string_value(json_object_get(j, "ociVersion"));
+	if (ver && strncmp(ver, "1.", 2)) {
+		r = errmsg(err, errlen, -EINVAL, "config.json: ociVersion %.40s is not 1.x", ver);
+		goto out;
+	}
+	r = annotations(b, err, errlen) ?: oci_mounts_plan(j, b, err, errlen);
 	if (!r) {
 		r = oci_process_parse(json_object_get(j, "process"), &b->process, err, errlen);
 		if (r)
@@ -263,6 +268,9 @@ out:
 
 void oci_bundle_free(struct oci_bundle *b)
 {
+	free(b->mounts);
+	b->mounts = NULL;
+	b->nmounts = 0;
 	oci_process_free(&b->process);
 	json_decref(b->annotations);
 	b->annotations = NULL;

@@ -20,6 +20,17 @@
 #define OCI_MEM_ANNOTATION   "cove.dev/mem"   /* guest RAM, e.g. 512M */
 #define OCI_VCPUS_ANNOTATION "cove.dev/vcpus"
 
+#define OCI_MOUNTS_MAX 64	 /* config.json's mounts */
+#define OCI_COPY_MAX   (1 << 20) /* a file copied in for a bind mount (/etc/hosts, ...) */
+
+/* What the guest does with a mount of config.json (oci_bundle.mounts). */
+struct oci_mount {
+	char dest[PATH_MAX];
+	char source[PATH_MAX]; /* a copy-in's host file */
+	bool copy;	       /* a small host file copied into the guest at dest */
+	char size[32];	       /* a tmpfs's size= ("" none) */
+};
+
 /* The OCI runtime spec's "process": what runs in the container. */
 struct oci_process {
 	char **args; /* NULL-terminated; at least one */
@@ -41,6 +52,12 @@ struct oci_bundle {
 	uint64_t mem_bytes;  /* cove.dev/mem, 0 none */
 	int vcpus;	     /* cove.dev/vcpus, 0 none */
 	json_t *annotations; /* the object (owned), for `state` */
+	/* Mounts the guest honours beyond its own /proc, /dev, /sys, ...: tmpfs mounts, and the
+	 * files engines bind in (/etc/hosts, /etc/hostname, /etc/resolv.conf,
+	 * /run/.containerenv, /dev/termination-log), copied. Any other bind mount or device is
+	 * refused when the bundle is read. */
+	struct oci_mount *mounts;
+	size_t nmounts;
 };
 
 /* The process object j into p (freed with oci_process_free). 0 or -EINVAL with one line. */
@@ -48,6 +65,13 @@ int oci_process_parse(json_t *j, struct oci_process *p, char *err, size_t errlen
 /* A --process file (a process object in JSON). */
 int oci_process_load(const char *path, struct oci_process *p, char *err, size_t errlen);
 void oci_process_free(struct oci_process *p);
+
+/*
+ * config.json's "mounts" and "linux.devices" checked and planned (into b->mounts): the guest's
+ * own file systems are left to it, tmpfs and the engines' small files are kept, and a host bind
+ * mount, a device or another file system is refused, naming it. 0 or -EINVAL with one line.
+ */
+int oci_mounts_plan(json_t *config, struct oci_bundle *b, char *err, size_t errlen);
 
 /* DIR/config.json into b (freed with oci_bundle_free). 0 or -errno with one line in err. */
 int oci_bundle_load(const char *dir, struct oci_bundle *b, char *err, size_t errlen);

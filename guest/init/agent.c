@@ -127,6 +127,8 @@ static void conn_serve(void *ctx, int fd)
 		status_handle(ag, fd);
 	else if (strcmp(op, "sync") == 0)
 		sync_handle(fd);
+	else if (strcmp(op, "mount") == 0)
+		mount_handle(fd, msg);
 	else
 		wire_reply_error(fd, "unknown op \"%.64s\"", op);
 out:

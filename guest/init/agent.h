@@ -1,4 +1,5 @@
-/* agent.h: what the parts of cove-init's guest agent (exec, files, ports, identity, broker) share. */
+/* agent.h: what the parts of cove-init's guest agent (exec, files, ports, identity, broker) share.
+ */
 #ifndef COVE_AGENT_H
 #define COVE_AGENT_H
 
@@ -14,15 +15,15 @@
 #include "egress_proxy.h"
 #include "proto/agent_wire.h"
 
-#define BROKER_PORT 1025       /* host port (CID 2) of cove-broker */
-#define BROKER_SOCK "/run/cove/broker.sock"
-#define AGENT_CHUNK 65536	 /* what the agent reads from a child at once */
-#define AGENT_FILE_MAX (1ull << 30) /* put/get move at most 1 GiB */
+#define BROKER_PORT	   1025 /* host port (CID 2) of cove-broker */
+#define BROKER_SOCK	   "/run/cove/broker.sock"
+#define AGENT_CHUNK	   65536	/* what the agent reads from a child at once */
+#define AGENT_FILE_MAX	   (1ull << 30) /* put/get move at most 1 GiB */
 #define AGENT_SESSIONS_MAX 128
-#define AGENT_QUEUE_MAX (1u << 20) /* output a session buffers while no host reads it */
-#define EXEC_ARGS_MAX 256
-#define EXEC_ARG_LEN_MAX 4096
-#define TOKEN_HEX_MAX 128
+#define AGENT_QUEUE_MAX	   (1u << 20) /* output a session buffers while no host reads it */
+#define EXEC_ARGS_MAX	   256
+#define EXEC_ARG_LEN_MAX   4096
+#define TOKEN_HEX_MAX	   128
 
 /* agent_req.c: replies, peer and request checks (unit-tested); the framing is proto/agent_wire. */
 int wire_reply_ok(int fd);
@@ -97,6 +98,9 @@ int files_get(int fd, json_t *msg);
 
 /* agent_forward.c */
 int forward_handle(int fd, json_t *msg);
+
+/* agent_mount.c: a tmpfs for a container's config.json (cove-oci) */
+int mount_handle(int fd, json_t *msg);
 
 /* identity.c */
 int identity_handle(struct agent *ag, int fd, json_t *msg);

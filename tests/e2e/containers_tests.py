@@ -131,8 +131,17 @@ def test_containers_ctr():
                                               "from", "musl"],
                  f"ctr run --rm: rc={rc} out={out!r} err={err[-2000:]!r}")
         bt.check(not oci_sandboxes(), f"left after ctr run --rm: {oci_sandboxes()}")
+        # A microVM: the cove guest's kernel, not the box's; ctr's /run tmpfs is honoured.
+        rc, out, err = ctr("run", "--rm", *runc, "localhost/musl:latest", "t0", "sh", "-c",
+                           "uname -r; grep ' /run ' /proc/mounts | cut -d' ' -f3")
+        got = out.split()
+        bt.check(rc == 0 and len(got) == 2 and got[0] != os.uname().release and
+                 got[1] == "tmpfs",
+                 f"uname -r and /run in the container: {out!r} (box: {os.uname().release}) "
+                 f"{err[-1000:]!r}")
         print(f"    ctr run --rm: exit 42 and the process's output in {took:.1f} s (a cold boot "
-              f"of the bundle's root made an ext4, the process, the VM removed)")
+              f"of the bundle's root made an ext4, the process, the VM removed); its kernel "
+              f"{got[0]} (the box's {os.uname().release}), /run a tmpfs")
 
         ctr("run", "-d", *runc, "localhost/musl:latest", "t2", "sh", "-c",
             "trap 'exit 7' TERM; while :; do sleep 1; done", check_rc=0)
@@ -232,10 +241,28 @@ def test_containers_podman():
     rc, out, err = podman("inspect", "--format", "{{.State.Status}}", "p2")
     bt.check(out.strip() == "paused", f"after podman pause: {out!r} {err!r}")
     podman("unpause", "p2", check_rc=0)
+    rc, out, err = podman("exec", "p2", "cat", "/etc/hosts")
+    bt.check(rc == 0 and "localhost" in out, f"podman's /etc/hosts, copied in: {out!r} {err!r}")
     podman("stop", "-t", "20", "p2", check_rc=0)
     rc, out, err = podman("inspect", "--format", "{{.State.ExitCode}}", "p2")
     bt.check(out.strip() == "7", f"exit code after podman stop: {out!r} {err!r}")
     podman("rm", "p2", check_rc=0)
+    # TERM ignored: podman stop's timeout ends in KILL, which ends the VM (exit 137).
+    podman("run", "-d", "--name", "p3", "--pull", "never", "--network", "none", image_id, "sh",
+           "-c", "trap '' TERM; while :; do sleep 1; done", check_rc=0)
+    t0 = time.monotonic()
+    podman("stop", "-t", "2", "p3", check_rc=0)
+    rc, out, err = podman("inspect", "--format", "{{.State.ExitCode}}", "p3")
+    bt.check(out.strip() == "137", f"exit code after stop -t 2 of a TERM-proof process: "
+             f"{out!r} {err!r}")
+    print(f"    podman stop -t 2 of a process ignoring TERM: KILL, exit 137, in "
+          f"{time.monotonic() - t0:.1f} s")
+    podman("rm", "p3", check_rc=0)
+    # A host bind mount cannot be honoured by a VM: refused, naming it, before any VM boots.
+    rc, out, err = podman("run", "--rm", "--pull", "never", "--network", "none", "-v",
+                          "/etc:/hostetc", image_id, "true")
+    bt.check(rc != 0 and "mount /hostetc: a bind mount of the host's /etc" in err,
+             f"podman run -v /etc:/hostetc: rc={rc} {err[-1500:]!r}")
     bt.check(not oci_sandboxes(), f"left after podman rm: {oci_sandboxes()}")
     print("    podman exec exit 5, pause/unpause, podman stop: TERM caught in the guest (exit 7)")
 

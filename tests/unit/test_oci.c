@@ -169,6 +169,86 @@ static void test_bundle(void **state)
 		assert_int_not_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
 		assert_one_line(err, bad[i].needle);
 	}
+	/* Mounts as podman and ctr write them: the guest's own are left to it, tmpfs and the
+	 * engine's small files kept; a host bind mount, a device or another file system refused. */
+	char hosts[256], big[256], link[256];
+	snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
+	write_file(hosts, "127.0.0.1 localhost\n", 20);
+	snprintf(
+	    cfg, sizeof(cfg),
+	    "{\"ociVersion\":\"1.0.2-dev\",\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":"
+	    "\"rootfs\"},\"mounts\":[{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":"
+	    "\"proc\"},{\"destination\":\"/dev\",\"type\":\"tmpfs\",\"source\":\"tmpfs\"},"
+	    "{\"destination\":\"/sys/fs/cgroup\",\"type\":\"cgroup\"},{\"destination\":"
+	    "\"/dev/shm\",\"type\":\"bind\",\"source\":\"/run/x/shm\",\"options\":[\"rbind\"]},"
+	    "{\"destination\":\"/"
+	    "run\",\"type\":\"tmpfs\",\"options\":[\"nosuid\",\"size=65536k\"]},"
+	    "{\"destination\":\"/etc/hosts\",\"type\":\"bind\",\"source\":\"%s\",\"options\":"
+	    "[\"rbind\",\"ro\"]}],\"linux\":{\"devices\":[]}}",
+	    hosts);
+	write_config(dir, cfg);
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+	assert_int_equal(b.nmounts, 2);
+	assert_string_equal(b.mounts[0].dest, "/run");
+	assert_false(b.mounts[0].copy);
+	assert_string_equal(b.mounts[0].size, "65536k");
+	assert_string_equal(b.mounts[1].dest, "/etc/hosts");
+	assert_true(b.mounts[1].copy);
+	assert_string_equal(b.mounts[1].source, hosts);
+	oci_bundle_free(&b);
+	snprintf(big, sizeof(big), "%s/big", dir);
+	int bfd = open(big, O_CREAT | O_WRONLY, 0600);
+	assert_int_equal(ftruncate(bfd, OCI_COPY_MAX + 1), 0);
+	close(bfd);
+	snprintf(link, sizeof(link), "%s/hosts-link", dir);
+	assert_int_equal(symlink(hosts, link), 0);
+	static const struct {
+		const char *mounts, *needle;
+	} hostile[] = {
+	    {"[{\"destination\":\"/x\",\"type\":\"bind\",\"source\":\"/etc\"}]",
+	     "mount /x: a bind mount of the host's /etc"},
+	    {"[{\"destination\":\"/data\",\"type\":\"none\",\"source\":\"/srv\",\"options\":"
+	     "[\"rbind\"]}]",
+	     "mount /data: a bind mount"},
+	    {"[{\"destination\":\"/mnt\",\"type\":\"nfs\",\"source\":\"h:/e\"}]", "type nfs"},
+	    {"[{\"destination\":\"/a/../etc\",\"type\":\"tmpfs\"}]", "destination"},
+	    {"[{\"destination\":\"rel\",\"type\":\"tmpfs\"}]", "destination"},
+	    {"[{\"destination\":\"/etc/hosts\",\"type\":\"bind\",\"source\":\"BIG\"}]",
+	     "not a regular file of at most"},
+	    {"[{\"destination\":\"/etc/hosts\",\"type\":\"bind\",\"source\":\"LINK\"}]",
+	     "not a regular file of at most"},
+	    {"{}", "not an array"},
+	};
+	for (size_t i = 0; i < sizeof(hostile) / sizeof(*hostile); i++) {
+		char m[512], *at;
+		snprintf(m, sizeof(m), "%s", hostile[i].mounts);
+		if ((at = strstr(m, "BIG"))) {
+			char tail[256];
+			snprintf(tail, sizeof(tail), "%s", at + 3);
+			snprintf(at, sizeof(m) - (size_t)(at - m), "%s%s", big, tail);
+		}
+		if ((at = strstr(m, "LINK"))) {
+			char tail[256];
+			snprintf(tail, sizeof(tail), "%s", at + 4);
+			snprintf(at, sizeof(m) - (size_t)(at - m), "%s%s", link, tail);
+		}
+		snprintf(cfg, sizeof(cfg),
+			 "{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},"
+			 "\"mounts\":%s}",
+			 m);
+		write_config(dir, cfg);
+		err[0] = '\0';
+		assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), -EINVAL);
+		assert_one_line(err, hostile[i].needle);
+	}
+	write_config(dir, "{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},"
+			  "\"linux\":{\"devices\":[{\"path\":\"/dev/kvm\",\"type\":\"c\"}]}}");
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), -EINVAL);
+	assert_one_line(err, "device /dev/kvm");
+	write_config(dir, "{\"ociVersion\":\"2.0.0\",\"process\":{\"args\":[\"sh\"]},\"root\":"
+			  "{\"path\":\"rootfs\"}}");
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), -EINVAL);
+	assert_one_line(err, "ociVersion 2.0.0");
 	/* config.json through a symlink is not read. */
 	snprintf(p, sizeof(p), "%s/config.json", dir);
 	unlink(p);
