@@ -39,13 +39,16 @@ bool lease_keeper_current(const struct lease_keeper *k)
 /* Pauses the VM once the held lease is within the margin of expiring (called under mu). */
 static void pause_now(struct lease_keeper *k)
 {
+	int64_t asked = k->held.expires_ms - realtime_ms();
 	int pr = k->set_paused(k->arg, true);
 	atomic_store(&k->paused, true);
+	/* Both times: the pause is asked for at the margin; a loaded host can take a while to
+	 * carry it out, and LEASE.md's rule 2 needs it done before expiry + skew. */
 	log_err(k->log,
-		"%s: the lease could not be renewed and expires in %lld ms: VM %s, no commit "
-		"until it is renewed",
+		"%s: the lease could not be renewed and expires in %lld ms: VM %s (asked %lld ms "
+		"before expiry), no commit until it is renewed",
 		k->held.sandbox, (long long)(k->held.expires_ms - realtime_ms()),
-		pr ? "NOT paused (its API did not answer)" : "paused");
+		pr ? "NOT paused (its API did not answer)" : "paused", (long long)asked);
 }
 
 /*
