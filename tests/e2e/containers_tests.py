@@ -5,6 +5,8 @@ registry. Every container is a cove microVM: the process the engine's pid file n
 cove-oci's monitor, and its exit status is the container's."""
 import json
 import os
+import pty
+import select
 import subprocess
 import time
 
@@ -258,6 +260,50 @@ def test_containers_podman():
     print(f"    podman stop -t 2 of a process ignoring TERM: KILL, exit 137, in "
           f"{time.monotonic() - t0:.1f} s")
     podman("rm", "p3", check_rc=0)
+    # A terminal: podman run -it on a pty the test drives (conmon gets the pty's master back
+    # over its console socket); the shell inside sees a tty, and its exit status comes back.
+    master, slave = pty.openpty()
+    pr = subprocess.Popen(["podman", "run", "-it", "--rm", "--pull", "never", "--network", "none",
+                           image_id, "sh", "-c",
+                           "[ -t 0 ] && [ -t 1 ] && echo tty-yes; read line; echo got-$line; "
+                           "exit 3"],
+                          stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 120
+    sent = False
+    while time.monotonic() < deadline and pr.poll() is None:
+        r, _, _ = select.select([master], [], [], 0.5)
+        if r:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                break
+        if b"tty-yes" in seen and not sent:
+            os.write(master, b"typed\r")
+            sent = True
+    try:
+        rc_t = pr.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pr.kill()
+        rc_t = None
+    os.close(master)
+    bt.check(rc_t == 3 and b"tty-yes" in seen and b"got-typed" in seen,
+             f"podman run -it: rc={rc_t}, the terminal showed {seen[-800:]!r}")
+    print("    podman run -it through a pty: a tty inside, a typed line read, exit 3")
+    # 10 MiB of output, every byte, attached and through podman logs.
+    big = "head -c 10485760 /dev/zero | tr '\\0' x"
+    rc, out, err = podman("run", "--rm", "--pull", "never", "--network", "none", image_id,
+                          "sh", "-c", big, timeout=600)
+    bt.check(rc == 0 and len(out) == 10 << 20 and set(out) == {"x"},
+             f"10 MiB attached: rc={rc} {len(out)} bytes {err[-500:]!r}")
+    podman("run", "-d", "--name", "p4", "--pull", "never", "--network", "none", image_id,
+           "sh", "-c", big, check_rc=0)
+    podman("wait", "p4", timeout=600)
+    rc, out, err = podman("logs", "p4", timeout=300)
+    bt.check(rc == 0 and len(out) == 10 << 20, f"podman logs: rc={rc} {len(out)} bytes")
+    podman("rm", "p4", check_rc=0)
+    print("    10 MiB of output: every byte attached and in podman logs")
     # A host bind mount cannot be honoured by a VM: refused, naming it, before any VM boots.
     rc, out, err = podman("run", "--rm", "--pull", "never", "--network", "none", "-v",
                           "/etc:/hostetc", image_id, "true")
