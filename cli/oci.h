@@ -55,6 +55,9 @@ int oci_mounts_apply(struct oci_ctx *x, const char *sandbox, const struct oci_bu
 /* The pty for a container on a terminal: its master sent over the engine's console socket
  * (SCM_RIGHTS), its slave returned (the process's stdio). -errno with x->err. */
 int oci_console(struct oci_ctx *x, const char *socket_path);
+/* In the forked monitor: the pty's slave (tty >= 0) becomes its controlling terminal and
+ * stdio, in a session of its own; tty < 0: nothing. */
+void oci_console_take(int tty);
 
 /* argv for `cove exec SANDBOX [-t] --env.. --cwd --user uid:gid -- args` (malloc'd, NULL
  * terminated; free with free() after use: the strings point into p and into `user`). */

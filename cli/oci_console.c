@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -61,4 +62,16 @@ out:
 	if (m >= 0)
 		close(m);
 	return ret;
+}
+
+void oci_console_take(int tty)
+{
+	if (tty < 0)
+		return;
+	setsid();
+	ioctl(tty, TIOCSCTTY, 0);
+	dup2(tty, 0);
+	dup2(tty, 1);
+	dup2(tty, 2);
+	close(tty);
 }

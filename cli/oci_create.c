@@ -148,14 +148,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 		goto undo_vm;
 	}
 	if (pid == 0) {
-		if (tty >= 0) {
-			setsid();
-			ioctl(tty, TIOCSCTTY, 0);
-			dup2(tty, 0);
-			dup2(tty, 1);
-			dup2(tty, 2);
-			close(tty);
-		}
+		oci_console_take(tty);
 		oci_monitor(x, dfd, fifo, s.sandbox, &b.process, true);
 	}
 	close(fifo);

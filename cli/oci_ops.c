@@ -276,14 +276,7 @@ int oci_cmd_exec(struct oci_ctx *x, int argc, char **argv)
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0) {
-		if (tty >= 0) {
-			setsid();
-			ioctl(tty, TIOCSCTTY, 0);
-			dup2(tty, 0);
-			dup2(tty, 1);
-			dup2(tty, 2);
-			close(tty);
-		}
+		oci_console_take(tty);
 		/* No record: an exec's status is its monitor's wait status. */
 		oci_monitor(x, -1, -1, s.sandbox, &p, false);
 	}

@@ -391,6 +391,21 @@ static void empty_and_remove(int dfd, const char *dir)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* A lease host A takes now, and a sandbox directory (dir, a mkdtemp template) recording it, as
+ * a follower's: its fd. */
+static int held_lease_dir(struct fx *f, struct store_lease *held, char *dir)
+{
+	struct store_lease other;
+	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), held, &other, f->err,
+					  sizeof(f->err)),
+			 0);
+	assert_non_null(mkdtemp(dir));
+	int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+	assert_true(dfd >= 0);
+	assert_int_equal(store_lease_save(dfd, held), 0);
+	return dfd;
+}
+
 static void keeper_init(struct fx *f, struct lease_keeper *k, struct store_config *cfg,
 			const struct store_lease *held, int dfd, struct pause_log *p, int attempts)
 {
@@ -423,15 +438,9 @@ static void test_keeper_pauses_while_renewal_hangs(void **state)
 	snprintf(dead.endpoint, sizeof(dead.endpoint), "https://127.0.0.1:%u",
 		 (unsigned)ntohs(sa.sin_port));
 
-	struct store_lease held, other;
-	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), &held, &other, f->err,
-					  sizeof(f->err)),
-			 0);
+	struct store_lease held;
 	char dir[] = "/tmp/cove-keeper-XXXXXX";
-	assert_non_null(mkdtemp(dir));
-	int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
-	assert_true(dfd >= 0);
-	assert_int_equal(store_lease_save(dfd, &held), 0);
+	int dfd = held_lease_dir(f, &held, dir);
 	struct pause_log p = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	struct lease_keeper k = {0};
 	keeper_init(f, &k, &dead, &held, dfd, &p, 1); /* one attempt already outlasts the margin */
@@ -459,15 +468,9 @@ static void test_keeper_pauses_while_renewal_hangs(void **state)
 static void test_keeper_renews_without_pause(void **state)
 {
 	struct fx *f = *state;
-	struct store_lease held, other;
-	assert_int_equal(store_lease_take(f->ca, &f->a, f->name, 1, now_ms(), &held, &other, f->err,
-					  sizeof(f->err)),
-			 0);
+	struct store_lease held;
 	char dir[] = "/tmp/cove-keeper-XXXXXX";
-	assert_non_null(mkdtemp(dir));
-	int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
-	assert_true(dfd >= 0);
-	assert_int_equal(store_lease_save(dfd, &held), 0);
+	int dfd = held_lease_dir(f, &held, dir);
 	struct pause_log p = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	struct lease_keeper k = {0};
 	keeper_init(f, &k, &f->a, &held, dfd, &p, 3);
