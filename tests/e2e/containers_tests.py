@@ -165,6 +165,26 @@ def test_containers_ctr():
         print("    detached: task exec exit 5, pause/resume, ps, SIGTERM caught by a trap in the "
               "guest (exit 7)")
 
+        # A root directory with no image behind it (ctr run --rootfs), holding a symlink that
+        # points out of it: the link is copied as a link and resolves in the guest, never on
+        # the host, where the file it names exists.
+        rootfs = WORK + "/bare-rootfs"
+        os.makedirs(rootfs + "/bin", exist_ok=True)
+        subprocess.run(["cp", "/bin/busybox", rootfs + "/bin/busybox"], check=True)
+        os.symlink("busybox", rootfs + "/bin/sh")
+        with open(WORK + "/host-secret", "w") as f:
+            f.write("box-secret\n")
+        os.symlink(WORK + "/host-secret", rootfs + "/escape")
+        rc, out, err = ctr("run", "--rm", "--runc-binary", OCI, "--rootfs", rootfs, "r1",
+                           "/bin/sh", "-c", "cat /escape; readlink /escape; exit 4")
+        bt.check(rc == 4 and "box-secret" not in out and out.strip() == WORK + "/host-secret",
+                 f"ctr run --rootfs with a link out of the root: rc={rc} out={out!r} "
+                 f"err={err[-800:]!r}")
+        with open(WORK + "/host-secret") as f:
+            bt.check(f.read() == "box-secret\n", "the host's file changed")
+        print("    ctr run --rootfs (no image): a symlink out of the root stays a link, resolved "
+              "in the guest (the host's file unread and unchanged), exit 4")
+
         ctr("run", "-d", *runc, "localhost/musl:latest", "t3", "sh", "-c", "sleep 1000",
             check_rc=0)
         wait_status("t3", "RUNNING")
