@@ -105,8 +105,10 @@ int main(int argc, char **argv)
 		else
 			fprintf(stderr, "cove-oci: --log %s: %s\n", log_path, strerror(errno));
 	}
-	if (!log.json && log.out != stderr)
-		log.level = log.level < LOG_INFO ? LOG_INFO : log.level;
+	/* Without --log, stderr is the container's own at create and exec (the engine's pipe):
+	 * only errors go there, never progress lines. */
+	if (log.level != LOG_DEBUG)
+		log.level = log.out == stderr ? LOG_ERROR : LOG_INFO;
 	for (size_t c = 0; c < sizeof(cmds) / sizeof(*cmds); c++)
 		if (!strcmp(argv[i], cmds[c].name))
 			return cmds[c].fn(&x, argc - i, argv + i);
