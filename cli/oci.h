@@ -26,11 +26,14 @@ struct oci_ctx {
 int oci_fail(struct oci_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
- * Runs `cove ARGV...` (the cove beside this executable) with stdin /dev/null and its output
- * captured (the container's stdio is never written): its exit status, or -errno. The last line
- * of its output goes into x->err when it fails.
+ * Runs `cove ARGV...` (the cove beside this executable, whatever argv[0] says) with stdin /dev/null
+ * and its output captured (the container's stdio is never written): its exit status, or -errno. The
+ * last line of its output goes into x->err when it fails.
  */
 int oci_cove(struct oci_ctx *x, const char *const *argv);
+
+/* `cove rm SANDBOX`: the VM ended, its files removed. Its status as oci_cove's. */
+int oci_sandbox_rm(struct oci_ctx *x, const char *sandbox);
 
 /* The pid file an engine asked for, written whole before it appears. 0 or -errno. */
 int oci_pid_file(const char *path, pid_t pid);

@@ -106,6 +106,12 @@ int oci_cove(struct oci_ctx *x, const char *const *argv)
 	return code;
 }
 
+int oci_sandbox_rm(struct oci_ctx *x, const char *sandbox)
+{
+	const char *argv[] = {"cove", "rm", sandbox, NULL};
+	return oci_cove(x, argv);
+}
+
 char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_process *p, char *user,
 		     size_t usercap)
 {

@@ -31,16 +31,14 @@ static void now_rfc3339(char *out, size_t cap)
 /* The sandbox: cove create --image (the bundle's root made an image, or cove.dev/image). */
 static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox)
 {
-	char cove[4200], ref[256], mem[32], cpus[16];
+	char ref[256], mem[32], cpus[16];
 	const char *argv[16];
-	int k = 0, r = oci_cove_path(cove, sizeof(cove));
-	if (r)
-		return errmsg(x->err, sizeof(x->err), r, "cannot find cove: %s", strerror(-r));
+	int k = 0, r;
 	if (b->image[0])
 		snprintf(ref, sizeof(ref), "%s", b->image);
 	else if ((r = oci_disk_build(x, b, sandbox, ref, sizeof(ref))))
 		return r;
-	argv[k++] = cove;
+	argv[k++] = "cove";
 	argv[k++] = "create";
 	argv[k++] = sandbox;
 	argv[k++] = "--image";
@@ -163,12 +161,8 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	log_info(x->log, "%s: created (sandbox %s, monitor %d)", id, s.sandbox, (int)pid);
 	st = 0;
 	goto out;
-undo_vm : {
-	char cove[4200];
-	const char *rm[] = {cove, "rm", s.sandbox, NULL};
-	if (oci_cove_path(cove, sizeof(cove)) == 0)
-		oci_cove(x, rm);
-}
+undo_vm:
+	oci_sandbox_rm(x, s.sandbox);
 undo : {
 	int rfd = open(x->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rfd >= 0) {

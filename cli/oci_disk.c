@@ -75,6 +75,18 @@ static int write_meta(int dfd, const char *hex, const struct oci_bundle *b, cons
 	return r;
 }
 
+/* The cache's entry hex (its ext4 and record, then the directory), as far as it got made. */
+static void remove_entry(int cfd, const char *hex)
+{
+	int dfd = openat(cfd, hex, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd >= 0) {
+		unlinkat(dfd, IMAGE_EXT4, 0);
+		unlinkat(dfd, IMAGE_JSON, 0);
+		close(dfd);
+	}
+	unlinkat(cfd, hex, AT_REMOVEDIR);
+}
+
 int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox, char *ref,
 		   size_t cap)
 {
@@ -126,11 +138,7 @@ int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sa
 		 (mono_s() - t0) * 1000);
 	goto out;
 undo:
-	if (dfd >= 0) {
-		unlinkat(dfd, IMAGE_EXT4, 0);
-		unlinkat(dfd, IMAGE_JSON, 0);
-	}
-	unlinkat(cfd, hex, AT_REMOVEDIR);
+	remove_entry(cfd, hex);
 out:
 	if (dfd >= 0)
 		close(dfd);
@@ -149,13 +157,7 @@ void oci_disk_drop(const char *ref)
 	int cfd = image_cache_open(r.dfd, false, err, sizeof(err));
 	if (cfd >= 0 && image_resolve(cfd, ref, hex, err, sizeof(err)) == 0) {
 		image_ref_set(cfd, ref, NULL, err, sizeof(err));
-		int dfd = openat(cfd, hex, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (dfd >= 0) {
-			unlinkat(dfd, IMAGE_EXT4, 0);
-			unlinkat(dfd, IMAGE_JSON, 0);
-			close(dfd);
-		}
-		unlinkat(cfd, hex, AT_REMOVEDIR);
+		remove_entry(cfd, hex);
 	}
 	if (cfd >= 0)
 		close(cfd);

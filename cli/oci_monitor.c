@@ -33,14 +33,6 @@ static void record(int dfd, const char *name, int value, unsigned long long star
 	}
 }
 
-static void end_sandbox(struct oci_ctx *x, const char *sandbox)
-{
-	char cove[4200];
-	const char *argv[] = {cove, "rm", sandbox, NULL};
-	if (oci_cove_path(cove, sizeof(cove)) == 0 && oci_cove(x, argv) != 0)
-		log_warn(x->log, "%s: cove rm: %s", sandbox, x->err);
-}
-
 void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 		 const struct oci_process *p, bool end_vm)
 {
@@ -110,7 +102,7 @@ void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 	}
 done:
 	record(dfd, OCI_EXIT, code, 0);
-	if (end_vm)
-		end_sandbox(x, sandbox);
+	if (end_vm && oci_sandbox_rm(x, sandbox) != 0)
+		log_warn(x->log, "%s: cove rm: %s", sandbox, x->err);
 	_exit(code);
 }

@@ -14,7 +14,7 @@
 
 int oci_mounts_apply(struct oci_ctx *x, const char *sandbox, const struct oci_bundle *b)
 {
-	char uds[PATH_MAX], cove[4200], to[PATH_MAX + 64];
+	char uds[PATH_MAX], to[PATH_MAX + 64];
 	int r;
 
 	if (!b->nmounts)
@@ -39,14 +39,12 @@ int oci_mounts_apply(struct oci_ctx *x, const char *sandbox, const struct oci_bu
 		}
 		close(fd);
 	}
-	if ((r = oci_cove_path(cove, sizeof(cove))))
-		return errmsg(x->err, sizeof(x->err), r, "cannot find cove");
 	for (size_t i = 0; i < b->nmounts; i++) {
 		const struct oci_mount *m = &b->mounts[i];
 		if (!m->copy)
 			continue;
 		snprintf(to, sizeof(to), "%s:%s", sandbox, m->dest);
-		const char *argv[] = {cove, "cp", m->source, to, NULL};
+		const char *argv[] = {"cove", "cp", m->source, to, NULL};
 		r = oci_cove(x, argv);
 		if (r) {
 			char why[sizeof(x->err)];

@@ -43,9 +43,7 @@ static void kill_all(struct oci_ctx *x, int dfd, const struct oci_state *s)
 		kill(s->pid, SIGKILL);
 	if (child > 0)
 		kill(child, SIGKILL);
-	char cove[4200];
-	const char *rm[] = {cove, "rm", s->sandbox, NULL};
-	if (oci_cove_path(cove, sizeof(cove)) == 0 && oci_cove(x, rm) != 0)
+	if (oci_sandbox_rm(x, s->sandbox) != 0)
 		log_debug(x->log, "%s: cove rm: %s", s->sandbox, x->err);
 }
 
@@ -162,11 +160,10 @@ int oci_cmd_pause(struct oci_ctx *x, int argc, char **argv)
 	if (dfd < 0)
 		return 1;
 	const char *status = oci_status(dfd, &s);
-	char cove[4200];
-	const char *cmd[] = {cove, argv[0], s.sandbox, NULL};
+	const char *cmd[] = {"cove", argv[0], s.sandbox, NULL};
 	if (strcmp(status, pause ? "running" : "paused")) {
 		oci_fail(x, "%s %s: the container is %s", argv[0], s.id, status);
-	} else if (oci_cove_path(cove, sizeof(cove)) || oci_cove(x, cmd) != 0) {
+	} else if (oci_cove(x, cmd) != 0) {
 		oci_fail(x, "%s %s: %s", argv[0], s.id, x->err);
 	} else {
 		if (pause) {

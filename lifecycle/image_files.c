@@ -32,8 +32,15 @@ int sbx_image_files_clone(const char *state, int sdfd, int tdfd, const char *to,
 		if (linkat(sdfd, names[i], tdfd, names[i], 0) < 0 && !(errno == ENOENT && i == 1))
 			return errmsg(err, errlen, -errno, "cannot link %s: %s", names[i],
 				      strerror(errno));
-	if ((size_t)snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%.3800s/%s/%s", state, to,
-			     SBX_IMAGE_EXT4) >= sizeof(s->disks[0].path))
+	if (sbx_image_disk_point(s, state, to))
 		return errmsg(err, errlen, -ENAMETOOLONG, "the clone's path is too long");
 	return 0;
+}
+
+int sbx_image_disk_point(struct sbx_spec *s, const char *state, const char *name)
+{
+	return (size_t)snprintf(s->disks[0].path, sizeof(s->disks[0].path), "%.3800s/%s/%s", state,
+				name, SBX_IMAGE_EXT4) < sizeof(s->disks[0].path)
+		   ? 0
+		   : -ENAMETOOLONG;
 }

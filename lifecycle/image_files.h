@@ -17,6 +17,9 @@
  * switch to it (cove.root= on the command line). */
 bool sbx_spec_is_image(const struct sbx_spec *s);
 
+/* Disk 0 of s pointed at STATE/NAME/image.ext4, the sandbox's own link. 0 or -ENAMETOOLONG. */
+int sbx_image_disk_point(struct sbx_spec *s, const char *state, const char *name);
+
 /*
  * A clone (fork, create --from) of a sandbox or template made from an image: its image.ext4 and
  * image.json hard-linked from sdfd into the clone's directory tdfd, and disk 0 of s (the clone's

@@ -300,8 +300,7 @@ static int image_files_adopt(const struct sbx_root *root, const char *name,
 	if (r)
 		return errmsg(err, errlen, r, "%s: cannot link its image's root: %s", name,
 			      strerror(-r));
-	if ((size_t)snprintf(sp->disks[0].path, sizeof(sp->disks[0].path), "%.3800s/%s/%s",
-			     root->state, name, SBX_IMAGE_EXT4) >= sizeof(sp->disks[0].path))
+	if (sbx_image_disk_point(sp, root->state, name))
 		return errmsg(err, errlen, -ENAMETOOLONG, "%s: its path is too long", name);
 	return 0;
 }
