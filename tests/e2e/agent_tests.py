@@ -378,6 +378,40 @@ def test_agent_identity():
                  f"no agent restart line on the console: {console[-800:]!r}")
 
 
+def test_agent_sync_mount():
+    """The template build's sync and cove-oci's tmpfs mounts (agent ops sync, mount): a hostile
+    mount request (another file system, a relative or '..' target, a bad size) is refused with
+    one line and the agent goes on answering; in the guest (not --local: it would mount on this
+    host), a tmpfs is made where asked, its directories too."""
+    sb = Sandbox("agentmnt")
+    try:
+        r = agent_call(sb.uds, {"op": "sync"})
+        check(r == {"ok": True}, f"sync: {r}")
+        for bad, why in (({"type": "nfs", "target": "/mnt/x"}, "only tmpfs"),
+                         ({"target": "/mnt/x"}, "only tmpfs"),
+                         ({"type": "tmpfs", "target": "mnt/x"}, "target"),
+                         ({"type": "tmpfs", "target": "/mnt/../etc"}, "target"),
+                         ({"type": "tmpfs", "target": "/mnt/./x"}, "target"),
+                         ({"type": "tmpfs", "target": "/mnt/x", "size": "1e9"}, "size"),
+                         ({"type": "tmpfs", "target": "/mnt/x", "size": "64m,exec"}, "size")):
+            r = agent_call(sb.uds, dict({"op": "mount"}, **bad))
+            err = r.get("error", "")
+            check(r.get("ok") is False and why in err and "\n" not in err,
+                  f"mount {bad}: {r}")
+        check(agent_call(sb.uds, {"op": "status"}).get("ok") is True,
+              "the agent stopped answering after refused mounts")
+        if not LOCAL:
+            r = agent_call(sb.uds, {"op": "mount", "type": "tmpfs", "target": "/mnt/oci/run",
+                                    "size": "8m"})
+            check(r == {"ok": True}, f"mount tmpfs: {r}")
+            rc, out, _ = sb.sh("grep ' /mnt/oci/run ' /proc/mounts | cut -d' ' -f3")
+            check(rc == 0 and out.strip() == "tmpfs", f"the tmpfs in the guest: {out!r}")
+        print("    sync answered; 7 hostile mount requests refused with one line each"
+              + ("" if LOCAL else "; a tmpfs made at /mnt/oci/run"))
+    finally:
+        sb.close()
+
+
 def test_agent_refuses_guest_peers():
     """A guest process must not drive the root agent: connecting to its port over vsock loopback
     (CID 1) or to the guest's own CID either fails (the kernel has no loopback transport) or is
@@ -723,7 +757,8 @@ def test_agent_egress_proxy():
         sb.close()
 
 
-TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_refuses_guest_peers,
+TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_sync_mount,
+         test_agent_refuses_guest_peers,
          test_agent_broker_fetch, test_agent_egress_proxy]
 
 
