@@ -1,9 +1,9 @@
 /*
  * cove-oci: an OCI runtime (runc's command line) whose containers are cove microVMs. Each
  * container is a cove sandbox (oci- + 16 hex digits) booted from the bundle's root directory
- * made an ext4 (or from a cove image named by the cove.dev/image annotation), and its process
- * runs in the guest through a `cove exec` session held by the monitor: the process the pid file
- * names, whose exit status is the container's. README "Containers (cove-oci)".
+ * as a disk kept by its digest (or from a cove image named by the cove.dev/image annotation), and
+ * its process runs in the guest through a `cove exec` session held by the monitor: the process the
+ * pid file names, whose exit status is the container's. README "Containers (cove-oci)".
  */
 #ifndef COVE_CLI_OCI_H
 #define COVE_CLI_OCI_H
@@ -42,14 +42,14 @@ int oci_pid_file(const char *path, pid_t pid);
 int oci_cove_path(char *path, size_t cap);
 
 /*
- * The bundle's root as a cove image: an ext4 made from its directory (mkfs.ext4 -d), with the
- * process's Env, cwd and user as the image's defaults, under the name oci/SANDBOX in the
- * image cache; cove create --image takes it, and oci_disk_drop removes the name and the file
- * (the sandbox keeps its own link). ref gets the name. 0 or -errno with x->err.
+ * The bundle's root as a cove image, named oci-root/<digest> in the image cache (oci/tree_digest.h:
+ * the digest of everything the root holds). The first container of a root makes the ext4
+ * (mkfs.ext4 -d) under that digest; a later one whose root has the same digest finds it and
+ * makes none. Every sandbox boots it under a copy-on-write overlay; `cove image rm` removes it.
+ * ref gets the name. 0 or -errno with x->err.
  */
 int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox, char *ref,
 		   size_t cap);
-void oci_disk_drop(const char *ref);
 
 /* The bundle's tmpfs mounts and copied files (oci_bundle.mounts) made in the running sandbox's
  * guest, before its process starts. 0 or -errno with x->err. */

@@ -28,7 +28,7 @@ static void now_rfc3339(char *out, size_t cap)
 	snprintf(out + n, cap - n, ".%09ldZ", ts.tv_nsec);
 }
 
-/* The sandbox: cove create --image (the bundle's root made an image, or cove.dev/image). */
+/* The sandbox: cove create --image (the bundle's root as a cached disk, or cove.dev/image). */
 static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox)
 {
 	char ref[256], mem[32], cpus[16];
@@ -45,10 +45,8 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 	argv[k++] = ref;
 	argv[k++] = "--snapshot-every";
 	argv[k++] = "off";
-	/* A root made for this container boots: a template of it would serve nobody else. An
-	 * image named by cove.dev/image is warm, its implicit template shared. */
-	if (!b->image[0])
-		argv[k++] = "--cold";
+	/* Warm either way: the image's implicit template, or the root's (its disk is kept by
+	 * digest), is built by the first container and restored by every later one. */
 	if (b->mem_bytes) {
 		snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(b->mem_bytes >> 10));
 		argv[k++] = "--mem";
@@ -61,8 +59,6 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 	}
 	argv[k] = NULL;
 	r = oci_cove(x, argv);
-	if (!b->image[0])
-		oci_disk_drop(ref); /* the sandbox holds its own link */
 	if (r) {
 		char why[sizeof(x->err)];
 		snprintf(why, sizeof(why), "%s", x->err);
