@@ -118,10 +118,10 @@ char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_pro
 	/* One block: the pointers, then the --rlimit arguments they point to. */
 	size_t nptr = 12 + 2 * p->nenv + 2 * p->nrlimits + p->nargs;
 	char **a = calloc(1, nptr * sizeof(char *) + p->nrlimits * RLIMIT_ARG_MAX);
-	char *rl = (char *)(a + nptr);
 	size_t k = 0;
 	if (!a)
 		return NULL;
+	char *rl = (char *)(a + nptr);
 	snprintf(user, usercap, "%u:%u", p->uid, p->gid);
 	a[k++] = (char *)cove;
 	a[k++] = "exec";
