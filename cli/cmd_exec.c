@@ -9,11 +9,13 @@
 
 #include "cli/create_image.h"
 #include "cli/sandbox_up.h"
+#include "common/errmsg.h"
+#include "common/rlimit_name.h"
 #include "sandbox/agent_client.h"
 
 static const char exec_usage[] =
     "usage: cove exec SANDBOX [--tty] [--env K=V]... [--cwd DIR] [--user USER] [--no-stdin]\n"
-    "                 [--detach] [--wait SECS] -- CMD [ARG]...\n"
+    "                 [--rlimit NAME=SOFT:HARD]... [--detach] [--wait SECS] -- CMD [ARG]...\n"
     "Runs CMD in the sandbox (SANDBOX: its vsock socket path, or a name in the state dir) and\n"
     "exits with its status (128 + N if killed by signal N). stdin, stdout and stderr are\n"
     "streamed; SIGINT/TERM/HUP/QUIT/USR1/USR2 are passed on to the command's process group.\n"
@@ -22,8 +24,37 @@ static const char exec_usage[] =
     "  -w, --cwd DIR    working directory (default: the user's home)\n"
     "  -u, --user USER  name or uid from the guest's /etc/passwd (default root)\n"
     "  -n, --no-stdin   the command's stdin is /dev/null\n"
+    "      --rlimit NAME=SOFT:HARD  a resource limit set before the command starts, as root\n"
+    "                   (so the hard limit may go up): NOFILE=1024:4096, CORE=0:unlimited;\n"
+    "                   NAME is setrlimit(2)'s without RLIMIT_ (repeatable, each NAME once)\n"
     "  -d, --detach     start it, print the session id and return; see cove attach\n"
     "      --wait SECS  keep trying to reach the agent while the guest boots (default 0)\n";
+
+enum { EXEC_OPT_RLIMIT = 256 }; /* long options without a letter */
+
+/* --rlimit NAME=SOFT:HARD onto the exec op's "rlimits" (-1 on the wire: unlimited). */
+static int exec_rlimit_add(json_t *rlimits, const char *arg, char *err, size_t errlen)
+{
+	struct rlimit_val v;
+	size_t i;
+	json_t *e;
+	int r = rlimit_arg_parse(arg, &v, err, errlen);
+
+	if (r)
+		return r;
+	json_array_foreach(rlimits, i, e)
+	{
+		if (!strcmp(json_string_value(json_object_get(e, "type")), rlimit_name(v.resource)))
+			return errmsg(err, errlen, -EINVAL, "--rlimit %s given twice",
+				      rlimit_name(v.resource));
+	}
+	if (json_array_size(rlimits) >= RLIMITS_MAX)
+		return errmsg(err, errlen, -E2BIG, "more than %d --rlimit", RLIMITS_MAX);
+	json_int_t soft = v.soft == RLIMIT_UNLIMITED ? -1 : (json_int_t)v.soft,
+		   hard = v.hard == RLIMIT_UNLIMITED ? -1 : (json_int_t)v.hard;
+	e = json_pack("{s:s,s:I,s:I}", "type", rlimit_name(v.resource), "soft", soft, "hard", hard);
+	return json_array_append_new(rlimits, e) ? -ENOMEM : 0;
+}
 
 int cmd_exec(int argc, char **argv)
 {
@@ -35,6 +66,7 @@ int cmd_exec(int argc, char **argv)
 	    {"no-stdin", no_argument, NULL, 'n'},
 	    {"detach", no_argument, NULL, 'd'},
 	    {"wait", required_argument, NULL, 'W'},
+	    {"rlimit", required_argument, NULL, EXEC_OPT_RLIMIT},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -42,7 +74,8 @@ int cmd_exec(int argc, char **argv)
 	const char *cwd = NULL, *user = NULL, *sandbox;
 	bool tty = false, no_stdin = false, detach = false;
 	double wait_s = 0;
-	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL, *image = NULL;
+	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL, *image = NULL,
+	       *rlimits = json_array();
 	int c, fd, ret = 2;
 
 	optind = 1;
@@ -83,6 +116,13 @@ int cmd_exec(int argc, char **argv)
 			}
 			break;
 		}
+		case EXEC_OPT_RLIMIT:
+			if (exec_rlimit_add(rlimits, optarg, err, sizeof(err))) {
+				fprintf(stderr, "cove exec: %s\n", err);
+				ret = 2;
+				goto out;
+			}
+			break;
 		case 'h':
 			fputs(exec_usage, stdout);
 			ret = 0;
@@ -132,6 +172,8 @@ int cmd_exec(int argc, char **argv)
 	}
 	if (detach)
 		json_object_set_new(req, "detach", json_true());
+	if (json_array_size(rlimits))
+		json_object_set(req, "rlimits", rlimits);
 	if (cwd)
 		json_object_set_new(req, "cwd", json_string(cwd));
 	if (user)
@@ -175,6 +217,7 @@ out:
 	json_decref(req);
 	json_decref(args);
 	json_decref(env);
+	json_decref(rlimits);
 	json_decref(image);
 	return ret;
 }

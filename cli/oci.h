@@ -51,6 +51,11 @@ int oci_cove_path(char *path, size_t cap);
 int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox, char *ref,
 		   size_t cap);
 
+/* config.json's hostname (b->hostname; "" none) made the guest's, through cove-init's agent
+ * (op hostname), after the sandbox starts: a restore's identity event names the sandbox. 0 or
+ * -errno with x->err. */
+int oci_hostname_apply(struct oci_ctx *x, const char *sandbox, const struct oci_bundle *b);
+
 /* The bundle's tmpfs mounts and copied files (oci_bundle.mounts) made in the running sandbox's
  * guest, before its process starts. 0 or -errno with x->err. */
 int oci_mounts_apply(struct oci_ctx *x, const char *sandbox, const struct oci_bundle *b);
@@ -62,8 +67,9 @@ int oci_console(struct oci_ctx *x, const char *socket_path);
  * stdio, in a session of its own; tty < 0: nothing. */
 void oci_console_take(int tty);
 
-/* argv for `cove exec SANDBOX [-t] --env.. --cwd --user uid:gid -- args` (malloc'd, NULL
- * terminated; free with free() after use: the strings point into p and into `user`). */
+/* argv for `cove exec SANDBOX [-t] --env.. --cwd --user uid:gid --rlimit.. -- args` (one
+ * malloc'd block, NULL terminated, which also holds the --rlimit values; free with free() after
+ * use: the other strings point into p and into `user`). NULL when out of memory. */
 char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_process *p, char *user,
 		     size_t usercap);
 

@@ -115,10 +115,13 @@ int oci_sandbox_rm(struct oci_ctx *x, const char *sandbox)
 char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_process *p, char *user,
 		     size_t usercap)
 {
-	char **a = calloc(12 + 2 * p->nenv + p->nargs, sizeof(char *));
+	/* One block: the pointers, then the --rlimit arguments they point to. */
+	size_t nptr = 12 + 2 * p->nenv + 2 * p->nrlimits + p->nargs;
+	char **a = calloc(1, nptr * sizeof(char *) + p->nrlimits * RLIMIT_ARG_MAX);
 	size_t k = 0;
 	if (!a)
 		return NULL;
+	char *rl = (char *)(a + nptr);
 	snprintf(user, usercap, "%u:%u", p->uid, p->gid);
 	a[k++] = (char *)cove;
 	a[k++] = "exec";
@@ -133,6 +136,14 @@ char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_pro
 	a[k++] = (char *)p->cwd;
 	a[k++] = "--user";
 	a[k++] = user;
+	for (size_t i = 0; i < p->nrlimits; i++, rl += RLIMIT_ARG_MAX) {
+		if (rlimit_arg_format(&p->rlimits[i], rl, RLIMIT_ARG_MAX)) {
+			free(a);
+			return NULL;
+		}
+		a[k++] = "--rlimit";
+		a[k++] = rl;
+	}
 	a[k++] = "--";
 	for (size_t i = 0; i < p->nargs; i++)
 		a[k++] = p->args[i];

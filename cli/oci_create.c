@@ -17,6 +17,7 @@
 #include "common/errmsg.h"
 #include "common/file_io.h"
 #include "lifecycle/tree.h"
+#include "oci/host_conf.h"
 
 static void now_rfc3339(char *out, size_t cap)
 {
@@ -32,7 +33,7 @@ static void now_rfc3339(char *out, size_t cap)
 static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox)
 {
 	char ref[256], mem[32], cpus[16];
-	const char *argv[16];
+	const char *argv[20];
 	int k = 0, r;
 	if (b->image[0])
 		snprintf(ref, sizeof(ref), "%s", b->image);
@@ -57,6 +58,10 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 		argv[k++] = "--vcpus";
 		argv[k++] = cpus;
 	}
+	if (b->policy_file[0]) { /* cove.dev/policy, from the host's set */
+		argv[k++] = "--policy";
+		argv[k++] = b->policy_file;
+	}
 	argv[k] = NULL;
 	r = oci_cove(x, argv);
 	if (r) {
@@ -66,6 +71,17 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 			      sandbox, why);
 	}
 	return 0;
+}
+
+/* The annotations against this host's caps and policies (oci/host_conf.h). 0 or -errno. */
+static int host_caps(struct oci_ctx *x, struct oci_bundle *b)
+{
+	struct oci_host_conf c;
+	int r = oci_host_conf_load(NULL, &c, x->err, sizeof(x->err));
+	if (!r)
+		r = oci_host_conf_apply(&c, b, x->err, sizeof(x->err));
+	oci_host_conf_free(&c);
+	return r;
 }
 
 int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
@@ -101,6 +117,10 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	const char *id = argv[optind];
 	if (oci_bundle_load(bundle, &b, x->err, sizeof(x->err)))
 		return oci_fail(x, "create %s: %s", id, x->err);
+	if (host_caps(x, &b)) {
+		oci_bundle_free(&b);
+		return oci_fail(x, "create %s: %s", id, x->err);
+	}
 	dfd = oci_state_dir(x->root, id, true, x->err, sizeof(x->err));
 	if (dfd < 0) {
 		oci_bundle_free(&b);
@@ -125,7 +145,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo;
 	}
-	if (oci_mounts_apply(x, s.sandbox, &b)) {
+	if (oci_hostname_apply(x, s.sandbox, &b) || oci_mounts_apply(x, s.sandbox, &b)) {
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo_vm;
 	}

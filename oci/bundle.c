@@ -101,7 +101,7 @@ int oci_process_parse(json_t *j, struct oci_process *p, char *err, size_t errlen
 	if (t && !json_is_boolean(t))
 		return errmsg(err, errlen, -EINVAL, "process.terminal is not a boolean");
 	p->terminal = json_is_true(t);
-	return 0;
+	return oci_rlimits_parse(json_object_get(j, "rlimits"), p, err, errlen);
 }
 
 void oci_process_free(struct oci_process *p)
@@ -169,7 +169,26 @@ int oci_process_load(const char *path, struct oci_process *p, char *err, size_t 
 	return r;
 }
 
-/* The cove.dev/ annotations: the image to boot, RAM and vCPUs. */
+bool oci_hostname_valid(const char *h)
+{
+	size_t n = strlen(h);
+
+	if (n > OCI_HOSTNAME_MAX || h[0] == '-' || h[0] == '.')
+		return false;
+	return strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") == n;
+}
+
+bool oci_policy_name_valid(const char *name)
+{
+	size_t n = strlen(name);
+	const char *first = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+	return n && n <= OCI_POLICY_NAME_MAX && strchr(first, name[0]) &&
+	       strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}
+
+/* The cove.dev/ annotations: the image to boot, RAM, vCPUs and the policy (a name: the host's
+ * configuration says which file, oci_host_conf_apply). */
 static int annotations(struct oci_bundle *b, char *err, size_t errlen)
 {
 	json_t *a = b->annotations;
@@ -194,6 +213,14 @@ static int annotations(struct oci_bundle *b, char *err, size_t errlen)
 				      OCI_VCPUS_ANNOTATION);
 		b->vcpus = (int)n;
 	}
+	json_t *pol = json_object_get(a, OCI_POLICY_ANNOTATION);
+	if (pol && (!json_is_string(pol) || !oci_policy_name_valid(json_string_value(pol))))
+		return errmsg(err, errlen, -EINVAL,
+			      "annotation %s: want the name of one of this host's policies "
+			      "([a-z0-9][a-z0-9_-]{0,63}), never a path or JSON",
+			      OCI_POLICY_ANNOTATION);
+	if (pol)
+		strcpy(b->policy, json_string_value(pol));
 	return 0;
 }
 
@@ -235,9 +262,13 @@ int oci_bundle_load(const char *dir, struct oci_bundle *b, char *err, size_t err
 	}
 	strcpy(b->rootfs, real);
 	free(real);
-	const char *h = json_string_value(json_object_get(j, "hostname"));
-	if (h && strlen(h) > OCI_HOSTNAME_MAX) {
-		r = errmsg(err, errlen, -EINVAL, "config.json: hostname longer than %d bytes",
+	json_t *jh = json_object_get(j, "hostname");
+	const char *h = json_string_value(jh);
+	if (jh && !json_is_null(jh) &&
+	    (!h || strlen(h) != json_string_length(jh) || !oci_hostname_valid(h))) {
+		r = errmsg(err, errlen, -EINVAL,
+			   "config.json: hostname is not a host name (at most %d letters, digits, "
+			   "'-' and '.')",
 			   OCI_HOSTNAME_MAX);
 		goto out;
 	}

@@ -12,13 +12,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OCI_CONFIG_MAX	     (4 << 20)	 /* config.json and --process files */
-#define OCI_ARGS_MAX	     4096	 /* entries in process.args, and in process.env */
-#define OCI_STRINGS_MAX	     (256 << 10) /* bytes of args + env together */
-#define OCI_HOSTNAME_MAX     64
-#define OCI_IMAGE_ANNOTATION "cove.dev/image" /* a cove image to boot instead of root.path */
-#define OCI_MEM_ANNOTATION   "cove.dev/mem"   /* guest RAM, e.g. 512M */
-#define OCI_VCPUS_ANNOTATION "cove.dev/vcpus"
+#include "common/rlimit_name.h"
+
+#define OCI_CONFIG_MAX	      (4 << 20)	  /* config.json and --process files */
+#define OCI_ARGS_MAX	      4096	  /* entries in process.args, and in process.env */
+#define OCI_STRINGS_MAX	      (256 << 10) /* bytes of args + env together */
+#define OCI_HOSTNAME_MAX      64
+#define OCI_IMAGE_ANNOTATION  "cove.dev/image" /* a cove image to boot instead of root.path */
+#define OCI_MEM_ANNOTATION    "cove.dev/mem"   /* guest RAM, e.g. 512M */
+#define OCI_VCPUS_ANNOTATION  "cove.dev/vcpus"
+#define OCI_POLICY_ANNOTATION "cove.dev/policy" /* a policy of the host's set, by name */
+#define OCI_POLICY_NAME_MAX   64
 
 #define OCI_MOUNTS_MAX 64	 /* config.json's mounts */
 #define OCI_COPY_MAX   (1 << 20) /* a file copied in for a bind mount (/etc/hosts, ...) */
@@ -40,6 +44,8 @@ struct oci_process {
 	char cwd[PATH_MAX]; /* absolute */
 	uint32_t uid, gid;
 	bool terminal;
+	struct rlimit_val rlimits[RLIMITS_MAX]; /* process.rlimits, each type once */
+	size_t nrlimits;
 };
 
 struct oci_bundle {
@@ -48,10 +54,12 @@ struct oci_bundle {
 	bool readonly;
 	char hostname[OCI_HOSTNAME_MAX + 1];
 	struct oci_process process;
-	char image[256];     /* cove.dev/image, "" none */
-	uint64_t mem_bytes;  /* cove.dev/mem, 0 none */
-	int vcpus;	     /* cove.dev/vcpus, 0 none */
-	json_t *annotations; /* the object (owned), for `state` */
+	char image[256];		      /* cove.dev/image, "" none */
+	uint64_t mem_bytes;		      /* cove.dev/mem, 0 none */
+	int vcpus;			      /* cove.dev/vcpus, 0 none */
+	char policy[OCI_POLICY_NAME_MAX + 1]; /* cove.dev/policy, "" none */
+	char policy_file[PATH_MAX];	      /* its file, from the host's set (oci/host_conf.h) */
+	json_t *annotations;		      /* the object (owned), for `state` */
 	/* Mounts the guest honours beyond its own /proc, /dev, /sys, ...: tmpfs mounts, and the
 	 * files engines bind in (/etc/hosts, /etc/hostname, /etc/resolv.conf,
 	 * /run/.containerenv, /dev/termination-log), copied. Any other bind mount or device is
@@ -59,6 +67,16 @@ struct oci_bundle {
 	struct oci_mount *mounts;
 	size_t nmounts;
 };
+
+/* Pure: config.json's hostname: 1 to 64 letters, digits, '-' and '.', not starting with '-' or
+ * '.' ("" is valid: the guest keeps its own). */
+bool oci_hostname_valid(const char *h);
+/* Pure: a cove.dev/policy name, [a-z0-9][a-z0-9_-]{0,63}: never a path, never JSON. */
+bool oci_policy_name_valid(const char *name);
+
+/* process.rlimits (j: the array, or NULL) into p->rlimits: known RLIMIT_* types, each once, at
+ * most RLIMITS_MAX, 0 <= soft <= hard. 0 or -EINVAL with one line naming the entry. */
+int oci_rlimits_parse(json_t *j, struct oci_process *p, char *err, size_t errlen);
 
 /* The process object j into p (freed with oci_process_free). 0 or -EINVAL with one line. */
 int oci_process_parse(json_t *j, struct oci_process *p, char *err, size_t errlen);

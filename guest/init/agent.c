@@ -129,6 +129,8 @@ static void conn_serve(void *ctx, int fd)
 		sync_handle(fd);
 	else if (strcmp(op, "mount") == 0)
 		mount_handle(fd, msg);
+	else if (strcmp(op, "hostname") == 0)
+		hostname_handle(ag, fd, msg);
 	else
 		wire_reply_error(fd, "unknown op \"%.64s\"", op);
 out:

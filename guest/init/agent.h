@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "common/log.h"
+#include "common/rlimit_name.h"
 #include "egress_proxy.h"
 #include "proto/agent_wire.h"
 
@@ -42,6 +43,8 @@ struct exec_req {
 	bool tty;
 	bool stdin_open;
 	unsigned rows, cols;
+	struct rlimit_val rlimits[RLIMITS_MAX]; /* setrlimit each before the exec */
+	unsigned nrlimits;
 };
 int exec_req_parse(json_t *msg, struct exec_req *r, char *err, size_t errlen);
 
@@ -101,6 +104,9 @@ int forward_handle(int fd, json_t *msg);
 
 /* agent_mount.c: a tmpfs for a container's config.json (cove-oci) */
 int mount_handle(int fd, json_t *msg);
+
+/* agent_hostname.c: a container's hostname from its config.json (cove-oci) */
+int hostname_handle(struct agent *ag, int fd, json_t *msg);
 
 /* identity.c */
 int identity_handle(struct agent *ag, int fd, json_t *msg);

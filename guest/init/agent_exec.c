@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -428,14 +429,23 @@ struct child_plan {
 	bool tty;
 	const char *pts;
 	int in_r, out_w, err_w; /* pipe ends for the child (pipes mode) */
-	int errpipe;	        /* CLOEXEC: the child writes errno here if exec fails */
+	int errpipe;	        /* CLOEXEC: the child writes a child_fail here if exec fails */
+	const struct rlimit_val *rlimits;
+	unsigned nrlimits;
+};
+
+/* Why the child could not exec: errno, and which rlimit it could not set (-1: none). */
+struct child_fail {
+	int err;
+	int rlimit;
 };
 
 /* In the forked child: only async-signal-safe work, then exec. */
 static void __attribute__((noreturn)) child_run(const struct child_plan *p)
 {
 	sigset_t none;
-	int e, fd;
+	struct child_fail f = {.rlimit = -1};
+	int fd;
 
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -456,6 +466,14 @@ static void __attribute__((noreturn)) child_run(const struct child_plan *p)
 		dup2(p->out_w, 1);
 		dup2(p->err_w, 2);
 	}
+	/* As root still: a hard limit may go up only with CAP_SYS_RESOURCE. */
+	for (unsigned i = 0; i < p->nrlimits; i++) {
+		struct rlimit rl = {.rlim_cur = p->rlimits[i].soft, .rlim_max = p->rlimits[i].hard};
+		if (setrlimit(p->rlimits[i].resource, &rl) < 0) {
+			f.rlimit = p->rlimits[i].resource;
+			goto fail;
+		}
+	}
 	if (setgroups(0, NULL) < 0)
 		goto fail;
 	if (setgid(p->pw.gid) < 0 || setuid(p->pw.uid) < 0)
@@ -464,8 +482,8 @@ static void __attribute__((noreturn)) child_run(const struct child_plan *p)
 		goto fail;
 	execvpe(p->argv[0], p->argv, p->envp);
 fail:
-	e = errno;
-	if (write(p->errpipe, &e, sizeof(e)) < 0) {
+	f.err = errno;
+	if (write(p->errpipe, &f, sizeof(f)) < 0) {
 		/* the agent then sees only the exit */
 	}
 	_exit(127);
@@ -495,13 +513,15 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 			 char *err, size_t errlen)
 {
 	struct child_plan p = {.argv = (char *const *)r->argv, .cwd = r->cwd, .tty = r->tty,
-			       .in_r = -1, .out_w = -1, .err_w = -1};
+			       .in_r = -1, .out_w = -1, .err_w = -1, .rlimits = r->rlimits,
+			       .nrlimits = r->nrlimits};
 	int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1}, ep[2] = {-1, -1}, master = -1;
 	char pts[64];
 	struct session *s = NULL;
 	pthread_t th;
 	pid_t pid;
-	int ret, child_errno;
+	struct child_fail child_fail;
+	int ret;
 	ssize_t n;
 
 	ret = passwd_lookup(r->user ? r->user : "root", &p.pw);
@@ -593,7 +613,7 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 	close(ep[1]);
 	ep[1] = -1;
 	do
-		n = read(ep[0], &child_errno, sizeof(child_errno));
+		n = read(ep[0], &child_fail, sizeof(child_fail));
 	while (n < 0 && errno == EINTR);
 	close(ep[0]);
 	ep[0] = -1;
@@ -613,16 +633,20 @@ static int session_spawn(struct agent *ag, const struct exec_req *r, struct sess
 		s->err_fd = e[0];
 	}
 	exec_env_free(p.envp);
-	if (n == (ssize_t)sizeof(child_errno)) {
+	if (n == (ssize_t)sizeof(child_fail)) {
 		/* exec failed: the child exits 127; the session is dropped. */
-		snprintf(err, errlen, "exec %s: %s", r->argv[0], strerror(child_errno));
+		if (child_fail.rlimit >= 0)
+			snprintf(err, errlen, "setrlimit %s: %s", rlimit_name(child_fail.rlimit),
+				 strerror(child_fail.err));
+		else
+			snprintf(err, errlen, "exec %s: %s", r->argv[0], strerror(child_fail.err));
 		close(s->out_fd);
 		if (s->err_fd >= 0)
 			close(s->err_fd);
 		pthread_mutex_lock(&ag->lock);
 		session_unlink_locked(s);
 		pthread_mutex_unlock(&ag->lock);
-		return -child_errno;
+		return -child_fail.err;
 	}
 	pthread_mutex_lock(&ag->lock);
 	s->refs++; /* the pump */

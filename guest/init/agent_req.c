@@ -124,6 +124,60 @@ static int opt_uint(json_t *msg, const char *key, unsigned *out, unsigned max, c
 	return 0;
 }
 
+/* A limit on the wire: 0..RLIMIT_VALUE_MAX, or -1 for unlimited. */
+static int rlimit_value(json_t *e, const char *key, size_t i, uint64_t *out, char *err,
+			size_t errlen)
+{
+	json_t *v = json_object_get(e, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < -1) {
+		snprintf(err, errlen, "rlimits[%zu].%s: not an integer >= 0 (or -1: unlimited)", i,
+			 key);
+		return -EINVAL;
+	}
+	*out = json_integer_value(v) == -1 ? RLIMIT_UNLIMITED : (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+/* "rlimits":[{"type":"RLIMIT_NOFILE","soft":N,"hard":N},..]: known types, each once. */
+static int rlimits_parse(json_t *a, struct exec_req *r, char *err, size_t errlen)
+{
+	size_t i;
+	json_t *e;
+
+	if (!a || json_is_null(a))
+		return 0;
+	if (!json_is_array(a) || json_array_size(a) > RLIMITS_MAX) {
+		snprintf(err, errlen, "rlimits: not an array of at most %d limits", RLIMITS_MAX);
+		return -EINVAL;
+	}
+	json_array_foreach(a, i, e)
+	{
+		struct rlimit_val *v = &r->rlimits[i];
+		const char *type = json_string_value(json_object_get(e, "type"));
+
+		if (!type || (v->resource = rlimit_resource(type)) < 0) {
+			snprintf(err, errlen, "rlimits[%zu].type: not a known RLIMIT_ name", i);
+			return -EINVAL;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (r->rlimits[k].resource == v->resource) {
+				snprintf(err, errlen, "rlimits[%zu]: %s is there twice", i, type);
+				return -EINVAL;
+			}
+		if (rlimit_value(e, "soft", i, &v->soft, err, errlen) < 0 ||
+		    rlimit_value(e, "hard", i, &v->hard, err, errlen) < 0)
+			return -EINVAL;
+		if (v->soft > v->hard) {
+			snprintf(err, errlen, "rlimits[%zu]: %s soft limit over the hard one", i,
+				 type);
+			return -EINVAL;
+		}
+		r->nrlimits = (unsigned)i + 1;
+	}
+	return 0;
+}
+
 int exec_req_parse(json_t *msg, struct exec_req *r, char *err, size_t errlen)
 {
 	json_t *argv = json_object_get(msg, "argv"), *env = json_object_get(msg, "env");
@@ -157,5 +211,5 @@ int exec_req_parse(json_t *msg, struct exec_req *r, char *err, size_t errlen)
 	    (ret = opt_uint(msg, "rows", &r->rows, 65535, err, errlen)) < 0 ||
 	    (ret = opt_uint(msg, "cols", &r->cols, 65535, err, errlen)) < 0)
 		return ret;
-	return 0;
+	return rlimits_parse(json_object_get(msg, "rlimits"), r, err, errlen);
 }

@@ -412,6 +412,73 @@ def test_agent_sync_mount():
         sb.close()
 
 
+def test_agent_rlimits_hostname():
+    """cove-oci's process.rlimits and hostname (issue 33): `cove exec --rlimit` sets the limits in
+    the exec'd process before it starts (as root, so a hard limit may go up); hostile rlimits
+    (an unknown type, soft over hard, too many, not an array) and hostname requests (empty, a
+    leading '-', a space, 65 bytes, not a string) are refused with one line each while the agent
+    goes on answering; in the guest (not --local: it would rename this host) the hostname op
+    sets what `hostname` prints."""
+    sb = Sandbox("agentrlim")
+    try:
+        r = sb.cove("exec", "--rlimit", "NOFILE=123:456", "--rlimit", "core=0:unlimited",
+                    sb.name, "--", "sh", "-c", "ulimit -n; ulimit -Hn; ulimit -c; ulimit -Hc")
+        out = r.stdout.decode(errors="replace").split()
+        check(r.returncode == 0 and out == ["123", "456", "0", "unlimited"],
+              f"--rlimit: rc={r.returncode} {out!r} {r.stderr!r}")
+        for bad, why in ((("BOGUS=1:2",), "unknown resource"),
+                         (("NOFILE=9:8",), "soft limit over the hard one"),
+                         (("NOFILE=1",), "want NAME=SOFT:HARD"),
+                         (("NOFILE=1:2", "--rlimit", "nofile=1:2"), "given twice")):
+            r = sb.cove("exec", "--rlimit", *bad, sb.name, "--", "true")
+            err = r.stderr.decode(errors="replace").strip()
+            check(r.returncode == 2 and why in err and "\n" not in err,
+                  f"cove exec --rlimit {bad}: rc={r.returncode} {err!r}")
+        nofile = {"type": "RLIMIT_NOFILE", "soft": 1, "hard": 2}
+        for rl, why in (({"x": 1}, "rlimits: not an array"),
+                        ([dict(nofile, type="RLIMIT_BOGUS")], "rlimits[0].type"),
+                        ([dict(nofile, type="NOFILE")], "rlimits[0].type"),
+                        ([dict(nofile, soft=3)], "soft limit over the hard one"),
+                        ([dict(nofile, soft=-1)], "soft limit over the hard one"),
+                        ([dict(nofile, hard="2")], "rlimits[0].hard"),
+                        ([nofile, nofile], "there twice"),
+                        ([dict(nofile, type="RLIMIT_CPU")] * 33, "at most 32")):
+            r = agent_call(sb.uds, {"op": "exec", "argv": ["true"], "rlimits": rl})
+            err = r.get("error", "")
+            check(r.get("ok") is False and why in err and "\n" not in err,
+                  f"exec rlimits {str(rl)[:80]}: {r}")
+        for bad, why in (({"name": ""}, "hostname"), ({"name": "-x"}, "hostname"),
+                         ({"name": "a b"}, "hostname"), ({"name": "a" * 65}, "hostname"),
+                         ({"name": 7}, "hostname"), ({}, "hostname")):
+            r = agent_call(sb.uds, dict({"op": "hostname"}, **bad))
+            err = r.get("error", "")
+            check(r.get("ok") is False and why in err and "\n" not in err,
+                  f"hostname {bad}: {r}")
+        check(agent_call(sb.uds, {"op": "status"}).get("ok") is True,
+              "the agent stopped answering after refused requests")
+        extra = ""
+        if not LOCAL:
+            # Past the guest's nr_open (1048576): the kernel refuses, and cove exec says which.
+            r = sb.cove("exec", "--rlimit", "NOFILE=1:2000000", sb.name, "--", "true")
+            err = r.stderr.decode(errors="replace").strip()
+            check(r.returncode == 1 and "setrlimit RLIMIT_NOFILE" in err and "\n" not in err,
+                  f"NOFILE over nr_open: rc={r.returncode} {err!r}")
+            r = agent_call(sb.uds, {"op": "hostname", "name": "ctr-1.test"})
+            check(r == {"ok": True}, f"hostname: {r}")
+            rc, out, _ = sb.sh("hostname; cat /proc/sys/kernel/hostname")
+            check(rc == 0 and out.split() == ["ctr-1.test", "ctr-1.test"],
+                  f"the guest's hostname: {out!r}")
+            extra = "; setrlimit past nr_open named; hostname ctr-1.test set and read back"
+        else:
+            r = agent_call(sb.uds, {"op": "hostname", "name": "ctr-1.test"})
+            check(r == {"ok": True}, f"hostname (test mode, this host's untouched): {r}")
+        print("    --rlimit NOFILE=123:456 and core=0:unlimited seen by ulimit; 4 bad --rlimit, "
+              "8 hostile rlimits and 6 hostile hostname requests refused with one line each"
+              + extra)
+    finally:
+        sb.close()
+
+
 def test_agent_refuses_guest_peers():
     """A guest process must not drive the root agent: connecting to its port over vsock loopback
     (CID 1) or to the guest's own CID either fails (the kernel has no loopback transport) or is
@@ -758,7 +825,7 @@ def test_agent_egress_proxy():
 
 
 TESTS = [test_agent_exec, test_agent_cp_forward, test_agent_identity, test_agent_sync_mount,
-         test_agent_refuses_guest_peers,
+         test_agent_rlimits_hostname, test_agent_refuses_guest_peers,
          test_agent_broker_fetch, test_agent_egress_proxy]
 
 

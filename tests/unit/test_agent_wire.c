@@ -10,6 +10,7 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <sys/un.h>
@@ -195,6 +196,57 @@ static void test_exec_req(void **state)
 	free(big);
 }
 
+/* "rlimits" of the exec op: known types once each, soft <= hard, -1 unlimited, at most 32. */
+static void test_exec_req_rlimits(void **state)
+{
+	struct exec_req r;
+	char err[256];
+	json_t *j;
+
+	(void)state;
+	j = parse("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\",\"soft\":123,"
+		  "\"hard\":456},{\"type\":\"RLIMIT_CORE\",\"soft\":0,\"hard\":-1}]}");
+	assert_int_equal(exec_req_parse(j, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.nrlimits, 2);
+	assert_int_equal(r.rlimits[0].resource, RLIMIT_NOFILE);
+	assert_int_equal(r.rlimits[0].soft, 123);
+	assert_int_equal(r.rlimits[0].hard, 456);
+	assert_int_equal(r.rlimits[1].resource, RLIMIT_CORE);
+	assert_true(r.rlimits[1].hard == RLIMIT_UNLIMITED);
+	json_decref(j);
+
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":{}}", "rlimits: not an array");
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_BOGUS\","
+			  "\"soft\":1,\"hard\":1}]}",
+			  "rlimits[0].type");
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":7,\"soft\":1,\"hard\":1}]}",
+			  "rlimits[0].type");
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\","
+			  "\"soft\":9,\"hard\":8}]}",
+			  "soft limit over the hard one");
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\","
+			  "\"soft\":-1,\"hard\":8}]}",
+			  "soft limit over the hard one");
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\","
+			  "\"soft\":-2,\"hard\":8}]}",
+			  "rlimits[0].soft");
+	expect_exec_error("{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\","
+			  "\"soft\":1}]}",
+			  "rlimits[0].hard");
+	expect_exec_error(
+	    "{\"argv\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\","
+	    "\"soft\":1,\"hard\":1},{\"type\":\"RLIMIT_NOFILE\",\"soft\":1,\"hard\":1}]}",
+	    "there twice");
+	j = json_pack("{s:[s],s:[]}", "argv", "sh", "rlimits");
+	for (int i = 0; i <= RLIMITS_MAX; i++)
+		json_array_append_new(
+		    json_object_get(j, "rlimits"),
+		    json_pack("{s:s,s:i,s:i}", "type", "RLIMIT_CPU", "soft", 1, "hard", 1));
+	assert_int_equal(exec_req_parse(j, &r, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "at most 32"));
+	json_decref(j);
+}
+
 static void test_b64(void **state)
 {
 	unsigned char in[64], back[64];
@@ -290,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_msg_read_oversize),
 		cmocka_unit_test(test_msg_roundtrip_and_data_frames),
 		cmocka_unit_test(test_exec_req),
+		cmocka_unit_test(test_exec_req_rlimits),
 		cmocka_unit_test(test_b64),
 		cmocka_unit_test(test_passwd),
 		cmocka_unit_test(test_peer_allowed),

@@ -5,11 +5,14 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "file_helpers.h"
+#include "common/rlimit_name.h"
 #include "oci/bundle.h"
+#include "oci/host_conf.h"
 #include "oci/signals.h"
 #include "oci/state.h"
 
@@ -389,6 +392,326 @@ static void test_state(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* process.rlimits as podman writes them (RLIMIT_NOFILE, RLIMIT_NPROC), and hostile ones. */
+static void test_rlimits(void **state)
+{
+	struct oci_process p;
+	char err[256];
+	(void)state;
+	const char *ok = "{\"args\":[\"sh\"],\"rlimits\":[{\"type\":\"RLIMIT_NOFILE\",\"hard\":"
+			 "1048576,\"soft\":1048576},{\"type\":\"RLIMIT_NPROC\",\"hard\":4194304,"
+			 "\"soft\":1024},{\"type\":\"RLIMIT_CORE\",\"hard\":9223372036854775807,"
+			 "\"soft\":0}]}";
+	assert_int_equal(oci_process_parse_text(ok, strlen(ok), &p, err, sizeof(err)), 0);
+	assert_int_equal(p.nrlimits, 3);
+	assert_int_equal(p.rlimits[0].resource, RLIMIT_NOFILE);
+	assert_int_equal(p.rlimits[0].soft, 1048576);
+	assert_int_equal(p.rlimits[1].resource, RLIMIT_NPROC);
+	assert_int_equal(p.rlimits[1].soft, 1024);
+	assert_int_equal(p.rlimits[1].hard, 4194304);
+	assert_true(p.rlimits[2].hard == (uint64_t)INT64_MAX);
+	oci_process_free(&p);
+	const char *none = "{\"args\":[\"sh\"],\"rlimits\":[]}";
+	assert_int_equal(oci_process_parse_text(none, strlen(none), &p, err, sizeof(err)), 0);
+	assert_int_equal(p.nrlimits, 0);
+	oci_process_free(&p);
+
+	static const struct {
+		const char *rlimits, *needle;
+	} bad[] = {
+	    {"{}", "process.rlimits is not an array"},
+	    {"[7]", "process.rlimits[0] is not an object"},
+	    {"[{\"type\":\"RLIMIT_BOGUS\",\"soft\":1,\"hard\":1}]",
+	     "process.rlimits[0].type RLIMIT_BOGUS is not a known"},
+	    {"[{\"type\":\"NOFILE\",\"soft\":1,\"hard\":1}]", "rlimits[0].type NOFILE"},
+	    {"[{\"soft\":1,\"hard\":1}]", "rlimits[0].type (missing)"},
+	    {"[{\"type\":\"RLIMIT_NOFILE\",\"soft\":9,\"hard\":8}]",
+	     "rlimits[0]: RLIMIT_NOFILE soft limit 9 is over its hard limit 8"},
+	    {"[{\"type\":\"RLIMIT_NOFILE\",\"soft\":-1,\"hard\":8}]", "rlimits[0].soft"},
+	    {"[{\"type\":\"RLIMIT_NOFILE\",\"soft\":1,\"hard\":\"8\"}]", "rlimits[0].hard"},
+	    {"[{\"type\":\"RLIMIT_NOFILE\",\"soft\":1}]", "rlimits[0].hard"},
+	    {"[{\"type\":\"RLIMIT_NOFILE\",\"soft\":1,\"hard\":1},{\"type\":\"RLIMIT_NOFILE\","
+	     "\"soft\":1,\"hard\":1}]",
+	     "rlimits[1]: RLIMIT_NOFILE is there twice"},
+	    {"[{\"type\":\"RLIMIT_NOFILE\",\"soft\":1,\"hard\":18446744073709551615}]", "not JSON"},
+	};
+	char text[1024];
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		snprintf(text, sizeof(text), "{\"args\":[\"sh\"],\"rlimits\":%s}", bad[i].rlimits);
+		err[0] = '\0';
+		assert_int_not_equal(
+		    oci_process_parse_text(text, strlen(text), &p, err, sizeof(err)), 0);
+		assert_one_line(err, bad[i].needle);
+		assert_null(p.args);
+	}
+	/* At most 32 (there are fewer types, so the 33rd is refused before any repeat is). */
+	size_t o = (size_t)snprintf(text, sizeof(text), "{\"args\":[\"sh\"],\"rlimits\":[");
+	for (int i = 0; i <= RLIMITS_MAX; i++)
+		o += (size_t)snprintf(text + o, sizeof(text) - o, "%s{}", i ? "," : "");
+	snprintf(text + o, sizeof(text) - o, "]}");
+	assert_int_equal(oci_process_parse_text(text, strlen(text), &p, err, sizeof(err)), -EINVAL);
+	assert_one_line(err, "process.rlimits has more than 32 entries");
+
+	/* cove exec --rlimit: what oci_exec_argv writes reads back the same. */
+	struct rlimit_val v, back;
+	char arg[RLIMIT_ARG_MAX];
+	assert_int_equal(rlimit_arg_parse("nofile=123:456", &v, err, sizeof(err)), 0);
+	assert_int_equal(v.resource, RLIMIT_NOFILE);
+	assert_int_equal(v.soft, 123);
+	assert_int_equal(v.hard, 456);
+	assert_int_equal(rlimit_arg_parse("RLIMIT_CORE=0:unlimited", &v, err, sizeof(err)), 0);
+	assert_int_equal(v.resource, RLIMIT_CORE);
+	assert_true(v.hard == RLIMIT_UNLIMITED);
+	assert_int_equal(rlimit_arg_format(&v, arg, sizeof(arg)), 0);
+	assert_string_equal(arg, "RLIMIT_CORE=0:unlimited");
+	v = (struct rlimit_val){RLIMIT_SIGPENDING, (uint64_t)INT64_MAX, (uint64_t)INT64_MAX};
+	assert_int_equal(rlimit_arg_format(&v, arg, sizeof(arg)), 0);
+	assert_int_equal(rlimit_arg_parse(arg, &back, err, sizeof(err)), 0);
+	assert_memory_equal(&v, &back, sizeof(v));
+	static const struct {
+		const char *arg, *needle;
+	} badarg[] = {
+	    {"NOFILE", "want NAME=SOFT:HARD"},
+	    {"NOFILE=1", "want NAME=SOFT:HARD"},
+	    {"BOGUS=1:2", "unknown resource 'BOGUS'"},
+	    {"NOFILE=2:1", "soft limit over the hard one"},
+	    {"NOFILE=unlimited:1", "soft limit over the hard one"},
+	    {"NOFILE=-1:1", "each a number or unlimited"},
+	    {"NOFILE=1:", "each a number or unlimited"},
+	    {"NOFILE=1:2:3", "each a number or unlimited"},
+	    {"NOFILE=1:99999999999999999999", "each a number or unlimited"},
+	    {"RLIMIT_NOFILE_AND_A_VERY_LONG_TAIL=1:2", "unknown resource"},
+	};
+	for (size_t i = 0; i < sizeof(badarg) / sizeof(*badarg); i++) {
+		err[0] = '\0';
+		assert_int_equal(rlimit_arg_parse(badarg[i].arg, &v, err, sizeof(err)), -EINVAL);
+		assert_one_line(err, badarg[i].needle);
+	}
+}
+
+static void test_hostname(void **state)
+{
+	(void)state;
+	assert_true(oci_hostname_valid(""));
+	assert_true(oci_hostname_valid("c1"));
+	assert_true(oci_hostname_valid("web-1.example.com"));
+	assert_true(oci_hostname_valid("0123456789012345678901234567890123456789012345678901234567"
+				       "890123"));
+	assert_false(oci_hostname_valid("0123456789012345678901234567890123456789012345678901234567"
+					"8901234"));
+	assert_false(oci_hostname_valid("-x"));
+	assert_false(oci_hostname_valid(".x"));
+	assert_false(oci_hostname_valid("a b"));
+	assert_false(oci_hostname_valid("a_b"));
+	assert_false(oci_hostname_valid("a/b"));
+	assert_false(oci_hostname_valid("a\nb"));
+	assert_false(oci_hostname_valid("caf\xc3\xa9"));
+	assert_true(oci_policy_name_valid("web"));
+	assert_true(oci_policy_name_valid("0_a-b"));
+	assert_false(oci_policy_name_valid(""));
+	assert_false(oci_policy_name_valid("Web"));
+	assert_false(oci_policy_name_valid("_web"));
+	assert_false(oci_policy_name_valid("/etc/cove/p.json"));
+	assert_false(oci_policy_name_valid("../web"));
+	assert_false(oci_policy_name_valid("{\"allow\":[]}"));
+	char long_name[80];
+	memset(long_name, 'a', sizeof(long_name));
+	long_name[OCI_POLICY_NAME_MAX] = '\0';
+	assert_true(oci_policy_name_valid(long_name));
+	long_name[OCI_POLICY_NAME_MAX] = 'a';
+	long_name[OCI_POLICY_NAME_MAX + 1] = '\0';
+	assert_false(oci_policy_name_valid(long_name));
+}
+
+static void conf_write(const char *path, const char *json)
+{
+	unlink(path);
+	write_file(path, json, strlen(json));
+}
+
+/* The host's oci.json: the caps and the policies annotations may name. */
+static void test_host_conf(void **state)
+{
+	char dir[] = "/tmp/cove-oci-conf-XXXXXX", path[256], err[512], cmd[300];
+	struct oci_host_conf c;
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/oci.json", dir);
+
+	/* Missing: the defaults. COVE_OCI_CONFIG names the file when no path is given. */
+	setenv(OCI_HOST_CONF_ENV, path, 1);
+	assert_int_equal(oci_host_conf_load(NULL, &c, err, sizeof(err)), 0);
+	assert_string_equal(c.path, path);
+	assert_int_equal(c.max_mem, 2ULL << 30);
+	assert_int_equal(c.max_vcpus, 2);
+	assert_int_equal(c.npolicies, 0);
+	oci_host_conf_free(&c);
+	unsetenv(OCI_HOST_CONF_ENV);
+
+	conf_write(path, "{\"max_mem\":\"4G\",\"max_vcpus\":4,\"policies\":{\"web\":"
+			 "\"/etc/cove/policies/web.json\",\"db-2\":\"/srv/db.json\"}}");
+	assert_int_equal(oci_host_conf_load(path, &c, err, sizeof(err)), 0);
+	assert_int_equal(c.max_mem, 4ULL << 30);
+	assert_int_equal(c.max_vcpus, 4);
+	assert_int_equal(c.npolicies, 2);
+	assert_string_equal(c.policies[0].name, "web");
+	assert_string_equal(c.policies[0].path, "/etc/cove/policies/web.json");
+	oci_host_conf_free(&c);
+	conf_write(path, "{\"max_mem\":536870912}");
+	assert_int_equal(oci_host_conf_load(path, &c, err, sizeof(err)), 0);
+	assert_int_equal(c.max_mem, 512ULL << 20);
+	assert_int_equal(c.max_vcpus, 2);
+	oci_host_conf_free(&c);
+
+	static const struct {
+		const char *json, *needle;
+	} bad[] = {
+	    {"{\"max_mem\":4}", "max_mem: want a size of 64M to 64G"},
+	    {"{\"max_mem\":\"65G\"}", "max_mem"},
+	    {"{\"max_mem\":\"4 G\"}", "max_mem"},
+	    {"{\"max_mem\":true}", "max_mem"},
+	    {"{\"max_vcpus\":0}", "max_vcpus: want an integer 1 to 64"},
+	    {"{\"max_vcpus\":65}", "max_vcpus"},
+	    {"{\"max_vcpus\":\"4\"}", "max_vcpus"},
+	    {"{\"policies\":[]}", "policies is not an object"},
+	    {"{\"policies\":{\"web\":\"policies/web.json\"}}",
+	     "policies.web is not an absolute path"},
+	    {"{\"policies\":{\"web\":7}}", "policies.web is not an absolute path"},
+	    {"{\"policies\":{\"../x\":\"/p.json\"}}", "policy name '../x'"},
+	    {"{\"max_memory\":\"4G\"}", "unknown key 'max_memory'"},
+	    {"[]", "not a JSON object"},
+	    {"{\"max_vcpus\":2,\"max_vcpus\":3}", "not JSON"},
+	    {"{", "not JSON"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		conf_write(path, bad[i].json);
+		err[0] = '\0';
+		assert_int_not_equal(oci_host_conf_load(path, &c, err, sizeof(err)), 0);
+		assert_one_line(err, bad[i].needle);
+		assert_one_line(err, path);
+		assert_null(c.policies);
+	}
+	/* Over 64 KiB, and not a regular file. */
+	size_t big = OCI_HOST_CONF_MAX + 1;
+	char *text = malloc(big + 1);
+	assert_non_null(text);
+	memset(text, ' ', big);
+	text[0] = '{';
+	text[big - 1] = '}';
+	text[big] = '\0';
+	conf_write(path, text);
+	free(text);
+	assert_int_equal(oci_host_conf_load(path, &c, err, sizeof(err)), -EFBIG);
+	assert_one_line(err, "not a regular file of at most 65536 bytes");
+	assert_int_equal(oci_host_conf_load(dir, &c, err, sizeof(err)), -EFBIG);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* A bundle's annotations against the host's caps: over a cap or an unknown policy refused with
+ * one line; a known policy resolved to the host's file. */
+static void test_annotation_caps(void **state)
+{
+	char dir[] = "/tmp/cove-oci-caps-XXXXXX", p[256], err[512], cfg[1024], cmd[300];
+	struct oci_bundle b;
+	struct oci_host_policy pol = {"web", "/etc/cove/policies/web.json"};
+	struct oci_host_conf c = {.path = "/etc/cove/oci.json",
+				  .max_mem = 2ULL << 30,
+				  .max_vcpus = 2,
+				  .policies = &pol,
+				  .npolicies = 1};
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(p, sizeof(p), "%s/rootfs", dir);
+	assert_int_equal(mkdir(p, 0755), 0);
+	static const struct {
+		const char *annotations, *needle; /* needle NULL: accepted */
+	} cases[] = {
+	    {"{\"cove.dev/mem\":\"8G\"}",
+	     "cove.dev/mem 8G is over this host's cap 2G (max_mem in /etc/cove/oci.json)"},
+	    {"{\"cove.dev/vcpus\":\"4\"}",
+	     "cove.dev/vcpus 4 is over this host's cap 2 (max_vcpus in /etc/cove/oci.json)"},
+	    {"{\"cove.dev/policy\":\"db\"}", "cove.dev/policy db: this host has no such policy"},
+	    {"{\"cove.dev/mem\":\"2G\",\"cove.dev/vcpus\":\"2\",\"cove.dev/policy\":\"web\"}",
+	     NULL},
+	    {"{}", NULL},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		snprintf(cfg, sizeof(cfg),
+			 "{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"},"
+			 "\"annotations\":%s}",
+			 cases[i].annotations);
+		write_config(dir, cfg);
+		assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+		err[0] = '\0';
+		int r = oci_host_conf_apply(&c, &b, err, sizeof(err));
+		if (cases[i].needle) {
+			assert_int_equal(r, -EINVAL);
+			assert_one_line(err, cases[i].needle);
+		} else {
+			assert_int_equal(r, 0);
+		}
+		if (i == 3) {
+			assert_string_equal(b.policy, "web");
+			assert_string_equal(b.policy_file, "/etc/cove/policies/web.json");
+			assert_int_equal(b.mem_bytes, 2ULL << 30);
+		}
+		if (i == 4) {
+			assert_string_equal(b.policy_file, "");
+			assert_int_equal(b.mem_bytes, 0); /* cove create's default */
+		}
+		oci_bundle_free(&b);
+	}
+	/* A cap below cove create's default RAM: a bundle that names none gets the cap. */
+	c.max_mem = 128ULL << 20;
+	write_config(dir, "{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"rootfs\"}}");
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+	assert_int_equal(oci_host_conf_apply(&c, &b, err, sizeof(err)), 0);
+	assert_int_equal(b.mem_bytes, 128ULL << 20);
+	oci_bundle_free(&b);
+	/* A policy annotation is a name, never a path or JSON: refused when the bundle is read. */
+	static const char *const hostile[] = {"/etc/cove/policies/web.json", "{\"allow\":[\"*\"]}",
+					      "../web", "Web", ""};
+	for (size_t i = 0; i < sizeof(hostile) / sizeof(*hostile); i++) {
+		json_t *j =
+		    json_pack("{s:{s:[s]},s:{s:s},s:{s:s}}", "process", "args", "sh", "root",
+			      "path", "rootfs", "annotations", "cove.dev/policy", hostile[i]);
+		char *text = json_dumps(j, 0);
+		write_config(dir, text);
+		free(text);
+		json_decref(j);
+		err[0] = '\0';
+		assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), -EINVAL);
+		assert_one_line(err,
+				"annotation cove.dev/policy: want the name of one of this host's");
+	}
+	/* The hostname: config.json's, checked. */
+	static const struct {
+		const char *hostname;
+		int ok;
+	} hosts[] = {{"web-1.local", 1}, {"", 1}, {"a b", 0}, {"-x", 0}, {"x;reboot", 0}};
+	for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++) {
+		json_t *j = json_pack("{s:{s:[s]},s:{s:s},s:s}", "process", "args", "sh", "root",
+				      "path", "rootfs", "hostname", hosts[i].hostname);
+		char *text = json_dumps(j, 0);
+		write_config(dir, text);
+		free(text);
+		json_decref(j);
+		err[0] = '\0';
+		int r = oci_bundle_load(dir, &b, err, sizeof(err));
+		if (hosts[i].ok) {
+			assert_int_equal(r, 0);
+			assert_string_equal(b.hostname, hosts[i].hostname);
+			oci_bundle_free(&b);
+		} else {
+			assert_int_equal(r, -EINVAL);
+			assert_one_line(err, "config.json: hostname is not a host name");
+		}
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 static void test_signals(void **state)
 {
 	(void)state;
@@ -408,10 +731,10 @@ static void test_signals(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_process),
-	    cmocka_unit_test(test_bundle),
-	    cmocka_unit_test(test_state),
-	    cmocka_unit_test(test_signals),
+	    cmocka_unit_test(test_process),   cmocka_unit_test(test_bundle),
+	    cmocka_unit_test(test_state),     cmocka_unit_test(test_signals),
+	    cmocka_unit_test(test_rlimits),   cmocka_unit_test(test_hostname),
+	    cmocka_unit_test(test_host_conf), cmocka_unit_test(test_annotation_caps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
