@@ -17,8 +17,9 @@
 #include "oci/state.h"
 
 struct oci_ctx {
-	const char *root;   /* --root */
-	struct logger *log; /* --log (text or json); errors go to stderr too */
+	const char *root;	 /* --root */
+	struct logger *log;	 /* --log (text or json); errors go to stderr too */
+	unsigned max_root_disks; /* create: the host's oci.json (oci/host_conf.h) */
 	char err[1024];
 };
 

@@ -80,6 +80,7 @@ static int host_caps(struct oci_ctx *x, struct oci_bundle *b)
 	int r = oci_host_conf_load(NULL, &c, x->err, sizeof(x->err));
 	if (!r)
 		r = oci_host_conf_apply(&c, b, x->err, sizeof(x->err));
+	x->max_root_disks = c.max_root_disks;
 	oci_host_conf_free(&c);
 	return r;
 }

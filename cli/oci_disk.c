@@ -21,6 +21,7 @@
 #include "image/cache.h"
 #include "image/ext4.h"
 #include "lifecycle/root.h"
+#include "oci/root_cache.h"
 #include "oci/tree_digest.h"
 
 #define FREE_BYTES (1ULL << 30) /* room for the container's own files; sparse */
@@ -53,18 +54,6 @@ static int write_meta(int dfd, const struct oci_tree_sum *sum)
 	}
 	free(text);
 	return r;
-}
-
-/* The cache's entry `name` (its ext4 and record, then the directory), as far as it got made. */
-static void remove_entry(int cfd, const char *name)
-{
-	int dfd = openat(cfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd >= 0) {
-		unlinkat(dfd, IMAGE_EXT4, 0);
-		unlinkat(dfd, IMAGE_JSON, 0);
-		close(dfd);
-	}
-	unlinkat(cfd, name, AT_REMOVEDIR);
 }
 
 /* Whether the cache holds a whole entry hex (a disk and its record). */
@@ -132,7 +121,7 @@ static int build_entry(struct oci_ctx *x, int cfd, const char *state, const char
 		goto undo;
 	}
 undo: /* also when another create's entry won */
-	remove_entry(cfd, tmp);
+	oci_root_entry_remove(cfd, tmp);
 out:
 	if (dfd >= 0)
 		close(dfd);
@@ -155,7 +144,7 @@ int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sa
 	if ((ret = oci_tree_digest(b->rootfs, replaced, n, &sum, x->err, sizeof(x->err))))
 		return ret;
 	t1 = mono_s();
-	snprintf(ref, cap, "%s%s", ROOT_REF, sum.hex);
+	snprintf(ref, cap, "%s%s", OCI_ROOT_REF, sum.hex);
 	ret = sbx_root_open(&r, true, x->err, sizeof(x->err));
 	if (ret)
 		return ret;
@@ -170,6 +159,18 @@ int oci_disk_build(struct oci_ctx *x, const struct oci_bundle *b, const char *sa
 	ret = image_ref_set(cfd, ref, sum.hex, x->err, sizeof(x->err));
 	if (ret)
 		goto out;
+	oci_root_touch(cfd, sum.hex);
+	/* Beyond the host's bound, the least recently used roots go (a sandbox or template made
+	 * from one keeps its own link). A failure here fails no container. */
+	if (!cached && x->max_root_disks) {
+		char err[256];
+		int n = oci_root_trim(cfd, x->max_root_disks, sum.hex, err, sizeof(err));
+		if (n > 0)
+			log_info(x->log, "%s: %d root disks removed (max_root_disks %u)", sandbox,
+				 n, x->max_root_disks);
+		else if (n < 0)
+			log_info(x->log, "%s: root disks not trimmed: %s", sandbox, err);
+	}
 	if (cached)
 		log_info(x->log,
 			 "%s: root %s (%llu entries, %llu MiB) is cached disk %.16s: no disk made "

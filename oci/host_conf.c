@@ -91,9 +91,17 @@ static int conf_parse(struct oci_host_conf *c, json_t *j, char *err, size_t errl
 			c->max_vcpus = (int)json_integer_value(v);
 		} else if (!strcmp(key, "policies")) {
 			r = policies_of(c, v, err, errlen);
+		} else if (!strcmp(key, "max_root_disks")) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			    json_integer_value(v) > 4096)
+				return errmsg(err, errlen, -EINVAL,
+					      "%s: max_root_disks: want an integer 1 to 4096",
+					      c->path);
+			c->max_root_disks = (unsigned)json_integer_value(v);
 		} else {
 			return errmsg(err, errlen, -EINVAL,
-				      "%s: unknown key '%.40s' (max_mem, max_vcpus, policies)",
+				      "%s: unknown key '%.40s' (max_mem, max_vcpus, policies, "
+				      "max_root_disks)",
 				      c->path, key);
 		}
 		if (r)
@@ -112,6 +120,7 @@ int oci_host_conf_load(const char *path, struct oci_host_conf *c, char *err, siz
 	memset(c, 0, sizeof(*c));
 	c->max_mem = OCI_HOST_MEM_DEFAULT;
 	c->max_vcpus = OCI_HOST_VCPUS_DEFAULT;
+	c->max_root_disks = OCI_HOST_ROOT_DISKS_DEFAULT;
 	if (!path)
 		path = getenv(OCI_HOST_CONF_ENV);
 	if (!path || !path[0])

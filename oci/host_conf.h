@@ -2,9 +2,10 @@
  * cove-oci's host configuration: what the host's operator allows containers to ask for through
  * annotations (cove.dev/mem, cove.dev/vcpus, cove.dev/policy). A JSON file, by default
  * /etc/cove/oci.json (COVE_OCI_CONFIG names another), e.g.
- *   {"max_mem":"4G","max_vcpus":4,"policies":{"web":"/etc/cove/policies/web.json"}}
- * A missing file gives the defaults (2G, 2 vCPUs, no policies). The bundle is untrusted, this
- * file is the operator's: the annotations are checked against it.
+ *   {"max_mem":"4G","max_vcpus":4,"policies":{"web":"/etc/cove/policies/web.json"},
+ *    "max_root_disks":32}
+ * A missing file gives the defaults (2G, 2 vCPUs, no policies, 32 root disks). The bundle is
+ * untrusted, this file is the operator's: the annotations are checked against it.
  */
 #ifndef COVE_OCI_HOST_CONF_H
 #define COVE_OCI_HOST_CONF_H
@@ -22,6 +23,7 @@
 #define OCI_HOST_MEM_DEFAULT	     (2ULL << 30)
 #define OCI_HOST_VCPUS_DEFAULT	     2
 #define OCI_HOST_SANDBOX_MEM_DEFAULT (256ULL << 20) /* cove create's --mem default */
+#define OCI_HOST_ROOT_DISKS_DEFAULT  32		    /* root disks kept (oci/root_cache.h) */
 
 struct oci_host_policy {
 	char name[OCI_POLICY_NAME_MAX + 1];
@@ -29,9 +31,10 @@ struct oci_host_policy {
 };
 
 struct oci_host_conf {
-	char path[PATH_MAX]; /* the file read (or missing), for messages */
-	uint64_t max_mem;    /* bytes, 64M..64G */
-	int max_vcpus;	     /* 1..64 */
+	char path[PATH_MAX];	 /* the file read (or missing), for messages */
+	uint64_t max_mem;	 /* bytes, 64M..64G */
+	int max_vcpus;		 /* 1..64 */
+	unsigned max_root_disks; /* 1..4096: container roots kept as disks */
 	struct oci_host_policy *policies;
 	size_t npolicies;
 };

@@ -545,6 +545,7 @@ static void test_host_conf(void **state)
 	assert_int_equal(c.max_mem, 2ULL << 30);
 	assert_int_equal(c.max_vcpus, 2);
 	assert_int_equal(c.npolicies, 0);
+	assert_int_equal(c.max_root_disks, OCI_HOST_ROOT_DISKS_DEFAULT);
 	oci_host_conf_free(&c);
 	unsetenv(OCI_HOST_CONF_ENV);
 
@@ -556,6 +557,10 @@ static void test_host_conf(void **state)
 	assert_int_equal(c.npolicies, 2);
 	assert_string_equal(c.policies[0].name, "web");
 	assert_string_equal(c.policies[0].path, "/etc/cove/policies/web.json");
+	oci_host_conf_free(&c);
+	conf_write(path, "{\"max_root_disks\":5}");
+	assert_int_equal(oci_host_conf_load(path, &c, err, sizeof(err)), 0);
+	assert_int_equal(c.max_root_disks, 5);
 	oci_host_conf_free(&c);
 	conf_write(path, "{\"max_mem\":536870912}");
 	assert_int_equal(oci_host_conf_load(path, &c, err, sizeof(err)), 0);
@@ -573,6 +578,8 @@ static void test_host_conf(void **state)
 	    {"{\"max_vcpus\":0}", "max_vcpus: want an integer 1 to 64"},
 	    {"{\"max_vcpus\":65}", "max_vcpus"},
 	    {"{\"max_vcpus\":\"4\"}", "max_vcpus"},
+	    {"{\"max_root_disks\":0}", "max_root_disks: want an integer 1 to 4096"},
+	    {"{\"max_root_disks\":4097}", "max_root_disks"},
 	    {"{\"policies\":[]}", "policies is not an object"},
 	    {"{\"policies\":{\"web\":\"policies/web.json\"}}",
 	     "policies.web is not an absolute path"},

@@ -1,13 +1,17 @@
 /* oci/tree_digest (issue 33): a container root named by what it holds. Two trees made alike
  * (same names, bytes, modes, owners, mtimes, links) share a digest; changing any one thing a
- * disk made from the tree would show changes it. Real directories under /tmp. */
+ * disk made from the tree would show changes it. oci/root_cache: the least recently used root
+ * disks beyond the bound removed. Real directories under /tmp. */
 #include "helpers.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 
 #include "file_helpers.h"
+#include "image/cache.h"
+#include "oci/root_cache.h"
 #include "oci/tree_digest.h"
 
 static const struct timespec FIXED[2] = {{1700000000, 5}, {1700000000, 5}};
@@ -220,7 +224,8 @@ static void test_refused(void **state)
 	(void)state;
 	struct oci_tree_sum s;
 	char err[512] = "";
-	assert_int_equal(oci_tree_digest("/nonexistent/cove-root", NULL, 0, &s, err, sizeof(err)), -ENOENT);
+	assert_int_equal(oci_tree_digest("/nonexistent/cove-root", NULL, 0, &s, err, sizeof(err)),
+			 -ENOENT);
 	assert_non_null(strstr(err, "/nonexistent/cove-root"));
 	assert_null(strchr(err, '\n'));
 	/* A directory it cannot read (as root: none such; skip the check there). */
@@ -236,13 +241,73 @@ static void test_refused(void **state)
 	}
 }
 
+/* An entry hex of the fake cache at dir, its use `age` seconds ago, named `name`. */
+static void fake_entry(int cfd, const char *dir, const char *hex, const char *name, int age)
+{
+	char p[600], err[256];
+	snprintf(p, sizeof(p), "%s/%s", dir, hex);
+	assert_int_equal(mkdir(p, 0700), 0);
+	snprintf(p, sizeof(p), "%s/%s/%s", dir, hex, IMAGE_EXT4);
+	write_file(p, "ext4", 4);
+	snprintf(p, sizeof(p), "%s/%s/%s", dir, hex, IMAGE_JSON);
+	write_file(p, "{}", 2);
+	struct timespec t[2] = {{time(NULL) - age, 0}, {time(NULL) - age, 0}};
+	assert_int_equal(utimensat(cfd, hex, t, 0), 0);
+	assert_int_equal(image_ref_set(cfd, name, hex, err, sizeof(err)), 0);
+}
+
+static bool has_ref(int cfd, const char *name)
+{
+	json_t *refs;
+	char err[256];
+	assert_int_equal(image_refs_read(cfd, &refs, err, sizeof(err)), 0);
+	bool yes = json_object_get(refs, name) != NULL;
+	json_decref(refs);
+	return yes;
+}
+
+/* Beyond the bound the least recently used root disks go, never the spared one nor an
+ * imported image. */
+static void test_root_trim(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/cove-roots-XXXXXX", hex[5][65], name[5][400], err[256];
+	assert_non_null(mkdtemp(dir));
+	int cfd = open(dir, O_RDONLY | O_DIRECTORY);
+	assert_true(cfd >= 0);
+	for (int i = 0; i < 5; i++) {
+		memset(hex[i], 'a' + i, 64);
+		hex[i][64] = '\0';
+		if (i < 4)
+			snprintf(name[i], sizeof(name[i]), "%s%s", OCI_ROOT_REF, hex[i]);
+		else
+			snprintf(name[i], sizeof(name[i]), "musl:latest");
+		fake_entry(cfd, dir, hex[i], name[i], i == 4 ? 500 : 400 - 100 * i);
+	}
+	/* Oldest first: a (spared), b, c go; d stays; the imported image is no root disk. */
+	assert_int_equal(oci_root_trim(cfd, 2, hex[0], err, sizeof(err)), 2);
+	assert_true(has_ref(cfd, name[0]) && has_ref(cfd, name[3]) && has_ref(cfd, name[4]));
+	assert_false(has_ref(cfd, name[1]) || has_ref(cfd, name[2]));
+	struct stat st;
+	assert_int_equal(fstatat(cfd, hex[1], &st, 0), -1);
+	assert_int_equal(fstatat(cfd, hex[2], &st, 0), -1);
+	assert_int_equal(fstatat(cfd, hex[3], &st, 0), 0);
+	assert_int_equal(fstatat(cfd, hex[4], &st, 0), 0);
+	/* Within the bound: nothing. A use makes the oldest the newest. */
+	assert_int_equal(oci_root_trim(cfd, 2, NULL, err, sizeof(err)), 0);
+	oci_root_touch(cfd, hex[0]);
+	assert_int_equal(oci_root_trim(cfd, 1, NULL, err, sizeof(err)), 1);
+	assert_true(has_ref(cfd, name[0]) && !has_ref(cfd, name[3]));
+	close(cfd);
+	rm_tree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_alike),
-	    cmocka_unit_test(test_each_change),
-	    cmocka_unit_test(test_engine_changes),
-	    cmocka_unit_test(test_refused),
+	    cmocka_unit_test(test_alike),	   cmocka_unit_test(test_each_change),
+	    cmocka_unit_test(test_engine_changes), cmocka_unit_test(test_refused),
+	    cmocka_unit_test(test_root_trim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
