@@ -153,7 +153,7 @@ def main():
     # used: its disk and template are there already); then a new root (a copy with one more
     # file), whose first container makes both.
     bundle = bundle_for(root)
-    t = [oci_create_to_output(bundle, f"b{i}") for i in range(RUNS)]
+    t = [oci_create_to_output(bundle, f"b{i}") for i in range(RUNS + 1)]
     log(f"cove-oci create+start to first byte: {[round(x, 2) for x in t]}")
     fresh = W + "/fresh-root"
     subprocess.run(["cp", "-a", root, fresh], check=True)
@@ -166,8 +166,10 @@ def main():
     after = disk_builds()
     log(f"a new root: first container {t_new:.2f} s (disk and template made), second "
         f"{t_again:.2f} s; disks {before} -> {after}")
+    # The first container on podman's image mount (a root without podman's mount points:
+    # another digest) makes its disk and template; the median is of the others.
     res["cove_oci"] = {"create_to_first_byte_s": [round(x, 3) for x in t],
-                       "median_s": round(statistics.median(t), 3),
+                       "median_s": round(statistics.median(t[1:]), 3),
                        "new_root_first_s": round(t_new, 3), "new_root_second_s": round(t_again, 3),
                        "disks_made_by_new_root": after - before,
                        "disks_after_podman_runs": disks_after_podman}
