@@ -21,6 +21,7 @@ W = "/tmp/bench-ctr"
 ENV = dict(os.environ, COVE_STATE_DIR=W + "/cove", COVE_RUN_DIR=W + "/cove-run",
            COVE_GUEST_DIR="/work", PATH="/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
 ARCHIVE = "/work/oci/musl.oci.tar"
+PHASES = []  # per cove-oci container: seconds of its create call, start call, then to output
 
 
 def log(msg):
@@ -99,8 +100,10 @@ def oci_create_to_output(bundle, cid):
     r, w = os.pipe()
     errf = open(W + "/create.err", "w+b")  # the monitor keeps it: not a pipe
     t0 = time.monotonic()
-    c = subprocess.run([OCI, "--root", root, "create", "--bundle", bundle, "--pid-file",
-                        W + "/pid", cid], stdout=w, stderr=errf, env=ENV)
+    c = subprocess.run([OCI, "--root", root, "--log", W + "/oci.log", "--log-format", "json",
+                        "create", "--bundle", bundle, "--pid-file", W + "/pid", cid],
+                       stdout=w, stderr=errf, env=ENV)
+    t_create = time.monotonic() - t0
     os.close(w)
     if c.returncode != 0:
         os.close(r)
@@ -108,8 +111,11 @@ def oci_create_to_output(bundle, cid):
         raise RuntimeError(f"cove-oci create: {errf.read()[-600:]!r}")
     errf.close()
     run([OCI, "--root", root, "start", cid])
+    t_start = time.monotonic() - t0
     b = os.read(r, 1)
     took = time.monotonic() - t0
+    PHASES.append({"create_call": t_create, "start_call": t_start - t_create,
+                   "start_to_first_byte": took - t_start})
     while os.read(r, 4096):
         pass
     os.close(r)
@@ -155,6 +161,22 @@ def main():
     bundle = bundle_for(root)
     t = [oci_create_to_output(bundle, f"b{i}") for i in range(RUNS + 1)]
     log(f"cove-oci create+start to first byte: {[round(x, 2) for x in t]}")
+    # Where a container's time goes (the runs after the first): the calls, and within create
+    # what cove-oci's log says (bundle, disk and sandbox, hostname and mounts; cove create).
+    steady = PHASES[1:]
+    res["cove_oci_phases_median_s"] = {
+        k: round(statistics.median(p[k] for p in steady), 3) for k in steady[0]}
+    inside = {"bundle": [], "disk and sandbox": [], "hostname and mounts": [],
+              "cove create": []}
+    with open(W + "/oci.log") as f:
+        lines = [json.loads(line)["msg"] for line in f if line.startswith("{")]
+    for m in [m for m in lines if ": created (sandbox" in m][1:]:
+        for k in ("bundle", "disk and sandbox", "hostname and mounts"):
+            inside[k].append(float(m.split(k + " ")[1].split(",")[0].split()[0]) / 1000)
+    for m in [m for m in lines if ": cove create done in " in m][1:]:
+        inside["cove create"].append(float(m.split(" in ")[1].split()[0]) / 1000)
+    res["cove_oci_create_inside_median_s"] = {
+        k: round(statistics.median(v), 3) for k, v in inside.items() if v}
     fresh = W + "/fresh-root"
     subprocess.run(["cp", "-a", root, fresh], check=True)
     with open(fresh + "/new-file", "w") as f:

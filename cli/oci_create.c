@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/dirfd_io.h"
 #include "common/errmsg.h"
 #include "common/file_io.h"
@@ -63,7 +64,10 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 		argv[k++] = b->policy_file;
 	}
 	argv[k] = NULL;
+	double t0 = mono_s();
 	r = oci_cove(x, argv);
+	log_info(x->log, "%s: cove create %s in %.0f ms", sandbox, r ? "failed" : "done",
+		 (mono_s() - t0) * 1000);
 	if (r) {
 		char why[sizeof(x->err)];
 		snprintf(why, sizeof(why), "%s", x->err);
@@ -116,6 +120,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	if (optind != argc - 1)
 		return oci_fail(x, "create: want one container id");
 	const char *id = argv[optind];
+	double t0 = mono_s(), t_sbx, t_vm, t_guest;
 	if (oci_bundle_load(bundle, &b, x->err, sizeof(x->err)))
 		return oci_fail(x, "create %s: %s", id, x->err);
 	if (host_caps(x, &b)) {
@@ -142,14 +147,17 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo;
 	}
+	t_sbx = mono_s();
 	if (make_sandbox(x, &b, s.sandbox)) {
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo;
 	}
+	t_vm = mono_s();
 	if (oci_hostname_apply(x, s.sandbox, &b) || oci_mounts_apply(x, s.sandbox, &b)) {
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo_vm;
 	}
+	t_guest = mono_s();
 	/* The start fifo, held open both ways by the monitor: `start` writes one byte. */
 	if (mkfifoat(dfd, OCI_START_FIFO, 0600) < 0 ||
 	    (fifo = openat(dfd, OCI_START_FIFO, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {
@@ -175,7 +183,11 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 		kill(pid, SIGKILL);
 		goto undo_vm;
 	}
-	log_info(x->log, "%s: created (sandbox %s, monitor %d)", id, s.sandbox, (int)pid);
+	log_info(x->log,
+		 "%s: created (sandbox %s, monitor %d) in %.0f ms: bundle %.0f, disk and sandbox "
+		 "%.0f, hostname and mounts %.0f",
+		 id, s.sandbox, (int)pid, (mono_s() - t0) * 1000, (t_sbx - t0) * 1000,
+		 (t_vm - t_sbx) * 1000, (t_guest - t_vm) * 1000);
 	st = 0;
 	goto out;
 undo_vm:
