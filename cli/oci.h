@@ -78,8 +78,9 @@ char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_pro
  * The monitor (the pid file's process): waits for `start` on the fifo (fifo_fd >= 0; -1 for an
  * exec, which goes at once), runs the process through `cove exec`, passes INT, TERM, HUP, QUIT,
  * USR1, USR2 and WINCH on to it, records its status in ROOT/ID/exit (dfd; -1: no record, an
- * exec's), and (end_vm) removes the sandbox. Never returns: exits with the process's status (128 +
- * N for signal N).
+ * exec's), and (end_vm) removes the sandbox. sandbox NULL: a holder (a pod's own container, no
+ * VM), which runs nothing and exits 0 on INT, TERM, HUP or QUIT. Never returns: exits with the
+ * process's status (128 + N for signal N).
  */
 void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 		 const struct oci_process *p, bool end_vm) __attribute__((noreturn));

@@ -137,6 +137,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	snprintf(s.rootfs, sizeof(s.rootfs), "%s", b.rootfs);
 	now_rfc3339(s.created, sizeof(s.created));
 	s.annotations = json_incref(b.annotations);
+	s.holder = b.holder;
 	oci_state_env_take(&s);
 	if (oci_sandbox_name(x->root, id, s.sandbox, sizeof(s.sandbox)) ||
 	    oci_state_write(dfd, &s)) {
@@ -148,12 +149,13 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 		goto undo;
 	}
 	t_sbx = mono_s();
-	if (make_sandbox(x, &b, s.sandbox)) {
+	if (!b.holder && make_sandbox(x, &b, s.sandbox)) {
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo;
 	}
 	t_vm = mono_s();
-	if (oci_hostname_apply(x, s.sandbox, &b) || oci_mounts_apply(x, s.sandbox, &b)) {
+	if (!b.holder &&
+	    (oci_hostname_apply(x, s.sandbox, &b) || oci_mounts_apply(x, s.sandbox, &b))) {
 		oci_fail(x, "create %s: %s", id, x->err);
 		goto undo_vm;
 	}
@@ -172,7 +174,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	}
 	if (pid == 0) {
 		oci_console_take(tty);
-		oci_monitor(x, dfd, fifo, s.sandbox, &b.process, true);
+		oci_monitor(x, dfd, fifo, b.holder ? NULL : s.sandbox, &b.process, !b.holder);
 	}
 	close(fifo);
 	fifo = -1;
@@ -191,7 +193,8 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	st = 0;
 	goto out;
 undo_vm:
-	oci_sandbox_rm(x, s.sandbox);
+	if (!b.holder)
+		oci_sandbox_rm(x, s.sandbox);
 undo : {
 	int rfd = open(x->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rfd >= 0) {

@@ -33,6 +33,23 @@ static void record(int dfd, const char *name, int value, unsigned long long star
 	}
 }
 
+/* A holder's wait (a pod's "pause" has no VM): INT, TERM, HUP or QUIT end it with status 0, as
+ * the pause program exits; others are ignored. */
+static int hold(int sfd)
+{
+	for (;;) {
+		struct signalfd_siginfo si;
+		if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si)) {
+			if (errno == EINTR)
+				continue;
+			return 1;
+		}
+		if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP ||
+		    si.ssi_signo == SIGQUIT)
+			return 0;
+	}
+}
+
 void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 		 const struct oci_process *p, bool end_vm)
 {
@@ -65,6 +82,10 @@ void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 			}
 		}
 		close(fifo_fd);
+	}
+	if (!sandbox) { /* a pod's sandbox container: it holds until a signal ends it */
+		code = hold(sfd);
+		goto done;
 	}
 	char **argv = oci_cove_path(cove, sizeof(cove)) == 0
 			  ? oci_exec_argv(cove, sandbox, p, user, sizeof(user))
@@ -102,7 +123,7 @@ void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 	}
 done:
 	record(dfd, OCI_EXIT, code, 0);
-	if (end_vm && oci_sandbox_rm(x, sandbox) != 0)
+	if (end_vm && sandbox && oci_sandbox_rm(x, sandbox) != 0)
 		log_warn(x->log, "%s: cove rm: %s", sandbox, x->err);
 	_exit(code);
 }

@@ -43,7 +43,7 @@ static void kill_all(struct oci_ctx *x, int dfd, const struct oci_state *s)
 		kill(s->pid, SIGKILL);
 	if (child > 0)
 		kill(child, SIGKILL);
-	if (oci_sandbox_rm(x, s->sandbox) != 0)
+	if (!s->holder && oci_sandbox_rm(x, s->sandbox) != 0)
 		log_debug(x->log, "%s: cove rm: %s", s->sandbox, x->err);
 }
 
@@ -163,7 +163,7 @@ int oci_cmd_pause(struct oci_ctx *x, int argc, char **argv)
 	const char *cmd[] = {"cove", argv[0], s.sandbox, NULL};
 	if (strcmp(status, pause ? "running" : "paused")) {
 		oci_fail(x, "%s %s: the container is %s", argv[0], s.id, status);
-	} else if (oci_cove(x, cmd) != 0) {
+	} else if (!s.holder && oci_cove(x, cmd) != 0) { /* a holder has no VM: state only */
 		oci_fail(x, "%s %s: %s", argv[0], s.id, x->err);
 	} else {
 		if (pause) {
@@ -261,6 +261,11 @@ int oci_cmd_exec(struct oci_ctx *x, int argc, char **argv)
 		goto out;
 	}
 	p.terminal = p.terminal || tty_flag;
+	if (s.holder) {
+		oci_fail(x, "exec %s: a pod's sandbox container has no VM to run a process in",
+			 s.id);
+		goto out_p;
+	}
 	const char *status = oci_status(dfd, &s);
 	if (strcmp(status, "running")) {
 		oci_fail(x, "exec %s: the container is %s", s.id, status);

@@ -221,6 +221,8 @@ static int annotations(struct oci_bundle *b, char *err, size_t errlen)
 			      OCI_POLICY_ANNOTATION);
 	if (pol)
 		strcpy(b->policy, json_string_value(pol));
+	const char *type = json_string_value(json_object_get(a, OCI_CRI_TYPE_ANNOTATION));
+	b->holder = type && !strcmp(type, "sandbox");
 	return 0;
 }
 
@@ -284,7 +286,10 @@ int oci_bundle_load(const char *dir, struct oci_bundle *b, char *err, size_t err
 		r = errmsg(err, errlen, -EINVAL, "config.json: ociVersion %.40s is not 1.x", ver);
 		goto out;
 	}
-	r = annotations(b, err, errlen) ?: oci_mounts_plan(j, b, err, errlen);
+	/* A holder (a pod's own container) has no VM: its mounts mean nothing. */
+	r = annotations(b, err, errlen);
+	if (!r && !b->holder)
+		r = oci_mounts_plan(j, b, err, errlen);
 	if (!r) {
 		r = oci_process_parse(json_object_get(j, "process"), &b->process, err, errlen);
 		if (r)

@@ -14,15 +14,17 @@
 
 #include "common/rlimit_name.h"
 
-#define OCI_CONFIG_MAX	      (4 << 20)	  /* config.json and --process files */
-#define OCI_ARGS_MAX	      4096	  /* entries in process.args, and in process.env */
-#define OCI_STRINGS_MAX	      (256 << 10) /* bytes of args + env together */
-#define OCI_HOSTNAME_MAX      64
-#define OCI_IMAGE_ANNOTATION  "cove.dev/image" /* a cove image to boot instead of root.path */
-#define OCI_MEM_ANNOTATION    "cove.dev/mem"   /* guest RAM, e.g. 512M */
-#define OCI_VCPUS_ANNOTATION  "cove.dev/vcpus"
-#define OCI_POLICY_ANNOTATION "cove.dev/policy" /* a policy of the host's set, by name */
-#define OCI_POLICY_NAME_MAX   64
+#define OCI_CONFIG_MAX	     (4 << 20)	 /* config.json and --process files */
+#define OCI_ARGS_MAX	     4096	 /* entries in process.args, and in process.env */
+#define OCI_STRINGS_MAX	     (256 << 10) /* bytes of args + env together */
+#define OCI_HOSTNAME_MAX     64
+#define OCI_IMAGE_ANNOTATION "cove.dev/image" /* a cove image to boot instead of root.path */
+#define OCI_MEM_ANNOTATION   "cove.dev/mem"   /* guest RAM, e.g. 512M */
+#define OCI_VCPUS_ANNOTATION "cove.dev/vcpus"
+/* CRI marks a pod's own container ("pause") so; it gets no VM (oci_state.holder). */
+#define OCI_CRI_TYPE_ANNOTATION "io.kubernetes.cri.container-type"
+#define OCI_POLICY_ANNOTATION	"cove.dev/policy" /* a policy of the host's set, by name */
+#define OCI_POLICY_NAME_MAX	64
 
 #define OCI_MOUNTS_MAX 64	 /* config.json's mounts */
 #define OCI_COPY_MAX   (1 << 20) /* a file copied in for a bind mount (/etc/hosts, ...) */
@@ -54,9 +56,10 @@ struct oci_bundle {
 	bool readonly;
 	char hostname[OCI_HOSTNAME_MAX + 1];
 	struct oci_process process;
-	char image[256];		      /* cove.dev/image, "" none */
-	uint64_t mem_bytes;		      /* cove.dev/mem, 0 none */
-	int vcpus;			      /* cove.dev/vcpus, 0 none */
+	char image[256];    /* cove.dev/image, "" none */
+	uint64_t mem_bytes; /* cove.dev/mem, 0 none */
+	int vcpus;	    /* cove.dev/vcpus, 0 none */
+	bool holder;	    /* a pod's sandbox container (OCI_CRI_TYPE_ANNOTATION "sandbox") */
 	char policy[OCI_POLICY_NAME_MAX + 1]; /* cove.dev/policy, "" none */
 	char policy_file[PATH_MAX];	      /* its file, from the host's set (oci/host_conf.h) */
 	json_t *annotations;		      /* the object (owned), for `state` */

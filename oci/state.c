@@ -119,11 +119,12 @@ int oci_state_write(int dfd, const struct oci_state *s)
 	for (int i = 0; env && i < 3; i++)
 		if (s->cove_env[i][0])
 			json_object_set_new(env, oci_cove_vars[i], json_string(s->cove_env[i]));
-	json_t *j = json_pack(
-	    "{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o}", "id", s->id, "sandbox", s->sandbox, "bundle",
-	    s->bundle, "rootfs", s->rootfs, "pid", (json_int_t)s->pid, "pid_start",
-	    (json_int_t)s->pid_start, "created", s->created, "annotations",
-	    s->annotations ? json_incref(s->annotations) : json_object(), "cove_env", env);
+	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o,s:b}", "id", s->id, "sandbox",
+			      s->sandbox, "bundle", s->bundle, "rootfs", s->rootfs, "pid",
+			      (json_int_t)s->pid, "pid_start", (json_int_t)s->pid_start, "created",
+			      s->created, "annotations",
+			      s->annotations ? json_incref(s->annotations) : json_object(),
+			      "cove_env", env, "holder", s->holder);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!text)
@@ -172,6 +173,7 @@ int oci_state_read(int dfd, struct oci_state *s, char *err, size_t errlen)
 	if (!r && (!oci_id_ok(s->id) ||
 		   strncmp(s->sandbox, OCI_SANDBOX_PREFIX, strlen(OCI_SANDBOX_PREFIX))))
 		r = errmsg(err, errlen, -EBADMSG, "state.json: bad id or sandbox");
+	s->holder = json_is_true(json_object_get(j, "holder"));
 	json_t *env = json_object_get(j, "cove_env");
 	for (int i = 0; !r && env && i < 3; i++) {
 		json_t *v = json_object_get(env, oci_cove_vars[i]);

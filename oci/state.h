@@ -36,6 +36,9 @@ struct oci_state {
 	 * engines call later commands with environments of their own, and the sandbox stays
 	 * where it was made. */
 	char cove_env[3][PATH_MAX];
+	/* A pod's sandbox container (CRI's "pause": annotation io.kubernetes.cri.container-type
+	 * sandbox): no VM and no process in one; its monitor only holds until a signal. */
+	bool holder;
 };
 
 /* The variables of oci_state.cove_env, in order. */

@@ -586,8 +586,9 @@ def all_tests(modules=None, without=()):
 
 
 # A test that hangs fails by name instead of stalling the box: the longest test takes about a
-# minute here (one sets a longer time_limit of its own: containers' Debian Python image). While one runs the box prints a line a minute, so kvm-box's freeze watch (no
-# output and QEMU idle) still tells a frozen box from a test waiting on something.
+# minute here (one sets a longer time_limit of its own: containers' Debian Python image). While
+# one runs the box prints a line a minute, so kvm-box's freeze watch (no output and QEMU idle)
+# still tells a frozen box from a test waiting on something.
 TEST_LIMIT = int(os.environ.get("E2E_TEST_LIMIT", "300"))
 
 

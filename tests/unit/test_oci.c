@@ -133,6 +133,13 @@ static void test_bundle(void **state)
 	assert_string_equal(
 	    json_string_value(json_object_get(b.annotations, "io.kubernetes.cri.container-type")),
 	    "container");
+	assert_false(b.holder);
+	oci_bundle_free(&b);
+	/* CRI's pod sandbox ("pause"): a holder, no VM. */
+	write_config(dir, "{\"process\":{\"args\":[\"/pause\"]},\"root\":{\"path\":\"rootfs\"},"
+			  "\"annotations\":{\"io.kubernetes.cri.container-type\":\"sandbox\"}}");
+	assert_int_equal(oci_bundle_load(dir, &b, err, sizeof(err)), 0);
+	assert_true(b.holder);
 	oci_bundle_free(&b);
 	snprintf(cfg, sizeof(cfg),
 		 "{\"process\":{\"args\":[\"sh\"]},\"root\":{\"path\":\"%s\"},\"annotations\":"
@@ -318,6 +325,16 @@ static void test_state(void **state)
 	struct oci_state got;
 	assert_int_equal(oci_state_read(dfd, &got, err, sizeof(err)), 0);
 	assert_string_equal(got.sandbox, name);
+	assert_false(got.holder);
+	s.holder = true;
+	assert_int_equal(oci_state_write(dfd, &s), 0);
+	oci_state_free(&got);
+	assert_int_equal(oci_state_read(dfd, &got, err, sizeof(err)), 0);
+	assert_true(got.holder);
+	s.holder = false;
+	assert_int_equal(oci_state_write(dfd, &s), 0);
+	oci_state_free(&got);
+	assert_int_equal(oci_state_read(dfd, &got, err, sizeof(err)), 0);
 	oci_state_env_apply(&got);
 	assert_string_equal(getenv("COVE_STATE_DIR"), "/srv/cove-state");
 	assert_null(getenv("COVE_RUN_DIR"));
