@@ -75,7 +75,8 @@ class CRI:
                                         request_serializer=lambda m: m.SerializeToString(),
                                         response_deserializer=self.types[rep_t].FromString)
         rep = stub(req, timeout=timeout or self.timeout)
-        return json_format.MessageToDict(rep, preserving_proto_field_name=True)
+        return json_format.MessageToDict(rep, preserving_proto_field_name=True,
+                                         including_default_value_fields=True)
 
 
 def _selftest():
