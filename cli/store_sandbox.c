@@ -4,6 +4,8 @@
 #include "lifecycle/template.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,8 @@
 #include "cli/api_client.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "lifecycle/launch.h"
+#include "lifecycle/proc_tree.h"
 #include "lifecycle/root.h"
 #include "lifecycle/state.h"
 #include "lifecycle/store/catalog.h"
@@ -24,11 +28,39 @@
 #include "lifecycle/store/store_config.h"
 #include "sandbox/event_log.h"
 
-/* The follower pauses and resumes the VM over its API socket (lease_keeper.h). */
+/*
+ * The follower pauses and resumes the VM over its API socket (lease_keeper.h). A loaded host
+ * can take seconds to carry an API pause out (a fresh-clone rehearsal saw 8.9 s, past the
+ * lease's expiry), so a pause the API has not confirmed within PAUSE_API_WAIT_S is done by the
+ * kernel instead: SIGSTOP to the VMM and its descendants (a jailed VMM is its waiter's child),
+ * which stops every vCPU wherever it is. The resume sends SIGCONT first.
+ */
+#define PAUSE_API_WAIT_S 2
+
 struct vm_pauser {
 	const struct sbx_root *root;
 	const char *name;
+	pid_t stopped; /* the VMM stopped by SIGSTOP, 0 none */
 };
+
+/* The backstop: the VMM's process tree stopped. 0, or -errno. */
+static int stop_vmm(struct vm_pauser *p, const char *why)
+{
+	char err[256];
+	int dfd = sbx_dir_open(p->root, p->name, false, err, sizeof(err));
+	pid_t pid = dfd >= 0 ? sbx_vmm_pid(dfd) : -1;
+	if (dfd >= 0)
+		close(dfd);
+	int n = pid > 0 ? proc_tree_signal(pid, SIGSTOP) : -ESRCH;
+	if (n < 0)
+		return n;
+	p->stopped = pid;
+	fprintf(stderr,
+		"cove store: %s: the VM's API did not pause it within %d s (%s): its %d processes "
+		"stopped (SIGSTOP) instead\n",
+		p->name, PAUSE_API_WAIT_S, why, n);
+	return 0;
+}
 
 static int pause_vm(void *arg, bool paused)
 {
@@ -38,11 +70,17 @@ static int pause_vm(void *arg, bool paused)
 	char *reply = NULL;
 	if (sbx_run_path(p->root, p->name, "api.sock", api, sizeof(api)))
 		return -ENAMETOOLONG;
+	if (!paused && p->stopped > 0) {
+		proc_tree_signal(p->stopped, SIGCONT);
+		p->stopped = 0;
+	}
 	int r = api_call(api, "PATCH", "/vm",
-			 paused ? "{\"state\":\"Paused\"}" : "{\"state\":\"Resumed\"}", 10, &status,
-			 &reply, err, sizeof(err));
+			 paused ? "{\"state\":\"Paused\"}" : "{\"state\":\"Resumed\"}",
+			 paused ? PAUSE_API_WAIT_S : 10, &status, &reply, err, sizeof(err));
 	free(reply);
 	r = r ? r : status / 100 == 2 ? 0 : -EIO;
+	if (r && paused && stop_vmm(p, r == -EIO ? "it refused" : err) == 0)
+		r = 0;
 	/* In its event log too: cove ls shows it paused, and a cove exec here does not resume it
 	 * (store_check_held) while the lease is in doubt. */
 	int dfd = r ? -1 : sbx_dir_open(p->root, p->name, false, err, sizeof(err));
