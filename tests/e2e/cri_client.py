@@ -2,7 +2,8 @@
 (nor crictl). It needs only Debian's python3-grpcio and python3-protobuf: the CRI message types
 are rebuilt from the descriptor containerd itself carries. gogo-protobuf registers each .proto
 file as a gzipped FileDescriptorProto inside the binary; the one whose package is runtime.v1 is
-found by its gzip header, parsed, freed of its gogo import and options, and turned into classes.
+found by its gzip header, parsed, freed of its gogo import and option extensions, and turned into
+classes.
 Requests and replies are plain dicts (protobuf's JSON mapping, field names as in the .proto)."""
 import zlib
 
@@ -38,21 +39,13 @@ def _descriptor(binary):
     raise RuntimeError(f"no runtime.v1 descriptor in {binary}")
 
 
-def _strip_options(msg):
-    """Clears every options message beneath msg: gogo's extensions are unknown here."""
-    for field, value in msg.ListFields():
-        if field.name == "options":
-            msg.ClearField("options")
-        elif field.type == field.TYPE_MESSAGE:
-            for v in (value if field.label == field.LABEL_REPEATED else [value]):
-                _strip_options(v)
-
-
 class CRI:
     def __init__(self, endpoint, containerd="/usr/bin/containerd", timeout=300):
         fdp = _descriptor(containerd)
         del fdp.dependency[:]
-        _strip_options(fdp)
+        # gogo's options are extensions unknown here: dropped, and the options the runtime
+        # needs (map_entry: annotations and labels are maps) kept.
+        fdp.DiscardUnknownFields()
         pool = descriptor_pool.DescriptorPool()
         pool.Add(fdp)
         fd = pool.FindFileByName(fdp.name)
