@@ -79,6 +79,7 @@ def test_cri_pod_lifecycle():
     except ImportError as e:
         raise bt.Failure(f"the CRI client needs python3-grpcio in the box: {e}")
     subprocess.run(["rm", "-rf", WORK])
+    os.makedirs(ct.WORK, exist_ok=True)  # where cove keeps the containers' sandboxes
     ct.cgroups()
     # A host-network pod gets copies of the host's /etc/hosts and /etc/resolv.conf; the box has
     # no resolv.conf (no network), so one naming only loopback.
