@@ -75,14 +75,19 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [ttrpc]
   address = "{SOCK}.ttrpc"
 """)
+    return run_containerd(d, SOCK)
+
+
+def run_containerd(d, sock):
+    """containerd on d/config.toml, its log in d/containerd.log, once it listens on sock."""
     log = open(d + "/containerd.log", "w")
     p = subprocess.Popen(["containerd", "--config", d + "/config.toml"], stdout=log,
                          stderr=subprocess.STDOUT, env=ENV)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not os.path.exists(SOCK):
+    while time.monotonic() < deadline and not os.path.exists(sock):
         bt.check(p.poll() is None, f"containerd ended: {open(d + '/containerd.log').read()[-2000:]}")
         time.sleep(0.2)
-    bt.check(os.path.exists(SOCK), "containerd did not listen within 60 s")
+    bt.check(os.path.exists(sock), "containerd did not listen within 60 s")
     return p
 
 

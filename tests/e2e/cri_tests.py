@@ -45,15 +45,7 @@ oom_score = 0
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.cove.options]
         BinaryName = "{ct.OCI}"
 """)
-    log = open(WORK + "/containerd.log", "w")
-    p = subprocess.Popen(["containerd", "--config", WORK + "/config.toml"], stdout=log,
-                         stderr=subprocess.STDOUT, env=ct.ENV)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not os.path.exists(SOCK):
-        bt.check(p.poll() is None, f"containerd ended: {open(WORK + '/containerd.log').read()[-2000:]}")
-        time.sleep(0.2)
-    bt.check(os.path.exists(SOCK), "containerd did not listen within 60 s")
-    return p
+    return ct.run_containerd(WORK, SOCK)
 
 
 def wait_exited(cri, cid, timeout=180):
