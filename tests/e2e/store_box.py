@@ -602,7 +602,20 @@ def partition_checks():
         process of y (its API cannot answer then): LEASE.md, renew."""
         if "stopped (SIGSTOP) instead" not in since_cut():
             return api_state(api[0]) if api else None
-        vmms = procs_of(lambda a: "/tmp/hc-state/y" in " ".join(a) and "cove-vmm" in a[0])
+        # The process vmm.lock names (a jailed VMM's waiter) and its descendants.
+        try:
+            with open("/tmp/hc-state/y/vmm.lock") as f:
+                vmms = [int(f.read().split()[0])]
+        except (OSError, ValueError, IndexError) as e:
+            return f"no VMM pid in vmm.lock: {e}"
+        for pid in vmms:
+            for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") \
+                    else []:
+                try:
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        vmms += [int(c) for c in f.read().split() if int(c) not in vmms]
+                except OSError:
+                    pass
         states = []
         for pid in vmms:
             try:
@@ -610,7 +623,7 @@ def partition_checks():
                     states.append(f.read().rsplit(")", 1)[1].split()[0])
             except OSError:
                 states.append("gone")
-        return "SIGSTOP" if vmms and all(x == "T" for x in states) else f"stopped? {states}"
+        return "SIGSTOP" if all(x == "T" for x in states) else f"stopped? {vmms} {states}"
 
     st = paused_state()
     check(st in ("Paused", "SIGSTOP"), f"host C's y: its API says {st!r}")
