@@ -41,7 +41,48 @@ struct vm_pauser {
 	const struct sbx_root *root;
 	const char *name;
 	pid_t stopped; /* the VMM stopped by SIGSTOP, 0 none */
+	bool unsure;   /* a pause neither the API nor the backstop confirmed: it may land late */
 };
+
+/* The VM's state from GET /vm into out ("Paused", "Running", ...); 0, or -errno. */
+static int vm_state(const char *api, char *out, size_t cap)
+{
+	long status = 0;
+	char *reply = NULL, err[256];
+	int r = api_call(api, "GET", "/vm", NULL, 5, &status, &reply, err, sizeof(err));
+	if (!r && status != 200)
+		r = -EIO;
+	json_t *j = r ? NULL : json_loads(reply, 0, NULL);
+	const char *st = json_string_value(json_object_get(j, "state"));
+	if (!r && !st)
+		r = -EPROTO;
+	if (!r)
+		snprintf(out, cap, "%s", st);
+	json_decref(j);
+	free(reply);
+	return r;
+}
+
+/*
+ * After a resume that follows an unconfirmed pause: that pause may still be queued at the VMM
+ * (its API was busy restoring) and land after the resume. Checks for up to 10 s that the VM
+ * runs, resuming it again when a late pause landed.
+ */
+static void resume_settle(const char *api)
+{
+	char st[32];
+	for (int i = 0; i < 20; i++) {
+		if (!vm_state(api, st, sizeof(st)) && !strcmp(st, "Paused")) {
+			long status = 0;
+			char *reply = NULL, err[256];
+			api_call(api, "PATCH", "/vm", "{\"state\":\"Resumed\"}", 10, &status,
+				 &reply, err, sizeof(err));
+			free(reply);
+		}
+		struct timespec ts = {0, 500 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
 
 /* The backstop: the VMM's process tree stopped. 0, or -errno. */
 static int stop_vmm(struct vm_pauser *p, const char *why)
@@ -81,6 +122,12 @@ static int pause_vm(void *arg, bool paused)
 	r = r ? r : status / 100 == 2 ? 0 : -EIO;
 	if (r && paused && stop_vmm(p, r == -EIO ? "it refused" : err) == 0)
 		r = 0;
+	else if (r && paused)
+		p->unsure = true;
+	if (!r && !paused && p->unsure) {
+		p->unsure = false;
+		resume_settle(api);
+	}
 	/* In its event log too: cove ls shows it paused, and a cove exec here does not resume it
 	 * (store_check_held) while the lease is in doubt. */
 	int dfd = r ? -1 : sbx_dir_open(p->root, p->name, false, err, sizeof(err));

@@ -109,14 +109,14 @@ def store_dir(srv, work, kek, host, relay_port):
     write(os.path.join(d, "fleet.key"), srv.fleet_hex + "\n", 0o600)
     write(os.path.join(d, "kek.py"), KEK_PY)
     write(os.path.join(d, "kek"), kek, 0o600)
-    # Each host's own store.json: its host id, a short lease (10 s, 1 s of clock skew) so
+    # Each host's own store.json: its host id, a short lease (20 s, 1 s of clock skew) so
     # the takeover test waits little. Host C lives in host B's box with a root of its own.
     for fn, hid, port in (("store.json", host, srv.rgw), ("store-c.json", "host-c", relay_port)):
         write(os.path.join(d, fn), json.dumps({
             "endpoint": f"https://10.0.2.100:{port}", "bucket": s3server.BUCKET,
             "prefix": PREFIX, "region": "us-east-1", "ca_file": "/work/store/ca.pem",
             "addressing": "path", "credentials_file": "/work/store/credentials.json",
-            "fleet_key_file": "/work/store/fleet.key", "host_id": hid, "lease_ttl_s": 10,
+            "fleet_key_file": "/work/store/fleet.key", "host_id": hid, "lease_ttl_s": 20,
             "clock_skew_s": 1,
             "key_providers": {"key-cmd": "key-cmd:python3 /work/store/kek.py /work/store/kek"}}))
     return d
