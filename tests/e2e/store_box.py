@@ -354,7 +354,7 @@ def lease_checks():
         OUT["held"] = held
         print(f"  host C, while host B runs x ({when}): exit 75, {err.strip()}", flush=True)
         if when.startswith("before"):
-            gens_disk(int(os.environ.get("STORE_BOX_GENS", "30")))
+            gens_disk(int(os.environ.get("STORE_BOX_GENS", "18")))
     rc, out, err, t = cove("exec", "x", "--", "cat", "/ram/n")
     check(rc == 0, f"x on host B: rc={rc} {err!r}")
     n_kill = int(out.strip())
