@@ -52,6 +52,10 @@ static const char create_usage[] =
     "changed input (a rebuilt kernel, root image or cove-init) makes a new one. --key,\n"
     "--disk and --no-jail always boot (cold).\n"
     "  --cold                  boot NAME's kernel instead of restoring a template\n"
+    "  --checkpoint DIR        resume a checkpointed machine instead: the clone of the\n"
+    "                          template (implicit or --from) takes the chain and disk\n"
+    "                          overlays packed in DIR (a cove archive, checked entry by\n"
+    "                          entry), under the template's own spec (cove-oci restore)\n"
     "  --image IMAGE           the root is an imported OCI image (cove image import; ls):\n"
     "                          its ext4 under a copy-on-write overlay, cove-init kept on\n"
     "                          a tmpfs at /.cove. Its Entrypoint + Cmd is the sandbox's\n"
@@ -120,7 +124,8 @@ enum {
 	O_CPU_TEMPLATE,
 	O_COLD,
 	O_IMAGE,
-	O_ON_EXIT
+	O_ON_EXIT,
+	O_CHECKPOINT
 };
 
 static const struct option create_opts[] = {
@@ -144,6 +149,7 @@ static const struct option create_opts[] = {
     {"cold", no_argument, NULL, O_COLD},
     {"image", required_argument, NULL, O_IMAGE},
     {"on-exit", required_argument, NULL, O_ON_EXIT},
+    {"checkpoint", required_argument, NULL, O_CHECKPOINT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -192,6 +198,7 @@ struct create_args {
 	bool cold;		 /* --cold: boot, never a template */
 	const char *image;	 /* --image REF (cove image ls) */
 	const char *on_exit;	 /* --on-exit: the image's main process ends: restart | stop */
+	const char *checkpoint;	 /* --checkpoint DIR: the chain from a checkpoint's archive */
 	json_t *image_meta;	 /* the image's record, for the sandbox's image.json */
 };
 
@@ -227,6 +234,9 @@ static int parse(int argc, char **argv, struct sbx_spec *s, struct create_args *
 			break;
 		case O_IMAGE:
 			a->image = optarg;
+			break;
+		case O_CHECKPOINT:
+			a->checkpoint = optarg;
 			break;
 		case O_ON_EXIT:
 			if (strcmp(optarg, "restart") && strcmp(optarg, "stop"))
@@ -373,13 +383,20 @@ int cmd_create(int argc, char **argv)
 	}
 	if (policy_arg && (status = policy_take("cove create", policy_arg, &policy, &policy_len)))
 		goto out;
+	if (a.checkpoint && !a.from &&
+	    (a.cold || warm_ineligible(s) || (a.on_exit && !strcmp(a.on_exit, "stop")))) {
+		fprintf(stderr, "cove create: --checkpoint resumes a template's clone: not with "
+				"--cold, --key, --disk or --no-jail\n");
+		status = 2;
+		goto out;
+	}
 	if (a.from) {
-		status = create_from(name, a.from, s, policy, policy_len);
+		status = create_from(name, a.from, s, policy, policy_len, a.checkpoint);
 		goto out;
 	}
 	/* --on-exit stop: a main process that ends would end the template's build. */
 	if (!a.cold && !warm_ineligible(s) && !(a.on_exit && !strcmp(a.on_exit, "stop"))) {
-		status = create_warm(name, s, policy, policy_len, a.image_meta);
+		status = create_warm(name, s, policy, policy_len, a.image_meta, a.checkpoint);
 		goto out;
 	}
 	status = 1;

@@ -28,9 +28,11 @@ static const char exec_usage[] =
     "                   (so the hard limit may go up): NOFILE=1024:4096, CORE=0:unlimited;\n"
     "                   NAME is setrlimit(2)'s without RLIMIT_ (repeatable, each NAME once)\n"
     "  -d, --detach     start it, print the session id and return; see cove attach\n"
+    "      --session-file FILE  write the session id to FILE once it runs (a monitor that\n"
+    "                   may have to cove attach it again: cove-oci after a checkpoint)\n"
     "      --wait SECS  keep trying to reach the agent while the guest boots (default 0)\n";
 
-enum { EXEC_OPT_RLIMIT = 256 }; /* long options without a letter */
+enum { EXEC_OPT_RLIMIT = 256, EXEC_OPT_SESSION_FILE }; /* long options without a letter */
 
 /* --rlimit NAME=SOFT:HARD onto the exec op's "rlimits" (-1 on the wire: unlimited). */
 static int exec_rlimit_add(json_t *rlimits, const char *arg, char *err, size_t errlen)
@@ -56,6 +58,26 @@ static int exec_rlimit_add(json_t *rlimits, const char *arg, char *err, size_t e
 	return json_array_append_new(rlimits, e) ? -ENOMEM : 0;
 }
 
+/* The session id into path (a temporary file renamed: a reader sees it whole). 0 or -1. */
+static int session_file_write(const char *path, const char *id)
+{
+	char tmp[4200];
+	if (!id || snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+		errno = id ? ENAMETOOLONG : EPROTO;
+		return -1;
+	}
+	FILE *f = fopen(tmp, "we");
+	if (!f)
+		return -1;
+	int bad = fprintf(f, "%s\n", id) < 0;
+	bad |= fclose(f) != 0;
+	if (bad || rename(tmp, path)) {
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
 int cmd_exec(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -67,11 +89,12 @@ int cmd_exec(int argc, char **argv)
 	    {"detach", no_argument, NULL, 'd'},
 	    {"wait", required_argument, NULL, 'W'},
 	    {"rlimit", required_argument, NULL, EXEC_OPT_RLIMIT},
+	    {"session-file", required_argument, NULL, EXEC_OPT_SESSION_FILE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	char uds[AGENT_PATH_MAX], err[512];
-	const char *cwd = NULL, *user = NULL, *sandbox;
+	const char *cwd = NULL, *user = NULL, *sandbox, *session_file = NULL;
 	bool tty = false, no_stdin = false, detach = false;
 	double wait_s = 0;
 	json_t *env = json_array(), *args = json_array(), *req = NULL, *reply = NULL, *image = NULL,
@@ -116,6 +139,9 @@ int cmd_exec(int argc, char **argv)
 			}
 			break;
 		}
+		case EXEC_OPT_SESSION_FILE:
+			session_file = optarg;
+			break;
 		case EXEC_OPT_RLIMIT:
 			if (exec_rlimit_add(rlimits, optarg, err, sizeof(err))) {
 				fprintf(stderr, "cove exec: %s\n", err);
@@ -205,6 +231,11 @@ int cmd_exec(int argc, char **argv)
 		close(fd);
 		ret = 0;
 		goto out;
+	}
+	if (session_file && session_file_write(session_file, json_string_value(json_object_get(
+								 reply, "session")))) {
+		fprintf(stderr, "cove exec: --session-file %s: %s (the command runs on)\n",
+			session_file, strerror(errno));
 	}
 	ret = agent_session_stream(fd, tty, !no_stdin, err, sizeof(err));
 	close(fd);

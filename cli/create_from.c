@@ -17,6 +17,7 @@
 #include "lifecycle/gc.h"
 #include "lifecycle/lock.h"
 #include "lifecycle/root.h"
+#include "lifecycle/import.h"
 #include "lifecycle/template.h"
 #include "lifecycle/tree.h"
 #include "lifecycle/warm.h"
@@ -78,7 +79,7 @@ static int set_lifecycle(const struct sbx_root *r, const char *name, int dfd,
 }
 
 int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, const char *policy,
-		size_t policy_len)
+		size_t policy_len, const char *checkpoint)
 {
 	struct sbx_root r = {.dfd = -1}, t = {.dfd = -1};
 	struct sbx_clone_stats st;
@@ -108,7 +109,9 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, 
 		goto out;
 	status = 1;
 	dfd = sbx_dir_open(&r, name, false, err, sizeof(err));
-	if (dfd < 0 || set_lifecycle(&r, name, dfd, opts, policy, policy_len, err, sizeof(err))) {
+	struct sbx_archive_stats as;
+	if (dfd < 0 || set_lifecycle(&r, name, dfd, opts, policy, policy_len, err, sizeof(err)) ||
+	    (checkpoint && sbx_import_archive(dfd, checkpoint, &as, err, sizeof(err)))) {
 		fprintf(stderr, "cove create: %s: %s\n", name, err);
 		if (dfd >= 0)
 			close(dfd);

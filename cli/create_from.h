@@ -14,9 +14,12 @@
  * policy, a broker and an egress CA of its own, which replaces the template's in the guest's
  * trust store). Returns the exit status after one line on stderr (or NAME's line on stdout):
  * 0, 65 no such template, 67 it could not be started (it stays, stopped), 1 otherwise.
+ * checkpoint (NULL: none): the clone's chain and overlays are replaced by that directory's
+ * packed archive (lifecycle/import.h, checked as it unpacks) before it starts, so it resumes
+ * the checkpointed machine under the template's host-made spec: cove-oci restore.
  */
 int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, const char *policy,
-		size_t policy_len);
+		size_t policy_len, const char *checkpoint);
 
 /*
  * The warm default create: `name` made from the implicit template of s's machine
@@ -27,6 +30,6 @@ int create_from(const char *name, const char *tpl, const struct sbx_spec *opts, 
  * create_from.
  */
 int create_warm(const char *name, const struct sbx_spec *s, const char *policy, size_t policy_len,
-		json_t *image);
+		json_t *image, const char *checkpoint);
 
 #endif

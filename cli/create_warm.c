@@ -158,7 +158,7 @@ static int build_once(const struct sbx_root *r, const struct sbx_root *t, const 
 }
 
 int create_warm(const char *name, const struct sbx_spec *s, const char *policy, size_t policy_len,
-		json_t *image)
+		json_t *image, const char *checkpoint)
 {
 	struct sbx_root r = {.dfd = -1}, t = {.dfd = -1};
 	char tpl[WARM_NAME_LEN + 1], err[512];
@@ -173,7 +173,7 @@ int create_warm(const char *name, const struct sbx_spec *s, const char *policy, 
 	}
 	if (!saved(&t, tpl) && build_once(&r, &t, tpl, s, image))
 		goto out;
-	status = create_from(name, tpl, s, policy, policy_len);
+	status = create_from(name, tpl, s, policy, policy_len, checkpoint);
 out:
 	sbx_root_close(&t);
 	sbx_root_close(&r);

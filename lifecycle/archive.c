@@ -198,8 +198,7 @@ static int decompress_fd(struct pipe_io *p, int in, int out, struct placer *pl, 
 	return ret;
 }
 
-/* A top-level file that belongs in the archive: disk overlays and their maps. */
-static bool top_file(const char *n)
+bool sbx_archive_top_file(const char *n)
 {
 	size_t len = strlen(n);
 
@@ -279,7 +278,7 @@ static int pack_area(int dfd, const char *area, int adfd, json_t *list,
 		return -errno;
 	}
 	while (!ret && (e = readdir(d))) {
-		if (e->d_name[0] == '.' || (!chain && !top_file(e->d_name)))
+		if (e->d_name[0] == '.' || (!chain && !sbx_archive_top_file(e->d_name)))
 			continue;
 		if (fstatat(src, e->d_name, &s, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(s.st_mode)) {
 			ret = errmsg(err, errlen, -ENOTSUP, "%s/%s is not a regular file", area,
@@ -413,7 +412,7 @@ static int entry_check(json_t *e, struct entry *x)
 	x->data = (uint64_t)json_integer_value(data);
 	if (x->size > SBX_ARCHIVE_MAX_FILE || x->data > x->size || !dirfd_plain_name(x->name))
 		return -EINVAL;
-	if (strcmp(x->area, "chain") && !(!strcmp(x->area, "top") && top_file(x->name)))
+	if (strcmp(x->area, "chain") && !(!strcmp(x->area, "top") && sbx_archive_top_file(x->name)))
 		return -EINVAL;
 	return extents_check(json_object_get(e, "extents"), x);
 }

@@ -4,6 +4,7 @@
 #ifndef COVE_LIFECYCLE_ARCHIVE_H
 #define COVE_LIFECYCLE_ARCHIVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,6 +14,9 @@
 #define SBX_ARCHIVE_MAX_FILES	4096
 #define SBX_ARCHIVE_MAX_FILE	(1ULL << 40)
 #define SBX_ARCHIVE_MAX_EXTENTS 65536 /* data runs of one file; more: packed whole */
+
+/* A sandbox's top-level file that belongs in the archive: disk overlays and their maps. */
+bool sbx_archive_top_file(const char *name);
 
 struct sbx_archive_stats {
 	uint64_t files, bytes_in, bytes_out; /* out: compressed (archive) or written (unarchive) */

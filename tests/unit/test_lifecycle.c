@@ -17,6 +17,7 @@
 #include "sandbox/idle.h"
 #include "lifecycle/name.h"
 #include "lifecycle/policy.h"
+#include "lifecycle/import.h"
 #include "lifecycle/root.h"
 #include "lifecycle/spec.h"
 #include "lifecycle/state.h"
@@ -582,6 +583,80 @@ static void test_archive_hostile(void **state)
 	close(dfd);
 }
 
+/* A checkpoint's archive (another sandbox's, copied out) replaces a clone's chain and overlays
+ * (lifecycle/import.h); a link, a hidden name or a tampered entry in it is refused. */
+static void test_import_archive(void **state)
+{
+	struct fx *f = *state;
+	struct sbx_archive_stats st;
+	char err[256], src[200], dst[200], ck[200], a[300], b[1200];
+	int sdfd = sbx_dir_open(&f->root, "ck-src", true, err, sizeof(err));
+	int ddfd = sbx_dir_open(&f->root, "ck-dst", true, err, sizeof(err));
+
+	assert_true(sdfd >= 0 && ddfd >= 0);
+	snprintf(src, sizeof(src), "%s/ck-src", f->dir);
+	snprintf(dst, sizeof(dst), "%s/ck-dst", f->dir);
+	snprintf(ck, sizeof(ck), "%s/checkpoint", f->dir);
+	assert_int_equal(mkdirat(sdfd, "chain", 0700), 0);
+	snprintf(a, sizeof(a), "%s/chain", src);
+	pattern_file(a, "mem-000002", 1 << 20, 4);
+	pattern_file(a, "chain.json", 300, 6);
+	pattern_file(src, "disk0.ovl", 1 << 20, 8);
+	/* The clone's own: replaced (chain, overlay) or gone (an overlay the archive lacks). */
+	assert_int_equal(mkdirat(ddfd, "chain", 0700), 0);
+	snprintf(a, sizeof(a), "%s/chain", dst);
+	pattern_file(a, "mem-000001", 4096, 1);
+	pattern_file(dst, "disk0.ovl", 4096, 2);
+	pattern_file(dst, "disk1.ovl", 4096, 2);
+	pattern_file(dst, "spec.json", 10, 1);
+	snprintf(b, sizeof(b), "cp -a %s/chain %s/ref-chain && cp %s/disk0.ovl %s/ref.ovl", src,
+		 f->dir, src, f->dir);
+	assert_int_equal(system(b), 0);
+	assert_int_equal(sbx_archive_pack(sdfd, &st, err, sizeof(err)), 0);
+	snprintf(b, sizeof(b), "cp -a %s/%s %s", src, SBX_ARCHIVE, ck);
+	assert_int_equal(system(b), 0);
+
+	/* Hostile: a link, a hidden file, a tampered entry; the clone is then the caller's to
+	 * remove, so each try starts from the saved checkpoint. */
+	static const char *const bad[][2] = {
+	    {"ln -s /etc/passwd %s/x", "not a regular file"},
+	    {"cp /etc/hostname %s/.x", "not a plain file name"},
+	    {"printf 'XXXX' | dd of=%s/$(ls %s | grep -v manifest | head -n 1) bs=1 seek=20 "
+	     "conv=notrunc 2>/dev/null",
+	     "archive: "},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		char cmd[600], dir[220];
+		snprintf(dir, sizeof(dir), "%s-%zu", ck, i);
+		snprintf(b, sizeof(b), "cp -a %s %s", ck, dir);
+		assert_int_equal(system(b), 0);
+		snprintf(cmd, sizeof(cmd), bad[i][0], dir, dir);
+		assert_int_equal(system(cmd), 0);
+		err[0] = 0;
+		assert_true(sbx_import_archive(ddfd, dir, &st, err, sizeof(err)) < 0);
+		assert_one_line_error(err, bad[i][1]);
+	}
+
+	if (sbx_import_archive(ddfd, ck, &st, err, sizeof(err)))
+		fail_msg("import: %s", err);
+	assert_int_equal(st.files, 3);
+	snprintf(a, sizeof(a), "%s/chain/mem-000002", dst);
+	snprintf(b, sizeof(b), "%s/ref-chain/mem-000002", f->dir);
+	assert_same_file(a, b);
+	snprintf(a, sizeof(a), "%s/disk0.ovl", dst);
+	snprintf(b, sizeof(b), "%s/ref.ovl", f->dir);
+	assert_same_file(a, b);
+	assert_int_equal(faccessat(ddfd, "chain/mem-000001", F_OK, 0), -1);
+	assert_int_equal(faccessat(ddfd, "disk1.ovl", F_OK, 0), -1);
+	assert_int_equal(faccessat(ddfd, "spec.json", F_OK, 0), 0);
+	assert_int_equal(faccessat(ddfd, SBX_ARCHIVE, F_OK, 0), -1);
+	/* The checkpoint itself is only read. */
+	snprintf(a, sizeof(a), "%s/%s", ck, SBX_ARCHIVE_MANIFEST);
+	assert_int_equal(access(a, F_OK), 0);
+	close(sdfd);
+	close(ddfd);
+}
+
 static void test_gc_due(void **state)
 {
 	struct sbx_spec s = {.archive_after_ms = 7 * 86400000ULL,
@@ -880,6 +955,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tombstone_and_tree, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_archive_round_trip, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_archive_hostile, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_import_archive, setup, teardown),
 	    cmocka_unit_test(test_gc_due),
 	    cmocka_unit_test_setup_teardown(test_gc_applies, setup, teardown),
 	    cmocka_unit_test(test_policy_check),
