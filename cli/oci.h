@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "oci/bundle.h"
+#include "oci/checkpoint.h"
 #include "oci/state.h"
 
 struct oci_ctx {
@@ -68,22 +69,51 @@ int oci_console(struct oci_ctx *x, const char *socket_path);
  * stdio, in a session of its own; tty < 0: nothing. */
 void oci_console_take(int tty);
 
-/* argv for `cove exec SANDBOX [-t] --env.. --cwd --user uid:gid --rlimit.. -- args` (one
- * malloc'd block, NULL terminated, which also holds the --rlimit values; free with free() after
- * use: the other strings point into p and into `user`). NULL when out of memory. */
+/* argv for `cove exec SANDBOX [--session-file F] [-t] --env.. --cwd --user uid:gid --rlimit..
+ * -- args` (one malloc'd block, NULL terminated, which also holds the --rlimit values; free with
+ * free() after use: the other strings point into p, `user` and session_file). NULL when out of
+ * memory. */
 char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_process *p, char *user,
-		     size_t usercap);
+		     size_t usercap, const char *session_file);
+
+/* How the monitor reaches the container's process (oci_monitor). */
+struct oci_monitor_how {
+	const char *sandbox;	  /* NULL: a holder (a pod's own container, no VM) */
+	const char *session_file; /* cove exec --session-file: kept for a checkpoint; or NULL */
+	const char *attach;	  /* a restore: `cove attach` this session instead of cove exec */
+	bool end_vm;		  /* the sandbox is removed when the process ends */
+};
 
 /*
  * The monitor (the pid file's process): waits for `start` on the fifo (fifo_fd >= 0; -1 for an
- * exec, which goes at once), runs the process through `cove exec`, passes INT, TERM, HUP, QUIT,
- * USR1, USR2 and WINCH on to it, records its status in ROOT/ID/exit (dfd; -1: no record, an
- * exec's), and (end_vm) removes the sandbox. sandbox NULL: a holder (a pod's own container, no
- * VM), which runs nothing and exits 0 on INT, TERM, HUP or QUIT. Never returns: exits with the
+ * exec or a restore, which go at once), runs the process through `cove exec` (or attaches the
+ * restored one's session), passes INT, TERM, HUP, QUIT, USR1, USR2 and WINCH on to it, records
+ * its status in ROOT/ID/exit (dfd; -1: no record, an exec's), and (end_vm) removes the sandbox.
+ * A holder runs nothing and exits 0 on INT, TERM, HUP or QUIT. Never returns: exits with the
  * process's status (128 + N for signal N).
  */
-void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
-		 const struct oci_process *p, bool end_vm) __attribute__((noreturn));
+void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const struct oci_monitor_how *how,
+		 const struct oci_process *p) __attribute__((noreturn));
+
+/* A restore's checkpoint: its record, checked, and its packed chain's directory. */
+struct oci_restore {
+	struct oci_ckpt rec;
+	char archive[PATH_MAX + 64];
+};
+
+/*
+ * create (rs NULL) and restore: the container ID from the bundle, its VM made (a restore's from
+ * the checkpoint, on the same root), its monitor forked and named in pid_file. A created one
+ * waits for start; a restored one runs, its monitor attached to the checkpointed process. The
+ * exit status, after one line on error.
+ */
+int oci_container_make(struct oci_ctx *x, const char *id, const char *bundle, const char *pid_file,
+		       const char *console, const struct oci_restore *rs);
+/* ROOT/ID/root.json: the root disk's name, memory and vCPUs the VM got (a later checkpoint's
+ * record). 0 or -errno with x->err... as used by oci_container_make. */
+int oci_root_record(int dfd, const struct oci_ckpt *used);
+/* The monitor and the `cove exec` it runs, killed; the sandbox removed (kill KILL). */
+void oci_container_end(struct oci_ctx *x, int dfd, const struct oci_state *s);
 
 /* The commands. argv[0] is the command name. */
 int oci_cmd_create(struct oci_ctx *x, int argc, char **argv);
@@ -94,5 +124,7 @@ int oci_cmd_delete(struct oci_ctx *x, int argc, char **argv);
 int oci_cmd_exec(struct oci_ctx *x, int argc, char **argv);
 int oci_cmd_pause(struct oci_ctx *x, int argc, char **argv);
 int oci_cmd_ps(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_checkpoint(struct oci_ctx *x, int argc, char **argv);
+int oci_cmd_restore(struct oci_ctx *x, int argc, char **argv);
 
 #endif

@@ -113,10 +113,10 @@ int oci_sandbox_rm(struct oci_ctx *x, const char *sandbox)
 }
 
 char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_process *p, char *user,
-		     size_t usercap)
+		     size_t usercap, const char *session_file)
 {
 	/* One block: the pointers, then the --rlimit arguments they point to. */
-	size_t nptr = 12 + 2 * p->nenv + 2 * p->nrlimits + p->nargs;
+	size_t nptr = 14 + 2 * p->nenv + 2 * p->nrlimits + p->nargs;
 	char **a = calloc(1, nptr * sizeof(char *) + p->nrlimits * RLIMIT_ARG_MAX);
 	size_t k = 0;
 	if (!a)
@@ -126,6 +126,10 @@ char **oci_exec_argv(const char *cove, const char *sandbox, const struct oci_pro
 	a[k++] = (char *)cove;
 	a[k++] = "exec";
 	a[k++] = (char *)sandbox;
+	if (session_file) {
+		a[k++] = "--session-file";
+		a[k++] = (char *)session_file;
+	}
 	if (p->terminal)
 		a[k++] = "--tty";
 	for (size_t i = 0; i < p->nenv; i++) {

@@ -30,16 +30,35 @@ static void now_rfc3339(char *out, size_t cap)
 	snprintf(out + n, cap - n, ".%09ldZ", ts.tv_nsec);
 }
 
-/* The sandbox: cove create --image (the bundle's root as a cached disk, or cove.dev/image). */
-static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox)
+/* The sandbox: cove create --image (the bundle's root as a cached disk, or cove.dev/image); a
+ * restore's with --checkpoint, its root the one the checkpoint was taken on. The root's name, the
+ * memory and vCPUs it got go into *used (what a later checkpoint records). */
+static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const char *sandbox,
+			const struct oci_restore *rs, struct oci_ckpt *used)
 {
 	char ref[256], mem[32], cpus[16];
-	const char *argv[20];
+	const char *argv[22];
 	int k = 0, r;
 	if (b->image[0])
 		snprintf(ref, sizeof(ref), "%s", b->image);
 	else if ((r = oci_disk_build(x, b, sandbox, ref, sizeof(ref))))
 		return r;
+	if (rs && strcmp(ref, rs->rec.root))
+		return errmsg(x->err, sizeof(x->err), -EINVAL,
+			      "the bundle's root is %s, the checkpoint was taken on %s", ref,
+			      rs->rec.root);
+	used->mem_bytes = rs		 ? rs->rec.mem_bytes
+			  : b->mem_bytes ? b->mem_bytes
+					 : OCI_HOST_SANDBOX_MEM_DEFAULT;
+	used->vcpus = rs ? rs->rec.vcpus : b->vcpus ? b->vcpus : 1;
+	if (rs && ((b->mem_bytes && b->mem_bytes != rs->rec.mem_bytes) ||
+		   (b->vcpus && b->vcpus != rs->rec.vcpus)))
+		return errmsg(x->err, sizeof(x->err), -EINVAL,
+			      "the bundle asks for %llu bytes and %d vCPUs, the checkpoint's VM "
+			      "had %llu and %d",
+			      (unsigned long long)b->mem_bytes, b->vcpus,
+			      (unsigned long long)rs->rec.mem_bytes, rs->rec.vcpus);
+	snprintf(used->root, sizeof(used->root), "%s", ref);
 	argv[k++] = "cove";
 	argv[k++] = "create";
 	argv[k++] = sandbox;
@@ -49,13 +68,13 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 	argv[k++] = "off";
 	/* Warm either way: the image's implicit template, or the root's (its disk is kept by
 	 * digest), is built by the first container and restored by every later one. */
-	if (b->mem_bytes) {
-		snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(b->mem_bytes >> 10));
+	if (rs || b->mem_bytes) {
+		snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(used->mem_bytes >> 10));
 		argv[k++] = "--mem";
 		argv[k++] = mem;
 	}
-	if (b->vcpus) {
-		snprintf(cpus, sizeof(cpus), "%d", b->vcpus);
+	if (rs || b->vcpus) {
+		snprintf(cpus, sizeof(cpus), "%d", used->vcpus);
 		argv[k++] = "--vcpus";
 		argv[k++] = cpus;
 	}
@@ -63,11 +82,15 @@ static int make_sandbox(struct oci_ctx *x, const struct oci_bundle *b, const cha
 		argv[k++] = "--policy";
 		argv[k++] = b->policy_file;
 	}
+	if (rs) {
+		argv[k++] = "--checkpoint";
+		argv[k++] = rs->archive;
+	}
 	argv[k] = NULL;
 	double t0 = mono_s();
 	r = oci_cove(x, argv);
-	log_info(x->log, "%s: cove create %s in %.0f ms", sandbox, r ? "failed" : "done",
-		 (mono_s() - t0) * 1000);
+	log_info(x->log, "%s: cove create%s %s in %.0f ms", sandbox, rs ? " --checkpoint" : "",
+		 r ? "failed" : "done", (mono_s() - t0) * 1000);
 	if (r) {
 		char why[sizeof(x->err)];
 		snprintf(why, sizeof(why), "%s", x->err);
@@ -101,9 +124,7 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	const char *bundle = ".", *pid_file = NULL, *console = NULL;
-	struct oci_bundle b;
-	struct oci_state s = {0};
-	int c, dfd = -1, fifo = -1, tty = -1, st = 1;
+	int c;
 
 	optind = 1;
 	opterr = 0;
@@ -119,18 +140,29 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	}
 	if (optind != argc - 1)
 		return oci_fail(x, "create: want one container id");
-	const char *id = argv[optind];
+	return oci_container_make(x, argv[optind], bundle, pid_file, console, NULL);
+}
+
+int oci_container_make(struct oci_ctx *x, const char *id, const char *bundle, const char *pid_file,
+		       const char *console, const struct oci_restore *rs)
+{
+	const char *what = rs ? "restore" : "create";
+	struct oci_bundle b;
+	struct oci_state s = {0};
+	struct oci_ckpt used = {0};
+	char session_path[PATH_MAX + 200];
+	int dfd = -1, fifo = -1, tty = -1, st = 1;
 	double t0 = mono_s(), t_sbx, t_vm, t_guest;
 	if (oci_bundle_load(bundle, &b, x->err, sizeof(x->err)))
-		return oci_fail(x, "create %s: %s", id, x->err);
+		return oci_fail(x, "%s %s: %s", what, id, x->err);
 	if (host_caps(x, &b)) {
 		oci_bundle_free(&b);
-		return oci_fail(x, "create %s: %s", id, x->err);
+		return oci_fail(x, "%s %s: %s", what, id, x->err);
 	}
 	dfd = oci_state_dir(x->root, id, true, x->err, sizeof(x->err));
 	if (dfd < 0) {
 		oci_bundle_free(&b);
-		return oci_fail(x, "create: %s", x->err);
+		return oci_fail(x, "%s: %s", what, x->err);
 	}
 	snprintf(s.id, sizeof(s.id), "%s", id);
 	snprintf(s.bundle, sizeof(s.bundle), "%s", b.dir);
@@ -141,55 +173,76 @@ int oci_cmd_create(struct oci_ctx *x, int argc, char **argv)
 	oci_state_env_take(&s);
 	if (oci_sandbox_name(x->root, id, s.sandbox, sizeof(s.sandbox)) ||
 	    oci_state_write(dfd, &s)) {
-		oci_fail(x, "create %s: cannot write its state", id);
+		oci_fail(x, "%s %s: cannot write its state", what, id);
 		goto undo;
 	}
 	if (b.process.terminal && (tty = oci_console(x, console)) < 0) {
-		oci_fail(x, "create %s: %s", id, x->err);
+		oci_fail(x, "%s %s: %s", what, id, x->err);
 		goto undo;
 	}
 	t_sbx = mono_s();
-	if (!b.holder && make_sandbox(x, &b, s.sandbox)) {
-		oci_fail(x, "create %s: %s", id, x->err);
+	if (rs && b.holder) {
+		oci_fail(x, "restore %s: a pod's own container has no VM to restore", id);
+		goto undo;
+	}
+	if (!b.holder && make_sandbox(x, &b, s.sandbox, rs, &used)) {
+		oci_fail(x, "%s %s: %s", what, id, x->err);
 		goto undo;
 	}
 	t_vm = mono_s();
+	/* A restored guest has its mounts and copied files already (they are in its memory and
+	 * disk); its hostname is the identity event's until it is set again. */
 	if (!b.holder &&
-	    (oci_hostname_apply(x, s.sandbox, &b) || oci_mounts_apply(x, s.sandbox, &b))) {
-		oci_fail(x, "create %s: %s", id, x->err);
+	    (oci_hostname_apply(x, s.sandbox, &b) || (!rs && oci_mounts_apply(x, s.sandbox, &b)) ||
+	     oci_root_record(dfd, &used))) {
+		oci_fail(x, "%s %s: %s", what, id, x->err);
 		goto undo_vm;
 	}
 	t_guest = mono_s();
-	/* The start fifo, held open both ways by the monitor: `start` writes one byte. */
-	if (mkfifoat(dfd, OCI_START_FIFO, 0600) < 0 ||
-	    (fifo = openat(dfd, OCI_START_FIFO, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0) {
+	/* The start fifo, held open both ways by the monitor: `start` writes one byte. A restore
+	 * leaves the container running: no start follows. */
+	if (!rs && (mkfifoat(dfd, OCI_START_FIFO, 0600) < 0 ||
+		    (fifo = openat(dfd, OCI_START_FIFO, O_RDWR | O_NONBLOCK | O_CLOEXEC)) < 0)) {
 		oci_fail(x, "create %s: start fifo: %s", id, strerror(errno));
 		goto undo_vm;
 	}
+	if (rs) {
+		int m = dirfd_create(dfd, OCI_STARTED, O_WRONLY | O_CLOEXEC, 0600);
+		if (m < 0) {
+			oci_fail(x, "restore %s: %s", id, strerror(-m));
+			goto undo_vm;
+		}
+		close(m);
+	}
+	snprintf(session_path, sizeof(session_path), "%s/%s/%s", x->root, id, OCI_SESSION);
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0) {
-		oci_fail(x, "create %s: fork: %s", id, strerror(errno));
+		oci_fail(x, "%s %s: fork: %s", what, id, strerror(errno));
 		goto undo_vm;
 	}
 	if (pid == 0) {
 		oci_console_take(tty);
-		oci_monitor(x, dfd, fifo, b.holder ? NULL : s.sandbox, &b.process, !b.holder);
+		struct oci_monitor_how how = {.sandbox = b.holder ? NULL : s.sandbox,
+					      .session_file = session_path,
+					      .attach = rs ? rs->rec.session : NULL,
+					      .end_vm = !b.holder};
+		oci_monitor(x, dfd, fifo, &how, &b.process);
 	}
 	close(fifo);
 	fifo = -1;
 	s.pid = pid;
 	s.pid_start = oci_proc_start(pid);
 	if (oci_state_write(dfd, &s) || (pid_file && oci_pid_file(pid_file, pid))) {
-		oci_fail(x, "create %s: cannot write its pid file or state", id);
+		oci_fail(x, "%s %s: cannot write its pid file or state", what, id);
 		kill(pid, SIGKILL);
 		goto undo_vm;
 	}
 	log_info(x->log,
-		 "%s: created (sandbox %s, monitor %d) in %.0f ms: bundle %.0f, disk and sandbox "
+		 "%s: %s (sandbox %s, monitor %d) in %.0f ms: bundle %.0f, disk and sandbox "
 		 "%.0f, hostname and mounts %.0f",
-		 id, s.sandbox, (int)pid, (mono_s() - t0) * 1000, (t_sbx - t0) * 1000,
-		 (t_vm - t_sbx) * 1000, (t_guest - t_vm) * 1000);
+		 id, rs ? "restored" : "created", s.sandbox, (int)pid, (mono_s() - t0) * 1000,
+		 (t_sbx - t0) * 1000, (t_vm - t_sbx) * 1000, (t_guest - t_vm) * 1000);
 	st = 0;
 	goto out;
 undo_vm:

@@ -29,6 +29,10 @@ static void usage(FILE *out)
 	    "  exec --process FILE [--detach] [--pid-file FILE] [--tty --console-socket SOCK] ID\n"
 	    "  pause ID | resume ID       the VM's vCPUs\n"
 	    "  ps [--format table|json] ID   its processes on the host\n"
+	    "  checkpoint --image-path DIR [--leave-running] ID\n"
+	    "                 a cove snapshot of the VM into DIR (no CRIU)\n"
+	    "  restore --image-path DIR --bundle DIR --pid-file FILE [--detach] ID\n"
+	    "                 the checkpointed VM back, its process running on\n"
 	    "  --version\n"
 	    "--root: its records (default " OCI_DEFAULT_ROOT "); the sandboxes live in\n"
 	    "${COVE_STATE_DIR:-/var/lib/cove} as cove's own do. Annotations: cove.dev/image,\n"
@@ -40,9 +44,12 @@ static const struct {
 	const char *name;
 	int (*fn)(struct oci_ctx *, int, char **);
 } cmds[] = {
-    {"create", oci_cmd_create}, {"start", oci_cmd_start},   {"state", oci_cmd_state},
-    {"kill", oci_cmd_kill},	{"delete", oci_cmd_delete}, {"exec", oci_cmd_exec},
-    {"pause", oci_cmd_pause},	{"resume", oci_cmd_pause},  {"ps", oci_cmd_ps},
+    {"create", oci_cmd_create},	  {"start", oci_cmd_start},
+    {"state", oci_cmd_state},	  {"kill", oci_cmd_kill},
+    {"delete", oci_cmd_delete},	  {"exec", oci_cmd_exec},
+    {"pause", oci_cmd_pause},	  {"resume", oci_cmd_pause},
+    {"ps", oci_cmd_ps},		  {"checkpoint", oci_cmd_checkpoint},
+    {"restore", oci_cmd_restore},
 };
 
 int main(int argc, char **argv)

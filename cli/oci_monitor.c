@@ -50,9 +50,11 @@ static int hold(int sfd)
 	}
 }
 
-void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
-		 const struct oci_process *p, bool end_vm)
+void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const struct oci_monitor_how *how,
+		 const struct oci_process *p)
 {
+	const char *sandbox = how->sandbox;
+	bool end_vm = how->end_vm;
 	sigset_t mask;
 	char cove[4200], user[32];
 	int code = 1;
@@ -87,9 +89,18 @@ void oci_monitor(struct oci_ctx *x, int dfd, int fifo_fd, const char *sandbox,
 		code = hold(sfd);
 		goto done;
 	}
-	char **argv = oci_cove_path(cove, sizeof(cove)) == 0
-			  ? oci_exec_argv(cove, sandbox, p, user, sizeof(user))
-			  : NULL;
+	char **argv = NULL;
+	if (oci_cove_path(cove, sizeof(cove)) == 0 && how->attach) {
+		argv = calloc(5, sizeof(*argv));
+		if (argv) {
+			argv[0] = cove;
+			argv[1] = "attach";
+			argv[2] = (char *)sandbox;
+			argv[3] = (char *)how->attach;
+		}
+	} else if (oci_cove_path(cove, sizeof(cove)) == 0) {
+		argv = oci_exec_argv(cove, sandbox, p, user, sizeof(user), how->session_file);
+	}
 	pid_t child = argv ? fork() : -1;
 	if (child == 0) {
 		sigprocmask(SIG_UNBLOCK, &mask, NULL);

@@ -35,8 +35,7 @@ static int open_container(struct oci_ctx *x, const char *what, const char *id, s
 	return dfd;
 }
 
-/* The monitor and the `cove exec` it runs, killed; the sandbox removed. */
-static void kill_all(struct oci_ctx *x, int dfd, const struct oci_state *s)
+void oci_container_end(struct oci_ctx *x, int dfd, const struct oci_state *s)
 {
 	pid_t child = oci_exec_child(dfd);
 	if (oci_monitor_alive(s))
@@ -92,7 +91,7 @@ int oci_cmd_kill(struct oci_ctx *x, int argc, char **argv)
 		if (!all)
 			st = oci_fail(x, "kill %s: the container is not running", s.id);
 	} else if (sig == SIGKILL) {
-		kill_all(x, dfd, &s);
+		oci_container_end(x, dfd, &s);
 	} else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT ||
 		   sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGWINCH) {
 		if (kill(s.pid, sig) < 0)
@@ -139,7 +138,7 @@ int oci_cmd_delete(struct oci_ctx *x, int argc, char **argv)
 			close(dfd);
 			return 1;
 		}
-		kill_all(x, dfd, &s);
+		oci_container_end(x, dfd, &s);
 		oci_state_free(&s);
 	}
 	close(dfd);
@@ -280,7 +279,7 @@ int oci_cmd_exec(struct oci_ctx *x, int argc, char **argv)
 	if (pid == 0) {
 		oci_console_take(tty);
 		/* No record: an exec's status is its monitor's wait status. */
-		oci_monitor(x, -1, -1, s.sandbox, &p, false);
+		oci_monitor(x, -1, -1, &(struct oci_monitor_how){.sandbox = s.sandbox}, &p);
 	}
 	if (pid < 0) {
 		oci_fail(x, "exec %s: fork: %s", s.id, strerror(errno));

@@ -117,3 +117,28 @@ int sbx_import_archive(int dfd, const char *src, struct sbx_archive_stats *st, c
 	close(sfd);
 	return ret;
 }
+
+int sbx_archive_copy_out(int dfd, const char *dst, char *err, size_t errlen)
+{
+	int adfd = openat(dfd, SBX_ARCHIVE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), ddfd;
+	int ret;
+
+	if (adfd < 0)
+		return errmsg(err, errlen, -errno, "the sandbox's archive: %s", strerror(errno));
+	if (mkdir(dst, 0700) < 0) {
+		ret = errmsg(err, errlen, -errno, "%s: %s", dst, strerror(errno));
+		close(adfd);
+		return ret;
+	}
+	ddfd = open(dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (ddfd < 0)
+		ret = errmsg(err, errlen, -errno, "%s: %s", dst, strerror(errno));
+	else
+		ret = copy_all(adfd, ddfd, err, errlen);
+	if (!ret && (ret = dirfd_sync(ddfd)))
+		errmsg(err, errlen, ret, "%s: sync: %s", dst, strerror(-ret));
+	if (ddfd >= 0)
+		close(ddfd);
+	close(adfd);
+	return ret;
+}

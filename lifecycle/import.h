@@ -19,4 +19,11 @@
 int sbx_import_archive(int dfd, const char *src, struct sbx_archive_stats *st, char *err,
 		       size_t errlen);
 
+/*
+ * The other way: the sandbox's packed archive (dfd's archive/, as sbx_archive_pack left it)
+ * copied into directory dst, which must not exist yet (made 0700; its parent is the caller's).
+ * 0 or -errno with one line in err.
+ */
+int sbx_archive_copy_out(int dfd, const char *dst, char *err, size_t errlen);
+
 #endif

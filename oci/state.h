@@ -16,10 +16,12 @@
 #define OCI_ID_MAX	   128
 #define OCI_STATE_JSON	   "state.json"
 #define OCI_START_FIFO	   "start.fifo"
-#define OCI_STARTED	   "started"  /* made by `start`: the container process was let go */
-#define OCI_EXIT	   "exit"     /* the container process's exit status, from the monitor */
-#define OCI_PAUSED	   "paused"   /* made by `pause`, removed by `resume` */
-#define OCI_EXEC_PID	   "exec.pid" /* the monitor's cove exec: "PID START" */
+#define OCI_STARTED	   "started"   /* made by `start`: the container process was let go */
+#define OCI_EXIT	   "exit"      /* the container process's exit status, from the monitor */
+#define OCI_PAUSED	   "paused"    /* made by `pause`, removed by `resume` */
+#define OCI_EXEC_PID	   "exec.pid"  /* the monitor's cove exec: "PID START" */
+#define OCI_SESSION	   "session"   /* the container process's exec session id (cove exec) */
+#define OCI_ROOT_RECORD	   "root.json" /* its root disk, memory and vCPUs (a checkpoint's) */
 #define OCI_DEFAULT_ROOT   "/run/cove-oci"
 #define OCI_SANDBOX_PREFIX "oci-"
 

@@ -12,6 +12,7 @@
 #include "file_helpers.h"
 #include "common/rlimit_name.h"
 #include "oci/bundle.h"
+#include "oci/checkpoint.h"
 #include "oci/host_conf.h"
 #include "oci/signals.h"
 #include "oci/state.h"
@@ -752,13 +753,76 @@ static void test_signals(void **state)
 	assert_int_equal(oci_signal_parse(""), -EINVAL);
 }
 
+/* checkpoint.json: what cove-oci writes reads back; a hostile record is refused with one line. */
+static void test_checkpoint_record(void **state)
+{
+	(void)state;
+	struct oci_ckpt c = {.mem_bytes = 256ULL << 20, .vcpus = 2, .created_ms = 5}, back;
+	char err[256];
+	strcpy(c.root, "oci-root/0123abcd");
+	strcpy(c.session, "s12");
+	json_t *j = oci_ckpt_json(&c);
+	char *text = json_dumps(j, JSON_COMPACT);
+	assert_int_equal(oci_ckpt_parse(text, strlen(text), &back, err, sizeof(err)), 0);
+	assert_memory_equal(&c, &back, sizeof(c));
+	free(text);
+	json_decref(j);
+	static const struct {
+		const char *text, *needle;
+	} bad[] = {
+	    {"[]", "not a cove checkpoint"},
+	    {"{\"cove_checkpoint\":2}", "not a cove checkpoint of version 1"},
+	    {"{\"cove_checkpoint\":1,\"cove_checkpoint\":1}", "not JSON"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"../../etc/shadow\",\"session\":\"s1\","
+	     "\"mem_bytes\":268435456,\"vcpus\":1}",
+	     "root is not a cove image name"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"/var/lib/cove/x\",\"session\":\"s1\","
+	     "\"mem_bytes\":268435456,\"vcpus\":1}",
+	     "root is not a cove image name"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"oci-root/a/./b\",\"session\":\"s1\","
+	     "\"mem_bytes\":268435456,\"vcpus\":1}",
+	     "root is not a cove image name"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"a b\",\"session\":\"s1\","
+	     "\"mem_bytes\":268435456,\"vcpus\":1}",
+	     "root is not a cove image name"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"oci-root/ab\",\"session\":\"s1; rm -rf /\","
+	     "\"mem_bytes\":268435456,\"vcpus\":1}",
+	     "session is not an exec session id"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"oci-root/ab\",\"session\":\"s1\","
+	     "\"mem_bytes\":4096,\"vcpus\":1}",
+	     "mem_bytes is not 16 MiB..1 TiB"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"oci-root/ab\",\"session\":\"s1\","
+	     "\"mem_bytes\":268435457,\"vcpus\":1}",
+	     "mem_bytes is not 16 MiB..1 TiB"},
+	    {"{\"cove_checkpoint\":1,\"root\":\"oci-root/ab\",\"session\":\"s1\","
+	     "\"mem_bytes\":268435456,\"vcpus\":65}",
+	     "vcpus is not 1..64"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		err[0] = 0;
+		assert_true(
+		    oci_ckpt_parse(bad[i].text, strlen(bad[i].text), &back, err, sizeof(err)) < 0);
+		assert_one_line(err, bad[i].needle);
+	}
+	char *big = calloc(1, OCI_CKPT_MAX + 2);
+	memset(big, ' ', OCI_CKPT_MAX + 1);
+	assert_int_equal(oci_ckpt_parse(big, OCI_CKPT_MAX + 1, &back, err, sizeof(err)), -E2BIG);
+	assert_one_line(err, "larger than");
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_process),   cmocka_unit_test(test_bundle),
-	    cmocka_unit_test(test_state),     cmocka_unit_test(test_signals),
-	    cmocka_unit_test(test_rlimits),   cmocka_unit_test(test_hostname),
-	    cmocka_unit_test(test_host_conf), cmocka_unit_test(test_annotation_caps),
+	    cmocka_unit_test(test_process),
+	    cmocka_unit_test(test_bundle),
+	    cmocka_unit_test(test_state),
+	    cmocka_unit_test(test_signals),
+	    cmocka_unit_test(test_rlimits),
+	    cmocka_unit_test(test_hostname),
+	    cmocka_unit_test(test_host_conf),
+	    cmocka_unit_test(test_annotation_caps),
+	    cmocka_unit_test(test_checkpoint_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
