@@ -91,6 +91,15 @@ def run_containerd(d, sock):
     return p
 
 
+def stop_containerd(p):
+    """containerd (run_containerd's) asked to end, killed after 20 s."""
+    p.terminate()
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
 def ctr(*args, timeout=300, check_rc=None):
     return run(["ctr", "-a", SOCK, "-n", "cove"] + list(args), timeout=timeout,
                check_rc=check_rc)
@@ -201,19 +210,17 @@ def test_containers_ctr():
         bt.check(not oci_sandboxes(), f"left after the tasks: {oci_sandboxes()}")
         print("    SIGKILL: the task stopped and its VM is gone")
     finally:
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_containerd(p)
 
 
 # ---------------------------------------------------------------------------------------------
 # podman and conmon
 # ---------------------------------------------------------------------------------------------
 
-def podman_env():
-    d = WORK + "/podman"
+def podman_env(name="podman"):
+    """podman's settings, its storage under WORK/NAME (another NAME: another "host" for podman,
+    with cove's own state shared)."""
+    d = WORK + "/" + name
     os.makedirs(d, exist_ok=True)
     with open(d + "/storage.conf", "w") as f:
         f.write(f'[storage]\ndriver = "vfs"\nrunroot = "{d}/run"\ngraphroot = "{d}/graph"\n')
@@ -379,6 +386,118 @@ def test_containers_podman():
           "one root disk for all eight containers")
 
 
+def test_containers_checkpoint():
+    """podman checkpoint and restore with cove-oci (issue 34): a container whose shell keeps a
+    counter in its memory only (printed every second, never written) is checkpointed with
+    --export; a second podman storage root (another "host" for podman) imports the archive with
+    restore --import; the counter goes on from where it was and the guest's uptime does not
+    restart. cove-oci's checkpoint is a cove snapshot: CRIU never runs. A checkpoint whose record
+    names a path, and one with a tampered layer, are refused with one line."""
+    need_inputs()
+    if not any(os.access(os.path.join(d, "criu"), os.X_OK) for d in ENV["PATH"].split(":")):
+        raise bt.Skip("criu is not in the box: podman refuses checkpoints without it "
+                      "(tools/setup installs it; tests/e2e/run adds it)")
+    cgroups()
+    env, env2 = podman_env(), podman_env("podman2")
+
+    def podman(*args, timeout=300, check_rc=None, e=None):
+        return run(["podman"] + list(args), timeout=timeout, env=e or env, check_rc=check_rc)
+
+    archive = "oci-archive:" + os.path.join(IMAGES, "musl.oci.tar") + ":latest"
+    image_id = podman("pull", archive, check_rc=0)[1].strip().splitlines()[-1]
+    bt.check(podman("pull", archive, e=env2, check_rc=0)[1].strip().splitlines()[-1] == image_id,
+             "the second storage root's image differs")
+    podman("run", "-d", "--name", "ck1", "--pull", "never", "--network", "none", image_id, "sh",
+           "-c", "i=0; while :; do i=$((i+1)); echo n=$i; sleep 1; done", check_rc=0)
+
+    def counters(name, e=None):
+        rc, out, err = podman("logs", name, e=e)
+        return [int(l[2:]) for l in out.split() if l.startswith("n=") and l[2:].isdigit()]
+
+    deadline = time.monotonic() + 120
+    while len(counters("ck1")) < 3 and time.monotonic() < deadline:
+        time.sleep(1)
+    bt.check(len(counters("ck1")) >= 3, f"ck1 printed {counters('ck1')} in 120 s")
+    up1 = float(podman("exec", "ck1", "cat", "/proc/uptime", check_rc=0)[1].split()[0])
+    export = WORK + "/ck1.tar.gz"
+    t0 = time.monotonic()
+    rc, out, err = podman("container", "checkpoint", "--export", export, "ck1", timeout=600)
+    t_ck = time.monotonic() - t0
+    bt.check(rc == 0, f"podman container checkpoint --export: rc={rc} {err[-2000:]!r}")
+    last = counters("ck1")[-1]
+    state = podman("inspect", "--format", "{{.State.Status}} {{.State.Checkpointed}}", "ck1",
+                   check_rc=0)[1].split()
+    bt.check(state == ["exited", "true"], f"ck1 after its checkpoint: {state}")
+    size = os.path.getsize(export)
+    listing = subprocess.run(["tar", "tzf", export], capture_output=True, text=True).stdout
+    bt.check("checkpoint/cove/checkpoint.json" in listing and
+             "checkpoint/inventory.img" in listing and
+             "checkpoint/cove/archive/manifest.json" in listing,
+             f"the export holds no cove checkpoint: {listing[:1500]!r}")
+    print(f"    podman container checkpoint --export: {t_ck:.1f} s, {size >> 20} MiB "
+          f"(the counter at {last}; the container exited, checkpointed)")
+    # Another podman storage root imports it.
+    t0 = time.monotonic()
+    rc, out, err = podman("container", "restore", "--import", export, "--name", "ck2",
+                          e=env2, timeout=600)
+    t_rs = time.monotonic() - t0
+    bt.check(rc == 0, f"podman container restore --import: rc={rc} {err[-2000:]!r}")
+    deadline = time.monotonic() + 120
+    while len(counters("ck2", env2)) < 3 and time.monotonic() < deadline:
+        time.sleep(1)
+    after = counters("ck2", env2)
+    # What the restored shell prints next: after the checkpointed value, a few seconds on (the
+    # guest ran on during the checkpoint's fork: at most the seconds the checkpoint took).
+    bt.check(len(after) >= 3 and after[0] > last - 1 and after[0] <= last + t_ck + 5 and
+             after == sorted(after),
+             f"ck2's counter after the restore: {after[:10]} (ck1's last: {last})")
+    up2 = float(podman("exec", "ck2", "cat", "/proc/uptime", e=env2,
+                       check_rc=0)[1].split()[0])
+    bt.check(up2 > up1, f"the guest's uptime restarted: {up1} before, {up2} after")
+    print(f"    podman container restore --import in a second storage root: {t_rs:.1f} s; "
+          f"the counter went on ({after[0]} after {last}), uptime {up1:.0f} s -> {up2:.0f} s")
+    podman("rm", "-f", "ck2", e=env2, check_rc=0)
+    podman("rm", "-f", "ck1", check_rc=0)
+    # Hostile checkpoints, straight to cove-oci restore: a record naming a host path, and
+    # (through podman again) an archive whose layer was changed after it was packed.
+    bad = WORK + "/bad-ck"
+    subprocess.run(["rm", "-rf", bad], check=True)
+    os.makedirs(bad + "/x")
+    subprocess.run(["tar", "xzf", export, "-C", bad + "/x"], check=True)
+    rec_path = bad + "/x/checkpoint/cove/checkpoint.json"
+    with open(rec_path) as f:
+        rec = json.load(f)
+    good = dict(rec)
+    rec["root"] = "../../../etc"
+    with open(rec_path, "w") as f:
+        json.dump(rec, f)
+    rc, out, err = run([OCI, "--root", bad + "/root", "restore", "--image-path",
+                        bad + "/x/checkpoint", "--bundle", bad, "--pid-file", bad + "/pid",
+                        "bad1"])
+    bt.check(rc == 1 and err.strip() == "cove-oci: restore bad1: checkpoint record: root is "
+             "not a cove image name", f"a record naming a path: rc={rc} {err!r}")
+    with open(rec_path, "w") as f:
+        json.dump(good, f)
+    arc = bad + "/x/checkpoint/cove/archive"
+    victim = sorted(n for n in os.listdir(arc) if n.startswith("chain"))[0] \
+        if any(n.startswith("chain") for n in os.listdir(arc)) else \
+        sorted(n for n in os.listdir(arc) if n != "manifest.json")[0]
+    with open(os.path.join(arc, victim), "r+b") as f:
+        f.seek(64)
+        b = f.read(1)
+        f.seek(64)
+        f.write(bytes([b[0] ^ 0xff]))
+    subprocess.run(["tar", "czf", bad + "/tampered.tar.gz", "-C", bad + "/x", "."], check=True)
+    rc, out, err = podman("container", "restore", "--import", bad + "/tampered.tar.gz",
+                          "--name", "ck3", e=env2, timeout=600)
+    bt.check(rc != 0 and ("SHA-256 does not match" in err or "archive: " in err),
+             f"a tampered checkpoint: rc={rc} {err[-1500:]!r}")
+    podman("rm", "-f", "ck3", e=env2)
+    bt.check(not oci_sandboxes(), f"left after the checkpoint test: {oci_sandboxes()}")
+    print("    a record naming ../../../etc refused with one line; a tampered layer refused: "
+          + [l for l in err.splitlines() if "archive" in l][-1][-160:])
+
+
 def image_cache_roots():
     """The container roots cove-oci keeps as disks (oci-root/<digest> in cove's image cache)."""
     rc, out, err = run([COVE, "image", "ls", "--json"])
@@ -389,4 +508,4 @@ def image_cache_roots():
                   if i["name"].startswith("oci-root/"))
 
 
-TESTS = [test_containers_ctr, test_containers_podman]
+TESTS = [test_containers_ctr, test_containers_podman, test_containers_checkpoint]

@@ -147,11 +147,7 @@ def test_cri_pod_lifecycle():
                              f"{open(WORK + '/containerd.log').read()[-2500:]}")
         raise
     finally:
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        ct.stop_containerd(p)
 
 
 TESTS = [test_cri_pod_lifecycle]
