@@ -444,24 +444,25 @@ def test_containers_checkpoint():
                           e=env2, timeout=600)
     t_rs = time.monotonic() - t0
     bt.check(rc == 0, f"podman container restore --import: rc={rc} {err[-2000:]!r}")
-    # podman's export carries the container's log: ck2's starts with ck1's lines. What the
-    # restored shell prints next goes on from the checkpointed value, a few seconds on (the
-    # guest ran on during the checkpoint's fork: at most the seconds the checkpoint took).
-    before = counters("ck1")
+    # podman's export carries the container's log, so ck2's starts with ck1's lines. The
+    # restored shell goes on from the value it had at the snapshot (the fork, during the
+    # checkpoint: ck1 printed on until it ended), so ck2's log may step back once, by at most
+    # the checkpoint's seconds, and never starts again from 1.
     deadline = time.monotonic() + 120
     while max(counters("ck2", env2), default=0) < last + 3 and time.monotonic() < deadline:
         time.sleep(1)
     after = counters("ck2", env2)
-    new = after[len(before):] if after[:len(before)] == before else after
-    bt.check(len(new) >= 3 and new[0] > last - 1 and new[0] <= last + t_ck + 5 and
-             new == sorted(new),
-             f"ck2's counter after the restore: {new[:10]} (ck1's last: {last}; ck2's log "
-             f"{after[:5]}...{after[-5:]})")
+    drops = [(a, b) for a, b in zip(after, after[1:]) if b != a + 1]
+    nxt = [v for v in after if v > last]
+    bt.check(len(nxt) >= 3 and len(drops) <= 1 and
+             all(b <= a and b > 3 and b >= a - t_ck - 5 for a, b in drops),
+             f"ck2's counter after the restore: {after[:5]}...{after[-5:]} ({len(after)} "
+             f"lines; its steps other than +1: {drops}; ck1's last: {last})")
     up2 = float(podman("exec", "ck2", "cat", "/proc/uptime", e=env2,
                        check_rc=0)[1].split()[0])
     bt.check(up2 > up1, f"the guest's uptime restarted: {up1} before, {up2} after")
     print(f"    podman container restore --import in a second storage root: {t_rs:.1f} s; "
-          f"the counter went on ({new[0]} after {last}), uptime {up1:.0f} s -> {up2:.0f} s")
+          f"the counter went on ({drops[0][1] if drops else nxt[0]} after {last}), uptime {up1:.0f} s -> {up2:.0f} s")
     podman("rm", "-f", "ck2", e=env2, check_rc=0)
     podman("rm", "-f", "ck1", check_rc=0)
     # Hostile checkpoints, straight to cove-oci restore: a record naming a host path, and

@@ -5,6 +5,13 @@ file as a gzipped FileDescriptorProto inside the binary; the one whose package i
 found by its gzip header, parsed, freed of its gogo import and option extensions, and turned into
 classes.
 Requests and replies are plain dicts (protobuf's JSON mapping, field names as in the .proto)."""
+import base64
+import hashlib
+import json
+import os
+import socket
+import struct
+import urllib.parse
 import zlib
 
 import grpc
@@ -70,6 +77,89 @@ class CRI:
         rep = stub(req, timeout=timeout or self.timeout)
         return json_format.MessageToDict(rep, preserving_proto_field_name=True,
                                          including_default_value_fields=True)
+
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+
+
+def _ws_frames(sock):
+    """Frames from a WebSocket server (unmasked, RFC 6455): (opcode, payload) until close."""
+    buf = b""
+
+    def need(n):
+        nonlocal buf
+        while len(buf) < n:
+            d = sock.recv(65536)
+            if not d:
+                raise ConnectionError("the stream server closed the connection mid-frame")
+            buf += d
+        out, buf = buf[:n], buf[n:]
+        return out
+
+    while True:
+        b0, b1 = need(2)
+        n = b1 & 0x7f
+        if n == 126:
+            n = struct.unpack(">H", need(2))[0]
+        elif n == 127:
+            n = struct.unpack(">Q", need(8))[0]
+        mask = need(4) if b1 & 0x80 else None
+        data = need(n)
+        if mask:
+            data = bytes(c ^ mask[i % 4] for i, c in enumerate(data))
+        yield b0 & 0x0f, data
+        if b0 & 0x0f == 8:
+            return
+
+
+def stream(url, timeout=120, until=None):
+    """A CRI streaming URL (Exec or Attach: containerd's stream server) read over WebSocket
+    with Kubernetes' v4.channel.k8s.io protocol: each binary frame's first byte is its channel
+    (1 stdout, 2 stderr, 3 the error channel's status JSON). Returns (stdout, stderr, status);
+    until(stdout) true ends it early (an Attach)."""
+    u = urllib.parse.urlparse(url)
+    key = base64.b64encode(os.urandom(16)).decode()
+    out, err, status = b"", b"", None
+    with socket.create_connection((u.hostname, u.port), timeout=timeout) as s:
+        path = u.path + ("?" + u.query if u.query else "")
+        s.sendall((f"GET {path} HTTP/1.1\r\nHost: {u.netloc}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                   "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v4.channel.k8s.io"
+                   "\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            d = s.recv(1)
+            if not d:
+                raise ConnectionError(f"no WebSocket upgrade from {url}: {head!r}")
+            head += d
+        lines = head.decode(errors="replace").split("\r\n")
+        want = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+        if " 101 " not in lines[0] + " " or not any(
+                l.lower().startswith("sec-websocket-accept:") and l.split(":", 1)[1].strip()
+                == want for l in lines):
+            raise ConnectionError(f"the stream server did not upgrade: {lines[:6]}")
+        for op, data in _ws_frames(s):
+            if op in (1, 2) and data:
+                ch, body = data[0], data[1:]
+                if ch == 1:
+                    out += body
+                elif ch == 2:
+                    err += body
+                elif ch == 3 and body:
+                    status = json.loads(body)
+            if until and until(out):
+                break
+    return out, err, status
+
+
+def exit_code(status):
+    """The exit code a v4 error-channel status names (0 for Success)."""
+    if not status or status.get("status") == "Success":
+        return 0
+    for c in (status.get("details") or {}).get("causes") or []:
+        if c.get("reason") == "ExitCode":
+            return int(c.get("message"))
+    raise ValueError(f"no exit code in {status}")
 
 
 def _selftest():

@@ -99,7 +99,8 @@ def test_cri_pod_lifecycle():
                  f"{ct.oci_sandboxes()}")
         c1 = {"metadata": {"name": "c1", "attempt": 0}, "image": {"image": MUSL},
               "command": ["sh", "-c",
-                          "echo hello-from-cri; trap 'exit 143' TERM; while :; do sleep 1; done"],
+                          "echo hello-from-cri; trap 'exit 143' TERM; "
+                          "while :; do echo tick; sleep 1; done"],
               "log_path": "c1.log", "linux": {}}
         t0 = time.monotonic()
         cid = cri.call("CreateContainer", {"pod_sandbox_id": pod_id, "config": c1,
@@ -119,6 +120,22 @@ def test_cri_pod_lifecycle():
                                   "timeout": 120})
         bt.check(r.get("exit_code") == 7 and base64.b64decode(r.get("stdout", "")) == b"out\n",
                  f"ExecSync exit 7: {r}")
+        # The streaming calls: containerd hands back a URL on its stream server, spoken to
+        # over WebSocket (Kubernetes' v4 channel protocol) as the kubelet's clients do.
+        t0 = time.monotonic()
+        url = cri.call("Exec", {"container_id": cid, "cmd": ["sh", "-c",
+                                "echo streamed; echo to-err >&2; exit 4"],
+                                "stdout": True, "stderr": True})["url"]
+        out, err, status = cri_client.stream(url)
+        bt.check(out == b"streamed\n" and err == b"to-err\n" and
+                 cri_client.exit_code(status) == 4,
+                 f"streaming Exec: stdout {out!r} stderr {err!r} status {status}")
+        t_exec = time.monotonic() - t0
+        url = cri.call("Attach", {"container_id": cid, "stdout": True, "stderr": True})["url"]
+        out, err, status = cri_client.stream(url, until=lambda o: o.count(b"tick") >= 2)
+        bt.check(out.count(b"tick") >= 2, f"Attach to c1: {out[-300:]!r} {status}")
+        print(f"    streaming Exec over WebSocket: stdout, stderr and exit 4 in {t_exec:.1f} s; "
+              f"Attach: c1's ticks live")
         cri.call("StopContainer", {"container_id": cid, "timeout": 10})
         st = wait_exited(cri, cid)
         bt.check(st.get("exit_code") == 143, f"c1 after StopContainer: {st}")
