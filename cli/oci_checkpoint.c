@@ -237,14 +237,27 @@ int oci_cmd_checkpoint(struct oci_ctx *x, int argc, char **argv)
 	hex_encode(rnd, sizeof(rnd), fork + 4);
 	const char *fork_argv[] = {"cove", "fork", s.sandbox, fork, NULL};
 	const char *arch_argv[] = {"cove", "archive", fork, NULL};
+	const char *pause_argv[] = {"cove", "pause", s.sandbox, NULL};
+	const char *resume_argv[] = {"cove", "resume", s.sandbox, NULL};
+	/* A container that ends with its checkpoint stops at the snapshot, as under CRIU: it is
+	 * paused first and never runs past what the checkpoint holds. */
+	bool paused = !leave && !strcmp(status, "running");
+	if (paused && oci_cove(x, pause_argv)) {
+		oci_fail(x, "checkpoint %s: cove pause: %s", id, x->err);
+		goto out;
+	}
 	if (oci_cove(x, fork_argv)) {
 		oci_fail(x, "checkpoint %s: cove fork: %s", id, x->err);
+		if (paused)
+			oci_cove(x, resume_argv);
 		goto out;
 	}
 	double t_fork = mono_s();
 	if (oci_cove(x, arch_argv) || write_checkpoint(x, image_path, fork, &rec)) {
 		oci_fail(x, "checkpoint %s: %s", id, x->err);
 		oci_sandbox_rm(x, fork);
+		if (paused)
+			oci_cove(x, resume_argv);
 		goto out;
 	}
 	oci_sandbox_rm(x, fork);

@@ -445,9 +445,10 @@ def test_containers_checkpoint():
     t_rs = time.monotonic() - t0
     bt.check(rc == 0, f"podman container restore --import: rc={rc} {err[-2000:]!r}")
     # podman's export carries the container's log, so ck2's starts with ck1's lines. The
-    # restored shell goes on from the value it had at the snapshot (the fork, during the
-    # checkpoint: ck1 printed on until it ended), so ck2's log may step back once, by at most
-    # the checkpoint's seconds, and never starts again from 1.
+    # restored shell goes on from the value it had at the snapshot (cove-oci pauses the VM
+    # before it forks it, so ck1 printed nothing after); a step back once, by at most the
+    # checkpoint's seconds, is let by (the line podman's log had not yet taken), never a new
+    # start from 1.
     deadline = time.monotonic() + 120
     while max(counters("ck2", env2), default=0) < last + 3 and time.monotonic() < deadline:
         time.sleep(1)
@@ -481,8 +482,8 @@ def test_containers_checkpoint():
     rc, out, err = run([OCI, "--root", bad + "/root", "restore", "--image-path",
                         bad + "/x/checkpoint", "--bundle", bad, "--pid-file", bad + "/pid",
                         "bad1"])
-    bt.check(rc == 1 and err.strip() == "cove-oci: restore bad1: checkpoint record: root is "
-             "not a cove image name", f"a record naming a path: rc={rc} {err!r}")
+    bt.check(rc == 1 and err.strip() == "cove-oci: error: restore bad1: checkpoint record: root "
+             "is not a cove image name", f"a record naming a path: rc={rc} {err!r}")
     with open(rec_path, "w") as f:
         json.dump(good, f)
     arc = bad + "/x/checkpoint/cove/archive"
