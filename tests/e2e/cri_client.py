@@ -79,7 +79,7 @@ class CRI:
                                          including_default_value_fields=True)
 
 
-WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B65"
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455
 
 
 def _ws_frames(sock):
