@@ -57,7 +57,15 @@ int sbx_remove(const struct sbx_root *r, const char *name, int dfd, const char *
 	sbx_event_append(dfd, from, "deleted", why);
 	close(dfd);
 	ret = sbx_tombstone_write(r, name, why);
-	ret = sbx_tree_remove(r->dfd, name) ?: ret;
+	/* A process that followed the VMM (its store keeper, finishing a log line or releasing
+	 * its lease) can add a file while the tree goes: the directory is then not empty. Once
+	 * it is gone such a late write fails on its own; try again for up to 5 s. */
+	int tr = sbx_tree_remove(r->dfd, name);
+	for (int i = 0; tr == -ENOTEMPTY && i < 50; i++) {
+		usleep(100 * 1000);
+		tr = sbx_tree_remove(r->dfd, name);
+	}
+	ret = tr ?: ret;
 	rfd = open(r->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rfd >= 0) {
 		sbx_tree_remove(rfd, name);
