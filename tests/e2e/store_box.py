@@ -648,6 +648,30 @@ def partition_checks():
         refusals += 1
         time.sleep(1)
     took = time.monotonic() - t_cut
+    if rc != 0:
+        # What the next look at this needs (it failed three runs in a row on 2026-12-07):
+        # the VM's state by its API, its event log, and where B's VMM processes wait.
+        try:
+            with open(os.path.join(STATE, "y", "vmm.lock")) as f:
+                vpid = int(f.read().split()[0])
+            waits = []
+            for p in descendants(vpid):
+                for task in os.listdir(f"/proc/{p}/task"):
+                    try:
+                        with open(f"/proc/{p}/task/{task}/comm") as f:
+                            comm = f.read().strip()
+                        with open(f"/proc/{p}/task/{task}/wchan") as f:
+                            wchan = f.read().strip()
+                        with open(f"/proc/{p}/task/{task}/stat") as f:
+                            stt = f.read().rsplit(")", 1)[1].split()[0]
+                        waits.append(f"{p}/{task} {comm} {stt} {wchan}")
+                    except OSError:
+                        pass
+        except (OSError, ValueError, IndexError) as e:
+            waits = [f"no VMM: {e}"]
+        print(f"  y on host B: API state {api_state(os.path.join(RUN, 'y', 'api.sock'))!r}; "
+              f"events {tail(os.path.join(STATE, 'y', 'events.jsonl'), 1200)!r}; threads "
+              f"{waits}", flush=True)
     check(rc == 0, f"host B's takeover of y: rc={rc} {err!r}; vmm.log "
           f"{tail(os.path.join(STATE, 'y', 'vmm.log'))!r}; store.log "
           f"{tail(os.path.join(STATE, 'y', 'store.log'), 1500)!r}")
