@@ -669,6 +669,12 @@ def partition_checks():
                         pass
         except (OSError, ValueError, IndexError) as e:
             waits = [f"no VMM: {e}"]
+        try:
+            with open(os.path.join(STATE, "y", "store.log"), errors="replace") as f:
+                keeper = [l.rstrip() for l in f if " is generation " not in l][-20:]
+        except OSError as e:
+            keeper = [str(e)]
+        print(f"  y on host B: its keeper's lines other than commits: {keeper}", flush=True)
         print(f"  y on host B: API state {api_state(os.path.join(RUN, 'y', 'api.sock'))!r}; "
               f"events {tail(os.path.join(STATE, 'y', 'events.jsonl'), 1200)!r}; threads "
               f"{waits}", flush=True)
