@@ -32,18 +32,24 @@
 
 #define SMALL_MAX 4096 /* cove-oci's own small files: root.json, session */
 
-int oci_root_record(int dfd, const struct oci_ckpt *used)
+/* j (taken: freed here; NULL counts as out of memory) written as name in dfd. 0 or -errno. */
+static int json_file_write(int dfd, const char *name, json_t *j)
 {
-	json_t *j = json_pack("{s:s,s:I,s:i}", "root", used->root, "mem_bytes",
-			      (json_int_t)used->mem_bytes, "vcpus", used->vcpus);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	int fd = text ? dirfd_create(dfd, OCI_ROOT_RECORD, O_WRONLY | O_CLOEXEC, 0600) : -ENOMEM;
+	int fd = text ? dirfd_create(dfd, name, O_WRONLY | O_CLOEXEC, 0600) : -ENOMEM;
 	int r = fd < 0 ? fd : pwrite_full(fd, text, strlen(text), 0);
 	if (fd >= 0)
 		close(fd);
 	free(text);
 	json_decref(j);
 	return r;
+}
+
+int oci_root_record(int dfd, const struct oci_ckpt *used)
+{
+	return json_file_write(dfd, OCI_ROOT_RECORD,
+			       json_pack("{s:s,s:I,s:i}", "root", used->root, "mem_bytes",
+					 (json_int_t)used->mem_bytes, "vcpus", used->vcpus));
 }
 
 /* name in dfd (or an absolute path, dfd AT_FDCWD), at most cap - 1 bytes, into buf. Its length,
@@ -74,6 +80,11 @@ static int record_take(struct oci_ctx *x, int dfd, struct oci_ckpt *c)
 		return errmsg(x->err, sizeof(x->err), (int)n, "its root record: %s",
 			      strerror((int)-n));
 	json_t *j = json_loadb(buf, (size_t)n, 0, NULL);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return errmsg(x->err, sizeof(x->err), -EINVAL,
+			      "its root record is not a JSON object");
+	}
 	ssize_t m = read_small(dfd, OCI_SESSION, ses, sizeof(ses));
 	if (m < 0) {
 		json_decref(j);
@@ -117,18 +128,10 @@ static int write_checkpoint(struct oci_ctx *x, const char *image_path, const cha
 	sbx_root_close(&r);
 	if (r_)
 		return r_;
-	json_t *j = oci_ckpt_json(c);
-	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	int fd = dfd >= 0 && text ? dirfd_create(dfd, OCI_CKPT_RECORD, O_WRONLY | O_CLOEXEC, 0600)
-				  : -EIO;
-	r_ = fd < 0 ? fd : pwrite_full(fd, text, strlen(text), 0);
-	if (fd >= 0)
-		close(fd);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), fd;
+	r_ = dfd < 0 ? -errno : json_file_write(dfd, OCI_CKPT_RECORD, oci_ckpt_json(c));
 	if (dfd >= 0)
 		close(dfd);
-	free(text);
 	/* podman looks for CRIU's inventory.img before it restores; cove's is empty. */
 	snprintf(dir, sizeof(dir), "%s/inventory.img", image_path);
 	if (!r_ &&
