@@ -537,6 +537,41 @@ def store_reachable(port):
         return False
 
 
+def takeover_diag():
+    """Lines on host B's y while a takeover exec waits: its VMM threads' state and wait
+    channel, its API state, its event log, its keeper's lines other than commits and the end of
+    its guest console."""
+    lines = []
+    try:
+        with open(os.path.join(STATE, "y", "vmm.lock")) as f:
+            vpid = int(f.read().split()[0])
+        for p in descendants(vpid):
+            for task in os.listdir(f"/proc/{p}/task"):
+                try:
+                    with open(f"/proc/{p}/task/{task}/comm") as f:
+                        comm = f.read().strip()
+                    with open(f"/proc/{p}/task/{task}/wchan") as f:
+                        wchan = f.read().strip()
+                    with open(f"/proc/{p}/task/{task}/stat") as f:
+                        stt = f.read().rsplit(")", 1)[1].split()
+                    lines.append(f"thread {p}/{task} {comm} {stt[0]} {wchan} "
+                                 f"utime {stt[11]} stime {stt[12]}")
+                except OSError:
+                    pass
+    except (OSError, ValueError, IndexError) as e:
+        lines.append(f"no VMM: {e}")
+    lines.append(f"API state {api_state(os.path.join(RUN, 'y', 'api.sock'))!r}")
+    lines.append(f"events {tail(os.path.join(STATE, 'y', 'events.jsonl'), 1200)!r}")
+    try:
+        with open(os.path.join(STATE, "y", "store.log"), errors="replace") as f:
+            lines.append(f"keeper {[l.rstrip() for l in f if ' is generation ' not in l][-20:]}")
+    except OSError as e:
+        lines.append(f"keeper: {e}")
+    lines.append(f"vmm.log {tail(os.path.join(STATE, 'y', 'vmm.log'), 1500)!r}")
+    lines.append(f"console {tail(os.path.join(STATE, 'y', 'console.log'), 3000)!r}")
+    return lines
+
+
 def partition_checks():
     """A host cut off from the store (issue 30): host C runs y; its relay to the store is cut
     (the host side does it when host B asks by a marked GET); C's VM must pause before its lease
@@ -640,44 +675,24 @@ def partition_checks():
           f"{paused_at - t_cut:.1f} s after the cut: asked {int(m[-1][1])} ms and done "
           f"{int(m[-1][0])} ms before its lease expired (paused: {st})", flush=True)
     # Host B takes y over once the lease has expired.
-    refusals = 0
+    refusals, diag = 0, []
     while True:
-        rc, out, err, t = sh("y", "cat /ram/n")
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(sh, "y", "cat /ram/n")
+            try:
+                rc, out, err, t = fut.result(timeout=90)
+            except concurrent.futures.TimeoutError:
+                # A takeover exec still waiting after 90 s (it failed so three runs in a row
+                # on 2026-12-07): what B's VM does while it waits, not after it gave up.
+                diag = takeover_diag()
+                rc, out, err, t = fut.result()
         if rc != 75 or time.monotonic() - t_cut > 180:
             break
         refusals += 1
         time.sleep(1)
     took = time.monotonic() - t_cut
-    if rc != 0:
-        # What the next look at this needs (it failed three runs in a row on 2026-12-07):
-        # the VM's state by its API, its event log, and where B's VMM processes wait.
-        try:
-            with open(os.path.join(STATE, "y", "vmm.lock")) as f:
-                vpid = int(f.read().split()[0])
-            waits = []
-            for p in descendants(vpid):
-                for task in os.listdir(f"/proc/{p}/task"):
-                    try:
-                        with open(f"/proc/{p}/task/{task}/comm") as f:
-                            comm = f.read().strip()
-                        with open(f"/proc/{p}/task/{task}/wchan") as f:
-                            wchan = f.read().strip()
-                        with open(f"/proc/{p}/task/{task}/stat") as f:
-                            stt = f.read().rsplit(")", 1)[1].split()[0]
-                        waits.append(f"{p}/{task} {comm} {stt} {wchan}")
-                    except OSError:
-                        pass
-        except (OSError, ValueError, IndexError) as e:
-            waits = [f"no VMM: {e}"]
-        try:
-            with open(os.path.join(STATE, "y", "store.log"), errors="replace") as f:
-                keeper = [l.rstrip() for l in f if " is generation " not in l][-20:]
-        except OSError as e:
-            keeper = [str(e)]
-        print(f"  y on host B: its keeper's lines other than commits: {keeper}", flush=True)
-        print(f"  y on host B: API state {api_state(os.path.join(RUN, 'y', 'api.sock'))!r}; "
-              f"events {tail(os.path.join(STATE, 'y', 'events.jsonl'), 1200)!r}; threads "
-              f"{waits}", flush=True)
+    for line in diag if rc != 0 else []:
+        print(f"  y on host B, 90 s into the takeover exec: {line}", flush=True)
     check(rc == 0, f"host B's takeover of y: rc={rc} {err!r}; vmm.log "
           f"{tail(os.path.join(STATE, 'y', 'vmm.log'))!r}; store.log "
           f"{tail(os.path.join(STATE, 'y', 'store.log'), 1500)!r}")

@@ -329,6 +329,27 @@ def main():
         kek = os.urandom(32)
         marks = {"PLAIN_MARK": "COVE-PLAIN-" + secrets.token_hex(8),
                  "SECRET_MARK": "COVE-SECRET-" + secrets.token_hex(8)}
+        only = os.environ.get("STORE_E2E_ONLY")
+        if only:
+            # One role of store_box.py alone in one box (host B's, with host C's relay): for
+            # a look at one part, never what the suite runs.
+            relay = Relay(srv.rgw)
+            relay.heal()
+            wo = os.path.join(work, "b")
+            os.mkdir(wo)
+            stop = threading.Event()
+            watch = threading.Thread(target=relay_watch, args=(srv, relay, stop), daemon=True)
+            watch.start()
+            try:
+                box(srv, wo, only, kdir, rdir,
+                    ["--forward", str(relay.port),
+                     "--add", f"{store_dir(srv, wo, kek, 'host-b', relay.port)}:/work/store"],
+                    marks)
+            finally:
+                stop.set()
+                watch.join()
+            print(f"PASS: store e2e, role {only} alone")
+            return 0
         wa = os.path.join(work, "a")
         os.mkdir(wa)
         relay = Relay(srv.rgw)
