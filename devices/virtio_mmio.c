@@ -595,6 +595,16 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *s
 	return 0;
 }
 
+void virtio_mmio_resume_restored(struct virtio_mmio *t)
+{
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t q = 0; q < t->ops->nr_queues; q++)
+		t->queues[q].signalled_valid = false;
+	if ((t->status & VIRTIO_STATUS_DRIVER_OK) && !(t->status & VIRTIO_STATUS_NEEDS_RESET))
+		raise_irq(t, VIRTIO_INT_USED);
+	pthread_mutex_unlock(&t->lock);
+}
+
 void virtio_mmio_kick_all(struct virtio_mmio *t)
 {
 	pthread_mutex_lock(&t->lock);

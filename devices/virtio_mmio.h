@@ -140,5 +140,13 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *s
 			size_t errlen);
 /* After a restore: look at every ready queue once, as if the driver had kicked it. */
 void virtio_mmio_kick_all(struct virtio_mmio *t);
+/*
+ * After a restore, before anything is pushed: an interrupt the device raised just before the
+ * snapshot may never have reached the saved irqchip (an irqfd injects asynchronously), and with
+ * EVENT_IDX the device would then wait for a used_event the guest never moves: its queues go
+ * quiet for good. So the next notification of every queue is unconditional, and a driver that
+ * is running gets one interrupt now (a spurious one is harmless: it reads InterruptStatus).
+ */
+void virtio_mmio_resume_restored(struct virtio_mmio *t);
 
 #endif

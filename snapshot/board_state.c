@@ -123,6 +123,8 @@ int board_restore(struct board *b, const struct state_section_ref *s, size_t n, 
 void board_resume_restored(struct board *b, struct logger *log)
 {
 	for (int i = 0; i < b->nr_virtio; i++)
+		virtio_mmio_resume_restored(b->virtio[i]);
+	for (int i = 0; i < b->nr_virtio; i++)
 		if (b->devs[i].type->resumed)
 			b->devs[i].type->resumed(b->devs[i].dev, log);
 	for (int i = 0; i < b->nr_virtio; i++)

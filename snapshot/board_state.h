@@ -18,7 +18,9 @@ void board_save(struct board *b, struct state_buf *buf);
  */
 int board_restore(struct board *b, const struct state_section_ref *s, size_t n, char *err,
 		  size_t errlen);
-/* After the vCPU state is loaded, just before the vCPUs start: reset vsock, rescan queues. */
+/* After the vCPU state is loaded, just before the vCPUs start: one interrupt per running
+ * virtio device and unconditional next notifications (virtio_mmio_resume_restored), reset
+ * vsock, rescan queues. */
 void board_resume_restored(struct board *b, struct logger *log);
 
 #endif

@@ -333,10 +333,11 @@ def lease_checks():
     of its own, host id host-c) is refused while B's lease holds; every process of host B's x
     is killed with kill -9 and its directory removed; C takes over once the lease expires."""
     create("x", "--snapshot-every", "3s")
-    # A counter in RAM every second, and a new block of its disk written and synced each time.
+    # A counter in RAM every second (renamed into place: a reader never sees it empty), and a
+    # new block of its disk written and synced each time.
     rc, out, err, t = cove("exec", "x", "--detach", "--", "sh", "-c",
                            "mkdir -p /ram && mount -t tmpfs tmpfs /ram && i=0; "
-                           "while :; do i=$((i+1)); echo $i > /ram/n; "
+                           "while :; do i=$((i+1)); echo $i > /ram/n.t; mv /ram/n.t /ram/n; "
                            "dd if=/dev/urandom of=/disk-$((i % 50)) bs=64k count=1 2>/dev/null; "
                            "sync; sleep 1; done")
     check(rc == 0, f"x: the counter: rc={rc} {err!r}")
@@ -582,7 +583,8 @@ def partition_checks():
     check(rc == 0, f"cove create y on host C: rc={rc} {err!r}")
     rc, out, err = cove_c("exec", "y", "--detach", "--", "sh", "-c",
                           "mkdir -p /ram && mount -t tmpfs tmpfs /ram && i=0; "
-                          "while :; do i=$((i+1)); echo $i > /ram/n; sleep 1; done")
+                          "while :; do i=$((i+1)); echo $i > /ram/n.t; mv /ram/n.t /ram/n; "
+                          "sleep 1; done")
     check(rc == 0, f"y: the counter: rc={rc} {err!r}")
     # A generation whose snapshot was surely taken after the counter began: two past the one
     # the store had then (the next may hold a snapshot paused before the exec returned; a
