@@ -1,0 +1,192 @@
+"""e2e: the Python SDK (sdk/python, issue 35) driving real sandboxes in the KVM box.
+
+One sandbox through the SDK: exec with its output, status, env, cwd, user and stdin; files;
+streaming; detached commands attached later; a port forwarded; a timeout that kills the command
+and leaves the sandbox usable; stop and reconnect with the same object; pause and resume; fork;
+archive and connect; 16 threads and 16 asyncio tasks at once; the errors a real cause gives
+(deleted, already exists, not found, invalid name). Then calls per second of a trivial exec:
+the SDK's direct agent connection against a `cove exec` process per call, and the SDK's
+example script as README shows it."""
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import box_tests as bt
+
+SDK = "/work/sdk"
+STATE = "/tmp/cove-sdk"
+RUN = "/tmp/cove-sdkrun"
+ENV = {"COVE": "/work/cove", "COVE_STATE_DIR": STATE, "COVE_RUN_DIR": RUN,
+       "COVE_GUEST_DIR": "/work"}
+
+
+class _Env:
+    """os.environ as the SDK reads it, for this test only."""
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in ENV}
+        os.environ.update(ENV)
+        for d in (STATE, RUN):
+            shutil.rmtree(d, ignore_errors=True)
+        if SDK not in sys.path:
+            sys.path.insert(0, SDK)
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_sdk_sandbox():
+    """The SDK's calls on one real sandbox and a fork of it, each checked."""
+    with _Env():
+        import cove
+        t0 = time.monotonic()
+        sbx = cove.Sandbox.create("sdk1", snapshot_every="off")
+        print(f"    Sandbox.create: {time.monotonic() - t0:.1f} s")
+        r = sbx.exec("echo out; echo err >&2; exit 3")
+        bt.check((r.stdout, r.stderr, r.exit_code) == (b"out\n", b"err\n", 3), f"exec: {r}")
+        r = sbx.exec(["sh", "-c", 'echo "$X"; pwd; id -u'], env={"X": "a b"}, cwd="/tmp",
+                     user="root")
+        bt.check(r.text.split("\n")[:3] == ["a b", "/tmp", "0"], f"env/cwd/user: {r}")
+        data = os.urandom(200_000)
+        bt.check(sbx.exec(["cat"], stdin=data).stdout == data, "stdin of 200 kB")
+        sbx.files.write("/notes.txt", "from the sdk\n")
+        bt.check(sbx.files.read("/notes.txt") == b"from the sdk\n", "files.read")
+        bt.check("notes.txt" in sbx.files.list("/"), "files.list")
+        sbx.files.write("/gone.txt", "x")
+        sbx.files.remove("/gone.txt")
+        bt.check("gone.txt" not in sbx.files.list("/"), "files.remove")
+        parts = list(sbx.stream("for i in 1 2 3; do echo $i; sleep 0.5; done"))
+        outs = [b for s, b in parts if s == "stdout"]
+        bt.check(b"".join(outs) == b"1\n2\n3\n" and len(outs) > 1 and parts[-1] == (
+            "exit", b"0"), f"stream: {parts}")
+        sid = sbx.exec_detached("sleep 1; echo done-later; exit 4")
+        r = sbx.attach(sid, timeout=60)
+        bt.check((r.stdout, r.exit_code) == (b"done-later\n", 4), f"attach: {r}")
+        # A port: busybox nc in the guest answers one connection.
+        sbx.exec_detached("echo hello-from-guest | nc -l -p 8000")
+        time.sleep(1)
+        with sbx.forward(8000) as port:
+            got = b""
+            for _ in range(20):
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+                        got = c.recv(100)
+                    if got:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.5)
+        bt.check(got == b"hello-from-guest\n", f"forward: {got!r}")
+        # A timeout kills the command, the sandbox goes on.
+        t0 = time.monotonic()
+        try:
+            sbx.exec("echo started; sleep 120", timeout=3)
+            raise bt.Failure("a 120 s command with timeout=3 returned")
+        except cove.Timeout as e:
+            bt.check(e.stdout == b"started\n", f"Timeout.stdout {e.stdout!r}")
+        bt.check(time.monotonic() - t0 < 60, "the timeout took over 60 s")
+        bt.check(sbx.exec("echo alive").text == "alive\n", "exec after a timeout")
+        # Stop and reconnect with the same object; pause and resume.
+        sbx.stop()
+        bt.check(sbx.state() == "stopped", f"state after stop: {sbx.state()}")
+        bt.check(sbx.files.read("/notes.txt") == b"from the sdk\n", "reconnect after stop")
+        sbx.pause()
+        bt.check(sbx.state() == "paused", f"state after pause: {sbx.state()}")
+        sbx.resume()
+        bt.check(sbx.exec("echo resumed").text == "resumed\n", "exec after resume")
+        # Fork.
+        (f,) = sbx.fork("sdk2")
+        r = f.exec("cat /notes.txt; hostname")
+        bt.check(r.text == "from the sdk\nsdk2\n", f"fork: {r}")
+        # 16 threads and 16 asyncio tasks on one sandbox at once.
+        res = [None] * 16
+
+        def one(i):
+            res[i] = sbx.exec(f"echo t{i}").text
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+        t0 = time.monotonic()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        bt.check(res == [f"t{i}\n" for i in range(16)], f"16 threads: {res}")
+        t_threads = time.monotonic() - t0
+
+        async def tasks():
+            a = cove.AsyncSandbox("sdk1")
+            rs = await asyncio.gather(*(a.exec(f"echo a{i}") for i in range(16)))
+            return [r.text for r in rs]
+        t0 = time.monotonic()
+        got = asyncio.run(tasks())
+        bt.check(got == [f"a{i}\n" for i in range(16)], f"16 asyncio tasks: {got}")
+        print(f"    16 threads {t_threads:.1f} s, 16 asyncio tasks "
+              f"{time.monotonic() - t0:.1f} s, each answered its own")
+        # Archive, then connect by name.
+        sbx.archive()
+        bt.check(sbx.state() == "archived", f"state after archive: {sbx.state()}")
+        again = cove.Sandbox.connect("sdk1")
+        bt.check(again.files.read("/notes.txt") == b"from the sdk\n", "connect after archive")
+        # Errors by their real causes.
+        for what, call, cls, status in (
+                ("fork onto an existing name", lambda: sbx.fork("sdk2"), cove.AlreadyExists, 68),
+                ("connect to a name never made", lambda: cove.Sandbox.connect("never"),
+                 cove.NotFound, 65),
+                ("a bad name", lambda: cove.Sandbox.connect("Bad_Name"), cove.InvalidName, 64)):
+            try:
+                call()
+                raise bt.Failure(f"{what}: no error")
+            except cls as e:
+                bt.check(e.status == status, f"{what}: status {e.status}")
+        f.rm()
+        try:
+            f.exec("true")
+            raise bt.Failure("exec of a removed sandbox: no error")
+        except cove.Deleted as e:
+            bt.check(e.status == 66 and "sdk2" in e.message, f"Deleted: {e.status} {e}")
+        print("    errors: AlreadyExists 68, NotFound 65, InvalidName 64, Deleted 66")
+
+        # Calls per second of a trivial exec, side by side.
+        n = 30
+        t0 = time.monotonic()
+        for _ in range(n):
+            sbx.exec(["true"])
+        sdk_rate = n / (time.monotonic() - t0)
+        t0 = time.monotonic()
+        for _ in range(n):
+            subprocess.run(["/work/cove", "exec", "sdk1", "--", "true"], check=True,
+                           env=dict(os.environ), capture_output=True)
+        cli_rate = n / (time.monotonic() - t0)
+        print(f"    trivial exec, {n} calls each: SDK over the agent socket {sdk_rate:.1f}/s, "
+              f"a cove exec process per call {cli_rate:.1f}/s ({sdk_rate / cli_rate:.1f}x); "
+              f"the box emulates its CPU")
+        sbx.rm()
+
+
+test_sdk_sandbox.time_limit = 900
+
+
+def test_sdk_example():
+    """sdk/python/examples/quickstart.py, as README shows it, with cove on PATH."""
+    with _Env():
+        env = dict(os.environ, PATH="/work:" + os.environ.get("PATH", "/usr/bin:/bin"),
+                   PYTHONPATH=SDK)
+        p = subprocess.run([sys.executable, os.path.join(SDK, "examples", "quickstart.py")],
+                           env=env, capture_output=True, text=True, timeout=600)
+        bt.check(p.returncode == 0, f"quickstart.py: rc={p.returncode} {p.stderr[-1500:]!r}")
+        bt.check("hello from agent-demo" in p.stdout and "notes: kept across the stop" in
+                 p.stdout, f"quickstart.py printed {p.stdout!r}")
+        print("    " + p.stdout.strip().replace("\n", "\n    "))
+
+
+test_sdk_example.time_limit = 600
+
+TESTS = [test_sdk_sandbox, test_sdk_example]
