@@ -47,7 +47,9 @@ static int open_target(const char *cmd, int argc, char **argv, struct target *t)
 	t->dfd = -1;
 	t->root.dfd = -1;
 	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: cove %s NAME\n", cmd);
+		fprintf(stderr, "usage: cove %s NAME%s\n", cmd,
+			strcmp(cmd, "up") ? " [--json]   (--json: docs/CLI.md, \"JSON output\")"
+					  : "");
 		return argc == 2 && !strcmp(argv[1], "--help") ? -1 : 2;
 	}
 	t->name = argv[1];
@@ -469,12 +471,13 @@ int cmd_gc(int argc, char **argv)
 	}
 	if (bad) {
 		fprintf(bad < 0 ? stdout : stderr,
-			"usage: cove gc [--dry-run] [--cache-max SIZE]\n"
+			"usage: cove gc [--dry-run] [--cache-max SIZE] [--json]\n"
 			"Archives sandboxes stopped for longer than their --archive-after and "
 			"deletes those unused\nfor longer than their --delete-after. With a store, "
 			"then evicts local copies of\nstopped sandboxes committed there, least "
 			"recently used first, until the state root\nuses at most SIZE (512M, 2G; "
-			"default store.json's cache_max).\n");
+			"default store.json's cache_max).\n--json: one JSON object (docs/CLI.md, "
+			"\"JSON output\").\n");
 		return bad < 0 ? 0 : 2;
 	}
 	if (max && cache_max_parse(max, &bound)) {

@@ -37,8 +37,9 @@ static const char template_usage[] =
     "usage: cove template create T [--rootfs FILE.ext4 | --initrd FILE] [--kernel FILE]\n"
     "                              [--mem SIZE] [--vcpus N] [--cpu-template NAME] [--run CMD]\n"
     "                              [--policy FILE] [--image IMAGE [--on-exit restart|stop]]\n"
+    "                              [--json]\n"
     "       cove template ls [--json]\n"
-    "       cove template rm T\n"
+    "       cove template rm T [--json]\n"
     "\n"
     "A template is a stopped, read-only sandbox that new ones are made from:\n"
     "`cove create NAME --from T` clones its newest snapshot (files shared by hard link) and\n"
@@ -364,7 +365,7 @@ static int template_rm(int argc, char **argv)
 	int dfd = -1, lk = -1, ret, status = 1;
 
 	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: cove template rm T\n");
+		fprintf(stderr, "usage: cove template rm T [--json]\n");
 		return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
 	}
 	if (tpl_name_check(argv[1], err, sizeof(err))) {

@@ -13,7 +13,8 @@
 int cmd_version(int argc, char **argv)
 {
 	if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-		printf("usage: cove version\nPrint the cove version and library versions.\n");
+		printf("usage: cove version [--json]\nPrint the cove version and library "
+		       "versions.\n");
 		return 0;
 	}
 	if (argc > 1) {

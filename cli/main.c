@@ -5,6 +5,7 @@
 
 #include "sandbox/agent_client.h" /* cmd_exec, cmd_attach, cmd_cp, cmd_forward, cmd_ps */
 #include "cli/commands.h"
+#include "cli/json_mode.h"
 
 struct command {
 	const char *name;
@@ -76,6 +77,9 @@ int main(int argc, char **argv)
 		/* NULL: a VMM command, run by cove-vmm in this same process. */
 		if (!commands[i].fn)
 			return cmd_vmm(argv[0], argc - 1, argv + 1);
+		/* --json for a command whose own output is text (json_mode.h). */
+		if (json_mode_wanted(argc - 1, argv + 1))
+			return json_mode_run(commands[i].fn, argc - 1, argv + 1);
 		return commands[i].fn(argc - 1, argv + 1);
 	}
 	fprintf(stderr, "cove: unknown command '%s' (try 'cove --help')\n", argv[1]);

@@ -8,6 +8,7 @@ archive and connect; 16 threads and 16 asyncio tasks at once; the errors a real 
 the SDK's direct agent connection against a `cove exec` process per call, and the SDK's
 example script as README shows it."""
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -189,4 +190,52 @@ def test_sdk_example():
 
 test_sdk_example.time_limit = 600
 
-TESTS = [test_sdk_sandbox, test_sdk_example]
+def test_json_shapes():
+    """Every command's --json on real sandboxes, checked against docs/CLI.md's shapes: create,
+    stop, start, pause, resume, archive, template create and rm, rm, gc, version, ls, and an
+    error line."""
+    import json_shapes
+    shapes = json_shapes.load("/work/CLI.md")
+    with _Env():
+        env = dict(os.environ)
+
+        def run(*args, shape, status=0):
+            p = subprocess.run(["/work/cove", *args, "--json"], env=env, capture_output=True,
+                               text=True, timeout=600)
+            bt.check(p.returncode == status, f"cove {' '.join(args)} --json: rc={p.returncode} "
+                     f"{p.stderr[-800:]!r}")
+            text = p.stdout if status == 0 else p.stderr
+            lines = text.strip().splitlines()
+            bt.check(len(lines) == 1, f"cove {' '.join(args)} --json printed {text!r}")
+            doc = json.loads(lines[0])
+            bad = json_shapes.problems(shapes, shape, doc)
+            bt.check(not bad, f"cove {' '.join(args)} --json does not fit {shape}: {bad}")
+            return doc
+        want = [("create", "running"), ("stop", "stopped"), ("start", "running"),
+                ("pause", "paused"), ("resume", "running"), ("archive", "archived")]
+        for cmd, state in want:
+            args = (cmd, "js1") + (("--snapshot-every", "off") if cmd == "create" else ())
+            doc = run(*args, shape="lifecycle")
+            bt.check(doc["sandbox"] and doc["sandbox"]["state"] == state,
+                     f"{cmd} --json: state {doc['sandbox']}")
+        doc = run("template", "create", "jst", shape="template")
+        bt.check(doc["template"] == "jst", f"template create: {doc}")
+        run("template", "rm", "jst", shape="template")
+        p = subprocess.run(["/work/cove", "ls", "--json"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        entries = json.loads(p.stdout)
+        bt.check(isinstance(entries, list) and entries and all(
+            not json_shapes.problems(shapes, "sandbox", e) for e in entries),
+            f"ls --json: {[json_shapes.problems(shapes, 'sandbox', e) for e in entries]}")
+        doc = run("rm", "js1", shape="rm")
+        bt.check(doc["removed"] is True and doc["name"] == "js1", f"rm: {doc}")
+        run("gc", shape="gc")
+        run("version", shape="version")
+        doc = run("start", "js1", shape="error", status=66)
+        bt.check(doc["exit"] == 66, f"start of a removed sandbox: {doc}")
+        print(f"    --json: {len(want) + 7} commands fit docs/CLI.md's shapes")
+
+
+test_json_shapes.time_limit = 600
+
+TESTS = [test_sdk_sandbox, test_sdk_example, test_json_shapes]

@@ -5,6 +5,7 @@ binary, plus an offline install into a venv. The e2e module `sdk` drives real sa
 
 Usage: test_sdk.py BUILD_DIR (meson passes it; COVE and COVE_INIT name the binaries)."""
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,9 @@ import unittest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import cove  # noqa: E402
+import json_shapes  # noqa: E402
 from cove import _agent  # noqa: E402
 
 
@@ -140,6 +143,48 @@ class Errors(unittest.TestCase):
 
     def test_list_empty(self) -> None:
         self.assertEqual(cove.Sandbox.list(), [])
+
+
+class JsonShapes(unittest.TestCase):
+    """`--json` outputs that need no VM, checked against docs/CLI.md's shapes."""
+
+    def setUp(self) -> None:
+        self.shapes = json_shapes.load(os.path.join(ROOT, "docs", "CLI.md"))
+        self.state = tempfile.mkdtemp(prefix="cove-sdk-json-")
+        self.env = dict(os.environ, COVE_STATE_DIR=self.state,
+                        COVE_RUN_DIR=self.state + "-run")
+
+    def tearDown(self) -> None:
+        shutil.rmtree(self.state, ignore_errors=True)
+
+    def cove(self, *args):
+        p = subprocess.run([os.environ["COVE"], *args], capture_output=True, text=True,
+                           env=self.env)
+        return p.returncode, p.stdout, p.stderr
+
+    def fits(self, shape, text):
+        lines = text.strip().splitlines()
+        self.assertEqual(len(lines), 1, text)
+        doc = json.loads(lines[0])
+        self.assertEqual(json_shapes.problems(self.shapes, shape, doc), [])
+        return doc
+
+    def test_version_and_gc(self) -> None:
+        rc, out, _ = self.cove("version", "--json")
+        self.assertEqual(rc, 0)
+        self.assertEqual(self.fits("version", out)["version"], cove.__version__)
+        rc, out, _ = self.cove("gc", "--json")
+        self.assertEqual(rc, 0)
+        self.assertEqual(self.fits("gc", out)["command"], "gc")
+
+    def test_errors(self) -> None:
+        for args, status in ((("stop", "nosuch"), 65), (("rm", "Bad!"), 64),
+                             (("template", "rm", "nosuch"), 65)):
+            rc, out, err = self.cove(*args, "--json")
+            self.assertEqual((rc, out), (status, ""), err)
+            doc = self.fits("error", err)
+            self.assertEqual(doc["exit"], status)
+            self.assertEqual(doc["command"], " ".join(args[:-1]))
 
 
 class Async(unittest.TestCase):
