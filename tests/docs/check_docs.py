@@ -2,7 +2,8 @@
 """unit suite (no KVM): the front page and the reference stay true.
 
 - README.md is a front page: at most 250 lines, with the tour between its markers (the e2e
-  module `tour` runs it in the KVM box);
+  module `tour` runs it in the KVM box) and, as its Python block, the SDK example the e2e module
+  `sdk` runs;
 - every relative link in README.md and docs/*.md names a file that exists;
 - docs/CLI.md's generated part is what this build's `cove COMMAND --help` prints
   (tools/gen-cli-doc --check).
@@ -43,6 +44,14 @@ def main(build):
     if not tour or "cove create" not in tour.group(1):
         fails.append("README.md has no tour (a ```sh block between <!-- tour:begin --> and "
                      "<!-- tour:end --> that creates a sandbox)")
+    # The SDK's ten lines on the front page are the example the e2e module sdk runs.
+    py = re.search(r"```python\n(.*?)```", text, re.S)
+    with open(os.path.join(ROOT, "sdk", "python", "examples", "quickstart.py")) as f:
+        example = f.read()
+    body = example.split('"""', 2)[2].lstrip("\n") if example.startswith('"""') else example
+    if not py or py.group(1) != body:
+        fails.append("README.md's Python block is not sdk/python/examples/quickstart.py "
+                     "(without its docstring), which the e2e module sdk runs")
     docs = os.path.join(ROOT, "docs")
     pages = [readme] + [os.path.join(docs, p) for p in sorted(os.listdir(docs))
                         if p.endswith(".md")]
