@@ -190,6 +190,49 @@ def test_sdk_example():
 
 test_sdk_example.time_limit = 600
 
+KEK_CMD = """import base64, sys
+try:
+    kek = open(sys.argv[1], "rb").read()
+except OSError:
+    sys.exit("kek.py: the KEK is revoked")
+data = base64.b64decode(sys.stdin.readline())
+print(base64.b64encode(bytes(b ^ kek[i % len(kek)] for i, b in enumerate(data))).decode())
+"""
+
+
+def test_sdk_key_refused():
+    """An encrypted sandbox whose KEK is revoked: connect raises KeyRefused (exit 67), and once
+    the KEK is back the same call reconnects it with its data."""
+    with _Env():
+        import cove
+        kdir = "/tmp/cove-sdk-kek"
+        shutil.rmtree(kdir, ignore_errors=True)
+        os.mkdir(kdir)
+        script, kek = os.path.join(kdir, "kek.py"), os.path.join(kdir, "kek")
+        with open(script, "w") as f:
+            f.write(KEK_CMD)
+        with open(kek, "wb") as f:
+            f.write(os.urandom(32))
+        sbx = cove.Sandbox.create("sdkkey", key=f"key-cmd:python3 {script} {kek}",
+                                  snapshot_every="off")
+        sbx.files.write("/secret-work", "kept under my key\n")
+        sbx.stop()
+        os.rename(kek, kek + ".revoked")
+        try:
+            cove.Sandbox.connect("sdkkey")
+            raise bt.Failure("connect with the KEK revoked: no error")
+        except cove.KeyRefused as e:
+            bt.check(e.status == 67, f"KeyRefused status {e.status}")
+            print(f"    KEK revoked: KeyRefused, exit {e.status}: {e.message[:160]}")
+        os.rename(kek + ".revoked", kek)
+        got = cove.Sandbox.connect("sdkkey").files.read("/secret-work")
+        bt.check(got == b"kept under my key\n", f"after the KEK came back: {got!r}")
+        sbx.rm()
+
+
+test_sdk_key_refused.time_limit = 600
+
+
 def test_json_shapes():
     """Every command's --json on real sandboxes, checked against docs/CLI.md's shapes: create,
     stop, start, pause, resume, archive, template create and rm, rm, gc, version, ls, and an
@@ -238,4 +281,4 @@ def test_json_shapes():
 
 test_json_shapes.time_limit = 600
 
-TESTS = [test_sdk_sandbox, test_sdk_example, test_json_shapes]
+TESTS = [test_sdk_sandbox, test_sdk_example, test_sdk_key_refused, test_json_shapes]
