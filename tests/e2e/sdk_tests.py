@@ -190,21 +190,12 @@ def test_sdk_example():
 
 test_sdk_example.time_limit = 600
 
-KEK_CMD = """import base64, sys
-try:
-    kek = open(sys.argv[1], "rb").read()
-except OSError:
-    sys.exit("kek.py: the KEK is revoked")
-data = base64.b64decode(sys.stdin.readline())
-print(base64.b64encode(bytes(b ^ kek[i % len(kek)] for i, b in enumerate(data))).decode())
-"""
-
-
 def test_sdk_key_refused():
     """An encrypted sandbox whose KEK is revoked: connect raises KeyRefused (exit 67), and once
     the KEK is back the same call reconnects it with its data."""
     with _Env():
         import cove
+        from lifecycle_tests import KEK_CMD  # a test key command: XOR with a KEK file
         kdir = "/tmp/cove-sdk-kek"
         shutil.rmtree(kdir, ignore_errors=True)
         os.mkdir(kdir)
