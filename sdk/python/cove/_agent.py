@@ -151,19 +151,27 @@ def frames(conn: Conn, on_output: Output | None, deadline: float | None,
             return int(st.get("exit_code", -1)), int(st.get("signal", 0)), bytes(out), bytes(err)
 
 
+def exec_request(argv: list[str], env: dict[str, str] | None, cwd: str | None,
+                 user: str | None, stdin: bool, detach: bool) -> dict:
+    """The agent's exec request (AGENT.md): no tty; env as KEY=VALUE entries."""
+    req: dict = {"op": "exec", "argv": list(argv), "tty": False, "stdin": stdin}
+    if detach:
+        req["detach"] = True
+    if env:
+        req["env"] = [f"{k}={v}" for k, v in env.items()]
+    if cwd:
+        req["cwd"] = cwd
+    if user:
+        req["user"] = str(user)
+    return req
+
+
 def exec_cmd(uds: str, argv: list[str], env: dict[str, str] | None, cwd: str | None,
              user: str | None, stdin: bytes | None, timeout: float | None,
              on_output: Output | None) -> tuple[int, int, bytes, bytes]:
     deadline = None if timeout is None else time.monotonic() + timeout
     with Conn(uds) as conn:
-        req: dict = {"op": "exec", "argv": list(argv), "tty": False, "stdin": stdin is not None}
-        if env:
-            req["env"] = [f"{k}={v}" for k, v in env.items()]
-        if cwd:
-            req["cwd"] = cwd
-        if user:
-            req["user"] = str(user)
-        conn.request(req)
+        conn.request(exec_request(argv, env, cwd, user, stdin is not None, False))
         feeder = None
         if stdin is not None:
             feeder = threading.Thread(target=_feed, args=(conn, stdin), daemon=True)
@@ -178,15 +186,7 @@ def exec_cmd(uds: str, argv: list[str], env: dict[str, str] | None, cwd: str | N
 def exec_detached(uds: str, argv: list[str], env: dict[str, str] | None, cwd: str | None,
                   user: str | None) -> str:
     with Conn(uds) as conn:
-        req: dict = {"op": "exec", "argv": list(argv), "tty": False, "stdin": False,
-                     "detach": True}
-        if env:
-            req["env"] = [f"{k}={v}" for k, v in env.items()]
-        if cwd:
-            req["cwd"] = cwd
-        if user:
-            req["user"] = str(user)
-        return str(conn.request(req)["session"])
+        return str(conn.request(exec_request(argv, env, cwd, user, False, True))["session"])
 
 
 def attach(uds: str, session: str, timeout: float | None,
