@@ -165,7 +165,7 @@ int cmd_doctor(int argc, char **argv)
 		       "host),\n"
 		       "  as on nested PVM: small test guests run, Linux guests will not boot.\n"
 		       "  Run Linux sandboxes inside the KVM box instead: tools/kvm-box (see "
-		       "README).\n",
+		       "tools/BOX.md).\n",
 		       1.0 / ratio);
 		return 3;
 	}

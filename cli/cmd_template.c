@@ -44,7 +44,7 @@ static const char template_usage[] =
     "A template is a stopped, read-only sandbox that new ones are made from:\n"
     "`cove create NAME --from T` clones its newest snapshot (files shared by hard link) and\n"
     "restores it as a new machine (new RNG seed, clock, hostname NAME, /etc/machine-id,\n"
-    "boot_id, broker token; README, \"Templates\"). Templates live in\n"
+    "boot_id, broker token; docs/LIFECYCLE.md, \"Templates\"). Templates live in\n"
     "${COVE_STATE_DIR:-/var/lib/cove}/.templates/T, out of reach of every sandbox command.\n"
     "\n"
     "create  boots T once (the guest this project builds, or --kernel/--rootfs/--initrd),\n"
