@@ -147,6 +147,11 @@ int json_mode_run(int (*fn)(int argc, char **argv), int argc, char **argv)
 		if (!json_is_object(o)) {
 			json_decref(o);
 			o = json_pack("{s:s}", "error", last ? last : "failed");
+			/* jansson takes UTF-8 only: a reason that is not still fails as one line.
+			 */
+			if (!o)
+				o = json_pack("{s:s}", "error",
+					      "(its one-line reason was not valid UTF-8)");
 		}
 		if (o) {
 			json_object_set_new(o, "v", json_integer(JSON_MODE_VERSION));

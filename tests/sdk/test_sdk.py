@@ -9,6 +9,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -116,6 +118,60 @@ class AgentTransport(unittest.TestCase):
             _agent.status(os.path.join(self.a.dir, "nothing.sock"))
 
 
+class HostileAgent(unittest.TestCase):
+    """A guest's agent is not trusted: replies that break the protocol end the call with one
+    AgentError line, never another exception or a hang."""
+
+    def serve(self, *replies: bytes) -> str:
+        d = tempfile.mkdtemp(prefix="cove-sdk-hostile-")
+        self.addCleanup(shutil.rmtree, d, True)
+        uds = os.path.join(d, "v.sock")
+        ls = socket.socket(socket.AF_UNIX)
+        ls.bind(uds)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+
+        def one() -> None:
+            c, _ = ls.accept()
+            with c:
+                c.recv(64)  # CONNECT 1024
+                c.sendall(b"OK 1024\n")
+                c.recv(65536)  # the request
+                for r in replies:
+                    c.sendall(r)
+                time.sleep(0.5)
+        threading.Thread(target=one, daemon=True).start()
+        return uds
+
+    @staticmethod
+    def msg(obj) -> bytes:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        return struct.pack(">I", len(data)) + data
+
+    def check_refused(self, call, uds, what) -> None:
+        with self.assertRaises(_agent.AgentError) as cm:
+            call(uds)
+        self.assertNotIn("\n", str(cm.exception))
+        self.assertIn(what, str(cm.exception))
+
+    def test_hostile_replies(self) -> None:
+        ok = self.msg({"ok": True, "session": "s1", "pid": 1})
+        run = lambda uds: _agent.exec_cmd(uds, ["true"], None, None, None, None, 30, None)
+        self.check_refused(run, self.serve(ok, b"x" + struct.pack(">I", 3) + b"[1]"),
+                           "exit frame")
+        self.check_refused(run, self.serve(ok, b"o" + struct.pack(">I", (1 << 20) + 1)),
+                           "over")
+        self.check_refused(run, self.serve(self.msg(b"not json")), "not JSON")
+        self.check_refused(run, self.serve(self.msg([1, 2])), "not a JSON object")
+        self.check_refused(run, self.serve(ok), "closed")
+        self.check_refused(lambda uds: _agent.get(uds, "/f"),
+                           self.serve(self.msg({"ok": True, "size": "1e99"})), "size")
+        self.check_refused(lambda uds: _agent.get(uds, "/f"),
+                           self.serve(self.msg({"ok": True, "size": 2 << 30})), "size")
+        self.check_refused(lambda uds: _agent.exec_detached(uds, ["true"], None, None, None),
+                           self.serve(self.msg({"ok": True})), "session id")
+
+
 class Errors(unittest.TestCase):
     """Each error the real cove gives without a VM, by its real cause."""
 
@@ -178,8 +234,10 @@ class JsonShapes(unittest.TestCase):
         self.assertEqual(self.fits("gc", out)["command"], "gc")
 
     def test_errors(self) -> None:
+        # The last: a name that is not UTF-8, which cove's reason quotes; still one JSON line.
         for args, status in ((("stop", "nosuch"), 65), (("rm", "Bad!"), 64),
-                             (("template", "rm", "nosuch"), 65)):
+                             (("template", "rm", "nosuch"), 65),
+                             (("template", "rm", os.fsdecode(b"a\xff")), 64)):
             rc, out, err = self.cove(*args, "--json")
             self.assertEqual((rc, out), (status, ""), err)
             doc = self.fits("error", err)

@@ -81,7 +81,10 @@ class Conn:
         (n,) = struct.unpack(">I", self._read(4))
         if n > MSG_MAX:
             raise AgentError(f"an agent message of {n} bytes, over {MSG_MAX}")
-        obj = json.loads(self._read(n))
+        try:
+            obj = json.loads(self._read(n))
+        except ValueError:
+            raise AgentError("an agent message that is not JSON") from None
         if not isinstance(obj, dict):
             raise AgentError("an agent message that is not a JSON object")
         return obj
@@ -145,10 +148,15 @@ def frames(conn: Conn, on_output: Output | None, deadline: float | None,
             if on_output:
                 on_output("stderr", payload)
         elif kind == b"x":
-            st = json.loads(payload)
+            try:
+                st = json.loads(payload)
+                code, sig = int(st.get("exit_code", -1)), int(st.get("signal", 0))
+            except (ValueError, TypeError, AttributeError):
+                raise AgentError(f"{what}: an exit frame that is not "
+                                 f'{{"exit_code":N,"signal":S}}: {payload[:80]!r}') from None
             if killed:
                 raise Timeout(f"{what}: killed at its timeout", bytes(out), bytes(err))
-            return int(st.get("exit_code", -1)), int(st.get("signal", 0)), bytes(out), bytes(err)
+            return code, sig, bytes(out), bytes(err)
 
 
 def exec_request(argv: list[str], env: dict[str, str] | None, cwd: str | None,
@@ -186,7 +194,10 @@ def exec_cmd(uds: str, argv: list[str], env: dict[str, str] | None, cwd: str | N
 def exec_detached(uds: str, argv: list[str], env: dict[str, str] | None, cwd: str | None,
                   user: str | None) -> str:
     with Conn(uds) as conn:
-        return str(conn.request(exec_request(argv, env, cwd, user, False, True))["session"])
+        sid = conn.request(exec_request(argv, env, cwd, user, False, True)).get("session")
+        if not isinstance(sid, str) or not sid:
+            raise AgentError(f"a detached exec answered without a session id: {sid!r}")
+        return sid
 
 
 def attach(uds: str, session: str, timeout: float | None,
@@ -209,8 +220,8 @@ def put(uds: str, path: str, data: bytes, mode: int) -> None:
 def get(uds: str, path: str) -> bytes:
     with Conn(uds, timeout=300) as conn:
         rep = conn.request({"op": "get", "path": path})
-        size = int(rep["size"])
-        if size < 0 or size > 1 << 30:
+        size = rep.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or size > 1 << 30:
             raise AgentError(f"{path}: a size of {size} bytes")
         return conn._read(size)
 
