@@ -101,11 +101,14 @@ class Sandbox:
     @staticmethod
     def list() -> list[dict]:
         """`cove ls --json`: one dict per sandbox (name, state, ...)."""
-        out = _cli.run("ls", "--json", timeout=60).strip()
-        if not out:
-            return []
-        doc = json.loads(out)
-        return doc if isinstance(doc, list) else doc.get("sandboxes", [])
+        out = _cli.run("ls", "--json", timeout=60)
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, list):
+            raise CoveError(f"cove ls --json printed no JSON array: {out[:200]!r}")
+        return doc
 
     # ---- the agent, reconnecting the sandbox when it is not running ----
     def _uds(self) -> str:
