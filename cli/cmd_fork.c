@@ -36,9 +36,9 @@ static const char usage[] =
     "are hard links to NAME's (copies across filesystems; neither ever writes them), its own\n"
     "disk tops and event log; it is then started (restored, with a fresh identity: RNG seed,\n"
     "clock, void broker token) unless --stopped. Prints one line per clone (--json: one\n"
-    "object). Exit status: 64 a bad name, 65 no sandbox NAME, 66 NAME was deleted, 67 a clone\n"
-    "could not be started (it stays, stopped), 68 a NEW exists already, 2 a NEW named twice;\n"
-    "a refused fork creates nothing.\n"
+    "object, shape \"fork\" of docs/CLI.md). Exit status: 64 a bad name, 65 no sandbox\n"
+    "NAME, 66 NAME was deleted, 67 a clone could not be started (it stays, stopped), 68 a\n"
+    "NEW exists already, 2 a NEW named twice; a refused fork creates nothing.\n"
     "\n"
     "API_SOCK (a path with a '/', or a socket): snapshot a running sandbox (it needs\n"
     "--snapshot-dir) and start N clones (1..16, default 1) restored from it, as PUT /fork\n"
@@ -218,7 +218,8 @@ static int fork_named(int argc, char **argv)
 							   "state", state[i], "linked",
 							   (json_int_t)st[i].linked, "copied",
 							   (json_int_t)st[i].copied));
-		json_t *j = json_pack("{s:s,s:o}", "from", name, "clones", a);
+		json_t *j = json_pack("{s:i,s:s,s:s,s:o}", "v", 1, "command", "fork", "from", name,
+				      "clones", a);
 		char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
 
 		printf("%s\n", out ? out : "{}");

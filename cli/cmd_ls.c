@@ -132,8 +132,8 @@ static int add_one(const char *name, int dfd, void *arg)
 }
 
 /*
- * `cove ls --cache [--json]`: this host's cache of the store, one JSON object (cove ls --json
- * stays an array of sandboxes): {"format": 1, "usage_bytes" (the state root, hard links once),
+ * `cove ls --cache [--json]`: this host's cache of the store, one JSON object: {"v": 1,
+ * "command": "ls --cache", "usage_bytes" (the state root, hard links once),
  * "hits", "misses", "evictions", "evicted_bytes" (lifecycle/cache_stats.h), "sandboxes":
  * [{"name", "state", "last_used_ms", "own_bytes" (what evicting it would free)}]}.
  */
@@ -161,10 +161,11 @@ static int print_cache(bool as_json)
 						     "state", sbx_state_name(c[i].state),
 						     "last_used_ms", (json_int_t)c[i].last_used_ms,
 						     "own_bytes", (json_int_t)c[i].bytes));
-	json_t *o = json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:o}", "format", 1, "usage_bytes",
-			      (json_int_t)usage, "hits", (json_int_t)cs.hits, "misses",
-			      (json_int_t)cs.misses, "evictions", (json_int_t)cs.evictions,
-			      "evicted_bytes", (json_int_t)cs.evicted_bytes, "sandboxes", all);
+	json_t *o =
+	    json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:o}", "v", 1, "command", "ls --cache",
+		      "usage_bytes", (json_int_t)usage, "hits", (json_int_t)cs.hits, "misses",
+		      (json_int_t)cs.misses, "evictions", (json_int_t)cs.evictions, "evicted_bytes",
+		      (json_int_t)cs.evicted_bytes, "sandboxes", all);
 	free(c);
 	if (as_json) {
 		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
@@ -199,7 +200,13 @@ int cmd_ls(int argc, char **argv)
 	}
 	if (bad) {
 		bool help = argc == 2 && !strcmp(argv[1], "--help");
-		fprintf(help ? stdout : stderr, "usage: cove ls [--json] [--cache]\n");
+		fprintf(
+		    help ? stdout : stderr,
+		    "usage: cove ls [--json] [--cache]\n"
+		    "Every sandbox of this host (and of the store, when one is configured).\n"
+		    "  --cache  this host's cache of the store instead\n"
+		    "  --json   one JSON object, shapes \"ls\" and \"ls --cache\" in docs/CLI.md "
+		    "(\"JSON output\")\n");
 		return help ? 0 : 2;
 	}
 	if (cache)
@@ -213,10 +220,13 @@ int cmd_ls(int argc, char **argv)
 	}
 	merge_store(all);
 	if (as_json) {
-		char *text = json_dumps(all, JSON_INDENT(2));
+		/* docs/CLI.md's shape "ls": the sandboxes, each as "sandbox" */
+		json_t *o = json_pack("{s:i,s:s,s:O}", "v", 1, "command", "ls", "sandboxes", all);
+		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 
-		printf("%s\n", text ? text : "[]");
+		printf("%s\n", text ? text : "{}");
 		free(text);
+		json_decref(o);
 	} else {
 		size_t i;
 		json_t *j;

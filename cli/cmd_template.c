@@ -67,7 +67,8 @@ static const char template_usage[] =
     "                 guest trusts T's own egress CA; every sandbox made from T keeps the\n"
     "                 policy, gets a broker and a CA of its own, and its guest's trust store\n"
     "                 has the sandbox's CA in place of T's\n"
-    "ls      the saved templates (--json: one array), and builds under way or failed;\n"
+    "ls      the saved templates (--json: shape \"template ls\" of docs/CLI.md), and builds under "
+    "way or failed;\n"
     "        warm-* are the implicit templates plain `cove create` builds (cove create --help)\n"
     "rm      removes T; sandboxes made from it keep working (their layers are their own\n"
     "        links to files that are never changed in place)\n"
@@ -326,10 +327,13 @@ static int template_ls(int argc, char **argv)
 	if (d)
 		closedir(d);
 	if (as_json) {
-		char *text = json_dumps(all, JSON_INDENT(2));
+		json_t *o =
+		    json_pack("{s:i,s:s,s:O}", "v", 1, "command", "template ls", "templates", all);
+		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 
-		printf("%s\n", text ? text : "[]");
+		printf("%s\n", text ? text : "{}");
 		free(text);
+		json_decref(o);
 	} else {
 		printf("%-20s %-10s %-16s %7s %5s %8s  %s\n", "NAME", "STATE", "CREATED (UTC)",
 		       "MEM", "VCPUS", "SIZE", "RUN");

@@ -22,28 +22,29 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: cove image import SOURCE [--name NAME] [--max-size SIZE] [--free SIZE] "
-		"[--json]\n"
-		"       cove image ls [--json]\n"
-		"       cove image inspect NAME\n"
-		"       cove image rm NAME\n"
-		"Images are kept in ${COVE_STATE_DIR:-/var/lib/cove}/.images, one sparse ext4 "
-		"root per\nimage digest; `cove create NAME --image IMAGE` starts a sandbox from "
-		"one.\n"
-		"SOURCE: an OCI image layout directory, an OCI archive or docker-archive (a tar "
-		"file),\n"
-		"or TRANSPORT:WHAT as skopeo writes it: oci:DIR[:REF], oci-archive:FILE[:REF],\n"
-		"docker-archive:FILE[:REF], containers-storage:REF (copied out through skopeo).\n"
-		"  --name NAME     the name to use (default: the one the source gives, else the\n"
-		"                  file name)\n"
-		"  --max-size SIZE refuse an image that unpacks to more (default 16G)\n"
-		"  --free SIZE     room left in its ext4 for the sandbox's own files (default 1G;\n"
-		"                  the file is sparse)\n"
-		"  --json          one JSON object (\"version\": 1): name, digest, cached, ms, "
-		"layers,\n"
-		"                  entries, unpacked_bytes, ext4_bytes\n"
-		"A second import of an image already here unpacks nothing (\"cached\": true).\n");
+	fprintf(
+	    out,
+	    "usage: cove image import SOURCE [--name NAME] [--max-size SIZE] [--free SIZE] "
+	    "[--json]\n"
+	    "       cove image ls [--json]\n"
+	    "       cove image inspect NAME\n"
+	    "       cove image rm NAME\n"
+	    "Images are kept in ${COVE_STATE_DIR:-/var/lib/cove}/.images, one sparse ext4 "
+	    "root per\nimage digest; `cove create NAME --image IMAGE` starts a sandbox from "
+	    "one.\n"
+	    "SOURCE: an OCI image layout directory, an OCI archive or docker-archive (a tar "
+	    "file),\n"
+	    "or TRANSPORT:WHAT as skopeo writes it: oci:DIR[:REF], oci-archive:FILE[:REF],\n"
+	    "docker-archive:FILE[:REF], containers-storage:REF (copied out through skopeo).\n"
+	    "  --name NAME     the name to use (default: the one the source gives, else the\n"
+	    "                  file name)\n"
+	    "  --max-size SIZE refuse an image that unpacks to more (default 16G)\n"
+	    "  --free SIZE     room left in its ext4 for the sandbox's own files (default 1G;\n"
+	    "                  the file is sparse)\n"
+	    "  --json          one JSON object (\"v\": 1; docs/CLI.md's shape \"image import\"):\n"
+	    "                  name, digest, cached, ms, layers, entries, unpacked_bytes,\n"
+	    "                  ext4_bytes (image ls --json: shape \"image ls\")\n"
+	    "A second import of an image already here unpacks nothing (\"cached\": true).\n");
 }
 
 static int open_cache(bool create, struct sbx_root *root, int *cachefd, char *err, size_t errlen)
@@ -112,11 +113,12 @@ static int cmd_import(int argc, char **argv, struct logger *log)
 	}
 	if (json) {
 		json_t *j = json_pack(
-		    "{s:i,s:s,s:s+,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "version", 1, "name", res.name,
-		    "digest", "sha256:", res.hex, "cached", res.cached, "ms", (json_int_t)res.ms,
-		    "layers", (json_int_t)res.layers, "entries", (json_int_t)res.entries,
-		    "unpacked_bytes", (json_int_t)res.bytes, "ext4_bytes",
-		    (json_int_t)res.ext4_bytes, "special_skipped", (json_int_t)res.special);
+		    "{s:i,s:s,s:s,s:s+,s:b,s:I,s:I,s:I,s:I,s:I,s:I}", "v", 1, "command",
+		    "image import", "name", res.name, "digest", "sha256:", res.hex, "cached",
+		    res.cached, "ms", (json_int_t)res.ms, "layers", (json_int_t)res.layers,
+		    "entries", (json_int_t)res.entries, "unpacked_bytes", (json_int_t)res.bytes,
+		    "ext4_bytes", (json_int_t)res.ext4_bytes, "special_skipped",
+		    (json_int_t)res.special);
 		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
 		printf("%s\n", t ? t : "{}");
 		free(t);
@@ -175,7 +177,8 @@ static int cmd_ls(int argc, char **argv)
 		json_decref(m);
 	}
 	if (json) {
-		json_t *j = json_pack("{s:i,s:O}", "version", 1, "images", out);
+		json_t *j =
+		    json_pack("{s:i,s:s,s:O}", "v", 1, "command", "image ls", "images", out);
 		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
 		printf("%s\n", t ? t : "{}");
 		free(t);

@@ -47,7 +47,7 @@ def run(argv, timeout=300, env=None, check_rc=None):
 def oci_sandboxes():
     rc, out, err = run([COVE, "ls", "--json"])
     bt.check(rc == 0, f"cove ls: {err!r}")
-    return [s["name"] for s in json.loads(out) if s["name"].startswith("oci-")]
+    return [s["name"] for s in json.loads(out)["sandboxes"] if s["name"].startswith("oci-")]
 
 
 def cgroups():

@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, "/work")
-from store_box import STATE, check, cove, newest, run_role, sh, tail  # noqa: E402
+from store_box import ENV, STATE, check, cove, newest, run_role, sdk_connect, sh, tail  # noqa: E402
 
 OUT = {}
 WAIT_S = 900
@@ -144,8 +144,15 @@ def host_small():
         refusals[how] = jl[0]["detail"]
     print(f"  plain refused on small (exit 76): {refusals['exec']}", flush=True)
     OUT["refusal"] = refusals["exec"]
+    # The SDK here: Sandbox.connect raises Incompatible, naming the feature.
+    got = sdk_connect(ENV, "plain")
+    check(got and got[0] == "Incompatible" and got[1] == 76 and isinstance(got[3], dict) and
+          got[3].get("error") == "cpu-incompatible" and "bmi2" in got[3].get("detail", ""),
+          f"the SDK's connect of plain on small: {got}")
+    print(f"  the SDK on small: cove.Sandbox.connect('plain') raised Incompatible (status 76, "
+          f"{got[2][:100]})", flush=True)
     rc, out, err, t = cove("ls", "--json")
-    st = {e["name"]: e["state"] for e in json.loads(out)}
+    st = {e["name"]: e["state"] for e in json.loads(out)["sandboxes"]}
     check(st.get("plain") != "running" and st.get("tpl") == "stopped",
           f"cove ls on small after the refusal: {st}")
     pids = [p for p in os.listdir("/proc") if p.isdigit()]

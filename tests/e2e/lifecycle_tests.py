@@ -43,7 +43,7 @@ def sh(name, script, timeout=300):
 def ls(name):
     rc, out, err = cove("ls", "--json")
     bt.check(rc == 0, f"cove ls --json: rc={rc} {err!r}")
-    for s in json.loads(out):
+    for s in json.loads(out)["sandboxes"]:
         if s["name"] == name:
             return s
     return None
@@ -947,7 +947,7 @@ def test_lifecycle_template():
         template_create(t, "--run", TEMPLATE_SETUP)
         rc, out, err = cove("template", "ls", "--json")
         bt.check(rc == 0, f"cove template ls: rc={rc} {err!r}")
-        tl = json.loads(out)
+        tl = json.loads(out)["templates"]
         bt.check([(x["name"], x["state"], x["run"]) for x in tl] == [(t, "ready", TEMPLATE_SETUP)],
                  f"cove template ls: {tl}")
         rc, out, err = cove("exec", t, "--", "true")
@@ -1006,7 +1006,7 @@ def warm_templates():
     """The implicit templates cove template ls lists: [(name, state)]."""
     rc, out, err = cove("template", "ls", "--json")
     bt.check(rc == 0, f"cove template ls: rc={rc} {err!r}")
-    return [(x["name"], x["state"]) for x in json.loads(out) if x.get("implicit")]
+    return [(x["name"], x["state"]) for x in json.loads(out)["templates"] if x.get("implicit")]
 
 
 def test_lifecycle_warm():

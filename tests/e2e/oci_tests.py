@@ -49,7 +49,11 @@ def imported(source, *opts):
     t0 = time.monotonic()
     rc, out, err = cove("image", "import", source, "--json", *opts)
     bt.check(rc == 0, f"cove image import {source}: rc={rc} {err.strip()!r}")
-    return json.loads(out), time.monotonic() - t0
+    import json_shapes  # docs/CLI.md's shape "image import"
+    doc = json.loads(out)
+    bad = json_shapes.problems(json_shapes.load("/work/CLI.md"), "image import", doc)
+    bt.check(not bad, f"cove image import --json does not fit its shape: {bad}")
+    return doc, time.monotonic() - t0
 
 
 def create(name, image, *opts):
@@ -181,7 +185,7 @@ def test_oci_main_process_exit():
     state = None
     while time.monotonic() < deadline:
         rc2, out2, err2 = cove("ls", "--json")
-        state = {s["name"]: s.get("state") for s in json.loads(out2)}.get("r2")
+        state = {s["name"]: s.get("state") for s in json.loads(out2)["sandboxes"]}.get("r2")
         if state != "running":
             break
         time.sleep(1)

@@ -227,8 +227,8 @@ test_sdk_key_refused.time_limit = 600
 
 def test_json_shapes():
     """Every command's --json on real sandboxes, checked against docs/CLI.md's shapes: create,
-    stop, start, pause, resume, archive, template create and rm, rm, gc, version, ls, and an
-    error line."""
+    stop, start, pause, resume, archive, template create, ls and rm, fork, ls, ls --cache,
+    image ls, rm, gc, version, and an error line (image import: the oci module)."""
     import json_shapes
     shapes = json_shapes.load("/work/CLI.md")
     with _Env():
@@ -255,20 +255,25 @@ def test_json_shapes():
                      f"{cmd} --json: state {doc['sandbox']}")
         doc = run("template", "create", "jst", shape="template")
         bt.check(doc["template"] == "jst", f"template create: {doc}")
+        doc = run("template", "ls", shape="template ls")
+        bt.check([t["name"] for t in doc["templates"]] == ["jst"], f"template ls: {doc}")
         run("template", "rm", "jst", shape="template")
-        p = subprocess.run(["/work/cove", "ls", "--json"], env=env, capture_output=True,
-                           text=True, timeout=60)
-        entries = json.loads(p.stdout)
-        bt.check(isinstance(entries, list) and entries and all(
-            not json_shapes.problems(shapes, "sandbox", e) for e in entries),
-            f"ls --json: {[json_shapes.problems(shapes, 'sandbox', e) for e in entries]}")
+        doc = run("fork", "js1", "js2", "--stopped", shape="fork")
+        bt.check(doc["from"] == "js1" and [c["name"] for c in doc["clones"]] == ["js2"],
+                 f"fork: {doc}")
+        doc = run("ls", shape="ls")
+        bt.check(sorted(e["name"] for e in doc["sandboxes"]) == ["js1", "js2"], f"ls: {doc}")
+        doc = run("ls", "--cache", shape="ls --cache")
+        doc = run("image", "ls", shape="image ls")
+        bt.check(doc["images"] == [], f"image ls on a host with no images: {doc}")
+        run("rm", "js2", shape="rm")
         doc = run("rm", "js1", shape="rm")
         bt.check(doc["removed"] is True and doc["name"] == "js1", f"rm: {doc}")
         run("gc", shape="gc")
         run("version", shape="version")
         doc = run("start", "js1", shape="error", status=66)
         bt.check(doc["exit"] == 66, f"start of a removed sandbox: {doc}")
-        print(f"    --json: {len(want) + 7} commands fit docs/CLI.md's shapes")
+        print(f"    --json: {len(want) + 13} commands fit docs/CLI.md's shapes")
 
 
 test_json_shapes.time_limit = 600

@@ -93,7 +93,7 @@ def newest(name):
 def cove_ls():
     rc, out, err, t = cove("ls", "--json")
     check(rc == 0, f"cove ls --json: rc={rc} {err!r}")
-    return {e["name"]: e for e in json.loads(out)}
+    return {e["name"]: e for e in json.loads(out)["sandboxes"]}
 
 
 def create(name, *opts):
@@ -242,6 +242,21 @@ def cove_c(*args, timeout=600):
     return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
 
+def sdk_connect(env, name):
+    """cove.Sandbox.connect(NAME) in a fresh Python with ENV (the SDK from /work/sdk, cove from
+    /work/cove): [error class, status, message, detail] of what it raised, or None."""
+    code = ("import json, sys, cove\n"
+            "try:\n    cove.Sandbox.connect(sys.argv[1])\n    print('null')\n"
+            "except cove.CoveError as e:\n"
+            "    print(json.dumps([type(e).__name__, e.status, e.message,\n"
+            "                      getattr(e, 'detail', None)]))\n")
+    r = subprocess.run([sys.executable, "-c", code, name], capture_output=True, timeout=900,
+                       env=dict(env, PYTHONPATH="/work/sdk", COVE=COVE))
+    check(r.returncode == 0, f"the SDK's connect of {name}: rc={r.returncode} "
+          f"{r.stderr.decode(errors='replace')[-800:]!r}")
+    return json.loads(r.stdout)
+
+
 def procs_of(pred):
     """Pids whose command line (NUL-separated args) satisfies pred."""
     out = []
@@ -350,11 +365,20 @@ def lease_checks():
         check(rc == 75 and held and held["error"] == "held" and held["host"] == "host-b",
               f"host C's exec of x while host B runs it ({when}): rc={rc} {err!r}")
         rc, out, err2 = cove_c("ls", "--json")
-        st_c = {e["name"]: e["state"] for e in json.loads(out)} if rc == 0 else {}
+        st_c = ({e["name"]: e["state"] for e in json.loads(out)["sandboxes"]}
+                if rc == 0 else {})
         check(st_c.get("x") in ("remote", "stopped"), f"x on host C: {st_c} {err2!r}")
         OUT["held"] = held
         print(f"  host C, while host B runs x ({when}): exit 75, {err.strip()}", flush=True)
         if when.startswith("before"):
+            # The SDK on host C: Sandbox.connect raises HeldElsewhere with cove's own line.
+            got = sdk_connect(HOST_C, "x")
+            check(got and got[0] == "HeldElsewhere" and got[1] == 75 and
+                  isinstance(got[3], dict) and got[3].get("host") == "host-b" and
+                  got[3].get("sandbox") == "x",
+                  f"the SDK on host C while host B runs x: {got}")
+            print(f"  the SDK on host C: cove.Sandbox.connect('x') raised HeldElsewhere "
+                  f"(status 75, held by {got[3]['host']})", flush=True)
             gens_disk(int(os.environ.get("STORE_BOX_GENS", "18")))
     rc, out, err, t = cove("exec", "x", "--", "cat", "/ram/n")
     check(rc == 0, f"x on host B: rc={rc} {err!r}")
@@ -867,7 +891,8 @@ def metrics_checks():
     os.kill(pid, 9)
     time.sleep(1)
     rc, out, err, t = cove("ls", "--json")
-    states = {e["name"]: e["state"] for e in json.loads(out) if e["state"] != "remote"}
+    states = {e["name"]: e["state"] for e in json.loads(out)["sandboxes"]
+              if e["state"] != "remote"}
     check(states.get("s1") == "running" and states.get("s3") == "paused" and
           states.get("y") == "crashed" and states.get("fg") == "stopped",
           f"host B's sandboxes for the metrics: {states}")

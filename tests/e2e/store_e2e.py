@@ -189,6 +189,7 @@ def box(srv, work, what, kdir, rdir, extra, env, script="store_box.py"):
            "--add", f"{kdir}/vmlinux:/work/kernel/vmlinux",
            "--add", f"{rdir}/rootfs.ext4:/work/rootfs/rootfs.ext4",
            "--add", f"{os.path.join(HERE, 'store_box.py')}:/work/store_box.py",
+           "--add", f"{os.path.join(ROOT, 'sdk', 'python')}:/work/sdk",
            "--out-dir", out]
     if script != "store_box.py":
         cmd += ["--add", f"{os.path.join(HERE, script)}:/work/{script}"]

@@ -33,7 +33,11 @@ def problems(shapes, name, value, where="$"):
         alts = t.split("|")
         ok = False
         for a in alts:
-            if a in shapes:
+            if a.endswith("[]") and a[:-2] in shapes:
+                ok = ok or (isinstance(v, list) and not any(
+                    problems(shapes, a[:-2], item, f"{where}.{k}[{i}]")
+                    for i, item in enumerate(v)))
+            elif a in shapes:
                 ok = ok or not problems(shapes, a, v, f"{where}.{k}")
             elif a == "integer":
                 ok = ok or (isinstance(v, int) and not isinstance(v, bool))

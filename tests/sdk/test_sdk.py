@@ -200,6 +200,23 @@ class Errors(unittest.TestCase):
     def test_list_empty(self) -> None:
         self.assertEqual(cove.Sandbox.list(), [])
 
+    def test_json_refusal_lines(self) -> None:
+        """75 and 76 carry cove's JSON line as `detail` (their real causes: the e2e modules store
+        and cpu); a text line or a non-object leaves `detail` empty."""
+        from cove import _cli
+        held = ('{"error":"held","sandbox":"x","host":"host-b","expires_ms":1,"epoch":2}')
+        e = _cli.error_for(75, "cove: something first\n" + held + "\n")
+        self.assertIsInstance(e, cove.HeldElsewhere)
+        self.assertEqual((e.status, e.detail["host"], e.message), (75, "host-b", held))
+        cpu = '{"error":"cpu-incompatible","sandbox":"p","detail":"bmi2","exit":76}'
+        e = _cli.error_for(76, cpu)
+        self.assertIsInstance(e, cove.Incompatible)
+        self.assertEqual((e.status, e.detail["detail"]), (76, "bmi2"))
+        for text in ("cove: p: this host's CPU cannot take its state: bmi2", "[1, 2]", ""):
+            e = _cli.error_for(76, text)
+            self.assertIsInstance(e, cove.Incompatible)
+            self.assertEqual(e.detail, {})
+
 
 class JsonShapes(unittest.TestCase):
     """`--json` outputs that need no VM, checked against docs/CLI.md's shapes."""
@@ -232,6 +249,29 @@ class JsonShapes(unittest.TestCase):
         rc, out, _ = self.cove("gc", "--json")
         self.assertEqual(rc, 0)
         self.assertEqual(self.fits("gc", out)["command"], "gc")
+
+    def test_listings(self) -> None:
+        """ls, ls --cache, template ls and image ls on an empty host: versioned objects."""
+        for args, shape, key in ((("ls",), "ls", "sandboxes"),
+                                 (("ls", "--cache"), "ls --cache", "sandboxes"),
+                                 (("template", "ls"), "template ls", "templates"),
+                                 (("image", "ls"), "image ls", "images")):
+            rc, out, err = self.cove(*args, "--json")
+            self.assertEqual(rc, 0, err)
+            doc = json.loads(out)
+            self.assertEqual(json_shapes.problems(self.shapes, shape, doc), [], out)
+            self.assertEqual((doc["v"], doc["command"], doc[key]), (1, " ".join(args), []))
+
+    def test_array_items_checked(self) -> None:
+        """A NAME[] type checks every item: one bad clone in a fork's object is named."""
+        doc = {"v": 1, "command": "fork", "from": "a", "clones": [
+            {"name": "b", "state": "running", "linked": 3, "copied": 0},
+            {"name": "c", "state": "running", "linked": "3", "copied": 0}]}
+        bad = json_shapes.problems(self.shapes, "fork", doc)
+        self.assertEqual(len(bad), 1, bad)
+        self.assertIn("clones", bad[0])
+        doc["clones"].pop()
+        self.assertEqual(json_shapes.problems(self.shapes, "fork", doc), [])
 
     def test_errors(self) -> None:
         # The last: a name that is not UTF-8, which cove's reason quotes; still one JSON line.

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 
-from .errors import BY_STATUS, CoveError, HeldElsewhere, KeyRefused, StartFailed
+from .errors import BY_STATUS, CoveError, HeldElsewhere, Incompatible, KeyRefused, StartFailed
 
 
 def cove_binary() -> str:
@@ -22,12 +22,12 @@ def error_for(status: int, stderr: str) -> CoveError:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else f"cove exited {status}"
     cls = BY_STATUS.get(status, CoveError)
-    if cls is HeldElsewhere:
+    if cls in (HeldElsewhere, Incompatible):
         try:
             detail = json.loads(last)
         except ValueError:
             detail = {}
-        return HeldElsewhere(last, status, detail if isinstance(detail, dict) else {})
+        return cls(last, status, detail if isinstance(detail, dict) else {})
     if cls is StartFailed and "key" in last.lower() and "refused" in last.lower():
         return KeyRefused(last, status)
     return cls(last, status)

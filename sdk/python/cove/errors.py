@@ -50,7 +50,13 @@ class HeldElsewhere(CoveError):
 
 
 class Incompatible(CoveError):
-    """Exit 76: this host cannot offer a CPU feature the sandbox's guest saw."""
+    """Exit 76: this host cannot offer a CPU feature the sandbox's guest saw. `detail` is
+    cove's JSON line: error ("cpu-incompatible"), sandbox, detail (the features, by name)."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 detail: dict | None = None) -> None:
+        super().__init__(message, status)
+        self.detail = detail or {}
 
 
 class Timeout(CoveError):

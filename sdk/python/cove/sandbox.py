@@ -106,9 +106,10 @@ class Sandbox:
             doc = json.loads(out)
         except ValueError:
             doc = None
-        if not isinstance(doc, list):
-            raise CoveError(f"cove ls --json printed no JSON array: {out[:200]!r}")
-        return doc
+        sandboxes = doc.get("sandboxes") if isinstance(doc, dict) else None
+        if not isinstance(sandboxes, list) or not all(isinstance(e, dict) for e in sandboxes):
+            raise CoveError(f"cove ls --json printed no list of sandboxes: {out[:200]!r}")
+        return sandboxes
 
     # ---- the agent, reconnecting the sandbox when it is not running ----
     def _uds(self) -> str:
