@@ -125,13 +125,9 @@ int cmd_start(int argc, char **argv)
 		sbx_cache_count(&t.root, t.dfd, pulled);
 	int ret = st ? 0 : sbx_start(&t.root, t.name, t.dfd, "cove start", err, sizeof(err));
 
-	if (ret == -ENOEXEC) {
-		sbx_cpu_refused(t.name, err);
-		st = SBX_EXIT_CPU;
-	} else if (ret) {
-		fprintf(stderr, "cove start: %s: %s\n", t.name, err);
-		st = SBX_EXIT_START;
-	} else if (st == 0)
+	if (ret)
+		st = sbx_start_exit("cove start", t.name, ret, err);
+	else if (st == 0)
 		printf("%s: running\n", t.name);
 	close_target(&t);
 	return st < 0 ? 0 : st;
@@ -383,10 +379,9 @@ static int pause_resume(int argc, char **argv, bool pause)
 		goto out;
 	if (!pause && t.state != SBX_RUNNING && t.state != SBX_PAUSED) {
 		/* Resuming a stopped sandbox is starting it. */
-		if (sbx_start(&t.root, t.name, t.dfd, "cove resume", err, sizeof(err))) {
-			fprintf(stderr, "cove resume: %s: %s\n", t.name, err);
-			st = SBX_EXIT_START;
-		}
+		st = sbx_start_exit(
+		    "cove resume", t.name,
+		    sbx_start(&t.root, t.name, t.dfd, "cove resume", err, sizeof(err)), err);
 		goto out;
 	}
 	if (t.state != SBX_RUNNING && t.state != SBX_PAUSED) {

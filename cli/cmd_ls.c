@@ -168,7 +168,7 @@ static int print_cache(bool as_json)
 		      (json_int_t)cs.evicted_bytes, "sandboxes", all);
 	free(c);
 	if (as_json) {
-		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+		char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		printf("%s\n", text ? text : "{}");
 		free(text);
 	} else {
@@ -222,7 +222,7 @@ int cmd_ls(int argc, char **argv)
 	if (as_json) {
 		/* docs/CLI.md's shape "ls": the sandboxes, each as "sandbox" */
 		json_t *o = json_pack("{s:i,s:s,s:O}", "v", 1, "command", "ls", "sandboxes", all);
-		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+		char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
 		printf("%s\n", text ? text : "{}");
 		free(text);

@@ -329,7 +329,7 @@ static int template_ls(int argc, char **argv)
 	if (as_json) {
 		json_t *o =
 		    json_pack("{s:i,s:s,s:O}", "v", 1, "command", "template ls", "templates", all);
-		char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+		char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
 		printf("%s\n", text ? text : "{}");
 		free(text);

@@ -98,6 +98,21 @@ void sbx_cpu_refused(const char *name, const char *detail)
 	json_decref(j);
 }
 
+int sbx_start_exit(const char *cmd, const char *name, int ret, const char *err)
+{
+	if (!ret)
+		return 0;
+	if (ret == -ENOEXEC) {
+		sbx_cpu_refused(name, err);
+		return SBX_EXIT_CPU;
+	}
+	if (ret == -EUSERS)
+		return SBX_EXIT_HELD;
+	if (err[0])
+		fprintf(stderr, "%s: %s: %s\n", cmd, name, err);
+	return SBX_EXIT_START;
+}
+
 /*
  * A restoring VMM's word on its --ready-fd pipe: 0 once it says "ok" (its vCPUs run), else its
  * one-line error, or its log's last line when it ended without a word.

@@ -62,6 +62,14 @@ int sbx_resolve(const char *sandbox, const char *why, char *uds, size_t len, cha
 int sbx_start(const struct sbx_root *r, const char *name, int dfd, const char *why, char *err,
 	      size_t errlen);
 
+/*
+ * The exit status of a command (CMD, as "cove start") whose sbx_start of NAME returned RET with
+ * ERR, after its one line on stderr: 0; 75 when another host holds the lease (cove-store printed
+ * its JSON line); 76 with sbx_cpu_refused's line; else 67 with "CMD: NAME: ERR" (unless ERR is
+ * empty because cove-store said why).
+ */
+int sbx_start_exit(const char *cmd, const char *name, int ret, const char *err);
+
 /* PATCH /vm {"state": STATE} ("Paused" or "Resumed") on the API socket: 0 or -errno with err. */
 int sbx_api_state(const char *api, const char *state, char *err, size_t errlen);
 

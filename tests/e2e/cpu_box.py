@@ -133,9 +133,18 @@ def host_small():
     OUT["tpl_exec_s"] = round(t, 1)
     stop("tpl")
     # plain saw bmi2 on big: refused here, by name, with the documented status and line.
-    rc, out, err, t, tries = until_not_held("plain", lambda: sh("plain", "true"))
+    # The SDK first (Sandbox.connect raises Incompatible, with cove's line as its detail), then
+    # the command line at once: big takes plain back as soon as a refusal lets it go.
+    def sdk_try():
+        got = sdk_connect(ENV, "plain")
+        return (got[1] if got else 0), "", json.dumps(got), 0.0
+    rc, out, err, t, tries = until_not_held("plain", sdk_try)
+    got = json.loads(err)
+    check(got and got[0] == "Incompatible" and got[1] == 76 and isinstance(got[3], dict) and
+          got[3].get("error") == "cpu-incompatible" and "bmi2" in got[3].get("detail", ""),
+          f"the SDK's connect of plain on small: {got}")
     refusals = {}
-    for how, res in (("exec", (rc, out, err)), ("start", cove("start", "plain")[:3])):
+    for how, res in (("exec", sh("plain", "true")[:3]), ("start", cove("start", "plain")[:3])):
         jl = [json.loads(l) for l in res[2].splitlines() if l.startswith("{")]
         check(res[0] == 76 and len(jl) == 1 and jl[0].get("error") == "cpu-incompatible"
               and jl[0].get("exit") == 76 and jl[0].get("sandbox") == "plain"
@@ -144,11 +153,6 @@ def host_small():
         refusals[how] = jl[0]["detail"]
     print(f"  plain refused on small (exit 76): {refusals['exec']}", flush=True)
     OUT["refusal"] = refusals["exec"]
-    # The SDK here: Sandbox.connect raises Incompatible, naming the feature.
-    got = sdk_connect(ENV, "plain")
-    check(got and got[0] == "Incompatible" and got[1] == 76 and isinstance(got[3], dict) and
-          got[3].get("error") == "cpu-incompatible" and "bmi2" in got[3].get("detail", ""),
-          f"the SDK's connect of plain on small: {got}")
     print(f"  the SDK on small: cove.Sandbox.connect('plain') raised Incompatible (status 76, "
           f"{got[2][:100]})", flush=True)
     rc, out, err, t = cove("ls", "--json")

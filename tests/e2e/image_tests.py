@@ -578,19 +578,19 @@ class _GitCGI(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _tls_server(tmp, host, handler):
-    """A test CA (ca.crt in tmp) and a threaded HTTPS server on 127.0.0.1 for host; returns
-    (server, port). The box resolves host to 127.0.0.1."""
+def _tls_server(tmp, host, handler, days=2):
+    """A test CA (ca.crt in tmp) and a threaded HTTPS server on 127.0.0.1 for host, both valid
+    for DAYS; returns (server, port). The box resolves host to 127.0.0.1."""
     if not os.path.exists(os.path.join(tmp, "ca.crt")):
         _openssl(tmp, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
                  "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-subj",
-                 "/CN=cove e2e test CA", "-days", "2")
+                 "/CN=cove e2e test CA", "-days", str(days))
     _openssl(tmp, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
              "-keyout", f"{host}.key", "-out", f"{host}.csr", "-subj", f"/CN={host}")
     with open(os.path.join(tmp, "ext"), "w") as f:
         f.write(f"subjectAltName=DNS:{host}\nextendedKeyUsage=serverAuth\n")
     _openssl(tmp, "x509", "-req", "-in", f"{host}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", f"{host}.crt", "-days", "2", "-extfile", "ext")
+             "-CAcreateserial", "-out", f"{host}.crt", "-days", str(days), "-extfile", "ext")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(os.path.join(tmp, f"{host}.crt"), os.path.join(tmp, f"{host}.key"))

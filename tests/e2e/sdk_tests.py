@@ -191,6 +191,135 @@ def test_sdk_example():
 
 test_sdk_example.time_limit = 600
 
+def _git(*args, cwd=None):
+    r = subprocess.run(["git", "-c", "user.name=e2e", "-c", "user.email=e2e@cove.invalid",
+                        "-c", "init.defaultBranch=main", *args], cwd=cwd, capture_output=True,
+                       text=True, timeout=120)
+    bt.check(r.returncode == 0, f"git {' '.join(args)[:80]}: {r.stderr[-300:]!r}")
+
+
+def _commit_test(repo, work, name, body):
+    """One commit to the bare REPO (through the work tree WORK): a test file NAME."""
+    with open(os.path.join(work, name), "w") as f:
+        f.write(body)
+    gd = [f"--git-dir={repo}", f"--work-tree={work}"]
+    _git(*gd, "add", "-A")
+    _git(*gd, "commit", "-q", "-m", f"add {name}")
+
+
+def test_sdk_agent_loop():
+    """sdk/python/examples/agent_loop.py as a user runs it, on the Debian image: day one, the
+    sandbox clones a private repository over HTTPS (git http-backend, 401 without the token)
+    with the token added by the broker on the way out, runs its tests, stops. The box clock is
+    then moved 8 days on (every certificate the test makes is valid for 10); the reconnect sets
+    the guest's clock, the pull gets a new commit through a fresh interception, and the tests
+    run again. The token is in no output and no guest environment."""
+    import image_tests as it  # the Debian image, its TLS server and git http-backend
+    import agent_tests as at
+    it.need_image()
+    for t in ("git", "/usr/lib/git-core/git-http-backend"):
+        if not shutil.which(t):
+            raise bt.Failure(f"{t} is not in the box (tests/e2e/run adds it from the host)")
+    import base64
+    import secrets
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="agentloop-")
+    secret = "ghp-" + secrets.token_hex(20)
+    week = 8 * 86400
+    moved = False
+    httpd = None
+    try:
+        work, repos = os.path.join(tmp, "work"), os.path.join(tmp, "repos")
+        os.makedirs(work)
+        os.makedirs(repos)
+        bare = os.path.join(repos, "proj.git")
+        _git("init", "-q", "--bare", bare)
+        with open(os.path.join(work, "run-tests"), "w") as f:
+            f.write("#!/bin/sh\nexec python3 -m unittest discover -p 'test_*.py'\n")
+        os.chmod(os.path.join(work, "run-tests"), 0o755)
+        _commit_test(bare, work, "test_one.py",
+                     "import unittest\n\nclass One(unittest.TestCase):\n"
+                     "    def test_sum(self):\n        self.assertEqual(sum([1, 2]), 3)\n")
+        it._GitCGI.root = repos
+        it._GitCGI.want = "Basic " + base64.b64encode(f"bot:{secret}".encode()).decode()
+        it._GitCGI.seen = []
+        httpd, port = it._tls_server(tmp, "git.cove.test", it._GitCGI, days=10)
+        helper, senv = at.secret_store(tmp, secret)
+        policy = {"credentials": {"git": {
+            "helper": helper, "helper_input": {"protocol": "https", "host": "git.cove.test"},
+            "inject": {"header": "Authorization", "template": "Basic {username}:{password}"},
+            "allow": {"schemes": ["https"], "hosts": ["git.cove.test"], "ports": [port],
+                      "path_prefixes": ["/proj.git/"], "methods": ["GET", "POST"],
+                      "headers": ["Accept", "Accept-Language", "Content-Type", "Git-Protocol",
+                                  "Pragma", "User-Agent", "Content-Encoding"]},
+            "allow_private": True, "ca_file": os.path.join(tmp, "ca.crt")}}}
+        pol = os.path.join(tmp, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy, f)
+        with _Env():
+            env = dict(os.environ, PATH="/work:" + os.environ.get("PATH", "/usr/bin:/bin"),
+                       PYTHONPATH=SDK, GNUPGHOME=senv["GNUPGHOME"],
+                       PASSWORD_STORE_DIR=senv["PASSWORD_STORE_DIR"])
+            if not os.path.exists("/work/cove-broker"):
+                env["COVE_BROKER"] = at.BROKER
+            loop = [sys.executable, os.path.join(SDK, "examples", "agent_loop.py")]
+
+            def run(*args):
+                t0 = time.monotonic()
+                p = subprocess.run(loop + list(args), env=env, capture_output=True, text=True,
+                                   timeout=900)
+                bt.check(secret not in p.stdout + p.stderr, "the token in the loop's output")
+                bt.check(p.returncode == 0, f"agent_loop.py {args[0]}: rc={p.returncode} "
+                         f"{p.stdout[-1500:]!r} {p.stderr[-1500:]!r}; server saw "
+                         f"{it._GitCGI.seen[-4:]!r}")
+                print(f"    agent_loop.py {args[0]} ({time.monotonic() - t0:.1f} s):\n      " +
+                      p.stdout.strip().replace("\n", "\n      "))
+                return p.stdout
+            out = run("start", "agentloop", f"https://git.cove.test:{port}/proj.git", pol,
+                      it.IMAGE)
+            bt.check("Ran 1 test" in out and "\nOK" in out and "agentloop: stopped" in out,
+                     f"day one: {out!r}")
+            _commit_test(bare, work, "test_two.py",
+                         "import unittest\n\nclass Two(unittest.TestCase):\n"
+                         "    def test_upper(self):\n"
+                         "        self.assertEqual('a'.upper(), 'A')\n")
+            before = time.time()
+            r = subprocess.run(["date", "-s", f"@{int(before) + week}"], capture_output=True)
+            bt.check(r.returncode == 0, f"date -s: {r.stderr!r}")
+            moved = True
+            out = run("resume", "agentloop")
+            bt.check("add test_two.py" in out and "Ran 2 tests" in out and "\nOK" in out,
+                     f"a week later: {out!r}")
+            clocks = [ln.rsplit(" ", 1)[-1] for ln in out.splitlines() if "guest clock" in ln]
+            got = time.mktime(time.strptime(clocks[0], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+            bt.check(got >= before + week - 60, f"the guest's clock after the reconnect: "
+                     f"{clocks[0]}, want >= {before + week:.0f}")
+            bt.check(it._GitCGI.seen and all(ok for _, _, ok in it._GitCGI.seen),
+                     f"a request without the token reached the server: {it._GitCGI.seen!r}")
+            r = subprocess.run(["/work/cove", "exec", "agentloop", "--", "sh", "-c",
+                                "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
+                                "git -C /root/work config --list"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            bt.check(r.returncode == 0 and secret not in r.stdout,
+                     f"guest environments and git config: rc={r.returncode} "
+                     f"{secret in r.stdout} {r.stderr[-300:]!r}")
+            print(f"    the server saw {len(it._GitCGI.seen)} requests, each with the token the "
+                  f"broker added; the guest's clock after the reconnect: {clocks[0]}")
+            subprocess.run(["/work/cove", "rm", "agentloop"], env=env, capture_output=True,
+                           timeout=300)
+    finally:
+        if moved:
+            subprocess.run(["date", "-s", f"@{int(time.time()) - week}"], capture_output=True)
+        if httpd:
+            httpd.shutdown()
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=dict(
+            os.environ, GNUPGHOME=os.path.join(tmp, "gnupg")), capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+test_sdk_agent_loop.time_limit = 900
+
+
 def test_sdk_key_refused():
     """An encrypted sandbox whose KEK is revoked: connect raises KeyRefused (exit 67), and once
     the KEK is back the same call reconnects it with its data."""
@@ -256,7 +385,8 @@ def test_json_shapes():
         doc = run("template", "create", "jst", shape="template")
         bt.check(doc["template"] == "jst", f"template create: {doc}")
         doc = run("template", "ls", shape="template ls")
-        bt.check([t["name"] for t in doc["templates"]] == ["jst"], f"template ls: {doc}")
+        bt.check([t["name"] for t in doc["templates"] if not t["implicit"]] == ["jst"],
+                 f"template ls: {doc}")
         run("template", "rm", "jst", shape="template")
         doc = run("fork", "js1", "js2", "--stopped", shape="fork")
         bt.check(doc["from"] == "js1" and [c["name"] for c in doc["clones"]] == ["js2"],
@@ -278,4 +408,5 @@ def test_json_shapes():
 
 test_json_shapes.time_limit = 600
 
-TESTS = [test_sdk_sandbox, test_sdk_example, test_sdk_key_refused, test_json_shapes]
+TESTS = [test_sdk_sandbox, test_sdk_example, test_sdk_agent_loop, test_sdk_key_refused,
+         test_json_shapes]

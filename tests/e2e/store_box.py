@@ -370,15 +370,16 @@ def lease_checks():
         check(st_c.get("x") in ("remote", "stopped"), f"x on host C: {st_c} {err2!r}")
         OUT["held"] = held
         print(f"  host C, while host B runs x ({when}): exit 75, {err.strip()}", flush=True)
+        # The SDK on host C: Sandbox.connect (cove start) raises HeldElsewhere with cove's own
+        # line, whether host C has a copy of x or not.
+        got = sdk_connect(HOST_C, "x")
+        check(got and got[0] == "HeldElsewhere" and got[1] == 75 and
+              isinstance(got[3], dict) and got[3].get("host") == "host-b" and
+              got[3].get("sandbox") == "x",
+              f"the SDK on host C while host B runs x ({when}): {got}")
+        print(f"  the SDK on host C ({when}): cove.Sandbox.connect('x') raised HeldElsewhere "
+              f"(status 75, held by {got[3]['host']})", flush=True)
         if when.startswith("before"):
-            # The SDK on host C: Sandbox.connect raises HeldElsewhere with cove's own line.
-            got = sdk_connect(HOST_C, "x")
-            check(got and got[0] == "HeldElsewhere" and got[1] == 75 and
-                  isinstance(got[3], dict) and got[3].get("host") == "host-b" and
-                  got[3].get("sandbox") == "x",
-                  f"the SDK on host C while host B runs x: {got}")
-            print(f"  the SDK on host C: cove.Sandbox.connect('x') raised HeldElsewhere "
-                  f"(status 75, held by {got[3]['host']})", flush=True)
             gens_disk(int(os.environ.get("STORE_BOX_GENS", "18")))
     rc, out, err, t = cove("exec", "x", "--", "cat", "/ram/n")
     check(rc == 0, f"x on host B: rc={rc} {err!r}")

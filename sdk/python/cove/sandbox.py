@@ -76,11 +76,13 @@ class Sandbox:
     def create(cls, name: str, *, template: str | None = None, image: str | None = None,
                mem: str | None = None, vcpus: int | None = None, policy: str | None = None,
                key: str | None = None, cold: bool = False,
-               snapshot_every: str | None = None) -> "Sandbox":
+               snapshot_every: str | None = None, rootfs: str | None = None) -> "Sandbox":
         """`cove create NAME`: from `template` (--from), an OCI `image` imported with
-        `cove image import`, or this host's default machine (its implicit template)."""
+        `cove image import`, a `rootfs` ext4 image of the host's, or this host's default
+        machine (its implicit template)."""
         args = ["create", name]
-        for flag, val in (("--from", template), ("--image", image), ("--mem", mem),
+        for flag, val in (("--from", template), ("--image", image), ("--rootfs", rootfs),
+                          ("--mem", mem),
                           ("--vcpus", vcpus), ("--policy", policy), ("--key", key),
                           ("--snapshot-every", snapshot_every)):
             if val is not None:
