@@ -6,7 +6,10 @@
  *              written with one pwrite per extent, the file buffered (no O_DIRECT);
  *   enc_parallel  layer_seal() on layer_seal_threads() threads, tags in whole 4 KiB blocks,
  *              written like the data (O_DIRECT too); _1thread: one thread; _buffered: no
- *              O_DIRECT (enc_parallel is what snapshot.c does now).
+ *              O_DIRECT;
+ *   enc_pipeline  layer_seal_write(): batches of SEAL_BATCH written by io_uring as soon as
+ *              they are sealed, a helper thread sealing ahead of the writer (what snapshot.c
+ *              does now where there is a second core); _1thread: the writer seals alone.
  * Runs interleaved; JSON on stdout with medians and encrypted/plain ratios per writer.
  * Usage: seal_write_bench DIR [MIB [RUNS]] */
 #include <errno.h>
@@ -21,12 +24,14 @@
 #include "snapshot/crypto.h"
 #include "snapshot/layer_seal.h"
 #include "snapshot/layer_write.h"
+#include "snapshot/seal_write.h"
 
 #define PAGE	  4096ULL
 #define RAM_PAGES (4ULL << 30) / PAGE
 #define DATA_OFF  (2 * 4096ULL + 2 * 131072ULL) /* header + two 128 KiB bitmaps, aligned */
 #define TAG_OFF	  (DATA_OFF + RAM_PAGES * PAGE)
 #define FILE_SIZE (TAG_OFF + RAM_PAGES * 16)
+#define MODES	  7
 
 static const uint8_t salt[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 static const uint8_t chain[16] = {9};
@@ -122,6 +127,19 @@ static double one(struct setup *s, int mode, enum write_method m)
 		free(tags);
 		if (!r)
 			r = layer_write_extents(fd, m, s->stage, s->len, s->ext, 1, NULL, NULL);
+	} else if (mode >= 5) {
+		struct seal_job j = {.cc = s->cc,
+				     .key = s->key,
+				     .chain_id = chain,
+				     .layer_id = s->layer,
+				     .salt = salt,
+				     .data_off = DATA_OFF,
+				     .tag_off = TAG_OFF,
+				     .buf = s->stage,
+				     .ext = s->ext,
+				     .n = 1};
+		r = layer_seal_write(NULL, fd, m, &j, s->len, SEAL_BATCH, mode == 5 ? 1 : 0, NULL,
+				     NULL);
 	} else if (mode >= 2) {
 		struct seal_tags t;
 		struct seal_job j = {.cc = s->cc,
@@ -175,30 +193,35 @@ int main(int argc, char **argv)
 		return 1;
 	/* The stamper's dirty pages: one run from 16 MiB up. */
 	s.ext[0] = (struct write_extent){DATA_OFF + (16ULL << 20), 0, s.len};
-	static const char *names[5] = {"plain", "enc_before", "enc_parallel",
-				       "enc_parallel_1thread", "enc_parallel_buffered"};
+	static const char *names[MODES] = {"plain",
+					   "enc_before",
+					   "enc_parallel",
+					   "enc_parallel_1thread",
+					   "enc_parallel_buffered",
+					   "enc_pipeline",
+					   "enc_pipeline_1thread"};
 	static const char *wn[2] = {"uring", "pwrite"};
-	double v[2][5][99];
+	double v[2][MODES][99];
 	for (int i = 0; i < runs; i++)
 		for (int w = 0; w < 2; w++)
-			for (int mode = 0; mode < 5; mode++)
+			for (int mode = 0; mode < MODES; mode++)
 				if ((v[w][mode][i] =
 					 one(&s, mode, w ? WRITE_PWRITE : WRITE_URING)) < 0)
 					return 1;
 	printf("{\"mib\": %u, \"runs\": %d, \"seal_threads\": %u, \"unit\": \"ms, median\"", mib,
 	       runs, layer_seal_threads(s.len / PAGE));
 	for (int w = 0; w < 2; w++) {
-		double med[5];
+		double med[MODES];
 		printf(", \"%s\": {", wn[w]);
-		for (int mode = 0; mode < 5; mode++) {
+		for (int mode = 0; mode < MODES; mode++) {
 			qsort(v[w][mode], (size_t)runs, sizeof(double), cmp_d);
 			med[mode] = v[w][mode][runs / 2];
 			printf("\"%s_ms\": %.2f, ", names[mode], med[mode]);
 		}
 		printf("\"ratios_over_plain\": {");
-		for (int mode = 1; mode < 5; mode++)
+		for (int mode = 1; mode < MODES; mode++)
 			printf("\"%s\": %.3f%s", names[mode], med[mode] / med[0],
-			       mode < 4 ? ", " : "");
+			       mode < MODES - 1 ? ", " : "");
 		printf("}}");
 	}
 	printf("}\n");

@@ -171,6 +171,92 @@ static int ascending(const struct seal_job *j, struct write_extent **copy)
 	return 0;
 }
 
+/* A job being sealed batch by batch (layer_seal_begin). */
+struct seal_plan {
+	struct seal_job j; /* its extents ascending: the caller's or copy */
+	struct write_extent *copy;
+	struct plan pl;
+	struct seal_tags *t;
+};
+
+/* The extents again, none longer than max (page multiples): a new array in *out. */
+static int split_long(const struct write_extent *e, size_t n, uint64_t max,
+		      struct write_extent **out, size_t *nout)
+{
+	size_t k = 0, cap = n;
+	for (size_t i = 0; i < n; i++)
+		cap += e[i].len / max;
+	*out = malloc((cap ? cap : 1) * sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t off = 0; off < e[i].len || (!off && !e[i].len); off += max) {
+			uint64_t len = e[i].len - off < max ? e[i].len - off : max;
+			(*out)[k++] =
+			    (struct write_extent){e[i].file_off + off, e[i].buf_off + off, len};
+			if (!len)
+				break;
+		}
+	*nout = k;
+	return 0;
+}
+
+int layer_seal_begin(const struct seal_job *job, uint64_t max_len, struct seal_tags *t,
+		     struct seal_plan **out, const struct write_extent **ext, size_t *n)
+{
+	struct seal_plan *sp = calloc(1, sizeof(*sp));
+	struct write_extent *sorted = NULL;
+	memset(t, 0, sizeof(*t));
+	*out = NULL;
+	if (!sp)
+		return -ENOMEM;
+	sp->j = *job;
+	sp->t = t;
+	max_len -= max_len % PAGE;
+	int r = max_len ? ascending(job, &sorted) : -EINVAL;
+	if (!r)
+		r = split_long(sorted ? sorted : job->ext, job->n, max_len, &sp->copy, &sp->j.n);
+	free(sorted);
+	if (sp->copy)
+		sp->j.ext = sp->copy;
+	if (!r)
+		r = plan_tags(&sp->j, &sp->pl, t);
+	if (r) {
+		layer_seal_end(sp);
+		seal_tags_free(t);
+		return r;
+	}
+	*ext = sp->j.ext;
+	*n = sp->j.n;
+	*out = sp;
+	return 0;
+}
+
+int layer_seal_extents(struct seal_plan *sp, struct crypto_ctx *cc, size_t e0, size_t e1)
+{
+	if (e0 > e1 || e1 > sp->j.n)
+		return -EINVAL;
+	struct worker w = {.j = &sp->j,
+			   .pl = &sp->pl,
+			   .t = sp->t,
+			   .cc = cc ? cc : sp->j.cc,
+			   .g0 = sp->pl.page0[e0],
+			   .g1 = sp->pl.page0[e1]};
+	if (w.g0 < w.g1)
+		seal_range(&w);
+	return w.r;
+}
+
+void layer_seal_end(struct seal_plan *sp)
+{
+	if (!sp)
+		return;
+	free(sp->copy);
+	free(sp->pl.page0);
+	free(sp->pl.slot0);
+	free(sp);
+}
+
 int layer_seal(const struct seal_job *job, unsigned threads, struct seal_tags *t)
 {
 	struct plan pl = {0};

@@ -46,6 +46,22 @@ struct seal_tags {
  */
 int layer_seal(const struct seal_job *j, unsigned threads, struct seal_tags *tags);
 void seal_tags_free(struct seal_tags *t);
+
+/*
+ * The same job sealed batch by batch, so that each batch can be written while the next is
+ * sealed (snapshot/seal_write.h): begin plans the tags (as layer_seal fills them) and gives the
+ * job's extents ascending in the file and cut to at most max_len bytes each (*ext, *n: valid
+ * until end), which the batches index; layer_seal_extents seals extents [e0, e1) of those on
+ * the calling thread with cc (NULL: the job's context; another thread needs a context of its
+ * own, keyed for the layer). 0 or -errno; after an error of begin's the tags are freed, else the
+ * caller frees them.
+ */
+struct seal_plan;
+int layer_seal_begin(const struct seal_job *j, uint64_t max_len, struct seal_tags *tags,
+		     struct seal_plan **out, const struct write_extent **ext, size_t *n);
+int layer_seal_extents(struct seal_plan *sp, struct crypto_ctx *cc, size_t e0, size_t e1);
+void layer_seal_end(struct seal_plan *sp);
+
 /* The number of sealing threads for `pages` pages on this host (1..SEAL_THREADS_MAX). */
 unsigned layer_seal_threads(uint64_t pages);
 

@@ -25,7 +25,7 @@
 #include "snapshot/keyfile.h"
 #include "snapshot/keyprov.h"
 #include "snapshot/kvm_state.h"
-#include "snapshot/layer_seal.h"
+#include "snapshot/seal_write.h"
 #include "snapshot/mem_layer.h"
 #include "snapshot/snap_crypt.h"
 #include "snapshot/state_file.h"
@@ -483,15 +483,13 @@ static void report_progress(void *opaque, uint64_t done, uint64_t total)
 
 /*
  * Encrypts the staged pages in place (AES-256-GCM, nonce from layer id and page number, see
- * snapshot/CRYPTO.md) on up to layer_seal_threads() threads; their tags come back in whole
- * 4 KiB blocks of the tag region (written after the data, O_DIRECT as well).
+ * snapshot/CRYPTO.md) and writes them, batch by batch: the cipher seals one batch while io_uring
+ * writes the ones before it (layer_seal_write); their tags follow in whole 4 KiB blocks of the
+ * tag region (O_DIRECT as well).
  */
-static int seal_pages(struct snap_ctx *s, const struct mem_layer_info *li, struct stage *g,
-		      struct seal_tags *tags)
+static int seal_and_write(struct snap_ctx *s, int fd, const struct mem_layer_info *li,
+			  struct stage *g, struct progress *pr)
 {
-	memset(tags, 0, sizeof(*tags));
-	if (!g->stored)
-		return 0;
 	struct seal_job j = {.cc = s->crypt.cc,
 			     .key = s->crypt.key,
 			     .chain_id = s->crypt.chain_id,
@@ -502,7 +500,9 @@ static int seal_pages(struct snap_ctx *s, const struct mem_layer_info *li, struc
 			     .buf = g->buf,
 			     .ext = g->ext,
 			     .n = g->next};
-	return layer_seal(&j, layer_seal_threads(g->stored), tags);
+	/* A helper seals ahead where this host has a second core (and enough pages for it). */
+	return layer_seal_write(s->ring, fd, s->method, &j, g->buf_len, SEAL_BATCH,
+				layer_seal_threads(g->stored) > 1 ? 1 : 0, report_progress, pr);
 }
 
 /*
@@ -513,7 +513,6 @@ static int write_mem_layer(struct snap_ctx *s, const char *final, char *tmp, siz
 			   struct mem_layer_info *li, struct stage *g, char *err, size_t errlen)
 {
 	int fd = -EINVAL;
-	struct seal_tags tags = {0}; /* encrypted: whole 4 KiB blocks, so O_DIRECT holds for them */
 	tmp[0] = 0;
 	fd = dirfd_create_tmp(s->dfd, final, tmp, cap, O_WRONLY, 0600);
 	if (fd < 0)
@@ -552,9 +551,7 @@ static int write_mem_layer(struct snap_ctx *s, const char *final, char *tmp, siz
 	}
 	mem_layer_header_build(li, hb);
 	if (s->encrypted) {
-		r = seal_pages(s, li, g, &tags);
-		if (!r)
-			r = snap_crypt_seal_meta(&s->crypt, hb, hb + li->bitmap_off, bms, li->meta);
+		r = snap_crypt_seal_meta(&s->crypt, hb, hb + li->bitmap_off, bms, li->meta);
 		if (r) {
 			errmsg(err, errlen, r, "encrypting the layer: %s", strerror(-r));
 			free(hb);
@@ -574,11 +571,11 @@ static int write_mem_layer(struct snap_ctx *s, const char *final, char *tmp, siz
 		goto out;
 	}
 	struct progress pr = {s->vm, 256ULL << 20};
-	r = layer_write_extents_ring(s->ring, fd, s->method, g->buf, g->buf_len, g->ext, g->next,
-				     report_progress, &pr);
-	if (!r && tags.n)
-		r = layer_write_extents_ring(s->ring, fd, s->method, tags.buf, tags.len, tags.ext,
-					     tags.n, NULL, NULL);
+	if (s->encrypted && g->stored)
+		r = seal_and_write(s, fd, li, g, &pr);
+	else
+		r = layer_write_extents_ring(s->ring, fd, s->method, g->buf, g->buf_len, g->ext,
+					     g->next, report_progress, &pr);
 	if (r) {
 		errmsg(err, errlen, r, "writing %s: %s", tmp, strerror(-r));
 		goto out;
@@ -586,7 +583,6 @@ static int write_mem_layer(struct snap_ctx *s, const char *final, char *tmp, siz
 	if (fdatasync(fd) < 0)
 		r = errmsg(err, errlen, -errno, "syncing %s: %s", tmp, strerror(errno));
 out:
-	seal_tags_free(&tags);
 	close(fd);
 	return r;
 }

@@ -3,7 +3,10 @@
  * blocks, and bad extents are refused. */
 #include "helpers.h"
 
+#include <fcntl.h>
+
 #include "snapshot/layer_seal.h"
+#include "snapshot/seal_write.h"
 
 #define DATA_OFF 8192ULL
 #define NR_PAGES 8192ULL
@@ -217,6 +220,98 @@ static void test_seal_empty(void **state)
 	seal_tags_free(&t);
 }
 
+/* The layer file as layer_seal_write leaves it: ciphertext at each page, tags at theirs. */
+static void check_file(struct fx *f, int fd, const uint8_t *cipher, const struct seal_tags *t)
+{
+	uint8_t got[4096];
+	for (size_t i = 0; i < NRUNS; i++)
+		for (uint64_t k = 0; k < runs[i].n; k++) {
+			uint64_t off = f->ext[i].buf_off + k * 4096;
+			assert_int_equal(
+			    pread(fd, got, 4096, (off_t)(f->ext[i].file_off + k * 4096)), 4096);
+			assert_memory_equal(got, cipher + off, 4096);
+			assert_int_equal(
+			    pread(fd, got, 16, (off_t)(TAG_OFF + (runs[i].first + k) * 16)), 16);
+			assert_memory_equal(got, tag_of(t, runs[i].first + k), 16);
+		}
+}
+
+/*
+ * Sealing batch by batch while the ring writes (layer_seal_write) gives the file layer_seal
+ * and a plain write give: extents in any order, cut into batches of 16 pages (the 401-page run
+ * spans many), through io_uring and the pwrite loop, with and without a helper sealing ahead.
+ */
+static void test_seal_write_pipeline(void **state)
+{
+	struct fx *f = *state;
+	struct write_extent rev[NRUNS];
+	struct seal_tags ref;
+	uint8_t *cipher = malloc(f->len);
+	assert_non_null(cipher);
+	memcpy(f->buf, f->plain, f->len);
+	struct seal_job j = job(f, f->ext, NRUNS);
+	assert_int_equal(layer_seal(&j, 1, &ref), 0);
+	memcpy(cipher, f->buf, f->len);
+	for (size_t i = 0; i < NRUNS; i++)
+		rev[i] = f->ext[NRUNS - 1 - i];
+	for (int m = 0; m < 4; m++) {
+		char path[] = "/tmp/cove-seal-write-XXXXXX";
+		int fd = mkstemp(path);
+		assert_true(fd >= 0);
+		unlink(path);
+		memcpy(f->buf, f->plain, f->len);
+		j = job(f, rev, NRUNS);
+		/* io_uring and pwrite, each with and without the helper */
+		assert_int_equal(layer_seal_write(NULL, fd, m % 2 ? WRITE_PWRITE : WRITE_URING, &j,
+						  f->len, 16 * 4096, (unsigned)m / 2, NULL, NULL),
+				 0);
+		check_file(f, fd, cipher, &ref);
+		close(fd);
+	}
+	/* A layer the caller's context lacks: the sealing error ends the write (a helper keys a
+	 * context of its own from the job's key, so this is the writer's error alone). */
+	int fd = open("/tmp", O_TMPFILE | O_RDWR, 0600);
+	assert_true(fd >= 0);
+	memcpy(f->buf, f->plain, f->len);
+	j = job(f, f->ext, NRUNS);
+	j.layer_id = 10;
+	assert_int_equal(
+	    layer_seal_write(NULL, fd, WRITE_URING, &j, f->len, 16 * 4096, 0, NULL, NULL), -ENOKEY);
+	/* A batch size below a page is refused. */
+	j.layer_id = 9;
+	assert_int_equal(layer_seal_write(NULL, fd, WRITE_URING, &j, f->len, 100, 1, NULL, NULL),
+			 -EINVAL);
+	close(fd);
+	seal_tags_free(&ref);
+	free(cipher);
+}
+
+static int fail_third(void *opaque, size_t e0, size_t e1)
+{
+	int *calls = opaque;
+	(void)e0;
+	(void)e1;
+	return ++*calls == 3 ? -EIO : 0;
+}
+
+/* A prepare error ends layer_write_extents_prepared with it, after two batches went out. */
+static void test_prepared_error(void **state)
+{
+	struct fx *f = *state;
+	int fd = open("/tmp", O_TMPFILE | O_RDWR, 0600), calls = 0;
+	assert_true(fd >= 0);
+	assert_int_equal(layer_write_extents_prepared(NULL, fd, WRITE_URING, f->buf, f->len, f->ext,
+						      NRUNS, 4096, fail_third, &calls, NULL, NULL),
+			 -EIO);
+	assert_int_equal(calls, 3);
+	calls = 0;
+	assert_int_equal(layer_write_extents_prepared(NULL, fd, WRITE_PWRITE, f->buf, f->len,
+						      f->ext, NRUNS, 4096, fail_third, &calls, NULL,
+						      NULL),
+			 -EIO);
+	close(fd);
+}
+
 static void test_seal_threads_bounds(void **state)
 {
 	(void)state;
@@ -232,6 +327,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_seal_any_order, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_seal_bad_extents, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_seal_empty, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_seal_write_pipeline, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_prepared_error, setup, teardown),
 	    cmocka_unit_test(test_seal_threads_bounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
