@@ -101,6 +101,21 @@ static int verify(struct setup *s, uint64_t first, uint64_t pages)
 	return r;
 }
 
+/* The staged pages of the current layer, as snapshot.c hands them to the sealers. */
+static struct seal_job stage_job(struct setup *s)
+{
+	return (struct seal_job){.cc = s->cc,
+				 .key = s->key,
+				 .chain_id = chain,
+				 .layer_id = s->layer,
+				 .salt = salt,
+				 .data_off = DATA_OFF,
+				 .tag_off = TAG_OFF,
+				 .buf = s->stage,
+				 .ext = s->ext,
+				 .n = 1};
+}
+
 /* One layer written and synced; the staged copy (the pause's work) is not timed. */
 static double one(struct setup *s, int mode, enum write_method m)
 {
@@ -128,30 +143,12 @@ static double one(struct setup *s, int mode, enum write_method m)
 		if (!r)
 			r = layer_write_extents(fd, m, s->stage, s->len, s->ext, 1, NULL, NULL);
 	} else if (mode >= 5) {
-		struct seal_job j = {.cc = s->cc,
-				     .key = s->key,
-				     .chain_id = chain,
-				     .layer_id = s->layer,
-				     .salt = salt,
-				     .data_off = DATA_OFF,
-				     .tag_off = TAG_OFF,
-				     .buf = s->stage,
-				     .ext = s->ext,
-				     .n = 1};
+		struct seal_job j = stage_job(s);
 		r = layer_seal_write(NULL, fd, m, &j, s->len, SEAL_BATCH, mode == 5 ? 1 : 0, NULL,
 				     NULL);
 	} else if (mode >= 2) {
 		struct seal_tags t;
-		struct seal_job j = {.cc = s->cc,
-				     .key = s->key,
-				     .chain_id = chain,
-				     .layer_id = s->layer,
-				     .salt = salt,
-				     .data_off = DATA_OFF,
-				     .tag_off = TAG_OFF,
-				     .buf = s->stage,
-				     .ext = s->ext,
-				     .n = 1};
+		struct seal_job j = stage_job(s);
 		r = layer_seal(&j, mode == 3 ? 1 : layer_seal_threads(pages), &t);
 		if (!r)
 			r = layer_write_extents(fd, m, s->stage, s->len, s->ext, 1, NULL, NULL);

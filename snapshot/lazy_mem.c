@@ -16,6 +16,7 @@
 
 #include "common/file_io.h"
 #include "common/errmsg.h"
+#include "snapshot/lazy_ahead.h"
 #include "vmm/vm.h"
 
 /* Reads page p of layer l (ciphertext and tag) and authenticates it into `plain`. */
@@ -39,11 +40,17 @@ static void set_filled(struct lazy_mem *lm, uint64_t first, uint64_t n)
 		lm->filled[p / 64] |= 1ULL << (p % 64);
 }
 
+static bool is_filled(const struct lazy_mem *lm, uint64_t p)
+{
+	return lm->filled[p / 64] >> (p % 64) & 1;
+}
+
 /*
- * UFFDIO_COPY of pages [first, first + n) from lm->plain + off pages. A page already there (a
- * fault queued twice) is skipped, and the thread that faulted on it woken.
+ * UFFDIO_COPY of pages [first, first + n) from src + off pages. A page already there (a fault
+ * queued twice) is skipped, and the thread that faulted on it woken.
  */
-static void copy_run(struct lazy_mem *lm, uint64_t first, uint64_t n, uint64_t off)
+static void copy_from(struct lazy_mem *lm, const uint8_t *src, uint64_t first, uint64_t n,
+		      uint64_t off)
 {
 	struct guest_mem *m = &lm->vm->mem;
 	uint64_t done = 0;
@@ -51,7 +58,7 @@ static void copy_run(struct lazy_mem *lm, uint64_t first, uint64_t n, uint64_t o
 		uint64_t addr = (uint64_t)(uintptr_t)m->host + (first + done) * MEM_LAYER_PAGE;
 		struct uffdio_copy c = {
 		    .dst = addr,
-		    .src = (uint64_t)(uintptr_t)(lm->plain + (off + done) * MEM_LAYER_PAGE),
+		    .src = (uint64_t)(uintptr_t)(src + (off + done) * MEM_LAYER_PAGE),
 		    .len = (n - done) * MEM_LAYER_PAGE};
 		if (ioctl(lm->uffd, UFFDIO_COPY, &c) == 0) {
 			done = n;
@@ -76,6 +83,37 @@ static void copy_run(struct lazy_mem *lm, uint64_t first, uint64_t n, uint64_t o
 	}
 }
 
+static void copy_run(struct lazy_mem *lm, uint64_t first, uint64_t n, uint64_t off)
+{
+	copy_from(lm, lm->plain, first, n, off);
+}
+
+/* Copies the runs the helper opened, each page not filled meanwhile. */
+static void drain_ahead(struct lazy_mem *lm)
+{
+	const struct ahead_run *r;
+	while (lm->ahead && !lm->ahead_done && (r = lazy_ahead_peek(lm->ahead))) {
+		uint64_t i = 0;
+		while (i < r->good) {
+			if (is_filled(lm, r->first + i)) {
+				i++;
+				continue;
+			}
+			uint64_t j = i + 1;
+			while (j < r->good && !is_filled(lm, r->first + j))
+				j++;
+			copy_from(lm, r->plain, r->first + i, j - i, i);
+			set_filled(lm, r->first + i, j - i);
+			lm->pages_prefetched += j - i;
+			i = j;
+		}
+		lazy_ahead_pop(lm->ahead);
+	}
+	/* Freed by lazy_mem_stop: this thread's filter lets it free no key (munlock). */
+	if (lm->ahead && lazy_ahead_done(lm->ahead))
+		lm->ahead_done = true;
+}
+
 /* Serves one missing page and the run of neighbours lazy_window_pick gives with it. */
 static void serve(struct lazy_mem *lm, uint64_t addr)
 {
@@ -85,6 +123,15 @@ static void serve(struct lazy_mem *lm, uint64_t addr)
 	lm->faults++;
 	if (p >= lm->nr_pages)
 		return;
+	if (lm->ahead && !lm->ahead_done) {
+		/* The helper may have opened it already: its copy wakes the faulting thread. */
+		drain_ahead(lm);
+		if (is_filled(lm, p)) {
+			struct uffdio_range w = {.start = page_addr, .len = MEM_LAYER_PAGE};
+			(void)ioctl(lm->uffd, UFFDIO_WAKE, &w);
+			return;
+		}
+	}
 	uint64_t first, n;
 	lazy_window_pick(lm->filled, lm->nr_pages, lm->ls, p, &lm->ra, &first, &n);
 	const struct mem_layer *src = lazy_source(lm->ls, p);
@@ -175,7 +222,7 @@ static bool prefetch_step(struct lazy_mem *lm)
 static void *lazy_thread(void *arg)
 {
 	struct lazy_mem *lm = arg;
-	struct pollfd pf[2] = {{lm->uffd, POLLIN, 0}, {lm->stop_efd, POLLIN, 0}};
+	struct pollfd pf[3] = {{lm->uffd, POLLIN, 0}, {lm->stop_efd, POLLIN, 0}, {-1, POLLIN, 0}};
 	pthread_setname_np(pthread_self(), "cove-uffd");
 	/* The sandbox's per-thread set-up (its seccomp filter) before the first fault is served. */
 	int hr = vm_thread_enter(lm->vm, VM_THREAD_UFFD);
@@ -183,10 +230,16 @@ static void *lazy_thread(void *arg)
 		vm_request_stop(lm->vm, 1, "userfaultfd thread: set-up failed: %s", strerror(-hr));
 		return NULL;
 	}
-	bool prefetching = lm->prefetch;
+	/* With the helper opening ahead, this thread only copies what it opened. */
+	bool prefetching = lm->prefetch && !lm->ahead;
 	for (;;) {
 		bool now = prefetching && (lm->prefetch_now || lm->faults);
-		int pr = poll(pf, 2, now ? (lm->prefetch_blocked ? 20 : 0) : -1);
+		/* Its runs are copied from the guest's first fault on, as the prefetch would be;
+		 * until then the helper opens only as many as it has buffers for. */
+		pf[2].fd = lm->ahead && !lm->ahead_done && (lm->prefetch_now || lm->faults)
+			       ? lazy_ahead_fd(lm->ahead)
+			       : -1;
+		int pr = poll(pf, 3, now ? (lm->prefetch_blocked ? 20 : 0) : -1);
 		lm->prefetch_blocked = false;
 		if (pr < 0) {
 			if (errno == EINTR)
@@ -199,6 +252,10 @@ static void *lazy_thread(void *arg)
 		}
 		if (pf[1].revents)
 			break;
+		if (pf[2].fd >= 0 && pf[2].revents)
+			drain_ahead(lm);
+		if (!pf[0].revents)
+			continue;
 		struct uffd_msg msg[16];
 		ssize_t n = read(lm->uffd, msg, sizeof(msg));
 		if (n < 0) {
@@ -305,6 +362,17 @@ int lazy_mem_start(struct lazy_mem *lm, struct vm *vm, struct layer_set *ls,
 		goto fail;
 	}
 	lm->ls = ls;
+	/* Decrypt ahead of the guest where a second core can (and the whole chain is here). */
+	const char *ah = getenv("COVE_LAZY_AHEAD");
+	if (lm->cc && !gate && lm->prefetch && !(ah && !strcmp(ah, "0"))) {
+		int ar = lazy_ahead_start(&lm->ahead, vm, ls, lm->cc, lm->chain_id, lm->nr_pages);
+		lm->ahead_started = ar == 0;
+		if (ar)
+			log_warn(vm->log,
+				 "lazy restore: no helper to decrypt ahead (%s): the "
+				 "userfaultfd thread opens every page itself",
+				 strerror(-ar));
+	}
 	r = -pthread_create(&lm->thread, NULL, lazy_thread, lm);
 	if (r) {
 		lm->ls = NULL;
@@ -328,6 +396,8 @@ void lazy_mem_stop(struct lazy_mem *lm)
 		pthread_join(lm->thread, NULL);
 		lm->started = false;
 	}
+	lazy_ahead_stop(lm->ahead);
+	lm->ahead = NULL;
 	if (lm->uffd >= 0)
 		close(lm->uffd);
 	if (lm->stop_efd >= 0)

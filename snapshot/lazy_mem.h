@@ -16,8 +16,8 @@ struct vm;
 
 struct lazy_mem {
 	struct vm *vm;
-	struct layer_set *ls;  /* owned once started */
-	struct crypto_ctx *cc; /* the thread's own AES-GCM context; NULL: plain layers */
+	struct layer_set *ls;	/* owned once started */
+	struct crypto_ctx *cc;	/* the thread's own AES-GCM context; NULL: plain layers */
 	struct lazy_gate *gate; /* owned; NULL: every layer file is whole */
 	uint8_t chain_id[16];
 	int uffd, stop_efd;
@@ -34,6 +34,9 @@ struct lazy_mem {
 	uint64_t prefetch_next; /* where the prefetch goes on */
 	bool prefetch_blocked;	/* the next prefetch run is not fetched yet: look again soon */
 	uint64_t faults, zero_pages, bad_pages, pages_filled, pages_prefetched;
+	struct lazy_ahead *ahead; /* decrypting ahead on a helper thread (freed by stop) */
+	bool ahead_started;	  /* a helper was started */
+	bool ahead_done;	  /* and every run it opened was copied */
 };
 
 /*
@@ -46,7 +49,10 @@ struct lazy_mem {
  * runs, lowest first (prefetch, from the first fault on and with more than one CPU;
  * COVE_LAZY_PREFETCH=1: from the start, =0: never; COVE_LAZY_WINDOW=N caps a run at N pages), so
  * the guest soon stops faulting; a page that fails authentication is left for its own fault (which
- * stops the VM).  A page that fails authentication is never given to the guest: the VM is stopped
+ * stops the VM). An encrypted chain without a gate is opened ahead instead, from the start, by a
+ * helper thread (snapshot/lazy_ahead.h; COVE_LAZY_AHEAD=0: not), and this thread copies the runs
+ * it opened (from the first fault on, like the prefetch), skipping the pages faults filled
+ * meanwhile.  A page that fails authentication is never given to the guest: the VM is stopped
  * with a message naming layer and page.  Takes ownership of `ls`. 0 or -errno with a message in
  * `err`.
  *

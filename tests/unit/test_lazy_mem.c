@@ -378,11 +378,54 @@ static void test_prefetch_fills_untouched(void **state)
 	struct lazy_mem lm;
 	start(f, &lm);
 	assert_true(lm.prefetch);
+	assert_true(lm.ahead_started);
 	bool which[FX_PAGES];
 	wait_resident(f->vm, FX_PAGES, which);
 	lazy_mem_stop(&lm);
 	assert_int_equal(lm.faults, 0);
 	assert_int_equal(lm.pages_prefetched, FX_PAGES);
+	for (uint64_t p = 0; p < FX_PAGES; p++)
+		assert_page(f->vm, p, fx_expect(2, p));
+	assert_false(f->vm->stop_requested);
+}
+
+/*
+ * The same with the userfaultfd thread opening every page itself (COVE_LAZY_AHEAD=0), and with
+ * the helper (the default): both fill every page from its layer, and a fault far ahead of the
+ * helper is served at once.
+ */
+static void test_ahead_and_in_thread_agree(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	setenv("COVE_LAZY_PREFETCH", "1", 1);
+	setenv("COVE_LAZY_AHEAD", "0", 1);
+	struct lazy_mem lm;
+	start(f, &lm);
+	assert_false(lm.ahead_started);
+	bool which[FX_PAGES];
+	wait_resident(f->vm, FX_PAGES, which);
+	lazy_mem_stop(&lm);
+	unsetenv("COVE_LAZY_AHEAD");
+	assert_int_equal(lm.pages_prefetched, FX_PAGES);
+	for (uint64_t p = 0; p < FX_PAGES; p++)
+		assert_page(f->vm, p, fx_expect(2, p));
+	assert_false(f->vm->stop_requested);
+}
+
+static void test_ahead_fault_far_ahead(void **state)
+{
+	struct lazy_fx *f = *state;
+	check_layers(f);
+	setenv("COVE_LAZY_PREFETCH", "1", 1);
+	struct lazy_mem lm;
+	start(f, &lm);
+	assert_true(lm.ahead_started);
+	assert_page(f->vm, FX_PAGES - 1, fx_expect(2, FX_PAGES - 1));
+	bool which[FX_PAGES];
+	wait_resident(f->vm, FX_PAGES, which);
+	lazy_mem_stop(&lm);
+	assert_true(lm.pages_prefetched + lm.pages_filled == FX_PAGES);
 	for (uint64_t p = 0; p < FX_PAGES; p++)
 		assert_page(f->vm, p, fx_expect(2, p));
 	assert_false(f->vm->stop_requested);
@@ -504,6 +547,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_prefetch_fills_untouched, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_prefetch_skips_tampered, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_prefetch_waits_for_first_fault, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ahead_and_in_thread_agree, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ahead_fault_far_ahead, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unchecked_layers_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_fails_on_unmapped_ram, setup, teardown),
 	};

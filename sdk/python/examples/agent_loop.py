@@ -28,14 +28,22 @@ def run_tests(sbx: Sandbox) -> bool:
     return r.ok
 
 
+def git(sbx: Sandbox, *args: str) -> str | None:
+    """A git command in the sandbox (the broker adds the credential on the way out); the
+    repository's newest commit after it, or None when it failed."""
+    r = sbx.exec(["git", *args], timeout=600)
+    if not r.ok:
+        print(f"git {args[0]} failed ({r.exit_code}): {r.stderr.decode(errors='replace')}")
+        return None
+    return sbx.exec(["git", "-C", WORK, "log", "--oneline", "-1"]).text.strip()
+
+
 def start(name: str, url: str, policy: str, rootfs: str | None) -> int:
     sbx = Sandbox.create(name, policy=policy, rootfs=rootfs)
     print(f"{name}: created; guest clock {sbx.exec('date -u +%FT%TZ').text.strip()}")
-    r = sbx.exec(["git", "clone", "-q", url, WORK], timeout=600)
-    if not r.ok:
-        print(f"git clone failed ({r.exit_code}): {r.stderr.decode(errors='replace')}")
+    head = git(sbx, "clone", "-q", url, WORK)
+    if head is None:
         return 1
-    head = sbx.exec(["git", "-C", WORK, "log", "--oneline", "-1"]).text.strip()
     print(f"{name}: cloned {url} at {head}")
     ok = run_tests(sbx)
     sbx.stop()  # a final snapshot; the VM's RAM is freed until the next call
@@ -46,11 +54,9 @@ def start(name: str, url: str, policy: str, rootfs: str | None) -> int:
 def resume(name: str) -> int:
     sbx = Sandbox.connect(name)  # restored as it was: the clone, the log, the shell history
     print(f"{name}: reconnected; guest clock {sbx.exec('date -u +%FT%TZ').text.strip()}")
-    r = sbx.exec(["git", "-C", WORK, "pull", "-q", "--ff-only"], timeout=600)
-    if not r.ok:
-        print(f"git pull failed ({r.exit_code}): {r.stderr.decode(errors='replace')}")
+    head = git(sbx, "-C", WORK, "pull", "-q", "--ff-only")
+    if head is None:
         return 1
-    head = sbx.exec(["git", "-C", WORK, "log", "--oneline", "-1"]).text.strip()
     print(f"{name}: pulled, now at {head}")
     ok = run_tests(sbx)
     print(f"{name}: log\n{sbx.files.read(LOG).decode().rstrip()}")
