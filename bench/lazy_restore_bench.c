@@ -4,7 +4,9 @@
  * in order (what the stamper's next round does), timed from lazy_mem_start to the last touch.
  * Beside it: the same pages read from the plain layer file mapped privately (what a plain
  * restore does). Variants, interleaved: page by page (COVE_LAZY_WINDOW=1, the restore before
- * runs), runs without prefetch, runs with prefetch (the default). JSON on stdout.
+ * runs), runs without prefetch, runs with the prefetch on the userfaultfd thread
+ * (COVE_LAZY_AHEAD=0, before issue 36), runs with a helper decrypting ahead (the default).
+ * JSON on stdout.
  * Usage: lazy_restore_bench DIR [MIB [RUNS]] */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +28,7 @@
 #define PAGE  4096ULL
 #define RAM   (4ULL << 30)
 #define FIRST ((16ULL << 20) / PAGE)
+#define V     5 /* variants: plain and four lazy restores */
 
 static double now(void)
 {
@@ -139,10 +142,12 @@ static uint64_t touch(const uint8_t *ram, uint64_t n)
 
 /* One encrypted restore with COVE_LAZY_WINDOW=win and COVE_LAZY_PREFETCH=pf, in ms. */
 static double lazy_once(struct chain *c, struct snap_crypt *sc, struct logger *log, uint64_t n,
-			const char *win, const char *pf, uint64_t want, uint64_t *faults)
+			const char *win, const char *pf, const char *ahead, uint64_t want,
+			uint64_t *faults)
 {
 	setenv("COVE_LAZY_WINDOW", win, 1);
 	setenv("COVE_LAZY_PREFETCH", pf, 1);
+	setenv("COVE_LAZY_AHEAD", ahead, 1);
 	struct vm *vm = fresh_vm(log);
 	struct layer_set *ls = calloc(1, sizeof(*ls));
 	char err[512];
@@ -223,20 +228,22 @@ int main(int argc, char **argv)
 	write_layer(edir, &sc, data, n, &ce);
 	write_layer(pdir, NULL, data, n, &cp);
 	struct logger log = {.level = LOG_ERROR, .out = stderr};
-	static const char *names[4] = {"plain", "enc_page_by_page", "enc_runs",
-				       "enc_runs_prefetch"};
-	static const char *win[4] = {"", "1", "0", "0"}, *pf[4] = {"", "0", "0", "1"};
-	double v[4][99];
-	uint64_t faults[4] = {0};
+	static const char *names[V] = {"plain", "enc_page_by_page", "enc_runs",
+				       "enc_runs_prefetch_in_thread", "enc_runs_prefetch"};
+	static const char *win[V] = {"", "1", "0", "0", "0"}, *pf[V] = {"", "0", "0", "1", "1"},
+			  *ahead[V] = {"", "0", "0", "0", "1"};
+	double v[V][99];
+	uint64_t faults[V] = {0};
 	for (int i = 0; i < runs; i++)
-		for (int k = 0; k < 4; k++)
-			v[k][i] = k ? lazy_once(&ce, &sc, &log, n, win[k], pf[k], want, &faults[k])
+		for (int k = 0; k < V; k++)
+			v[k][i] = k ? lazy_once(&ce, &sc, &log, n, win[k], pf[k], ahead[k], want,
+						&faults[k])
 				    : plain_once(dir, n, want);
 	printf("{\"mib\": %u, \"runs\": %d, \"pages_touched\": %llu, \"unit\": \"ms to the last "
 	       "page touched, median\"",
 	       mib, runs, (unsigned long long)n);
-	double med[4];
-	for (int k = 0; k < 4; k++) {
+	double med[V];
+	for (int k = 0; k < V; k++) {
 		qsort(v[k], (size_t)runs, sizeof(double), cmp_d);
 		med[k] = v[k][runs / 2];
 		printf(", \"%s_ms\": %.2f", names[k], med[k]);
@@ -245,7 +252,7 @@ int main(int argc, char **argv)
 			       (unsigned long long)faults[k]);
 	}
 	printf(", \"ratios_over_plain\": {");
-	for (int k = 1; k < 4; k++)
-		printf("\"%s\": %.3f%s", names[k], med[k] / med[0], k < 3 ? ", " : "}}\n");
+	for (int k = 1; k < V; k++)
+		printf("\"%s\": %.3f%s", names[k], med[k] / med[0], k < V - 1 ? ", " : "}}\n");
 	return 0;
 }
