@@ -35,7 +35,8 @@ void cache_account(struct cache_file *f, size_t n, size_t nr_owners, uint64_t *u
 		   uint64_t *freeable)
 {
 	*usage = 0;
-	memset(freeable, 0, nr_owners * sizeof(*freeable));
+	if (nr_owners) /* none: freeable may be NULL (an empty state root) */
+		memset(freeable, 0, nr_owners * sizeof(*freeable));
 	if (n)
 		qsort(f, n, sizeof(*f), by_inode);
 	for (size_t i = 0; i < n;) {

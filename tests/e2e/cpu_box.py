@@ -24,6 +24,7 @@ from store_box import ENV, STATE, check, cove, newest, run_role, sdk_connect, sh
 
 OUT = {}
 WAIT_S = 900
+REFUSALS_S = 30  # small's three refusals of plain take a few seconds each in the box
 
 
 def flags(text):
@@ -107,6 +108,10 @@ def host_big():
     # plain: small's refusal cost nothing; it restores here, its RAM as it was.
     while newest("plain") <= OUT["plain_gen"] and time.monotonic() < deadline:
         time.sleep(2)
+    # small's first refusal committed that generation; it refuses twice more (the command
+    # line's exec and start, each a takeover of its own) right after: leave it the time, or
+    # this host takes plain back in between and small's next check meets exit 75.
+    time.sleep(REFUSALS_S)
     rc, out, err, t, tries = until_not_held("plain", lambda: sh("plain", "cat /ram/mark"))
     check(rc == 0 and out.strip() == "plain-on-big",
           f"plain back on big: rc={rc} {out!r} {err!r}")

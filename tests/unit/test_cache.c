@@ -75,6 +75,10 @@ static void test_account(void **state)
 	assert_int_equal(freeable[1], 300);	 /* 12 is linked from elsewhere, 10 shared */
 	cache_account(NULL, 0, 2, &usage, freeable);
 	assert_int_equal(usage + freeable[0] + freeable[1], 0);
+	/* An empty state root: no files, no sandboxes, no freeable array (UBSan: memset(NULL)). */
+	usage = 1;
+	cache_account(NULL, 0, 0, &usage, NULL);
+	assert_int_equal(usage, 0);
 }
 
 static struct cache_cand cand(const char *name, enum sbx_state st, int64_t used, uint64_t bytes,
