@@ -171,6 +171,17 @@ static int ascending(const struct seal_job *j, struct write_extent **copy)
 	return 0;
 }
 
+int layer_seal_ctx(const struct seal_job *j, struct crypto_ctx **cc)
+{
+	*cc = NULL;
+	int r = crypto_ctx_new(j->key, cc);
+	if (!r && (r = crypto_ctx_add_layer(*cc, j->layer_id, j->salt))) {
+		crypto_ctx_free(*cc);
+		*cc = NULL;
+	}
+	return r;
+}
+
 /* A job being sealed batch by batch (layer_seal_begin). */
 struct seal_plan {
 	struct seal_job j; /* its extents ascending: the caller's or copy */
@@ -288,10 +299,7 @@ int layer_seal(const struct seal_job *job, unsigned threads, struct seal_tags *t
 				       .g1 = pl.total * (i + 1) / threads};
 		if (i == 0)
 			continue;
-		/* Its own context, keyed for this layer only (no other layer's subkey derived). */
-		int e = crypto_ctx_new(j->key, &w[i].cc);
-		if (!e)
-			e = crypto_ctx_add_layer(w[i].cc, j->layer_id, j->salt);
+		int e = layer_seal_ctx(j, &w[i].cc);
 		if (!e)
 			e = -pthread_create(&w[i].th, NULL, seal_range, &w[i]);
 		if (e) {

@@ -62,6 +62,10 @@ int layer_seal_begin(const struct seal_job *j, uint64_t max_len, struct seal_tag
 int layer_seal_extents(struct seal_plan *sp, struct crypto_ctx *cc, size_t e0, size_t e1);
 void layer_seal_end(struct seal_plan *sp);
 
+/* A context for another sealing thread, keyed for the job's layer only (no other layer's subkey
+ * derived): 0, or -errno with *cc NULL. */
+int layer_seal_ctx(const struct seal_job *j, struct crypto_ctx **cc);
+
 /* The number of sealing threads for `pages` pages on this host (1..SEAL_THREADS_MAX). */
 unsigned layer_seal_threads(uint64_t pages);
 

@@ -18,7 +18,6 @@ struct lazy_ahead {
 	struct crypto_ctx *cc; /* the helper's own */
 	uint8_t chain_id[16];
 	uint64_t nr_pages;
-	uint64_t *none; /* an all-clear bitmap: lazy_next_run then walks every stored run */
 	uint8_t *tags;
 	int res[AHEAD_RUN];
 	struct ahead_run slot[AHEAD_SLOTS];
@@ -49,7 +48,8 @@ static void *helper(void *arg)
 	struct lazy_src src = {a->cc, a->chain_id, a->ls, NULL, true};
 	while (!hr) {
 		uint64_t first, n;
-		if (!lazy_next_run(a->none, a->nr_pages, a->ls, next, AHEAD_RUN, &first, &n))
+		/* No filled bitmap: every stored run, whatever faults filled meanwhile. */
+		if (!lazy_next_run(NULL, a->nr_pages, a->ls, next, AHEAD_RUN, &first, &n))
 			break;
 		pthread_mutex_lock(&a->mu);
 		while (!a->stop && a->tail - a->head == AHEAD_SLOTS)
@@ -96,14 +96,13 @@ int lazy_ahead_start(struct lazy_ahead **out, struct vm *vm, const struct layer_
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
 	int r = crypto_ctx_dup(cc, &a->cc);
-	a->none = calloc((size_t)((nr_pages + 63) / 64) + 1, sizeof(uint64_t));
 	a->tags = malloc(AHEAD_RUN * CRYPTO_TAG_LEN);
 	for (unsigned i = 0; i < AHEAD_SLOTS; i++) {
 		a->slot[i].plain = aligned_alloc(4096, AHEAD_RUN * 4096ULL);
 		if (!a->slot[i].plain)
 			r = r ?: -ENOMEM;
 	}
-	if (!r && (!a->none || !a->tags))
+	if (!r && !a->tags)
 		r = -ENOMEM;
 	if (!r) {
 		a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -172,7 +171,6 @@ void lazy_ahead_stop(struct lazy_ahead *a)
 		crypto_ctx_free(a->cc);
 	for (unsigned i = 0; i < AHEAD_SLOTS; i++)
 		free(a->slot[i].plain);
-	free(a->none);
 	free(a->tags);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);

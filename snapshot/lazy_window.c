@@ -24,7 +24,7 @@ bool lazy_page_stored(const struct layer_set *ls, uint64_t p)
 
 static bool is_filled(const uint64_t *filled, uint64_t p)
 {
-	return (filled[p / 64] >> (p % 64)) & 1;
+	return filled && (filled[p / 64] >> (p % 64)) & 1;
 }
 
 void lazy_window_pick(const uint64_t *filled, uint64_t nr_pages, const struct layer_set *ls,
@@ -71,7 +71,8 @@ bool lazy_next_run(const uint64_t *filled, uint64_t nr_pages, const struct layer
 {
 	uint64_t q = from;
 	while (q < nr_pages) {
-		if (q % 64 == 0 && (filled[q / 64] == ~0ULL || word_empty(ls, q / 64))) {
+		if (q % 64 == 0 &&
+		    ((filled && filled[q / 64] == ~0ULL) || word_empty(ls, q / 64))) {
 			q += 64;
 			continue;
 		}

@@ -39,8 +39,8 @@ void lazy_window_pick(const uint64_t *filled, uint64_t nr_pages, const struct la
 		      uint64_t p, struct lazy_ra *ra, uint64_t *first, uint64_t *count);
 
 /*
- * Prefetch: the first run at or after page `from` of pages not yet `filled` that hold data, at
- * most `max` pages, never past nr_pages. False when there is none.
+ * Prefetch: the first run at or after page `from` of pages not yet `filled` (NULL: none is) that
+ * hold data, at most `max` pages, never past nr_pages. False when there is none.
  */
 bool lazy_next_run(const uint64_t *filled, uint64_t nr_pages, const struct layer_set *ls,
 		   uint64_t from, uint64_t max, uint64_t *first, uint64_t *count);

@@ -66,20 +66,6 @@ static int ready(void *opaque, size_t e0, size_t e1)
 	return 0;
 }
 
-/* A context for the helper, keyed for this layer only; false when none can be had. */
-static bool helper_ctx(const struct seal_job *j, struct crypto_ctx **cc)
-{
-	*cc = NULL;
-	if (crypto_ctx_new(j->key, cc))
-		return false;
-	if (crypto_ctx_add_layer(*cc, j->layer_id, j->salt)) {
-		crypto_ctx_free(*cc);
-		*cc = NULL;
-		return false;
-	}
-	return true;
-}
-
 int layer_seal_write(struct layer_ring *lr, int fd, enum write_method m, const struct seal_job *j,
 		     size_t buf_len, uint64_t batch, unsigned helpers, write_progress_fn progress,
 		     void *opaque)
@@ -98,7 +84,7 @@ int layer_seal_write(struct layer_ring *lr, int fd, enum write_method m, const s
 		goto out;
 	}
 	/* No helper is no error: the writer then seals every batch itself. */
-	if (helpers && a.n > 1 && helper_ctx(j, &a.cc))
+	if (helpers && a.n > 1 && layer_seal_ctx(j, &a.cc) == 0)
 		started = pthread_create(&th, NULL, helper, &a) == 0;
 	r = layer_write_extents_prepared(lr, fd, m, j->buf, buf_len, ext, a.n, batch, ready, &a,
 					 progress, opaque);

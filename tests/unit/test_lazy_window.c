@@ -184,6 +184,10 @@ static void test_next_run(void **state)
 	next_run(filled, &s, 0, 0, false, 0, 0);
 	filled[0] = 0x1e0; /* 5..8 filled */
 	next_run(filled, &s, 0, 64, true, 300, 10);
+	/* No bitmap (the decrypt-ahead helper's walk): every stored run, 384..447 included. */
+	next_run(NULL, &s, 0, 64, true, 5, 4);
+	next_run(NULL, &s, 384, 1000, true, 384, 316);
+	next_run(NULL, &s, 1000, 64, false, 0, 0);
 	fake_free(&s);
 }
 
