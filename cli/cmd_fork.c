@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "cli/json_mode.h"
 #include "cli/api_client.h"
 #include "cli/commands.h"
 #include "cli/sandbox_up.h"
@@ -218,13 +219,7 @@ static int fork_named(int argc, char **argv)
 							   "state", state[i], "linked",
 							   (json_int_t)st[i].linked, "copied",
 							   (json_int_t)st[i].copied));
-		json_t *j = json_pack("{s:i,s:s,s:s,s:o}", "v", 1, "command", "fork", "from", name,
-				      "clones", a);
-		char *out = j ? json_dumps(j, JSON_COMPACT) : NULL;
-
-		printf("%s\n", out ? out : "{}");
-		free(out);
-		json_decref(j);
+		json_mode_print("fork", json_pack("{s:s,s:o}", "from", name, "clones", a));
 	} else
 		for (int i = 0; i < n; i++)
 			printf("%s: %s (fork of %s: %llu files shared, %llu copied)\n", news[i],

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "cli/json_mode.h"
 #include "cli/sandbox_json.h"
 #include "cli/store_reconnect.h"
 #include "common/clock.h"
@@ -155,22 +156,20 @@ static int print_cache(bool as_json)
 			return 1;
 		}
 	}
-	json_t *all = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(all, json_pack("{s:s,s:s,s:I,s:I}", "name", c[i].name,
-						     "state", sbx_state_name(c[i].state),
-						     "last_used_ms", (json_int_t)c[i].last_used_ms,
-						     "own_bytes", (json_int_t)c[i].bytes));
-	json_t *o =
-	    json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:o}", "v", 1, "command", "ls --cache",
-		      "usage_bytes", (json_int_t)usage, "hits", (json_int_t)cs.hits, "misses",
-		      (json_int_t)cs.misses, "evictions", (json_int_t)cs.evictions, "evicted_bytes",
-		      (json_int_t)cs.evicted_bytes, "sandboxes", all);
-	free(c);
 	if (as_json) {
-		char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-		printf("%s\n", text ? text : "{}");
-		free(text);
+		json_t *all = json_array();
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(all, json_pack("{s:s,s:s,s:I,s:I}", "name", c[i].name,
+							     "state", sbx_state_name(c[i].state),
+							     "last_used_ms",
+							     (json_int_t)c[i].last_used_ms,
+							     "own_bytes", (json_int_t)c[i].bytes));
+		json_mode_print("ls --cache",
+				json_pack("{s:I,s:I,s:I,s:I,s:I,s:o}", "usage_bytes",
+					  (json_int_t)usage, "hits", (json_int_t)cs.hits, "misses",
+					  (json_int_t)cs.misses, "evictions",
+					  (json_int_t)cs.evictions, "evicted_bytes",
+					  (json_int_t)cs.evicted_bytes, "sandboxes", all));
 	} else {
 		char u[32], e[32];
 		human(usage, u, sizeof(u));
@@ -179,7 +178,7 @@ static int print_cache(bool as_json)
 		       (unsigned long long)cs.hits, (unsigned long long)cs.misses,
 		       (unsigned long long)cs.evictions, e);
 	}
-	json_decref(o);
+	free(c);
 	return 0;
 }
 
@@ -221,12 +220,7 @@ int cmd_ls(int argc, char **argv)
 	merge_store(all);
 	if (as_json) {
 		/* docs/CLI.md's shape "ls": the sandboxes, each as "sandbox" */
-		json_t *o = json_pack("{s:i,s:s,s:O}", "v", 1, "command", "ls", "sandboxes", all);
-		char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-		printf("%s\n", text ? text : "{}");
-		free(text);
-		json_decref(o);
+		json_mode_print("ls", json_pack("{s:O}", "sandboxes", all));
 	} else {
 		size_t i;
 		json_t *j;

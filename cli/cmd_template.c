@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "cli/json_mode.h"
 #include "cli/commands.h"
 #include "cli/create_image.h"
 #include "cli/policy_opt.h"
@@ -327,13 +328,7 @@ static int template_ls(int argc, char **argv)
 	if (d)
 		closedir(d);
 	if (as_json) {
-		json_t *o =
-		    json_pack("{s:i,s:s,s:O}", "v", 1, "command", "template ls", "templates", all);
-		char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-		printf("%s\n", text ? text : "{}");
-		free(text);
-		json_decref(o);
+		json_mode_print("template ls", json_pack("{s:O}", "templates", all));
 	} else {
 		printf("%-20s %-10s %-16s %7s %5s %8s  %s\n", "NAME", "STATE", "CREATED (UTC)",
 		       "MEM", "VCPUS", "SIZE", "RUN");

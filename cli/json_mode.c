@@ -97,6 +97,18 @@ static void emit(FILE *f, json_t *o)
 	json_decref(o);
 }
 
+void json_mode_print(const char *command, json_t *fields)
+{
+	json_t *o =
+	    fields ? json_pack("{s:i,s:s}", "v", JSON_MODE_VERSION, "command", command) : NULL;
+	if (o && json_object_update(o, fields)) {
+		json_decref(o);
+		o = NULL;
+	}
+	json_decref(fields);
+	emit(stdout, o);
+}
+
 int json_mode_run(int (*fn)(int argc, char **argv), int argc, char **argv)
 {
 	char **av = calloc((size_t)argc + 1, sizeof(*av));

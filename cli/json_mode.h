@@ -9,9 +9,16 @@
 
 #include <stdbool.h>
 
+#include <jansson.h>
+
 /* argv[0] is the subcommand: true when it is one of the above and --json comes before any --. */
 bool json_mode_wanted(int argc, char **argv);
 /* Runs fn without the --json argument in JSON mode; its exit status. */
 int json_mode_run(int (*fn)(int argc, char **argv), int argc, char **argv);
+/*
+ * For the commands whose output is data (ls, ls --cache, template ls, fork): one line on stdout,
+ * {"v":1,"command":COMMAND} followed by the members of fields (taken over; NULL: out of memory).
+ */
+void json_mode_print(const char *command, json_t *fields);
 
 #endif
